@@ -1,0 +1,101 @@
+"""Atomic file writes and the task lock (DESIGN §5, file_format.md §6.1, §7.4).
+
+Every file egopool writes goes through :func:`atomic_write_bytes` (or a helper on
+top of it): a dot-prefixed temp file in the same directory, ``fsync``, ``os.replace``
+onto the final name, then an ``fsync`` of the directory. A crash at any point leaves
+either the old file or the new one, never a half-written one; readers ignore the
+dot temp (file_format.md §11).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "fsync_dir",
+    "publish",
+    "task_lock",
+    "temp_path_for",
+]
+
+
+def temp_path_for(path: Path) -> Path:
+    """A unique dot-temp name beside ``path`` (``.{name}.{uuid}.tmp``), ignored by readers (§11)."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename inside it survives power loss."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish(temp: Path, final: Path) -> None:
+    """fsync ``temp`` and move it onto ``final`` with ``os.replace`` (atomic on POSIX)."""
+    with open(temp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(temp, final)
+    fsync_dir(final.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp + fsync + os.replace + dir fsync).
+
+    The parent directory is created if needed. On any exception the temp file is
+    removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
+    """Serialise ``obj`` as UTF-8 JSON (non-ASCII kept) and write it atomically."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent)
+    atomic_write_bytes(path, (text + "\n").encode("utf-8"))
+
+
+@contextlib.contextmanager
+def task_lock(task_dir: str | Path) -> Iterator[None]:
+    """Hold the exclusive task lock: ``flock`` on ``meta/episodes/.lock`` (DESIGN §5, §7.4).
+
+    The anchor is an empty file whose path never changes, so the lock survives the
+    ``os.replace`` of every meta file it guards. Blocks until the lock is free.
+    """
+    anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
+    anchor.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(anchor, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,62 @@
+"""Small pyarrow <-> numpy helpers for list columns (no copies where pyarrow allows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["list_column_to_numpy", "list_offsets", "numpy_to_list_array"]
+
+
+def _combine(col: Any) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col
+
+
+def list_offsets(col: Any) -> np.ndarray:
+    """Row offsets ``(rows + 1,)`` int64 of a list column (chunk-normalised, nulls as empty)."""
+    arr = _combine(col)
+    if isinstance(arr.type, pa.FixedSizeListType):
+        n = arr.type.list_size
+        return np.arange(len(arr) + 1, dtype=np.int64) * n
+    offs = np.asarray(arr.offsets, dtype=np.int64)
+    return offs - offs[0]
+
+
+def _values(arr: pa.Array) -> pa.Array:
+    if isinstance(arr.type, pa.FixedSizeListType):
+        return arr.flatten()
+    return arr.values.slice(arr.offsets[0].as_py(), arr.offsets[-1].as_py() - arr.offsets[0].as_py())
+
+
+def list_column_to_numpy(col: Any, depth: int = 1) -> np.ndarray:
+    """Flatten a list column to a 2-D numpy array of its elements.
+
+    ``depth=1``: ``list<T>`` rows of equal length d -> ``(rows, d)``.
+    ``depth=2``: ``list<list<T>>`` (e.g. ``observation.imu``) -> ``(samples, d)``.
+    Raises ValueError when rows are ragged.
+    """
+    arr = _combine(col)
+    if depth == 2:
+        inner = _values(arr)
+        return list_column_to_numpy(inner, depth=1)
+    values = np.asarray(_values(arr).to_numpy(zero_copy_only=False))
+    rows = len(arr)
+    if rows == 0:
+        return values.reshape(0, 0)
+    if values.size % rows:
+        raise ValueError("ragged list column")
+    offs = list_offsets(arr)
+    d = values.size // rows
+    if not np.all(np.diff(offs) == d):
+        raise ValueError("ragged list column")
+    return values.reshape(rows, d)
+
+
+def numpy_to_list_array(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
+    """Build ``list<value_type>`` from flat ``values`` and int32/int64 ``offsets``."""
+    flat = pa.array(np.ascontiguousarray(values).reshape(-1), type=value_type)
+    return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), flat)

@@ -1,0 +1,61 @@
+"""Typer application and the one error boundary of the CLI.
+
+Every :class:`~egopool.errors.EgopoolError` becomes one line on stderr and exit
+code 1 (2 for usage errors, as click does); never a raw traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+import typer
+
+from ..errors import EgopoolError
+
+app = typer.Typer(
+    name="egopool",
+    help="Read, write, validate and maintain pooled_episodes_v1 robot/egocentric recordings.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register() -> None:
+    # Command modules attach themselves to `app` on import.
+    from . import inspect_cmds  # noqa: F401
+    from . import validate_cmd  # noqa: F401
+    from . import demo_cmd  # noqa: F401
+    from . import import_cmds  # noqa: F401
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code. ``argv`` defaults to ``sys.argv[1:]``."""
+    _register()
+    try:
+        app(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except EgopoolError as exc:
+        print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
+        return 1
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code or 0)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print("egopool: aborted", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("egopool: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

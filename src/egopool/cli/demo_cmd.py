@@ -1,0 +1,3 @@
+"""Placeholder module; commands are added by their issue."""
+
+from .app import app  # noqa: F401

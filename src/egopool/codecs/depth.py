@@ -1,0 +1,229 @@
+"""Depth video: 12-bit gray HEVC log code, FFV1 gray16le fallback (file_format.md §8, DESIGN §3).
+
+Log code (12 bits): code 0 = no depth; valid depth ``d`` mm, clipped to
+``[d_min, d_max]``, maps to ``512 + round(3583 * ln(d/d_min) / ln(d_max/d_min))``;
+decode inverts and rounds to uint16 mm; codes < 256 decode to 0 (hole). The
+512/256 gap absorbs codec ringing at hole edges so holes survive exactly.
+
+Writing: libx265 ``gray12le``, qp=6, full range, tag hvc1, in MP4; the codec
+parameters go into the container ``comment`` and the episode's ``video_codec``
+JSON. When libx265 lacks gray12le: FFV1 ``gray16le`` MKV (lossless uint16 mm).
+Reading decides by probing the stream, never by file extension: a gray12le HEVC
+stream is log-decoded with the parameters the file names; an FFV1 gray16le stream
+(searched among all streams, so the v1.0.14 dual-stream MKV works) is returned raw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from ..errors import CodecError
+
+__all__ = ["DepthEncoder", "LogDepthCodec", "hevc12_available", "read_depth_frames"]
+
+_CODE_MIN, _CODE_MAX, _HOLE_BELOW = 512, 4095, 256
+
+
+@dataclass(frozen=True)
+class LogDepthCodec:
+    """The 12-bit log depth code of DESIGN §3.
+
+    Attributes
+    ----------
+    d_min, d_max:
+        Depth range in mm; valid depths are clipped into it. Relative step is
+        ``ln(d_max/d_min) / 3583`` (0.15 % with the defaults 100..20000 mm).
+    """
+
+    d_min: float = 100.0
+    d_max: float = 20000.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.d_min < self.d_max:
+            raise CodecError(f"depth range must satisfy 0 < d_min < d_max, got {self.d_min}..{self.d_max}")
+
+    @property
+    def _k(self) -> float:
+        return (_CODE_MAX - _CODE_MIN) / float(np.log(self.d_max / self.d_min))
+
+    def encode(self, depth_mm: np.ndarray) -> np.ndarray:
+        """uint16 mm ``(H, W)`` -> uint16 codes in ``{0} ∪ [512, 4095]`` (0 stays 0)."""
+        d = np.asarray(depth_mm)
+        if d.dtype != np.uint16:
+            raise CodecError(f"depth frames must be uint16 mm, got {d.dtype}")
+        valid = d > 0
+        x = np.clip(d.astype(np.float64), self.d_min, self.d_max)
+        code = _CODE_MIN + np.rint(self._k * np.log(x / self.d_min))
+        return np.where(valid, code, 0).astype(np.uint16)
+
+    def decode(self, code: np.ndarray) -> np.ndarray:
+        """uint16 codes ``(H, W)`` -> uint16 mm; codes < 256 are holes (0)."""
+        c = np.asarray(code).astype(np.float64)
+        mm = self.d_min * np.exp((np.maximum(c, _CODE_MIN) - _CODE_MIN) / self._k)
+        return np.where(c >= _HOLE_BELOW, np.rint(np.minimum(mm, 65535)), 0).astype(np.uint16)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Parameters as stored in ``video_codec`` / the container comment."""
+        return {"depth_codec": "log12", "d_min": self.d_min, "d_max": self.d_max,
+                "code_min": _CODE_MIN, "code_max": _CODE_MAX, "hole_below": _HOLE_BELOW}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LogDepthCodec:
+        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
+        return cls(float(d.get("d_min", 100.0)), float(d.get("d_max", 20000.0)))
+
+
+def hevc12_available() -> bool:
+    """True when this PyAV's libx265 can encode ``gray12le``."""
+    try:
+        codec = av.codec.Codec("libx265", "w")
+    except Exception:  # noqa: BLE001 - encoder missing from this build
+        return False
+    return any(f.name == "gray12le" for f in (codec.video_formats or ()))
+
+
+class DepthEncoder:
+    """Stream uint16 mm depth frames ``(H, W)`` into a depth video.
+
+    Parameters
+    ----------
+    path:
+        Output file (dot-temp; the writer publishes it). Its extension is decided by
+        :attr:`ext` (``mp4`` for HEVC, ``mkv`` for FFV1); pass the path after asking.
+    codec:
+        ``"hevc12"`` (default, lossy log code) or ``"ffv1"`` (lossless).
+    """
+
+    def __init__(self, path: str | Path, width: int, height: int, fps: float, *, codec: str = "hevc12",
+                 params: LogDepthCodec | None = None, qp: int = 6) -> None:
+        if codec not in ("hevc12", "ffv1"):
+            raise CodecError(f"unknown depth codec {codec!r}", hint="use 'hevc12' or 'ffv1'")
+        self.path, self.codec, self.width, self.height = Path(path), codec, int(width), int(height)
+        self.params = params or LogDepthCodec()
+        self.frames, self.qp = 0, qp
+        rate = Fraction(fps).limit_denominator(1001)
+        try:
+            if codec == "hevc12":
+                self._out = av.open(str(self.path), "w", format="mp4")
+                self._out.metadata["comment"] = json.dumps(self.params.to_dict())
+                s = self._out.add_stream("libx265", rate=rate)
+                s.pix_fmt = "gray12le"
+                s.codec_context.color_range = 2  # full (JPEG) range
+                s.options = {"x265-params": f"qp={qp}:log-level=error"}
+                s.codec_tag = "hvc1"
+            else:
+                self._out = av.open(str(self.path), "w", format="matroska")
+                s = self._out.add_stream("ffv1", rate=rate)
+                s.pix_fmt = "gray16le"
+        except Exception as exc:
+            raise CodecError(f"cannot open depth encoder {codec}: {exc}", path=path) from exc
+        s.width, s.height = self.width, self.height
+        self._stream = s
+
+    @staticmethod
+    def ext_for(codec: str) -> str:
+        """``video_extensions`` value of a depth codec: ``mp4`` (hevc12) or ``mkv`` (ffv1)."""
+        return "mp4" if codec == "hevc12" else "mkv"
+
+    def encode(self, depth_mm: np.ndarray) -> None:
+        """Append one uint16 mm frame ``(H, W)``; 0 = no depth."""
+        d = np.asarray(depth_mm)
+        if d.shape != (self.height, self.width):
+            raise CodecError(f"depth frame shape {d.shape} != declared {(self.height, self.width)}", path=self.path)
+        if d.dtype != np.uint16:
+            raise CodecError(f"depth frames must be uint16 mm, got {d.dtype}", path=self.path)
+        if self.codec == "hevc12":
+            frame = av.VideoFrame.from_ndarray(self.params.encode(d), format="gray12le")
+        else:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(d), format="gray16le")
+        frame.pts = self.frames
+        for packet in self._stream.encode(frame):
+            self._out.mux(packet)
+        self.frames += 1
+
+    def close(self) -> dict[str, Any]:
+        """Flush and close; returns this stream's ``video_codec`` description."""
+        for packet in self._stream.encode():
+            self._out.mux(packet)
+        self._out.close()
+        desc: dict[str, Any] = {"codec": self.codec, "width": self.width, "height": self.height,
+                                "frames": self.frames}
+        if self.codec == "hevc12":
+            desc.update({"encoder": "libx265", "pix_fmt": "gray12le", "qp": self.qp, "range": "full",
+                         "tag": "hvc1", **self.params.to_dict()})
+        else:
+            desc.update({"encoder": "ffv1", "pix_fmt": "gray16le", "lossless": True})
+        return desc
+
+    def abort(self) -> None:
+        """Close without caring about the output."""
+        try:
+            self._out.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _pick_depth_stream(container: Any, path: Path) -> tuple[Any, str]:
+    """Find the depth stream by probing codec and pixel format (never by index or extension)."""
+    for s in container.streams.video:
+        name, pix = s.codec_context.name, s.codec_context.pix_fmt
+        if name == "ffv1" and pix in ("gray16le", "gray16be", "gray16"):
+            return s, "ffv1"
+    for s in container.streams.video:
+        name, pix = s.codec_context.name, s.codec_context.pix_fmt
+        if name == "hevc" and pix and pix.startswith("gray1"):
+            return s, "hevc12"
+    found = [(s.codec_context.name, s.codec_context.pix_fmt) for s in container.streams.video]
+    raise CodecError(f"no depth stream (FFV1 gray16le or HEVC gray12le) among video streams {found}", path=path)
+
+
+def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None) -> Iterator[np.ndarray]:
+    """Decode a depth video to uint16 mm frames ``(H, W)``, holes = 0.
+
+    Parameters
+    ----------
+    path:
+        12-bit gray HEVC MP4, FFV1 gray16le MKV (single or v1.0.14 dual stream).
+    params:
+        Log-code parameters (e.g. the episode's ``video_codec`` entry); the container's
+        own comment wins when present, since the file says what it is (DESIGN §3).
+
+    Raises
+    ------
+    CodecError
+        No depth stream, or the file cannot be decoded.
+    """
+    path = Path(path)
+    try:
+        container = av.open(str(path))
+    except Exception as exc:
+        raise CodecError(f"cannot open depth video: {exc}", path=path, hint="file missing or corrupt") from exc
+    with container:
+        stream, kind = _pick_depth_stream(container, path)
+        codec = LogDepthCodec()
+        if kind == "hevc12":
+            meta: Mapping[str, Any] = params or {}
+            comment = container.metadata.get("comment")
+            if comment:
+                try:
+                    meta = json.loads(comment)
+                except json.JSONDecodeError:
+                    pass
+            codec = LogDepthCodec.from_dict(meta)
+        try:
+            for frame in container.decode(stream):
+                if kind == "ffv1":
+                    yield frame.to_ndarray(format="gray16le")
+                else:
+                    raw = frame.to_ndarray() if frame.format.name == "gray12le" else frame.to_ndarray(format="gray12le")
+                    yield codec.decode(raw)
+        except av.error.FFmpegError as exc:
+            raise CodecError(f"cannot decode depth video: {exc}", path=path) from exc

@@ -1,0 +1,147 @@
+"""RGB video per image_key via PyAV (file_format.md §8): H.264 or HEVC in MP4.
+
+One encoded frame per data row of the stream's master slot; the writer guarantees
+the count, this module only encodes and decodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from ..errors import CodecError
+
+__all__ = ["RGB_CODECS", "RgbEncoder", "count_video_frames", "read_rgb_frames", "video_info"]
+
+#: codec name in ``video_codec`` JSON -> PyAV encoder name.
+RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
+
+
+def _rate(fps: float) -> Fraction:
+    return Fraction(fps).limit_denominator(1001)
+
+
+class RgbEncoder:
+    """Stream RGB uint8 frames ``(H, W, 3)`` (or gray ``(H, W)``) into an MP4.
+
+    Parameters
+    ----------
+    path:
+        Output file (the writer passes a dot-temp path and publishes it on finish).
+    width, height:
+        Frame size in pixels. Odd sizes are encoded as yuv444p (4:2:0 needs even sizes).
+    fps:
+        Nominal frame rate of the stream (frames/s).
+    codec:
+        ``"h264"`` (libx264) or ``"hevc"`` (libx265, tag hvc1).
+    crf:
+        Constant rate factor (lower = better quality, larger files).
+
+    Raises
+    ------
+    CodecError
+        Unknown codec, or a frame of the wrong size or dtype.
+    """
+
+    def __init__(self, path: str | Path, width: int, height: int, fps: float, *, codec: str = "h264",
+                 crf: int = 23, preset: str = "veryfast") -> None:
+        if codec not in RGB_CODECS:
+            raise CodecError(f"unknown RGB codec {codec!r}", hint=f"use one of {sorted(RGB_CODECS)}")
+        self.path = Path(path)
+        self.width, self.height, self.codec, self.crf = int(width), int(height), codec, int(crf)
+        self.frames = 0
+        pix = "yuv420p" if self.width % 2 == 0 and self.height % 2 == 0 else "yuv444p"
+        try:
+            self._out = av.open(str(self.path), "w", format="mp4")
+            self._stream = self._out.add_stream(RGB_CODECS[codec], rate=_rate(fps))
+        except Exception as exc:
+            raise CodecError(f"cannot open RGB encoder {RGB_CODECS[codec]}: {exc}", path=path) from exc
+        self._stream.width, self._stream.height, self._stream.pix_fmt = self.width, self.height, pix
+        if codec == "hevc":
+            self._stream.options = {"crf": str(crf), "preset": preset, "x265-params": "log-level=error"}
+            self._stream.codec_tag = "hvc1"
+        else:
+            self._stream.options = {"crf": str(crf), "preset": preset}
+        self.pix_fmt = pix
+
+    def encode(self, image: np.ndarray) -> None:
+        """Append one frame: uint8 ``(H, W, 3)`` RGB, or ``(H, W)`` / ``(H, W, 1)`` gray (replicated)."""
+        img = np.asarray(image)
+        if img.dtype != np.uint8:
+            raise CodecError(f"RGB frames must be uint8, got {img.dtype}", path=self.path)
+        if img.ndim == 3 and img.shape[2] == 1:
+            img = img[:, :, 0]
+        if img.ndim == 2:
+            img = np.repeat(img[:, :, None], 3, axis=2)
+        if img.shape != (self.height, self.width, 3):
+            raise CodecError(f"frame shape {img.shape} != declared {(self.height, self.width, 3)}", path=self.path)
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+        frame.pts = self.frames
+        for packet in self._stream.encode(frame):
+            self._out.mux(packet)
+        self.frames += 1
+
+    def close(self) -> dict[str, Any]:
+        """Flush and close; returns the ``video_codec`` description of this stream."""
+        for packet in self._stream.encode():
+            self._out.mux(packet)
+        self._out.close()
+        return {"encoder": RGB_CODECS[self.codec], "codec": self.codec, "crf": self.crf,
+                "pix_fmt": self.pix_fmt, "width": self.width, "height": self.height, "frames": self.frames}
+
+    def abort(self) -> None:
+        """Close without caring about the output (the caller deletes the temp file)."""
+        try:
+            self._out.close()
+        except Exception:  # noqa: BLE001 - best effort on an abandoned temp file
+            pass
+
+
+def _open(path: str | Path) -> Any:
+    try:
+        return av.open(str(path))
+    except Exception as exc:
+        raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
+
+
+def video_info(path: str | Path) -> dict[str, Any]:
+    """Probe: codec, pix_fmt, width, height, stream count, container comment (parsed JSON when possible)."""
+    with _open(path) as c:
+        if not c.streams.video:
+            raise CodecError("no video stream", path=path)
+        s = c.streams.video[0]
+        comment = c.metadata.get("comment")
+        try:
+            meta = json.loads(comment) if comment else {}
+        except json.JSONDecodeError:
+            meta = {}
+        return {"codec": s.codec_context.name, "pix_fmt": s.codec_context.pix_fmt, "width": s.codec_context.width,
+                "height": s.codec_context.height, "video_streams": len(c.streams.video), "metadata": meta}
+
+
+def count_video_frames(path: str | Path, stream_index: int = 0) -> int:
+    """Number of frames in video stream ``stream_index``, counted by demuxing (no decode)."""
+    with _open(path) as c:
+        try:
+            stream = c.streams.video[stream_index]
+            return sum(1 for p in c.demux(stream) if p.size)
+        except Exception as exc:
+            raise CodecError(f"cannot demux video: {exc}", path=path) from exc
+
+
+def read_rgb_frames(path: str | Path) -> Iterator[np.ndarray]:
+    """Decode the first video stream as RGB uint8 frames of shape ``(H, W, 3)``."""
+    with _open(path) as c:
+        if not c.streams.video:
+            raise CodecError("no video stream", path=path)
+        try:
+            for frame in c.decode(c.streams.video[0]):
+                yield frame.to_ndarray(format="rgb24")
+        except av.error.FFmpegError as exc:
+            raise CodecError(f"cannot decode video: {exc}", path=path) from exc

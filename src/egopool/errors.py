@@ -1,0 +1,108 @@
+"""The one exception hierarchy of egopool (STYLE habit 1).
+
+::
+
+    EgopoolError                     root; the CLI prints its one-line message
+    ├── FormatError                  a task directory / meta file is not what the spec says
+    │   └── LegacyLayoutError        v1.0 per-session layout (file_format.md §1), not readable
+    ├── LayoutError                  paths, numbering, enumeration (file_format.md §2)
+    │   └── EpisodeNotFoundError     no episode N in a task (also a FileNotFoundError)
+    ├── SchemaError                  column names, declarations, row values (multi_device_storage.md §2.4, §6)
+    ├── CodecError                   video / depth / force-matrix encode or decode failed
+    ├── ConflictError                devices that cannot be recorded together (§5.1)
+    └── LockError                    the task lock could not be taken
+
+Every error composes its own message from structured fields, names the file or
+column at fault and, where there is one, says what to do about it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "CodecError",
+    "ConflictError",
+    "EgopoolError",
+    "EpisodeNotFoundError",
+    "FormatError",
+    "LayoutError",
+    "LegacyLayoutError",
+    "LockError",
+    "SchemaError",
+]
+
+
+class EgopoolError(Exception):
+    """Root of every error egopool raises on purpose.
+
+    Parameters
+    ----------
+    message:
+        What went wrong, in one line.
+    path:
+        The file or directory at fault, if any.
+    hint:
+        What the user can do about it, if anything.
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None) -> None:
+        self.message = message
+        self.path = Path(path) if path is not None else None
+        self.hint = hint
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        """The message as the CLI prints it: ``<path>: <message> (<hint>)``."""
+        text = self.message
+        if self.path is not None:
+            text = f"{self.path}: {text}"
+        if self.hint:
+            text = f"{text} ({self.hint})"
+        return text
+
+
+class FormatError(EgopoolError):
+    """A task directory or meta file does not follow file_format.md (unknown ``format``, bad JSON...)."""
+
+
+class LegacyLayoutError(FormatError):
+    """The directory is the v1.0 per-session layout (``<task>_NNNNNN`` subdirectories, no ``format``).
+
+    The spec does not define its contents (DESIGN §7), so egopool refuses to guess.
+    """
+
+
+class LayoutError(EgopoolError):
+    """Paths or numbering are inconsistent (file_format.md §2)."""
+
+
+class EpisodeNotFoundError(LayoutError, FileNotFoundError):
+    """There is no episode with global index N in the task."""
+
+    def __init__(self, task_dir: str | Path, index: int) -> None:
+        self.index = index
+        super().__init__(f"no episode {index} in task", path=task_dir, hint="run `egopool ls` to list episodes")
+
+
+class SchemaError(EgopoolError):
+    """A column name, declaration or value breaks multi_device_storage.md §2.4 / §6."""
+
+    def __init__(self, message: str, *, column: str | None = None, path: str | Path | None = None,
+                 hint: str | None = None) -> None:
+        self.column = column
+        if column is not None:
+            message = f"column {column!r}: {message}"
+        super().__init__(message, path=path, hint=hint)
+
+
+class CodecError(EgopoolError):
+    """A video, depth or force-matrix stream could not be encoded or decoded."""
+
+
+class ConflictError(EgopoolError):
+    """Devices that the conflict matrix (multi_device_storage.md §5.1) forbids together."""
+
+
+class LockError(EgopoolError):
+    """The task lock (DESIGN §5) could not be taken."""

@@ -1,0 +1,57 @@
+"""SLAM coordinate-frame registry (file_format.md §3.1, multi_device_storage.md §6.6).
+
+A frame id names where each axis points in the real world, with direction words
+(``right/left``, ``up/down``, ``forward/backward``). Readers align frames by these
+words, never by axis letters (DESIGN §9). A trajectory column without ``frame`` is
+the old frame ``right_forward_up`` (§3.1 rule 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import SchemaError
+
+__all__ = ["DEFAULT_FRAME", "FRAMES", "LEGACY_FRAME", "frame_axes", "register_frame"]
+
+#: frame id -> ``{"+X": word, "+Y": word, "+Z": word}``.
+FRAMES: dict[str, dict[str, str]] = {
+    "down_left_forward": {"+X": "down", "+Y": "left", "+Z": "forward"},
+    "right_forward_up": {"+X": "right", "+Y": "forward", "+Z": "up"},
+    "ego_cam_optical": {"+X": "right", "+Y": "down", "+Z": "forward"},
+}
+#: Default frame for gripper SLAM since v1.3.13.
+DEFAULT_FRAME = "down_left_forward"
+#: What a missing ``frame`` key means (recorded by v1.3.12 and earlier).
+LEGACY_FRAME = "right_forward_up"
+
+_WORDS = {"right", "left", "up", "down", "forward", "backward"}
+_OPPOSITE = {"right": "left", "left": "right", "up": "down", "down": "up",
+             "forward": "backward", "backward": "forward"}
+
+
+def _check_axes(axes: Mapping[str, str]) -> dict[str, str]:
+    if set(axes) != {"+X", "+Y", "+Z"}:
+        raise SchemaError(f"frame_axes must have exactly +X, +Y, +Z, got {sorted(axes)}")
+    words = [axes[k] for k in ("+X", "+Y", "+Z")]
+    if any(w not in _WORDS for w in words):
+        raise SchemaError(f"frame_axes words must be among {sorted(_WORDS)}, got {words}")
+    if len({w if w in ("right", "up", "forward") else _OPPOSITE[w] for w in words}) != 3:
+        raise SchemaError(f"frame_axes {words} do not span three distinct directions")
+    return {k: axes[k] for k in ("+X", "+Y", "+Z")}
+
+
+def register_frame(frame_id: str, axes: Mapping[str, str]) -> None:
+    """Add a frame id to the registry (the registry is extensible, §6.6)."""
+    checked = _check_axes(axes)
+    if frame_id in FRAMES and FRAMES[frame_id] != checked:
+        raise SchemaError(f"frame {frame_id!r} is already registered with axes {FRAMES[frame_id]}")
+    FRAMES[frame_id] = checked
+
+
+def frame_axes(frame_id: str) -> dict[str, str]:
+    """``frame_axes`` of a registered frame id. Raises SchemaError for an unknown id."""
+    try:
+        return dict(FRAMES[frame_id])
+    except KeyError:
+        raise SchemaError(f"unknown SLAM frame {frame_id!r}", hint=f"known frames: {sorted(FRAMES)}") from None

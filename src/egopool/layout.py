@@ -1,0 +1,309 @@
+"""Paths, numbering and the one authoritative episode enumerator.
+
+Implements file_format.md §1–2 and multi_device_storage.md §1.3:
+
+* global episode index ``N`` is 1-based; ``chunk = (N-1) // chunks_size`` and
+  ``file = (N-1) % chunks_size``; ``N = chunk * chunks_size + file + 1``;
+* path templates and ``chunks_size`` come from ``info.json`` (never hard-coded);
+* :func:`list_task_episodes` is the only place that maps file names to ``N``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import FormatError, LayoutError
+
+__all__ = [
+    "DEFAULT_CHUNKS_SIZE",
+    "DEFAULT_DATA_PATH",
+    "DEFAULT_EPISODES_PATH",
+    "DEFAULT_VIDEO_PATH",
+    "EpisodeFiles",
+    "TaskLayout",
+    "display_suffix",
+    "episode_chunk_file",
+    "episode_index_from",
+    "list_task_episodes",
+]
+
+DEFAULT_CHUNKS_SIZE = 1000
+DEFAULT_DATA_PATH = "data/chunk-{c:03d}/episode-{f:03d}.parquet"
+DEFAULT_VIDEO_PATH = "videos/chunk-{c:03d}/{image_key}/episode-{f:03d}.{ext}"
+DEFAULT_EPISODES_PATH = "meta/episodes/chunk-{c:03d}/episode-{f:03d}.parquet"
+
+
+def episode_chunk_file(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> tuple[int, int]:
+    """Map global 1-based ``N`` to ``(chunk, file)`` (file_format.md §2).
+
+    Raises
+    ------
+    LayoutError
+        ``N < 1`` (there is no episode 0) or ``chunks_size < 1``.
+    """
+    if isinstance(index, bool) or not isinstance(index, int) or index < 1:
+        raise LayoutError(f"episode index must be an integer >= 1, got {index!r}",
+                          hint="global N is 1-based: episode-000 is N=1")
+    if chunks_size < 1:
+        raise LayoutError(f"chunks_size must be >= 1, got {chunks_size}")
+    return (index - 1) // chunks_size, (index - 1) % chunks_size
+
+
+def episode_index_from(chunk: int, file: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> int:
+    """Inverse of :func:`episode_chunk_file`: ``N = chunk * chunks_size + file + 1``."""
+    if chunk < 0 or not 0 <= file < chunks_size:
+        raise LayoutError(f"(chunk={chunk}, file={file}) is outside chunks_size={chunks_size}")
+    return chunk * chunks_size + file + 1
+
+
+def display_suffix(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> str:
+    """UI / upload name suffix ``_ep{f:06d}`` where ``f`` is the 0-based file number (§2)."""
+    return f"_ep{episode_chunk_file(index, chunks_size)[1]:06d}"
+
+
+_FIELD_RE = re.compile(r"\{(\w+)(?::[^}]*)?\}")
+_SKIP_DIR_PREFIXES = (".", "_")  # dotfiles, _trash/, _migrate_backup_* (§11)
+
+
+def _template_regex(template: str, legacy_prefix: bool) -> re.Pattern[str]:
+    """Regex for a path template; numeric fields capture digits, others a path segment."""
+    parts: list[str] = []
+    pos = 0
+    for m in _FIELD_RE.finditer(template):
+        literal = template[pos:m.start()]
+        esc = re.escape(literal)
+        if legacy_prefix:
+            # pre-v1.1.2 per-episode names used "file-" where now "episode-" stands (§2).
+            esc = esc.replace("episode\\-", "(?:episode|file)\\-").replace("episode-", "(?:episode|file)-")
+        parts.append(esc)
+        name = m.group(1)
+        if name in ("c", "f"):
+            parts.append(rf"(?P<{name}>\d+)")
+        elif name == "ext":
+            parts.append(r"(?P<ext>[^/.]+)")
+        else:
+            parts.append(rf"(?P<{name}>[^/]+)")
+        pos = m.end()
+    tail = re.escape(template[pos:])
+    parts.append(tail)
+    return re.compile("^" + "".join(parts) + "$")
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """Path templates of one task, read from ``info.json`` (file_format.md §3, checklist §12.2).
+
+    Attributes
+    ----------
+    root:
+        The task directory.
+    chunks_size:
+        Episodes per chunk (1000 in every known task, but read, never assumed).
+    """
+
+    root: Path
+    chunks_size: int = DEFAULT_CHUNKS_SIZE
+    data_path: str = DEFAULT_DATA_PATH
+    video_path: str = DEFAULT_VIDEO_PATH
+    episodes_path: str = DEFAULT_EPISODES_PATH
+
+    @classmethod
+    def from_info(cls, root: str | Path, info: Mapping[str, Any]) -> TaskLayout:
+        """Build from an ``info.json`` dict; missing keys fall back to the spec's templates."""
+        cs = info.get("chunks_size", DEFAULT_CHUNKS_SIZE)
+        if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
+            raise FormatError(f"chunks_size must be a positive integer, got {cs!r}",
+                              path=Path(root) / "meta" / "info.json")
+        return cls(Path(root), cs,
+                   str(info.get("data_path", DEFAULT_DATA_PATH)),
+                   str(info.get("video_path", DEFAULT_VIDEO_PATH)),
+                   str(info.get("episodes_path", DEFAULT_EPISODES_PATH)))
+
+    def chunk_file(self, index: int) -> tuple[int, int]:
+        """``N -> (chunk, file)`` for this task's ``chunks_size``."""
+        return episode_chunk_file(index, self.chunks_size)
+
+    def index_of(self, chunk: int, file: int) -> int:
+        """``(chunk, file) -> N`` for this task's ``chunks_size``."""
+        return episode_index_from(chunk, file, self.chunks_size)
+
+    def data_file(self, index: int) -> Path:
+        """Path of episode N's data parquet."""
+        c, f = self.chunk_file(index)
+        return self.root / self.data_path.format(c=c, f=f, chunk_index=c, file_index=f)
+
+    def episodes_file(self, index: int) -> Path:
+        """Path of episode N's one-row ``meta/episodes`` parquet."""
+        c, f = self.chunk_file(index)
+        return self.root / self.episodes_path.format(c=c, f=f, chunk_index=c, file_index=f)
+
+    def video_file(self, index: int, image_key: str, ext: str) -> Path:
+        """Path of episode N's video for ``image_key`` with extension ``ext`` (from ``video_extensions``)."""
+        c, f = self.chunk_file(index)
+        return self.root / self.video_path.format(c=c, f=f, chunk_index=c, file_index=f,
+                                                  image_key=image_key, ext=ext)
+
+
+@dataclass
+class EpisodeFiles:
+    """Every file of one episode's file group (multi_device_storage.md §1.2).
+
+    Attributes
+    ----------
+    index:
+        Global 1-based N.
+    chunk, file:
+        ``(chunk, file)`` of N.
+    data:
+        Data parquet, or None when missing.
+    videos:
+        ``image_key -> path`` for every video of this episode (enumerated on disk, so
+        slot renames between episodes are seen, file_format.md §8).
+    meta:
+        The ``meta/episodes`` file holding N's row, or None.
+    meta_is_shard:
+        True when ``meta`` is a legacy multi-row ``file-NNN.parquet`` shard (§6.1).
+    """
+
+    index: int
+    chunk: int
+    file: int
+    data: Path | None = None
+    videos: dict[str, Path] = field(default_factory=dict)
+    meta: Path | None = None
+    meta_is_shard: bool = False
+
+    def paths(self) -> list[Path]:
+        """All paths of the group (the shard is excluded: it is shared with other episodes)."""
+        out = [p for p in (self.data,) if p is not None]
+        out += list(self.videos.values())
+        if self.meta is not None and not self.meta_is_shard:
+            out.append(self.meta)
+        return out
+
+    @property
+    def complete(self) -> bool:
+        """True when data parquet and meta row both exist."""
+        return self.data is not None and self.meta is not None
+
+
+def _walk_files(root: Path, top: Path) -> Iterable[str]:
+    """Relative POSIX paths of files under ``top``, skipping dot and ``_`` entries (§11)."""
+    if not top.is_dir():
+        return
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(_SKIP_DIR_PREFIXES):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+            elif e.is_file():
+                yield Path(e.path).relative_to(root).as_posix()
+
+
+def _static_prefix(template: str) -> str:
+    head = template.split("{", 1)[0]
+    return head.rsplit("/", 1)[0] if "/" in head else ""
+
+
+def _read_episode_indices(path: Path) -> list[int]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["episode_index"])
+    except Exception as exc:  # pyarrow raises several types for a broken file
+        raise FormatError(f"cannot read episode_index column: {exc}", path=path,
+                          hint="the meta/episodes file is corrupt; restore it or run `egopool validate`") from exc
+    return [int(v) for v in table.column("episode_index").to_pylist() if v is not None]
+
+
+def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -> list[EpisodeFiles]:
+    """Enumerate every episode file group of a task, sorted by N (file_format.md §2, §9).
+
+    This is the one authoritative enumerator: N is ``chunk * chunks_size + file + 1``,
+    right across chunk roll-over (N=1001 is ``chunk-001/episode-000``). Legacy
+    ``file-NNN`` names are accepted; rows of legacy multi-row ``meta/episodes`` shards
+    are found by their ``episode_index`` column, never by file name (§6.1). Dotfiles,
+    ``.lock``, ``recycled_episode.json``, temp files, ``_trash/`` and
+    ``_migrate_backup_*`` are ignored (§11).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory.
+    layout:
+        Templates to use; read from ``meta/info.json`` when omitted.
+
+    Returns
+    -------
+    list[EpisodeFiles]
+        One entry per N that has at least one file, ascending N.
+
+    Raises
+    ------
+    FormatError
+        ``info.json`` unreadable or a legacy shard is corrupt.
+    """
+    root = Path(task_dir)
+    if layout is None:
+        from .meta.info import read_info
+
+        layout = TaskLayout.from_info(root, read_info(root))
+    groups: dict[int, EpisodeFiles] = {}
+
+    def group(c: int, f: int) -> EpisodeFiles:
+        n = layout.index_of(c, f)
+        g = groups.get(n)
+        if g is None:
+            g = groups[n] = EpisodeFiles(n, c, f)
+        return g
+
+    data_re = _template_regex(layout.data_path, legacy_prefix=True)
+    for rel in _walk_files(root, root / _static_prefix(layout.data_path)):
+        m = data_re.match(rel)
+        if m and int(m["f"]) < layout.chunks_size:
+            g = group(int(m["c"]), int(m["f"]))
+            if g.data is None or Path(rel).name.startswith("episode-"):
+                g.data = root / rel
+
+    video_re = _template_regex(layout.video_path, legacy_prefix=True)
+    for rel in _walk_files(root, root / _static_prefix(layout.video_path)):
+        m = video_re.match(rel)
+        if m and int(m["f"]) < layout.chunks_size:
+            group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], root / rel)
+
+    ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
+    for rel in sorted(_walk_files(root, root / _static_prefix(layout.episodes_path))):
+        m = ep_re.match(rel)
+        if not m:
+            continue
+        path = root / rel
+        c, f = int(m["c"]), int(m["f"])
+        if path.name.startswith("episode-"):
+            if f < layout.chunks_size:
+                g = group(c, f)
+                g.meta, g.meta_is_shard = path, False
+            continue
+        # legacy "file-" name: a per-episode file (pre-v1.1.2) or a multi-row shard.
+        indices = _read_episode_indices(path)
+        expected = layout.index_of(c, f) if f < layout.chunks_size else None
+        shard = not (len(indices) == 1 and indices[0] == expected)
+        for n in indices:
+            if n < 1:
+                continue
+            gc, gf = layout.chunk_file(n)
+            g = group(gc, gf)
+            if g.meta is None:
+                g.meta, g.meta_is_shard = path, shard
+    return [groups[n] for n in sorted(groups)]

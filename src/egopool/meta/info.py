@@ -1,0 +1,185 @@
+"""``meta/info.json``: read, check ``format``, merge, write (file_format.md §3, multi_device_storage.md §6).
+
+Merge semantics (§6.7): ``features`` / ``cameras`` / ``video_extensions`` /
+``device_names`` / ``calibration`` / ``slam_frames`` are unions where the latest
+episode wins; ``sensors`` is an ordered union; ``devices`` are merged by ``key``;
+``total_episodes`` never decreases; no key is ever removed (§6.1 "只加不改").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_write_json
+from ..errors import FormatError, LegacyLayoutError
+from ..layout import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH,
+                      DEFAULT_VIDEO_PATH)
+
+__all__ = [
+    "FORMAT",
+    "INFO_MUST_KEYS",
+    "info_path",
+    "merge_info",
+    "new_info",
+    "parse_format",
+    "read_info",
+    "write_info",
+]
+
+FORMAT = "pooled_episodes_v1"
+CODEBASE_VERSION = "v3.0"
+
+#: Every MUST key of file_format.md §3 / multi_device_storage.md §6.1.
+INFO_MUST_KEYS: tuple[str, ...] = (
+    "format", "chunks_size", "data_path", "video_path", "episodes_path", "codebase_version",
+    "app_version", "fps", "video", "task_name", "features", "cameras", "devices", "device_names",
+    "sensors", "sensor_dim", "created_at", "calibration", "total_episodes", "video_extensions",
+)
+
+_LEGACY_SESSION_RE = re.compile(r"_\d{6}$")
+
+
+def info_path(task_dir: str | Path) -> Path:
+    """``<task>/meta/info.json``."""
+    return Path(task_dir) / "meta" / "info.json"
+
+
+def _legacy_sessions(task_dir: Path) -> list[str]:
+    if not task_dir.is_dir():
+        return []
+    return sorted(p.name for p in task_dir.iterdir() if p.is_dir() and _LEGACY_SESSION_RE.search(p.name))
+
+
+def parse_format(info: Mapping[str, Any], path: Path) -> str:
+    """Accept only ``format == "pooled_episodes_v1"`` (§1, checklist §12.1).
+
+    Raises
+    ------
+    LegacyLayoutError
+        ``format`` missing and ``<task>_NNNNNN`` session directories exist (v1.0).
+    FormatError
+        ``format`` missing or unknown.
+    """
+    fmt = info.get("format")
+    if fmt == FORMAT:
+        return FORMAT
+    if fmt is None:
+        sessions = _legacy_sessions(path.parent.parent)
+        if sessions:
+            raise LegacyLayoutError(
+                f"no 'format' key and per-session directories ({sessions[0]}, ...): this is the "
+                "legacy v1.0 per-session layout, which egopool does not read", path=path,
+                hint="convert it with the collector's migration tool first")
+        raise FormatError("no 'format' key", path=path,
+                          hint=f'a pooled task declares "format": "{FORMAT}"')
+    raise FormatError(f"unknown format {fmt!r}", path=path, hint=f"egopool reads only {FORMAT!r}")
+
+
+def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, Any]:
+    """Load and check ``meta/info.json``.
+
+    Raises
+    ------
+    LegacyLayoutError
+        The directory is the v1.0 per-session layout.
+    FormatError
+        File missing, not a JSON object, or wrong ``format``.
+    """
+    task_dir = Path(task_dir)
+    path = info_path(task_dir)
+    if not path.is_file():
+        sessions = _legacy_sessions(task_dir)
+        if sessions:
+            raise LegacyLayoutError(
+                f"no meta/info.json but per-session directories ({sessions[0]}, ...): legacy v1.0 "
+                "per-session layout, which egopool does not read", path=task_dir,
+                hint="convert it with the collector's migration tool first")
+        if not task_dir.exists():
+            raise FormatError("task directory does not exist", path=task_dir)
+        raise FormatError("not a pooled_episodes_v1 task: meta/info.json is missing", path=task_dir,
+                          hint="point egopool at a task directory (the one holding data/, videos/, meta/)")
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"cannot parse JSON: {exc}", path=path, hint="restore info.json from a backup") from exc
+    if not isinstance(info, dict):
+        raise FormatError("info.json is not a JSON object", path=path)
+    if check_format:
+        parse_format(info, path)
+    return info
+
+
+def new_info(task_name: str, *, fps: float = 30.0, app_version: str, created_at: float | None = None,
+             chunks_size: int = DEFAULT_CHUNKS_SIZE) -> dict[str, Any]:
+    """A fresh ``info.json`` dict holding every MUST key (§3) with empty declarations."""
+    return {
+        "format": FORMAT,
+        "chunks_size": chunks_size,
+        "data_path": DEFAULT_DATA_PATH,
+        "video_path": DEFAULT_VIDEO_PATH,
+        "episodes_path": DEFAULT_EPISODES_PATH,
+        "codebase_version": CODEBASE_VERSION,
+        "app_version": app_version,
+        "fps": float(fps),
+        "video": False,
+        "task_name": task_name,
+        "features": {"action": {"dtype": "float32", "shape": [1]}},
+        "cameras": {},
+        "devices": [],
+        "device_names": {},
+        "sensors": [],
+        "sensor_dim": 256,
+        "created_at": float(time.time() if created_at is None else created_at),
+        "calibration": {},
+        "total_episodes": 0,
+        "video_extensions": {},
+    }
+
+
+_DICT_UNION_KEYS = ("features", "cameras", "video_extensions", "device_names", "calibration", "slam_frames")
+
+
+def merge_info(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge one episode's declarations ``new`` into the task's ``old`` info (§6.7).
+
+    Dict-valued declarations are unions where ``new`` wins per key; ``sensors`` is an
+    ordered union; ``devices`` merge by ``key`` (new wins, order of first appearance);
+    ``total_episodes`` is the max; ``created_at`` keeps the oldest; ``video`` is sticky;
+    every other key takes ``new``'s value when ``new`` has it. No key of ``old`` is
+    ever removed.
+    """
+    out: dict[str, Any] = json.loads(json.dumps(dict(old)))  # deep copy
+    for key, value in new.items():
+        if key in _DICT_UNION_KEYS and isinstance(value, Mapping):
+            merged = dict(out.get(key) or {})
+            merged.update(json.loads(json.dumps(dict(value))))
+            out[key] = merged
+        elif key == "sensors":
+            seen = list(out.get("sensors") or [])
+            seen += [s for s in value if s not in seen]
+            out["sensors"] = seen
+        elif key == "devices":
+            by_key: dict[str, Any] = {}
+            for dev in list(out.get("devices") or []) + list(value):
+                k = dev.get("key") if isinstance(dev, Mapping) else None
+                by_key[str(k)] = dict(dev) if k is not None else dev
+            out["devices"] = list(by_key.values())
+        elif key == "total_episodes":
+            out[key] = max(int(out.get(key) or 0), int(value))
+        elif key == "created_at":
+            out[key] = min(float(out.get(key) or value), float(value))
+        elif key == "video":
+            out[key] = bool(out.get(key)) or bool(value)
+        else:
+            out[key] = json.loads(json.dumps(value))
+    return out
+
+
+def write_info(task_dir: str | Path, info: Mapping[str, Any]) -> None:
+    """Write ``meta/info.json`` atomically, indented, UTF-8 (§3). Caller holds the task lock."""
+    atomic_write_json(info_path(task_dir), dict(info), indent=2)

@@ -1,0 +1,94 @@
+"""``meta/recycled_episode.json``: the abort marker (file_format.md §7.5) and N reservations.
+
+The marker is ``{"episode_index": N, "freed_at": "<ISO>"}``, written atomically when a
+recording is aborted so that the next recording reuses N. Reservations
+(``meta/.reserved-<N>``, dotfiles, ignored by every reader) let two recorders on one
+task take distinct N; a reservation whose process is gone is stale and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+
+from .._atomic import atomic_write_json
+
+__all__ = ["clear_recycled", "live_reservations", "read_recycled", "release", "reserve", "write_recycled"]
+
+
+def _marker(task_dir: str | Path) -> Path:
+    return Path(task_dir) / "meta" / "recycled_episode.json"
+
+
+def read_recycled(task_dir: str | Path) -> int | None:
+    """N named by a valid marker, else None (a corrupt marker is ignored, §7.5)."""
+    try:
+        obj = json.loads(_marker(task_dir).read_text(encoding="utf-8"))
+        n = obj["episode_index"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
+def write_recycled(task_dir: str | Path, index: int) -> None:
+    """Atomically mark N as freed by an abort."""
+    freed = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    atomic_write_json(_marker(task_dir), {"episode_index": index, "freed_at": freed}, indent=None)
+
+
+def clear_recycled(task_dir: str | Path, index: int | None = None) -> None:
+    """Remove the marker (only if it names ``index`` when given)."""
+    if index is not None and read_recycled(task_dir) not in (index, None):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        _marker(task_dir).unlink()
+
+
+def _reservation(task_dir: str | Path, index: int) -> Path:
+    return Path(task_dir) / "meta" / f".reserved-{index}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_reservations(task_dir: str | Path) -> set[int]:
+    """N reserved by a live process; stale reservations are removed. Caller holds the task lock."""
+    out: set[int] = set()
+    meta = Path(task_dir) / "meta"
+    if not meta.is_dir():
+        return out
+    for p in meta.glob(".reserved-*"):
+        try:
+            n = int(p.name.rsplit("-", 1)[1])
+            pid = int(p.read_text().strip() or 0)
+        except (ValueError, OSError):
+            continue
+        if pid and _pid_alive(pid):
+            out.add(n)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    return out
+
+
+def reserve(task_dir: str | Path, index: int) -> None:
+    """Record that this process is recording N. Caller holds the task lock."""
+    p = _reservation(task_dir, index)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(str(os.getpid()))
+
+
+def release(task_dir: str | Path, index: int) -> None:
+    """Drop this process's reservation of N."""
+    with contextlib.suppress(FileNotFoundError):
+        _reservation(task_dir, index).unlink()

@@ -1,0 +1,181 @@
+"""``meta/stats.json``: the per-task count accumulator (file_format.md §4, DESIGN §4).
+
+Each block is ``{count, mean, std, min, max}`` with list dimension = column
+dimension and population std (ddof=0). Episodes merge with the parallel (Chan)
+formula using ``M2 = std² · count``, equivalent to the spec's
+``sum = mean·count`` / ``sum_sq = (std² + mean²)·count`` contract but stable.
+
+Which columns: every ``observation.<sensor>`` listed in ``sensors`` (per row,
+all-zero rows included), ``observation.imu`` (per sample) and the ``action``
+placeholder (``count: 0``). Never ``*hand_pose``, ``*_ns``, trajectories or
+force matrices.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._atomic import atomic_write_json
+from ..errors import FormatError
+
+__all__ = [
+    "ACTION_BLOCK",
+    "StatsBlock",
+    "episode_stats",
+    "merge_stats",
+    "needs_recalc",
+    "read_stats",
+    "recalc_stats",
+    "stats_columns",
+    "stats_path",
+    "write_stats",
+]
+
+ACTION_BLOCK: dict[str, Any] = {"count": 0, "mean": [0.0], "std": [1.0], "min": [0.0], "max": [0.0]}
+
+
+def stats_path(task_dir: str | Path) -> Path:
+    """``<task>/meta/stats.json``."""
+    return Path(task_dir) / "meta" / "stats.json"
+
+
+@dataclass(frozen=True)
+class StatsBlock:
+    """One accumulator block. Arrays are float64 of shape ``(d,)``; ``count`` is rows or samples."""
+
+    count: int
+    mean: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> StatsBlock | None:
+        """Block of a ``(n, d)`` array (``n`` rows or samples); None when ``n == 0``."""
+        x = np.asarray(values, dtype=np.float64)
+        if x.ndim == 1:
+            x = x[:, None]
+        x = x.reshape(x.shape[0], -1)
+        if x.shape[0] == 0:
+            return None
+        return cls(int(x.shape[0]), x.mean(axis=0), x.std(axis=0), x.min(axis=0), x.max(axis=0))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StatsBlock:
+        """Parse a stored block; raises KeyError when ``count`` is missing (legacy v1.1.0)."""
+        return cls(int(d["count"]), *(np.asarray(d[k], dtype=np.float64).reshape(-1)
+                                      for k in ("mean", "std", "min", "max")))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form ``{count, mean, std, min, max}`` with plain float lists."""
+        return {"count": self.count, "mean": self.mean.tolist(), "std": self.std.tolist(),
+                "min": self.min.tolist(), "max": self.max.tolist()}
+
+    def merge(self, other: StatsBlock) -> StatsBlock:
+        """Parallel (Chan et al.) merge of two blocks; exact up to float64 rounding."""
+        if self.mean.shape != other.mean.shape:
+            raise ValueError(f"stats dimension changed: {self.mean.shape} vs {other.mean.shape}")
+        n = self.count + other.count
+        if n == 0:
+            return self
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / n)
+        m2 = self.std ** 2 * self.count + other.std ** 2 * other.count + delta ** 2 * (self.count * other.count / n)
+        return StatsBlock(n, mean, np.sqrt(np.maximum(m2 / n, 0.0)),
+                          np.minimum(self.min, other.min), np.maximum(self.max, other.max))
+
+
+def stats_columns(info: Mapping[str, Any], schema_names: Iterable[str]) -> list[str]:
+    """Columns of one episode that enter stats.json (DESIGN §4)."""
+    names = set(schema_names)
+    cols = [f"observation.{s}" for s in info.get("sensors") or [] if f"observation.{s}" in names]
+    if "observation.imu" in names:
+        cols.append("observation.imu")
+    return cols
+
+
+def read_stats(task_dir: str | Path) -> dict[str, Any]:
+    """Load ``stats.json`` ({} when missing). Raises FormatError on bad JSON."""
+    path = stats_path(task_dir)
+    if not path.is_file():
+        return {}
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"cannot parse JSON: {exc}", path=path,
+                          hint="run `egopool stats recalc` to rebuild it from data/") from exc
+    if not isinstance(obj, dict):
+        raise FormatError("stats.json is not a JSON object", path=path)
+    return obj
+
+
+def merge_stats(stored: Mapping[str, Any], episode: Mapping[str, StatsBlock]) -> dict[str, Any]:
+    """Merge one episode's blocks into the stored accumulator; returns the new document.
+
+    Raises
+    ------
+    KeyError
+        A stored block that the episode touches has no ``count`` (legacy; recalc first).
+    """
+    out = {k: v for k, v in stored.items()}
+    for col, block in episode.items():
+        if col in out:
+            block = StatsBlock.from_dict(out[col]).merge(block)
+        out[col] = block.to_dict()
+    out["action"] = dict(ACTION_BLOCK)
+    return out
+
+
+def needs_recalc(stored: Mapping[str, Any]) -> bool:
+    """True when any block lacks ``count`` (v1.1.0 legacy, §4 MUST: rescan data/ once)."""
+    return any(isinstance(v, Mapping) and "count" not in v for k, v in stored.items() if k != "action")
+
+
+def episode_stats(table: Any, info: Mapping[str, Any]) -> dict[str, StatsBlock]:
+    """Blocks of one episode's pyarrow table (rows for sensors, samples for IMU)."""
+    from ..arrowutil import list_column_to_numpy
+
+    blocks: dict[str, StatsBlock] = {}
+    for col in stats_columns(info, table.column_names):
+        arr = table.column(col)
+        if col == "observation.imu":
+            flat = list_column_to_numpy(arr, depth=2)
+        else:
+            flat = list_column_to_numpy(arr, depth=1)
+        block = StatsBlock.of(flat)
+        if block is not None:
+            blocks[col] = block
+    return blocks
+
+
+def recalc_stats(task_dir: str | Path, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Recompute the whole stats document from every data parquet (legacy blocks, §4)."""
+    import pyarrow.parquet as pq
+
+    from ..layout import TaskLayout, list_task_episodes
+    from .info import read_info
+
+    info = dict(info) if info is not None else read_info(task_dir)
+    layout = TaskLayout.from_info(task_dir, info)
+    doc: dict[str, Any] = {}
+    for g in list_task_episodes(task_dir, layout):
+        if g.data is None:
+            continue
+        try:
+            table = pq.read_table(g.data)
+        except Exception as exc:
+            raise FormatError(f"cannot read parquet: {exc}", path=g.data) from exc
+        doc = merge_stats(doc, episode_stats(table, info))
+    doc["action"] = dict(ACTION_BLOCK)
+    return doc
+
+
+def write_stats(task_dir: str | Path, doc: Mapping[str, Any]) -> None:
+    """Write ``stats.json`` atomically. Caller holds the task lock."""
+    atomic_write_json(stats_path(task_dir), dict(doc), indent=None)

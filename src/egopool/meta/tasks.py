@@ -1,0 +1,54 @@
+"""``meta/tasks.jsonl``: one complete JSON object per line, single line today (file_format.md §5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_write_bytes
+from ..errors import FormatError
+
+__all__ = ["read_tasks", "tasks_path", "write_tasks_if_missing"]
+
+
+def tasks_path(task_dir: str | Path) -> Path:
+    """``<task>/meta/tasks.jsonl``."""
+    return Path(task_dir) / "meta" / "tasks.jsonl"
+
+
+def read_tasks(task_dir: str | Path) -> list[dict[str, Any]]:
+    """Parse every line with ``json.loads`` (checklist §12.5).
+
+    Raises
+    ------
+    FormatError
+        A line is not a complete JSON object (e.g. a pretty-printed, multi-line file).
+    """
+    path = tasks_path(task_dir)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as exc:
+        raise FormatError("meta/tasks.jsonl is missing", path=path) from exc
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"line {i} is not a complete JSON object ({exc.msg})", path=path,
+                              hint="tasks.jsonl must hold one JSON object per line; re-write it on one line") from exc
+        if not isinstance(obj, dict):
+            raise FormatError(f"line {i} is not a JSON object", path=path)
+        out.append(obj)
+    return out
+
+
+def write_tasks_if_missing(task_dir: str | Path, task_name: str) -> None:
+    """Create ``tasks.jsonl`` with ``{"task_index": 0, "task": task_name}`` on one line, only if absent."""
+    path = tasks_path(task_dir)
+    if path.exists():
+        return
+    line = json.dumps({"task_index": 0, "task": task_name}, ensure_ascii=False)
+    atomic_write_bytes(path, (line + "\n").encode("utf-8"))
