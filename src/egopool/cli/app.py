@@ -25,11 +25,15 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    # Command modules attach themselves to `app` on import.
-    from . import inspect_cmds  # noqa: F401
-    from . import validate_cmd  # noqa: F401
-    from . import demo_cmd  # noqa: F401
-    from . import import_cmds  # noqa: F401
+    """Import every ``egopool.cli.*_cmd`` / ``*_cmds`` module; each attaches its commands to ``app``."""
+    import importlib
+    import pkgutil
+
+    from .. import cli
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(cli.__path__)):
+        if mod.endswith(("_cmd", "_cmds")):
+            importlib.import_module(f"{cli.__name__}.{mod}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
