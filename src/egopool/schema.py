@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "RESERVED_SUFFIXES",
     "ColumnSpec",
     "check_column_name",
+    "force_matrix_column",
     "hand_pose_column",
     "imu_columns",
     "key_column",
@@ -140,6 +142,8 @@ class ColumnSpec:
     lockstep:
         For a list column that runs parallel to another: ``(partner, values_per_item)``,
         e.g. ``("observation.slam_trajectory", 8)``: row lengths must match point counts.
+    encode:
+        Optional transform applied to a row's value before storage (force matrices).
     """
 
     name: str
@@ -150,6 +154,7 @@ class ColumnSpec:
     kind: str = "vector"
     sparse: bool = False
     lockstep: tuple[str, int] | None = None
+    encode: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         check_column_name(self.name, self.kind)
@@ -188,6 +193,8 @@ class ColumnSpec:
         SchemaError
             Wrong element count, or a value that cannot be converted.
         """
+        if self.encode is not None:
+            value = self.encode(value)
         if self.storage == "string":
             if not isinstance(value, str):
                 raise SchemaError(f"expects a str, got {type(value).__name__}", column=self.name)
@@ -320,3 +327,18 @@ def scalar_ns_column(name: str) -> ColumnSpec:
 def status_column(slot_or_sensor: str) -> ColumnSpec:
     """``status.<id>`` string column (``connected``/``disconnected``), never in features (§3)."""
     return ColumnSpec(f"status.{slot_or_sensor}", "string", "str", kind="status", sparse=False)
+
+
+def force_matrix_column(name: str, encoding: str = "row_diff_quantized", scale: float = 10) -> ColumnSpec:
+    """A ``*_force_matrix`` column: each row one ``(250, 250, 3)`` mN frame (file_format.md §7.2.1).
+
+    Rows are passed as float mN frames and stored encoded (``list<int16>`` diffs or
+    ``list<float32>`` raw, 187500 values). ``features`` gets ``encoding`` + ``scale``; the
+    writer copies the same declaration into the episode's ``force_matrix_specs``
+    (multi_device_storage.md §8.1.4).
+    """
+    from .codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec
+
+    codec = ForceMatrixCodec(encoding, float(scale))
+    return ColumnSpec(name, "list", codec.dtype.name, FRAME_VALUES, codec.to_dict(), kind="force_matrix",
+                      sparse=True, encode=codec.encode)
