@@ -9,10 +9,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import click
 import typer
 
 from ..errors import EgopoolError
+
+try:  # typer < 0.20 runs on click; newer releases vendor it and no longer install click
+    from click import ClickException as _UsageError
+    from click.exceptions import Abort as _Abort
+    from click.exceptions import Exit as _Exit
+except ImportError:  # pragma: no cover - depends on the installed typer
+    _UsageError = typer.TyperException  # base of typer's vendored ClickException
+    _Abort, _Exit = typer.Abort, typer.Exit
 
 app = typer.Typer(
     name="egopool",
@@ -40,16 +47,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code. ``argv`` defaults to ``sys.argv[1:]``."""
     _register()
     try:
-        app(args=list(argv) if argv is not None else None, standalone_mode=False)
+        rc = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1
-    except click.exceptions.Exit as exc:
+    except (_Exit, typer.Exit) as exc:
         return int(exc.exit_code or 0)
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
+    except _UsageError as exc:
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:  # pragma: no cover
+            print(f"egopool: error: {exc}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
+    except (_Abort, typer.Abort):
         print("egopool: aborted", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
@@ -57,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    return 0
+    # without standalone mode, click and typer return an explicit typer.Exit's code
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 
 
 def entry() -> None:

@@ -1,0 +1,86 @@
+"""State shared by the checks of one validation run (internal)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..layout import TaskLayout
+from .report import Report
+
+__all__ = ["Context", "wall_time_rule_applies"]
+
+_COLLECTOR_VERSION_RE = re.compile(r"^v?1\.(\d+)(?:\.(\d+))?")
+
+
+def wall_time_rule_applies(app_version: Any) -> bool:
+    """Whether ``wall_time − timestamp`` must be constant and ``wall_time`` strictly increasing.
+
+    The collector made ``wall_time = episode start + timestamp`` in v1.3.17
+    (file_format.md §7.3); before that it was the write moment (``time.time()``),
+    which carries queue backlog and dropped ticks. So the rule applies to collector
+    versions ``1.x.y >= 1.3.17``. Any ``app_version`` that is not of the collector's
+    ``1.x`` form (egopool writes its own ``0.x`` version, decisions.md §6 computes
+    ``wall_time = created_at + float32(timestamp)``) or is missing/unparseable is
+    treated as subject to the rule.
+
+    Note that ``app_version`` is task-level and the latest episode wins (§6.7): a task
+    that spans the v1.3.17 update is judged by the newer version.
+    """
+    m = _COLLECTOR_VERSION_RE.match(str(app_version)) if isinstance(app_version, str) else None
+    if m is None:
+        return True
+    return (int(m[1]), int(m[2] or 0)) >= (3, 17)
+
+
+@dataclass
+class Context:
+    """What the checks of one task share.
+
+    Attributes
+    ----------
+    root:
+        The task directory as given (finding paths are built on it, so several
+        tasks in one report stay distinguishable).
+    report:
+        Where findings go.
+    info:
+        ``meta/info.json`` as loaded.
+    layout:
+        Path templates, or None when the templates are unusable.
+    depth_keys, rgb_keys:
+        image_keys whose files probed as depth (gray) / colour streams.
+    shards_seen:
+        Legacy multi-row ``meta/episodes`` shards already reported.
+    """
+
+    root: Path
+    report: Report
+    info: dict[str, Any]
+    layout: TaskLayout | None = None
+    depth_keys: set[str] = field(default_factory=set)
+    rgb_keys: set[str] = field(default_factory=set)
+    shards_seen: set[Path] = field(default_factory=set)
+
+    @property
+    def features(self) -> dict[str, Any]:
+        """``info.features`` (empty when missing or malformed)."""
+        f = self.info.get("features")
+        return f if isinstance(f, dict) else {}
+
+    @property
+    def video_extensions(self) -> dict[str, Any]:
+        """``info.video_extensions`` (empty when missing or malformed)."""
+        v = self.info.get("video_extensions")
+        return v if isinstance(v, dict) else {}
+
+    @property
+    def wall_time_rule(self) -> bool:
+        """See :func:`wall_time_rule_applies`."""
+        return wall_time_rule_applies(self.info.get("app_version"))
+
+    def rel(self, *parts: str) -> Path:
+        """``root / parts`` for finding paths."""
+        return self.root.joinpath(*parts)

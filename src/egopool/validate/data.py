@@ -1,0 +1,374 @@
+"""Checks of one episode's data parquet (file_format.md §7, multi_device_storage.md §2–§8).
+
+The schema is checked first (key columns and their dtypes §7.1, column grammar §2.2 /
+§2.4 with reserved suffixes matched against the stored type, every ``observation.*``
+column declared §6.8.2, declared ``dtype`` = stored element type §6.2), then the rows
+are streamed in small batches so that an episode with force matrices never sits in
+memory whole: ``episode_index`` = N (§2), ``frame_index`` 0..n-1 (§7.1), trajectory rows
+of 8 values with ``_ns`` in lockstep (§4.6, §8.1.3), IMU samples of 6 with one
+``imu_ts_ns`` each (§7.2), fixed-length rows = the feature's element count (§6.2),
+force matrix rows of 250×750 values (§7.2.1), and ``wall_time`` (§7.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..arrowutil import list_offsets
+from ..codecs.force_matrix import FRAME_VALUES
+from ..errors import SchemaError
+from ..schema import ALWAYS_KEY_COLUMNS, KEY_COLUMNS, check_column_name, signal_kind
+from .context import Context
+
+__all__ = ["DataSummary", "check_data", "first_line"]
+
+R_NUMBERING = "file_format.md §2"
+R_PARQUET = "file_format.md §7"
+R_KEYS = "file_format.md §7.1"
+R_OBS = "file_format.md §7.2"
+R_FM = "file_format.md §7.2.1"
+R_TIME = "file_format.md §7.3"
+R_PREFIX = "multi_device_storage.md §2.2"
+R_GRAMMAR = "multi_device_storage.md §2.4"
+R_STATUS = "multi_device_storage.md §3"
+R_TRAJ = "multi_device_storage.md §4.6"
+R_MISSING = "multi_device_storage.md §5.5"
+R_FEATURE = "multi_device_storage.md §6.2"
+R_NOT_DECLARED = "multi_device_storage.md §6.8.2"
+R_LOCKSTEP = "multi_device_storage.md §8.1.3"
+
+_BATCH_ROWS = 64
+
+
+def first_line(exc: BaseException) -> str:
+    """First line of an exception text (pyarrow messages run over several lines)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@dataclass
+class DataSummary:
+    """What the episode-level checks need from the data parquet.
+
+    Attributes
+    ----------
+    rows:
+        Row count. ``first_frame`` / ``last_frame``: ``frame_index`` of the first and
+        last row (None when unreadable or empty).
+    columns:
+        Column name -> arrow type.
+    """
+
+    rows: int
+    first_frame: int | None = None
+    last_frame: int | None = None
+    columns: dict[str, pa.DataType] = field(default_factory=dict)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _leaf(t: pa.DataType) -> pa.DataType:
+    while _is_list(t):
+        t = t.value_type
+    return t
+
+
+def _depth(t: pa.DataType) -> int:
+    d = 0
+    while _is_list(t):
+        t, d = t.value_type, d + 1
+    return d
+
+
+def _leaf_name(t: pa.DataType) -> str:
+    leaf = _leaf(t)
+    if pa.types.is_string(leaf) or pa.types.is_large_string(leaf):
+        return "string"
+    try:
+        return np.dtype(leaf.to_pandas_dtype()).name
+    except (NotImplementedError, TypeError):
+        return str(leaf)
+
+
+#: reserved kind -> (predicate on the stored type, what it should be).
+_KIND_TYPES: dict[str, tuple[Any, str]] = {
+    "slam_trajectory": (lambda t: _depth(t) == 1 and _leaf_name(t) == "float64", "list<float64>"),
+    "slam_trajectory_ns": (lambda t: _depth(t) == 1 and _leaf_name(t) == "int64", "list<int64>"),
+    "force_matrix": (lambda t: _depth(t) == 1 and _leaf_name(t) in ("int16", "float32"),
+                     "list<int16> or list<float32>"),
+    "force_matrix_ns": (lambda t: _depth(t) == 0 and _leaf_name(t) == "int64", "int64"),
+    "force_ns": (lambda t: _depth(t) == 0 and _leaf_name(t) == "int64", "int64"),
+    "force": (lambda t: _depth(t) == 1 and _leaf_name(t) == "float32", "list<float32>"),
+    "state": (lambda t: _depth(t) == 1 and _leaf_name(t) == "float32", "list<float32>"),
+    "imu_quat": (lambda t: _depth(t) == 1 and _leaf_name(t) == "float32", "list<float32>"),
+    "imu_valid": (lambda t: _depth(t) == 1 and _leaf_name(t) == "float32", "list<float32>"),
+    "hand_pose": (lambda t: _depth(t) == 1 and _leaf_name(t) == "float32", "list<float32>"),
+}
+
+
+def _open(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
+    try:
+        return pq.ParquetFile(str(path))
+    except Exception as exc:  # ArrowInvalid, OSError, ...: one boundary, never a traceback
+        ctx.report.error(R_PARQUET, path, f"cannot read parquet ({first_line(exc)}): the file is truncated or "
+                                          f"corrupt; restore it from a backup or delete episode {index}")
+        return None
+
+
+def check_data(ctx: Context, path: Path, index: int) -> DataSummary | None:
+    """Check the data parquet of episode ``index`` (global N). None when it cannot be read."""
+    pf = _open(ctx, path, index)
+    if pf is None:
+        return None
+    schema = pf.schema_arrow
+    summary = DataSummary(int(pf.metadata.num_rows), columns={f.name: f.type for f in schema})
+    _check_schema(ctx, path, summary.columns)
+    try:
+        _check_rows(ctx, pf, path, index, summary)
+    except Exception as exc:  # a corrupt page deep inside the file
+        ctx.report.error(R_PARQUET, path, f"cannot read parquet rows ({first_line(exc)}): the file is corrupt; "
+                                          f"restore it from a backup or delete episode {index}")
+    finally:
+        pf.close()
+    return summary
+
+
+def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> None:
+    for name in ALWAYS_KEY_COLUMNS:
+        if name not in cols:
+            ctx.report.error(R_KEYS, path, f"key column {name!r} is missing; every data parquet has "
+                                           f"{list(ALWAYS_KEY_COLUMNS)}")
+    if "action" not in cols:
+        ctx.report.error(R_OBS, path, "column 'action' is missing; it is always written (list<float32> [0.0])")
+    feats = ctx.features
+    for name, typ in cols.items():
+        if name in KEY_COLUMNS:
+            if typ != KEY_COLUMNS[name]:
+                ctx.report.error(R_KEYS, path, f"key column {name!r} is stored as {typ}, the spec says "
+                                               f"{KEY_COLUMNS[name]}; rewrite the column with that dtype")
+            continue
+        if name in ("action", "imu_ts_ns"):
+            pass
+        elif not name.startswith(("observation.", "status.")):
+            ctx.report.error(R_PREFIX, path, f"column {name!r} is neither a frame-key column nor "
+                                             "observation.<signal> / status.<id>; rename or drop it")
+            continue
+        else:
+            try:
+                check_column_name(name)
+            except SchemaError as exc:
+                ctx.report.error(R_GRAMMAR, path, exc.message + (f" ({exc.hint})" if exc.hint else ""))
+        if name.startswith("status."):
+            if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+                ctx.report.error(R_STATUS, path, f"column {name!r} is {typ}; status columns are strings "
+                                                 "('connected' / 'disconnected')")
+            continue
+        kind = signal_kind(name) if name.startswith("observation.") else None
+        if kind in _KIND_TYPES and not _KIND_TYPES[kind][0](typ):
+            ctx.report.error(R_GRAMMAR, path, f"column {name!r} ends in a reserved suffix meaning {kind}, which "
+                                              f"is stored as {_KIND_TYPES[kind][1]}, but it is {typ}; rename the "
+                                              "signal or store it as that kind")
+        if name == "imu_ts_ns":
+            if not (_depth(typ) == 1 and _leaf_name(typ) == "int64"):
+                ctx.report.error(R_OBS, path, f"column 'imu_ts_ns' is {typ}, the spec says list<int64>")
+            continue
+        if name == "observation.imu" and not (_depth(typ) == 2 and _leaf_name(typ) == "float32"):
+            ctx.report.error(R_OBS, path, f"column 'observation.imu' is {typ}, the spec says "
+                                          "list<list<float32, 6>>")
+        if name.startswith("observation."):
+            if name not in feats:
+                ctx.report.error(R_NOT_DECLARED, path, f"column {name!r} is not declared in info.json features; "
+                                                       "add its declaration (dtype, shape[, encoding])")
+                continue
+        spec = feats.get(name)
+        if isinstance(spec, dict) and isinstance(spec.get("dtype"), str) and spec["dtype"] != _leaf_name(typ):
+            ctx.report.error(R_FEATURE, path, f"column {name!r} stores {_leaf_name(typ)} but features declares "
+                                              f"dtype {spec['dtype']!r}; fix the declaration")
+    for name in cols:
+        if signal_kind(name) == "slam_trajectory_ns" and name[:-3] not in cols:
+            ctx.report.error(R_LOCKSTEP, path, f"column {name!r} exists without its trajectory {name[:-3]!r}; "
+                                               "drop it or restore the trajectory column")
+    if "observation.imu" in cols and "imu_ts_ns" not in cols:
+        ctx.report.error(R_OBS, path, "column 'observation.imu' has no 'imu_ts_ns' (one stamp per sample, §12.9)")
+    if "imu_ts_ns" in cols and "observation.imu" not in cols:
+        ctx.report.error(R_OBS, path, "column 'imu_ts_ns' exists without 'observation.imu'")
+
+
+def _fixed_length(ctx: Context, name: str, typ: pa.DataType) -> int | None:
+    """Element count every row of a fixed-length vector column must have, else None."""
+    if _depth(typ) != 1 or name == "imu_ts_ns" or not (name == "action" or name.startswith("observation.")):
+        return None
+    kind = signal_kind(name)
+    if kind in ("slam_trajectory", "slam_trajectory_ns", "force_matrix"):
+        return None
+    spec = ctx.features.get(name)
+    if not isinstance(spec, dict) or "encoding" in spec:  # variable-length columns declare an encoding (§8.1.5)
+        return None
+    shape = spec.get("shape")
+    if not isinstance(shape, list) or not shape or not all(isinstance(s, int) and s > 0 for s in shape):
+        return None
+    return prod(shape)
+
+
+class _FirstRow:
+    """Remembers the first offending row of one check so each problem is reported once."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, tuple[int, str]] = {}
+
+    def note(self, key: str, base: int, bad: np.ndarray, describe: Any) -> None:
+        if key in self.found or not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        self.found[key] = (base + i, describe(i))
+
+
+def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summary: DataSummary) -> None:
+    cols = summary.columns
+    n = summary.rows
+    _check_keys(ctx, pf, path, index, summary)
+    fixed = {c: d for c in cols if (d := _fixed_length(ctx, c, cols[c])) is not None}
+    trajs = [c for c in cols if c.startswith("observation.") and signal_kind(c) == "slam_trajectory"
+             and _depth(cols[c]) == 1]
+    fms = [c for c in cols if c.startswith("observation.") and signal_kind(c) == "force_matrix"
+           and _depth(cols[c]) == 1]
+    imu = "observation.imu" if "observation.imu" in cols and _depth(cols["observation.imu"]) == 2 else None
+    imu_ts = "imu_ts_ns" if "imu_ts_ns" in cols and _depth(cols["imu_ts_ns"]) == 1 else None
+    nullable = [c for c in cols if c not in KEY_COLUMNS]
+    wanted = sorted(set(fixed) | set(trajs) | {t + "_ns" for t in trajs if t + "_ns" in cols} | set(fms)
+                    | ({imu} if imu else set()) | ({imu_ts} if imu_ts else set()) | set(nullable))
+    if not wanted or n == 0:
+        return
+    first = _FirstRow()
+    base = 0
+    for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
+        arrays = {name: batch.column(name) for name in wanted}
+        for name, arr in arrays.items():
+            if arr.null_count:
+                nulls = np.asarray(arr.is_null().to_numpy(zero_copy_only=False))
+                first.note(f"null:{name}", base, nulls, lambda i: "")
+        for name, d in fixed.items():
+            lens = np.diff(list_offsets(arrays[name]))
+            first.note(f"fixed:{name}", base, lens != d, lambda i, lens=lens: str(int(lens[i])))
+        for name in fms:
+            lens = np.diff(list_offsets(arrays[name]))
+            first.note(f"fm:{name}", base, (lens != 0) & (lens != FRAME_VALUES), lambda i, lens=lens: str(int(lens[i])))
+        for name in trajs:
+            lens = np.diff(list_offsets(arrays[name]))
+            first.note(f"traj:{name}", base, lens % 8 != 0, lambda i, lens=lens: str(int(lens[i])))
+            if name + "_ns" in arrays:
+                ns_lens = np.diff(list_offsets(arrays[name + "_ns"]))
+                first.note(f"lock:{name}", base, ns_lens * 8 != lens,
+                           lambda i, lens=lens, ns_lens=ns_lens: f"{int(lens[i]) / 8:g} points, "
+                                                                 f"{int(ns_lens[i])} stamps")
+        if imu:
+            arr = arrays[imu]
+            outer = np.diff(list_offsets(arr))
+            inner = np.diff(list_offsets(arr.flatten())) if len(arr) else np.zeros(0, np.int64)
+            if inner.size and (inner != 6).any():
+                # map the first bad sample back to its row
+                bad_sample = int(np.flatnonzero(inner != 6)[0])
+                row = int(np.searchsorted(np.cumsum(outer), bad_sample, side="right"))
+                mask = np.zeros(len(outer), bool)
+                mask[row] = True
+                first.note("imu6", base, mask, lambda i, v=int(inner[bad_sample]): str(v))
+            if imu_ts:
+                ts_lens = np.diff(list_offsets(arrays[imu_ts]))
+                first.note("imu_ts", base, ts_lens != outer,
+                           lambda i, o=outer, t=ts_lens: f"{int(o[i])} samples, {int(t[i])} stamps")
+        base += batch.num_rows
+    for key, (row, detail) in first.found.items():
+        kind, _, name = key.partition(":")
+        if kind == "null":
+            ctx.report.error(R_MISSING, path, f"column {name!r} row {row} is null; a row without a sample holds "
+                                              "zeros, [] or 0, never null")
+        elif kind == "fixed":
+            ctx.report.error(R_FEATURE, path, f"column {name!r} row {row} has {detail} values, but features shape "
+                                              f"{ctx.features[name].get('shape')} means {fixed[name]} per row "
+                                              "(shape is the element shape); fix the data or the declaration")
+        elif kind == "fm":
+            ctx.report.error(R_FM, path, f"column {name!r} row {row} has {detail} values; a force matrix row is "
+                                         f"one 250x250x3 frame = {FRAME_VALUES} values (or [] without a sample)")
+        elif kind == "traj":
+            ctx.report.error(R_TRAJ, path, f"column {name!r} row {row} has {detail} values, not a multiple of 8 "
+                                           "([t,x,y,z,qx,qy,qz,qw] per point)")
+        elif kind == "lock":
+            ctx.report.error(R_LOCKSTEP, path, f"column {name + '_ns'!r} is not in lockstep with {name!r}: row {row} "
+                                               f"has {detail}; write one stamp per point (0 for a missing stamp)")
+        elif key == "imu6":
+            ctx.report.error(R_OBS, path, f"column 'observation.imu' row {row} holds a sample of {detail} values; "
+                                          "each IMU sample has 6 (gyro xyz, accel xyz)")
+        elif key == "imu_ts":
+            ctx.report.error(R_OBS, path, f"column 'imu_ts_ns' is not one-to-one with 'observation.imu': row {row} "
+                                          f"has {detail}")
+
+
+def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summary: DataSummary) -> None:
+    cols = summary.columns
+    names = [c for c in ("episode_index", "frame_index", "timestamp", "wall_time")
+             if c in cols and (pa.types.is_integer(cols[c]) or pa.types.is_floating(cols[c]))]
+    if not names:
+        return
+    t = pf.read(columns=names)
+    n = t.num_rows
+    if n == 0:
+        return
+    vals = {}
+    for c in names:
+        col = t.column(c)
+        if col.null_count:
+            ctx.report.error(R_KEYS, path, f"key column {c!r} has {col.null_count} null value(s); key columns are "
+                                           "never null")
+            continue
+        vals[c] = col.to_numpy()
+    if "episode_index" in vals:
+        ei = vals["episode_index"]
+        bad = ei != index
+        if bad.any():
+            got = sorted({int(v) for v in ei[bad][:5]})
+            ctx.report.error(R_NUMBERING, path, f"column 'episode_index' holds {got} but the path means N={index} "
+                                                "(N = chunk*chunks_size + file + 1); fix the column or move the "
+                                                "file group")
+    if "frame_index" in vals:
+        fi = vals["frame_index"].astype(np.int64)
+        summary.first_frame, summary.last_frame = int(fi[0]), int(fi[-1])
+        bad = fi != np.arange(n, dtype=np.int64)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            ctx.report.error(R_KEYS, path, f"column 'frame_index' must run 0..{n - 1} without holes, but row {i} "
+                                           f"holds {int(fi[i])}; renumber the rows")
+    if "wall_time" in vals and "timestamp" in vals and ctx.wall_time_rule:
+        _check_wall_time(ctx, path, vals["wall_time"], vals["timestamp"])
+
+
+def _check_wall_time(ctx: Context, path: Path, wall: np.ndarray, ts: np.ndarray) -> None:
+    wall = wall.astype(np.float64)
+    steps = np.diff(wall)
+    if (steps <= 0).any():
+        i = int(np.flatnonzero(steps <= 0)[0])
+        ctx.report.error(R_TIME, path, f"column 'wall_time' is not strictly increasing: row {i + 1} "
+                                       f"({wall[i + 1]:.6f}) <= row {i} ({wall[i]:.6f}); since v1.3.17 "
+                                       "wall_time = episode start + timestamp")
+    # timestamp is float32 (§7.1): the offset may wobble by one float32 step of the
+    # largest timestamp (the writer may add the float64 time before rounding it to
+    # float32) plus float64 rounding of the absolute wall clock.
+    tol = (1e-5 + float(np.spacing(np.float32(np.abs(ts).max())))
+           + 4 * float(np.spacing(np.abs(wall).max())))
+    off = wall - ts.astype(np.float64)
+    ref = float(np.median(off))
+    dev = np.abs(off - ref)
+    if (dev > tol).any():
+        i = int(np.argmax(dev > tol))
+        ctx.report.error(R_TIME, path, f"wall_time - timestamp is not constant: row {i} differs by "
+                                       f"{off[i] - ref:+.6f} s from the episode's offset {ref:.6f} "
+                                       f"(tolerance {tol:.1e} s); since v1.3.17 wall_time = episode start + "
+                                       "timestamp")

@@ -1,0 +1,239 @@
+"""Checks of one episode file group: completeness, its ``meta/episodes`` row and its videos.
+
+* file group complete: data parquet + meta row (+ videos only with data), multi_device_storage.md §1.2;
+* legacy names (``file-NNN``, §2) and multi-row shards (§6.1): warnings pointing at ``egopool migrate``;
+* the meta row: exactly one row with ``episode_index`` = N (§2, §6.1), the 11 columns of
+  §6.2 with their dtypes, JSON columns that parse, ``length`` = data rows and
+  ``start``/``end_frame_index`` = first/last ``frame_index`` (§6.2);
+* ``force_matrix_specs`` per force matrix column (§7.2.1, multi_device_storage.md §8.1.4)
+  and ``slam_specs`` frames (§7.2);
+* every video: image_key in ``video_extensions`` with the same extension (§8), readable,
+  and exactly one frame per data row (§7.3, multi_device_storage.md §5.3).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..codecs.video import count_video_frames, video_info
+from ..errors import EgopoolError
+from ..layout import EpisodeFiles
+from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
+from ..schema import signal_kind
+from .context import Context
+from .data import DataSummary, check_data, first_line
+from .declarations import check_force_matrix_spec, check_frame_spec
+
+__all__ = ["check_episode"]
+
+R_GROUP = "multi_device_storage.md §1.2"
+R_NUMBERING = "file_format.md §2"
+R_META_FILE = "file_format.md §6.1"
+R_META_COLS = "file_format.md §6.2"
+R_FM = "file_format.md §7.2.1"
+R_SLAM_SPECS = "multi_device_storage.md §7.2"
+R_ROWS = "file_format.md §7.3"
+R_VIDEO = "file_format.md §8"
+
+#: Columns a meta row may lack: force_matrix_specs (older than v1.3.x, §6.2) and slam_specs (§7.2).
+_OPTIONAL_META = ("force_matrix_specs", "slam_specs")
+
+
+def check_episode(ctx: Context, g: EpisodeFiles) -> None:
+    """Run every per-episode check on the file group of global N = ``g.index``."""
+    assert ctx.layout is not None
+    n = g.index
+    if g.data is None:
+        has = (["meta/episodes row"] if g.meta is not None else []) + [f"video {k!r}" for k in sorted(g.videos)]
+        ctx.report.error(R_GROUP, ctx.layout.data_file(n),
+                         f"episode {n} has {', '.join(has)} but no data parquet: the file group is incomplete; "
+                         f"restore the data file or remove the group (`egopool delete TASK {n}`)")
+    if g.meta is None and g.data is not None:
+        ctx.report.error(R_GROUP, ctx.layout.episodes_file(n),
+                         f"episode {n} has a data parquet but no meta/episodes row (the row is written last, so "
+                         "the episode was never finished); remove the group or re-create its row")
+    _legacy_names(ctx, g)
+    data = check_data(ctx, g.data, n) if g.data is not None else None
+    row = _check_meta_row(ctx, g) if g.meta is not None else None
+    if data is not None and row is not None:
+        _cross_check(ctx, g, data, row)
+    rows = data.rows if data is not None else None
+    for key in sorted(g.videos):
+        _check_video(ctx, g, key, g.videos[key], rows)
+    if row is not None:
+        _declared_streams(ctx, g, row)
+
+
+def _legacy_names(ctx: Context, g: EpisodeFiles) -> None:
+    if g.data is not None and g.data.name.startswith("file-"):
+        ctx.report.warning(R_NUMBERING, g.data, "pre-v1.1.2 'file-' name; since v1.1.2 files are named "
+                                                "'episode-NNN' (run `egopool migrate TASK`)")
+    if g.meta is None:
+        return
+    if g.meta_is_shard:
+        if g.meta not in ctx.shards_seen:
+            ctx.shards_seen.add(g.meta)
+            ctx.report.warning(R_META_FILE, g.meta, "legacy multi-row meta/episodes shard (rows found by "
+                                                    "episode_index); split it with `egopool migrate TASK "
+                                                    "--split-episodes`")
+    elif g.meta.name.startswith("file-"):
+        ctx.report.warning(R_NUMBERING, g.meta, "pre-v1.1.2 'file-' name; since v1.1.2 files are named "
+                                                "'episode-NNN' (run `egopool migrate TASK`)")
+
+
+def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
+    path, n = g.meta, g.index
+    assert path is not None
+    try:
+        table = pq.read_table(str(path))
+    except Exception as exc:  # one boundary for every pyarrow failure
+        ctx.report.error(R_META_FILE, path, f"cannot read meta/episodes parquet ({first_line(exc)}): the file is "
+                                            f"truncated or corrupt; restore it or re-create episode {n}'s row")
+        return None
+    if "episode_index" not in table.column_names:
+        ctx.report.error(R_META_COLS, path, "meta/episodes parquet has no 'episode_index' column")
+        return None
+    indices = table.column("episode_index").to_pylist()
+    if not g.meta_is_shard:
+        if table.num_rows != 1:
+            ctx.report.error(R_META_FILE, path, f"holds {table.num_rows} rows; a per-episode meta file holds "
+                                                "exactly one row")
+        if any(v != n for v in indices):
+            ctx.report.error(R_NUMBERING, path, f"column 'episode_index' holds {sorted(set(indices), key=str)[:5]} "
+                                                f"but the file name means N={n} (N = chunk*chunks_size + file + 1); "
+                                                "fix the row or move the file")
+    matches = [i for i, v in enumerate(indices) if v == n]
+    if not matches:
+        return None
+    if len(matches) > 1:
+        ctx.report.error(R_META_FILE, path, f"{len(matches)} rows have episode_index={n}; each episode has one row")
+    raw = table.slice(matches[0], 1).to_pylist()[0]
+    missing = [c for c in EPISODE_COLUMNS if c not in table.column_names and c not in _OPTIONAL_META]
+    if missing:
+        ctx.report.error(R_META_COLS, path, f"meta row lacks column(s) {missing}; the row has the 11 columns of "
+                                            "file_format.md §6.2")
+    for name in table.column_names:
+        want = EPISODE_COLUMNS.get(name)
+        have = table.schema.field(name).type
+        if want is not None and have != want and not (pa.types.is_large_string(have) and want == pa.string()):
+            ctx.report.error(R_META_COLS, path, f"meta column {name!r} is stored as {have}, the spec says {want}")
+    row: dict[str, Any] = dict(raw)
+    for name in JSON_COLUMNS:
+        if name not in raw:
+            row[name] = {}
+            continue
+        v = raw[name]
+        parsed: Any = None
+        if not isinstance(v, str):
+            ctx.report.error(R_META_COLS, path, f"meta column {name!r} must be a JSON object string, got {v!r:.40}")
+        else:
+            try:
+                parsed = json.loads(v)
+            except json.JSONDecodeError as exc:
+                ctx.report.error(R_META_COLS, path, f"meta column {name!r} is not valid JSON ({exc.msg}): it is a "
+                                                    "JSON object string, write it with json.dumps")
+            else:
+                if not isinstance(parsed, dict):
+                    ctx.report.error(R_META_COLS, path, f"meta column {name!r} holds a JSON "
+                                                        f"{type(parsed).__name__}, not an object")
+        if not isinstance(parsed, dict):
+            parsed = {}
+        row[name] = parsed
+    return row
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str, Any]) -> None:
+    path = g.meta
+    length = _int(row.get("length"))
+    if length is not None and length != data.rows:
+        ctx.report.error(R_META_COLS, path, f"meta column 'length' = {length} but the data parquet has {data.rows} "
+                                            "rows (length = data rows)")
+    if data.first_frame is not None:
+        start, end = _int(row.get("start_frame_index")), _int(row.get("end_frame_index"))
+        if start is not None and start != data.first_frame:
+            ctx.report.error(R_META_COLS, path, f"meta column 'start_frame_index' = {start} but the first row's "
+                                                f"frame_index is {data.first_frame}")
+        if end is not None and end != data.last_frame:
+            ctx.report.error(R_META_COLS, path, f"meta column 'end_frame_index' = {end} but the last row's "
+                                                f"frame_index is {data.last_frame}")
+    specs = row.get("force_matrix_specs") or {}
+    for col in data.columns:
+        if not col.startswith("observation.") or signal_kind(col) != "force_matrix":
+            continue
+        spec = specs.get(col) if isinstance(specs, dict) else None
+        if spec is None:
+            ctx.report.warning(R_FM, path, f"force matrix column {col!r} has no entry in this episode's "
+                                           "force_matrix_specs, so its scale falls back to info.json features "
+                                           "(wrong if the task changed scale); run `egopool repair force-scale TASK`")
+            continue
+        if not isinstance(spec, dict):
+            ctx.report.error(R_FM, path, f"force_matrix_specs[{col!r}] must be an object with encoding and scale")
+            continue
+        check_force_matrix_spec(ctx, path, col, spec, where="force_matrix_specs")
+        stored = data.columns[col]
+        leaf = stored
+        while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
+            leaf = leaf.value_type
+        want = {"row_diff_quantized": pa.int16(), "row_flat_raw": pa.float32()}.get(spec.get("encoding"))
+        if want is not None and leaf != want:
+            ctx.report.error(R_FM, path, f"force_matrix_specs[{col!r}] says {spec.get('encoding')} ({want}) but the "
+                                         f"data column stores {leaf}; the episode's spec must describe its data")
+    slam = row.get("slam_specs") or {}
+    if isinstance(slam, dict):
+        for col, spec in slam.items():
+            if isinstance(spec, dict):
+                check_frame_spec(ctx, path, col, spec, where="slam_specs", frame_required=False)
+            else:
+                ctx.report.error(R_SLAM_SPECS, path, f"slam_specs[{col!r}] must be an object (frame, frame_axes, "
+                                                     "time, owner)")
+
+
+def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None) -> None:
+    ext = path.suffix.lstrip(".")
+    declared = ctx.video_extensions.get(key)
+    if declared is None:
+        ctx.report.error(R_VIDEO, path, f"stream {key!r} is not declared in info.json video_extensions; add "
+                                        f'"{key}": "{ext}" (readers pick the decoder from it)')
+    elif declared != ext:
+        ctx.report.error(R_VIDEO, path, f"stream {key!r} file has extension {ext!r} but video_extensions says "
+                                        f"{declared!r}; one of them is wrong")
+    try:
+        probe = video_info(path)
+        frames = count_video_frames(path)
+    except EgopoolError as exc:
+        ctx.report.error(R_VIDEO, path, f"cannot read video stream {key!r} ({exc.message}): the file is corrupt; "
+                                        f"re-encode it or remove episode {g.index}")
+        return
+    except Exception as exc:  # PyAV may raise outside the codec boundary on odd files
+        ctx.report.error(R_VIDEO, path, f"cannot read video stream {key!r} ({first_line(exc)}): the file is "
+                                        f"corrupt; re-encode it or remove episode {g.index}")
+        return
+    pix = str(probe.get("pix_fmt") or "")
+    if pix.startswith("gray") or probe.get("video_streams", 1) > 1:
+        ctx.depth_keys.add(key)
+    else:
+        ctx.rgb_keys.add(key)
+    if rows is not None and frames != rows:
+        ctx.report.error(R_ROWS, path, f"stream {key!r} has {frames} frames but the data parquet has {rows} rows; "
+                                       "every stream has exactly one frame per row (duplicate or fail, never drop)")
+
+
+def _declared_streams(ctx: Context, g: EpisodeFiles, row: dict[str, Any]) -> None:
+    """Streams the episode row's ``video_codec`` describes must have their file (§1.2)."""
+    vc = row.get("video_codec")
+    if not isinstance(vc, dict) or ctx.layout is None:
+        return
+    for key, desc in vc.items():
+        if isinstance(desc, dict) and key in ctx.video_extensions and key not in g.videos:
+            expected = ctx.layout.video_file(g.index, key, str(ctx.video_extensions[key]))
+            ctx.report.error(R_GROUP, expected, f"episode {g.index}'s video_codec describes stream {key!r} but its "
+                                                "video file is missing; restore it or remove the episode")

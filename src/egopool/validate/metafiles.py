@@ -1,0 +1,255 @@
+"""Checks of the task-level meta files: ``info.json``, ``tasks.jsonl``, ``stats.json`` and leftovers.
+
+Implements file_format.md §1 (format key, v1.0 leftovers), §3 (MUST keys and their
+types, path templates), §4 (stats blocks with ``count``), §5 (tasks.jsonl one JSON
+object per line) and §11 (obsolete ``.stats_state.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+from ..errors import EgopoolError, LegacyLayoutError
+from ..layout import TaskLayout
+from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
+from .context import Context
+from .report import Report
+
+__all__ = ["check_info_file", "check_info_keys", "check_leftovers", "check_stats", "check_tasks_jsonl",
+           "check_templates"]
+
+R_LAYOUT = "file_format.md §1"
+R_INFO = "file_format.md §3"
+R_STATS = "file_format.md §4"
+R_TASKS = "file_format.md §5"
+R_IGNORED = "file_format.md §11"
+
+_SESSION_DIR_RE = re.compile(r"_\d{6}$")
+
+#: MUST key -> accepted JSON types (bool is never accepted where int is meant).
+_INFO_TYPES: dict[str, tuple[type, ...]] = {
+    "format": (str,), "chunks_size": (int,), "data_path": (str,), "video_path": (str,),
+    "episodes_path": (str,), "codebase_version": (str,), "app_version": (str,), "fps": (int, float),
+    "video": (bool,), "task_name": (str,), "features": (dict,), "cameras": (dict,), "devices": (list,),
+    "device_names": (dict,), "sensors": (list,), "sensor_dim": (int,), "created_at": (int, float),
+    "calibration": (dict,), "total_episodes": (int,), "video_extensions": (dict,),
+}
+_JSON_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "array"}
+
+
+def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
+    """Load ``meta/info.json`` and check ``format`` (file_format.md §1, §12.1).
+
+    Returns the info dict, or None after adding an error finding when the path is not
+    a ``pooled_episodes_v1`` task (missing directory, empty directory, no info.json,
+    bad JSON, missing or unknown ``format``, legacy v1.0 per-session layout). Nothing
+    else can be checked then: the spec says to fail on an unknown format, never guess.
+    """
+    if not root.exists():
+        report.error(R_LAYOUT, root, "task directory does not exist; pass the directory holding data/, videos/, meta/")
+        return None
+    if not root.is_dir():
+        report.error(R_LAYOUT, root, "not a directory; pass the task directory holding data/, videos/, meta/")
+        return None
+    path = info_path(root)
+    try:
+        info = read_info(root, check_format=False)
+    except LegacyLayoutError as exc:
+        report.error(R_LAYOUT, exc.path or root, f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
+        return None
+    except EgopoolError as exc:
+        if not path.is_file():
+            report.error(R_LAYOUT, path, "not a pooled_episodes_v1 task: meta/info.json is missing; point egopool "
+                                         "at a task directory (the one holding data/, videos/, meta/ with "
+                                         f"\"format\": \"{FORMAT}\")")
+        else:
+            report.error(R_INFO, path, f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
+        return None
+    try:
+        parse_format(info, path)
+    except EgopoolError as exc:
+        msg = exc.message if "format" in exc.message else f"'format': {exc.message}"
+        report.error(R_LAYOUT, path, f"{msg} ({exc.hint})" if exc.hint else msg)
+        return None
+    return info
+
+
+def check_info_keys(ctx: Context) -> None:
+    """Every MUST key of file_format.md §3 present with the right JSON type and sane values."""
+    path = info_path(ctx.root)
+    info = ctx.info
+    for key in INFO_MUST_KEYS:
+        if key not in info:
+            ctx.report.error(R_INFO, path, f"MUST key {key!r} is missing; add it (file_format.md §3 lists every "
+                                           "key a pooled task declares)")
+            continue
+        types = _INFO_TYPES.get(key)
+        if types and not _type_ok(info[key], types):
+            want = " or ".join(_JSON_NAMES[t] for t in types)
+            ctx.report.error(R_INFO, path, f"key {key!r} must be a JSON {want}, got {info[key]!r:.60}")
+    cs = info.get("chunks_size")
+    if _type_ok(cs, (int,)) and cs < 1:
+        ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}")
+    fps = info.get("fps")
+    if _type_ok(fps, (int, float)) and not fps > 0:
+        ctx.report.error(R_INFO, path, f"fps must be > 0, got {fps}")
+    te = info.get("total_episodes")
+    if _type_ok(te, (int,)) and te < 0:
+        ctx.report.error(R_INFO, path, f"total_episodes must be >= 0, got {te}")
+    name = info.get("task_name")
+    if isinstance(name, str) and name != ctx.root.resolve().name:
+        ctx.report.warning(R_INFO, path, f"task_name {name!r} differs from the directory name "
+                                         f"{ctx.root.resolve().name!r} (task_name = directory name)")
+    if info.get("video") is False and ctx.video_extensions:
+        ctx.report.warning(R_INFO, path, "video is false but video_extensions declares streams; set video to true")
+
+
+_TEMPLATE_FIELDS = {"data_path": {"c", "f"}, "episodes_path": {"c", "f"}, "video_path": {"c", "f", "image_key", "ext"}}
+
+
+def check_templates(ctx: Context) -> TaskLayout | None:
+    """The path templates (§3, checklist §12.2) must be usable: right fields, and they must format.
+
+    Returns the layout, or None (with an error finding) when the episodes cannot be
+    enumerated from these templates.
+    """
+    path = info_path(ctx.root)
+    ok = True
+    for key, need in _TEMPLATE_FIELDS.items():
+        tpl = ctx.info.get(key)
+        if tpl is None or not isinstance(tpl, str):
+            continue  # missing / wrong type already reported; the spec default is used
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(tpl) if f is not None}
+            tpl.format(c=0, f=0, image_key="k", ext="mp4")
+        except (ValueError, KeyError, IndexError) as exc:
+            ctx.report.error(R_INFO, path, f"template {key}={tpl!r} cannot be formatted ({exc}); "
+                                           f"it must use exactly the fields {sorted(need)}")
+            ok = False
+            continue
+        if fields != need:
+            ctx.report.error(R_INFO, path, f"template {key}={tpl!r} uses fields {sorted(fields)}, it must use "
+                                           f"exactly {sorted(need)} (e.g. the spec's default template)")
+            ok = False
+    if not ok:
+        return None
+    try:
+        return TaskLayout.from_info(ctx.root, ctx.info)
+    except EgopoolError as exc:
+        ctx.report.error(R_INFO, path, exc.message)
+        return None
+
+
+def check_tasks_jsonl(ctx: Context) -> None:
+    """``meta/tasks.jsonl``: every line one complete JSON object, single line today (§5, §12.5)."""
+    path = ctx.rel("meta", "tasks.jsonl")
+    if not path.is_file():
+        ctx.report.error(R_TASKS, path, "meta/tasks.jsonl is missing; create it with the single line "
+                                        '{"task_index": 0, "task": "<task name>"}')
+        return
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        ctx.report.error(R_TASKS, path, f"cannot read as UTF-8 text: {exc}")
+        return
+    lines = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines:
+        ctx.report.error(R_TASKS, path, 'is empty; write the single line {"task_index": 0, "task": "<task name>"}')
+        return
+    for i, line in lines:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            ctx.report.error(R_TASKS, path, f"line {i} is not a complete JSON object ({exc.msg}): tasks.jsonl "
+                                            "must hold one JSON object per line and must not be pretty-printed "
+                                            "(first-line readers break); rewrite it on one line")
+            return
+        if not isinstance(obj, dict):
+            ctx.report.error(R_TASKS, path, f"line {i} is not a JSON object; write "
+                                            '{"task_index": 0, "task": "<task name>"}')
+            return
+        if not _type_ok(obj.get("task_index"), (int,)) or not isinstance(obj.get("task"), str):
+            ctx.report.error(R_TASKS, path, f"line {i} needs an integer 'task_index' and a string 'task', "
+                                            f"got keys {sorted(obj)}")
+    if len(lines) > 1:
+        ctx.report.warning(R_TASKS, path, f"holds {len(lines)} lines; the collector writes a single line "
+                                          "(task_index is always 0 today)")
+
+
+def check_stats(ctx: Context, has_episodes: bool) -> None:
+    """``meta/stats.json`` blocks ``{count, mean, std, min, max}`` (§4, checklist §12.4).
+
+    A block without ``count`` is the v1.1.0 layout: a warning (readers ignore it and
+    warn, §12.4; the next writer rebuilds it), telling the user to run
+    ``egopool stats recalc``.
+    """
+    path = ctx.rel("meta", "stats.json")
+    if not path.is_file():
+        if has_episodes:
+            ctx.report.error(R_STATS, path, "meta/stats.json is missing although the task has episodes; "
+                                            "run `egopool stats recalc TASK` to rebuild it from data/")
+        return
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        ctx.report.error(R_STATS, path, f"cannot parse JSON ({exc}); run `egopool stats recalc TASK`")
+        return
+    if not isinstance(doc, dict):
+        ctx.report.error(R_STATS, path, "is not a JSON object of blocks; run `egopool stats recalc TASK`")
+        return
+    legacy = []
+    for col, block in doc.items():
+        if not isinstance(block, dict):
+            ctx.report.error(R_STATS, path, f"block {col!r} is not an object {{count, mean, std, min, max}}")
+            continue
+        if "count" not in block:
+            legacy.append(col)
+        elif not _type_ok(block["count"], (int,)) or block["count"] < 0:
+            ctx.report.error(R_STATS, path, f"block {col!r}: count must be a non-negative integer, "
+                                            f"got {block['count']!r}; run `egopool stats recalc TASK`")
+        missing = [k for k in ("mean", "std", "min", "max") if k not in block]
+        if missing:
+            ctx.report.error(R_STATS, path, f"block {col!r} lacks {missing}; run `egopool stats recalc TASK`")
+            continue
+        lens = {k: len(block[k]) if isinstance(block[k], list) else None for k in ("mean", "std", "min", "max")}
+        if None in lens.values() or len(set(lens.values())) != 1:
+            ctx.report.error(R_STATS, path, f"block {col!r}: mean/std/min/max must be lists of the column's "
+                                            f"dimension, got lengths {lens}; run `egopool stats recalc TASK`")
+    if legacy:
+        ctx.report.warning(R_STATS, path, f"block(s) {legacy} have no 'count' (legacy v1.1.0 stats, not an "
+                                          "accumulator); run `egopool stats recalc TASK`")
+    action = doc.get("action")
+    if isinstance(action, dict) and action.get("count", 0) != 0:
+        ctx.report.warning(R_STATS, path, f"the 'action' block is a placeholder with count 0, got "
+                                          f"{action.get('count')!r}")
+
+
+def check_leftovers(ctx: Context) -> None:
+    """Obsolete sidecars (§11) and v1.0 per-session leftovers inside a pooled task (§1)."""
+    sidecar = ctx.rel("meta", ".stats_state.json")
+    if sidecar.exists():
+        ctx.report.warning(R_IGNORED, sidecar, "obsolete v1.1.0 stats sidecar, ignored; delete it "
+                                               "(`egopool migrate` removes it)")
+    for name in ("calibration", "metadata.json", "timestamps.json"):
+        p = ctx.rel(name)
+        if p.exists():
+            ctx.report.warning(R_LAYOUT, p, "v1.0 leftover: a pooled task has no calibration/, metadata.json or "
+                                            "timestamps.json (calibration lives in info.json); move it out")
+    try:
+        entries = sorted(ctx.root.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        if p.is_dir() and _SESSION_DIR_RE.search(p.name):
+            ctx.report.warning(R_LAYOUT, p, "v1.0 per-session directory inside a pooled task; egopool ignores "
+                                            "it, move it out of the task")

@@ -1,0 +1,189 @@
+"""``validate_task``: run every check on one task directory and return a :class:`Report`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import EgopoolError
+from ..layout import EpisodeFiles, list_task_episodes
+from ..meta.info import info_path
+from .context import Context
+from .data import first_line
+from .declarations import check_declarations, check_stream_declarations
+from .episode import check_episode
+from .metafiles import (check_info_file, check_info_keys, check_leftovers, check_stats, check_tasks_jsonl,
+                        check_templates)
+from .report import Report
+
+__all__ = ["ProgressCallback", "validate_task"]
+
+#: ``progress(done, total)`` is called after each episode is checked.
+ProgressCallback = Callable[[int, int], None]
+
+R_LAYOUT = "file_format.md §1"
+R_NUMBERING = "file_format.md §2"
+R_CHECKLIST = "file_format.md §12"
+
+
+def validate_task(path: str | Path, *, progress: ProgressCallback | None = None) -> Report:
+    """Check a task directory against file_format.md §12 and multi_device_storage.md §8.1/§8.2.
+
+    Read-only: nothing is written anywhere (no lock is taken, no file is created).
+    Never raises for a broken task: every problem is a :class:`Finding`.
+
+    Checks, with the ``rule`` each finding cites:
+
+    * ``file_format.md §1``: the path is a task, ``format == "pooled_episodes_v1"``
+      (a missing directory, an empty one, a missing or unknown ``format`` and the
+      legacy v1.0 per-session layout stop the run with one error), v1.0 leftovers,
+      stray files that belong to no episode file group (warning);
+    * ``§2``: ``episode_index`` column and meta row = N implied by the path;
+      ``total_episodes`` below the highest N (warning); legacy ``file-`` names (warning);
+    * ``§3``: every MUST key of ``info.json`` with its JSON type, usable path
+      templates, ``action`` declared; ``§3.1``: SLAM ``frame`` / ``frame_axes``
+      (missing ``frame`` = legacy frame, a warning);
+    * ``§4``: stats blocks; a block without ``count`` is a warning ("run
+      ``egopool stats recalc``", as checklist §12.4 allows); ``§5``: tasks.jsonl;
+    * ``§6.1`` / ``§6.2``: one meta row per episode with the 11 columns, their dtypes,
+      JSON columns that parse, ``length`` / ``start_frame_index`` / ``end_frame_index``;
+    * ``§7`` (unreadable parquet), ``§7.1`` (key columns, dtypes, ``frame_index``
+      0..n-1), ``§7.2`` (``action``, IMU samples of 6 with one ``imu_ts_ns`` each),
+      ``§7.2.1`` (force matrix rows, ``force_matrix_specs``), ``§7.3`` (one video frame
+      per row; ``wall_time − timestamp`` constant and ``wall_time`` strictly
+      increasing), ``§8`` (``video_extensions``, unreadable videos), ``§11``
+      (``.stats_state.json``, warning);
+    * ``multi_device_storage.md``: ``§1.2`` incomplete file groups, ``§2.2`` / ``§2.4``
+      column grammar (charset, reserved suffixes matched against the stored type,
+      forbidden names), ``§3`` status columns are strings, ``§4.6`` trajectory rows of 8
+      values, ``§4.8`` depth slots not in ``cameras``, ``§5.5`` no null rows, ``§6.2``
+      declared dtype/element count = stored, ``§6.3`` RGB streams in ``cameras``,
+      ``§6.4`` devices, ``§6.6`` ``slam_frames`` / ``gripper_slam_frame``, ``§7.2``
+      ``slam_specs``, and the numbered items ``§6.8.2`` (every ``observation.*``
+      column declared, no ``status.*``/key columns in features), ``§8.1.3`` (``_ns``
+      lockstep), ``§8.1.4`` (force matrix ``encoding`` + ``scale``), ``§8.1.5``
+      (``dtype``/``shape``/``encoding``), ``§8.1.6`` (``frame_axes`` per column).
+
+    The ``wall_time`` rule applies from collector v1.3.17 on and to every
+    ``app_version`` not of the collector's ``1.x`` form (egopool's own ``0.x``
+    included); see :func:`egopool.validate.context.wall_time_rule_applies`. The
+    tolerance of the constant offset is 1e-5 s plus one float32 step of the largest
+    ``timestamp`` plus float64 rounding of ``wall_time``.
+
+    Ignored as the spec says (§11, multi_device_storage.md §8.2.8): dotfiles, ``.lock``,
+    ``recycled_episode.json``, temp files, ``_trash/``, ``_migrate_backup_*``,
+    ``_episodes_*`` upload slices.
+
+    Parameters
+    ----------
+    path:
+        The task directory (the one holding ``data/``, ``videos/``, ``meta/``).
+    progress:
+        Called as ``progress(done, total)`` after each episode.
+
+    Returns
+    -------
+    Report
+        ``report.ok`` is True when no finding has severity ``"error"``.
+    """
+    root = Path(path)
+    report = Report(task=str(path))
+    try:
+        _run(root, report, progress)
+    except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
+        report.error(R_CHECKLIST, root, f"the validator stopped early on an unexpected problem "
+                                        f"({type(exc).__name__}: {first_line(exc)}); fix the findings above and "
+                                        "run it again")
+    return report
+
+
+def _run(root: Path, report: Report, progress: ProgressCallback | None) -> None:
+    info = check_info_file(root, report)
+    if info is None:
+        return
+    ctx = Context(root, report, info)
+    check_info_keys(ctx)
+    check_tasks_jsonl(ctx)
+    check_leftovers(ctx)
+    check_declarations(ctx)
+    ctx.layout = check_templates(ctx)
+    if ctx.layout is None:
+        check_stats(ctx, has_episodes=False)
+        return
+    try:
+        groups = list_task_episodes(root, ctx.layout)
+    except EgopoolError as exc:
+        report.error("file_format.md §6.1", exc.path or root, f"cannot enumerate episodes: {exc.message}; restore "
+                                                             "or remove that file")
+        return
+    check_stats(ctx, has_episodes=bool(groups))
+    report.episodes = len(groups)
+    for i, g in enumerate(groups, 1):
+        try:
+            check_episode(ctx, g)
+        except Exception as exc:  # keep checking the other episodes
+            report.error(R_CHECKLIST, g.data or g.meta or root,
+                         f"episode {g.index} could not be fully checked ({type(exc).__name__}: "
+                         f"{first_line(exc)})")
+        if progress is not None:
+            progress(i, len(groups))
+    check_stream_declarations(ctx)
+    _check_watermark(ctx, groups)
+    _check_strays(ctx, groups)
+
+
+def _check_watermark(ctx: Context, groups: list[EpisodeFiles]) -> None:
+    te = ctx.info.get("total_episodes")
+    if groups and isinstance(te, int) and not isinstance(te, bool) and te < groups[-1].index:
+        ctx.report.warning(R_NUMBERING, info_path(ctx.root),
+                           f"total_episodes = {te} is below the highest episode N = {groups[-1].index}; the "
+                           "watermark never goes back, set it to at least that N")
+
+
+def _walk(top: Path) -> list[Path]:
+    """Every file under ``top``, skipping dot and ``_`` entries at any level (§11)."""
+    out: list[Path] = []
+    if not top.is_dir():
+        return out
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith((".", "_")):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+            elif e.is_file():
+                out.append(Path(e.path))
+    return sorted(out)
+
+
+def _static_dir(template: str) -> str:
+    head = template.split("{", 1)[0]
+    return head.rsplit("/", 1)[0] if "/" in head else ""
+
+
+def _check_strays(ctx: Context, groups: list[EpisodeFiles]) -> None:
+    """Files under data/, videos/, meta/episodes/ that belong to no episode file group."""
+    assert ctx.layout is not None
+    known: set[Path] = set()
+    for g in groups:
+        known.update(p for p in (g.data, g.meta) if p is not None)
+        known.update(g.videos.values())
+    tops = {_static_dir(t) for t in (ctx.layout.data_path, ctx.layout.video_path, ctx.layout.episodes_path)}
+    seen: set[Path] = set()
+    for top in sorted(tops):
+        if not top:
+            continue  # a template at the task root: the root holds meta/ etc., nothing to scan
+        for p in _walk(ctx.root / top):
+            if p in known or p in seen:
+                continue
+            seen.add(p)
+            ctx.report.warning(R_LAYOUT, p, "not part of any episode file group (the name does not follow the "
+                                            "path template, or another file of the same episode and stream "
+                                            "took its place); egopool ignores it: move or delete it")
