@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -475,7 +476,7 @@ def test_trajectory_row_not_multiple_of_8(task: Path) -> None:
 
 
 def test_trajectory_without_frame_is_legacy_warning(task: Path) -> None:
-    def drop_frame(d: dict) -> None:
+    def drop_frame(d: dict[str, Any]) -> None:
         for k in ("frame", "frame_axes"):
             d["features"][TRAJ].pop(k)
         d.pop("slam_frames")

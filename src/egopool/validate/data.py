@@ -73,7 +73,7 @@ class DataSummary:
 
 
 def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
 
 
 def _leaf(t: pa.DataType) -> pa.DataType:
@@ -94,7 +94,7 @@ def _leaf_name(t: pa.DataType) -> str:
     if pa.types.is_string(leaf) or pa.types.is_large_string(leaf):
         return "string"
     try:
-        return np.dtype(leaf.to_pandas_dtype()).name
+        return str(np.dtype(leaf.to_pandas_dtype()).name)
     except (NotImplementedError, TypeError):
         return str(leaf)
 

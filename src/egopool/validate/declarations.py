@@ -124,7 +124,7 @@ def check_force_matrix_spec(ctx: Context, path: Any, column: str, spec: Mapping[
 def _is_gripper_trajectory(name: str, spec: Mapping[str, Any]) -> bool:
     owner = spec.get("owner")
     if isinstance(owner, Mapping) and "role" in owner:
-        return owner["role"] == "gripper"
+        return bool(owner["role"] == "gripper")
     return not name.startswith("observation.ego")
 
 

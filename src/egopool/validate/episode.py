@@ -153,6 +153,7 @@ def _int(v: Any) -> int | None:
 
 def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str, Any]) -> None:
     path = g.meta
+    assert path is not None
     length = _int(row.get("length"))
     if length is not None and length != data.rows:
         ctx.report.error(R_META_COLS, path, f"meta column 'length' = {length} but the data parquet has {data.rows} "
@@ -183,7 +184,7 @@ def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str
         leaf = stored
         while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
             leaf = leaf.value_type
-        want = {"row_diff_quantized": pa.int16(), "row_flat_raw": pa.float32()}.get(spec.get("encoding"))
+        want = {"row_diff_quantized": pa.int16(), "row_flat_raw": pa.float32()}.get(str(spec.get("encoding")))
         if want is not None and leaf != want:
             ctx.report.error(R_FM, path, f"force_matrix_specs[{col!r}] says {spec.get('encoding')} ({want}) but the "
                                          f"data column stores {leaf}; the episode's spec must describe its data")

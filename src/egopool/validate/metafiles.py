@@ -98,13 +98,13 @@ def check_info_keys(ctx: Context) -> None:
             want = " or ".join(_JSON_NAMES[t] for t in types)
             ctx.report.error(R_INFO, path, f"key {key!r} must be a JSON {want}, got {info[key]!r:.60}")
     cs = info.get("chunks_size")
-    if _type_ok(cs, (int,)) and cs < 1:
+    if isinstance(cs, int) and not isinstance(cs, bool) and cs < 1:
         ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}")
     fps = info.get("fps")
-    if _type_ok(fps, (int, float)) and not fps > 0:
+    if isinstance(fps, (int, float)) and not isinstance(fps, bool) and not fps > 0:
         ctx.report.error(R_INFO, path, f"fps must be > 0, got {fps}")
     te = info.get("total_episodes")
-    if _type_ok(te, (int,)) and te < 0:
+    if isinstance(te, int) and not isinstance(te, bool) and te < 0:
         ctx.report.error(R_INFO, path, f"total_episodes must be >= 0, got {te}")
     name = info.get("task_name")
     if isinstance(name, str) and name != ctx.root.resolve().name:
