@@ -116,6 +116,7 @@ def _run(root: Path, report: Report, progress: ProgressCallback | None) -> None:
     except EgopoolError as exc:
         report.error("file_format.md §6.1", exc.path or root, f"cannot enumerate episodes: {exc.message}; restore "
                                                              "or remove that file")
+        check_stats(ctx, has_episodes=False)
         return
     check_stats(ctx, has_episodes=bool(groups))
     report.episodes = len(groups)
