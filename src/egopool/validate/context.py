@@ -54,6 +54,8 @@ class Context:
         image_keys whose files probed as depth (gray) / colour streams.
     shards_seen:
         Legacy multi-row ``meta/episodes`` shards already reported.
+    shard_tables:
+        Those shards as read once (pyarrow Tables; up to 1000 episodes share one).
     """
 
     root: Path
@@ -63,6 +65,7 @@ class Context:
     depth_keys: set[str] = field(default_factory=set)
     rgb_keys: set[str] = field(default_factory=set)
     shards_seen: set[Path] = field(default_factory=set)
+    shard_tables: dict[Path, Any] = field(default_factory=dict)
 
     @property
     def features(self) -> dict[str, Any]:

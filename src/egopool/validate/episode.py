@@ -90,7 +90,12 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
     path, n = g.meta, g.index
     assert path is not None
     try:
-        table = pq.read_table(str(path))
+        if g.meta_is_shard:
+            if path not in ctx.shard_tables:
+                ctx.shard_tables[path] = pq.read_table(str(path))
+            table = ctx.shard_tables[path]
+        else:
+            table = pq.read_table(str(path))
     except Exception as exc:  # one boundary for every pyarrow failure
         ctx.report.error(R_META_FILE, path, f"cannot read meta/episodes parquet ({first_line(exc)}): the file is "
                                             f"truncated or corrupt; restore it or re-create episode {n}'s row")
