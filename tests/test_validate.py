@@ -632,3 +632,12 @@ def test_cli_human_output(task: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert lines[-1] == "FAILED: 1 error in 1 of 1 task"
     assert main(["validate", str(task.parent / "nope")]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "FAILED: 1 error in 1 of 1 task"
+
+
+def test_historical_slam_pose_column_is_a_warning(task: Path) -> None:
+    # UMIGripper_Action_AI still holds observation.slam_pose; readers ignore it (multi_device_storage.md §9.1)
+    rewrite_parquet(task / DATA, lambda t: rename_column(t, "observation.left_glove", "observation.slam_pose"))
+    edit_json(task / "meta/info.json",
+              lambda d: d["features"].update({"observation.slam_pose": d["features"].pop("observation.left_glove")}))
+    hits = [f for f in validate_task(task).findings if f.path == str(task / DATA) and "slam_pose" in f.message]
+    assert [f.severity for f in hits] == ["warning"]

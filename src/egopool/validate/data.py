@@ -162,6 +162,11 @@ def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> Non
             ctx.report.error(R_PREFIX, path, f"column {name!r} is neither a frame-key column nor "
                                              "observation.<signal> / status.<id>; rename or drop it")
             continue
+        elif name.endswith("slam_pose"):
+            # historical column (UMIGripper_Action_AI): readers ignore it, writers no longer produce it (§9.1)
+            ctx.report.warning(R_GRAMMAR, path, f"column {name!r} is the abolished slam_pose; readers ignore it "
+                                                "(multi_device_storage.md §9.1), new writes must not produce it")
+            continue
         else:
             try:
                 check_column_name(name)
