@@ -112,6 +112,20 @@ class EpisodeResult:
     paths: tuple[Path, ...]
 
 
+def _fills(spec: ColumnSpec, value: Any) -> bool:
+    """Whether a row's value makes a sparse column "appear" in the episode (decisions.md #2).
+
+    A variable-length column appears with its first item (``[]`` = no new point/sample,
+    multi_device_storage.md §4.6); a trajectory ``_ns`` column with its first non-zero
+    stamp (0 = no stamp; "全段无戳不建 _ns 列", §8.1 rule 3). Any other value counts.
+    """
+    if spec.kind == "slam_trajectory_ns":
+        return bool(np.any(value))
+    if spec.storage == "list_list" or (spec.storage == "list" and spec.length is None):
+        return bool(np.size(value))
+    return True
+
+
 def _validate_task_name(name: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
         raise EgopoolError(f"invalid task name {name!r}",
@@ -383,7 +397,8 @@ class EpisodeWriter:
                 continue
             if name in values:
                 row[name] = spec.normalise(values[name])
-                self._seen.add(name)
+                if _fills(spec, row[name]):
+                    self._seen.add(name)
             else:
                 row[name] = spec.empty_value()
         for name, spec in self._specs.items():
@@ -428,9 +443,10 @@ class EpisodeWriter:
         arrays = [self._specs[n].to_arrow(self._buf.values[n]) for n in self._specs]
         batch = pa.record_batch(arrays, schema=self._schema)
         self._pq.write_batch(batch)
+        # Every row group counts, also those before the column's first sample (§4: all-zero
+        # rows included), so the accumulator equals a recomputation from data/; blocks of
+        # columns the episode never filled are dropped in finish() with the column.
         for col in self._stats_cols & set(self._specs):
-            if col not in self._seen:
-                continue
             vals = self._buf.values[col]
             x = np.concatenate(vals) if col == "observation.imu" else np.stack(vals)
             blk = StatsBlock.of(x)
@@ -563,8 +579,9 @@ class EpisodeWriter:
             # legacy blocks without count (§4 MUST): rescan data/ (this episode is already published)
             write_stats(tdir, recalc_stats(tdir, info))
             return
+        blocks = {c: b for c, b in self._stats.items() if c in present}
         try:
-            write_stats(tdir, merge_stats(stored, self._stats))
+            write_stats(tdir, merge_stats(stored, blocks))
         except (KeyError, ValueError) as exc:
             raise FormatError(f"cannot merge stats: {exc}", path=tdir / "meta" / "stats.json",
                               hint="run `egopool stats recalc` on the task") from exc
