@@ -468,11 +468,16 @@ class EpisodeWriter:
         src = pq.ParquetFile(str(self._data_temp))
         temp2 = temp_path_for(self._data_final)
         schema = pa.schema([self._schema.field(n) for n in keep])
-        with pq.ParquetWriter(str(temp2), schema, compression="zstd") as w:
-            for i in range(src.num_row_groups):
-                w.write_table(src.read_row_group(i, columns=keep))
-        src.close()
-        os.replace(temp2, self._data_temp)
+        try:
+            with pq.ParquetWriter(str(temp2), schema, compression="zstd") as w:
+                for i in range(src.num_row_groups):
+                    w.write_table(src.read_row_group(i, columns=keep))
+            src.close()
+            os.replace(temp2, self._data_temp)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                temp2.unlink()
+            raise
         return dropped
 
     def finish(self) -> EpisodeResult:
@@ -497,12 +502,13 @@ class EpisodeWriter:
                 if st.repeated:
                     self.drop_stats[f"{key}_repeated_count"] = st.repeated
         except BaseException:
-            self._discard()
+            self._roll_back([])
             raise
         self._closed = True
         present = {n for n in self._specs if n in self._seen}
+        published: list[Path] = []
+        committed = False
         try:
-            published: list[Path] = []
             for st in self._streams.values():
                 publish(st.temp, st.final)
                 published.append(st.final)
@@ -510,11 +516,18 @@ class EpisodeWriter:
             published.append(self._data_final)
             ep_path = self.task.layout.episodes_file(self.index)
             with task_lock(self.task.task_dir):
+                # The episodes row is the commit record (decisions.md #5): before it, a failure
+                # rolls the whole file group back; after it, the episode stands.
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
+                committed = True
                 published.append(ep_path)
                 self._merge_task_meta(present)
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
+        except BaseException:
+            if not committed:
+                self._roll_back(published)
+            raise
         finally:
             markers.release(self.task.task_dir, self.index)
         return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published))
@@ -596,6 +609,20 @@ class EpisodeWriter:
                 st.temp.unlink()
         with contextlib.suppress(FileNotFoundError):
             self._data_temp.unlink()
+
+    def _roll_back(self, published: Sequence[Path]) -> None:
+        """Undo a failed finish: temps and already-published files of this N go, N is recycled.
+
+        Only files of this episode's own reserved N are removed, so nothing of another
+        episode is touched; the recycled marker lets the next recording reuse N (§7.5).
+        """
+        self._discard()
+        for path in published:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        with contextlib.suppress(Exception), task_lock(self.task.task_dir):
+            markers.write_recycled(self.task.task_dir, self.index)
+        markers.release(self.task.task_dir, self.index)
 
     def abort(self) -> None:
         """Discard everything written and free N for the next recording (file_format.md §7.5)."""
