@@ -376,3 +376,58 @@ def test_imu_that_stops_for_a_whole_row_group_still_finishes(tmp_path):
     ep.finish()
     assert read_stats(tmp_path / "t")["observation.imu"]["count"] == 200
     assert open_task(tmp_path / "t").episode(1).imu()[1].shape == (200, 6)
+
+
+def test_refused_row_leaves_every_stream_and_column_untouched(tmp_path):
+    """A row refused for a bad frame or bad value must not reach any stream or column:
+    videos keep exactly one frame per data row (§8, multi_device_storage §5.3)."""
+    from egopool.errors import CodecError
+
+    tw = TaskWriter(tmp_path, "t")
+    traj, traj_ns = slam_trajectory_columns()
+    ep = tw.begin_episode(columns=[traj, traj_ns],
+                          streams=[StreamSpec("a_rgb", "rgb", W, H), StreamSpec("b_depth", "depth", W, H,
+                                                                                   codec="ffv1")])
+    good = {"a_rgb": _rgb(0), "b_depth": _depth(0)}
+    ep.add_frame(images=good)
+    with pytest.raises(CodecError, match="shape"):
+        ep.add_frame(images={"a_rgb": _rgb(1), "b_depth": _depth(1)[:, :10]})
+    with pytest.raises(CodecError, match="uint16"):
+        ep.add_frame(images={"a_rgb": _rgb(1), "b_depth": _depth(1).astype(np.float32)})
+    with pytest.raises(SchemaError, match="lockstep"):  # the trajectory must not count as filled
+        ep.add_frame({traj.name: np.ones((1, 8)), traj_ns.name: []}, images=good)
+    ep.add_frame(images=good)
+    res = ep.finish()
+    assert res.length == 2
+    task = open_task(tmp_path / "t")
+    e = task.episode(1)
+    assert [count_video_frames(p) for p in e.streams.values()] == [2, 2]
+    assert traj.name not in e.column_names
+    assert e.meta["drop_stats"] == {}
+
+
+def test_encoder_failure_mid_row_makes_the_episode_refuse_to_finish(tmp_path, monkeypatch):
+    from egopool.codecs.video import RgbEncoder
+    from egopool.errors import CodecError, EgopoolError
+
+    tw = TaskWriter(tmp_path, "t")
+    ep = tw.begin_episode(streams=[StreamSpec("a_rgb", "rgb", W, H), StreamSpec("b_rgb", "rgb", W, H)])
+    ep.add_frame(images={"a_rgb": _rgb(0), "b_rgb": _rgb(0)})
+    real = RgbEncoder.encode
+
+    def flaky(self, image):
+        if self.path.parent.name == "b_rgb":
+            raise CodecError("encoder crashed")
+        return real(self, image)
+
+    monkeypatch.setattr(RgbEncoder, "encode", flaky)
+    with pytest.raises(CodecError, match="crashed"):
+        ep.add_frame(images={"a_rgb": _rgb(1), "b_rgb": _rgb(1)})
+    monkeypatch.undo()
+    with pytest.raises(EgopoolError, match="abort"):
+        ep.add_frame(images={"a_rgb": _rgb(2), "b_rgb": _rgb(2)})
+    with pytest.raises(EgopoolError, match="not one frame per row"):
+        ep.finish()
+    ep.abort()
+    assert open_task(tmp_path / "t").episodes() == []
+    assert tw.next_episode_index() == 1

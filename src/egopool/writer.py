@@ -306,6 +306,7 @@ class EpisodeWriter:
         self._last_ts: float | None = None
         self._first_ts = 0.0
         self._closed = False
+        self._broken: str | None = None
         self._data_final = task.layout.data_file(index)
         self._data_final.parent.mkdir(parents=True, exist_ok=True)
         self._data_temp = temp_path_for(self._data_final)
@@ -392,13 +393,14 @@ class EpisodeWriter:
             "episode_index": self.index, "frame_index": fi, "timestamp": ts32, "task_index": 0,
             "wall_time": self.created_at + ts32, "hardware_ns": int(hardware_ns),
         }
+        filled: set[str] = set()
         for name, spec in self._specs.items():
             if name in row:
                 continue
             if name in values:
                 row[name] = spec.normalise(values[name])
                 if _fills(spec, row[name]):
-                    self._seen.add(name)
+                    filled.add(name)
             else:
                 row[name] = spec.empty_value()
         for name, spec in self._specs.items():
@@ -409,6 +411,7 @@ class EpisodeWriter:
                     raise SchemaError(f"has {len(row[name])} stamps but {partner!r} has {need} items in this row "
                                       "(they must run in lockstep; write 0 for a missing stamp)", column=name)
         self._encode_images(images or {})
+        self._seen |= filled  # only once the row is accepted
         for name, v in row.items():
             self._buf.values[name].append(v)
             self._buf.nbytes += getattr(v, "nbytes", 8)
@@ -422,20 +425,34 @@ class EpisodeWriter:
         return fi
 
     def _encode_images(self, images: Mapping[str, np.ndarray]) -> None:
+        if self._broken is not None:
+            raise EgopoolError(f"episode {self.index}: an earlier frame failed to encode ({self._broken}); "
+                               "its streams are no longer in step with its rows", hint="abort() the episode")
         unknown = set(images) - set(self._streams)
         if unknown:
             raise CodecError(f"images for undeclared streams {sorted(unknown)}",
                              hint="declare them with begin_episode(streams=[StreamSpec(...)])")
+        # Check every frame first: a row refused for one stream must not reach any other,
+        # or the streams would no longer hold exactly one frame per data row.
+        frames: dict[str, np.ndarray] = {}
         for key, st in self._streams.items():
             frame = images.get(key)
             if frame is None:
                 if st.last is None:
                     raise CodecError(f"stream {key!r} has no frame for row {self._rows}; the first row must "
                                      "carry every declared stream")
-                frame = st.last
+                frames[key] = st.last
+            else:
+                frames[key] = st.encoder.check(frame)
+        for key, st in self._streams.items():
+            try:
+                st.encoder.encode(frames[key])
+            except BaseException as exc:
+                self._broken = f"{key}: {exc}"
+                raise
+            if images.get(key) is None:
                 st.repeated += 1
-            st.encoder.encode(frame)
-            st.last = frame
+            st.last = frames[key]
 
     def _flush(self) -> None:
         if not self._buf.rows:
@@ -492,6 +509,9 @@ class EpisodeWriter:
             raise EgopoolError(f"episode {self.index} is already finished or aborted")
         if self._rows == 0:
             raise EgopoolError(f"episode {self.index} has no frames; call abort() to discard it")
+        if self._broken is not None:
+            raise EgopoolError(f"episode {self.index}: a frame failed to encode ({self._broken}), so its "
+                               "streams are not one frame per row", hint="abort() the episode")
         try:
             self._flush()
             self._pq.close()
