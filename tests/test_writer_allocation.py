@@ -160,3 +160,36 @@ def test_failed_encoder_close_frees_n(tmp_path, monkeypatch):
     assert list_task_episodes(tmp_path / "t") == []
     monkeypatch.undo()
     assert _finish(tw) == 1
+
+
+def _snapshot(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("content", [{"format": "other_v9"}, {"chunks_size": 1000}, "not json"])
+def test_writer_refuses_a_foreign_task_and_writes_nothing(tmp_path, content):
+    from egopool.errors import FormatError
+
+    meta = tmp_path / "t" / "meta"
+    meta.mkdir(parents=True)
+    (meta / "info.json").write_text(content if isinstance(content, str) else json.dumps(content))
+    before = _snapshot(tmp_path)
+    with pytest.raises(FormatError, match="info.json"):
+        TaskWriter(tmp_path, "t")
+    assert _snapshot(tmp_path) == before
+
+
+def test_writer_refuses_the_legacy_per_session_layout(tmp_path):
+    from egopool.errors import LegacyLayoutError
+
+    (tmp_path / "t" / "t_000001").mkdir(parents=True)
+    (tmp_path / "t" / "t_000001" / "metadata.json").write_text("{}")
+    before = _snapshot(tmp_path)
+    with pytest.raises(LegacyLayoutError, match="v1.0"):
+        TaskWriter(tmp_path, "t")
+    assert _snapshot(tmp_path) == before
+
+
+def test_writer_creates_a_task_in_an_existing_empty_directory(tmp_path):
+    (tmp_path / "t").mkdir()
+    assert _finish(TaskWriter(tmp_path, "t")) == 1

@@ -34,11 +34,11 @@ from . import __version__
 from ._atomic import publish, task_lock, temp_path_for
 from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
 from .codecs.video import RgbEncoder
-from .errors import CodecError, EgopoolError, FormatError, SchemaError
+from .errors import CodecError, EgopoolError, FormatError, LegacyLayoutError, SchemaError
 from .layout import TaskLayout, list_task_episodes
 from .meta import markers
 from .meta.episodes import write_episode_row
-from .meta.info import merge_info, new_info, read_info, write_info
+from .meta.info import info_path, merge_info, new_info, read_info, write_info
 from .meta.stats import StatsBlock, merge_stats, needs_recalc, read_stats, recalc_stats, write_stats
 from .meta.tasks import write_tasks_if_missing
 from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
@@ -126,6 +126,31 @@ def _fills(spec: ColumnSpec, value: Any) -> bool:
     return True
 
 
+def _refuse_foreign(task_dir: Path) -> None:
+    """Refuse, before anything is written, a directory that is not (or not yet) a pooled task.
+
+    An existing ``info.json`` must parse and say ``pooled_episodes_v1``; a directory
+    without one must not be the legacy v1.0 per-session layout (file_format.md §1,
+    DESIGN §7), which would otherwise silently get a pooled ``info.json`` beside its sessions.
+
+    Raises
+    ------
+    FormatError
+        ``info.json`` unreadable or another ``format``.
+    LegacyLayoutError
+        ``<task>_NNNNNN`` session directories and no ``info.json``.
+    """
+    if info_path(task_dir).exists():
+        read_info(task_dir)
+    elif task_dir.is_dir():
+        try:
+            read_info(task_dir)
+        except LegacyLayoutError:
+            raise
+        except FormatError:
+            pass  # no info.json yet: a new task in an existing directory
+
+
 def _validate_task_name(name: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
         raise EgopoolError(f"invalid task name {name!r}",
@@ -153,7 +178,9 @@ class TaskWriter:
     Raises
     ------
     FormatError
-        The existing task is not ``pooled_episodes_v1``.
+        The existing task is not ``pooled_episodes_v1`` (nothing is written).
+    LegacyLayoutError
+        The directory is the legacy v1.0 per-session layout (nothing is written).
     """
 
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None) -> None:
@@ -163,6 +190,7 @@ class TaskWriter:
         self.task_dir = Path(root) / task_name
         self.fps = float(fps)
         self.app_version = app_version or __version__
+        _refuse_foreign(self.task_dir)
         (self.task_dir / "meta" / "episodes").mkdir(parents=True, exist_ok=True)
         with task_lock(self.task_dir):
             if (self.task_dir / "meta" / "info.json").exists():
