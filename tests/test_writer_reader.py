@@ -431,3 +431,23 @@ def test_encoder_failure_mid_row_makes_the_episode_refuse_to_finish(tmp_path, mo
     ep.abort()
     assert open_task(tmp_path / "t").episodes() == []
     assert tw.next_episode_index() == 1
+
+
+@pytest.mark.parametrize("what", ["data", "meta", "video", "depth"])
+def test_corrupt_files_raise_egopool_errors_naming_the_file(tmp_path, what):
+    from egopool.errors import EgopoolError
+
+    rec = Recorded(rows=3, seed=5)
+    _record(tmp_path, rec, depth_codec="ffv1")
+    task = open_task(tmp_path / "pick_cup")
+    ep = task.episode(1)
+    target = {"data": ep.files.data, "meta": ep.files.meta, "video": ep.streams["head_left_rgb"],
+              "depth": ep.streams["head_depth"]}[what]
+    target.write_bytes(target.read_bytes()[: len(target.read_bytes()) // 3])  # truncated
+    calls = {"data": [lambda: ep.table, lambda: ep.length, lambda: ep.schema, ep.imu],
+             "meta": [lambda: ep.meta],
+             "video": [lambda: list(ep.video("head_left_rgb"))],
+             "depth": [lambda: list(ep.depth("head_depth"))]}[what]
+    for call in calls:
+        with pytest.raises(EgopoolError, match=target.name):
+            call()
