@@ -115,6 +115,23 @@ def test_edge_mask_marks_two_pixels_around_jumps_and_holes():
     assert m2.sum() == 25 and m2[2:7, 2:7].all()
 
 
+def test_error_report_counts_holes_and_splits_edges():
+    orig = np.full((20, 20), 1000, np.uint16)
+    orig[0, 0] = 0  # a hole in the corner: its 3x3 (clipped 2 px) neighbourhood is edge
+    dec = orig.copy()
+    dec[0, 0] = 5  # the hole got filled: not "kept"
+    dec[10, 10] = 0  # a new hole
+    dec[15, 15] = 1010  # 1 % off, away from edges
+    dec[1, 1] = 1100  # 10 % off, on the edge
+    r = depth_error_report(orig, dec)
+    assert (r.holes, r.holes_kept, r.holes_created, r.valid) == (1, 0, 1, 399)
+    assert r.max == pytest.approx(0.10)
+    assert r.median == 0.0 and r.median_non_edge == 0.0
+    assert r.p99_edge > 0.0  # 1 of the 8 valid edge pixels is 10 % off
+    with pytest.raises(CodecError, match="shape"):
+        depth_error_report(orig, dec[:5])
+
+
 # -- the depth video on real frames ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -113,15 +113,16 @@ def _q(values: np.ndarray, pct: float) -> float:
     return float(np.percentile(values, pct)) if values.size else float("nan")
 
 
-def depth_error_report(original: np.ndarray, decoded: np.ndarray, **edge_kw: float) -> DepthErrorReport:
+def depth_error_report(original: np.ndarray, decoded: np.ndarray, *, rel_jump: float = 0.05,
+                       radius: int = 2) -> DepthErrorReport:
     """Compare decoded depth with the original (DESIGN §3).
 
     Parameters
     ----------
     original, decoded:
         uint16 mm frames, ``(H, W)`` or a stack ``(T, H, W)`` of the same shape.
-    **edge_kw:
-        ``rel_jump`` / ``radius`` for :func:`depth_edge_mask`.
+    rel_jump, radius:
+        Edge definition, passed to :func:`depth_edge_mask` (applied to the original).
 
     Returns
     -------
@@ -137,7 +138,7 @@ def depth_error_report(original: np.ndarray, decoded: np.ndarray, **edge_kw: flo
         raise CodecError(f"decoded shape {b.shape} != original {a.shape}")
     if a.ndim == 2:
         a, b = a[None], b[None]
-    edge = np.stack([depth_edge_mask(f, **edge_kw) for f in a])  # type: ignore[arg-type]
+    edge = np.stack([depth_edge_mask(f, rel_jump=rel_jump, radius=radius) for f in a])
     hole = a == 0
     both = ~hole & (b != 0)
     rel = np.zeros(a.shape, dtype=np.float64)
