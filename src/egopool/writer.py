@@ -34,11 +34,11 @@ from . import __version__
 from ._atomic import publish, task_lock, temp_path_for
 from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
 from .codecs.video import RgbEncoder
-from .errors import CodecError, EgopoolError, FormatError, SchemaError
+from .errors import CodecError, EgopoolError, FormatError, LegacyLayoutError, SchemaError
 from .layout import TaskLayout, list_task_episodes
 from .meta import markers
 from .meta.episodes import write_episode_row
-from .meta.info import merge_info, new_info, read_info, write_info
+from .meta.info import info_path, merge_info, new_info, read_info, write_info
 from .meta.stats import StatsBlock, merge_stats, needs_recalc, read_stats, recalc_stats, write_stats
 from .meta.tasks import write_tasks_if_missing
 from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
@@ -112,6 +112,45 @@ class EpisodeResult:
     paths: tuple[Path, ...]
 
 
+def _fills(spec: ColumnSpec, value: Any) -> bool:
+    """Whether a row's value makes a sparse column "appear" in the episode (decisions.md #2).
+
+    A variable-length column appears with its first item (``[]`` = no new point/sample,
+    multi_device_storage.md §4.6); a trajectory ``_ns`` column with its first non-zero
+    stamp (0 = no stamp; "全段无戳不建 _ns 列", §8.1 rule 3). Any other value counts.
+    """
+    if spec.kind == "slam_trajectory_ns":
+        return bool(np.any(value))
+    if spec.storage == "list_list" or (spec.storage == "list" and spec.length is None):
+        return bool(np.size(value))
+    return True
+
+
+def _refuse_foreign(task_dir: Path) -> None:
+    """Refuse, before anything is written, a directory that is not (or not yet) a pooled task.
+
+    An existing ``info.json`` must parse and say ``pooled_episodes_v1``; a directory
+    without one must not be the legacy v1.0 per-session layout (file_format.md §1,
+    DESIGN §7), which would otherwise silently get a pooled ``info.json`` beside its sessions.
+
+    Raises
+    ------
+    FormatError
+        ``info.json`` unreadable or another ``format``.
+    LegacyLayoutError
+        ``<task>_NNNNNN`` session directories and no ``info.json``.
+    """
+    if info_path(task_dir).exists():
+        read_info(task_dir)
+    elif task_dir.is_dir():
+        try:
+            read_info(task_dir)
+        except LegacyLayoutError:
+            raise
+        except FormatError:
+            pass  # no info.json yet: a new task in an existing directory
+
+
 def _validate_task_name(name: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
         raise EgopoolError(f"invalid task name {name!r}",
@@ -139,7 +178,9 @@ class TaskWriter:
     Raises
     ------
     FormatError
-        The existing task is not ``pooled_episodes_v1``.
+        The existing task is not ``pooled_episodes_v1`` (nothing is written).
+    LegacyLayoutError
+        The directory is the legacy v1.0 per-session layout (nothing is written).
     """
 
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None) -> None:
@@ -149,6 +190,7 @@ class TaskWriter:
         self.task_dir = Path(root) / task_name
         self.fps = float(fps)
         self.app_version = app_version or __version__
+        _refuse_foreign(self.task_dir)
         (self.task_dir / "meta" / "episodes").mkdir(parents=True, exist_ok=True)
         with task_lock(self.task_dir):
             if (self.task_dir / "meta" / "info.json").exists():
@@ -292,6 +334,7 @@ class EpisodeWriter:
         self._last_ts: float | None = None
         self._first_ts = 0.0
         self._closed = False
+        self._broken: str | None = None
         self._data_final = task.layout.data_file(index)
         self._data_final.parent.mkdir(parents=True, exist_ok=True)
         self._data_temp = temp_path_for(self._data_final)
@@ -378,12 +421,14 @@ class EpisodeWriter:
             "episode_index": self.index, "frame_index": fi, "timestamp": ts32, "task_index": 0,
             "wall_time": self.created_at + ts32, "hardware_ns": int(hardware_ns),
         }
+        filled: set[str] = set()
         for name, spec in self._specs.items():
             if name in row:
                 continue
             if name in values:
                 row[name] = spec.normalise(values[name])
-                self._seen.add(name)
+                if _fills(spec, row[name]):
+                    filled.add(name)
             else:
                 row[name] = spec.empty_value()
         for name, spec in self._specs.items():
@@ -394,6 +439,7 @@ class EpisodeWriter:
                     raise SchemaError(f"has {len(row[name])} stamps but {partner!r} has {need} items in this row "
                                       "(they must run in lockstep; write 0 for a missing stamp)", column=name)
         self._encode_images(images or {})
+        self._seen |= filled  # only once the row is accepted
         for name, v in row.items():
             self._buf.values[name].append(v)
             self._buf.nbytes += getattr(v, "nbytes", 8)
@@ -407,20 +453,34 @@ class EpisodeWriter:
         return fi
 
     def _encode_images(self, images: Mapping[str, np.ndarray]) -> None:
+        if self._broken is not None:
+            raise EgopoolError(f"episode {self.index}: an earlier frame failed to encode ({self._broken}); "
+                               "its streams are no longer in step with its rows", hint="abort() the episode")
         unknown = set(images) - set(self._streams)
         if unknown:
             raise CodecError(f"images for undeclared streams {sorted(unknown)}",
                              hint="declare them with begin_episode(streams=[StreamSpec(...)])")
+        # Check every frame first: a row refused for one stream must not reach any other,
+        # or the streams would no longer hold exactly one frame per data row.
+        frames: dict[str, np.ndarray] = {}
         for key, st in self._streams.items():
             frame = images.get(key)
             if frame is None:
                 if st.last is None:
                     raise CodecError(f"stream {key!r} has no frame for row {self._rows}; the first row must "
                                      "carry every declared stream")
-                frame = st.last
+                frames[key] = st.last
+            else:
+                frames[key] = st.encoder.check(frame)
+        for key, st in self._streams.items():
+            try:
+                st.encoder.encode(frames[key])
+            except BaseException as exc:
+                self._broken = f"{key}: {exc}"
+                raise
+            if images.get(key) is None:
                 st.repeated += 1
-            st.encoder.encode(frame)
-            st.last = frame
+            st.last = frames[key]
 
     def _flush(self) -> None:
         if not self._buf.rows:
@@ -428,9 +488,10 @@ class EpisodeWriter:
         arrays = [self._specs[n].to_arrow(self._buf.values[n]) for n in self._specs]
         batch = pa.record_batch(arrays, schema=self._schema)
         self._pq.write_batch(batch)
+        # Every row group counts, also those before the column's first sample (§4: all-zero
+        # rows included), so the accumulator equals a recomputation from data/; blocks of
+        # columns the episode never filled are dropped in finish() with the column.
         for col in self._stats_cols & set(self._specs):
-            if col not in self._seen:
-                continue
             vals = self._buf.values[col]
             x = np.concatenate(vals) if col == "observation.imu" else np.stack(vals)
             blk = StatsBlock.of(x)
@@ -452,11 +513,16 @@ class EpisodeWriter:
         src = pq.ParquetFile(str(self._data_temp))
         temp2 = temp_path_for(self._data_final)
         schema = pa.schema([self._schema.field(n) for n in keep])
-        with pq.ParquetWriter(str(temp2), schema, compression="zstd") as w:
-            for i in range(src.num_row_groups):
-                w.write_table(src.read_row_group(i, columns=keep))
-        src.close()
-        os.replace(temp2, self._data_temp)
+        try:
+            with pq.ParquetWriter(str(temp2), schema, compression="zstd") as w:
+                for i in range(src.num_row_groups):
+                    w.write_table(src.read_row_group(i, columns=keep))
+            src.close()
+            os.replace(temp2, self._data_temp)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                temp2.unlink()
+            raise
         return dropped
 
     def finish(self) -> EpisodeResult:
@@ -471,6 +537,9 @@ class EpisodeWriter:
             raise EgopoolError(f"episode {self.index} is already finished or aborted")
         if self._rows == 0:
             raise EgopoolError(f"episode {self.index} has no frames; call abort() to discard it")
+        if self._broken is not None:
+            raise EgopoolError(f"episode {self.index}: a frame failed to encode ({self._broken}), so its "
+                               "streams are not one frame per row", hint="abort() the episode")
         try:
             self._flush()
             self._pq.close()
@@ -481,12 +550,13 @@ class EpisodeWriter:
                 if st.repeated:
                     self.drop_stats[f"{key}_repeated_count"] = st.repeated
         except BaseException:
-            self._discard()
+            self._roll_back([])
             raise
         self._closed = True
         present = {n for n in self._specs if n in self._seen}
+        published: list[Path] = []
+        committed = False
         try:
-            published: list[Path] = []
             for st in self._streams.values():
                 publish(st.temp, st.final)
                 published.append(st.final)
@@ -494,11 +564,18 @@ class EpisodeWriter:
             published.append(self._data_final)
             ep_path = self.task.layout.episodes_file(self.index)
             with task_lock(self.task.task_dir):
+                # The episodes row is the commit record (decisions.md #5): before it, a failure
+                # rolls the whole file group back; after it, the episode stands.
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
+                committed = True
                 published.append(ep_path)
                 self._merge_task_meta(present)
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
+        except BaseException:
+            if not committed:
+                self._roll_back(published)
+            raise
         finally:
             markers.release(self.task.task_dir, self.index)
         return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published))
@@ -563,8 +640,9 @@ class EpisodeWriter:
             # legacy blocks without count (§4 MUST): rescan data/ (this episode is already published)
             write_stats(tdir, recalc_stats(tdir, info))
             return
+        blocks = {c: b for c, b in self._stats.items() if c in present}
         try:
-            write_stats(tdir, merge_stats(stored, self._stats))
+            write_stats(tdir, merge_stats(stored, blocks))
         except (KeyError, ValueError) as exc:
             raise FormatError(f"cannot merge stats: {exc}", path=tdir / "meta" / "stats.json",
                               hint="run `egopool stats recalc` on the task") from exc
@@ -579,6 +657,20 @@ class EpisodeWriter:
                 st.temp.unlink()
         with contextlib.suppress(FileNotFoundError):
             self._data_temp.unlink()
+
+    def _roll_back(self, published: Sequence[Path]) -> None:
+        """Undo a failed finish: temps and already-published files of this N go, N is recycled.
+
+        Only files of this episode's own reserved N are removed, so nothing of another
+        episode is touched; the recycled marker lets the next recording reuse N (§7.5).
+        """
+        self._discard()
+        for path in published:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        with contextlib.suppress(Exception), task_lock(self.task.task_dir):
+            markers.write_recycled(self.task.task_dir, self.index)
+        markers.release(self.task.task_dir, self.index)
 
     def abort(self) -> None:
         """Discard everything written and free N for the next recording (file_format.md §7.5)."""

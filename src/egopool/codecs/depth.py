@@ -133,17 +133,34 @@ class DepthEncoder:
         """``video_extensions`` value of a depth codec: ``mp4`` (hevc12) or ``mkv`` (ffv1)."""
         return "mp4" if codec == "hevc12" else "mkv"
 
-    def encode(self, depth_mm: np.ndarray) -> None:
-        """Append one uint16 mm frame ``(H, W)``; 0 = no depth."""
+    def check(self, depth_mm: np.ndarray) -> np.ndarray:
+        """Validate one frame without encoding it; returns it as a contiguous uint16 ``(H, W)`` array.
+
+        Raises
+        ------
+        CodecError
+            Not uint16, or not the declared size.
+        """
         d = np.asarray(depth_mm)
         if d.shape != (self.height, self.width):
             raise CodecError(f"depth frame shape {d.shape} != declared {(self.height, self.width)}", path=self.path)
         if d.dtype != np.uint16:
             raise CodecError(f"depth frames must be uint16 mm, got {d.dtype}", path=self.path)
+        return np.ascontiguousarray(d)
+
+    def encode(self, depth_mm: np.ndarray) -> None:
+        """Append one uint16 mm frame ``(H, W)``; 0 = no depth.
+
+        Raises
+        ------
+        CodecError
+            See :meth:`check`.
+        """
+        d = self.check(depth_mm)
         if self.codec == "hevc12":
             frame = av.VideoFrame.from_ndarray(self.params.encode(d), format="gray12le")
         else:
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(d), format="gray16le")
+            frame = av.VideoFrame.from_ndarray(d, format="gray16le")
         frame.pts = self.frames
         for packet in self._stream.encode(frame):
             self._out.mux(packet)

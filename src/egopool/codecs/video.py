@@ -70,8 +70,16 @@ class RgbEncoder:
             self._stream.options = {"crf": str(crf), "preset": preset}
         self.pix_fmt = pix
 
-    def encode(self, image: np.ndarray) -> None:
-        """Append one frame: uint8 ``(H, W, 3)`` RGB, or ``(H, W)`` / ``(H, W, 1)`` gray (replicated)."""
+    def check(self, image: np.ndarray) -> np.ndarray:
+        """Validate one frame without encoding it; returns it as contiguous uint8 ``(H, W, 3)``.
+
+        Lets a caller feeding several streams refuse a row before any stream got its frame.
+
+        Raises
+        ------
+        CodecError
+            Not uint8, or not the declared size.
+        """
         img = np.asarray(image)
         if img.dtype != np.uint8:
             raise CodecError(f"RGB frames must be uint8, got {img.dtype}", path=self.path)
@@ -81,7 +89,17 @@ class RgbEncoder:
             img = np.repeat(img[:, :, None], 3, axis=2)
         if img.shape != (self.height, self.width, 3):
             raise CodecError(f"frame shape {img.shape} != declared {(self.height, self.width, 3)}", path=self.path)
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+        return np.ascontiguousarray(img)
+
+    def encode(self, image: np.ndarray) -> None:
+        """Append one frame: uint8 ``(H, W, 3)`` RGB, or ``(H, W)`` / ``(H, W, 1)`` gray (replicated).
+
+        Raises
+        ------
+        CodecError
+            See :meth:`check`.
+        """
+        frame = av.VideoFrame.from_ndarray(self.check(image), format="rgb24")
         frame.pts = self.frames
         for packet in self._stream.encode(frame):
             self._out.mux(packet)

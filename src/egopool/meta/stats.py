@@ -61,9 +61,9 @@ class StatsBlock:
         x = np.asarray(values, dtype=np.float64)
         if x.ndim == 1:
             x = x[:, None]
-        x = x.reshape(x.shape[0], -1)
-        if x.shape[0] == 0:
+        if x.shape[0] == 0:  # checked before reshape: (0, -1) is ambiguous for numpy
             return None
+        x = x.reshape(x.shape[0], -1)
         return cls(int(x.shape[0]), x.mean(axis=0), x.std(axis=0), x.min(axis=0), x.max(axis=0))
 
     @classmethod
