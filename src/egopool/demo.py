@@ -33,8 +33,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,6 @@ class DemoSummary:
     counts: dict[str, int]
     validation: dict[str, Any] | None = None
     ok: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def task_dir(self) -> Path:
@@ -173,7 +172,7 @@ def _video_probe(path: Path) -> tuple[int, int, int]:
         raise CodecError(f"cannot open the sample video: {exc}", path=path) from exc
 
 
-def _video_frames(path: Path, width: int, height: int) -> Iterator[np.ndarray]:
+def _video_frames(path: Path, width: int, height: int) -> Generator[np.ndarray, None, None]:
     """Decode the sample video to RGB uint8 ``(height, width, 3)``, scaled by FFmpeg's swscale."""
     try:
         with av.open(str(path)) as c:
@@ -456,7 +455,6 @@ def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds
         "135 s IMU are used",
         "calibration.head_stereo: TUM ROS-default nominal intrinsics (the sample frame's sequence is unknown)",
     ]
-    summary = DemoSummary(plan, [{"episode_index": r.index, "length": r.length} for r in results], stream_bytes,
-                          data_bytes, meta_bytes, time.perf_counter() - t_start, synthesised, notes, counts,
-                          validation, ok)
-    return summary
+    return DemoSummary(plan, [{"episode_index": r.index, "length": r.length} for r in results], stream_bytes,
+                       data_bytes, meta_bytes, time.perf_counter() - t_start, synthesised, notes, counts,
+                       validation, ok)

@@ -60,8 +60,11 @@ def demo_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be written and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Record the bundled real recordings (hand video + joints, TUM trajectory, IMU, RGB-D frame)
-    as one multi-device rig split into episodes, validate the task and print a summary.
+    """Build a validated multi-device task from the bundled real recordings.
+
+    Hand video + joints, TUM trajectory, x-io IMU and a TUM RGB-D frame become one uvc + d435 + imu rig.
+
+    Prints episodes, frames, bytes per stream, time taken and which timestamps were synthesised.
 
     Exit code 1 when validation reports an error.
     """

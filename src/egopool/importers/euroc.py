@@ -252,7 +252,7 @@ def _calibration(ds: EurocDataset, fps: float) -> dict[str, Any]:
     tbs = s.get("T_BS")
     if isinstance(tbs, dict) and isinstance(tbs.get("data"), list):
         extra["T_BS"] = [float(v) for v in tbs["data"]]
-    res = s.get("resolution") if isinstance(s.get("resolution"), list) else [ds.width, ds.height]
+    res: list[Any] = s["resolution"] if isinstance(s.get("resolution"), list) else [ds.width, ds.height]
     return {"head_stereo": camera_calibration("head_stereo", res, fps, intr, s.get("distortion_coefficients") or [],
                                               **extra)}
 
@@ -320,7 +320,7 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
             time={"t": "sensor_s", "clock": "euroc_ns", "epoch": "unix"})
         traj = with_feature(traj, source="state_groundtruth_estimate0")
         columns += [traj, traj_ns]
-    device = {"key": key, "kind": "vi_sensor", "name": "EuRoC cam0+imu0", "slots": [_SLOT]}
+    device: dict[str, Any] = {"key": key, "kind": "vi_sensor", "name": "EuRoC cam0+imu0", "slots": [_SLOT]}
     task = task or default_task_name(ds.mav.parent if ds.mav.name == "mav0" else ds.mav)
     total = len(ds.cam_ns)
     t0 = int(ds.cam_ns[0])

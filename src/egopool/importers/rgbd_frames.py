@@ -228,7 +228,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
                StreamSpec(depth_key, "depth", src.width, src.height, master_slot=rgb_key)]
     device = {"key": key, "kind": "rgbd_camera", "name": name, "slots": [rgb_key, depth_key]}
     calibration = {"head_stereo": camera_calibration(
-        "head_stereo", (src.width, src.height), fps, src.intrinsics, [], type_="rgbd_camera", depth_scale=0.001,
+        "head_stereo", (src.width, src.height), fps, src.intrinsics.tolist(), [], type_="rgbd_camera", depth_scale=0.001,
         distortion_model="unknown")}
     task = task or default_task_name(src.root)
     total = len(src.numbers)
