@@ -173,6 +173,10 @@ def test_overwrite_never_deletes_a_foreign_directory(tmp_path):
     with pytest.raises(EgopoolError, match="not an egopool demo task"):
         run_demo(tmp_path, episodes=1, max_seconds=0.2, overwrite=True)
     assert (foreign / "keep.txt").read_text() == "mine"
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(EgopoolError, match="not a directory"):
+        run_demo(not_a_dir, episodes=1, max_seconds=0.2)
 
 
 def test_cli_demo_json_and_dry_run(tmp_path, capsys):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from egopool import FormatError, SchemaError, open_task
+from egopool import EgopoolError, FormatError, SchemaError, open_task
 from egopool.cli.app import main
 from egopool.importers import import_euroc, import_rgbd_frames, import_tum, rotation_to_quaternion
 
@@ -218,6 +218,12 @@ def test_tum_bad_lines(tmp_path):
         import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
     with pytest.raises(FormatError, match="not found"):
         import_tum(tmp_path / "missing.txt", tmp_path / "out", frame="ego_cam_optical")
+    bad.write_text("1.0 0 0 0 0 0 0 1\n9e9 0 0 0 0 0 0 1\n")
+    with pytest.raises(FormatError, match=r"t\.txt: poses span 9e\+09 s"):
+        import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
+    for fps in (0, -30, float("nan")):
+        with pytest.raises(EgopoolError, match="fps must be a finite number > 0"):
+            import_tum(DATA / "evo_trajectories" / TUM_FILES[1], tmp_path / "out", frame="ego_cam_optical", fps=fps)
     assert not (tmp_path / "out").exists()
 
 

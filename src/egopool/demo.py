@@ -64,6 +64,9 @@ _IMU_KEY = "imu:xio-fusion-sample"
 _TUM_NOMINAL_INTRINSICS = (525.0, 525.0, 319.5, 239.5)
 
 Progress = Callable[[int, int], None]
+_SAMPLE_FILES = ("dexretarget_hand_video/human_hand_video.mp4", "dexretarget_hand_video/human_joint_right.npy",
+                 "evo_trajectories/freiburg1_xyz-groundtruth.txt", "xio_fusion_imu/sensor_data.csv",
+                 "open3d_tum_frame/TUM_color.png", "open3d_tum_frame/TUM_depth.png")
 
 
 def samples_dir() -> Path:
@@ -75,9 +78,10 @@ def samples_dir() -> Path:
         The package was installed without its sample data.
     """
     path = Path(str(importlib.resources.files("egopool") / "samples"))
-    if not (path / "dexretarget_hand_video" / "human_hand_video.mp4").is_file():
-        raise FormatError("bundled sample recordings are missing", path=path,
-                          hint="reinstall egopool with its package data (samples/**)")
+    for rel in _SAMPLE_FILES:
+        if not (path / rel).is_file():
+            raise FormatError("bundled sample recording is missing", path=path / rel,
+                              hint="reinstall egopool with its package data (samples/**)")
     return path
 
 
@@ -256,6 +260,8 @@ def plan_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_second
         raise EgopoolError(f"--video-width must be within 16..{sw}, got {video_width}")
     size = (_even(video_width), _even(sh * video_width / sw))
     sizes = tuple(len(a) for a in np.array_split(np.arange(frames), episodes))
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise EgopoolError("DIR exists and is not a directory", path=out_dir)
     task_dir = Path(out_dir) / DEMO_TASK
     replaces = task_dir.exists()
     if replaces:

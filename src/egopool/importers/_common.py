@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import EgopoolError, FormatError
 from ..layout import list_task_episodes
 from ..schema import ColumnSpec
 from ..writer import EpisodeResult, TaskWriter
@@ -29,6 +29,7 @@ __all__ = [
     "ImportResult",
     "Progress",
     "camera_calibration",
+    "check_fps",
     "default_task_name",
     "nearest_rotation",
     "quaternion_to_rotation",
@@ -77,6 +78,13 @@ class ImportResult:
             "synthesised": list(self.synthesised),
             "notes": list(self.notes),
         }
+
+
+def check_fps(fps: float) -> float:
+    """Return ``fps`` as float. Raises EgopoolError unless it is finite and > 0."""
+    if not (isinstance(fps, (int, float)) and np.isfinite(fps) and fps > 0):
+        raise EgopoolError(f"fps must be a finite number > 0, got {fps!r}", hint="pass e.g. --fps 30")
+    return float(fps)
 
 
 def seconds_to_ns(token: str, *, path: Path, line: int) -> int:

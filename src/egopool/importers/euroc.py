@@ -30,8 +30,8 @@ from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
 from ..writer import StreamSpec
-from ._common import (ImportResult, Progress, camera_calibration, default_task_name, task_writer, window_offsets,
-                      with_feature)
+from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, task_writer,
+                      window_offsets, with_feature)
 from ._images import image_header, read_gray
 
 __all__ = ["EurocDataset", "import_euroc", "parse_sensor_yaml", "scan_euroc"]
@@ -293,6 +293,8 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
     SchemaError
         Unknown ``frame``.
     """
+    if fps is not None:
+        fps = check_fps(fps)
     ds = scan_euroc(directory)
     if frame is not None:
         frame_axes(frame)

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
 from ..writer import StreamSpec
-from ._common import (ImportResult, Progress, camera_calibration, default_task_name, nearest_rotation,
+from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, nearest_rotation,
                       rotation_to_quaternion, task_writer)
 from ._images import DEPTH_MODES, image_header, read_depth_mm, read_rgb
 
@@ -214,6 +214,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
     SchemaError
         Unknown ``frame``.
     """
+    fps = check_fps(fps)
     src = scan_rgbd_frames(directory)
     poses = [read_pose(p) for p in src.pose]
     defect = max(p[2] for p in poses)

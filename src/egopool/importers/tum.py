@@ -20,10 +20,13 @@ import numpy as np
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
-from ._common import ImportResult, Progress, default_task_name, seconds_to_ns, task_writer, window_offsets
+from ._common import (ImportResult, Progress, check_fps, default_task_name, seconds_to_ns, task_writer,
+                      window_offsets)
 
 __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 
+#: Rows one import may create (46 h at 30 fps): beyond it the file's time span is suspect.
+MAX_ROWS = 5_000_000
 #: Unix seconds of 2000-01-01: earlier first stamps are not treated as wall-clock time.
 _PLAUSIBLE_UNIX_S = 946_684_800
 
@@ -123,6 +126,9 @@ def read_tum(path: str | Path) -> TumTrajectory:
 def _row_edges(first_ns: int, last_ns: int, fps: float, count: int, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Grid edges ``first + round(i·1e9/fps)`` covering every pose, and the per-row offsets."""
     rows = int((last_ns - first_ns) * fps // 1_000_000_000) + 1
+    if rows > MAX_ROWS:
+        raise FormatError(f"poses span {(last_ns - first_ns) / 1e9:.6g} s: {rows} rows at {fps:g} fps "
+                          f"(more than {MAX_ROWS})", hint="check the timestamps column or lower --fps")
     while True:
         edges = first_ns + np.rint(np.arange(rows + 1) * (1e9 / fps)).astype(np.int64)
         offsets = window_offsets(ns, edges)
@@ -166,6 +172,7 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     SchemaError
         Unknown ``frame`` or a prefix that makes an invalid column name.
     """
+    fps = check_fps(fps)
     traj = read_tum(path)
     frame_axes(frame)  # SchemaError for an unknown frame, before anything is written
     role = "ego" if prefix.startswith("ego") else "gripper"
@@ -174,7 +181,10 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     col, col_ns = slam_trajectory_columns(prefix, frame=frame, owner=owner,
                                           time={"t": "sensor_s", "clock": "source_file", "epoch": "source_file"})
     first, last = int(traj.ns[0]), int(traj.ns[-1])
-    edges, offsets = _row_edges(first, last, fps, len(traj.ns), traj.ns)
+    try:
+        edges, offsets = _row_edges(first, last, fps, len(traj.ns), traj.ns)
+    except FormatError as exc:
+        raise FormatError(exc.message, path=traj.path, hint=exc.hint) from None
     rows = len(edges) - 1
     first_s = first / 1e9
     created = first_s if first_s >= _PLAUSIBLE_UNIX_S else time.time()
