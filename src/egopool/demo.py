@@ -50,7 +50,7 @@ from .meta.info import read_info
 from .schema import hand_pose_column, imu_columns, slam_trajectory_columns, status_column
 from .writer import StreamSpec, TaskWriter
 
-__all__ = ["DEMO_TASK", "DemoPlan", "DemoSummary", "plan_demo", "run_demo", "samples_dir"]
+__all__ = ["DEMO_TASK", "DemoPlan", "DemoSummary", "plan_demo", "read_xio_imu", "run_demo", "samples_dir"]
 
 DEMO_TASK = "real_recordings_demo"
 FPS = 30.0

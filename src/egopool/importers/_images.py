@@ -9,7 +9,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..errors import FormatError
 
-__all__ = ["DEPTH_MODES", "image_header", "read_depth_mm", "read_rgb"]
+__all__ = ["DEPTH_MODES", "image_header", "read_depth_mm", "read_gray", "read_rgb"]
 
 #: Pillow modes a 16-bit depth PNG opens as.
 DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I")
