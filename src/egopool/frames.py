@@ -19,6 +19,11 @@ FRAMES: dict[str, dict[str, str]] = {
     "down_left_forward": {"+X": "down", "+Y": "left", "+Z": "forward"},
     "right_forward_up": {"+X": "right", "+Y": "forward", "+Z": "up"},
     "ego_cam_optical": {"+X": "right", "+Y": "down", "+Z": "forward"},
+    # TUM RGB-D freiburg1 motion-capture world (used by `egopool demo`): +Z is up; the
+    # horizontal words are as seen from the first camera pose of fr1/xyz, whose right axis
+    # is +Y (cos 0.995) and whose view direction projects onto -X (measured from the
+    # groundtruth file; docs/decisions.md).
+    "tum_fr1_world": {"+X": "backward", "+Y": "right", "+Z": "up"},
 }
 #: Default frame for gripper SLAM since v1.3.13.
 DEFAULT_FRAME = "down_left_forward"

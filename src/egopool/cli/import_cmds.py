@@ -1,0 +1,114 @@
+"""``egopool import rgbd-frames|tum|euroc``: bring recordings from other layouts into a task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import EgopoolError
+from ..frames import FRAMES
+from ..importers import ImportResult, import_euroc, import_rgbd_frames, import_tum
+from .app import app
+from .output import console, err_console, print_json
+
+import_app = typer.Typer(help="Import recordings from other layouts (RGB-D frame folders, TUM trajectories, "
+                              "EuRoC/ASL) into a pooled_episodes_v1 task.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+_OUT_HELP = "Recordings root; the task is written to OUT/TASK."
+_TASK_HELP = "Task name (default: the input's name)."
+_FRAME_HELP = ("Registered frame id of the poses' world ({}); the files do not say which way their axes point. "
+               "ego_cam_optical = right/down/forward of a camera (e.g. SLAM output relative to the first frame).")
+
+
+def _frames_list() -> str:
+    return ", ".join(sorted(FRAMES))
+
+
+def _need_frame(frame: str | None, what: str) -> str:
+    if frame is None:
+        raise EgopoolError(f"{what} does not say which way its axes point; pass --frame",
+                           hint=f"registered frames: {_frames_list()}")
+    return frame
+
+
+@contextmanager
+def _progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                  transient=True, disable=quiet) as bar:
+        job = bar.add_task(label, total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(job, completed=done, total=total)
+
+        yield tick
+
+
+def _report(result: ImportResult, json_out: bool) -> None:
+    if json_out:
+        print_json(result.to_dict())
+        return
+    for ep in result.episodes:
+        console.print(f"episode N={ep.index} (chunk-{ep.chunk:03d}/episode-{ep.file:03d}): {ep.length} rows "
+                      f"-> {result.task_dir}")
+    for line in result.synthesised:
+        console.print(f"[yellow]timestamps synthesised[/yellow]: {line}")
+    for line in result.notes:
+        console.print(f"  - {line}")
+
+
+@import_app.command("rgbd-frames")
+def rgbd_frames_cmd(
+    directory: Path = typer.Argument(..., help="Folder with frame-NNNNNN.color.jpg|png, .depth.png (uint16 mm), "
+                                                ".pose.txt (4x4 camera-to-world) and camera-intrinsics.txt."),
+    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
+    fps: float = typer.Option(30.0, "--fps", help="Frame rate used to synthesise timestamps (the files have none)."),
+    frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
+    name: str = typer.Option("camera", "--name", help="Device name; slots are NAME_rgb and NAME_depth."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Import colour + depth + pose frames (7-Scenes layout) as one episode with RGB, depth and trajectory."""
+    frame = _need_frame(frame, "a pose.txt file")
+    with _progress("importing frames", json_out) as tick:
+        result = import_rgbd_frames(directory, out, frame=frame, task=task, fps=fps, name=name, progress=tick)
+    _report(result, json_out)
+
+
+@import_app.command("tum")
+def tum_cmd(
+    file: Path = typer.Argument(..., help="TUM trajectory: 'timestamp tx ty tz qx qy qz qw' per line, '#' comments."),
+    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
+    fps: float = typer.Option(30.0, "--fps", help="Row rate; each row holds the poses of its 1/fps window."),
+    frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
+    prefix: str = typer.Option("ego_", "--prefix",
+                               help="Column prefix: ego_ -> observation.ego_slam_trajectory; '' -> gripper rig1."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Import a TUM trajectory file as one episode with a trajectory column (+ _ns from its timestamps)."""
+    frame = _need_frame(frame, "a TUM file")
+    with _progress("importing poses", json_out) as tick:
+        result = import_tum(file, out, frame=frame, task=task, fps=fps, prefix=prefix, progress=tick)
+    _report(result, json_out)
+
+
+@import_app.command("euroc")
+def euroc_cmd(
+    directory: Path = typer.Argument(..., help="EuRoC/ASL folder holding mav0/ (cam0, imu0, optional ground truth)."),
+    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
+    fps: float | None = typer.Option(None, "--fps", help="Nominal rate (default: cam0 sensor.yaml rate_hz)."),
+    frame: str | None = typer.Option(None, "--frame",
+                                     help="Frame id of the ground-truth world; ground truth is imported only "
+                                          "when given."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Import a EuRoC/ASL recording: one row per cam0 frame, IMU samples attached per frame window."""
+    with _progress("importing frames", json_out) as tick:
+        result = import_euroc(directory, out, task=task, fps=fps, frame=frame, progress=tick)
+    _report(result, json_out)

@@ -1,0 +1,288 @@
+"""Pieces every importer shares: exact time parsing, row windows, rotations, calibration dicts,
+and a task writer that leaves nothing behind when an import fails.
+
+Time windows follow the row model of multi_device_storage.md §5.3: row ``i`` owns the
+half-open interval ``[edges[i], edges[i+1])`` in integer ns, and a variable-length
+column (IMU samples, trajectory points) gets every sample whose time falls in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import EgopoolError, FormatError
+from ..layout import list_task_episodes
+from ..schema import ColumnSpec
+from ..writer import EpisodeResult, TaskWriter
+
+__all__ = [
+    "ImportResult",
+    "Progress",
+    "camera_calibration",
+    "check_fps",
+    "default_task_name",
+    "nearest_rotation",
+    "quaternion_to_rotation",
+    "rotation_to_quaternion",
+    "seconds_to_ns",
+    "task_writer",
+    "window_offsets",
+    "with_feature",
+]
+
+#: ``progress(done, total)``, called after each written row.
+Progress = Callable[[int, int], None]
+
+_NS = Decimal(1_000_000_000)
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an importer wrote.
+
+    Attributes
+    ----------
+    task_dir:
+        The task directory (``<out>/<task>``).
+    episodes:
+        One :class:`~egopool.writer.EpisodeResult` per written episode (N, rows, paths).
+    synthesised:
+        Which timestamps were made up because the source has none (stated in the CLI output).
+    notes:
+        Other facts the user should know (samples dropped outside the rows, assumptions).
+    """
+
+    task_dir: Path
+    episodes: tuple[EpisodeResult, ...]
+    synthesised: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (paths as strings)."""
+        return {
+            "task_dir": str(self.task_dir),
+            "episodes": [{"episode_index": e.index, "chunk": e.chunk, "file": e.file, "length": e.length,
+                          "paths": [str(p) for p in e.paths]} for e in self.episodes],
+            "counts": dict(self.counts),
+            "synthesised": list(self.synthesised),
+            "notes": list(self.notes),
+        }
+
+
+def check_fps(fps: float) -> float:
+    """Return ``fps`` as float. Raises EgopoolError unless it is finite and > 0."""
+    if not (isinstance(fps, (int, float)) and np.isfinite(fps) and fps > 0):
+        raise EgopoolError(f"fps must be a finite number > 0, got {fps!r}", hint="pass e.g. --fps 30")
+    return float(fps)
+
+
+def seconds_to_ns(token: str, *, path: Path, line: int) -> int:
+    """Decimal seconds text (``1305031098.6659``, ``1.403715529112143517e+09``) -> exact int ns.
+
+    Parsed as a decimal, not a float, so the ns value is exact (a float64 near 1.3e9 s
+    is only good to ~0.2 µs). Ties round half to even.
+
+    Raises
+    ------
+    FormatError
+        Not a finite number; names the file and 1-based line.
+    """
+    try:
+        d = Decimal(token)
+    except InvalidOperation:
+        raise FormatError(f"line {line}: timestamp {token!r} is not a number", path=path) from None
+    if not d.is_finite():
+        raise FormatError(f"line {line}: timestamp {token!r} is not finite", path=path)
+    return int((d * _NS).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def window_offsets(sample_ns: np.ndarray, edges_ns: np.ndarray) -> np.ndarray:
+    """Split time-sorted samples into row windows.
+
+    Parameters
+    ----------
+    sample_ns:
+        ``(K,)`` int64 sample times, non-decreasing.
+    edges_ns:
+        ``(R+1,)`` int64 strictly increasing; row ``i`` owns ``[edges[i], edges[i+1])``.
+
+    Returns
+    -------
+    np.ndarray
+        ``(R+1,)`` int64 offsets: row ``i`` gets samples ``offsets[i]:offsets[i+1]``.
+        Samples before ``edges[0]`` or at/after ``edges[-1]`` belong to no row.
+    """
+    s = np.asarray(sample_ns, dtype=np.int64)
+    e = np.asarray(edges_ns, dtype=np.int64)
+    if s.size > 1 and np.any(np.diff(s) < 0):
+        raise ValueError("sample times must be non-decreasing")
+    return np.searchsorted(s, e, side="left").astype(np.int64)
+
+
+def nearest_rotation(m: np.ndarray) -> tuple[np.ndarray, float]:
+    """Project ``(..., 3, 3)`` matrices onto SO(3) (polar decomposition via SVD).
+
+    Returns
+    -------
+    (R, defect):
+        The nearest proper rotations (Frobenius norm) and the largest ``|Mᵀ M − I|``
+        entry of the input, i.e. how far the input was from orthonormal.
+
+    Raises
+    ------
+    ValueError
+        A matrix with ``det <= 0`` (a reflection or degenerate), or non-finite entries.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    if not np.all(np.isfinite(m)):
+        raise ValueError("rotation matrix has non-finite entries")
+    det = np.linalg.det(m)
+    if np.any(det <= 0):
+        raise ValueError(f"rotation matrix has determinant {float(np.min(det)):.6g} <= 0")
+    defect = float(np.max(np.abs(np.swapaxes(m, -1, -2) @ m - np.eye(3)))) if m.size else 0.0
+    u, _, vt = np.linalg.svd(m)
+    return u @ vt, defect
+
+
+def rotation_to_quaternion(r: np.ndarray) -> np.ndarray:
+    """Proper rotation matrices ``(..., 3, 3)`` -> unit quaternions ``(..., 4)`` ``[qx, qy, qz, qw]``.
+
+    Shepperd's method: each matrix uses the largest of ``trace, r00, r11, r22`` as pivot,
+    so no branch divides by a small number (robust near 180° rotations). The sign is
+    canonical, ``qw >= 0``. Pass matrices through :func:`nearest_rotation` first when
+    they are not orthonormal to machine precision.
+    """
+    r = np.asarray(r, dtype=np.float64)
+    shape = r.shape[:-2]
+    m = r.reshape(-1, 3, 3)
+    q = np.empty((m.shape[0], 4), dtype=np.float64)
+    tr = m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2]
+    diag = np.stack([m[:, 0, 0], m[:, 1, 1], m[:, 2, 2]], axis=1)
+    pivot = np.where(tr >= diag.max(axis=1), 3, diag.argmax(axis=1))
+    for k in range(4):
+        sel = pivot == k
+        if not np.any(sel):
+            continue
+        a = m[sel]
+        if k == 3:
+            s = 2.0 * np.sqrt(1.0 + tr[sel])
+            q[sel] = np.stack([(a[:, 2, 1] - a[:, 1, 2]) / s, (a[:, 0, 2] - a[:, 2, 0]) / s,
+                               (a[:, 1, 0] - a[:, 0, 1]) / s, 0.25 * s], axis=1)
+            continue
+        i, j, h = k, (k + 1) % 3, (k + 2) % 3
+        s = 2.0 * np.sqrt(np.maximum(1.0 + a[:, i, i] - a[:, j, j] - a[:, h, h], 0.0))
+        out = np.empty((a.shape[0], 4))
+        out[:, i] = 0.25 * s
+        out[:, j] = (a[:, j, i] + a[:, i, j]) / s
+        out[:, h] = (a[:, h, i] + a[:, i, h]) / s
+        out[:, 3] = (a[:, h, j] - a[:, j, h]) / s
+        q[sel] = out
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    q[q[:, 3] < 0] *= -1.0
+    return q.reshape(*shape, 4)
+
+
+def quaternion_to_rotation(q: np.ndarray) -> np.ndarray:
+    """Quaternions ``(..., 4)`` ``[qx, qy, qz, qw]`` (normalised here) -> rotation matrices ``(..., 3, 3)``."""
+    q = np.asarray(q, dtype=np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    x, y, z, w = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    r = np.empty(q.shape[:-1] + (3, 3))
+    r[..., 0, 0] = 1 - 2 * (y * y + z * z)
+    r[..., 0, 1] = 2 * (x * y - z * w)
+    r[..., 0, 2] = 2 * (x * z + y * w)
+    r[..., 1, 0] = 2 * (x * y + z * w)
+    r[..., 1, 1] = 1 - 2 * (x * x + z * z)
+    r[..., 1, 2] = 2 * (y * z - x * w)
+    r[..., 2, 0] = 2 * (x * z - y * w)
+    r[..., 2, 1] = 2 * (y * z + x * w)
+    r[..., 2, 2] = 1 - 2 * (x * x + y * y)
+    return r
+
+
+def camera_calibration(name: str, resolution: Sequence[int], fps: float, intrinsic: Sequence[float],
+                       distortion: Sequence[float], *, type_: str = "mono_camera",
+                       depth_scale: float | None = None, **extra: Any) -> dict[str, Any]:
+    """One ``calibration`` entry in the ``StereoCalibration.to_dict()`` structure (file_format.md §3,
+    multi_device_storage.md §6.5), for a single camera (stored as ``left_camera``).
+
+    Parameters
+    ----------
+    name:
+        The calibration key (``head_stereo`` for the first device with a calibration).
+    resolution:
+        ``[width, height]`` in pixels.
+    intrinsic:
+        ``[fx, fy, cx, cy]`` in pixels.
+    distortion:
+        Distortion coefficients in the source's model order.
+    depth_scale:
+        Metres per depth unit (0.001 for uint16 mm), when the camera has depth.
+    extra:
+        Further source facts (``distortion_model``, ``T_BS``...), added as keys.
+    """
+    cal: dict[str, Any] = {
+        "type": type_, "name": name, "resolution": [int(resolution[0]), int(resolution[1])], "fps": float(fps),
+        "left_camera": {"intrinsic": [float(v) for v in intrinsic], "distortion": [float(v) for v in distortion]},
+    }
+    if depth_scale is not None:
+        cal["depth_scale"] = float(depth_scale)
+    cal.update(extra)
+    return cal
+
+
+def with_feature(spec: ColumnSpec, **extra: Any) -> ColumnSpec:
+    """A copy of ``spec`` whose ``features`` declaration has ``extra`` keys added (e.g. ``source``)."""
+    return dataclasses.replace(spec, feature={**dict(spec.feature or {}), **extra})
+
+
+_BAD_TASK_CHARS = re.compile(r"[/\\\x00]")
+
+
+def default_task_name(source: Path) -> str:
+    """A task name from a source path: its name without extension, leading ``.``/``_`` stripped."""
+    stem = source.resolve().name
+    if source.is_file() and "." in stem:
+        stem = stem.rsplit(".", 1)[0]
+    stem = _BAD_TASK_CHARS.sub("_", stem).lstrip("._")
+    return stem or "imported"
+
+
+@contextlib.contextmanager
+def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]:
+    """A :class:`TaskWriter` whose task skeleton is removed again if the import fails.
+
+    When the task directory did not exist before and the import raises before any
+    episode was finished, the fresh directory (``info.json``, ``tasks.jsonl``, the
+    abort marker) is deleted, so a failed import leaves nothing behind. Episodes must
+    be written with ``with tw.begin_episode(...) as ep:`` so an exception aborts them.
+    """
+    root = Path(root)
+    root_fresh = not root.exists()
+    task_dir = root / task
+    fresh = not task_dir.exists()
+    tw = TaskWriter(root, task, fps=fps)
+    try:
+        yield tw
+    except BaseException:
+        try:
+            empty = not list_task_episodes(task_dir)
+        except Exception:  # noqa: BLE001 - never mask the import's own error
+            empty = False
+        if fresh and empty:
+            shutil.rmtree(task_dir, ignore_errors=True)
+            if root_fresh:
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+        raise

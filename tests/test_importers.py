@@ -1,0 +1,332 @@
+"""Importers on real recordings (tests/data): rgbd-frames (7-Scenes), tum (evo files), euroc (Kimera excerpt).
+
+Expected values are computed here from the source files, independently of the importer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from egopool import EgopoolError, FormatError, SchemaError, open_task
+from egopool.cli.app import main
+from egopool.importers import import_euroc, import_rgbd_frames, import_tum, rotation_to_quaternion
+
+DATA = Path(__file__).parent / "data"
+SEVEN = DATA / "sevenscenes_tsdf_fusion"
+EUROC = DATA / "euroc_v101_kimera"
+TUM_FILES = ["freiburg1_xyz-groundtruth.txt", "freiburg1_xyz-rgbdslam.txt", "V102.txt"]
+
+
+def quat_matrix(q: np.ndarray) -> np.ndarray:
+    """Hamilton xyzw -> 3x3, written out here so the test does not reuse the code under test."""
+    x, y, z, w = q / np.linalg.norm(q)
+    return np.array([[w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                     [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
+                     [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]])
+
+
+def polar_rotation(m: np.ndarray) -> np.ndarray:
+    """Nearest rotation R = M (MᵀM)^(-1/2), by eigen-decomposition (the importer uses an SVD)."""
+    w, v = np.linalg.eigh(m.T @ m)
+    return m @ (v @ np.diag(1.0 / np.sqrt(w)) @ v.T)
+
+
+def exact_ns(token: str) -> int:
+    return round(Fraction(token) * 10**9)
+
+
+# -- rgbd-frames ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def seven(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rec")
+    result = import_rgbd_frames(SEVEN, out, frame="ego_cam_optical")
+    return result, open_task(result.task_dir).episode(1)
+
+
+def test_rgbd_frames_rows_and_poses(seven):
+    result, ep = seven
+    assert result.counts["frames"] == 30 and ep.length == 30 and ep.meta["length"] == 30
+    traj = ep.trajectory("observation.ego_slam_trajectory")
+    assert traj.points.shape == (30, 8)
+    assert not traj.has_host_ns and "observation.ego_slam_trajectory_ns" not in ep.column_names
+    assert traj.frame == "ego_cam_optical"
+    defects = []
+    for i in range(30):
+        pose = np.loadtxt(SEVEN / f"frame-{i:06d}.pose.txt")
+        np.testing.assert_allclose(traj.points[i, 1:4], pose[:3, 3], rtol=0, atol=1e-12)
+        r_file = pose[:3, :3]
+        defects.append(np.abs(r_file.T @ r_file - np.eye(3)).max())
+        r_q = quat_matrix(traj.points[i, 4:8])
+        np.testing.assert_allclose(r_q, polar_rotation(r_file), rtol=0, atol=1e-9)
+        assert np.abs(r_q - r_file).max() <= 2 * defects[-1]
+        assert traj.points[i, 7] >= 0
+        assert traj.points[i, 0] == pytest.approx(i / 30.0, abs=1e-12)
+    print(f"\n7-Scenes pose rotations: max |RᵀR−I| = {max(defects):.2e} (quaternions = nearest rotations)")
+    table = ep.table
+    assert table.column("timestamp").to_numpy().tolist() == pytest.approx([i / 30 for i in range(30)], abs=1e-6)
+    assert set(table.column("hardware_ns").to_numpy()) == {0}
+
+
+def test_rgbd_frames_depth_holes_and_error(seven):
+    _, ep = seven
+    decoded = list(ep.depth("camera_depth"))
+    assert len(decoded) == 30
+    rel = []
+    for i, d in enumerate(decoded):
+        orig = np.asarray(Image.open(SEVEN / f"frame-{i:06d}.depth.png")).astype(np.int64)
+        assert d.dtype == np.uint16 and d.shape == orig.shape
+        assert np.array_equal(d == 0, orig == 0), f"frame {i}: holes changed"
+        valid = orig > 0
+        rel.append(np.abs(d[valid].astype(np.int64) - orig[valid]) / orig[valid])
+    rel_all = np.concatenate(rel)
+    med, p99 = float(np.median(rel_all)), float(np.percentile(rel_all, 99))
+    print(f"\n7-Scenes depth through the codec: relative error median {med:.3%}, p99 {p99:.3%} "
+          f"over {rel_all.size} valid pixels; holes kept exactly")
+    assert med < 0.005 and p99 < 0.03
+
+
+def test_rgbd_frames_rgb_and_calibration(seven):
+    result, ep = seven
+    frames = list(ep.video("camera_rgb"))
+    assert len(frames) == 30
+    orig = np.asarray(Image.open(SEVEN / "frame-000010.color.jpg").convert("RGB")).astype(np.float64)
+    mse = float(np.mean((frames[10].astype(np.float64) - orig) ** 2))
+    assert 10 * np.log10(255**2 / mse) > 28
+    k = np.loadtxt(SEVEN / "camera-intrinsics.txt")
+    expect = [k[0, 0], k[1, 1], k[0, 2], k[1, 2]]
+    assert ep.meta["calibration"]["head_stereo"]["left_camera"]["intrinsic"] == expect
+    info = open_task(result.task_dir).info
+    assert info["calibration"]["head_stereo"]["resolution"] == [640, 480]
+    assert info["video_extensions"]["camera_depth"] in ("mp4", "mkv")
+    assert "camera_depth" not in info["cameras"] and info["cameras"]["camera_rgb"] == {"height": 480, "width": 640}
+    assert any("synthesised" in s or "/ 30" in s for s in result.synthesised)
+
+
+def test_rotation_to_quaternion_all_pivots():
+    rng = np.random.default_rng(7)
+    q = rng.normal(size=(500, 4))
+    # add rotations whose pivot is each diagonal entry: 180° about x, y, z and near them
+    q = np.concatenate([q, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [1, 1e-9, 0, 1e-9]]])
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    mats = np.stack([quat_matrix(v) for v in q])
+    back = rotation_to_quaternion(mats)
+    assert np.all(back[:, 3] >= 0)
+    for m, b in zip(mats, back):
+        np.testing.assert_allclose(quat_matrix(b), m, rtol=0, atol=1e-12)
+
+
+def _copy_seven(dst: Path) -> Path:
+    shutil.copytree(SEVEN, dst)
+    return dst
+
+
+def test_rgbd_frames_missing_pose_names_file(tmp_path):
+    src = _copy_seven(tmp_path / "frames")
+    (src / "frame-000007.pose.txt").unlink()
+    out = tmp_path / "out"
+    with pytest.raises(FormatError, match=r"frame-000007\.pose\.txt is missing .*30 colour, 30 depth, 29 pose"):
+        import_rgbd_frames(src, out, frame="ego_cam_optical")
+    assert not out.exists()
+
+
+def test_rgbd_frames_bad_pose_line(tmp_path):
+    src = _copy_seven(tmp_path / "frames")
+    (src / "frame-000003.pose.txt").write_text("1 0 0 0\n0 1 0 0\n0 0 1 x\n0 0 0 1\n")
+    with pytest.raises(FormatError, match=r"frame-000003\.pose\.txt: line 3: not a number"):
+        import_rgbd_frames(src, tmp_path / "out", frame="ego_cam_optical")
+    (src / "frame-000003.pose.txt").write_text("1 0 0 0\n0 1 0 0\n0 0 -1 0\n0 0 0 1\n")
+    with pytest.raises(FormatError, match="determinant"):
+        import_rgbd_frames(src, tmp_path / "out", frame="ego_cam_optical")
+    assert not (tmp_path / "out").exists()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def test_rgbd_frames_failure_mid_way_leaves_nothing(tmp_path):
+    """A colour JPEG whose header is fine but whose data is cut off fails during writing: the
+    episode is aborted, a fresh task is removed, and an existing task keeps exactly its files."""
+    src = _copy_seven(tmp_path / "frames")
+    jpg = src / "frame-000015.color.jpg"
+    jpg.write_bytes(jpg.read_bytes()[:2000])
+    out = tmp_path / "out"
+    with pytest.raises(FormatError, match=r"frame-000015\.color\.jpg"):
+        import_rgbd_frames(src, out, frame="ego_cam_optical")
+    assert not out.exists()
+    # existing task: a previous good import stays byte-identical, no file of a second episode appears
+    import_tum(DATA / "evo_trajectories" / TUM_FILES[1], out, frame="ego_cam_optical", task="frames")
+    before = _tree(out / "frames")
+    with pytest.raises(FormatError):
+        import_rgbd_frames(src, out, frame="ego_cam_optical")
+    after = _tree(out / "frames")
+    assert after.pop("meta/recycled_episode.json", None) is not None  # the aborted N is offered for reuse
+    assert after == before
+    assert [e.index for e in open_task(out / "frames").episodes()] == [1]
+
+
+def test_unknown_frame_is_refused_before_writing(tmp_path):
+    with pytest.raises(SchemaError, match="unknown SLAM frame"):
+        import_rgbd_frames(SEVEN, tmp_path / "out", frame="world")
+    assert not (tmp_path / "out").exists()
+
+
+# -- tum -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", TUM_FILES)
+def test_tum_points_equal_file(tmp_path, name):
+    path = DATA / "evo_trajectories" / name
+    lines = [ln.split() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    expect = np.loadtxt(path)
+    result = import_tum(path, tmp_path, frame="ego_cam_optical", fps=30.0)
+    ep = open_task(result.task_dir).episode(1)
+    traj = ep.trajectory("observation.ego_slam_trajectory")
+    assert traj.points.shape[0] == len(lines) == result.counts["poses"]
+    assert np.array_equal(traj.points, expect)  # float64-exact
+    ns = [exact_ns(tok[0]) for tok in lines]
+    assert traj.host_ns.tolist() == ns
+    t0 = Fraction(lines[0][0])
+    rows = int((Fraction(lines[-1][0]) - t0) * 30) + 1
+    assert ep.length == rows == result.counts["rows"]
+    # each pose sits in the row whose 1/30 s window holds its time
+    for k in (0, len(lines) // 2, len(lines) - 1):
+        r = int(traj.rows[k])
+        dt = (Fraction(lines[k][0]) - t0) * 30
+        assert r <= dt < r + 1 + Fraction(1, 10**6)
+    assert traj.frame == "ego_cam_optical"
+    feat = open_task(result.task_dir).info["features"]["observation.ego_slam_trajectory"]
+    assert feat["frame_axes"] == {"+X": "right", "+Y": "down", "+Z": "forward"}
+
+
+def test_tum_bad_lines(tmp_path):
+    bad = tmp_path / "t.txt"
+    bad.write_text("# c\n1.0 0 0 0 0 0 0 1\n1.1 0 0 0 0 0 0\n")
+    with pytest.raises(FormatError, match=r"t\.txt: line 3: expected 8 values"):
+        import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
+    bad.write_text("1.0 0 0 0 0 0 0 1\n0.5 0 0 0 0 0 0 1\n")
+    with pytest.raises(FormatError, match="line 2: timestamp 0.5 is earlier"):
+        import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
+    bad.write_text("timestamp tx ty tz qx qy qz qw\n1.0 0 0 0 0 0 0 0.1\n")
+    with pytest.raises(FormatError, match="line 2: quaternion norm"):
+        import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
+    with pytest.raises(FormatError, match="not found"):
+        import_tum(tmp_path / "missing.txt", tmp_path / "out", frame="ego_cam_optical")
+    bad.write_text("1.0 0 0 0 0 0 0 1\n9e9 0 0 0 0 0 0 1\n")
+    with pytest.raises(FormatError, match=r"t\.txt: poses span 9e\+09 s"):
+        import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
+    for fps in (0, -30, float("nan")):
+        with pytest.raises(EgopoolError, match="fps must be a finite number > 0"):
+            import_tum(DATA / "evo_trajectories" / TUM_FILES[1], tmp_path / "out", frame="ego_cam_optical", fps=fps)
+    assert not (tmp_path / "out").exists()
+
+
+def test_tum_header_without_hash(tmp_path):
+    f = tmp_path / "h.txt"
+    f.write_text("timestamp tx ty tz qx qy qz qw\n1.000 1 2 3 0 0 0 1\n1.5e0 4 5 6 0 0 0 1\n")
+    result = import_tum(f, tmp_path / "out", frame="ego_cam_optical", fps=10)
+    traj = open_task(result.task_dir).episode(1).trajectory("observation.ego_slam_trajectory")
+    assert traj.points[:, 1:4].tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert traj.host_ns.tolist() == [1_000_000_000, 1_500_000_000] and traj.rows.tolist() == [0, 5]
+
+
+# -- euroc -----------------------------------------------------------------------------------------------
+def _csv(path: Path) -> list[list[str]]:
+    return [ln.split(",") for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_euroc_rows_imu_and_calibration(tmp_path):
+    result = import_euroc(EUROC, tmp_path)
+    ep = open_task(result.task_dir).episode(1)
+    cam = [int(r[0]) for r in _csv(EUROC / "mav0" / "cam0" / "data.csv")]
+    imu = _csv(EUROC / "mav0" / "imu0" / "data.csv")
+    assert ep.length == len(cam) == 20
+    table = ep.table
+    assert table.column("hardware_ns").to_pylist() == cam
+    period = round(1e9 / 20)
+    inside = [r for r in imu if cam[0] <= int(r[0]) < cam[-1] + period]
+    ts, samples = ep.imu()
+    assert len(ts) == len(inside) == result.counts["imu_samples"]
+    assert ts.tolist() == [int(r[0]) for r in inside]
+    gyro_csv = np.array([[float(v) for v in r[1:4]] for r in inside], dtype=np.float32)
+    accel_csv = np.array([[float(v) for v in r[4:7]] for r in inside], dtype=np.float32)
+    assert np.array_equal(samples[:, :3], gyro_csv) and np.array_equal(samples[:, 3:], accel_csv)
+    # each sample sits in the row of the frame window that holds it
+    per_row = [len(v) for v in table.column("imu_ts_ns").to_pylist()]
+    for i, n in enumerate(per_row):
+        hi = cam[i + 1] if i + 1 < len(cam) else cam[-1] + period
+        assert n == sum(1 for r in inside if cam[i] <= int(r[0]) < hi)
+    cal = ep.meta["calibration"]["head_stereo"]
+    assert cal["left_camera"]["intrinsic"] == [458.654, 457.296, 367.215, 248.375]
+    assert cal["left_camera"]["distortion"] == [-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05]
+    assert cal["resolution"] == [752, 480] and cal["fps"] == 20.0 and len(cal["T_BS"]) == 16
+    assert open_task(result.task_dir).info["fps"] == 20.0
+    frames = list(ep.video("stereo_left"))
+    assert len(frames) == 20 and frames[0].shape == (480, 752, 3)
+
+
+def test_euroc_groundtruth_reordered_to_xyzw(tmp_path):
+    """Real V1_02 ground-truth rows with their stamps shifted into the excerpt's cam0 span (values untouched)."""
+    src = tmp_path / "euroc"
+    shutil.copytree(EUROC, src)
+    gt_src = (DATA / "evo_trajectories" / "V102_groundtruth.csv").read_text().splitlines()
+    cam = [int(r[0]) for r in _csv(EUROC / "mav0" / "cam0" / "data.csv")]
+    shift = cam[0] - int(gt_src[1].split(",")[0])
+    rows = [gt_src[0]] + [",".join([str(int(ln.split(",")[0]) + shift)] + ln.split(",")[1:]) for ln in gt_src[1:400]]
+    (src / "mav0" / "state_groundtruth_estimate0").mkdir()
+    (src / "mav0" / "state_groundtruth_estimate0" / "data.csv").write_text("\n".join(rows) + "\n")
+    plain = import_euroc(src, tmp_path / "a")
+    assert any("--frame" in n for n in plain.notes)
+    assert "observation.ego_slam_trajectory" not in open_task(plain.task_dir).episode(1).column_names
+    result = import_euroc(src, tmp_path / "b", frame="ego_cam_optical")
+    traj = open_task(result.task_dir).episode(1).trajectory("observation.ego_slam_trajectory")
+    csv = [r.split(",") for r in rows[1:]]
+    inside = [r for r in csv if cam[0] <= int(r[0]) < cam[-1] + 50_000_000]
+    assert len(traj.points) == len(inside) == result.counts["gt_points"]
+    assert traj.host_ns.tolist() == [int(r[0]) for r in inside]
+    expect = np.array([[float(r[i]) for i in (1, 2, 3, 5, 6, 7, 4)] for r in inside])
+    assert np.array_equal(traj.points[:, 1:8], expect)
+
+
+def test_euroc_missing_image_and_bad_csv(tmp_path):
+    src = tmp_path / "euroc"
+    shutil.copytree(EUROC, src)
+    first = _csv(src / "mav0" / "cam0" / "data.csv")[3][1].strip()
+    (src / "mav0" / "cam0" / "data" / first).unlink()
+    with pytest.raises(FormatError, match=f"{first}: image listed in cam0/data.csv is missing"):
+        import_euroc(src, tmp_path / "out")
+    shutil.rmtree(src)
+    shutil.copytree(EUROC, src)
+    imu = src / "mav0" / "imu0" / "data.csv"
+    lines = imu.read_text().splitlines()
+    lines[5] = lines[5].rsplit(",", 1)[0]
+    imu.write_text("\n".join(lines) + "\n")
+    with pytest.raises(FormatError, match="imu0/data.csv: line 6: expected 7 comma-separated fields, got 6"):
+        import_euroc(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- CLI -------------------------------------------------------------------------------------------------
+def test_cli_import_tum_json_and_missing_frame(tmp_path, capsys):
+    path = DATA / "evo_trajectories" / TUM_FILES[1]
+    assert main(["import", "tum", str(path), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pass --frame" in err
+    assert not any(tmp_path.iterdir())
+    assert main(["import", "tum", str(path), "--out", str(tmp_path), "--task", "t1", "--frame",
+                 "ego_cam_optical", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task_dir"] == str(tmp_path / "t1") and out["episodes"][0]["episode_index"] == 1
+    assert out["counts"]["poses"] == 788 and any("grid" in s for s in out["synthesised"])
+
+
+def test_cli_import_euroc_human_output(tmp_path, capsys):
+    assert main(["import", "euroc", str(EUROC), "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "episode N=1" in text and "20 rows" in text and "cam0 stamps" in text
