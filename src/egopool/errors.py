@@ -10,7 +10,9 @@
     ├── SchemaError                  column names, declarations, row values (multi_device_storage.md §2.4, §6)
     ├── CodecError                   video / depth / force-matrix encode or decode failed
     ├── ConflictError                devices that cannot be recorded together (§5.1)
-    └── LockError                    the task lock could not be taken
+    ├── LockError                    the task lock could not be taken
+    ├── RegistryError                the local registry pipeline.db could not be read or written
+    └── OperationError               a maintenance operation (delete, migrate, repair) could not complete
 
 Every error composes its own message from structured fields, names the file or
 column at fault and, where there is one, says what to do about it.
@@ -29,6 +31,8 @@ __all__ = [
     "LayoutError",
     "LegacyLayoutError",
     "LockError",
+    "OperationError",
+    "RegistryError",
     "SchemaError",
 ]
 
@@ -106,3 +110,24 @@ class ConflictError(EgopoolError):
 
 class LockError(EgopoolError):
     """The task lock (DESIGN §5) could not be taken."""
+
+
+class RegistryError(EgopoolError):
+    """The local registry ``pipeline.db`` (SQLite, DESIGN §1) could not be opened, read or written."""
+
+
+class OperationError(EgopoolError):
+    """A maintenance operation (delete, migrate, repair) failed part-way; says exactly what is where.
+
+    Parameters
+    ----------
+    message:
+        What failed and what state the task was left in, in one line.
+    details:
+        One entry per file that could not be removed or restored (also in the message).
+    """
+
+    def __init__(self, message: str, *, details: list[str] | None = None, path: str | Path | None = None,
+                 hint: str | None = None) -> None:
+        self.details = list(details or [])
+        super().__init__(message, path=path, hint=hint)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +35,14 @@ from . import __version__
 from ._atomic import publish, task_lock, temp_path_for
 from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
 from .codecs.video import RgbEncoder
-from .errors import CodecError, EgopoolError, FormatError, LegacyLayoutError, SchemaError
+from .errors import CodecError, EgopoolError, FormatError, LegacyLayoutError, RegistryError, SchemaError
 from .layout import TaskLayout, list_task_episodes
 from .meta import markers
 from .meta.episodes import write_episode_row
 from .meta.info import info_path, merge_info, new_info, read_info, write_info
 from .meta.stats import StatsBlock, merge_stats, needs_recalc, read_stats, recalc_stats, write_stats
 from .meta.tasks import write_tasks_if_missing
+from .registry import Registry, record_episode, task_key
 from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter"]
@@ -103,6 +105,9 @@ class EpisodeResult:
         Data rows (= frames of every stream).
     paths:
         Every published file.
+    registry_error:
+        Why the episode could not be recorded in ``pipeline.db`` (its files are
+        published all the same), or None.
     """
 
     index: int
@@ -110,6 +115,7 @@ class EpisodeResult:
     file: int
     length: int
     paths: tuple[Path, ...]
+    registry_error: str | None = None
 
 
 def _fills(spec: ColumnSpec, value: Any) -> bool:
@@ -174,6 +180,10 @@ class TaskWriter:
         Task frame rate (rows per second).
     app_version:
         Written into ``info.json`` (defaults to egopool's version).
+    registry:
+        Record finished episodes in the local registry ``<root>/pipeline.db`` and take its
+        watermark into account when numbering (DESIGN §1). True (default): the registry
+        beside the task; a path or :class:`~egopool.registry.Registry`: that one; False: none.
 
     Raises
     ------
@@ -183,7 +193,8 @@ class TaskWriter:
         The directory is the legacy v1.0 per-session layout (nothing is written).
     """
 
-    def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None) -> None:
+    def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None,
+                 registry: bool | str | Path | Registry = True) -> None:
         if not fps > 0:
             raise EgopoolError(f"fps must be > 0, got {fps}")
         self.task_name = _validate_task_name(task_name)
@@ -191,6 +202,9 @@ class TaskWriter:
         self.fps = float(fps)
         self.app_version = app_version or __version__
         _refuse_foreign(self.task_dir)
+        self.registry: Registry | None = (
+            registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
+            else Registry(registry) if registry else None)
         (self.task_dir / "meta" / "episodes").mkdir(parents=True, exist_ok=True)
         with task_lock(self.task_dir):
             if (self.task_dir / "meta" / "info.json").exists():
@@ -225,10 +239,31 @@ class TaskWriter:
                 return recycled
             if self._occupied(recycled):
                 markers.clear_recycled(self.task_dir)
-        n = max([self._scanned_max, int(info.get("total_episodes") or 0), *reserved]) + 1
+        n = max([self._scanned_max, int(info.get("total_episodes") or 0), self._registry_watermark(), *reserved]) + 1
         while self._occupied(n) or n in reserved:
             n += 1
         return n
+
+    def _registry_watermark(self) -> int:
+        if self.registry is None:
+            return 0
+        try:
+            return self.registry.watermark(task_key(self.task_dir))
+        except RegistryError as exc:  # numbering still has the scan and total_episodes
+            warnings.warn(f"registry watermark unavailable: {exc.one_line()}", RuntimeWarning, stacklevel=3)
+            return 0
+
+    def _register(self, index: int, paths: Sequence[Path]) -> str | None:
+        """Record a published episode in the registry; a failure is returned (and warned), never raised."""
+        if self.registry is None:
+            return None
+        try:
+            record_episode(self.task_dir, index, paths, registry=self.registry)
+        except RegistryError as exc:
+            warnings.warn(f"episode {index} is published but not in the registry: {exc.one_line()}",
+                          RuntimeWarning, stacklevel=3)
+            return exc.one_line()
+        return None
 
     def next_episode_index(self) -> int:
         """The N the next :meth:`begin_episode` would take (without reserving it)."""
@@ -578,7 +613,8 @@ class EpisodeWriter:
             raise
         finally:
             markers.release(self.task.task_dir, self.index)
-        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published))
+        reg_error = self.task._register(self.index, published)
+        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error)
 
     def _trajectory_specs(self, present: set[str]) -> dict[str, ColumnSpec]:
         return {n: s for n, s in self._specs.items() if s.kind == "slam_trajectory" and n in present}

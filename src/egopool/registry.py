@@ -1,0 +1,371 @@
+"""The local registry ``pipeline.db``: one row per recording and the per-task watermark (DESIGN §1).
+
+``pipeline.db`` is an SQLite file beside the task directories (in the recordings
+root, the parent of every ``<task>/``). It holds
+
+* ``recordings``: one row per finished episode ``(task, episode_index)`` with its
+  ``status`` (``recorded`` / ``uploaded`` / ``deleted``), total size and timestamps;
+* ``recording_files``: every file of the episode's group (path relative to the task
+  directory, size in bytes, sha256 hex);
+* ``watermarks``: the highest N ever finished or deleted per task. It never
+  decreases, so a deleted N is never handed out again even when every file of it,
+  and ``info.json``, are gone (file_format.md §2 "删除不回退").
+
+The writer records into it after an episode is published; ``egopool delete`` marks a
+row ``deleted`` before touching files and removes it once the files are verified gone
+(file_format.md §2, §9). The task key is the task directory's name.
+
+Every public call opens its own short connection (safe across processes; SQLite's
+own locking serialises writers, ``timeout`` 30 s). Any SQLite or file error becomes a
+:class:`~egopool.errors.RegistryError` naming ``pipeline.db``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RegistryError
+
+__all__ = [
+    "REGISTRY_NAME",
+    "STATUSES",
+    "FileRecord",
+    "Recording",
+    "Registry",
+    "file_record",
+    "record_episode",
+    "registry_path",
+    "sha256_file",
+    "task_key",
+]
+
+REGISTRY_NAME = "pipeline.db"
+STATUSES = ("recorded", "uploaded", "deleted")
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS recordings (
+    task          TEXT    NOT NULL,
+    episode_index INTEGER NOT NULL CHECK (episode_index >= 1),
+    status        TEXT    NOT NULL CHECK (status IN ('recorded', 'uploaded', 'deleted')),
+    total_bytes   INTEGER NOT NULL,
+    recorded_at   REAL    NOT NULL,
+    updated_at    REAL    NOT NULL,
+    PRIMARY KEY (task, episode_index)
+);
+CREATE TABLE IF NOT EXISTS recording_files (
+    task          TEXT    NOT NULL,
+    episode_index INTEGER NOT NULL,
+    path          TEXT    NOT NULL,
+    size          INTEGER NOT NULL,
+    sha256        TEXT    NOT NULL,
+    PRIMARY KEY (task, episode_index, path),
+    FOREIGN KEY (task, episode_index) REFERENCES recordings (task, episode_index) ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS watermarks (
+    task       TEXT    PRIMARY KEY,
+    last_index INTEGER NOT NULL,
+    updated_at REAL    NOT NULL
+);
+"""
+
+
+def registry_path(task_dir: str | Path) -> Path:
+    """``pipeline.db`` beside the task: ``<recordings root>/pipeline.db`` for ``<root>/<task>``."""
+    return Path(os.path.abspath(task_dir)).parent / REGISTRY_NAME
+
+
+def task_key(task_dir: str | Path) -> str:
+    """The registry's key for a task: its directory name (symlinks not resolved)."""
+    return Path(os.path.abspath(task_dir)).name
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """sha256 hex digest of a file, read in 1 MiB chunks (never whole in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(chunk)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One file of a recording.
+
+    Attributes
+    ----------
+    path:
+        POSIX path relative to the task directory (``data/chunk-000/episode-000.parquet``).
+    size:
+        Bytes.
+    sha256:
+        Hex digest of the file's bytes.
+    """
+
+    path: str
+    size: int
+    sha256: str
+
+
+def file_record(task_dir: str | Path, path: str | Path) -> FileRecord:
+    """Size and sha256 of ``path`` (a file inside ``task_dir``).
+
+    Raises
+    ------
+    RegistryError
+        The file cannot be read.
+    """
+    task_dir, path = Path(task_dir), Path(path)
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(task_dir)).as_posix()
+        return FileRecord(rel, path.stat().st_size, sha256_file(path))
+    except (OSError, ValueError) as exc:
+        raise RegistryError(f"cannot hash file for the registry: {exc}", path=path) from exc
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One ``recordings`` row with its files.
+
+    Attributes
+    ----------
+    task:
+        Task directory name.
+    episode_index:
+        Global 1-based N.
+    status:
+        ``recorded``, ``uploaded`` or ``deleted`` (a delete in progress, see ``egopool delete``).
+    total_bytes:
+        Sum of the files' sizes.
+    recorded_at, updated_at:
+        Unix seconds.
+    files:
+        Every file of the group, sorted by path.
+    """
+
+    task: str
+    episode_index: int
+    status: str
+    total_bytes: int
+    recorded_at: float
+    updated_at: float
+    files: tuple[FileRecord, ...]
+
+
+class Registry:
+    """Handle on one ``pipeline.db``; the file and its tables are created on first write.
+
+    Parameters
+    ----------
+    path:
+        The database file.
+
+    Raises
+    ------
+    RegistryError
+        From every method when SQLite fails (unwritable directory, corrupt file, busy > 30 s).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def for_task(cls, task_dir: str | Path) -> Registry:
+        """The registry beside ``task_dir`` (:func:`registry_path`)."""
+        return cls(registry_path(task_dir))
+
+    def __repr__(self) -> str:
+        return f"Registry({str(self.path)!r})"
+
+    @contextlib.contextmanager
+    def _connect(self, write: bool) -> Iterator[sqlite3.Connection]:
+        if not write and not self.path.exists():
+            # Reading a registry that does not exist yet: behave as empty, create nothing.
+            mem = sqlite3.connect(":memory:", isolation_level=None)
+            try:
+                _create_schema(mem)
+                yield mem
+            finally:
+                mem.close()
+            return
+        try:
+            con = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise RegistryError(f"cannot open registry: {exc}", path=self.path,
+                                hint="check that the recordings root is writable") from exc
+        try:
+            con.execute("PRAGMA foreign_keys = ON")
+            con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                raise RegistryError(f"registry schema version {version} is newer than this egopool "
+                                    f"understands ({_SCHEMA_VERSION})", path=self.path, hint="upgrade egopool")
+            if version < _SCHEMA_VERSION:
+                if not write:  # upgrade under a write lock, then continue reading
+                    con.execute("COMMIT")
+                    con.execute("BEGIN IMMEDIATE")
+                _create_schema(con)
+            yield con
+            con.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise RegistryError(f"registry operation failed: {exc}", path=self.path,
+                                hint="check that the recordings root is writable and pipeline.db is not corrupt") from exc
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise
+        finally:
+            con.close()
+
+    # -- recordings ------------------------------------------------------------------------------
+    def record(self, task: str, index: int, files: Sequence[FileRecord], *, status: str = "recorded",
+               recorded_at: float | None = None) -> Recording:
+        """Insert or replace N's row and files, and raise the task's watermark to at least N.
+
+        Parameters
+        ----------
+        task:
+            Task directory name.
+        index:
+            Global 1-based N.
+        files:
+            The episode's files (:func:`file_record`).
+        status:
+            One of :data:`STATUSES`.
+        recorded_at:
+            Unix s (default: now).
+        """
+        _check_status(status)
+        now = time.time()
+        rec_at = float(now if recorded_at is None else recorded_at)
+        total = sum(f.size for f in files)
+        with self._connect(write=True) as con:
+            con.execute("DELETE FROM recordings WHERE task = ? AND episode_index = ?", (task, index))
+            con.execute("INSERT INTO recordings VALUES (?, ?, ?, ?, ?, ?)", (task, index, status, total, rec_at, now))
+            con.executemany("INSERT INTO recording_files VALUES (?, ?, ?, ?, ?)",
+                            [(task, index, f.path, f.size, f.sha256) for f in files])
+            _bump(con, task, index, now)
+        return Recording(task, index, status, total, rec_at, now, tuple(sorted(files, key=lambda f: f.path)))
+
+    def get(self, task: str, index: int) -> Recording | None:
+        """N's row, or None."""
+        with self._connect(write=False) as con:
+            rows = _fetch(con, task, [index])
+        return rows[0] if rows else None
+
+    def recordings(self, task: str) -> list[Recording]:
+        """Every row of ``task``, ascending N."""
+        with self._connect(write=False) as con:
+            return _fetch(con, task, None)
+
+    def set_status(self, task: str, index: int, status: str) -> bool:
+        """Set N's status; returns False when N has no row."""
+        _check_status(status)
+        with self._connect(write=True) as con:
+            cur = con.execute("UPDATE recordings SET status = ?, updated_at = ? WHERE task = ? AND episode_index = ?",
+                              (status, time.time(), task, index))
+            return cur.rowcount > 0
+
+    def replace_files(self, task: str, index: int, files: Sequence[FileRecord]) -> bool:
+        """Replace N's file list (after a rename or a meta-row repair); False when N has no row."""
+        with self._connect(write=True) as con:
+            cur = con.execute("UPDATE recordings SET total_bytes = ?, updated_at = ? WHERE task = ? AND episode_index = ?",
+                              (sum(f.size for f in files), time.time(), task, index))
+            if cur.rowcount == 0:
+                return False
+            con.execute("DELETE FROM recording_files WHERE task = ? AND episode_index = ?", (task, index))
+            con.executemany("INSERT INTO recording_files VALUES (?, ?, ?, ?, ?)",
+                            [(task, index, f.path, f.size, f.sha256) for f in files])
+            return True
+
+    def remove(self, task: str, index: int) -> bool:
+        """Delete N's row (and its files); returns False when there was none. The watermark stays."""
+        with self._connect(write=True) as con:
+            cur = con.execute("DELETE FROM recordings WHERE task = ? AND episode_index = ?", (task, index))
+            return cur.rowcount > 0
+
+    # -- watermark -------------------------------------------------------------------------------
+    def watermark(self, task: str) -> int:
+        """Highest N ever recorded or deleted in ``task`` (0 when none)."""
+        with self._connect(write=False) as con:
+            row = con.execute("SELECT last_index FROM watermarks WHERE task = ?", (task,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def bump_watermark(self, task: str, index: int) -> int:
+        """Raise the watermark to at least ``index`` (never lowers it); returns the new value."""
+        with self._connect(write=True) as con:
+            return _bump(con, task, index, time.time())
+
+
+def _create_schema(con: sqlite3.Connection) -> None:
+    # executescript() would COMMIT the open transaction first, so run the statements one by one.
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+    con.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+
+
+def _check_status(status: str) -> None:
+    if status not in STATUSES:
+        raise RegistryError(f"unknown recording status {status!r}", hint=f"use one of {STATUSES}")
+
+
+def _bump(con: sqlite3.Connection, task: str, index: int, now: float) -> int:
+    con.execute("INSERT INTO watermarks VALUES (?, ?, ?) ON CONFLICT (task) DO UPDATE SET "
+                "last_index = MAX(last_index, excluded.last_index), updated_at = excluded.updated_at",
+                (task, int(index), now))
+    return int(con.execute("SELECT last_index FROM watermarks WHERE task = ?", (task,)).fetchone()[0])
+
+
+def _fetch(con: sqlite3.Connection, task: str, indices: Iterable[int] | None) -> list[Recording]:
+    if indices is None:
+        rows = con.execute("SELECT * FROM recordings WHERE task = ? ORDER BY episode_index", (task,)).fetchall()
+    else:
+        rows = [r for i in indices for r in con.execute(
+            "SELECT * FROM recordings WHERE task = ? AND episode_index = ?", (task, i)).fetchall()]
+    out = []
+    for t, n, status, total, rec_at, upd in rows:
+        files = tuple(FileRecord(p, int(s), h) for p, s, h in con.execute(
+            "SELECT path, size, sha256 FROM recording_files WHERE task = ? AND episode_index = ? ORDER BY path",
+            (t, n)).fetchall())
+        out.append(Recording(t, int(n), status, int(total), float(rec_at), float(upd), files))
+    return out
+
+
+def record_episode(task_dir: str | Path, index: int, paths: Iterable[str | Path], *,
+                   registry: Registry | None = None, status: str = "recorded",
+                   recorded_at: float | None = None) -> Recording:
+    """Hash an episode's files and record them (the writer calls this after ``finish``).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory; its name is the registry's task key.
+    index:
+        Global 1-based N.
+    paths:
+        The published files of the group (videos, data parquet, episodes row).
+    registry:
+        Defaults to :meth:`Registry.for_task`.
+
+    Raises
+    ------
+    RegistryError
+        A file cannot be hashed or the database cannot be written.
+    """
+    task_dir = Path(task_dir)
+    reg = registry or Registry.for_task(task_dir)
+    files = [file_record(task_dir, p) for p in paths]
+    return reg.record(task_key(task_dir), index, files, status=status, recorded_at=recorded_at)
