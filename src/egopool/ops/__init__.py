@@ -8,10 +8,19 @@ report with a ``to_dict()`` for ``--json``.
 
 from __future__ import annotations
 
+from .stats_ops import (BlockDiff, StatsCheckReport, StatsRecalcReport, check_stats, compare_stats, compute_stats,
+                        recalc_task_stats)
 from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
                      recover_interrupted_deletes)
 
 __all__ = [
+    "BlockDiff",
+    "StatsCheckReport",
+    "StatsRecalcReport",
+    "check_stats",
+    "compare_stats",
+    "compute_stats",
+    "recalc_task_stats",
     "DeleteOutcome",
     "DeletePlan",
     "DeleteReport",

@@ -1,0 +1,277 @@
+"""egopool delete (file_format.md §2, §9): by global N, verified, all-or-nothing, N never reused."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from ops_helpers import clone_episode, files_of, parquet_bytes, snapshot, write_task
+
+from egopool import EpisodeNotFoundError, LayoutError, TaskWriter, list_task_episodes
+from egopool.errors import OperationError
+from egopool.meta.episodes import read_episode_row
+from egopool.meta.info import read_info
+from egopool.ops import delete as delete_mod
+from egopool.ops import delete_episodes, pooled_episode_leftovers, recover_interrupted_deletes
+from egopool.registry import Registry, sha256_file
+
+META = {"meta/info.json", "meta/stats.json", "meta/tasks.jsonl", "meta/episodes/.lock"}
+
+
+def group_files(chunk: int, f: int) -> set[str]:
+    return {f"data/chunk-{chunk:03d}/episode-{f:03d}.parquet",
+            f"meta/episodes/chunk-{chunk:03d}/episode-{f:03d}.parquet",
+            f"videos/chunk-{chunk:03d}/cam/episode-{f:03d}.mp4"}
+
+
+def test_delete_n1_in_a_one_episode_task(tmp_path):
+    task = write_task(tmp_path, episodes=1)
+    before = snapshot(task)
+    assert files_of(task) == META | group_files(0, 0)
+    reg = Registry.for_task(task)
+    rec = reg.get("pick", 1)
+    assert rec is not None and rec.status == "recorded"
+    assert {f.path for f in rec.files} == group_files(0, 0)
+    assert all(f.sha256 == sha256_file(task / f.path) for f in rec.files)
+
+    report = delete_episodes(task, [1])
+
+    assert report.ok
+    assert files_of(task) == META
+    assert pooled_episode_leftovers(task, 1) == []
+    assert list_task_episodes(task) == []
+    # stats.json and info.json (total_episodes) are not rolled back: byte-identical
+    after = snapshot(task)
+    for name in ("meta/info.json", "meta/stats.json", "meta/tasks.jsonl"):
+        assert after[name] == before[name]
+    assert read_info(task)["total_episodes"] == 1
+    assert reg.get("pick", 1) is None
+    assert reg.watermark("pick") == 1
+    assert [sorted(o.to_dict(task)["removed"]) for o in report.outcomes] == [sorted(group_files(0, 0))]
+    # N=1 is never reused
+    assert TaskWriter(tmp_path, "pick").next_episode_index() == 2
+
+
+def test_delete_n1001_after_chunk_rollover_never_touches_n1(tmp_path):
+    task = write_task(tmp_path, episodes=2)
+    clone_episode(task, 1, 1001)
+    assert [g.index for g in list_task_episodes(task)] == [1, 2, 1001]
+    before = snapshot(task)
+    assert group_files(1, 0) <= set(before)
+
+    report = delete_episodes(task, [1001])
+
+    after = snapshot(task)
+    assert set(before) - set(after) == group_files(1, 0) | {"data/chunk-001", "meta/episodes/chunk-001",
+                                                           "videos/chunk-001", "videos/chunk-001/cam"}
+    assert set(after) - set(before) == set()
+    for name in group_files(0, 0) | group_files(0, 1) | META:
+        assert after[name] == before[name], name
+    assert [g.index for g in list_task_episodes(task)] == [1, 2]
+    assert report.plans[0].files == sorted(task / p for p in group_files(1, 0))
+    assert TaskWriter(tmp_path, "pick").next_episode_index() == 1002
+
+
+def test_delete_n1_in_a_rolled_over_task_keeps_n1001(tmp_path):
+    task = write_task(tmp_path, episodes=1)
+    clone_episode(task, 1, 1001)
+    before = snapshot(task)
+    delete_episodes(task, [1])
+    after = snapshot(task)
+    assert set(before) - set(after) == group_files(0, 0) | {"data/chunk-000", "meta/episodes/chunk-000",
+                                                           "videos/chunk-000", "videos/chunk-000/cam"}
+    for name in group_files(1, 0):
+        assert after[name] == before[name]
+    assert read_episode_row(task / "meta/episodes/chunk-001/episode-000.parquet", 1001)["episode_index"] == 1001
+
+
+@pytest.mark.parametrize("n", [0, -3])
+def test_n_below_one_is_refused_and_nothing_changes(tmp_path, n):
+    task = write_task(tmp_path, episodes=1)
+    before = snapshot(task)
+    with pytest.raises(LayoutError, match=f"episode {n} refused: global N is 1-based"):
+        delete_episodes(task, [n])
+    assert snapshot(task) == before
+
+
+@pytest.mark.parametrize("n", [2, 1000, 1002])
+def test_missing_n_is_an_error_not_a_silent_success(tmp_path, n):
+    task = write_task(tmp_path, episodes=1)
+    clone_episode(task, 1, 1001)
+    before = snapshot(task)
+    with pytest.raises(EpisodeNotFoundError, match=f"no episode {n} in task"):
+        delete_episodes(task, [1, n])  # checked before anything is touched: N=1 survives too
+    assert snapshot(task) == before
+
+
+def test_already_deleted_n_is_the_same_error(tmp_path):
+    task = write_task(tmp_path, episodes=2)
+    delete_episodes(task, [2])
+    before = snapshot(task)
+    with pytest.raises(EpisodeNotFoundError, match="no episode 2 in task"):
+        delete_episodes(task, [2])
+    assert snapshot(task) == before
+
+
+def test_dry_run_lists_exactly_what_would_be_removed(tmp_path):
+    task = write_task(tmp_path, episodes=2)
+    before = snapshot(task)
+    report = delete_episodes(task, [2], dry_run=True)
+    assert snapshot(task) == before
+    d = report.to_dict()
+    assert d["dry_run"] is True and d["outcomes"] == []
+    assert set(d["plans"][0]["files"]) == group_files(0, 1)
+    assert d["plans"][0]["bytes"] == sum((task / p).stat().st_size for p in group_files(0, 1))
+    assert Registry.for_task(task).get("pick", 2).status == "recorded"
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_failed_delete_leaves_the_tree_byte_identical(tmp_path, monkeypatch, fail_at):
+    task = write_task(tmp_path, episodes=2)
+    before = snapshot(task)
+    calls = []
+    real = delete_mod._stage_rename
+
+    def flaky(src, dst):
+        calls.append(src)
+        if len(calls) == fail_at:
+            raise PermissionError(13, "Permission denied", str(src))
+        real(src, dst)
+
+    monkeypatch.setattr(delete_mod, "_stage_rename", flaky)
+    with pytest.raises(OperationError, match="delete of episode 2 failed .*Permission denied.*nothing was removed"):
+        delete_episodes(task, [2])
+    assert snapshot(task) == before
+    assert Registry.for_task(task).get("pick", 2).status == "recorded"
+
+
+def test_failed_delete_in_a_batch_reports_what_was_done(tmp_path, monkeypatch):
+    task = write_task(tmp_path, episodes=3)
+
+    def deny(src, dst):
+        if "episode-001" in src.name:
+            raise PermissionError(13, "Permission denied", str(src))
+        os.rename(src, dst)
+
+    monkeypatch.setattr(delete_mod, "_stage_rename", deny)
+    with pytest.raises(OperationError, match="already deleted: 1; not attempted: 3"):
+        delete_episodes(task, [1, 2, 3])
+    assert [g.index for g in list_task_episodes(task)] == [2, 3]
+
+
+def test_unlink_failure_after_commit_is_reported_and_finished_later(tmp_path, monkeypatch):
+    task = write_task(tmp_path, episodes=1)
+    real_finish = delete_mod._finish
+    monkeypatch.setattr(delete_mod, "_finish", lambda root, journal: [root / journal["moves"][0]["staged"]])
+    report = delete_episodes(task, [1])
+    assert not report.ok
+    staged = report.outcomes[0].not_removed
+    assert len(staged) == 1 and staged[0].name.startswith(".") and ".deleting-" in staged[0].name
+    assert pooled_episode_leftovers(task, 1) == []
+    monkeypatch.setattr(delete_mod, "_finish", real_finish)
+    from egopool._atomic import task_lock
+    with task_lock(task):
+        assert recover_interrupted_deletes(task) == ["finished interrupted delete of episode 1"]
+    assert files_of(task) == META
+
+
+def _crash_during_delete(task, n, crash_after_renames, commit):
+    """Child process: delete N and die (os._exit, no cleanup) after k staged renames or at the commit."""
+    real = delete_mod._stage_rename
+    count = [0]
+
+    def rename_then_maybe_die(src, dst):
+        real(src, dst)
+        count[0] += 1
+        if not commit and count[0] == crash_after_renames:
+            os._exit(17)
+
+    def die_after_commit(root, journal):
+        os._exit(17)
+
+    delete_mod._stage_rename = rename_then_maybe_die
+    if commit:
+        delete_mod._finish = die_after_commit
+    delete_episodes(task, [n])
+    os._exit(0)
+
+
+@pytest.mark.parametrize("crash_after", [1, 2])
+def test_crash_while_staging_is_rolled_back_by_the_next_delete(tmp_path, crash_after):
+    task = write_task(tmp_path, episodes=2)
+    before = snapshot(task)
+    p = multiprocessing.get_context("fork").Process(target=_crash_during_delete, args=(task, 2, crash_after, False))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17
+    leftovers = set(snapshot(task)) - set(before)
+    assert any(".deleting-" in x for x in leftovers) and any(x.startswith("meta/.delete-2-") for x in leftovers)
+    assert Registry.for_task(task).get("pick", 2).status == "deleted"  # intent recorded before staging
+    from egopool._atomic import task_lock
+    with task_lock(task):
+        assert recover_interrupted_deletes(task, Registry.for_task(task)) == ["rolled back interrupted delete of episode 2"]
+    assert snapshot(task) == before
+    assert Registry.for_task(task).get("pick", 2).status == "recorded"
+    report = delete_episodes(task, [2])
+    assert report.ok and [g.index for g in list_task_episodes(task)] == [1]
+
+
+def test_crash_after_commit_is_finished_by_the_next_delete(tmp_path):
+    task = write_task(tmp_path, episodes=2)
+    p = multiprocessing.get_context("fork").Process(target=_crash_during_delete, args=(task, 1, 0, True))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17
+    assert pooled_episode_leftovers(task, 1) == []
+    report = delete_episodes(task, [2])
+    assert report.recovered == ["finished interrupted delete of episode 1"]
+    assert files_of(task) == META
+    assert Registry.for_task(task).recordings("pick") == []
+
+
+def test_legacy_shard_loses_only_that_row(tmp_path):
+    task = write_task(tmp_path, episodes=3, video=False)
+    ep_dir = task / "meta/episodes/chunk-000"
+    rows = [pq.read_table(ep_dir / f"episode-{f:03d}.parquet") for f in range(3)]
+    for f in range(3):
+        (ep_dir / f"episode-{f:03d}.parquet").unlink()
+    (ep_dir / "file-000.parquet").write_bytes(parquet_bytes(pa.concat_tables(rows)))
+    kept = {n: read_episode_row(ep_dir / "file-000.parquet", n) for n in (1, 3)}
+
+    report = delete_episodes(task, [2])
+
+    assert report.plans[0].shards == [ep_dir / "file-000.parquet"]
+    assert report.plans[0].files == [task / "data/chunk-000/episode-001.parquet"]
+    assert pq.read_table(ep_dir / "file-000.parquet").column("episode_index").to_pylist() == [1, 3]
+    for n, row in kept.items():
+        assert read_episode_row(ep_dir / "file-000.parquet", n) == row
+    assert [g.index for g in list_task_episodes(task)] == [1, 3]
+    assert not any(".deleting-" in p.name for p in task.rglob("*"))
+
+
+def test_deleting_the_highest_n_never_reuses_it_even_if_total_episodes_was_lowered(tmp_path):
+    task = write_task(tmp_path, episodes=3)
+    delete_episodes(task, [3])
+    # another tool recomputes total_episodes from the files (file_format.md §9 wording): the
+    # registry watermark still keeps N=3 retired
+    info = read_info(task)
+    info["total_episodes"] = 2
+    from egopool.meta.info import write_info
+    write_info(task, info)
+    assert TaskWriter(tmp_path, "pick").next_episode_index() == 4
+    assert TaskWriter(tmp_path, "pick", registry=False).next_episode_index() == 3  # what the registry prevents
+
+
+def test_registry_failure_never_loses_a_finished_episode(tmp_path):
+    (tmp_path / "pipeline.db").mkdir()  # not a database: every registry call fails
+    with pytest.warns(RuntimeWarning, match="published but not in the registry"):
+        tw = TaskWriter(tmp_path, "pick")
+        ep = tw.begin_episode()
+        ep.add_frame()
+        result = ep.finish()
+    assert result.registry_error is not None and "pipeline.db" in result.registry_error
+    assert [g.index for g in list_task_episodes(tmp_path / "pick")] == [1]
+    assert all(p.exists() for p in result.paths)
