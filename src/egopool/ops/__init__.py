@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .stats_ops import (BlockDiff, StatsCheckReport, StatsRecalcReport, check_stats, compare_stats, compute_stats,
                         recalc_task_stats)
+from .migrate import MigrationReport, Step, migrate_task, plan_migration
 from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
                      recover_interrupted_deletes)
 
@@ -21,6 +22,10 @@ __all__ = [
     "compare_stats",
     "compute_stats",
     "recalc_task_stats",
+    "MigrationReport",
+    "Step",
+    "migrate_task",
+    "plan_migration",
     "DeleteOutcome",
     "DeletePlan",
     "DeleteReport",

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._atomic import fsync_dir, temp_path_for
 from ..registry import Registry
 
-__all__ = ["BACKUP_DIR", "Progress", "backup_copy", "new_backup_dir", "open_registry", "rel", "timestamp"]
+__all__ = ["BACKUP_DIR", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex", "rel",
+           "timestamp", "walk_files"]
 
 #: ``progress(done, total, what)``: called after each unit of work (an episode, a step).
 Progress = Callable[[int, int, str], None]
@@ -70,3 +72,47 @@ def open_registry(task_dir: Path, registry: bool | str | Path | Registry | None)
 def rel(task_dir: Path, path: Path) -> str:
     """POSIX path of ``path`` relative to the task directory (for reports and journals)."""
     return Path(path).relative_to(task_dir).as_posix()
+
+
+def path_regex(template: str, chunk: int | None = None, file: int | None = None) -> tuple[str, re.Pattern[str]]:
+    """(static directory prefix, regex of task-relative paths) for a path template (file_format.md §2).
+
+    ``{c}``/``{f}`` (or ``chunk_index``/``file_index``) are filled in when ``chunk``/``file``
+    are given, else captured as groups ``c``/``f``; ``{image_key}`` and ``{ext}`` are
+    captured as one path segment / one extension (never starting with a dot). The
+    literal ``episode-`` also matches the pre-v1.1.2 ``file-`` prefix, captured as
+    group ``pfx``.
+    """
+    marks = {"c": "\x01", "f": "\x02", "image_key": "\x03", "ext": "\x04"}
+    c = marks["c"] if chunk is None else chunk
+    f = marks["f"] if file is None else file
+    fmt = template.replace("{chunk_index", "{c").replace("{file_index", "{f")
+    fmt = re.sub(r"\{([cf]):[^}]*\}", lambda m: "{" + m.group(1) + "}" if (chunk if m.group(1) == "c" else file) is None
+                 else m.group(0), fmt)
+    text = fmt.format(c=c, f=f, image_key=marks["image_key"], ext=marks["ext"])
+    prefix = re.split("[\x01-\x04]", text, maxsplit=1)[0]
+    prefix = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+    pattern = re.escape(text)
+    pattern = pattern.replace(re.escape("episode-"), "(?P<pfx>episode|file)-", 1)
+    groups = {"c": r"(?P<c>\d+)", "f": r"(?P<f>\d+)", "image_key": r"(?P<image_key>[^/.][^/]*)",
+              "ext": r"(?P<ext>[^/.]+)"}
+    for name, mark in marks.items():
+        pattern = pattern.replace(re.escape(mark), groups[name], 1).replace(re.escape(mark), f"(?P={name})")
+    return prefix, re.compile("^" + pattern + "$")
+
+
+def walk_files(root: Path, top: str) -> Iterator[Path]:
+    """Files under ``root/top``, skipping every dot or ``_`` entry (temps, staged deletes, backups, §11)."""
+    start = root / top if top else root
+    if not start.is_dir():
+        return
+    stack = [start]
+    while stack:
+        d = stack.pop()
+        for e in os.scandir(d):
+            if e.name.startswith((".", "_")):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+            elif e.is_file():
+                yield Path(e.path)

@@ -47,7 +47,7 @@ from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutErro
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info, write_info
 from ..registry import Registry, task_key
-from ._common import Progress, open_registry, rel
+from ._common import Progress, open_registry, path_regex, rel, walk_files
 
 __all__ = [
     "DeleteOutcome",
@@ -63,42 +63,11 @@ _JOURNAL_RE = re.compile(r"^\.delete-(\d+)-([0-9a-f]+)\.json$")
 
 
 # -- finding an episode's files --------------------------------------------------------------------
-def _group_regex(template: str, chunk: int, file: int) -> tuple[str, re.Pattern[str]]:
-    """(static directory prefix, regex of relative paths) of N's files for one path template.
-
-    ``{c}``/``{f}`` (and ``chunk_index``/``file_index``) are filled in; ``{image_key}``
-    and ``{ext}`` match one path segment / one extension; the literal ``episode-`` also
-    matches the pre-v1.1.2 ``file-`` prefix (§2).
-    """
-    s1, s2 = "\x01", "\x02"
-    text = template.format(c=chunk, f=file, chunk_index=chunk, file_index=file, image_key=s1, ext=s2)
-    prefix = text.split(s1, 1)[0].split(s2, 1)[0]
-    prefix = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-    pattern = re.escape(text).replace("episode\\-", "(?:episode|file)\\-").replace("episode-", "(?:episode|file)-")
-    pattern = pattern.replace(re.escape(s1), "[^/.][^/]*").replace(re.escape(s2), "[^/.]+")
-    return prefix, re.compile("^" + pattern + "$")
-
-
-def _walk(root: Path, top: Path) -> Iterable[Path]:
-    if not top.is_dir():
-        return
-    stack = [top]
-    while stack:
-        d = stack.pop()
-        for e in os.scandir(d):
-            if e.name.startswith((".", "_")):
-                continue  # temps, staged deletes, _trash/, backups (§11)
-            if e.is_dir(follow_symlinks=False):
-                stack.append(Path(e.path))
-            elif e.is_file():
-                yield Path(e.path)
-
-
 def _shards_with(root: Path, layout: TaskLayout, index: int) -> list[Path]:
     """``file-*.parquet`` files under the episodes directory whose ``episode_index`` column holds N (§6.1)."""
     prefix = layout.episodes_path.split("{", 1)[0].rsplit("/", 1)[0]
     out = []
-    for p in _walk(root, root / prefix):
+    for p in walk_files(root, prefix):
         if not (p.name.startswith("file-") and p.suffix == ".parquet"):
             continue
         try:
@@ -147,8 +116,8 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
     c, f = layout.chunk_file(index)
     found: set[Path] = set()
     for template in (layout.data_path, layout.video_path):
-        prefix, rx = _group_regex(template, c, f)
-        for p in _walk(root, root / prefix):
+        prefix, rx = path_regex(template, c, f)
+        for p in walk_files(root, prefix):
             if rx.match(p.relative_to(root).as_posix()):
                 found.add(p)
     ep = layout.episodes_file(index)
