@@ -8,13 +8,13 @@ report with a ``to_dict()`` for ``--json``.
 
 from __future__ import annotations
 
-from .stats_ops import (BlockDiff, StatsCheckReport, StatsRecalcReport, check_stats, compare_stats, compute_stats,
-                        recalc_task_stats)
+from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
+                     recover_interrupted_deletes)
 from .migrate import MigrationReport, Step, migrate_task, plan_migration
 from .repair import (CANDIDATE_SCALES, ColumnEvidence, EpisodeRepair, ForceScaleReport, column_evidence,
                      repair_force_scale)
-from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
-                     recover_interrupted_deletes)
+from .stats_ops import (BlockDiff, StatsCheckReport, StatsRecalcReport, check_stats, compare_stats, compute_stats,
+                        recalc_task_stats)
 
 __all__ = [
     "BlockDiff",

@@ -1,0 +1,192 @@
+"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale``: maintenance (issue 5).
+
+Thin wrappers: one library call each (:mod:`egopool.ops`), a Rich progress bar on
+stderr when it is a terminal, ``--json`` for scripts, ``--dry-run`` on everything
+that changes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .. import ops
+from ..ops._common import Progress as ProgressFn
+from .app import app
+from .output import console, err_console, human_bytes, print_json
+
+stats_app = typer.Typer(help="Rebuild or audit meta/stats.json (file_format.md §4).", no_args_is_help=True)
+repair_app = typer.Typer(help="Repair episode metadata from the data itself.", no_args_is_help=True)
+app.add_typer(stats_app, name="stats")
+app.add_typer(repair_app, name="repair")
+
+_TASK = typer.Argument(..., help="Task directory (holds data/, videos/, meta/).")
+_JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
+_DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
+_REG = typer.Option(True, "--registry/--no-registry",
+                    help="Keep the local registry pipeline.db (beside the task) in step.")
+
+
+@contextlib.contextmanager
+def _progress(label: str) -> Iterator[ProgressFn | None]:
+    """A progress callback drawing a Rich bar on stderr (None when stderr is not a terminal)."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn(f"{label} [dim]{{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=err_console, transient=True) as bar:
+        tid = bar.add_task("", total=None)
+
+        def update(done: int, total: int, what: str) -> None:
+            bar.update(tid, completed=done, total=total, description=what)
+
+        yield update
+
+
+@app.command("delete")
+def delete_cmd(task: Path = _TASK,
+               indices: list[int] = typer.Argument(..., metavar="N...",
+                                                   help="Global 1-based episode numbers (as `egopool ls` shows)."),
+               dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+               yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation on a terminal.")) -> None:
+    """Delete episodes by global N: videos, data and meta row, verified gone (file_format.md §2, §9).
+
+    N=0 and an N that does not exist are errors. stats.json and total_episodes are not rolled back and N is never reused. A failed delete is undone (nothing removed) or reports exactly which files are where. Exit 1 when anything could not be removed.
+    """
+    if not dry_run and not yes and not json_out and sys.stdin.isatty():
+        plan = ops.plan_delete(task, indices)
+        n_files = sum(len(p.files) for p in plan)
+        typer.confirm(f"Delete episode(s) {', '.join(str(p.index) for p in plan)} of {task} "
+                      f"({n_files} files, {human_bytes(sum(p.bytes for p in plan))})?", abort=True)
+    with _progress("deleting") as cb:
+        report = ops.delete_episodes(task, indices, dry_run=dry_run, registry=registry, progress=cb)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        for line in report.recovered:
+            console.print(f"[yellow]{line}[/yellow]")
+        for plan in report.plans:
+            verb = "would remove" if dry_run else "removed"
+            console.print(f"[bold]episode {plan.index}[/bold]: {verb} {len(plan.files)} file(s), "
+                          f"{human_bytes(plan.bytes)}")
+            for p in plan.files:
+                console.print(f"  {p.relative_to(task)}")
+            for p in plan.shards:
+                console.print(f"  row {plan.index} of legacy shard {p.relative_to(task)}")
+        for o in report.outcomes:
+            for p in o.not_removed:
+                console.print(f"[red]could not remove {p.relative_to(task)}[/red]")
+            if o.registry not in ("removed", "absent", "disabled"):
+                console.print(f"[red]episode {o.index}: registry not updated: {o.registry}[/red]")
+    if not report.ok:
+        raise click.exceptions.Exit(1)  # main() maps it to the exit code
+
+
+@stats_app.command("recalc")
+def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rebuild meta/stats.json from every data parquet (legacy blocks without count, §4).
+
+    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one.
+    """
+    with _progress("recomputing") as cb:
+        report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    blocks = sorted({d.column for d in report.changes})
+    if not report.changes:
+        console.print(f"stats.json already matches data/ ({report.episodes} episodes); nothing written")
+    elif dry_run:
+        console.print(f"would rewrite stats.json from {report.episodes} episodes; blocks changing: {', '.join(blocks)}")
+    else:
+        console.print(f"rewrote stats.json from {report.episodes} episodes; blocks changed: {', '.join(blocks)}")
+        if report.backup:
+            console.print(f"previous file: {report.backup.relative_to(task)}")
+
+
+@stats_app.command("check")
+def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON) -> None:
+    """Compare stats.json with a fresh recomputation from data/; exit 1 when a block differs.
+
+    After deletes the two are expected to differ: stats.json is not rolled back (§4).
+    """
+    with _progress("checking") as cb:
+        report = ops.check_stats(task, progress=cb)
+    if json_out:
+        print_json(report.to_dict())
+    elif report.ok:
+        console.print(f"stats.json matches data/ ({report.episodes} episodes, {len(report.blocks)} blocks)")
+    else:
+        table = Table("block", "field", "difference")
+        for d in report.differences:
+            table.add_row(d.column, d.field, d.detail)
+        console.print(table)
+        console.print(f"{len(report.differing_blocks)} of {len(report.blocks)} block(s) differ: "
+                      f"{', '.join(report.differing_blocks)}")
+    if not report.ok:
+        raise click.exceptions.Exit(1)  # main() maps it to the exit code
+
+
+@app.command("migrate")
+def migrate_cmd(task: Path = _TASK,
+                split_episodes: bool = typer.Option(False, "--split-episodes",
+                                                    help="Split legacy multi-row meta/episodes shards into "
+                                                         "one episode-NNN.parquet per episode."),
+                dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
+    """Bring a legacy task to the v1.1.2 layout (file_format.md §2, §6.1, §11).
+
+    Renames pre-v1.1.2 file-NNN episode files to episode-NNN, moves meta/.stats_state.json and _trash/ into _migrate_backup_<time>/, and with --split-episodes splits legacy shards. Journaled: after a crash, run it again to resume; a second run is a no-op.
+    """
+    with _progress("migrating") as cb:
+        report = ops.migrate_task(task, split_episodes=split_episodes, dry_run=dry_run, registry=registry,
+                                  progress=cb)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    if not report.steps:
+        console.print("nothing to migrate: the task already has the v1.1.2 layout")
+    else:
+        head = "would run" if dry_run else "ran"
+        if report.resumed:
+            head += " (resuming an interrupted migration)"
+        console.print(f"{head} {len(report.steps)} step(s):")
+        for st in report.steps:
+            console.print(f"  {st.describe()}")
+        if report.backup is not None:
+            console.print(f"backup: {report.backup.relative_to(task)} (remove it once you have checked the task)")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+@repair_app.command("force-scale")
+def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+                           tolerance: float = typer.Option(0.1, help="A scale fits when |Σfz/force fz − 1| ≤ this.")
+                           ) -> None:
+    """Write the missing force-matrix scale into episode rows, inferred from Σfz / force fz (§7.2.1).
+
+    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched.
+    """
+    with _progress("checking force matrices") as cb:
+        report = ops.repair_force_scale(task, dry_run=dry_run, tolerance=tolerance, registry=registry, progress=cb)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    table = Table("N", "column", "frames", *(f"×{s}" for s in ops.CANDIDATE_SCALES), "result")
+    for e in report.episodes:
+        if not e.columns:
+            table.add_row(str(e.index), "", "", *("" for _ in ops.CANDIDATE_SCALES), f"{e.status}: {e.reason}")
+        for c in e.columns:
+            table.add_row(str(e.index), c.column, str(c.frames),
+                          *(f"{c.ratios[s]:.3f}" if s in c.ratios else "-" for s in ops.CANDIDATE_SCALES),
+                          f"{e.status}: {c.verdict}")
+    if report.episodes:
+        console.print(table)
+    console.print(f"{len(report.episodes)} episode(s) lacked a scale, {report.already_ok} already declare it; "
+                  f"inconclusive: {', '.join(map(str, report.inconclusive)) or 'none'}")

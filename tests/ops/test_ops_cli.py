@@ -1,0 +1,71 @@
+"""The maintenance CLI: --json reports, --dry-run, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+from ops_helpers import files_of, snapshot, write_task
+
+from egopool.cli.app import main
+from egopool.meta.stats import read_stats, stats_path
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_delete_json_and_dry_run(tmp_path, capsys):
+    task = write_task(tmp_path, episodes=2)
+    before = snapshot(task)
+    code, out, err = run(capsys, "delete", task, 2, "--dry-run", "--json")
+    assert code == 0 and snapshot(task) == before
+    plan = json.loads(out)["plans"][0]
+    assert plan["episode_index"] == 2 and sorted(plan["files"]) == [
+        "data/chunk-000/episode-001.parquet", "meta/episodes/chunk-000/episode-001.parquet",
+        "videos/chunk-000/cam/episode-001.mp4"]
+    code, out, err = run(capsys, "delete", task, 2, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["ok"] is True and doc["outcomes"][0]["registry"] == "removed"
+    assert "data/chunk-000/episode-001.parquet" not in files_of(task)
+
+
+def test_delete_bad_input_is_one_line(tmp_path, capsys):
+    task = write_task(tmp_path, episodes=1)
+    before = snapshot(task)
+    for argv, msg in ((("delete", task, 0), "episode 0 refused: global N is 1-based"),
+                      (("delete", task, 7), "no episode 7 in task"),
+                      (("delete", tmp_path / "nope", 1), "task directory does not exist")):
+        code, out, err = run(capsys, *argv)
+        assert code == 1 and out == ""
+        assert err.count("\n") == 1 and err.startswith("egopool: error: ") and msg in err
+    assert snapshot(task) == before
+
+
+def test_stats_check_exit_codes_and_recalc(tmp_path, capsys):
+    task = write_task(tmp_path, episodes=2, video=False)
+    assert run(capsys, "stats", "check", task)[0] == 0
+    run(capsys, "delete", task, 1)
+    code, out, _ = run(capsys, "stats", "check", task, "--json")
+    assert code == 1 and json.loads(out)["differing_blocks"] == ["observation.right_glove"]
+    code, out, _ = run(capsys, "stats", "check", task)
+    assert code == 1 and "observation.right_glove" in out and "count 6 stored, 3 in data/" in out
+    before = stats_path(task).read_bytes()
+    assert run(capsys, "stats", "recalc", task, "--dry-run")[0] == 0
+    assert stats_path(task).read_bytes() == before
+    code, out, _ = run(capsys, "stats", "recalc", task, "--json")
+    assert code == 0 and json.loads(out)["written"] is True
+    assert read_stats(task)["observation.right_glove"]["count"] == 3
+    assert run(capsys, "stats", "check", task)[0] == 0
+
+
+def test_migrate_and_repair_on_a_current_task_are_no_ops(tmp_path, capsys):
+    task = write_task(tmp_path, episodes=1)
+    before = snapshot(task)
+    code, out, _ = run(capsys, "migrate", task, "--split-episodes")
+    assert code == 0 and "nothing to migrate" in out
+    code, out, _ = run(capsys, "repair", "force-scale", task, "--json")
+    assert code == 0 and json.loads(out)["episodes"] == []
+    assert snapshot(task) == before
