@@ -17,6 +17,7 @@ from egopool.meta.info import read_info
 from egopool.ops import delete as delete_mod
 from egopool.ops import delete_episodes, pooled_episode_leftovers, recover_interrupted_deletes
 from egopool.registry import Registry, sha256_file
+from egopool.validate import validate_task
 
 META = {"meta/info.json", "meta/stats.json", "meta/tasks.jsonl", "meta/episodes/.lock"}
 
@@ -52,6 +53,7 @@ def test_delete_n1_in_a_one_episode_task(tmp_path):
     assert reg.watermark("pick") == 1
     assert [sorted(o.to_dict(task)["removed"]) for o in report.outcomes] == [sorted(group_files(0, 0))]
     # N=1 is never reused
+    assert validate_task(task).findings == []
     assert TaskWriter(tmp_path, "pick").next_episode_index() == 2
 
 
@@ -72,6 +74,7 @@ def test_delete_n1001_after_chunk_rollover_never_touches_n1(tmp_path):
         assert after[name] == before[name], name
     assert [g.index for g in list_task_episodes(task)] == [1, 2]
     assert report.plans[0].files == sorted(task / p for p in group_files(1, 0))
+    assert validate_task(task).findings == []
     assert TaskWriter(tmp_path, "pick").next_episode_index() == 1002
 
 

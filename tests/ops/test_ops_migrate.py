@@ -18,6 +18,7 @@ from egopool.meta.info import read_info, write_info
 from egopool.ops import migrate as migrate_mod
 from egopool.ops import migrate_task
 from egopool.registry import Registry, record_episode, sha256_file
+from egopool.validate import validate_task
 
 LEGACY_RENAMED = (2, 4, 1002)  # data + video under pre-v1.1.2 "file-" names
 ALL_N = [1, 2, 3, 4, 5, 1001, 1002]
@@ -94,8 +95,9 @@ def assert_migrated(task: Path) -> None:
     names = [p.name for sub in ("data", "videos", "meta") for p in (task / sub).rglob("*")]
     assert not [n for n in names if n.startswith("file-") or n == ".stats_state.json"]
     assert not (task / "_trash").exists()
-    with pytest.raises(ImportError):  # when the validator lands, use it here instead
-        __import__("egopool.validate")
+    report = validate_task(task)
+    assert report.ok, report.to_dict()
+    assert report.findings == [], report.to_dict()
 
 
 @pytest.fixture()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,7 @@ from egopool.meta.info import read_info
 from egopool.ops import repair_force_scale
 from egopool.registry import Registry, sha256_file
 from egopool.schema import force_matrix_column
+from egopool.validate import validate_task
 
 FM = "observation.gripper_left_force_matrix"
 FORCE = "observation.gripper_left_force"
@@ -77,6 +79,9 @@ def test_each_scale_comes_back_and_only_the_meta_row_changes(scaled_task):
     groups = {g.index: g for g in list_task_episodes(task)}
     data_before = {n: sha256_file(g.data) for n, g in groups.items()}
     rows_before = {n: read_episode_row(g.meta, n) for n, g in groups.items()}
+    warned = {Path(f.path).name for f in validate_task(task).findings
+              if f.rule == "file_format.md §7.2.1" and "force_matrix_specs" in f.message}
+    assert warned == {"episode-000.parquet", "episode-001.parquet", "episode-002.parquet"}
 
     report = repair_force_scale(task)
 
@@ -105,6 +110,7 @@ def test_each_scale_comes_back_and_only_the_meta_row_changes(scaled_task):
         rec = {f.path: f.sha256 for f in reg.get("umi", n).files}
         assert rec[g.meta.relative_to(task).as_posix()] == sha256_file(g.meta)
     assert report.backup is not None and len(list(report.backup.rglob("*.parquet"))) == 3
+    assert validate_task(task).findings == []
     # second run: nothing left to repair
     again = repair_force_scale(task)
     assert again.episodes == [] and again.already_ok == 3
