@@ -259,6 +259,35 @@ class Registry:
             _bump(con, task, index, now)
         return Recording(task, index, status, total, rec_at, now, tuple(sorted(files, key=lambda f: f.path)))
 
+    def record_many(self, task: str, recordings: Sequence[tuple[int, Sequence[FileRecord]]], *,
+                    status: str = "recorded", recorded_at: float | None = None) -> int:
+        """:meth:`record` for many episodes in one transaction (importing an existing task).
+
+        Parameters
+        ----------
+        recordings:
+            ``(N, files)`` pairs.
+
+        Returns
+        -------
+        int
+            The task's watermark afterwards.
+        """
+        _check_status(status)
+        now = time.time()
+        rec_at = float(now if recorded_at is None else recorded_at)
+        with self._connect(write=True) as con:
+            top = 0
+            for index, files in recordings:
+                con.execute("DELETE FROM recordings WHERE task = ? AND episode_index = ?", (task, index))
+                con.execute("INSERT INTO recordings VALUES (?, ?, ?, ?, ?, ?)",
+                            (task, index, status, sum(f.size for f in files), rec_at, now))
+                con.executemany("INSERT INTO recording_files VALUES (?, ?, ?, ?, ?)",
+                                [(task, index, f.path, f.size, f.sha256) for f in files])
+                top = max(top, int(index))
+            return _bump(con, task, top, now) if recordings else int(
+                (con.execute("SELECT last_index FROM watermarks WHERE task = ?", (task,)).fetchone() or (0,))[0])
+
     def get(self, task: str, index: int) -> Recording | None:
         """N's row, or None."""
         with self._connect(write=False) as con:
