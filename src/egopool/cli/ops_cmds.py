@@ -12,7 +12,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import click
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -61,10 +60,10 @@ def delete_cmd(task: Path = _TASK,
     N=0 and an N that does not exist are errors. stats.json and total_episodes are not rolled back and N is never reused. A failed delete is undone (nothing removed) or reports exactly which files are where. Exit 1 when anything could not be removed.
     """
     if not dry_run and not yes and not json_out and sys.stdin.isatty():
-        plan = ops.plan_delete(task, indices)
-        n_files = sum(len(p.files) for p in plan)
-        typer.confirm(f"Delete episode(s) {', '.join(str(p.index) for p in plan)} of {task} "
-                      f"({n_files} files, {human_bytes(sum(p.bytes for p in plan))})?", abort=True)
+        plans = ops.plan_delete(task, indices)
+        n_files = sum(len(p.files) for p in plans)
+        typer.confirm(f"Delete episode(s) {', '.join(str(p.index) for p in plans)} of {task} "
+                      f"({n_files} files, {human_bytes(sum(p.bytes for p in plans))})?", abort=True)
     with _progress("deleting") as cb:
         report = ops.delete_episodes(task, indices, dry_run=dry_run, registry=registry, progress=cb)
     if json_out:
@@ -86,7 +85,7 @@ def delete_cmd(task: Path = _TASK,
             if o.registry not in ("removed", "absent", "disabled"):
                 console.print(f"[red]episode {o.index}: registry not updated: {o.registry}[/red]")
     if not report.ok:
-        raise click.exceptions.Exit(1)  # main() maps it to the exit code
+        raise typer.Exit(1)
 
 
 @stats_app.command("recalc")
@@ -131,7 +130,7 @@ def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON) -> None:
         console.print(f"{len(report.differing_blocks)} of {len(report.blocks)} block(s) differ: "
                       f"{', '.join(report.differing_blocks)}")
     if not report.ok:
-        raise click.exceptions.Exit(1)  # main() maps it to the exit code
+        raise typer.Exit(1)
 
 
 @app.command("migrate")

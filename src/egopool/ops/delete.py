@@ -368,7 +368,7 @@ def recover_interrupted_deletes(task_dir: str | Path, registry: Registry | None 
     """
     root = Path(task_dir)
     meta = root / "meta"
-    done = []
+    done: list[str] = []
     if not meta.is_dir():
         return done
     for jp in sorted(meta.iterdir()):

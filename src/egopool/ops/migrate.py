@@ -149,10 +149,11 @@ def _new_templates(info: dict[str, Any]) -> dict[str, str]:
 
 def _read_indices(path: Path) -> list[int | None]:
     try:
-        return pq.read_table(path, columns=["episode_index"]).column("episode_index").to_pylist()
+        values = pq.read_table(path, columns=["episode_index"]).column("episode_index").to_pylist()
     except Exception as exc:
         raise FormatError(f"cannot read episode_index column: {exc}", path=path,
                           hint="restore the legacy shard from a backup before migrating") from exc
+    return [None if v is None else int(v) for v in values]
 
 
 def plan_migration(task_dir: str | Path, *, split_episodes: bool = True) -> tuple[list[Step], list[str]]:
@@ -378,8 +379,10 @@ def _start(root: Path, steps: list[Step], notes: list[str]) -> tuple[Path, list[
     """Create the backup directory with its journal atomically (prepared under a dot name)."""
     stamp = timestamp()
     name = BACKUP_PREFIX + stamp
-    concrete = [Step(s.kind, *(x.replace(BACKUP_PREFIX + "@", name, 1) if isinstance(x, str) else x
-                               for x in (s.src, s.dst)), s.index, s.value) for s in steps]
+    def fill(x: str | None) -> str | None:
+        return x.replace(BACKUP_PREFIX + "@", name, 1) if x is not None else None
+
+    concrete = [Step(s.kind, fill(s.src), fill(s.dst), s.index, s.value) for s in steps]
     tmp = root / f".{name}.tmp"
     tmp.mkdir()
     atomic_write_json(tmp / JOURNAL_NAME, {"state": "running", "created": stamp, "completed": 0,
