@@ -19,8 +19,8 @@ Figures (wall-clock medians of ``--repeat`` runs, one process):
   (``list_task_episodes``) of the E-episode task, which is what allocation would cost if
   it rescanned;
 * ``TaskWriter(...)`` construction (the one scan per writer, decisions.md #4) and a
-  whole one-row episode write (begin + add_frame + finish, incl. registry record) for
-  episode 1 vs episode E+1.
+  whole one-row episode write through an existing writer (begin + add_frame + finish,
+  incl. the registry record) for episode 1 vs episode E+1.
 
     python benchmarks/bench_ops.py                      # --episodes 5000 --repeat 5
 """
@@ -53,13 +53,16 @@ from egopool.validate import validate_task  # noqa: E402
 SENSOR = "observation.right_glove"
 
 
-def record_one(root: Path, name: str, rows: int = 3, registry: bool = True) -> int:
-    tw = TaskWriter(root, name, registry=registry)
+def begin_tiny(tw: TaskWriter, rows: int = 3) -> int:
     ep = tw.begin_episode(columns=[vector_column(SENSOR, [4])], streams=[StreamSpec("cam", "rgb", 32, 24)],
                           sensors=["right_glove"], sensor_dim=4)
     for i in range(rows):
         ep.add_frame({SENSOR: np.arange(4, dtype=np.float32) + i}, images={"cam": np.full((24, 32, 3), i, np.uint8)})
     return ep.finish().index
+
+
+def record_one(root: Path, name: str, rows: int = 3) -> int:
+    return begin_tiny(TaskWriter(root, name), rows)
 
 
 def _with_index(table: pa.Table, n: int) -> bytes:
@@ -150,12 +153,25 @@ def main() -> None:
         t_alloc1 = median_time(tw_small.next_episode_index, args.alloc_repeat)
         t_alloc_big = median_time(tw_big.next_episode_index, args.alloc_repeat)
         t_wm = median_time(lambda: Registry.for_task(task).watermark("big"), args.alloc_repeat)
+        # the path probe inside allocation lists the image_key directories of N's chunk, so its
+        # cost is bounded by chunks_size, not by the task: worst case = a free N beside 999 others
+        probe_new_chunk = median_time(lambda: tw_big._occupied(E + 1), args.alloc_repeat)
+        hole = (E - 1000) if E > 1000 else E  # an N whose chunk holds 999 other episodes
+        layout = tw_big.layout
+        moved = [(p, p.with_name("." + p.name)) for p in (layout.data_file(hole), layout.episodes_file(hole),
+                                                         layout.video_file(hole, "cam", "mp4"))]
+        for a, b in moved:
+            a.rename(b)
+        assert not tw_big._occupied(hole)
+        probe_full_chunk = median_time(lambda: tw_big._occupied(hole), args.alloc_repeat)
+        for a, b in moved:
+            b.rename(a)
 
-        def write_one(r: Path, name: str) -> None:
-            record_one(r, name, rows=1)
-
-        t_w1 = median_time(lambda: write_one(root / "w_root", "w"), 1)  # episode 1 of a fresh task
-        t_w_big = median_time(lambda: write_one(root / "big_root", "big"), args.repeat)
+        # one whole 1-row episode through an existing writer (codec warmed up in a throwaway task)
+        record_one(root / "warm_root", "warm", rows=1)
+        tw_w = TaskWriter(root / "w_root", "w")
+        t_w1 = median_time(lambda: begin_tiny(tw_w, rows=1), 1)  # episode 1 of a fresh task
+        t_w_big = median_time(lambda: begin_tiny(tw_big, rows=1), args.repeat)
         assert list_task_episodes(task)[-1].index == E + args.repeat
 
     per = 1e6 / E
@@ -171,11 +187,13 @@ def main() -> None:
     for name, t in (("next_episode_index -> 1 (empty task)", t_alloc1),
                     (f"next_episode_index -> {E + 1} ({E} episodes)", t_alloc_big),
                     ("  of which registry watermark query", t_wm),
+                    (f"  of which path probe of N={E + 1} (empty chunk)", probe_new_chunk),
+                    ("path probe of a free N beside 999 in its chunk", probe_full_chunk),
                     (f"  baseline full rescan list_task_episodes ({E})", t_list),
                     ("TaskWriter() on the empty task (one scan)", t_new_small),
                     (f"TaskWriter() on {E} episodes (one scan)", t_new_big),
-                    ("write a 1-row episode: episode 1", t_w1),
-                    (f"write a 1-row episode: episode {E + 1}..", t_w_big)):
+                    ("write a 1-row episode (existing writer): episode 1", t_w1),
+                    (f"write a 1-row episode (existing writer): {E + 1}..", t_w_big)):
         print(f"{name:<52}{t * 1e3:>11.3f}")
     print(f"ratio allocation N={E + 1} / N=1:            {t_alloc_big / t_alloc1:.2f}x   (flat = no rescan)")
     print(f"ratio allocation N={E + 1} / full rescan:     {t_alloc_big / t_list:.4f}x")

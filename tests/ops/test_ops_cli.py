@@ -69,3 +69,13 @@ def test_migrate_and_repair_on_a_current_task_are_no_ops(tmp_path, capsys):
     code, out, _ = run(capsys, "repair", "force-scale", task, "--json")
     assert code == 0 and json.loads(out)["episodes"] == []
     assert snapshot(task) == before
+
+
+def test_every_command_gives_one_line_for_a_directory_that_is_not_a_task(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for argv in (("stats", "check"), ("stats", "recalc"), ("migrate",), ("repair", "force-scale"), ("delete",)):
+        extra = ("1",) if argv == ("delete",) else ()
+        code, out, err = run(capsys, *argv, tmp_path / "empty", *extra)
+        assert code == 1 and out == "", argv
+        assert err.count("\n") == 1 and "meta/info.json is missing" in err, (argv, err)
+    assert list((tmp_path / "empty").iterdir()) == []
