@@ -212,6 +212,15 @@ def rotation_angle(q: Any) -> np.ndarray:
     return 2.0 * np.arctan2(v, np.abs(a[..., 3]))
 
 
+def _unit(q: Any) -> np.ndarray:
+    """Normalise an anchor: its conjugate must be its inverse (stored quaternions carry rounding)."""
+    a = _quats(q)
+    n = np.linalg.norm(a, axis=-1, keepdims=True)
+    if np.any(n == 0):
+        raise SchemaError("zero-length anchor quaternion")
+    return a / n
+
+
 def _convention(name: str) -> str:
     if name not in CONVENTIONS:
         raise SchemaError(f"relative-pose convention must be one of {CONVENTIONS}, got {name!r}",
@@ -227,7 +236,7 @@ def relative_orientations(q_abs: Any, anchor: Any, convention: str) -> np.ndarra
     q_abs:
         ``(K, 4)`` absolute xyzw orientations ``R``.
     anchor:
-        ``(4,)`` xyzw anchor orientation ``R0`` (e.g. the pose at ENTER).
+        ``(4,)`` xyzw anchor orientation ``R0`` (e.g. the pose at ENTER); normalised here.
     convention:
         ``"left"``: ``R0ᵀ·R`` (≤ v1.3.13); ``"right"``: ``R·R0ᵀ`` (v1.3.14+).
 
@@ -236,7 +245,7 @@ def relative_orientations(q_abs: Any, anchor: Any, convention: str) -> np.ndarra
     numpy.ndarray
         ``(K, 4)`` xyzw.
     """
-    inv0 = quat_conjugate(anchor)
+    inv0 = quat_conjugate(_unit(anchor))
     if _convention(convention) == "left":
         return quat_multiply(inv0, q_abs)
     return quat_multiply(q_abs, inv0)
@@ -267,7 +276,7 @@ def switch_relative_convention(q_rel: Any, anchor: Any, src: str, dst: str) -> n
     q = _quats(q_rel)
     if src == dst:
         return q.copy()
-    a = _quats(anchor)
+    a = _unit(anchor)
     if src == "left":
         return quat_multiply(quat_multiply(a, q), quat_conjugate(a))
     return quat_multiply(quat_multiply(quat_conjugate(a), q), a)
