@@ -55,12 +55,16 @@ def test_audit_episode_gaps(task):
     assert hw.rows.tolist() == [60, 150] and hw.missing.tolist() == [3, 1]
     assert hw.delta_ns.tolist() == [4 * DT, 2 * DT]
     force = by["observation.gripper_left_force_ns"]
-    # distinct stamps: rows 0..99 and 110..199; row 110 comes 11 frames (+3 skipped earlier: no) after row 99
+    # distinct stamps: rows 0..99 and 110..199 (100..104 repeat row 99's stamp, 105..109 are 0): 11 intervals
     assert force.rows.tolist() == [60, 110, 150] and force.missing.tolist() == [3, 10, 1]
     traj = by["observation.slam_trajectory_ns"]
-    assert traj.stamps == 160  # every 5th point has no stamp (0) and is skipped
-    assert 60 in traj.rows.tolist() and 150 in traj.rows.tolist()
-    assert rep.to_dict()["gaps"] == len(hw) + len(force) + len(traj) if False else rep.gaps == 2 + 3 + traj.count
+    assert traj.stamps == 160  # every 5th point has no stamp (0): skipped, so the step over it is a hole
+    after_unstamped = list(range(6, 200, 5))
+    assert traj.rows.tolist() == after_unstamped
+    # row 60 is unstamped and follows the 3 skipped frames: 4 missing before row 61
+    expected_missing = [4 if r == 61 else 2 if r == 151 else 1 for r in after_unstamped]
+    assert traj.missing.tolist() == expected_missing
+    assert rep.gaps == 2 + 3 + len(after_unstamped)
     loose = audit_episode_gaps(open_task(task).episode(1), tolerance=2.5)
     assert {s.column: s.rows.tolist() for s in loose.series}["hardware_ns"] == [60]
 
@@ -83,7 +87,8 @@ def test_cli_table_and_options(task, capsys):
     assert "hardware_ns" in out and "1 episode(s), 0 gap(s)" in out
     assert main(["audit-gaps", str(task), "-e", "1", "--fps", "15", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)["episodes"][0]
-    assert one["series"][0]["gaps"] == 0  # at 15 fps (66.7 ms) a 133 ms step is within 1.5 intervals? no: 2x
+    # at 15 fps (66.7 ms) the 133 ms step is 2 intervals (a gap), the 67 ms one is not
+    assert one["series"][0]["list"] == [{"row": 60, "gap_ms": 133.333, "missing": 1}]
     assert main(["audit-gaps", str(task / "nope")]) == 1
     assert "egopool: error:" in capsys.readouterr().err
     assert main(["audit-gaps", str(task), "-e", "7"]) == 1
