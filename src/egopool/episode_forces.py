@@ -172,7 +172,7 @@ def force_matrix(ep: Episode, column: str, row: int) -> np.ndarray:
     if not 0 <= int(row) < total:
         raise SchemaError(f"row {row} outside episode {ep.index}'s {total} rows", column=column)
     blocks = list(iter_force_matrix_blocks(ep, column, int(row), int(row) + 1))
-    return blocks[0][1][0]
+    return np.asarray(blocks[0][1][0])
 
 
 def _ns_column(ep: Episode, column: str) -> np.ndarray | None:

@@ -126,7 +126,7 @@ def _is_ns_column(name: str, typ: pa.DataType) -> bool:
         return False
     if pa.types.is_integer(typ):
         return True
-    return (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and pa.types.is_integer(typ.value_type)
+    return bool((pa.types.is_list(typ) or pa.types.is_large_list(typ)) and pa.types.is_integer(typ.value_type))
 
 
 def stamp_series(ep: Episode) -> dict[str, tuple[np.ndarray, np.ndarray]]:

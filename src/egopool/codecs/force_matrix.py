@@ -281,7 +281,7 @@ def fz_plane_sums(frames: np.ndarray) -> np.ndarray:
     f = np.asarray(frames)
     if f.shape[-3:] != FRAME_SHAPE:
         raise CodecError(f"force matrix frames must end in shape {FRAME_SHAPE}, got {f.shape}")
-    return f.reshape(-1, 250 * 250, 3)[:, :, 2].sum(axis=1, dtype=np.float64)
+    return np.asarray(f.reshape(-1, 250 * 250, 3)[:, :, 2].sum(axis=1, dtype=np.float64))
 
 
 def fz_ratio(fz_sums: np.ndarray, force_fz: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:

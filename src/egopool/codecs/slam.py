@@ -85,7 +85,7 @@ def axes_matrix(frame_axes: Mapping[str, str]) -> np.ndarray:
 
 def frame_rotation(src_axes: Mapping[str, str], dst_axes: Mapping[str, str]) -> np.ndarray:
     """``M`` with ``v_dst = M · v_src`` for vectors expressed in two frames (a signed permutation)."""
-    return axes_matrix(dst_axes).T @ axes_matrix(src_axes)
+    return np.asarray(axes_matrix(dst_axes).T @ axes_matrix(src_axes), dtype=np.float64)
 
 
 def _quats(q: Any) -> np.ndarray:
@@ -209,7 +209,7 @@ def rotation_angle(q: Any) -> np.ndarray:
     """Rotation angle in rad ``[0, π]`` of each xyzw quaternion (sign-insensitive)."""
     a = _quats(q)
     v = np.linalg.norm(a[..., :3], axis=-1)
-    return 2.0 * np.arctan2(v, np.abs(a[..., 3]))
+    return np.asarray(2.0 * np.arctan2(v, np.abs(a[..., 3])), dtype=np.float64)
 
 
 def _unit(q: Any) -> np.ndarray:
@@ -218,7 +218,7 @@ def _unit(q: Any) -> np.ndarray:
     n = np.linalg.norm(a, axis=-1, keepdims=True)
     if np.any(n == 0):
         raise SchemaError("zero-length anchor quaternion")
-    return a / n
+    return np.asarray(a / n, dtype=np.float64)
 
 
 def _convention(name: str) -> str:

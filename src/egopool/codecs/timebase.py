@@ -284,7 +284,7 @@ class Gaps:
     @property
     def delta_ns(self) -> np.ndarray:
         """``(G,)`` int64 length of each gap."""
-        return self.end_ns - self.start_ns
+        return np.asarray(self.end_ns - self.start_ns, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.index.shape[0])
