@@ -13,6 +13,7 @@ import pytest
 from egopool import StreamSpec, TaskWriter, list_task_episodes, open_task
 from egopool._atomic import atomic_write_json
 from egopool.codecs.depth_png import encode_png16
+from egopool.validate import validate_task
 
 DATA = Path(__file__).resolve().parent / "data" / "sevenscenes_tsdf_fusion"
 KEY = "d435_depth"
@@ -90,6 +91,13 @@ def test_legacy_png16_directory_is_enumerated_and_read(task, kinect, dirname):
     assert ep.streams[KEY] == seq and ep.stream_path(KEY) == seq
     got = list(ep.depth(KEY))
     assert len(got) == 2 and all(np.array_equal(a, b) for a, b in zip(got, kinect))
+    # the validator accepts the legacy layout with a warning (no stray-file warnings for the frames)
+    report = validate_task(task)
+    assert report.errors == []
+    assert [w.path for w in report.warnings if "PNG16" in w.message] == [str(seq)]
+    assert not [w for w in report.warnings if w.path.endswith(".png") and w.path != str(seq)]
+    (seq / "000001.png").unlink()
+    assert [e.rule for e in validate_task(task).errors] == ["file_format.md §7.3"]  # 1 frame for 2 rows
 
 
 def test_video_extensions_picks_the_file_and_probing_picks_the_decoder(task, kinect):
