@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from egopool import SchemaError, TaskWriter, imu_columns, open_task, slam_trajectory_columns
+from egopool import SchemaError, TaskWriter, Trajectory, imu_columns, open_task, slam_trajectory_columns
 from egopool.codecs.slam import quat_conjugate, quat_multiply, rotation_angle
 
 TUM = Path(__file__).resolve().parent / "data" / "evo_trajectories" / "freiburg1_xyz-groundtruth.txt"
@@ -92,6 +92,9 @@ def test_trajectory_frames(episode):
     assert explicit.frame == "ego_cam_optical"
     with pytest.raises(SchemaError, match="unknown SLAM frame"):
         tr.to_frame("gripper_1_frame")
+    unknown = Trajectory(tr.column, tr.points, tr.host_ns, tr.rows, "vendor_frame", {}, {})
+    with pytest.raises(SchemaError, match="'vendor_frame' is not registered and the column declares no frame_axes"):
+        unknown.to_frame("down_left_forward")
 
 
 def test_missing_frame_key_means_right_forward_up(episode):

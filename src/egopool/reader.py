@@ -110,6 +110,9 @@ class Trajectory:
         SchemaError
             Unknown frame id or malformed ``frame_axes``.
         """
+        if not self.frame_axes:
+            raise SchemaError(f"frame {self.frame!r} is not registered and the column declares no frame_axes",
+                              column=self.column, hint="register it with egopool.frames.register_frame")
         dst = resolve_axes(frame)
         fid = frame if isinstance(frame, str) else (frame_id_of(dst) or "custom")
         pts = _slam.convert_points(self.points, resolve_axes(self.frame_axes), dst)
