@@ -27,8 +27,9 @@ def audit_gaps_cmd(
 ) -> None:
     """Find holes in hardware_ns (unwrapped when 32-bit truncated) and every *_ns column.
 
-    Zero stamps (no sample) and repeated stamps are skipped. A gap says where to look;
-    it does not prove a frame was lost (file_format.md §7.3). Read-only.
+    Zero stamps (no sample) and repeated stamps are skipped.
+
+    A gap says where to look; it does not prove a frame was lost (file_format.md §7.3). Read-only.
     """
     t = open_task(task)
     episodes = [t.episode(n) for n in episode] if episode else t.episodes()
