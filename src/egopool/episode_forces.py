@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .arrowutil import list_column_to_numpy, list_offsets
-from .codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ResolvedForceMatrixSpec, fz_plane_sums, fz_ratio,
-                                  resolve_force_matrix_spec)
+from .codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
+                                  fz_ratio, resolve_force_matrix_spec)
 from .errors import FormatError, SchemaError
 
 if TYPE_CHECKING:
@@ -87,6 +87,48 @@ def _flat_values(chunked: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return np.diff(offs), values
 
 
+def _stored_rows(ep: Episode, column: str, start: int,
+                 stop: int | None) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Per parquet row group overlapping rows ``[start, stop)``: (first row, row lengths, flat values)."""
+    path = ep._data_path()
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise FormatError(f"cannot read parquet: {exc}", path=path) from exc
+    bounds = _row_group_bounds(pf)
+    total = int(bounds[-1])
+    stop = total if stop is None else min(int(stop), total)
+    start = max(int(start), 0)
+    for g in range(len(bounds) - 1):
+        g0, g1 = int(bounds[g]), int(bounds[g + 1])
+        if g1 <= start or g0 >= stop:
+            continue
+        try:
+            col = pf.read_row_group(g, columns=[column]).column(column)
+        except Exception as exc:
+            raise FormatError(f"cannot read row group {g}: {exc}", path=path) from exc
+        lo, hi = max(start, g0) - g0, min(stop, g1) - g0
+        lengths, values = _flat_values(col.slice(lo, hi - lo))
+        bad = (lengths != 0) & (lengths != FRAME_VALUES)
+        if bad.any():
+            row = g0 + lo + int(np.flatnonzero(bad)[0])
+            raise SchemaError(f"row {row} holds {int(lengths[bad][0])} values; a force matrix row holds "
+                              f"{FRAME_VALUES} (or none)", column=column, path=path)
+        yield g0 + lo, lengths, values
+
+
+def _decode_into(codec: ForceMatrixCodec, lengths: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """Decode one row group's rows into ``out`` ``(n, 250, 250, 3)``; rows without a frame become zeros."""
+    if (lengths == FRAME_VALUES).all():
+        if lengths.size:
+            codec.decode(values, out=out)
+        return
+    out[...] = 0
+    full = np.flatnonzero(lengths == FRAME_VALUES)
+    if full.size:
+        out[full] = codec.decode(values)
+
+
 def iter_force_matrix_blocks(ep: Episode, column: str, start: int = 0,
                              stop: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """Decode ``column`` rows ``[start, stop)`` block by block (one parquet row group each).
@@ -105,58 +147,32 @@ def iter_force_matrix_blocks(ep: Episode, column: str, start: int = 0,
         The parquet cannot be read.
     """
     codec = force_matrix_spec(ep, column).codec
-    path = ep._data_path()
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:
-        raise FormatError(f"cannot read parquet: {exc}", path=path) from exc
-    bounds = _row_group_bounds(pf)
-    total = int(bounds[-1])
-    stop = total if stop is None else min(int(stop), total)
-    start = max(int(start), 0)
-    if start >= stop:
-        return
-    for g in range(len(bounds) - 1):
-        g0, g1 = int(bounds[g]), int(bounds[g + 1])
-        if g1 <= start or g0 >= stop:
-            continue
-        try:
-            col = pf.read_row_group(g, columns=[column]).column(column)
-        except Exception as exc:
-            raise FormatError(f"cannot read row group {g}: {exc}", path=path) from exc
-        lo, hi = max(start, g0) - g0, min(stop, g1) - g0
-        col = col.slice(lo, hi - lo)
-        lengths, values = _flat_values(col)
-        bad = (lengths != 0) & (lengths != FRAME_VALUES)
-        if bad.any():
-            row = g0 + lo + int(np.flatnonzero(bad)[0])
-            raise SchemaError(f"row {row} holds {int(lengths[bad][0])} values; a force matrix row holds "
-                              f"{FRAME_VALUES} (or none)", column=column, path=path)
-        n = hi - lo
-        if (lengths == FRAME_VALUES).all():
-            frames = codec.decode(values) if n else np.zeros((0, *FRAME_SHAPE), np.float32)
-        else:
-            frames = np.zeros((n, *FRAME_SHAPE), dtype=np.float32)
-            full = np.flatnonzero(lengths == FRAME_VALUES)
-            if full.size:
-                decoded = codec.decode(values)
-                frames[full] = decoded
-        yield g0 + lo, frames
+    for first, lengths, values in _stored_rows(ep, column, start, stop):
+        frames = np.empty((lengths.size, *FRAME_SHAPE), dtype=np.float32)
+        _decode_into(codec, lengths, values, frames)
+        yield first, frames
 
 
 def force_matrices(ep: Episode, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
     """Rows ``[start, stop)`` of ``column`` as ``(R, 250, 250, 3)`` float32 mN (whole episode by default).
 
-    Memory is ``R × 750 kB``; pass ``start``/``stop`` (or use
-    :func:`iter_force_matrix_blocks`) for long episodes. Rows without a stored frame
-    are all zero; see :func:`force_matrix_sampled`.
+    Decoded straight into the result, one parquet row group at a time. Memory is
+    ``R × 750 kB``; pass ``start``/``stop`` (or use :func:`iter_force_matrix_blocks`)
+    for long episodes. Rows without a stored frame are all zero; see
+    :func:`force_matrix_sampled`.
+
+    Raises
+    ------
+    SchemaError
+        Column absent, or a row holds neither 0 nor 187500 values.
     """
+    codec = force_matrix_spec(ep, column).codec
     total = ep.length
     stop = total if stop is None else min(int(stop), total)
     start = max(int(start), 0)
     out = np.empty((max(stop - start, 0), *FRAME_SHAPE), dtype=np.float32)
-    for first, frames in iter_force_matrix_blocks(ep, column, start, stop):
-        out[first - start: first - start + frames.shape[0]] = frames
+    for first, lengths, values in _stored_rows(ep, column, start, stop):
+        _decode_into(codec, lengths, values, out[first - start: first - start + lengths.size])
     return out
 
 
