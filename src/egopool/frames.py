@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from .errors import SchemaError
 
-__all__ = ["DEFAULT_FRAME", "FRAMES", "LEGACY_FRAME", "frame_axes", "register_frame"]
+__all__ = ["DEFAULT_FRAME", "FRAMES", "LEGACY_FRAME", "frame_axes", "frame_id_of", "register_frame", "resolve_axes"]
 
 #: frame id -> ``{"+X": word, "+Y": word, "+Z": word}``.
 FRAMES: dict[str, dict[str, str]] = {
@@ -24,6 +24,10 @@ FRAMES: dict[str, dict[str, str]] = {
     # is +Y (cos 0.995) and whose view direction projects onto -X (measured from the
     # groundtruth file; docs/decisions.md).
     "tum_fr1_world": {"+X": "backward", "+Y": "right", "+Z": "up"},
+    # Common conventions other tools export, so trajectories can be converted to/from them:
+    "forward_left_up": {"+X": "forward", "+Y": "left", "+Z": "up"},          # ROS REP-103 body
+    "right_up_backward": {"+X": "right", "+Y": "up", "+Z": "backward"},      # OpenGL / ARKit camera
+    "forward_right_down": {"+X": "forward", "+Y": "right", "+Z": "down"},    # aerospace FRD body
 }
 #: Default frame for gripper SLAM since v1.3.13.
 DEFAULT_FRAME = "down_left_forward"
@@ -60,3 +64,19 @@ def frame_axes(frame_id: str) -> dict[str, str]:
         return dict(FRAMES[frame_id])
     except KeyError:
         raise SchemaError(f"unknown SLAM frame {frame_id!r}", hint=f"known frames: {sorted(FRAMES)}") from None
+
+
+def resolve_axes(frame: str | Mapping[str, str]) -> dict[str, str]:
+    """``frame_axes`` of a frame id, or a checked copy of an explicit ``frame_axes`` mapping."""
+    if isinstance(frame, str):
+        return frame_axes(frame)
+    return _check_axes(frame)
+
+
+def frame_id_of(axes: Mapping[str, str]) -> str | None:
+    """The first registered frame id with exactly these ``frame_axes``, or None."""
+    checked = _check_axes(axes)
+    for fid, known in FRAMES.items():
+        if known == checked:
+            return fid
+    return None

@@ -68,6 +68,7 @@ def display_suffix(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> str:
 
 _FIELD_RE = re.compile(r"\{(\w+)(?::[^}]*)?\}")
 _SKIP_DIR_PREFIXES = (".", "_")  # dotfiles, _trash/, _migrate_backup_* (§11)
+_PNG_DIR_SUFFIX = re.compile(r"\.\{ext(?::[^}]*)?\}$")  # the template's ".{ext}" tail
 
 
 def _template_regex(template: str, legacy_prefix: bool) -> re.Pattern[str]:
@@ -278,10 +279,17 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
                 g.data = root / rel
 
     video_re = _template_regex(layout.video_path, legacy_prefix=True)
+    png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
     for rel in _walk_files(root, root / _static_prefix(layout.video_path)):
         m = video_re.match(rel)
+        target = root / rel
+        if m is None and rel.lower().endswith(".png") and "/" in rel:
+            # legacy PNG16 depth: a directory of frames at the stream's place (docs/decisions.md)
+            parent = rel.rsplit("/", 1)[0]
+            m = video_re.match(parent) or png_dir_re.match(parent)
+            target = root / parent
         if m and int(m["f"]) < layout.chunks_size:
-            group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], root / rel)
+            group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], target)
 
     ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
     for rel in sorted(_walk_files(root, root / _static_prefix(layout.episodes_path))):

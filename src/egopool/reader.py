@@ -26,10 +26,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .arrowutil import list_column_to_numpy, list_offsets
+from . import episode_forces
+from .codecs import slam as _slam
 from .codecs.depth import read_depth_frames
+from .codecs.force_matrix import ResolvedForceMatrixSpec
+from .codecs.timebase import (ImuSamples, expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
+                              pair_nearest, unwrap_ns)
 from .codecs.video import read_rgb_frames
-from .errors import EpisodeNotFoundError, FormatError, SchemaError
-from .frames import FRAMES, LEGACY_FRAME
+from .errors import CodecError, EpisodeNotFoundError, FormatError, SchemaError
+from .frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
 from .layout import EpisodeFiles, TaskLayout, list_task_episodes
 from .meta.episodes import read_episode_row
 from .meta.info import read_info
@@ -71,6 +76,78 @@ class Trajectory:
     def has_host_ns(self) -> bool:
         """True when the episode stored a ``_ns`` column for this trajectory."""
         return bool(self.spec.get("_has_ns", False))
+
+    @property
+    def sensor_t(self) -> np.ndarray:
+        """``(K,)`` float64 ``t`` in s of the SLAM sensor clock: only for intervals inside the
+        trajectory, never host time (multi_device_storage.md §3.1)."""
+        return self.points[:, 0]
+
+    @property
+    def positions(self) -> np.ndarray:
+        """``(K, 3)`` float64 xyz in m, in :attr:`frame`."""
+        return self.points[:, 1:4]
+
+    @property
+    def quaternions(self) -> np.ndarray:
+        """``(K, 4)`` float64 orientations ``[qx, qy, qz, qw]``, in :attr:`frame`."""
+        return self.points[:, 4:8]
+
+    def to_frame(self, frame: str | Mapping[str, str]) -> Trajectory:
+        """The same trajectory re-expressed in another frame (file_format.md §3.1, DESIGN §9).
+
+        The rotation comes from the two ``frame_axes`` direction words only; ``t``,
+        ``host_ns`` and ``rows`` are unchanged; distances and angles are kept exactly.
+
+        Parameters
+        ----------
+        frame:
+            A registered frame id (``down_left_forward``, ``right_forward_up``,
+            ``ego_cam_optical``...) or an explicit ``frame_axes`` mapping.
+
+        Raises
+        ------
+        SchemaError
+            Unknown frame id or malformed ``frame_axes``.
+        """
+        if not self.frame_axes:
+            raise SchemaError(f"frame {self.frame!r} is not registered and the column declares no frame_axes",
+                              column=self.column, hint="register it with egopool.frames.register_frame")
+        dst = resolve_axes(frame)
+        fid = frame if isinstance(frame, str) else (frame_id_of(dst) or "custom")
+        pts = _slam.convert_points(self.points, resolve_axes(self.frame_axes), dst)
+        spec = {**self.spec, "frame": fid, "frame_axes": dict(dst)}
+        return Trajectory(self.column, pts, self.host_ns.copy(), self.rows.copy(), fid, dict(dst), spec)
+
+    def switch_relative_convention(self, anchor: np.ndarray, src: str, dst: str) -> Trajectory:
+        """Re-express orientations between ``R0ᵀ·R`` (``"left"``, apps ≤ 1.3.13) and ``R·R0ᵀ``
+        (``"right"``, 1.3.14+) given the anchor orientation ``R0`` (xyzw); positions stay
+        (file_format.md §3.1 rule 3). The stored data cannot tell which one it holds."""
+        pts = self.points.copy()
+        pts[:, 4:8] = _slam.switch_relative_convention(self.points[:, 4:8], anchor, src, dst)
+        return Trajectory(self.column, pts, self.host_ns.copy(), self.rows.copy(), self.frame,
+                          dict(self.frame_axes), dict(self.spec))
+
+    def pair_rows(self, hardware_ns: np.ndarray, max_dt_ns: int | None = None) -> np.ndarray:
+        """Data row of each point: nearest ``hardware_ns`` to the point's ``_ns`` stamp.
+
+        ``searchsorted`` nearest neighbour on the host-monotonic clock; a 0 stamp on
+        either side never pairs; no offset is fitted and ``t`` is never used
+        (multi_device_storage.md §3.1, §5.3, §8.2.4).
+
+        Parameters
+        ----------
+        hardware_ns:
+            ``(R,)`` int64 per data row (see :meth:`Episode.hardware_ns`).
+        max_dt_ns:
+            Leave points farther than this from every row unpaired.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(K,)`` int64 row index, -1 for unpaired points.
+        """
+        return pair_nearest(self.host_ns, hardware_ns, max_dt_ns)
 
 
 def _read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
@@ -244,6 +321,102 @@ class Episode:
                               path=self.files.data)
         return ts, samples.reshape(-1, 6) if samples.size else np.zeros((0, 6), np.float32)
 
+    def imu_samples(self) -> ImuSamples:
+        """Every IMU sample flattened and aligned by ``imu_ts_ns``, with its data row (checklist §12.9).
+
+        Returns
+        -------
+        ImuSamples
+            ``ts_ns`` (K,) int64 device ns, ``values`` (K, 6) float32, ``rows`` (K,) int64,
+            in stored order (``.sorted()`` orders by stamp).
+
+        Raises
+        ------
+        SchemaError
+            No IMU in this episode, or a row whose stamp count differs from its sample count.
+        """
+        t = self.columns(["observation.imu", "imu_ts_ns"])
+        imu, ts = t.column("observation.imu"), t.column("imu_ts_ns")
+        samples = list_column_to_numpy(imu, depth=2) if len(imu) else np.zeros((0, 6), np.float32)
+        flat_ts = pa.chunked_array(ts.chunks).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        try:
+            return expand_imu(np.diff(list_offsets(imu)), np.diff(list_offsets(ts)), flat_ts,
+                              samples.reshape(-1, 6) if samples.size else np.zeros((0, 6), np.float32))
+        except CodecError as exc:
+            raise SchemaError(exc.message, column="imu_ts_ns", path=self.files.data) from exc
+
+    def hardware_ns(self, unwrap: bool = True) -> np.ndarray:
+        """``(R,)`` int64 ``hardware_ns`` per row; 0 = unknown.
+
+        With ``unwrap`` (default), a series truncated to signed 32 bits (early gripper RGB,
+        §7.3) is unwrapped with period 2^32 ns; other series are returned as stored.
+        """
+        hw = np.asarray(self.columns(["hardware_ns"]).column("hardware_ns").to_numpy(), dtype=np.int64)
+        return unwrap_ns(hw) if unwrap and looks_truncated32(hw) else hw
+
+    def pair_trajectory(self, column: str = "observation.slam_trajectory",
+                        max_dt_ns: int | None = None) -> np.ndarray:
+        """Data row of each point of ``column`` by ``_ns`` ↔ ``hardware_ns`` nearest neighbour (§8.2.4).
+
+        A truncated 32-bit ``hardware_ns`` is unwrapped and lifted by whole 2^32 laps to
+        the trajectory's full-width stamps (an integer lap count, not a fitted offset).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(K,)`` int64 row per point; -1 where the point has no stamp (or no ``_ns``
+            column), or is farther than ``max_dt_ns`` from every row.
+        """
+        traj = self.trajectory(column)
+        hw = self.hardware_ns(unwrap=False)
+        if looks_truncated32(hw):
+            hw = unwrap_ns(hw)
+            ref = np.zeros_like(hw)
+            stamped = traj.host_ns != 0
+            ref[traj.rows[stamped]] = traj.host_ns[stamped]
+            if np.any((ref != 0) & (hw != 0)) and np.abs(ref[ref != 0]).max() >= (1 << 31):
+                hw = lift_to_reference(hw, ref)
+        return traj.pair_rows(hw, max_dt_ns)
+
+    def force_matrix_spec(self, column: str) -> ResolvedForceMatrixSpec:
+        """Codec of a force-matrix column and which source decided its scale (§7.2.1):
+        ``"force_matrix_specs"`` → ``"info.features"`` → ``"default"`` (1)."""
+        return episode_forces.force_matrix_spec(self, column)
+
+    def force_matrix(self, column: str, row: int) -> np.ndarray:
+        """One row's ``(250, 250, 3)`` float32 mN frame (file_format.md §7.2.1); all zero when the
+        row has no sample. Reads only the parquet row group holding ``row``."""
+        return episode_forces.force_matrix(self, column, row)
+
+    def force_matrices(self, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows ``[start, stop)`` (default all) as ``(R, 250, 250, 3)`` float32 mN, vectorised.
+        Rows without a sample are all zero (see :meth:`force_matrix_sampled`)."""
+        return episode_forces.force_matrices(self, column, start, stop)
+
+    def force_matrix_sampled(self, column: str) -> np.ndarray:
+        """``(R,)`` bool: rows holding a real matrix sample (non-zero frame, ``_ns != 0``)."""
+        return episode_forces.force_matrix_sampled(self, column)
+
+    def force_matrix_fz_ratio(self, column: str, force_column: str | None = None) -> np.ndarray:
+        """``(R,)`` float64 ``Σ(fz plane) / force fz`` per row (§7.2.1 self-check); NaN without samples."""
+        return episode_forces.force_matrix_fz_ratio(self, column, force_column)
+
+    def frame_drops(self) -> int:
+        """Sum of the frame-drop counters in ``drop_stats`` (``*_ms``/``*_count`` keys excluded, §6.2)."""
+        stats = self.meta.get("drop_stats") or {}
+        return frame_drop_total(stats if isinstance(stats, Mapping) else {})
+
+    def stream_path(self, key: str) -> Path:
+        """File (or PNG16 directory) of stream ``key``; ``info.video_extensions`` picks among
+        same-named files with different extensions (file_format.md §3, §8)."""
+        path = self._stream_path(key)
+        ext = (self.task.info.get("video_extensions") or {}).get(key)
+        if ext:
+            preferred = self.task.layout.video_file(self.index, key, str(ext))
+            if preferred.exists():
+                return preferred
+        return path
+
     def _stream_path(self, key: str) -> Path:
         try:
             return self.files.videos[key]
@@ -258,16 +431,18 @@ class Episode:
     def depth(self, key: str) -> Iterator[np.ndarray]:
         """Decode a depth stream: iterator of uint16 mm ``(H, W)`` frames, holes = 0 (§8).
 
-        The decoder is chosen by probing the file (12-bit HEVC log code or FFV1
-        gray16le, dual-stream legacy MKV included), parameters from the file itself
-        or the episode's ``video_codec`` entry.
+        The decoder is chosen by ``video_extensions`` and probing the file (12-bit HEVC
+        log code, FFV1 gray16le, the legacy v1.0.14 dual-stream MKV, a legacy PNG16
+        directory), never by the extension alone; log-code parameters from the file
+        itself or the episode's ``video_codec`` entry.
         """
-        path = self._stream_path(key)
+        path = self.stream_path(key)
         params: Mapping[str, Any] | None = None
         if self.files.meta is not None:
             vc = self.meta.get("video_codec") or {}
             params = vc.get(key) if isinstance(vc, Mapping) else None
-        return read_depth_frames(path, params)
+        ext = (self.task.info.get("video_extensions") or {}).get(key)
+        return read_depth_frames(path, params, ext=str(ext) if ext else None)
 
 
 class Task:

@@ -10,7 +10,8 @@ parameters go into the container ``comment`` and the episode's ``video_codec``
 JSON. When libx265 lacks gray12le: FFV1 ``gray16le`` MKV (lossless uint16 mm).
 Reading decides by probing the stream, never by file extension: a gray12le HEVC
 stream is log-decoded with the parameters the file names; an FFV1 gray16le stream
-(searched among all streams, so the v1.0.14 dual-stream MKV works) is returned raw.
+(searched among all streams, so the v1.0.14 dual-stream MKV works) is returned raw;
+a directory of 16-bit PNGs is the legacy PNG16 sequence (``depth_png``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..errors import CodecError
 
-__all__ = ["DepthEncoder", "LogDepthCodec", "hevc12_available", "read_depth_frames"]
+__all__ = ["DepthEncoder", "DepthProbe", "LogDepthCodec", "hevc12_available", "probe_depth", "read_depth_frames"]
 
 _CODE_MIN, _CODE_MAX, _HOLE_BELOW = 512, 4095, 256
 
@@ -192,47 +193,124 @@ class DepthEncoder:
             pass
 
 
-def _pick_depth_stream(container: Any, path: Path) -> tuple[Any, str]:
-    """Find the depth stream by probing codec and pixel format (never by index or extension)."""
-    for s in container.streams.video:
-        name, pix = s.codec_context.name, s.codec_context.pix_fmt
-        if name == "ffv1" and pix in ("gray16le", "gray16be", "gray16"):
-            return s, "ffv1"
-    for s in container.streams.video:
-        name, pix = s.codec_context.name, s.codec_context.pix_fmt
-        if name == "hevc" and pix and pix.startswith("gray1"):
-            return s, "hevc12"
-    found = [(s.codec_context.name, s.codec_context.pix_fmt) for s in container.streams.video]
-    raise CodecError(f"no depth stream (FFV1 gray16le or HEVC gray12le) among video streams {found}", path=path)
+@dataclass(frozen=True)
+class DepthProbe:
+    """What :func:`probe_depth` found in a depth file.
 
-
-def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None) -> Iterator[np.ndarray]:
-    """Decode a depth video to uint16 mm frames ``(H, W)``, holes = 0.
-
-    Parameters
+    Attributes
     ----------
-    path:
-        12-bit gray HEVC MP4, FFV1 gray16le MKV (single or v1.0.14 dual stream).
-    params:
-        Log-code parameters (e.g. the episode's ``video_codec`` entry); the container's
-        own comment wins when present, since the file says what it is (DESIGN §3).
+    kind:
+        ``"hevc12"`` (12-bit gray HEVC log code), ``"ffv1"`` (gray16le mm) or ``"png16"``
+        (one 16-bit PNG frame; a directory of them is a sequence).
+    stream_index:
+        Index of the depth stream among all streams of the container (0 for PNG).
+    codec, pix_fmt:
+        As FFmpeg reports them.
+    streams:
+        ``(codec, pix_fmt)`` of every video stream, in file order.
+    """
+
+    kind: str
+    stream_index: int
+    codec: str
+    pix_fmt: str | None
+    streams: tuple[tuple[str, str | None], ...]
+
+
+def _depth_stream_kind(name: str, pix: str | None) -> str | None:
+    if name == "ffv1" and pix in ("gray16le", "gray16be"):
+        return "ffv1"
+    if name == "hevc" and pix is not None and pix.startswith("gray1"):
+        return "hevc12"
+    if name == "png" and pix in ("gray16be", "gray16le"):
+        return "png16"
+    return None
+
+
+def _pick_depth_stream(container: Any, path: Path) -> tuple[Any, str]:
+    """Find the depth stream by probing codec and pixel format (never by index or extension).
+
+    FFV1 gray16 wins over HEVC gray12 (it is lossless); the v1.0.14 dual-stream MKV's
+    H.264 heatmap is never a depth stream, whatever its position.
+    """
+    found = [(s, _depth_stream_kind(s.codec_context.name, s.codec_context.pix_fmt)) for s in container.streams.video]
+    for want in ("ffv1", "hevc12", "png16"):
+        for s, kind in found:
+            if kind == want:
+                return s, kind
+    listed = [(s.codec_context.name, s.codec_context.pix_fmt) for s, _ in found]
+    raise CodecError(f"no depth stream (FFV1 gray16le, HEVC gray12le or PNG gray16) among video streams {listed}",
+                     path=path)
+
+
+def _open_container(path: Path) -> Any:
+    if not path.exists():
+        raise CodecError("depth stream not found", path=path)
+    try:
+        return av.open(str(path))
+    except Exception as exc:
+        raise CodecError(f"cannot open depth video: {exc}", path=path, hint="file missing or corrupt") from exc
+
+
+def probe_depth(path: str | Path) -> DepthProbe:
+    """Say which depth layout a file holds, by probing its streams (file_format.md §8, §12.6).
+
+    A directory is a PNG16 sequence (its first frame is probed).
 
     Raises
     ------
     CodecError
-        No depth stream, or the file cannot be decoded.
+        Missing/unreadable file or no depth stream in it.
     """
     path = Path(path)
-    try:
-        container = av.open(str(path))
-    except Exception as exc:
-        raise CodecError(f"cannot open depth video: {exc}", path=path, hint="file missing or corrupt") from exc
+    if path.is_dir():
+        from .depth_png import png16_frame_paths
+
+        path = png16_frame_paths(path)[0]
+    with _open_container(path) as container:
+        stream, kind = _pick_depth_stream(container, path)
+        streams = tuple((s.codec_context.name, s.codec_context.pix_fmt) for s in container.streams.video)
+        return DepthProbe(kind, int(stream.index), stream.codec_context.name, stream.codec_context.pix_fmt, streams)
+
+
+def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
+                      ext: str | None = None) -> Iterator[np.ndarray]:
+    """Decode a depth stream to uint16 mm frames ``(H, W)``, holes = 0 (file_format.md §8).
+
+    The decoder is chosen by probing the content, never by the file name: a 12-bit
+    gray HEVC stream is log-decoded, an FFV1 gray16 stream (searched among all
+    streams, so the v1.0.14 dual-stream MKV works with the depth stream first or
+    second) is returned as is, a directory (or ``ext == "png"``) is a legacy PNG16
+    sequence. So a ``.mp4`` holding FFV1 or a ``.mkv`` holding HEVC gray12 decodes right.
+
+    Parameters
+    ----------
+    path:
+        The stream's file (or PNG16 directory), located through ``video_extensions``.
+    params:
+        Log-code parameters (e.g. the episode's ``video_codec`` entry); the container's
+        own comment wins when present, since the file says what it is (DESIGN §3).
+    ext:
+        ``video_extensions[<key>]``; ``"png"`` selects the PNG16 sequence reader.
+
+    Raises
+    ------
+    CodecError
+        Missing file, no depth stream, or the file cannot be decoded.
+    """
+    path = Path(path)
+    if path.is_dir() or (ext or "").lower() == "png":
+        from .depth_png import read_png16_frames
+
+        yield from read_png16_frames(path)
+        return
+    container = _open_container(path)
     with container:
         stream, kind = _pick_depth_stream(container, path)
         codec = LogDepthCodec()
         if kind == "hevc12":
             meta: Mapping[str, Any] = params or {}
-            comment = container.metadata.get("comment")
+            comment = container.metadata.get("comment") or container.metadata.get("COMMENT")
             if comment:
                 try:
                     meta = json.loads(comment)
@@ -241,7 +319,7 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None)
             codec = LogDepthCodec.from_dict(meta)
         try:
             for frame in container.decode(stream):
-                if kind == "ffv1":
+                if kind in ("ffv1", "png16"):
                     yield frame.to_ndarray(format="gray16le")
                 else:
                     raw = frame.to_ndarray() if frame.format.name == "gray12le" else frame.to_ndarray(format="gray12le")

@@ -19,18 +19,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import CodecError
 
-__all__ = ["ENCODINGS", "FRAME_SHAPE", "FRAME_VALUES", "ForceMatrixCodec"]
+__all__ = [
+    "ENCODINGS",
+    "FRAME_SHAPE",
+    "FRAME_VALUES",
+    "SPEC_SOURCES",
+    "ForceMatrixCodec",
+    "ResolvedForceMatrixSpec",
+    "encoding_for_dtype",
+    "fz_plane_sums",
+    "fz_ratio",
+    "resolve_force_matrix_spec",
+]
 
 FRAME_SHAPE = (250, 250, 3)
 FRAME_VALUES = 250 * 750
 _ROWS, _COLS = 250, 750
 ENCODINGS = ("row_flat_raw", "row_diff_quantized")
+#: Where a force-matrix ``scale`` came from, in authority order (§7.2.1).
+SPEC_SOURCES = ("force_matrix_specs", "info.features", "default")
+_ENCODING_OF_DTYPE = {"int16": "row_diff_quantized", "float32": "row_flat_raw"}
 
 
 @dataclass(frozen=True)
@@ -91,23 +105,53 @@ class ForceMatrixCodec:
         return d.reshape(-1)
 
     def decode_quantized(self, flat: np.ndarray) -> np.ndarray:
-        """Flat int16 diffs of R frames ``(R*187500,)`` -> int16 ``q`` ``(R, 250, 250, 3)``."""
-        d = np.asarray(flat, dtype=np.int16)
-        if d.size % FRAME_VALUES:
-            raise CodecError(f"force matrix data has {d.size} values, not a multiple of {FRAME_VALUES}")
-        rows = d.reshape(-1, _COLS).astype(np.int32)
-        q = np.cumsum(rows, axis=1).astype(np.int16)  # wrap back to int16
+        """Flat int16 diffs of R frames ``(R*187500,)`` -> int16 ``q`` ``(R, 250, 250, 3)``.
+
+        Exact for every int16 value, wraps included (the cumsum runs in int32 and is
+        wrapped back to int16, which equals int16 modular addition).
+
+        Raises
+        ------
+        CodecError
+            The value count is not a multiple of 187500.
+        """
+        d = _frames_view(flat, np.int16)
+        q = np.empty(d.shape, dtype=np.int16)
+        _cumsum_rows(d, q, None)
         return q.reshape((-1, *FRAME_SHAPE))
 
-    def decode(self, flat: np.ndarray) -> np.ndarray:
-        """Flat stored values of R frames -> float32 mN ``(R, 250, 250, 3)`` (R >= 1)."""
+    def decode(self, flat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Flat stored values of R frames -> float32 mN ``(R, 250, 250, 3)`` (R >= 1).
+
+        ``row_diff_quantized``: ``wrap16(cumsum(d)) / scale`` in float32;
+        ``row_flat_raw``: the float32 values as they are (no cumsum).
+
+        Parameters
+        ----------
+        flat:
+            ``(R*187500,)`` (or any shape with that many values) int16 diffs / float32 raw.
+        out:
+            Optional C-contiguous float32 array with ``R*187500`` values to decode into
+            (saves allocating and page-faulting a fresh result for a whole episode).
+
+        Raises
+        ------
+        CodecError
+            Value count not a multiple of 187500, or ``out`` of the wrong size/dtype.
+        """
         if self.encoding == "row_flat_raw":
-            v = np.asarray(flat, dtype=np.float32)
-            if v.size % FRAME_VALUES:
-                raise CodecError(f"force matrix data has {v.size} values, not a multiple of {FRAME_VALUES}")
-            return v.reshape((-1, *FRAME_SHAPE))
-        q = self.decode_quantized(flat)
-        return (q.astype(np.float32) / np.float32(self.scale)).astype(np.float32)
+            v = _frames_view(flat, np.float32)
+            if out is None:
+                return v.reshape((-1, *FRAME_SHAPE)).copy()
+            dst = _out_view(out, v.shape[0])
+            np.copyto(dst, v)
+            return out.reshape((-1, *FRAME_SHAPE))
+        d = _frames_view(flat, np.int16)
+        if out is None:
+            out = np.empty(d.shape, dtype=np.float32)
+        dst = _out_view(out, d.shape[0])
+        _cumsum_rows(d, dst, np.float32(self.scale))
+        return out.reshape((-1, *FRAME_SHAPE))
 
     def to_dict(self) -> dict[str, Any]:
         """The declaration stored in ``features`` and ``force_matrix_specs`` (§6.2)."""
@@ -120,3 +164,204 @@ class ForceMatrixCodec:
         enc = d.get("encoding") or ("row_flat_raw" if d.get("dtype") == "float32" else "row_diff_quantized")
         scale = d.get("scale", 1)
         return cls(str(enc), float(scale) if scale is not None else 1.0)
+
+
+def encoding_for_dtype(dtype: Any) -> str:
+    """The only encoding a stored element dtype can carry: int16 -> ``row_diff_quantized``,
+    float32 -> ``row_flat_raw`` (§7.2.1 table).
+
+    Raises
+    ------
+    CodecError
+        Any other dtype (a force-matrix column is ``list<int16>`` or ``list<float32>``).
+    """
+    name = np.dtype(dtype).name
+    try:
+        return _ENCODING_OF_DTYPE[name]
+    except KeyError:
+        raise CodecError(f"force matrix values must be int16 or float32, got {name}") from None
+
+
+class ResolvedForceMatrixSpec(NamedTuple):
+    """The codec a reader must use for one column of one episode, and who decided its scale.
+
+    Attributes
+    ----------
+    codec:
+        Encoding + scale.
+    source:
+        ``"force_matrix_specs"`` (the episode's own row, authoritative),
+        ``"info.features"`` (task-level fallback) or ``"default"`` (scale 1, uncalibrated).
+    """
+
+    codec: ForceMatrixCodec
+    source: str
+
+
+def resolve_force_matrix_spec(column: str, *, stored_dtype: Any = None,
+                              episode_specs: Mapping[str, Any] | None = None,
+                              features: Mapping[str, Any] | None = None) -> ResolvedForceMatrixSpec:
+    """Decide encoding and ``scale`` of one force-matrix column of one episode.
+
+    Authority (file_format.md §7.2.1, multi_device_storage.md §7.3): the episode row's
+    ``force_matrix_specs[column]``, then ``info.features[column].scale``, then 1. The
+    encoding follows the stored element dtype when it is known (int16 can only be
+    ``row_diff_quantized``, float32 only ``row_flat_raw``).
+
+    A task-level declaration whose encoding contradicts the stored dtype belongs to a
+    later episode that overwrote ``info.json`` (the §7.2.1 "×10/×100/×1000 then float32"
+    case), so it is skipped and the scale falls back to 1 (egopool decision, see
+    docs/decisions.md). A per-episode declaration that contradicts the data is an error.
+
+    Parameters
+    ----------
+    column:
+        ``observation.*_force_matrix``.
+    stored_dtype:
+        Element dtype of the column in this episode's parquet (``int16``/``float32``), if known.
+    episode_specs:
+        The episode row's decoded ``force_matrix_specs`` (``{}`` or None for old rows).
+    features:
+        ``info.json`` ``features``.
+
+    Returns
+    -------
+    ResolvedForceMatrixSpec
+
+    Raises
+    ------
+    CodecError
+        ``force_matrix_specs`` declares an encoding the stored dtype cannot carry, or a
+        declaration holds an unusable scale / encoding.
+
+    References
+    ----------
+    file_format.md §6.2 (``force_matrix_specs``), §7.2.1; multi_device_storage.md §7.3, §8.2.6.
+    """
+    stored_enc = encoding_for_dtype(stored_dtype) if stored_dtype is not None else None
+    ep = (episode_specs or {}).get(column) if isinstance(episode_specs, Mapping) else None
+    feat = (features or {}).get(column) if isinstance(features, Mapping) else None
+    ep = ep if isinstance(ep, Mapping) and ep else None
+    feat = feat if isinstance(feat, Mapping) and feat else None
+
+    def declared_encoding(decl: Mapping[str, Any]) -> str | None:
+        enc = decl.get("encoding")
+        if enc is None and decl.get("dtype") in _ENCODING_OF_DTYPE:
+            enc = _ENCODING_OF_DTYPE[str(decl["dtype"])]
+        return str(enc) if enc is not None else None
+
+    encoding = stored_enc
+    if ep is not None:
+        ep_enc = declared_encoding(ep)
+        if ep_enc is not None and stored_enc is not None and ep_enc != stored_enc:
+            raise CodecError(f"column {column!r}: force_matrix_specs declares {ep_enc} but the data stores "
+                             f"{np.dtype(stored_dtype).name}", hint="the episode row is wrong; repair its force_matrix_specs")
+        encoding = encoding or ep_enc
+    if feat is not None:
+        f_enc = declared_encoding(feat)
+        if f_enc is not None and encoding is not None and f_enc != encoding:
+            feat = None  # another episode's declaration (info.json is latest-wins)
+        else:
+            encoding = encoding or f_enc
+    encoding = encoding or "row_diff_quantized"
+    if encoding == "row_flat_raw":
+        source = "force_matrix_specs" if ep is not None else ("info.features" if feat is not None else "default")
+        return ResolvedForceMatrixSpec(ForceMatrixCodec("row_flat_raw", 1.0), source)
+    for decl, source in ((ep, "force_matrix_specs"), (feat, "info.features")):
+        if decl is not None and decl.get("scale") is not None:
+            scale = decl["scale"]
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+                raise CodecError(f"column {column!r}: {source} scale must be a number, got {scale!r}")
+            return ResolvedForceMatrixSpec(ForceMatrixCodec(encoding, float(scale)), source)
+    return ResolvedForceMatrixSpec(ForceMatrixCodec(encoding, 1.0), "default")
+
+
+def fz_plane_sums(frames: np.ndarray) -> np.ndarray:
+    """Σ of the fz plane of each frame: ``(R, 250, 250, 3)`` mN -> ``(R,)`` float64 mN."""
+    f = np.asarray(frames)
+    if f.shape[-3:] != FRAME_SHAPE:
+        raise CodecError(f"force matrix frames must end in shape {FRAME_SHAPE}, got {f.shape}")
+    return np.asarray(f.reshape(-1, 250 * 250, 3)[:, :, 2].sum(axis=1, dtype=np.float64))
+
+
+def fz_ratio(fz_sums: np.ndarray, force_fz: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """The §7.2.1 self-check: ``Σ(fz plane) / force fz`` per row.
+
+    A calibrated episode gives ≈ 1.000 (float32 rows measured 1.000); historical
+    uncalibrated int16 rows give clearly less than 1 (0.04–0.55, truncation toward
+    zero), and a wrong ``scale`` shows up as a factor of 10/100/1000.
+
+    Parameters
+    ----------
+    fz_sums:
+        ``(R,)`` Σ fz of each row's matrix (mN), e.g. from :func:`fz_plane_sums`.
+    force_fz:
+        ``(R,)`` fz of the same rows of ``observation.*_force`` (mN).
+    valid:
+        Optional ``(R,)`` bool: rows where both samples exist (``*_ns != 0``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(R,)`` float64; NaN where a row has no sample or ``force_fz == 0``.
+    """
+    s = np.asarray(fz_sums, dtype=np.float64)
+    f = np.asarray(force_fz, dtype=np.float64)
+    if s.shape != f.shape:
+        raise CodecError(f"fz sums {s.shape} and force fz {f.shape} must have the same shape")
+    ok = f != 0
+    if valid is not None:
+        ok &= np.asarray(valid, dtype=bool)
+    out = np.full(s.shape, np.nan)
+    np.divide(s, f, out=out, where=ok)
+    return out
+
+
+# Rows of 750 values decoded per block. The int32 scratch (1.5 MB) and the float32
+# output block stay in L2; measured in benchmarks/bench_force_matrix.py.
+_BLOCK_ROWS = 500
+
+
+def _frames_view(flat: np.ndarray, dtype: type) -> np.ndarray:
+    """``(R*250, 750)`` view of stored values (a copy only if the dtype differs)."""
+    v = np.asarray(flat)
+    if v.dtype != dtype:
+        v = v.astype(dtype)
+    if v.size % FRAME_VALUES:
+        raise CodecError(f"force matrix data has {v.size} values, not a multiple of {FRAME_VALUES}")
+    return np.ascontiguousarray(v).reshape(-1, _COLS)
+
+
+def _out_view(out: np.ndarray, rows: int) -> np.ndarray:
+    if out.dtype != np.float32 or out.size != rows * _COLS or not out.flags.c_contiguous:
+        raise CodecError(f"out must be a C-contiguous float32 array of {rows * _COLS} values, "
+                         f"got {out.dtype} {out.shape}")
+    return out.reshape(-1, _COLS)
+
+
+def _cumsum_rows(d: np.ndarray, out: np.ndarray, scale: np.float32 | None) -> None:
+    """Per 750-value row: ``q = wrap16(cumsum(d))``; ``out = q`` (int16) or ``q / scale`` (float32).
+
+    Why this shape: numpy's int16 accumulate is ~5x slower than its int32 one, so each
+    block is widened to int32, cumsummed, narrowed back with an unsafe cast (which is
+    the int16 wrap-around the encoder relied on), then converted and divided in place.
+    Dividing (not multiplying by 1/scale) keeps the result bit-identical to ``q / scale``.
+    """
+    n = d.shape[0]
+    block = min(_BLOCK_ROWS, max(n, 1))
+    acc = np.empty((block, _COLS), dtype=np.int32)
+    q16 = np.empty((block, _COLS), dtype=np.int16) if scale is not None else None
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        a = acc[: stop - start]
+        np.copyto(a, d[start:stop])
+        np.cumsum(a, axis=1, out=a)
+        if scale is None:
+            np.copyto(out[start:stop], a, casting="unsafe")
+            continue
+        assert q16 is not None
+        q = q16[: stop - start]
+        np.copyto(q, a, casting="unsafe")
+        o = out[start:stop]
+        np.copyto(o, q)
+        np.divide(o, scale, out=o)

@@ -20,6 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..codecs.depth import probe_depth
+from ..codecs.depth_png import png16_frame_paths
 from ..codecs.video import count_video_frames, video_info
 from ..errors import EgopoolError
 from ..layout import EpisodeFiles
@@ -203,7 +205,31 @@ def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str
                                                      "time, owner)")
 
 
+def _check_png16_stream(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None) -> None:
+    """A legacy PNG16 depth directory (§8 "v1.0.12 及更早", docs/decisions.md C4): readable, but legacy."""
+    declared = ctx.video_extensions.get(key)
+    if declared != "png":
+        ctx.report.error(R_VIDEO, path, f"stream {key!r} is a PNG16 frame directory but video_extensions says "
+                                        f"{declared!r}; declare \"{key}\": \"png\" (readers pick the decoder from it)")
+    try:
+        frames = len(png16_frame_paths(path))
+        probe_depth(path)
+    except EgopoolError as exc:
+        ctx.report.error(R_VIDEO, path, f"cannot read PNG16 depth stream {key!r} ({exc.message}); restore the "
+                                        f"frames or remove episode {g.index}")
+        return
+    ctx.depth_keys.add(key)
+    ctx.report.warning(R_VIDEO, path, f"stream {key!r} is a legacy PNG16 depth sequence (apps <= v1.0.12): "
+                                      "readable, but current writers store 12-bit HEVC or FFV1 depth")
+    if rows is not None and frames != rows:
+        ctx.report.error(R_ROWS, path, f"stream {key!r} has {frames} frames but the data parquet has {rows} rows; "
+                                       "every stream has exactly one frame per row (duplicate or fail, never drop)")
+
+
 def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None) -> None:
+    if path.is_dir():
+        _check_png16_stream(ctx, g, key, path, rows)
+        return
     ext = path.suffix.lstrip(".")
     declared = ctx.video_extensions.get(key)
     if declared is None:

@@ -182,7 +182,7 @@ def _check_strays(ctx: Context, groups: list[EpisodeFiles]) -> None:
         if not top:
             continue  # a template at the task root: the root holds meta/ etc., nothing to scan
         for p in _walk(ctx.root / top):
-            if p in known or p in seen:
+            if p in known or p.parent in known or p in seen:  # p.parent: a PNG16 frame directory
                 continue
             seen.add(p)
             ctx.report.warning(R_LAYOUT, p, "not part of any episode file group (the name does not follow the "

@@ -1,0 +1,326 @@
+"""Clocks: 32-bit unwrap, IMU expansion, frame-drop keys, gaps, nearest-stamp pairing.
+
+Implements the time rules of file_format.md §6.2 (``drop_stats`` keys), §7.3 and
+multi_device_storage.md §3.1, §5.4:
+
+* ``hardware_ns`` of early gripper RGB (≤078 segments) is a host-monotonic ns value
+  truncated to signed 32 bits: a sawtooth every 2^32 ns ≈ 4.295 s. It is unwrapped,
+  never resampled; 0 always means "unknown".
+* ``imu_ts_ns`` runs one-to-one with the samples of ``observation.imu``; readers
+  flatten by it and never assume a fixed number of samples per row.
+* ``drop_stats`` keys ending in ``_ms`` / ``_count`` are durations / event counts,
+  not frame counts.
+* Stamps are paired by nearest neighbour on the same clock (``*_ns`` host-monotonic
+  ↔ ``hardware_ns``); no offset is ever fitted and 0 never pairs.
+
+numpy only; imports nothing of egopool but ``errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CodecError
+
+__all__ = [
+    "WRAP_PERIOD_NS",
+    "Gaps",
+    "ImuSamples",
+    "expand_imu",
+    "find_gaps",
+    "frame_drop_total",
+    "is_frame_drop_key",
+    "lift_to_reference",
+    "looks_truncated32",
+    "pair_nearest",
+    "unwrap_ns",
+]
+
+#: Period of the signed-32-bit truncation of early gripper ``hardware_ns`` (§7.3).
+WRAP_PERIOD_NS = 1 << 32
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _as_ns(values: Any, name: str = "stamps") -> np.ndarray:
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise CodecError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise CodecError(f"{name} must be integer ns, got {a.dtype}")
+    return a.astype(np.int64, copy=False)
+
+
+def looks_truncated32(ns: Any) -> bool:
+    """True when every non-zero stamp fits in a signed 32-bit int and the series wraps.
+
+    A genuine 64-bit host-monotonic clock is far beyond 2^31 ns (2.1 s) after boot, so a
+    series confined to the int32 range that also steps backwards (the sawtooth) is the
+    truncated kind of §7.3.
+    """
+    a = _as_ns(ns)
+    nz = a[a != 0]
+    if nz.size < 2 or nz.min() < _I32_MIN or nz.max() > _I32_MAX:
+        return False
+    return bool(np.any(np.diff(nz) < 0))
+
+
+def unwrap_ns(ns: Any, period: int = WRAP_PERIOD_NS) -> np.ndarray:
+    """Undo the modulo-``period`` truncation of a forward-running clock.
+
+    Every step between consecutive non-zero stamps is taken modulo ``period`` into
+    ``[0, period)`` (the clock is monotonic, so a backward jump is a wrap), and the
+    steps are re-accumulated from the first stamp. Zeros (unknown) stay 0. A real
+    pause of ``period`` ns or more cannot be seen in truncated data and is lost.
+
+    Parameters
+    ----------
+    ns:
+        ``(N,)`` int64 stamps, e.g. ``hardware_ns``; 0 = unknown.
+    period:
+        Wrap period in ns (2^32 for the signed-32-bit truncation).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N,)`` int64, monotonic over the non-zero entries.
+    """
+    a = _as_ns(ns)
+    out = a.copy()
+    idx = np.flatnonzero(a)
+    if idx.size < 2:
+        return out
+    v = a[idx]
+    steps = np.mod(np.diff(v), period)
+    out[idx[1:]] = v[0] + np.cumsum(steps, dtype=np.int64)
+    return out
+
+
+def lift_to_reference(unwrapped: Any, reference: Any, period: int = WRAP_PERIOD_NS) -> np.ndarray:
+    """Restore the high bits of an unwrapped truncated series from a same-clock reference.
+
+    Truncation keeps the value modulo ``period``; the lap count is lost. Given
+    full-width stamps of the same clock in the same rows (e.g. a trajectory's or a
+    force column's host-monotonic ``*_ns``), the integer lap ``k`` is the median of
+    ``round((reference − unwrapped) / period)`` over rows where both are non-zero, and
+    ``unwrapped + k·period`` is returned. Only an integer multiple of ``period`` is
+    added: no clock offset is fitted.
+
+    Raises
+    ------
+    CodecError
+        Shapes differ, or no row has both stamps.
+    """
+    u, r = _as_ns(unwrapped, "unwrapped"), _as_ns(reference, "reference")
+    if u.shape != r.shape:
+        raise CodecError(f"unwrapped {u.shape} and reference {r.shape} stamps must have the same shape")
+    both = (u != 0) & (r != 0)
+    if not both.any():
+        raise CodecError("no row has both a truncated stamp and a reference stamp")
+    laps = np.rint((r[both] - u[both]) / float(period)).astype(np.int64)
+    k = int(np.median(laps))
+    return np.where(u != 0, u + k * period, 0).astype(np.int64)
+
+
+def pair_nearest(query_ns: Any, ref_ns: Any, max_dt_ns: int | None = None) -> np.ndarray:
+    """Index of the nearest non-zero reference stamp for each non-zero query stamp.
+
+    Used to pair trajectory points (``*_slam_trajectory_ns``) with data rows
+    (``hardware_ns``), both host-monotonic ns (multi_device_storage.md §3.1, §8.2.4).
+    ``searchsorted`` on the sorted non-zero references; ties go to the earlier one.
+
+    Parameters
+    ----------
+    query_ns:
+        ``(K,)`` int64; 0 = no stamp (never paired).
+    ref_ns:
+        ``(R,)`` int64 (need not be sorted); 0 = unknown (never chosen).
+    max_dt_ns:
+        Leave a query unpaired when its nearest reference is farther than this.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K,)`` int64 index into ``ref_ns``, or -1 when unpaired.
+    """
+    q, r = _as_ns(query_ns, "query"), _as_ns(ref_ns, "reference")
+    out = np.full(q.shape, -1, dtype=np.int64)
+    ref_idx = np.flatnonzero(r)
+    qi = np.flatnonzero(q)
+    if ref_idx.size == 0 or qi.size == 0:
+        return out
+    order = np.argsort(r[ref_idx], kind="stable")
+    sorted_ref, sorted_idx = r[ref_idx][order], ref_idx[order]
+    qv = q[qi]
+    pos = np.searchsorted(sorted_ref, qv, side="left")
+    right = np.clip(pos, 0, sorted_ref.size - 1)
+    left = np.clip(pos - 1, 0, sorted_ref.size - 1)
+    d_right = np.abs(sorted_ref[right] - qv)
+    d_left = np.abs(qv - sorted_ref[left])
+    take_left = d_left <= d_right
+    best = np.where(take_left, left, right)
+    dist = np.where(take_left, d_left, d_right)
+    chosen = sorted_idx[best]
+    if max_dt_ns is not None:
+        chosen = np.where(dist <= int(max_dt_ns), chosen, -1)
+    out[qi] = chosen
+    return out
+
+
+@dataclass(frozen=True)
+class ImuSamples:
+    """Every IMU sample of an episode, flattened (file_format.md §7.2, checklist §12.9).
+
+    Attributes
+    ----------
+    ts_ns:
+        ``(K,)`` int64 device-clock ns from ``imu_ts_ns`` (one per sample).
+    values:
+        ``(K, 6)`` float32: gyro xyz rad/s, accel xyz m/s².
+    rows:
+        ``(K,)`` int64 data row (``frame_index``) each sample was attached to.
+    """
+
+    ts_ns: np.ndarray
+    values: np.ndarray
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    def sorted(self) -> ImuSamples:
+        """The samples in ``imu_ts_ns`` order (stable; stored order is kept for equal stamps)."""
+        order = np.argsort(self.ts_ns, kind="stable")
+        return ImuSamples(self.ts_ns[order], self.values[order], self.rows[order])
+
+
+def expand_imu(sample_counts: Any, ts_counts: Any, ts_ns: Any, values: Any) -> ImuSamples:
+    """Flatten the per-row IMU lists into one sample axis aligned by ``imu_ts_ns``.
+
+    Parameters
+    ----------
+    sample_counts:
+        ``(R,)`` samples per row of ``observation.imu``.
+    ts_counts:
+        ``(R,)`` stamps per row of ``imu_ts_ns``; must equal ``sample_counts`` row by row.
+    ts_ns:
+        ``(K,)`` int64 flat stamps.
+    values:
+        ``(K, 6)`` (or ``(K*6,)``) float32 flat samples.
+
+    Returns
+    -------
+    ImuSamples
+
+    Raises
+    ------
+    CodecError
+        A row whose stamp count differs from its sample count, or bad shapes.
+    """
+    sc = np.asarray(sample_counts, dtype=np.int64)
+    tc = np.asarray(ts_counts, dtype=np.int64)
+    if sc.shape != tc.shape:
+        raise CodecError(f"observation.imu has {sc.size} rows but imu_ts_ns has {tc.size}")
+    bad = np.flatnonzero(sc != tc)
+    if bad.size:
+        r = int(bad[0])
+        raise CodecError(f"row {r}: {int(tc[r])} imu_ts_ns stamps for {int(sc[r])} observation.imu samples "
+                         "(they must be one-to-one)")
+    ts = _as_ns(ts_ns, "imu_ts_ns")
+    v = np.asarray(values, dtype=np.float32)
+    k = int(sc.sum())
+    if v.size != k * 6 or ts.size != k:
+        raise CodecError(f"{ts.size} stamps and {v.size} values for {k} samples of 6")
+    rows = np.repeat(np.arange(sc.size, dtype=np.int64), sc)
+    return ImuSamples(ts, v.reshape(k, 6), rows)
+
+
+def is_frame_drop_key(key: str) -> bool:
+    """True when a ``drop_stats`` key counts dropped frames (file_format.md §6.2, §7.3).
+
+    Keys ending in ``_ms`` are durations and keys ending in ``_count`` are event
+    counts (v1.3.10+); they must not be added to a frame-drop total.
+    """
+    return not (key.endswith("_ms") or key.endswith("_count"))
+
+
+def frame_drop_total(drop_stats: Mapping[str, Any]) -> int:
+    """Sum of the frame-drop counters of a ``drop_stats`` dict (non-numeric values ignored)."""
+    total = 0
+    for key, value in drop_stats.items():
+        if is_frame_drop_key(str(key)) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            total += int(value)
+    return total
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Intervals between consecutive distinct stamps that exceed the allowed interval.
+
+    Attributes
+    ----------
+    index:
+        ``(G,)`` int64 position (in the input series) of the stamp that ends each gap.
+    start_ns, end_ns:
+        ``(G,)`` int64 stamps before and after each gap.
+    missing:
+        ``(G,)`` int64 estimated frames missing: ``round(Δ / interval) − 1`` (≥ 1).
+    stamps:
+        Number of distinct non-zero stamps examined.
+    interval_ns:
+        Nominal interval used.
+    """
+
+    index: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    missing: np.ndarray
+    stamps: int
+    interval_ns: float
+
+    @property
+    def delta_ns(self) -> np.ndarray:
+        """``(G,)`` int64 length of each gap."""
+        return np.asarray(self.end_ns - self.start_ns, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+
+def find_gaps(ns: Any, interval_ns: float, tolerance: float = 0.5) -> Gaps:
+    """Find holes in a stamp series: steps longer than ``interval_ns · (1 + tolerance)``.
+
+    Zeros (no sample) are skipped and a stamp equal to the previous one (a repeated
+    frame or a latest-wins sample held over a row) is not a step. A hole is not proof
+    of a lost picture (§7.3): it says where to look.
+
+    Parameters
+    ----------
+    ns:
+        ``(N,)`` int64 stamps in row order (unwrap truncated ones first).
+    interval_ns:
+        Nominal interval, e.g. ``1e9 / fps``.
+    tolerance:
+        Allowed excess as a fraction of the interval (0.5 = a step of 1.5 intervals is
+        still fine).
+
+    Raises
+    ------
+    CodecError
+        Non-positive interval or negative tolerance.
+    """
+    if not interval_ns > 0 or tolerance < 0:
+        raise CodecError(f"need interval_ns > 0 and tolerance >= 0, got {interval_ns} and {tolerance}")
+    a = _as_ns(ns)
+    idx = np.flatnonzero(a)
+    if idx.size:
+        keep = np.concatenate([[True], a[idx][1:] != a[idx][:-1]])
+        idx = idx[keep]
+    v = a[idx]
+    steps = np.diff(v)
+    hit = np.flatnonzero(steps > interval_ns * (1.0 + tolerance))
+    missing = np.maximum(np.rint(steps[hit] / interval_ns).astype(np.int64) - 1, 1)
+    return Gaps(idx[hit + 1].astype(np.int64), v[hit], v[hit + 1], missing, int(idx.size), float(interval_ns))
