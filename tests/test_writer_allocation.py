@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from egopool import StreamSpec, TaskWriter, list_task_episodes, open_task
+from egopool import StorageError, StreamSpec, TaskWriter, list_task_episodes, open_task
 from egopool.meta.info import read_info
 
 W, H = 32, 24
@@ -132,7 +132,7 @@ def test_failed_finish_publishes_nothing_and_frees_n(tmp_path, monkeypatch):
         return real(src, dst, *a, **kw)
 
     monkeypatch.setattr(os, "replace", failing)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(StorageError, match="episode-001.parquet: cannot publish: No space left on device"):
         ep.finish()
     monkeypatch.setattr(os, "replace", real)
     after = _all_files(tmp_path / "t")

@@ -12,7 +12,9 @@
     ├── ConflictError                devices that cannot be recorded together (§5.1)
     ├── LockError                    the task lock could not be taken
     ├── RegistryError                the local registry pipeline.db could not be read or written
-    └── OperationError               a maintenance operation (delete, migrate, repair) could not complete
+    ├── OperationError               a maintenance operation (delete, migrate, repair) could not complete
+    ├── StorageError                 the operating system refused a write (disk full, read-only, not a directory)
+    └── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
 
 Every error composes its own message from structured fields, names the file or
 column at fault and, where there is one, says what to do about it.
@@ -20,6 +22,10 @@ column at fault and, where there is one, says what to do about it.
 
 from __future__ import annotations
 
+import contextlib
+import errno as _errno
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -31,9 +37,11 @@ __all__ = [
     "LayoutError",
     "LegacyLayoutError",
     "LockError",
+    "MetaUpdateError",
     "OperationError",
     "RegistryError",
     "SchemaError",
+    "StorageError",
 ]
 
 
@@ -131,3 +139,75 @@ class OperationError(EgopoolError):
                  hint: str | None = None) -> None:
         self.details = list(details or [])
         super().__init__(message, path=path, hint=hint)
+
+
+#: errno -> what the user can do about it.
+_OS_HINTS = {
+    _errno.ENOSPC: "free disk space or choose another location, then run it again",
+    _errno.EDQUOT: "free disk space within your quota and run it again",
+    _errno.EROFS: "the file system is read-only; choose a writable location",
+    _errno.EACCES: "permission denied; choose a location you can write to",
+    _errno.EPERM: "permission denied; choose a location you can write to",
+    _errno.ENOTDIR: "a component of the path is a file, not a directory",
+    _errno.EISDIR: "the path is a directory where a file was expected",
+}
+
+
+class StorageError(EgopoolError):
+    """The operating system refused to write a file: disk full, read-only, no permission, not a directory.
+
+    Attributes
+    ----------
+    errno:
+        The ``errno`` of the underlying :class:`OSError` (None when it had none).
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None,
+                 errno: int | None = None) -> None:
+        self.errno = errno
+        super().__init__(message, path=path, hint=hint)
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, path: str | Path | None = None, *, action: str = "cannot write",
+                      hint: str | None = None) -> StorageError:
+        """Translate an :class:`OSError` (also PyAV's ``av.error.OSError``) into one line naming the path.
+
+        ``path`` is used when the exception does not name a file itself.
+        """
+        code = exc.errno if isinstance(exc.errno, int) else None
+        reason = exc.strerror or (os.strerror(code) if code else None) or str(exc) or type(exc).__name__
+        named = exc.filename if isinstance(exc.filename, (str, Path)) and str(exc.filename) else path
+        return cls(f"{action}: {reason}", path=named, hint=hint or _OS_HINTS.get(code or -1), errno=code)
+
+    @classmethod
+    @contextlib.contextmanager
+    def guard(cls, path: str | Path | None = None, *, action: str = "cannot write") -> Iterator[None]:
+        """Context manager: an :class:`OSError` inside becomes a :class:`StorageError` naming ``path``.
+
+        An :class:`EgopoolError` passes unchanged (``EpisodeNotFoundError`` is also a
+        ``FileNotFoundError``).
+        """
+        try:
+            yield
+        except EgopoolError:
+            raise
+        except OSError as exc:
+            raise cls.from_os_error(exc, path, action=action) from exc
+
+
+class MetaUpdateError(EgopoolError):
+    """Episode N is saved (data, videos and its ``meta/episodes`` row), but a task meta file was not updated.
+
+    The episode stands (its row is the commit record, decisions.md #5); what is stale is
+    named in the message with the command that brings it up to date.
+
+    Attributes
+    ----------
+    index:
+        Global N of the saved episode.
+    """
+
+    def __init__(self, index: int, message: str, *, path: str | Path | None = None,
+                 hint: str | None = None) -> None:
+        self.index = index
+        super().__init__(f"episode {index} was saved, but {message}", path=path, hint=hint)

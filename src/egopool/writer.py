@@ -35,15 +35,18 @@ from . import __version__
 from ._atomic import publish, task_lock, temp_path_for
 from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
 from .codecs.video import RgbEncoder
-from .errors import CodecError, EgopoolError, FormatError, LegacyLayoutError, RegistryError, SchemaError
+from .errors import (CodecError, EgopoolError, FormatError, LegacyLayoutError, RegistryError, SchemaError,
+                     StorageError)
 from .layout import TaskLayout, list_task_episodes
 from .meta import markers
 from .meta.episodes import write_episode_row
-from .meta.info import info_path, merge_info, new_info, read_info, write_info
-from .meta.stats import StatsBlock, merge_stats, needs_recalc, read_stats, recalc_stats, write_stats
+from .meta.info import info_path, new_info, read_info, write_info
+from .meta.stats import StatsBlock
 from .meta.tasks import write_tasks_if_missing
 from .registry import Registry, record_episode, task_key
 from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
+from .task_meta import merge_task_meta
+from . import writer_checks as checks
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter"]
 
@@ -91,6 +94,18 @@ class StreamSpec:
                               hint="slot names may not contain '/' or start with '.' or '_'")
         if self.width <= 0 or self.height <= 0:
             raise SchemaError(f"stream {self.image_key!r}: size must be positive, got {self.width}x{self.height}")
+        if self.fps is not None:
+            checks.check_positive_number(self.fps, f"stream {self.image_key!r}: fps")
+
+    def codec_ext(self) -> tuple[str, str]:
+        """``(codec, file extension)`` this stream is written with (hevc12 depth falls back to ffv1/mkv
+        when libx265 lacks gray12le)."""
+        if self.kind == "rgb":
+            return self.codec or "h264", "mp4"
+        codec = self.codec or "hevc12"
+        if codec == "hevc12" and not hevc12_available():
+            codec = "ffv1"
+        return codec, DepthEncoder.ext_for(codec)
 
 
 @dataclass(frozen=True)
@@ -195,16 +210,19 @@ class TaskWriter:
 
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None,
                  registry: bool | str | Path | Registry = True) -> None:
-        if not fps > 0:
-            raise EgopoolError(f"fps must be > 0, got {fps}")
+        self.fps = checks.check_positive_number(fps, "fps")
         self.task_name = _validate_task_name(task_name)
         self.task_dir = Path(root) / task_name
-        self.fps = float(fps)
         self.app_version = app_version or __version__
         _refuse_foreign(self.task_dir)
         self.registry: Registry | None = (
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
+        with StorageError.guard(self.task_dir, action="cannot create the task"):
+            self._create()
+
+    def _create(self) -> None:
+        task_name = self.task_name
         (self.task_dir / "meta" / "episodes").mkdir(parents=True, exist_ok=True)
         with task_lock(self.task_dir):
             if (self.task_dir / "meta" / "info.json").exists():
@@ -222,6 +240,19 @@ class TaskWriter:
     def info(self) -> dict[str, Any]:
         """The task's current ``info.json``."""
         return read_info(self.task_dir)
+
+    def _check_begin(self, info: Mapping[str, Any], columns: Sequence[ColumnSpec], streams: Sequence[StreamSpec],
+                     sensors: Sequence[str] | None, device_names: Mapping[str, str] | None,
+                     devices: Sequence[Mapping[str, Any]]) -> None:
+        """Refuse, before anything is recorded, an episode its own task could not take (writer_checks)."""
+        checks.check_column_declarations(info, columns)
+        checks.check_stream_declarations(info, [(st.image_key, st.kind, st.codec_ext()[1]) for st in streams])
+        stats_cols = {f"observation.{s}" for s in sensors or []} | {"observation.imu"}
+        dims = {c.name: c.length or 0 for c in columns if c.name in stats_cols}
+        preview = {"features": {c.name: dict(c.feature) for c in columns if c.feature is not None},
+                   "sensors": list(sensors or []), "device_names": dict(device_names or {}),
+                   "devices": [dict(d) for d in devices]}
+        checks.check_task_meta_mergeable(self.task_dir, info, preview, dims)
 
     def _occupied(self, index: int) -> bool:
         if self.layout.data_file(index).exists() or self.layout.episodes_file(index).exists():
@@ -292,10 +323,23 @@ class TaskWriter:
         Raises
         ------
         SchemaError
-            Duplicate columns, a lockstep column without its partner, duplicate image_keys.
+            Duplicate columns, a lockstep column without its partner, duplicate image_keys;
+            a column or stream the task declares differently (multi_device_storage.md §6.7);
+            NaN / Infinity in ``created_at`` or a declaration.
+        FormatError
+            ``info.json`` / ``stats.json`` could not take the episode at finish (run
+            ``egopool stats recalc TASK``); nothing is recorded.
+        StorageError
+            The task directory cannot be written (read-only, disk full).
         """
-        with task_lock(self.task_dir):
+        if created_at is not None:
+            checks.check_positive_number(created_at, "created_at")
+        for what, value in (("devices", list(devices)), ("device_names", dict(device_names or {})),
+                            ("calibration", dict(calibration or {})), ("info_extra", dict(info_extra or {}))):
+            checks.check_json_value(value, what)
+        with StorageError.guard(self.task_dir, action="cannot start an episode"), task_lock(self.task_dir):
             info = read_info(self.task_dir)
+            self._check_begin(info, columns, streams, sensors, device_names, devices)
             n = self._allocate(info)
             markers.reserve(self.task_dir, n)
         try:
@@ -371,9 +415,10 @@ class EpisodeWriter:
         self._closed = False
         self._broken: str | None = None
         self._data_final = task.layout.data_file(index)
-        self._data_final.parent.mkdir(parents=True, exist_ok=True)
         self._data_temp = temp_path_for(self._data_final)
-        self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd")
+        with StorageError.guard(self._data_final, action="cannot create the data parquet"):
+            self._data_final.parent.mkdir(parents=True, exist_ok=True)
+            self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd")
         self._streams: dict[str, _Stream] = {}
         try:
             for st in streams:
@@ -387,20 +432,14 @@ class EpisodeWriter:
         if st.image_key in self._streams:
             raise SchemaError(f"image_key {st.image_key!r} declared twice (§5.2 rule 1)")
         fps = st.fps or self.fps
+        codec, ext = st.codec_ext()
+        final = self.task.layout.video_file(self.index, st.image_key, ext)
+        with StorageError.guard(final.parent, action="cannot create the video directory"):
+            final.parent.mkdir(parents=True, exist_ok=True)
+        temp = temp_path_for(final)
         if st.kind == "rgb":
-            ext = "mp4"
-            final = self.task.layout.video_file(self.index, st.image_key, ext)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            temp = temp_path_for(final)
-            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=st.codec or "h264")
+            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec)
         else:
-            codec = st.codec or "hevc12"
-            if codec == "hevc12" and not hevc12_available():
-                codec = "ffv1"
-            ext = DepthEncoder.ext_for(codec)
-            final = self.task.layout.video_file(self.index, st.image_key, ext)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            temp = temp_path_for(final)
             enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params)
         self._streams[st.image_key] = _Stream(st, enc, temp, final)
 
@@ -462,6 +501,8 @@ class EpisodeWriter:
                 continue
             if name in values:
                 row[name] = spec.normalise(values[name])
+                if name in self._stats_cols:
+                    checks.check_finite_values(name, row[name], fi)
                 if _fills(spec, row[name]):
                     filled.add(name)
             else:
@@ -484,12 +525,17 @@ class EpisodeWriter:
             self._first_ts = ts32
         self._last_ts = ts32
         if self._buf.rows >= _ROW_GROUP_ROWS or self._buf.nbytes >= _ROW_GROUP_BYTES:
-            self._flush()
+            try:
+                with StorageError.guard(self._data_final, action="cannot write the data parquet"):
+                    self._flush()
+            except BaseException as exc:
+                self._broken = f"data parquet: {exc}"
+                raise
         return fi
 
     def _encode_images(self, images: Mapping[str, np.ndarray]) -> None:
         if self._broken is not None:
-            raise EgopoolError(f"episode {self.index}: an earlier frame failed to encode ({self._broken}); "
+            raise EgopoolError(f"episode {self.index}: an earlier write failed ({self._broken}); "
                                "its streams are no longer in step with its rows", hint="abort() the episode")
         unknown = set(images) - set(self._streams)
         if unknown:
@@ -566,19 +612,28 @@ class EpisodeWriter:
         Raises
         ------
         EgopoolError
-            No rows were added (use :meth:`abort` instead).
+            No rows were added: the episode is discarded (as by :meth:`abort`) and N is free again.
+        StorageError
+            A file could not be written or published (disk full...): nothing of the episode
+            stays and N is free again.
+        MetaUpdateError
+            The episode was saved (its row is committed) but ``info.json`` / ``stats.json``
+            could not be updated; the message names the file and the fix.
         """
         if self._closed:
             raise EgopoolError(f"episode {self.index} is already finished or aborted")
         if self._rows == 0:
-            raise EgopoolError(f"episode {self.index} has no frames; call abort() to discard it")
+            self.abort()
+            raise EgopoolError(f"episode {self.index} has no frames; it was discarded and N={self.index} is free "
+                               "again", hint="add_frame() at least once before finish()")
         if self._broken is not None:
-            raise EgopoolError(f"episode {self.index}: a frame failed to encode ({self._broken}), so its "
+            raise EgopoolError(f"episode {self.index}: a write failed ({self._broken}), so its "
                                "streams are not one frame per row", hint="abort() the episode")
         try:
-            self._flush()
-            self._pq.close()
-            self._drop_unseen_columns()
+            with StorageError.guard(self._data_final, action="cannot write the data parquet"):
+                self._flush()
+                self._pq.close()
+                self._drop_unseen_columns()
             video_codec: dict[str, Any] = {}
             for key, st in self._streams.items():
                 video_codec[key] = st.encoder.close()
@@ -593,18 +648,20 @@ class EpisodeWriter:
         committed = False
         try:
             for st in self._streams.values():
-                publish(st.temp, st.final)
+                with StorageError.guard(st.final, action="cannot publish"):
+                    publish(st.temp, st.final)
                 published.append(st.final)
-            publish(self._data_temp, self._data_final)
+            with StorageError.guard(self._data_final, action="cannot publish"):
+                publish(self._data_temp, self._data_final)
             published.append(self._data_final)
             ep_path = self.task.layout.episodes_file(self.index)
-            with task_lock(self.task.task_dir):
+            with StorageError.guard(ep_path, action="cannot write the episode row"), task_lock(self.task.task_dir):
                 # The episodes row is the commit record (decisions.md #5): before it, a failure
                 # rolls the whole file group back; after it, the episode stands.
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
                 committed = True
                 published.append(ep_path)
-                self._merge_task_meta(present)
+                self._merge_task_meta(present)  # raises MetaUpdateError only: the episode stands
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
         except BaseException:
@@ -668,20 +725,9 @@ class EpisodeWriter:
         return decl
 
     def _merge_task_meta(self, present: set[str]) -> None:
-        tdir = self.task.task_dir
-        info = merge_info(read_info(tdir), self._episode_declarations(present))
-        write_info(tdir, info)
-        stored = read_stats(tdir)
-        if needs_recalc(stored):
-            # legacy blocks without count (§4 MUST): rescan data/ (this episode is already published)
-            write_stats(tdir, recalc_stats(tdir, info))
-            return
         blocks = {c: b for c, b in self._stats.items() if c in present}
-        try:
-            write_stats(tdir, merge_stats(stored, blocks))
-        except (KeyError, ValueError) as exc:
-            raise FormatError(f"cannot merge stats: {exc}", path=tdir / "meta" / "stats.json",
-                              hint="run `egopool stats recalc` on the task") from exc
+        merge_task_meta(self.task.task_dir, self.index, self._episode_declarations(present), blocks,
+                        self.task.layout)
 
     def _discard(self) -> None:
         self._closed = True

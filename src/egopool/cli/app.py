@@ -2,6 +2,8 @@
 
 Every :class:`~egopool.errors.EgopoolError` becomes one line on stderr and exit
 code 1 (2 for usage errors, as click does); never a raw traceback for bad input.
+An :class:`OSError` that escaped every library boundary (disk full, read-only file
+system, a file where a directory belongs) is reported the same way, naming the path.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 
 import typer
 
-from ..errors import EgopoolError
+from ..errors import EgopoolError, StorageError
 
 try:  # typer < 0.20 runs on click; newer releases vendor it and no longer install click
     from click import ClickException as _UsageError
@@ -43,9 +45,18 @@ def _register() -> None:
             importlib.import_module(f"{cli.__name__}.{mod}")
 
 
+def _fit_output() -> None:
+    """Piped output is not wrapped at 80 columns (paths and tables stay on one line for scripts)."""
+    from .output import console
+
+    if not console.is_terminal:
+        console.width = 4096
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code. ``argv`` defaults to ``sys.argv[1:]``."""
     _register()
+    _fit_output()
     try:
         rc = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except EgopoolError as exc:
@@ -68,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # last resort: users do hit full disks and read-only mounts
+        print(f"egopool: error: {StorageError.from_os_error(exc, action='failed').one_line()}", file=sys.stderr)
+        return 1
     # without standalone mode, click and typer return an explicit typer.Exit's code
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 

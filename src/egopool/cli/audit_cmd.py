@@ -35,7 +35,8 @@ def audit_gaps_cmd(
     episodes = [t.episode(n) for n in episode] if episode else t.episodes()
     episodes = [ep for ep in episodes if ep.files.data is not None]
     reports = []
-    with Progress(console=err_console, transient=True, disable=json_out or len(episodes) < 2) as progress:
+    quiet = json_out or len(episodes) < 2 or not err_console.is_terminal
+    with Progress(console=err_console, transient=True, disable=quiet) as progress:
         bar = progress.add_task("auditing", total=len(episodes))
         for ep in episodes:
             reports.append(audit_episode_gaps(ep, tolerance=tolerance, fps=fps))

@@ -80,7 +80,8 @@ def demo_cmd(
                       f"{plan.source_size[0]}x{plan.source_size[1]} -> {plan.video_size[0]}x{plan.video_size[1]}")
         return
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True, disable=json_out) as bar:
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=json_out or not err_console.is_terminal) as bar:
         job = bar.add_task("writing episodes", total=None)
 
         def tick(done: int, total: int) -> None:

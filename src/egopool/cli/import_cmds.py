@@ -39,7 +39,7 @@ def _need_frame(frame: str | None, what: str) -> str:
 @contextmanager
 def _progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
     with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                  transient=True, disable=quiet) as bar:
+                  transient=True, disable=quiet or not err_console.is_terminal) as bar:
         job = bar.add_task(label, total=None)
 
         def tick(done: int, total: int) -> None:

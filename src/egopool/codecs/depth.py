@@ -26,7 +26,8 @@ from typing import Any
 import av
 import numpy as np
 
-from ..errors import CodecError
+from ..errors import CodecError, StorageError
+from .video import encoding_errors
 
 __all__ = ["DepthEncoder", "DepthProbe", "LogDepthCodec", "hevc12_available", "probe_depth", "read_depth_frames"]
 
@@ -127,6 +128,8 @@ class DepthEncoder:
                 self._out = av.open(str(self.path), "w", format="matroska")
                 s = self._out.add_stream("ffv1", rate=rate)
                 s.pix_fmt = "gray16le"
+        except OSError as exc:  # read-only, not a directory (av.error.OSError too)
+            raise StorageError.from_os_error(exc, path, action="cannot create video") from exc
         except Exception as exc:
             raise CodecError(f"cannot open depth encoder {codec}: {exc}", path=path) from exc
         s.width, s.height = self.width, self.height
@@ -159,6 +162,8 @@ class DepthEncoder:
         ------
         CodecError
             See :meth:`check`.
+        StorageError
+            The file could not be written (disk full, read-only file system).
         """
         d = self.check(depth_mm)
         if self.codec == "hevc12":
@@ -166,15 +171,23 @@ class DepthEncoder:
         else:
             frame = av.VideoFrame.from_ndarray(d, format="gray16le")
         frame.pts = self.frames
-        for packet in self._stream.encode(frame):
-            self._out.mux(packet)
+        with encoding_errors(self.path, "cannot write video"):
+            for packet in self._stream.encode(frame):
+                self._out.mux(packet)
         self.frames += 1
 
     def close(self) -> dict[str, Any]:
-        """Flush and close; returns this stream's ``video_codec`` description."""
-        for packet in self._stream.encode():
-            self._out.mux(packet)
-        self._out.close()
+        """Flush and close; returns this stream's ``video_codec`` description.
+
+        Raises
+        ------
+        StorageError
+            The file could not be written (disk full...).
+        """
+        with encoding_errors(self.path, "cannot write video"):
+            for packet in self._stream.encode():
+                self._out.mux(packet)
+            self._out.close()
         desc: dict[str, Any] = {"codec": self.codec, "width": self.width, "height": self.height,
                                 "frames": self.frames}
         if self.codec == "hevc12":

@@ -6,6 +6,7 @@ the count, this module only encodes and decodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from fractions import Fraction
@@ -15,12 +16,26 @@ from typing import Any
 import av
 import numpy as np
 
-from ..errors import CodecError
+from ..errors import CodecError, EgopoolError, StorageError
 
-__all__ = ["RGB_CODECS", "RgbEncoder", "count_video_frames", "read_rgb_frames", "video_info"]
+__all__ = ["RGB_CODECS", "RgbEncoder", "count_video_frames", "encoding_errors", "read_rgb_frames", "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
+
+
+@contextlib.contextmanager
+def encoding_errors(path: Path, action: str) -> Iterator[None]:
+    """PyAV failures while writing ``path``: OS refusals (disk full, read-only) -> StorageError,
+    other FFmpeg errors -> CodecError; both name the file."""
+    try:
+        yield
+    except EgopoolError:
+        raise
+    except OSError as exc:  # av.error.OSError is an OSError too
+        raise StorageError.from_os_error(exc, path, action=action) from exc
+    except av.error.FFmpegError as exc:
+        raise CodecError(f"{action}: {exc}", path=path) from exc
 
 
 def _rate(fps: float) -> Fraction:
@@ -47,6 +62,8 @@ class RgbEncoder:
     ------
     CodecError
         Unknown codec, or a frame of the wrong size or dtype.
+    StorageError
+        The file cannot be created or written (read-only, disk full, not a directory).
     """
 
     def __init__(self, path: str | Path, width: int, height: int, fps: float, *, codec: str = "h264",
@@ -58,8 +75,11 @@ class RgbEncoder:
         self.frames = 0
         pix = "yuv420p" if self.width % 2 == 0 and self.height % 2 == 0 else "yuv444p"
         try:
-            self._out = av.open(str(self.path), "w", format="mp4")
-            self._stream = self._out.add_stream(RGB_CODECS[codec], rate=_rate(fps))
+            with encoding_errors(self.path, "cannot create video"):
+                self._out = av.open(str(self.path), "w", format="mp4")
+                self._stream = self._out.add_stream(RGB_CODECS[codec], rate=_rate(fps))
+        except EgopoolError:
+            raise
         except Exception as exc:
             raise CodecError(f"cannot open RGB encoder {RGB_CODECS[codec]}: {exc}", path=path) from exc
         self._stream.width, self._stream.height, self._stream.pix_fmt = self.width, self.height, pix
@@ -97,19 +117,29 @@ class RgbEncoder:
         Raises
         ------
         CodecError
-            See :meth:`check`.
+            See :meth:`check`; or FFmpeg refused the frame.
+        StorageError
+            The file could not be written (disk full, read-only file system).
         """
         frame = av.VideoFrame.from_ndarray(self.check(image), format="rgb24")
         frame.pts = self.frames
-        for packet in self._stream.encode(frame):
-            self._out.mux(packet)
+        with encoding_errors(self.path, "cannot write video"):
+            for packet in self._stream.encode(frame):
+                self._out.mux(packet)
         self.frames += 1
 
     def close(self) -> dict[str, Any]:
-        """Flush and close; returns the ``video_codec`` description of this stream."""
-        for packet in self._stream.encode():
-            self._out.mux(packet)
-        self._out.close()
+        """Flush and close; returns the ``video_codec`` description of this stream.
+
+        Raises
+        ------
+        StorageError
+            The file could not be written (disk full...).
+        """
+        with encoding_errors(self.path, "cannot write video"):
+            for packet in self._stream.encode():
+                self._out.mux(packet)
+            self._out.close()
         return {"encoder": RGB_CODECS[self.codec], "codec": self.codec, "crf": self.crf,
                 "pix_fmt": self.pix_fmt, "width": self.width, "height": self.height, "frames": self.frames}
 

@@ -1,0 +1,208 @@
+"""What the writer checks before it records anything, so that it never publishes what its own validator rejects.
+
+* numbers that end up in JSON (``fps``, ``created_at``, declarations) are finite: JSON has
+  no NaN / Infinity (file_format.md §3, §4);
+* a column or stream that the task already declares keeps its declaration: same
+  ``dtype`` / ``shape`` / ``encoding`` (multi_device_storage.md §6.2, §6.7: ``features`` is
+  a union where the latest episode wins, so a changed declaration would silently
+  misdescribe every earlier episode), an image_key stays RGB or depth (§4.8, §6.3) with
+  the same file extension (file_format.md §8). Force matrices may change ``scale`` /
+  ``encoding`` and trajectories their ``frame`` between episodes: the episode's own
+  ``force_matrix_specs`` / ``slam_specs`` are the authority for those (§7.3);
+* ``meta/info.json`` and ``meta/stats.json`` can be merged at finish (parse, hold no
+  NaN, blocks with the dimension of this episode's columns), because after the commit
+  an episode can no longer be taken back (decisions.md #5).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import FormatError, SchemaError
+from .meta.info import info_path, merge_info
+from .meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
+from .schema import ColumnSpec
+
+__all__ = ["check_column_declarations", "check_finite_values", "check_json_value", "check_positive_number",
+           "check_stream_declarations", "check_task_meta_mergeable"]
+
+#: Declaration keys that may never change for a column the task already has.
+_FIXED_KEYS = ("dtype", "shape", "encoding")
+
+
+def check_positive_number(value: Any, what: str) -> float:
+    """``value`` as a float when it is a finite real number > 0 (bool and str refused).
+
+    Raises
+    ------
+    SchemaError
+        Naming ``what`` and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SchemaError(f"{what} must be a number, got {type(value).__name__} {value!r}")
+    x = float(value)
+    if not math.isfinite(x) or x <= 0:
+        raise SchemaError(f"{what} must be finite and > 0, got {value!r}")
+    return x
+
+
+def check_json_value(value: Any, what: str) -> None:
+    """``value`` can be written as standard JSON (no NaN / Infinity, only JSON types).
+
+    Raises
+    ------
+    SchemaError
+        ``value`` holds NaN / Infinity or something JSON cannot store.
+    """
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError as exc:
+        raise SchemaError(f"{what} holds NaN or Infinity, which JSON cannot store ({exc})") from exc
+    except TypeError as exc:
+        raise SchemaError(f"{what} is not JSON-serialisable ({exc})") from exc
+
+
+def check_finite_values(column: str, value: np.ndarray, row: int) -> None:
+    """A value of a column that enters ``stats.json`` must be finite (file_format.md §4).
+
+    One NaN would make the task's mean/std NaN for good and ``stats.json`` invalid JSON.
+
+    Raises
+    ------
+    SchemaError
+        Naming the column, the row and the first offending element.
+    """
+    arr = np.asarray(value)
+    if arr.dtype.kind in "fc" and arr.size and not np.isfinite(arr).all():
+        bad = arr.reshape(-1)[~np.isfinite(arr.reshape(-1))][0]
+        raise SchemaError(f"row {row} holds {bad} ({int((~np.isfinite(arr)).sum())} non-finite value(s)); "
+                          "stats.json accumulates this column and JSON has no NaN/Infinity", column=column,
+                          hint="write the last valid sample or 0 for a missing reading")
+
+
+def check_column_declarations(info: Mapping[str, Any], columns: Iterable[ColumnSpec]) -> None:
+    """Columns the task already declares keep ``dtype`` / ``shape`` / ``encoding`` (multi_device_storage.md §6.7).
+
+    A key the task never declared may be added. Force matrices are exempt (scale and
+    encoding are per episode, ``force_matrix_specs``, file_format.md §7.2.1); trajectory
+    ``frame`` / ``time`` / ``owner`` may change (per-episode ``slam_specs``, §7.2).
+
+    Raises
+    ------
+    SchemaError
+        Naming the column, the existing declaration and the new one.
+    """
+    feats = info.get("features")
+    if not isinstance(feats, Mapping):
+        return
+    for spec in columns:
+        old = feats.get(spec.name)
+        if spec.feature is None or not isinstance(old, Mapping) or spec.kind == "force_matrix":
+            continue
+        new = dict(spec.feature)
+        for key in _FIXED_KEYS:
+            if key in old and old[key] != new.get(key):
+                raise SchemaError(f"the task declares {key} {old[key]!r} (info.json features), this episode "
+                                  f"{new.get(key)!r}; earlier episodes would no longer match their declaration",
+                                  column=spec.name, path=None,
+                                  hint="keep the declaration, or record into a new task")
+
+
+def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[str, str, str]]) -> None:
+    """An image_key the task already has stays RGB or depth, with the same file extension.
+
+    ``streams`` holds ``(image_key, kind, ext)``. An existing slot is RGB when it is in
+    ``cameras`` and depth when it is only in ``video_extensions`` (multi_device_storage.md
+    §4.8, §6.3); the file extension of a slot is task-wide (file_format.md §8).
+
+    Raises
+    ------
+    SchemaError
+        Naming the stream and the existing declaration.
+    """
+    raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
+    cams: Mapping[str, Any] = raw_cams if isinstance(raw_cams, Mapping) else {}
+    exts: Mapping[str, Any] = raw_exts if isinstance(raw_exts, Mapping) else {}
+    for key, kind, ext in streams:
+        if key not in cams and key not in exts:
+            continue
+        old_kind = "rgb" if key in cams else "depth"
+        if old_kind != kind:
+            raise SchemaError(f"stream {key!r} is a {old_kind} slot in this task (info.json "
+                              f"{'cameras' if old_kind == 'rgb' else 'video_extensions, not cameras'}), this "
+                              f"episode records it as {kind}", hint="use another image_key for the new stream")
+        if key in exts and exts[key] != ext:
+            raise SchemaError(f"stream {key!r} is stored as .{exts[key]} in this task (info.json "
+                              f"video_extensions), this episode would write .{ext}",
+                              hint="record it with the codec of the earlier episodes (depth: hevc12 -> mp4, "
+                                   "ffv1 -> mkv)")
+
+
+def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarations: Mapping[str, Any],
+                              stats_dims: Mapping[str, int]) -> None:
+    """``info.json`` and ``stats.json`` can take this episode at finish (file_format.md §3, §4).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory.
+    info:
+        ``meta/info.json`` as read under the task lock.
+    declarations:
+        What the episode will merge into ``info.json`` (a trial merge is run on a copy).
+    stats_dims:
+        Stats column -> values per sample this episode will accumulate.
+
+    Raises
+    ------
+    FormatError
+        Naming ``info.json`` / ``stats.json`` and the fix (``egopool stats recalc TASK``).
+    """
+    ipath = info_path(task_dir)
+    try:
+        json.dumps(dict(info), allow_nan=False)
+    except ValueError:
+        bad = [k for k, v in info.items() if not _json_clean(v)]
+        raise FormatError(f"holds NaN or Infinity (key {bad[0] if bad else '?'}), which is not JSON; nothing "
+                          "can be merged into it", path=ipath, hint="replace the value with a finite number") from None
+    try:
+        merge_info(info, declarations)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise FormatError(f"cannot merge this episode's declarations: {exc}", path=ipath,
+                          hint="a key has the wrong JSON type; run `egopool validate` on the task") from exc
+    stored = read_stats(task_dir)  # FormatError with the recalc hint when unparsable
+    if needs_recalc(stored):
+        return  # legacy blocks without count: finish rebuilds the file from data/ (§4)
+    spath = stats_path(task_dir)
+    hint = f"run `egopool stats recalc {task_dir}` to rebuild it from data/"
+    for col, raw in stored.items():
+        if col == "action":
+            continue
+        try:
+            block = StatsBlock.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"block {col!r} cannot be read ({type(exc).__name__}: {exc})", path=spath,
+                              hint=hint) from exc
+        if len({a.shape for a in (block.mean, block.std, block.min, block.max)}) != 1:
+            raise FormatError(f"block {col!r}: mean/std/min/max have different lengths", path=spath, hint=hint)
+        if not all(np.isfinite(a).all() for a in (block.mean, block.std, block.min, block.max)):
+            raise FormatError(f"block {col!r} holds NaN or Infinity", path=spath, hint=hint)
+        dim = stats_dims.get(col)
+        if dim is not None and block.mean.shape != (dim,):
+            raise FormatError(f"block {col!r} has {block.mean.shape[0]} values per sample, this episode's column "
+                              f"has {dim}", path=spath, hint=hint)
+
+
+def _json_clean(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError):
+        return False
+    return True
