@@ -2,8 +2,9 @@
 parquet, a pretty-printed tasks.jsonl, an empty directory.
 
 ``egopool validate`` gives a one-line error naming the file and exits non-zero; every
-command that reads the broken file (info / ls / show) gives one line on stderr and
-exit 1, never a traceback; nothing is written anywhere.
+command that needs the broken file (info / ls / show on a broken info.json) gives one line
+on stderr and exit 1, never a traceback; ``ls`` / ``show`` list a broken episode with its
+problem instead of failing; nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ def _pretty_tasks(t: Path) -> None:
     (t / "meta/tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "demo"}, indent=2) + "\n")
 
 
-#: name -> (how to break the task, the file the error must name, commands that read that file)
+#: name -> (how to break the task, the file the error must name, commands that fail on that file)
 CASES: dict[str, tuple[Callable[[Path], None], str, tuple[str, ...]]] = {
     "missing_format": (lambda t: edit_json(t / "meta/info.json", lambda d: d.pop("format")), "meta/info.json",
                        ("info", "ls", "show")),
     "unknown_format": (lambda t: edit_json(t / "meta/info.json", lambda d: d.update(format="lerobot_v3")),
                        "meta/info.json", ("info", "ls", "show")),
-    "truncated_data_parquet": (lambda t: _truncate(t / DATA), DATA, ("show",)),
-    "truncated_meta_parquet": (lambda t: _truncate(t / META), META, ("ls", "show")),
+    "truncated_data_parquet": (lambda t: _truncate(t / DATA), DATA, ()),
+    "truncated_meta_parquet": (lambda t: _truncate(t / META), META, ()),
     "pretty_tasks_jsonl": (_pretty_tasks, "meta/tasks.jsonl", ()),
 }
 
@@ -101,6 +102,9 @@ def test_inspect_commands(bad: tuple[Path, str, tuple[str, ...]], cmd: str, caps
         assert str(named_path) in lines[0]
     else:
         assert rc == 0 and err == ""
+        if named in (DATA, META) and cmd in ("ls", "show"):  # the broken episode is listed with its problem
+            what = "data parquet" if named == DATA else "meta row"
+            assert f"{what} unreadable" in out and ("NO: " in out or "problem: " in out), out
     assert snapshot(task) == before
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import FormatError
+
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
@@ -78,8 +80,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
-    """Serialise ``obj`` as UTF-8 JSON (non-ASCII kept) and write it atomically."""
-    text = json.dumps(obj, ensure_ascii=False, indent=indent)
+    """Serialise ``obj`` as UTF-8 standard JSON (non-ASCII kept) and write it atomically.
+
+    Raises
+    ------
+    FormatError
+        ``obj`` holds NaN or Infinity (not JSON, file_format.md §3/§4); nothing is written.
+    """
+    try:
+        text = json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError as exc:
+        raise FormatError(f"refusing to write NaN/Infinity into JSON ({exc})", path=path,
+                          hint="the value came from the caller; pass finite numbers") from exc
     atomic_write_bytes(path, (text + "\n").encode("utf-8"))
 
 

@@ -272,7 +272,7 @@ def plan_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_second
 def _check_replaceable(task_dir: Path, overwrite: bool) -> None:
     if not overwrite:
         raise EgopoolError(f"{task_dir} already exists", path=None,
-                           hint="pass --overwrite to replace that task (only that directory is removed), "
+                           hint="pass --overwrite to replace that task, only that directory is removed; "
                                 "or choose another DIR")
     try:
         info = read_info(task_dir)

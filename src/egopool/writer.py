@@ -173,9 +173,11 @@ def _refuse_foreign(task_dir: Path) -> None:
 
 
 def _validate_task_name(name: str) -> str:
+    if not isinstance(name, str):
+        raise EgopoolError(f"task name must be a str, got {type(name).__name__} {name!r}")
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
         raise EgopoolError(f"invalid task name {name!r}",
-                           hint="a task name is a single directory name (may be Chinese), no '/' or leading '.'/'_'")
+                           hint="a task name is a single directory name, Chinese allowed, no '/' or leading '.'/'_'")
     return name
 
 

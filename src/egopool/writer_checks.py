@@ -141,8 +141,8 @@ def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[s
         if key in exts and exts[key] != ext:
             raise SchemaError(f"stream {key!r} is stored as .{exts[key]} in this task (info.json "
                               f"video_extensions), this episode would write .{ext}",
-                              hint="record it with the codec of the earlier episodes (depth: hevc12 -> mp4, "
-                                   "ffv1 -> mkv)")
+                              hint="record it with the codec of the earlier episodes; depth: hevc12 -> mp4, "
+                                   "ffv1 -> mkv")
 
 
 def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarations: Mapping[str, Any],

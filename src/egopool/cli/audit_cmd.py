@@ -17,7 +17,7 @@ from .output import console, err_console, print_json
 
 @app.command("audit-gaps")
 def audit_gaps_cmd(
-    task: Path = typer.Argument(..., help="Task directory (holds data/, videos/, meta/)."),
+    task: Path = typer.Argument(..., metavar="TASK", help="Task directory (holds data/, videos/, meta/)."),
     episode: Optional[list[int]] = typer.Option(None, "--episode", "-e",
                                                 help="Only these global N (repeatable). Default: every episode."),
     tolerance: float = typer.Option(0.5, "--tolerance", min=0.0,

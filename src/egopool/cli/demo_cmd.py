@@ -48,7 +48,7 @@ def _print_summary(s: DemoSummary) -> None:
 
 @app.command("demo")
 def demo_cmd(
-    directory: Path = typer.Argument(Path("demo_out"), metavar="[DIR]",
+    directory: Path = typer.Argument(Path("demo_out"), metavar="DIR",
                                      help=f"Where to put the task (it goes into DIR/{DEMO_TASK})."),
     overwrite: bool = typer.Option(False, "--overwrite",
                                    help="Replace an existing demo task in DIR (only that task directory)."),

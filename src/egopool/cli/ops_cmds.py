@@ -26,7 +26,7 @@ repair_app = typer.Typer(help="Repair episode metadata from the data itself.", n
 app.add_typer(stats_app, name="stats")
 app.add_typer(repair_app, name="repair")
 
-_TASK = typer.Argument(..., help="Task directory (holds data/, videos/, meta/).")
+_TASK = typer.Argument(..., metavar="TASK", help="Task directory (holds data/, videos/, meta/).")
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _REG = typer.Option(True, "--registry/--no-registry",
@@ -49,9 +49,9 @@ def _progress(label: str) -> Iterator[ProgressFn | None]:
         yield update
 
 
-@app.command("delete")
+@app.command("delete", context_settings={"ignore_unknown_options": True})
 def delete_cmd(task: Path = _TASK,
-               indices: list[int] = typer.Argument(..., metavar="N...",
+               indices: list[int] = typer.Argument(..., metavar="N",
                                                    help="Global 1-based episode numbers (as `egopool ls` shows)."),
                dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
                yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation on a terminal.")) -> None:

@@ -224,7 +224,7 @@ def _unit(q: Any) -> np.ndarray:
 def _convention(name: str) -> str:
     if name not in CONVENTIONS:
         raise SchemaError(f"relative-pose convention must be one of {CONVENTIONS}, got {name!r}",
-                          hint="'left' = R0ᵀ·R (apps ≤ 1.3.13), 'right' = R·R0ᵀ (1.3.14+)")
+                          hint="'left' = R0ᵀ·R, apps ≤ 1.3.13; 'right' = R·R0ᵀ, apps 1.3.14+")
     return name
 
 

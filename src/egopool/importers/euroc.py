@@ -323,7 +323,7 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
         traj = with_feature(traj, source="state_groundtruth_estimate0")
         columns += [traj, traj_ns]
     device: dict[str, Any] = {"key": key, "kind": "vi_sensor", "name": "EuRoC cam0+imu0", "slots": [_SLOT]}
-    task = task or default_task_name(ds.mav.parent if ds.mav.name == "mav0" else ds.mav)
+    task = task if task is not None else default_task_name(ds.mav.parent if ds.mav.name == "mav0" else ds.mav)
     total = len(ds.cam_ns)
     t0 = int(ds.cam_ns[0])
     with task_writer(out, task, fps) as tw:

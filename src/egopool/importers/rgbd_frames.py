@@ -231,7 +231,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
     calibration = {"head_stereo": camera_calibration(
         "head_stereo", (src.width, src.height), fps, src.intrinsics.tolist(), [], type_="rgbd_camera", depth_scale=0.001,
         distortion_model="unknown")}
-    task = task or default_task_name(src.root)
+    task = task if task is not None else default_task_name(src.root)
     total = len(src.numbers)
     with task_writer(out, task, fps) as tw:
         with tw.begin_episode(columns=[traj], streams=streams, devices=[device],

@@ -188,7 +188,7 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     rows = len(edges) - 1
     first_s = first / 1e9
     created = first_s if first_s >= _PLAUSIBLE_UNIX_S else time.time()
-    task = task or default_task_name(traj.path)
+    task = task if task is not None else default_task_name(traj.path)
     synthesised = [f"row timestamps: a 1/{fps:g} s grid from the first pose (the file has poses, not frames); "
                    "hardware_ns = the grid on the file's clock"]
     if created != first_s:

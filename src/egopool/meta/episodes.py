@@ -57,7 +57,10 @@ def episode_row_table(row: Mapping[str, Any]) -> pa.Table:
         if v is None:
             raise FormatError(f"episodes row lacks required column {name!r}")
         if name in JSON_COLUMNS and not isinstance(v, str):
-            v = json.dumps(v, ensure_ascii=False, sort_keys=False)
+            try:
+                v = json.dumps(v, ensure_ascii=False, sort_keys=False, allow_nan=False)
+            except ValueError as exc:
+                raise FormatError(f"episodes column {name!r} holds NaN/Infinity, which is not JSON ({exc})") from exc
         cols[name] = pa.array([v], type=typ)
     return pa.table(cols)
 

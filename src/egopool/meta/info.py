@@ -100,9 +100,13 @@ def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, A
                 "per-session layout, which egopool does not read", path=task_dir,
                 hint="convert it with the collector's migration tool first")
         if not task_dir.exists():
-            raise FormatError("task directory does not exist", path=task_dir)
+            raise FormatError("task directory does not exist", path=task_dir,
+                              hint="pass the task directory holding data/, videos/, meta/")
+        if not task_dir.is_dir():
+            raise FormatError("not a directory", path=task_dir,
+                              hint="pass the task directory holding data/, videos/, meta/")
         raise FormatError("not a pooled_episodes_v1 task: meta/info.json is missing", path=task_dir,
-                          hint="point egopool at a task directory (the one holding data/, videos/, meta/)")
+                          hint="point egopool at the task directory holding data/, videos/, meta/")
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

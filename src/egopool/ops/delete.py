@@ -158,7 +158,7 @@ class DeletePlan:
 
 def _check_indices(indices: Sequence[int]) -> list[int]:
     if not indices:
-        raise LayoutError("no episode given", hint="pass one or more global N (1-based), e.g. `egopool delete TASK 3`")
+        raise LayoutError("no episode given", hint="pass one or more 1-based global N, e.g. `egopool delete TASK 3`")
     out: list[int] = []
     for n in indices:
         if isinstance(n, bool) or not isinstance(n, int):

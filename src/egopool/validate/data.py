@@ -351,11 +351,21 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
             i = int(np.flatnonzero(bad)[0])
             ctx.report.error(R_KEYS, path, f"column 'frame_index' must run 0..{n - 1} without holes, but row {i} "
                                            f"holds {int(fi[i])}; renumber the rows")
-    if "wall_time" in vals and "timestamp" in vals and ctx.wall_time_rule:
+    finite = True
+    for c in ("timestamp", "wall_time"):
+        if c in vals:
+            bad = ~np.isfinite(vals[c].astype(np.float64))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                ctx.report.error(R_TIME, path, f"column {c!r} row {i} holds {vals[c][i]} ({int(bad.sum())} "
+                                               "non-finite value(s)); times are finite seconds, never NaN/inf")
+                finite = False
+    if "wall_time" in vals and "timestamp" in vals and ctx.wall_time_rule and finite:
         _check_wall_time(ctx, path, vals["wall_time"], vals["timestamp"])
 
 
 def _check_wall_time(ctx: Context, path: Path, wall: np.ndarray, ts: np.ndarray) -> None:
+    """Strictly increasing ``wall_time`` and a constant ``wall_time - timestamp`` (both finite here)."""
     wall = wall.astype(np.float64)
     steps = np.diff(wall)
     if (steps <= 0).any():

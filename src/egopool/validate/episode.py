@@ -29,7 +29,7 @@ from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
 from .context import Context
 from .data import DataSummary, check_data, first_line
-from .declarations import check_force_matrix_spec, check_frame_spec
+from .declarations import check_force_matrix_spec, check_frame_spec, is_depth_name
 
 __all__ = ["check_episode"]
 
@@ -66,7 +66,7 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
         _cross_check(ctx, g, data, row)
     rows = data.rows if data is not None else None
     for key in sorted(g.videos):
-        _check_video(ctx, g, key, g.videos[key], rows)
+        _check_video(ctx, g, key, g.videos[key], rows, row)
     if row is not None:
         _declared_streams(ctx, g, row)
 
@@ -226,7 +226,28 @@ def _check_png16_stream(ctx: Context, g: EpisodeFiles, key: str, path: Path, row
                                        "every stream has exactly one frame per row (duplicate or fail, never drop)")
 
 
-def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None) -> None:
+def _declared_depth(ctx: Context, key: str, row: dict[str, Any] | None) -> str | None:
+    """Why the declarations make ``key`` a depth slot (multi_device_storage.md §4.8), or None.
+
+    A slot in ``cameras`` is RGB. Otherwise it is depth when this episode's ``video_codec``
+    entry describes a depth encoding (``hevc12`` / ``ffv1``, a gray pixel format, log-code
+    parameters) or when it is named like a depth slot (``*_depth``, ``*_depth_N``).
+    """
+    cams = ctx.info.get("cameras")
+    if isinstance(cams, dict) and key in cams:
+        return None
+    vc = (row or {}).get("video_codec")
+    desc = vc.get(key) if isinstance(vc, dict) else None
+    if isinstance(desc, dict) and (desc.get("codec") in ("hevc12", "ffv1") or "depth_codec" in desc
+                                   or str(desc.get("pix_fmt", "")).startswith("gray")):
+        return f"its video_codec entry describes {desc.get('codec') or desc.get('depth_codec')} depth"
+    if is_depth_name(key):
+        return "it is named like a depth slot and not declared in cameras"
+    return None
+
+
+def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None,
+                 row: dict[str, Any] | None = None) -> None:
     if path.is_dir():
         _check_png16_stream(ctx, g, key, path, rows)
         return
@@ -252,6 +273,11 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
     pix = str(probe.get("pix_fmt") or "")
     if pix.startswith("gray") or probe.get("video_streams", 1) > 1:
         ctx.depth_keys.add(key)
+    elif (why := _declared_depth(ctx, key, row)) is not None:
+        ctx.report.error(R_VIDEO, path, f"stream {key!r} is a depth slot ({why}) but its file holds a colour video "
+                                        f"({probe.get('codec')} {pix}): the file has the wrong content; depth is "
+                                        "12-bit gray HEVC (.mp4) or FFV1 gray16le (.mkv) of uint16 mm; restore or "
+                                        "re-encode the depth frames")
     else:
         ctx.rgb_keys.add(key)
     if rows is not None and frames != rows:

@@ -8,6 +8,7 @@ object per line) and §11 (obsolete ``.stats_state.json``).
 from __future__ import annotations
 
 import json
+import math
 import re
 import string
 from pathlib import Path
@@ -20,7 +21,7 @@ from .context import Context
 from .report import Report
 
 __all__ = ["check_info_file", "check_info_keys", "check_leftovers", "check_stats", "check_tasks_jsonl",
-           "check_templates"]
+           "check_templates", "non_finite_paths"]
 
 R_LAYOUT = "file_format.md §1"
 R_INFO = "file_format.md §3"
@@ -39,6 +40,18 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "calibration": (dict,), "total_episodes": (int,), "video_extensions": (dict,),
 }
 _JSON_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "array"}
+
+
+def non_finite_paths(obj: Any, where: str = "") -> list[str]:
+    """JSON paths (``a.b[2]``) of NaN / Infinity values in a parsed document (Python's json accepts
+    them, standard JSON has no such values and other readers reject the file)."""
+    if isinstance(obj, float):
+        return [] if math.isfinite(obj) else [where or "(document)"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in non_finite_paths(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in non_finite_paths(v, f"{where}[{i}]")]
+    return []
 
 
 def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
@@ -88,6 +101,10 @@ def check_info_keys(ctx: Context) -> None:
     """Every MUST key of file_format.md §3 present with the right JSON type and sane values."""
     path = info_path(ctx.root)
     info = ctx.info
+    bad = non_finite_paths(info)
+    if bad:
+        ctx.report.error(R_INFO, path, f"holds NaN/Infinity at {', '.join(bad[:3])}, which is not JSON (other "
+                                       "readers reject the file); replace them with finite numbers")
     for key in INFO_MUST_KEYS:
         if key not in info:
             ctx.report.error(R_INFO, path, f"MUST key {key!r} is missing; add it (file_format.md §3 lists every "
@@ -207,6 +224,10 @@ def check_stats(ctx: Context, has_episodes: bool) -> None:
     if not isinstance(doc, dict):
         ctx.report.error(R_STATS, path, "is not a JSON object of blocks; run `egopool stats recalc TASK`")
         return
+    bad = non_finite_paths(doc)
+    if bad:
+        ctx.report.error(R_STATS, path, f"holds NaN/Infinity at {', '.join(bad[:3])}, which is not JSON; run "
+                                        "`egopool stats recalc TASK` (writers refuse non-finite stats values)")
     legacy = []
     for col, block in doc.items():
         if not isinstance(block, dict):
