@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import math
 import os
 import shutil
 import time
@@ -251,8 +252,9 @@ def plan_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_second
     joints = np.load(samples / "dexretarget_hand_video" / "human_joint_right.npy", mmap_mode="r")
     frames = min(sframes, int(joints.shape[0]))
     if max_seconds is not None:
-        if max_seconds <= 0:
-            raise EgopoolError(f"--max-seconds must be > 0, got {max_seconds}")
+        if not math.isfinite(max_seconds) or max_seconds <= 0:
+            raise EgopoolError(f"--max-seconds must be a finite number of seconds > 0, got {max_seconds}",
+                               hint="leave it out to use the whole recording")
         frames = min(frames, int(max_seconds * FPS))
     if episodes > frames:
         raise EgopoolError(f"{episodes} episodes need at least as many frames; only {frames} are used")

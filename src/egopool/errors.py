@@ -94,7 +94,7 @@ class EpisodeNotFoundError(LayoutError, FileNotFoundError):
 
     def __init__(self, task_dir: str | Path, index: int) -> None:
         self.index = index
-        super().__init__(f"no episode {index} in task", path=task_dir, hint="run `egopool ls` to list episodes")
+        super().__init__(f"no episode {index} in task", path=task_dir, hint="run `egopool ls TASK` to list episodes")
 
 
 class SchemaError(EgopoolError):
@@ -177,6 +177,11 @@ class StorageError(EgopoolError):
         code = exc.errno if isinstance(exc.errno, int) else None
         reason = exc.strerror or (os.strerror(code) if code else None) or str(exc) or type(exc).__name__
         named = exc.filename if isinstance(exc.filename, (str, Path)) and str(exc.filename) else path
+        if code == _errno.ENOTDIR and named is not None:
+            blocker = next((p for p in (Path(named), *Path(named).parents) if p.exists() and not p.is_dir()), None)
+            if blocker is not None:
+                return cls(f"{action}: this is a file, where a directory is needed", path=blocker,
+                           hint=hint or "choose a directory or a path that does not exist yet", errno=code)
         return cls(f"{action}: {reason}", path=named, hint=hint or _OS_HINTS.get(code or -1), errno=code)
 
     @classmethod

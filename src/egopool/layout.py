@@ -225,7 +225,7 @@ def _read_episode_indices(path: Path) -> list[int]:
         table = pq.read_table(path, columns=["episode_index"])
     except Exception as exc:  # pyarrow raises several types for a broken file
         raise FormatError(f"cannot read episode_index column: {exc}", path=path,
-                          hint="the meta/episodes file is corrupt; restore it or run `egopool validate`") from exc
+                          hint="the meta/episodes file is corrupt; restore it or run `egopool validate TASK`") from exc
     return [int(v) for v in table.column("episode_index").to_pylist() if v is not None]
 
 

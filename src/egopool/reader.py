@@ -15,6 +15,7 @@ subclasses naming the file.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,8 +33,8 @@ from .codecs.depth import read_depth_frames
 from .codecs.force_matrix import ResolvedForceMatrixSpec
 from .codecs.timebase import (ImuSamples, expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
                               pair_nearest, unwrap_ns)
-from .codecs.video import read_rgb_frames
-from .errors import CodecError, EpisodeNotFoundError, FormatError, SchemaError
+from .codecs.video import read_rgb_frames, video_info
+from .errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
 from .frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
 from .layout import EpisodeFiles, TaskLayout, list_task_episodes
 from .meta.episodes import read_episode_row
@@ -155,7 +156,7 @@ def _read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(path, columns=columns)
     except Exception as exc:  # ArrowInvalid, OSError, ... -> one boundary
         raise FormatError(f"cannot read parquet: {exc}", path=path,
-                          hint="the file is truncated or corrupt; run `egopool validate`") from exc
+                          hint="the file is truncated or corrupt; run `egopool validate TASK`") from exc
 
 
 class Episode:
@@ -270,6 +271,10 @@ class Episode:
         if column not in names:
             raise SchemaError(f"not in episode {self.index} (it has {self.trajectories()})", column=column,
                               path=self.files.data)
+        typ = self.schema.field(column).type
+        if column not in self.trajectories() or not (pa.types.is_list(typ) or pa.types.is_large_list(typ)):
+            raise SchemaError(f"is not a trajectory column (observation.*slam_trajectory, list<float64>); "
+                              f"episode {self.index} has {self.trajectories()}", column=column, path=self.files.data)
         ns_col = column + "_ns"
         has_ns = ns_col in names
         t = self.columns([column, ns_col] if has_ns else [column])
@@ -425,8 +430,24 @@ class Episode:
                               column=key) from None
 
     def video(self, key: str) -> Iterator[np.ndarray]:
-        """Decode an RGB stream: iterator of uint8 ``(H, W, 3)`` frames."""
-        return read_rgb_frames(self._stream_path(key))
+        """Decode an RGB stream: iterator of uint8 ``(H, W, 3)`` frames.
+
+        Raises
+        ------
+        SchemaError
+            No such stream, or ``key`` is a depth stream (gray pixels, a PNG16 directory or
+            the legacy dual-stream MKV): decode it with :meth:`depth`, which returns mm.
+        """
+        path = self.stream_path(key)
+        if path.is_dir():
+            raise SchemaError(f"stream {key!r} is a PNG16 depth directory, not an RGB video", column=key,
+                              path=path, hint=f"use ep.depth({key!r}) for uint16 mm frames")
+        probe = video_info(path)
+        if str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1:
+            raise SchemaError(f"stream {key!r} is a depth stream ({probe.get('codec')} {probe.get('pix_fmt')}), "
+                              "not an RGB video; its pixels are depth codes, not colours", column=key, path=path,
+                              hint=f"use ep.depth({key!r}) for uint16 mm frames")
+        return read_rgb_frames(path)
 
     def depth(self, key: str) -> Iterator[np.ndarray]:
         """Decode a depth stream: iterator of uint16 mm ``(H, W)`` frames, holes = 0 (§8).
@@ -479,9 +500,15 @@ class Task:
 
         Raises
         ------
+        LayoutError
+            ``index`` is not an integer >= 1 (``"1"`` and ``True`` are refused).
         EpisodeNotFoundError
             No file of episode N exists.
         """
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 1:
+            raise LayoutError(f"episode index must be an integer >= 1, got {type(index).__name__} {index!r}",
+                              hint="global N is 1-based: episode-000 is N=1")
+        index = int(index)
         for g in self.episode_files():
             if g.index == index:
                 return Episode(self, g)

@@ -89,10 +89,10 @@ def merge_task_meta(task_dir: Path, index: int, declarations: Mapping[str, Any],
         write_info(tdir, info)
     except (EgopoolError, OSError, TypeError, ValueError, AttributeError) as exc:
         raise MetaUpdateError(index, f"meta/info.json was not updated ({_reason(exc)})", path=info_path(tdir),
-                              hint="its columns stay undeclared until info.json is fixed; `egopool validate` "
+                              hint="its columns stay undeclared until info.json is fixed; `egopool validate TASK` "
                                    "shows which") from exc
     spath = stats_path(tdir)
-    recalc_hint = f"run `egopool stats recalc {tdir}`"
+    recalc_hint = "run `egopool stats recalc TASK`"
     try:
         stored = read_stats(tdir)
         if needs_recalc(stored):  # legacy v1.1.0 blocks without count (§4 MUST: rescan data/ once)

@@ -220,7 +220,7 @@ class TaskWriter:
         self.registry: Registry | None = (
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
-        with StorageError.guard(self.task_dir, action="cannot create the task"):
+        with StorageError.guard(self.task_dir, action="cannot write the task"):
             self._create()
 
     def _create(self) -> None:

@@ -135,9 +135,9 @@ def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[s
             continue
         old_kind = "rgb" if key in cams else "depth"
         if old_kind != kind:
-            raise SchemaError(f"stream {key!r} is a {old_kind} slot in this task (info.json "
+            raise SchemaError(f"stream {key!r} is {'an RGB' if old_kind == 'rgb' else 'a depth'} slot in this task (info.json "
                               f"{'cameras' if old_kind == 'rgb' else 'video_extensions, not cameras'}), this "
-                              f"episode records it as {kind}", hint="use another image_key for the new stream")
+                              f"episode records it as {'RGB' if kind == 'rgb' else 'depth'}", hint="use another image_key for the new stream")
         if key in exts and exts[key] != ext:
             raise SchemaError(f"stream {key!r} is stored as .{exts[key]} in this task (info.json "
                               f"video_extensions), this episode would write .{ext}",
@@ -176,12 +176,12 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
         merge_info(info, declarations)
     except (TypeError, ValueError, AttributeError) as exc:
         raise FormatError(f"cannot merge this episode's declarations: {exc}", path=ipath,
-                          hint="a key has the wrong JSON type; run `egopool validate` on the task") from exc
+                          hint="a key has the wrong JSON type; run `egopool validate TASK`") from exc
     stored = read_stats(task_dir)  # FormatError with the recalc hint when unparsable
     if needs_recalc(stored):
         return  # legacy blocks without count: finish rebuilds the file from data/ (§4)
     spath = stats_path(task_dir)
-    hint = f"run `egopool stats recalc {task_dir}` to rebuild it from data/"
+    hint = "run `egopool stats recalc TASK` to rebuild it from data/"
     for col, raw in stored.items():
         if col == "action":
             continue

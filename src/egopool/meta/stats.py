@@ -109,7 +109,7 @@ def read_stats(task_dir: str | Path) -> dict[str, Any]:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"cannot parse JSON: {exc}", path=path,
-                          hint="run `egopool stats recalc` to rebuild it from data/") from exc
+                          hint="run `egopool stats recalc TASK` to rebuild it from data/") from exc
     if not isinstance(obj, dict):
         raise FormatError("stats.json is not a JSON object", path=path)
     return obj

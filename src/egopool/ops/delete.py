@@ -165,7 +165,7 @@ def _check_indices(indices: Sequence[int]) -> list[int]:
             raise LayoutError(f"episode index must be an integer, got {n!r}")
         if n < 1:
             raise LayoutError(f"episode {n} refused: global N is 1-based (episode-000 is N=1)",
-                              hint="pass the global N shown by `egopool ls`")
+                              hint="pass the global N shown by `egopool ls TASK`")
         if n not in out:
             out.append(n)
     return out
@@ -425,7 +425,7 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
         if failed:
             return OperationError(f"delete of episode {n} failed ({reason}) and could not be fully undone: "
                                   f"{'; '.join(failed)}", details=failed, path=root,
-                                  hint="re-run `egopool delete` on the task to finish the recovery")
+                                  hint=f"re-run `egopool delete TASK {n}` to finish the recovery")
         jpath.unlink()
         return OperationError(f"delete of episode {n} failed ({reason}); nothing was removed", path=root)
 

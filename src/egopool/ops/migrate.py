@@ -258,7 +258,7 @@ def plan_migration(task_dir: str | Path, *, split_episodes: bool = True) -> tupl
         steps.append(Step("registry", value=sorted(touched)))
     with contextlib.suppress(FormatError):
         if needs_recalc(read_stats(root)):
-            notes.append("stats.json has legacy blocks without count: run `egopool stats recalc`")
+            notes.append("stats.json has legacy blocks without count: run `egopool stats recalc TASK`")
     return steps, notes
 
 
@@ -457,7 +457,7 @@ def migrate_task(task_dir: str | Path, *, split_episodes: bool = True, dry_run: 
                 raise
             except OSError as exc:
                 raise OperationError(f"migration step {i + 1}/{len(steps)} failed ({steps[i].describe()}): {exc}",
-                                     path=root, hint="fix the cause and run `egopool migrate` again to resume") from exc
+                                     path=root, hint="fix the cause and run `egopool migrate TASK` again to resume") from exc
             report.done += 1
             if (i + 1) % checkpoint_every == 0:
                 doc["completed"] = i + 1

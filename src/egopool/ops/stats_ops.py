@@ -115,7 +115,7 @@ def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float 
             continue
         if "count" not in s:
             out.append(BlockDiff(col, "count", None, f.get("count"),
-                                 "legacy block without count (v1.1.0): run `egopool stats recalc`"))
+                                 "legacy block without count (v1.1.0): run `egopool stats recalc TASK`"))
         elif int(s["count"]) != int(f["count"]):
             out.append(BlockDiff(col, "count", int(s["count"]), int(f["count"]),
                                  f"count {s['count']} stored, {f['count']} in data/"))
