@@ -18,8 +18,8 @@ from .writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWriter
 __all__ = sorted([
     "CodecError", "ColumnSpec", "ConflictError", "EgopoolError", "Episode", "EpisodeFiles", "EpisodeNotFoundError",
     "EpisodeResult", "EpisodeWriter", "FormatError", "LayoutError", "LegacyLayoutError", "LockError", "MetaUpdateError",
-    "SchemaError", "StorageError", "StreamSpec", "Task", "TaskLayout", "TaskWriter", "Trajectory", "__version__", "display_suffix",
-    "episode_chunk_file", "episode_index_from", "hand_pose_column", "imu_columns", "key_column",
+    "SchemaError", "StorageError", "StreamSpec", "Task", "TaskLayout", "TaskWriter", "Trajectory", "__version__",
+    "display_suffix", "episode_chunk_file", "episode_index_from", "hand_pose_column", "imu_columns", "key_column",
     "list_task_episodes", "open_task", "scalar_ns_column", "slam_trajectory_columns", "status_column",
     "vector_column",
 ])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno as _errno
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,6 +142,8 @@ class OperationError(EgopoolError):
         super().__init__(message, path=path, hint=hint)
 
 
+_TEMP_NAME_RE = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{8}\.tmp$")
+
 #: errno -> what the user can do about it.
 _OS_HINTS = {
     _errno.ENOSPC: "free disk space or choose another location, then run it again",
@@ -150,6 +153,7 @@ _OS_HINTS = {
     _errno.EPERM: "permission denied; choose a location you can write to",
     _errno.ENOTDIR: "a component of the path is a file, not a directory",
     _errno.EISDIR: "the path is a directory where a file was expected",
+    _errno.EFBIG: "a file size limit was reached (ulimit -f, or the file system's largest file)",
 }
 
 
@@ -177,6 +181,9 @@ class StorageError(EgopoolError):
         code = exc.errno if isinstance(exc.errno, int) else None
         reason = exc.strerror or (os.strerror(code) if code else None) or str(exc) or type(exc).__name__
         named = exc.filename if isinstance(exc.filename, (str, Path)) and str(exc.filename) else path
+        if named is not None:  # a dot-temp being written (_atomic.temp_path_for): name the file it becomes
+            m = _TEMP_NAME_RE.match(Path(named).name)
+            named = Path(named).with_name(m["final"]) if m else named
         if code == _errno.ENOTDIR and named is not None:
             blocker = next((p for p in (Path(named), *Path(named).parents) if p.exists() and not p.is_dir()), None)
             if blocker is not None:

@@ -440,13 +440,12 @@ class Episode:
         """
         path = self.stream_path(key)
         if path.is_dir():
-            raise SchemaError(f"stream {key!r} is a PNG16 depth directory, not an RGB video", column=key,
-                              path=path, hint=f"use ep.depth({key!r}) for uint16 mm frames")
+            raise SchemaError(f"stream {key!r} is a PNG16 depth directory, not an RGB video", path=path,
+                              hint=f"use ep.depth({key!r}) for uint16 mm frames")
         probe = video_info(path)
         if str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1:
             raise SchemaError(f"stream {key!r} is a depth stream ({probe.get('codec')} {probe.get('pix_fmt')}), "
-                              "not an RGB video; its pixels are depth codes, not colours", column=key, path=path,
-                              hint=f"use ep.depth({key!r}) for uint16 mm frames")
+                              "not an RGB video", path=path, hint=f"use ep.depth({key!r}) for uint16 mm frames")
         return read_rgb_frames(path)
 
     def depth(self, key: str) -> Iterator[np.ndarray]:

@@ -135,9 +135,10 @@ def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[s
             continue
         old_kind = "rgb" if key in cams else "depth"
         if old_kind != kind:
-            raise SchemaError(f"stream {key!r} is {'an RGB' if old_kind == 'rgb' else 'a depth'} slot in this task (info.json "
-                              f"{'cameras' if old_kind == 'rgb' else 'video_extensions, not cameras'}), this "
-                              f"episode records it as {'RGB' if kind == 'rgb' else 'depth'}", hint="use another image_key for the new stream")
+            was = "an RGB slot in this task (info.json cameras)" if old_kind == "rgb" else \
+                "a depth slot in this task (info.json video_extensions, not cameras)"
+            raise SchemaError(f"stream {key!r} is {was}, this episode records it as "
+                              f"{'RGB' if kind == 'rgb' else 'depth'}", hint="use another image_key for the new stream")
         if key in exts and exts[key] != ext:
             raise SchemaError(f"stream {key!r} is stored as .{exts[key]} in this task (info.json "
                               f"video_extensions), this episode would write .{ext}",

@@ -63,7 +63,8 @@ def _report(result: ImportResult, json_out: bool) -> None:
 
 @import_app.command("rgbd-frames")
 def rgbd_frames_cmd(
-    directory: Path = typer.Argument(..., metavar="DIR", help="Folder with frame-NNNNNN.color.jpg|png, .depth.png (uint16 mm), "
+    directory: Path = typer.Argument(
+        ..., metavar="DIR", help="Folder with frame-NNNNNN.color.jpg|png, .depth.png (uint16 mm), "
                                                 ".pose.txt (4x4 camera-to-world) and camera-intrinsics.txt."),
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
@@ -81,7 +82,8 @@ def rgbd_frames_cmd(
 
 @import_app.command("tum")
 def tum_cmd(
-    file: Path = typer.Argument(..., metavar="FILE", help="TUM trajectory: 'timestamp tx ty tz qx qy qz qw' per line, '#' comments."),
+    file: Path = typer.Argument(
+        ..., metavar="FILE", help="TUM trajectory: 'timestamp tx ty tz qx qy qz qw' per line, '#' comments."),
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate; each row holds the poses of its 1/fps window."),
@@ -99,7 +101,8 @@ def tum_cmd(
 
 @import_app.command("euroc")
 def euroc_cmd(
-    directory: Path = typer.Argument(..., metavar="DIR", help="EuRoC/ASL folder holding mav0/ (cam0, imu0, optional ground truth)."),
+    directory: Path = typer.Argument(
+        ..., metavar="DIR", help="EuRoC/ASL folder holding mav0/ (cam0, imu0, optional ground truth)."),
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float | None = typer.Option(None, "--fps", help="Nominal rate (default: cam0 sensor.yaml rate_hz)."),

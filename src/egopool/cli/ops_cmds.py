@@ -49,7 +49,7 @@ def _progress(label: str) -> Iterator[ProgressFn | None]:
         yield update
 
 
-@app.command("delete", context_settings={"ignore_unknown_options": True})
+@app.command("delete", context_settings={"ignore_unknown_options": True})  # N=-1: our error
 def delete_cmd(task: Path = _TASK,
                indices: list[int] = typer.Argument(..., metavar="N",
                                                    help="Global 1-based episode numbers (as `egopool ls` shows)."),

@@ -35,7 +35,8 @@ def _plural(n: int, word: str) -> str:
 
 @app.command("validate")
 def validate_cmd(
-    tasks: list[Path] = typer.Argument(..., metavar="TASK", help="One or more task directories (each holds data/, videos/, meta/)."),
+    tasks: list[Path] = typer.Argument(
+        ..., metavar="TASK", help="One or more task directories (each holds data/, videos/, meta/)."),
     json_out: bool = typer.Option(False, "--json",
                                   help='Print {"ok", "findings": [{"rule", "severity", "path", "message"}], '
                                        '"tasks"} for scripts.'),

@@ -111,7 +111,8 @@ def read_stats(task_dir: str | Path) -> dict[str, Any]:
         raise FormatError(f"cannot parse JSON: {exc}", path=path,
                           hint="run `egopool stats recalc TASK` to rebuild it from data/") from exc
     if not isinstance(obj, dict):
-        raise FormatError("stats.json is not a JSON object", path=path)
+        raise FormatError("stats.json is not a JSON object", path=path,
+                          hint="run `egopool stats recalc TASK` to rebuild it from data/")
     return obj
 
 

@@ -457,7 +457,8 @@ def migrate_task(task_dir: str | Path, *, split_episodes: bool = True, dry_run: 
                 raise
             except OSError as exc:
                 raise OperationError(f"migration step {i + 1}/{len(steps)} failed ({steps[i].describe()}): {exc}",
-                                     path=root, hint="fix the cause and run `egopool migrate TASK` again to resume") from exc
+                                     path=root,
+                                     hint="fix the cause and run `egopool migrate TASK` again to resume") from exc
             report.done += 1
             if (i + 1) % checkpoint_every == 0:
                 doc["completed"] = i + 1

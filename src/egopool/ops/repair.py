@@ -300,7 +300,8 @@ def _lacks_scale(spec: Any, value_type: pa.DataType) -> bool:
 def _row_with_specs(meta: Path, specs: dict[str, Any]) -> bytes:
     """The episode's row file with only ``force_matrix_specs`` replaced (added when missing)."""
     table = pq.read_table(meta)
-    value = pa.array([json.dumps(specs, ensure_ascii=False, allow_nan=False)], type=EPISODE_COLUMNS["force_matrix_specs"])
+    value = pa.array([json.dumps(specs, ensure_ascii=False, allow_nan=False)],
+                     type=EPISODE_COLUMNS["force_matrix_specs"])
     if "force_matrix_specs" in table.column_names:
         table = table.set_column(table.column_names.index("force_matrix_specs"), "force_matrix_specs", value)
     else:

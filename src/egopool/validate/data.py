@@ -195,6 +195,8 @@ def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> Non
                                                        "add its declaration (dtype, shape[, encoding])")
                 continue
         spec = feats.get(name)
+        if kind == "force_matrix":
+            continue  # its dtype follows the episode's own force_matrix_specs (file_format.md §7.2.1), see episode.py
         if isinstance(spec, dict) and isinstance(spec.get("dtype"), str) and spec["dtype"] != _leaf_name(typ):
             ctx.report.error(R_FEATURE, path, f"column {name!r} stores {_leaf_name(typ)} but features declares "
                                               f"dtype {spec['dtype']!r}; fix the declaration")

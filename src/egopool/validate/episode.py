@@ -154,6 +154,12 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
     return row
 
 
+def _leaf_dtype(t: pa.DataType) -> str:
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return {pa.int16(): "int16", pa.float32(): "float32"}.get(t, str(t))
+
+
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -182,6 +188,12 @@ def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str
             ctx.report.warning(R_FM, path, f"force matrix column {col!r} has no entry in this episode's "
                                            "force_matrix_specs, so its scale falls back to info.json features "
                                            "(wrong if the task changed scale); run `egopool repair force-scale TASK`")
+            feat = ctx.features.get(col)
+            stored_dtype = _leaf_dtype(data.columns[col])
+            if isinstance(feat, dict) and isinstance(feat.get("dtype"), str) and feat["dtype"] != stored_dtype:
+                ctx.report.error(R_FM, g.data or path, f"column {col!r} stores {stored_dtype} but info.json features "
+                                                       f"declares dtype {feat['dtype']!r} and this episode's "
+                                                       "force_matrix_specs has no entry to say otherwise")
             continue
         if not isinstance(spec, dict):
             ctx.report.error(R_FM, path, f"force_matrix_specs[{col!r}] must be an object with encoding and scale")
