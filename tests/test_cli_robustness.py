@@ -217,9 +217,12 @@ def test_show_with_created_at_stored_as_a_string(tmp_path: Path, capsys) -> None
     task = _task(tmp_path)
     _rewrite_meta(task, 1, lambda t: t.set_column(t.column_names.index("created_at"), "created_at",
                                                    pa.array(["yesterday"])))
+    assert [(r["complete"], r["problems"]) for r in _ls(capsys, task)] == [
+        (False, ["meta row 'created_at' is 'yesterday', not a number"]), (True, [])]
     assert main(["show", str(task), "1"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and "created_at='yesterday' (not a number)" in out and "observation.glove" in out
+    assert "problem: meta row 'created_at' is 'yesterday', not a number" in out
     assert main(["show", "--json", str(task), "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["meta"]["created_at"] == "yesterday" and doc["columns"]["observation.glove"] == "list<element: float>"

@@ -30,6 +30,12 @@ def _int_field(row: dict[str, Any], key: str, problems: list[str]) -> int | None
     return None
 
 
+def _number_field(row: dict[str, Any], key: str, problems: list[str]) -> None:
+    v = row.get(key)
+    if not (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))):
+        problems.append(f"meta row {key!r} is {'missing' if v is None else repr(v)}, not a number")
+
+
 def _read_meta(ep: Episode, problems: list[str]) -> dict[str, Any] | None:
     if ep.files.meta is None:
         problems.append("no meta/episodes row (the episode was never finished)")
@@ -73,6 +79,8 @@ def _summary(ep: Episode) -> tuple[dict[str, Any], dict[str, Any] | None]:
             if rows is not None and meta_length != rows:
                 problems.append(f"meta row length {meta_length} != {rows} data rows")
             length = meta_length
+        for key in ("created_at", "duration_sec"):
+            _number_field(row, key, problems)
         vc = row.get("video_codec")
         if isinstance(vc, dict):
             missing = sorted(k for k in vc if k not in ep.files.videos)
@@ -181,7 +189,8 @@ def show_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directo
             try:
                 tr = ep.trajectory(c)
             except EgopoolError as exc:
-                problems.append(f"trajectory {c}: {exc.message}")
+                if not any(exc.message in p for p in problems):  # not the meta row's problem again
+                    problems.append(f"trajectory {c}: {exc.message}")
                 continue
             trajectories[c] = {"points": int(tr.points.shape[0]), "frame": tr.frame}
     out: dict[str, Any] = {
