@@ -25,6 +25,7 @@ from egopool import (EgopoolError, FormatError, LayoutError, MetaUpdateError, Sc
 from egopool._atomic import atomic_write_json
 from egopool.codecs.depth import hevc12_available
 from egopool.meta.stats import read_stats
+from egopool.registry import Registry, task_key
 from egopool.schema import force_matrix_column
 from egopool.validate import validate_task
 
@@ -94,7 +95,7 @@ def test_stats_json_broken_while_recording_is_rebuilt_after_the_commit(tmp_path:
 
 
 def test_meta_write_failing_after_the_commit_says_the_episode_was_saved(tmp_path: Path, monkeypatch) -> None:
-    tw = TaskWriter(tmp_path, "t", registry=False)
+    tw = TaskWriter(tmp_path, "t")
     _glove_episode(tw).finish()
     ep = _glove_episode(tw)
 
@@ -113,6 +114,7 @@ def test_meta_write_failing_after_the_commit_says_the_episode_was_saved(tmp_path
     assert not any(name.startswith("meta/.reserved") or name == "meta/recycled_episode.json" for name in files)
     assert json.loads(files["meta/info.json"])["total_episodes"] == 2
     assert [e.index for e in open_task(tmp_path / "t").episodes()] == [1, 2]
+    assert Registry.for_task(tmp_path / "t").watermark(task_key(tmp_path / "t")) == 2  # registered all the same
     assert tw.next_episode_index() == 3
 
 

@@ -35,8 +35,8 @@ from . import __version__
 from ._atomic import publish, task_lock, temp_path_for
 from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
 from .codecs.video import RgbEncoder
-from .errors import (CodecError, EgopoolError, FormatError, LegacyLayoutError, RegistryError, SchemaError,
-                     StorageError)
+from .errors import (CodecError, EgopoolError, FormatError, LegacyLayoutError, MetaUpdateError, RegistryError,
+                     SchemaError, StorageError)
 from .layout import TaskLayout, list_task_episodes
 from .meta import markers
 from .meta.episodes import write_episode_row
@@ -648,6 +648,7 @@ class EpisodeWriter:
         present = {n for n in self._specs if n in self._seen}
         published: list[Path] = []
         committed = False
+        meta_error: MetaUpdateError | None = None
         try:
             for st in self._streams.values():
                 with StorageError.guard(st.final, action="cannot publish"):
@@ -663,9 +664,12 @@ class EpisodeWriter:
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
                 committed = True
                 published.append(ep_path)
-                self._merge_task_meta(present)  # raises MetaUpdateError only: the episode stands
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
+                try:
+                    self._merge_task_meta(present)
+                except MetaUpdateError as exc:  # the episode stands; raised once it is registered
+                    meta_error = exc
         except BaseException:
             if not committed:
                 self._roll_back(published)
@@ -673,6 +677,8 @@ class EpisodeWriter:
         finally:
             markers.release(self.task.task_dir, self.index)
         reg_error = self.task._register(self.index, published)
+        if meta_error is not None:
+            raise meta_error
         return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error)
 
     def _trajectory_specs(self, present: set[str]) -> dict[str, ColumnSpec]:
