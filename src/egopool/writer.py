@@ -345,9 +345,10 @@ class TaskWriter:
             n = self._allocate(info)
             markers.reserve(self.task_dir, n)
         try:
-            return EpisodeWriter(self, n, columns, streams, devices=devices, device_names=device_names,
-                                 calibration=calibration, sensors=sensors, sensor_dim=sensor_dim,
-                                 info_extra=info_extra, created_at=created_at)
+            with StorageError.guard(self.layout.data_file(n), action="cannot start episode files"):
+                return EpisodeWriter(self, n, columns, streams, devices=devices, device_names=device_names,
+                                     calibration=calibration, sensors=sensors, sensor_dim=sensor_dim,
+                                     info_extra=info_extra, created_at=created_at)
         except BaseException:
             markers.release(self.task_dir, n)
             raise
@@ -416,11 +417,11 @@ class EpisodeWriter:
         self._first_ts = 0.0
         self._closed = False
         self._broken: str | None = None
+        self._meta_error: MetaUpdateError | None = None
         self._data_final = task.layout.data_file(index)
+        self._data_final.parent.mkdir(parents=True, exist_ok=True)
         self._data_temp = temp_path_for(self._data_final)
-        with StorageError.guard(self._data_final, action="cannot create the data parquet"):
-            self._data_final.parent.mkdir(parents=True, exist_ok=True)
-            self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd")
+        self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd")
         self._streams: dict[str, _Stream] = {}
         try:
             for st in streams:
@@ -648,7 +649,6 @@ class EpisodeWriter:
         present = {n for n in self._specs if n in self._seen}
         published: list[Path] = []
         committed = False
-        meta_error: MetaUpdateError | None = None
         try:
             for st in self._streams.values():
                 with StorageError.guard(st.final, action="cannot publish"):
@@ -664,12 +664,9 @@ class EpisodeWriter:
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
                 committed = True
                 published.append(ep_path)
+                self._merge_task_meta(present)
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
-                try:
-                    self._merge_task_meta(present)
-                except MetaUpdateError as exc:  # the episode stands; raised once it is registered
-                    meta_error = exc
         except BaseException:
             if not committed:
                 self._roll_back(published)
@@ -677,8 +674,8 @@ class EpisodeWriter:
         finally:
             markers.release(self.task.task_dir, self.index)
         reg_error = self.task._register(self.index, published)
-        if meta_error is not None:
-            raise meta_error
+        if self._meta_error is not None:  # the episode stands (committed, registered); its task meta is stale
+            raise self._meta_error
         return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error)
 
     def _trajectory_specs(self, present: set[str]) -> dict[str, ColumnSpec]:
@@ -733,9 +730,13 @@ class EpisodeWriter:
         return decl
 
     def _merge_task_meta(self, present: set[str]) -> None:
+        """Merge into info.json / stats.json (task_meta.py); a failure is kept for finish() to raise."""
         blocks = {c: b for c, b in self._stats.items() if c in present}
-        merge_task_meta(self.task.task_dir, self.index, self._episode_declarations(present), blocks,
-                        self.task.layout)
+        try:
+            merge_task_meta(self.task.task_dir, self.index, self._episode_declarations(present), blocks,
+                            self.task.layout)
+        except MetaUpdateError as exc:
+            self._meta_error = exc
 
     def _discard(self) -> None:
         self._closed = True
