@@ -458,7 +458,10 @@ class EpisodeWriter:
             count; IMU: ``(K, 6)`` float32 with ``imu_ts_ns`` ``(K,)`` int64; trajectories:
             ``(K, 8)`` float64 ``[t,x,y,z,qx,qy,qz,qw]`` with ``<col>_ns`` ``(K,)`` int64
             (0 = no stamp); ``status.*``: str. A declared column missing here gets the
-            "no new sample" value (§5.5). Optional key columns (``raw_hw_ns``...) go here too.
+            "no new sample" value (§5.5); a missing lockstep column (``<col>_ns``) gets one 0
+            per item of its partner, and is dropped at finish when no row ever gave it
+            (§8.1.3: no ``_ns`` column when the whole episode has no stamp). Optional key
+            columns (``raw_hw_ns``...) go here too.
         timestamp:
             Seconds since episode start (float, strictly increasing). Default
             ``frame_index / fps``.
@@ -514,6 +517,9 @@ class EpisodeWriter:
             if spec.lockstep:
                 partner, per = spec.lockstep
                 need = len(row[partner]) // per if self._specs[partner].storage == "list" else len(row[partner])
+                if name not in values and need:
+                    # no stamps given for this row's items: 0 = "no stamp", lockstep kept (§8.1.3)
+                    row[name] = np.zeros(need, dtype=spec.dtype)
                 if len(row[name]) != need:
                     raise SchemaError(f"has {len(row[name])} stamps but {partner!r} has {need} items in this row "
                                       "(they must run in lockstep; write 0 for a missing stamp)", column=name)

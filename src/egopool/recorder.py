@@ -1,0 +1,551 @@
+"""The frame-row recorder: one data row per tick at the task fps (multi_device_storage.md §5.3, §5.5).
+
+Sources push into bounded buffers from their own threads; a tick builds one row and
+hands it to a dedicated write thread through a bounded queue::
+
+    rec = Recorder(TaskWriter(root, "pick_cup"), rig)
+    rec.start_episode()
+    ...  # sources call rec.push_frame / push_sample / push_points / set_status
+    done = rec.stop_episode()        # -> RecordedEpisode (N, rows, drop_stats)
+
+What a tick takes (§5.3):
+
+* every video slot: the **oldest** queued frame; a slot with nothing new repeats its
+  last frame (the writer counts ``<slot>_repeated_count``), so every stream has exactly
+  one frame per row; depth slots follow their master the same way;
+* every sensor / force / state column: the **latest** sample since the previous tick,
+  with its ``*_ns``; nothing new -> the column's zero value and ``_ns = 0`` (§5.5);
+* every trajectory (and the IMU): **all** points that arrived in the row window,
+  ``[]`` when none, ``_ns`` in lockstep (0 = no stamp; no ``_ns`` column when the whole
+  episode had no stamp, §8.1.3);
+* ``hardware_ns`` / ``raw_hw_ns`` from the frame of the rig's primary slot, and the
+  D435 forensic columns (§4.3) from the first D435's chain.
+
+The episode starts at the first tick where every video slot has a frame (each slot's
+queue is trimmed to its newest frame then); ``timestamp`` = tick number / fps and
+``wall_time = created_at + timestamp`` (file_format.md §7.3). Ticks the write thread
+could not keep up with are not built: they count as ``ticks_skipped`` in ``drop_stats``
+(a frame-drop key), their frames stay queued, their trajectory points go to the next row.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import CodecError, EgopoolError, SchemaError
+from .writer import EpisodeResult, EpisodeWriter, TaskWriter
+
+__all__ = ["Frame", "RecordedEpisode", "Recorder"]
+
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One captured video frame.
+
+    Attributes
+    ----------
+    image:
+        RGB uint8 ``(H, W, 3)`` or depth uint16 mm ``(H, W)``.
+    hardware_ns:
+        Capture stamp, ns (device clock normalised to ``anchor + seq × T`` on the D435
+        chain; host monotonic on host-clock chains). 0 = unknown.
+    raw_hw_ns:
+        Stamp before normalisation, ns (0 = none); on host-clock chains equal to
+        ``hardware_ns`` (file_format.md §7.1).
+    counter:
+        Device frame counter (D435 chain; feeds ``*_dup`` / ``*_gap``), None elsewhere.
+    ts_src:
+        D435 timestamp source: 0 none, 1 per-frame metadata, 2 frameset device clock,
+        3 frameset host clock.
+    host_ns:
+        Host monotonic ns, kept only when ``ts_src == 3``.
+    """
+
+    image: np.ndarray
+    hardware_ns: int = 0
+    raw_hw_ns: int = 0
+    counter: int | None = None
+    ts_src: int = 0
+    host_ns: int = 0
+
+
+@dataclass(frozen=True)
+class RecordedEpisode:
+    """One finished recording.
+
+    Attributes
+    ----------
+    result:
+        What the writer published (N, rows, paths).
+    drop_stats:
+        The episode row's ``drop_stats``.
+    ticks:
+        Ticks elapsed from the first row to the last (rows + ``ticks_skipped``).
+    """
+
+    result: EpisodeResult
+    drop_stats: dict[str, int | float]
+    ticks: int
+
+    @property
+    def index(self) -> int:
+        """Global N of the episode."""
+        return self.result.index
+
+
+@dataclass
+class _Row:
+    tick: int
+    values: dict[str, Any]
+    images: dict[str, np.ndarray]
+    hardware_ns: int
+    due: float  # monotonic s the tick was due
+
+
+@dataclass
+class _Chain:
+    """Last frames seen by the tick (repeats and the D435 forensic chain)."""
+
+    last: dict[str, Frame] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class Recorder:
+    """Record episodes of a :class:`~egopool.devices.rig.Rig` into a task, one row per tick.
+
+    Parameters
+    ----------
+    writer:
+        The task to record into; rows per second = ``writer.fps``.
+    rig:
+        The devices (slots, columns, declarations).
+    queue_seconds:
+        Capacity of each video slot queue, in seconds of frames; a full queue drops its
+        oldest frame (``<slot>_dropped`` in ``drop_stats``).
+    write_queue_rows:
+        Rows the write thread may lag behind before ticks are skipped (default: fps / 2).
+    point_capacity:
+        Items a trajectory / IMU buffer holds between two ticks; overflow drops the oldest
+        (``imu_overflow`` / ``<signal>_overflow_count``).
+    prime_timeout:
+        Seconds to wait for every video slot's first frame before failing.
+    """
+
+    def __init__(self, writer: TaskWriter, rig: Any, *, queue_seconds: float = 2.0,
+                 write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0) -> None:
+        self.writer, self.rig = writer, rig
+        self.fps = writer.fps
+        self.period = 1.0 / self.fps
+        self._kwargs = rig.episode_kwargs(self.fps)
+        self._columns = {c.name: c for c in self._kwargs["columns"]}
+        self._streams = [s.image_key for s in self._kwargs["streams"]]
+        self._video_cap = max(2, int(round(queue_seconds * self.fps)))
+        self._wq_rows = write_queue_rows or max(2, int(self.fps // 2))
+        self._point_cap = int(point_capacity)
+        self._prime_timeout = float(prime_timeout)
+        self._lockstep = {c.lockstep[0]: n for n, c in self._columns.items() if c.lockstep}
+        self._primary = rig.primary_slot
+        self._forensic = rig.forensic_slots
+        self._status_ids = [n.split(".", 1)[1] for n in self._columns if n.startswith("status.")]
+        self._lock = threading.Lock()
+        self._active = False
+        self._reset_buffers()
+
+    # -- source side (any thread) ------------------------------------------------------------------
+    def _reset_buffers(self) -> None:
+        with self._lock:
+            self._video: dict[str, collections.deque[Frame]] = {s: collections.deque() for s in self._streams}
+            self._latest: dict[str, tuple[Any, int]] = {}
+            self._points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+            self._npoints: dict[str, int] = {}
+            self._status = {sid: "connected" for sid in self._status_ids}
+            self._counts: dict[str, int] = {}
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self._counts[key] = self._counts.get(key, 0) + n
+
+    def push_frame(self, slot: str, frame: Frame) -> None:
+        """Queue a frame of ``slot`` (RGB or depth). A full queue drops its oldest frame.
+
+        Raises
+        ------
+        SchemaError
+            ``slot`` is not a recorded stream of the rig.
+        """
+        dq = self._video.get(slot)
+        if dq is None:
+            raise SchemaError(f"no recorded stream {slot!r} in this rig", hint=f"streams: {self._streams}")
+        with self._lock:
+            if len(dq) >= self._video_cap:
+                dq.popleft()
+                self._count(f"{slot}_dropped")
+            dq.append(frame)
+
+    def push_sample(self, column: str, value: Any, ns: int = 0) -> None:
+        """Offer the latest sample of a latest-wins column (sensor, force, force matrix, state, hand pose).
+
+        Parameters
+        ----------
+        column:
+            ``observation.*`` column; its ``<column>_ns`` (when the rig has one) gets ``ns``.
+        value:
+            The element (e.g. ``(3,)`` float32 mN force, ``(250, 250, 3)`` mN force matrix,
+            ``(16, 16)`` pressure).
+        ns:
+            Host monotonic ns of the sample.
+
+        Raises
+        ------
+        SchemaError
+            Unknown column.
+        """
+        if column not in self._columns or self._columns[column].storage == "list_list":
+            raise SchemaError("not a latest-wins column of this rig", column=column)
+        with self._lock:
+            self._latest[column] = (value, int(ns))
+
+    def push_points(self, column: str, points: np.ndarray, ns: np.ndarray | None = None) -> None:
+        """Append items of an accumulating column: trajectory points ``(K, 8)`` float64 with host ns
+        ``(K,)`` int64 (0 = no stamp), or IMU samples ``(K, 6)`` float32 to ``observation.imu`` with
+        device ns ``imu_ts_ns``. A full buffer drops its oldest items.
+
+        Raises
+        ------
+        SchemaError
+            Unknown column, or ``ns`` not one per item.
+        """
+        spec = self._columns.get(column)
+        if spec is None or column not in self._lockstep:
+            raise SchemaError("not an accumulating (trajectory / IMU) column of this rig", column=column)
+        width = 8 if spec.storage == "list" else (spec.length or 1)
+        pts = np.asarray(points, dtype=spec.dtype).reshape(-1, width)
+        stamps = np.zeros(len(pts), np.int64) if ns is None else np.asarray(ns, dtype=np.int64).reshape(-1)
+        if stamps.shape[0] != pts.shape[0]:
+            raise SchemaError(f"{stamps.shape[0]} stamps for {pts.shape[0]} items", column=column)
+        if not len(pts):
+            return
+        with self._lock:
+            buf = self._points.setdefault(column, [])
+            buf.append((pts, stamps))
+            n = self._npoints.get(column, 0) + len(pts)
+            while n > self._point_cap and buf:
+                over = n - self._point_cap
+                head_pts, head_ns = buf[0]
+                if len(head_pts) <= over:
+                    buf.pop(0)
+                    dropped = len(head_pts)
+                else:
+                    buf[0] = (head_pts[over:], head_ns[over:])
+                    dropped = over
+                n -= dropped
+                self._count("imu_overflow" if column == "observation.imu"
+                            else f"{column.split('.', 1)[1]}_overflow_count", dropped)
+            self._npoints[column] = n
+
+    def set_status(self, sid: str, state: str) -> None:
+        """Set ``status.<sid>`` (``connected`` / ``disconnected``) from the next row on.
+
+        Raises
+        ------
+        SchemaError
+            The rig has no ``status.<sid>`` column (only UVC slots, gloves and gripper
+            non-video slots have one, §3).
+        """
+        if sid not in self._status:
+            raise SchemaError(f"no status column for {sid!r}", hint=f"status ids: {self._status_ids}")
+        with self._lock:
+            self._status[sid] = str(state)
+
+    # -- ticks -------------------------------------------------------------------------------------
+    def _primed(self) -> bool:
+        with self._lock:
+            if all(self._video[s] for s in self._streams):
+                for dq in self._video.values():
+                    while len(dq) > 1:  # start aligned: each slot begins at its newest frame
+                        dq.popleft()
+                return True
+        return False
+
+    def _silent_streams(self) -> list[str]:
+        with self._lock:
+            return [s for s in self._streams if not self._video[s]]
+
+    def _build_row(self, tick: int, due: float) -> _Row:
+        with self._lock:
+            frames = {s: (dq.popleft() if dq else None) for s, dq in self._video.items()}
+            latest, self._latest = self._latest, {}
+            points, self._points, self._npoints = self._points, {}, {}
+            status = dict(self._status)
+        chain = self._chain
+        values: dict[str, Any] = {}
+        images: dict[str, np.ndarray] = {}
+        for slot, fr in frames.items():
+            if fr is not None:
+                images[slot] = fr.image
+        hw = 0
+        if self._primary is not None:
+            pf = frames.get(self._primary) or chain.last.get(self._primary)
+            if pf is not None:
+                hw = int(pf.hardware_ns)
+                if pf.raw_hw_ns:
+                    values["raw_hw_ns"] = int(pf.raw_hw_ns)
+        if self._forensic is not None:
+            self._forensic_values(frames, values)
+        for slot, fr in frames.items():
+            if fr is not None:
+                chain.last[slot] = fr
+        for col, (v, ns) in latest.items():
+            values[col] = v
+            if col + "_ns" in self._columns:
+                values[col + "_ns"] = ns
+        for col, chunks in points.items():
+            pts = np.concatenate([c[0] for c in chunks])
+            stamps = np.concatenate([c[1] for c in chunks])
+            values[col] = pts
+            partner = self._lockstep[col]
+            if col == "observation.imu" or stamps.any():
+                values[partner] = stamps
+        for sid, st in status.items():
+            values[f"status.{sid}"] = st
+        return _Row(tick, values, images, hw, due)
+
+    def _forensic_values(self, frames: Mapping[str, Frame | None], values: dict[str, Any]) -> None:
+        assert self._forensic is not None
+        chain = self._chain
+        rgb_slot, depth_slot = self._forensic
+        f = frames.get(rgb_slot) or chain.last.get(rgb_slot)
+        if f is None or f.counter is None:
+            return  # the chain carries no extra: the columns are not written (§4.3)
+        for name, slot in (("rgb", rgb_slot), ("depth", depth_slot)):
+            fr = frames.get(slot)
+            if fr is not None and fr.counter is not None:
+                prev = chain.counters.get(slot)
+                values[f"{name}_dup"] = 0
+                values[f"{name}_gap"] = max(0, fr.counter - prev - 1) if prev is not None else 0
+                chain.counters[slot] = fr.counter
+            else:
+                values[f"{name}_dup"], values[f"{name}_gap"] = 1, 0
+        g = frames.get(depth_slot) or chain.last.get(depth_slot)
+        values["depth_ns"] = int((g.raw_hw_ns or g.hardware_ns) if g is not None else 0)
+        values["ts_src"] = int(f.ts_src)
+        values["host_ns"] = int(f.host_ns) if f.ts_src == 3 else 0
+
+    # -- write thread ------------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        ep: EpisodeWriter | None = None
+        lag_max = 0.0
+        try:
+            while True:
+                row = self._wq.get()
+                if row is _STOP:
+                    break
+                if self._error is not None:
+                    continue  # drain so the tick never blocks on a dead writer
+                try:
+                    if ep is None:
+                        ep = self.writer.begin_episode(**self._kwargs, created_at=self._created_at)
+                    ep.add_frame(row.values, timestamp=row.tick * self.period, hardware_ns=row.hardware_ns,
+                                 images=row.images)
+                    lag_max = max(lag_max, time.monotonic() - row.due)
+                except BaseException as exc:  # stop recording; the episode is discarded below
+                    self._error = exc
+            if ep is None:
+                return
+            if self._error is not None or self._aborting:
+                ep.abort()
+                return
+            ep.drop_stats.update(self._drop_stats(lag_max))
+            self._result = ep.finish()
+            self._final_stats = dict(ep.drop_stats)
+        except BaseException as exc:
+            self._error = self._error or exc
+            if ep is not None:
+                ep.abort()
+
+    def _drop_stats(self, lag_max: float) -> dict[str, int | float]:
+        with self._lock:
+            counts = dict(self._counts)
+        stats: dict[str, int | float] = {"ticks_skipped": int(self._skipped)}
+        stats.update(counts)
+        stats["write_lag_max_ms"] = round(lag_max * 1000.0, 3)
+        if self._realtime:
+            stats["tick_late_max_ms"] = round(self._late_max * 1000.0, 3)
+        return stats
+
+    # -- episode control ---------------------------------------------------------------------------
+    def _begin(self, realtime: bool) -> None:
+        if self._active:
+            raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
+        self.rig.check_task(self.writer.info)
+        self._reset_buffers()
+        self._chain = _Chain()
+        self._wq: queue.Queue[Any] = queue.Queue(maxsize=self._wq_rows)
+        self._error: BaseException | None = None
+        self._result: EpisodeResult | None = None
+        self._final_stats: dict[str, int | float] = {}
+        self._aborting = False
+        self._realtime = realtime
+        self._skipped = 0
+        self._late_max = 0.0
+        self._ticks = 0
+        self._created_at = time.time()
+        self._active = True
+        self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)
+        self._writer_thread.start()
+
+    def _end(self, abort: bool) -> RecordedEpisode | None:
+        self._aborting = abort
+        self._wq.put(_STOP)
+        self._writer_thread.join()
+        self._active = False
+        if self._error is not None:
+            err = self._error
+            if isinstance(err, EgopoolError):
+                raise err
+            raise EgopoolError(f"recording failed: {type(err).__name__}: {err}") from err
+        if abort:
+            return None
+        if self._result is None:
+            raise CodecError("the episode has no rows: no tick had a frame of every stream "
+                             f"(silent: {self._silent_streams()})")
+        return RecordedEpisode(self._result, self._final_stats, self._ticks)
+
+    def start_episode(self) -> None:
+        """Start recording in real time: a tick thread at the task fps and the write thread.
+
+        Raises
+        ------
+        SchemaError
+            The rig would rename columns of this task (:meth:`Rig.check_task`).
+        EgopoolError
+            An episode is already running.
+        """
+        self._begin(realtime=True)
+        self._stop = threading.Event()
+        self._tick_thread = threading.Thread(target=self._tick_loop, name="egopool-tick", daemon=True)
+        self._tick_thread.start()
+
+    def _tick_loop(self) -> None:
+        start = time.monotonic()
+        t0: float | None = None
+        tick = 0
+        next_due = start
+        while not self._stop.is_set() and self._error is None:
+            now = time.monotonic()
+            if now < next_due:
+                self._stop.wait(next_due - now)
+                continue
+            if t0 is None:
+                if not self._primed():
+                    if now - start > self._prime_timeout:
+                        self._error = CodecError(f"no frame from {self._silent_streams()} within "
+                                                 f"{self._prime_timeout} s; cannot start the episode")
+                        return
+                    next_due += self.period
+                    continue
+                t0 = next_due
+                self._created_at = time.time() - (now - t0)
+            due_tick = int((now - t0) / self.period)
+            if due_tick > tick:  # slept through ticks (GIL, a slow source): they are not built
+                self._skipped += due_tick - tick
+                tick = due_tick
+            due = t0 + tick * self.period
+            self._late_max = max(self._late_max, now - due)
+            if self._wq.full():
+                self._skipped += 1
+            else:
+                self._wq.put_nowait(self._build_row(tick, due))
+            tick += 1
+            self._ticks = tick
+            next_due = t0 + tick * self.period
+
+    def stop_episode(self) -> RecordedEpisode:
+        """Stop ticking, let the write thread drain, publish the episode.
+
+        Raises
+        ------
+        CodecError
+            No row was ever built (a stream never delivered a frame).
+        EgopoolError
+            Writing failed (the episode was aborted and its N freed).
+        """
+        self._stop.set()
+        self._tick_thread.join()
+        out = self._end(abort=False)
+        assert out is not None
+        return out
+
+    def abort_episode(self) -> None:
+        """Stop and discard the episode; its N is reused by the next recording (file_format.md §7.5)."""
+        if not self._active:
+            return
+        if hasattr(self, "_stop"):
+            self._stop.set()
+            self._tick_thread.join()
+        self._end(abort=True)
+
+    def record_virtual(self, seconds: float, feed: Callable[[int, int, Recorder], None], *,
+                       host0_ns: int | None = None) -> RecordedEpisode:
+        """Record ``seconds`` of rows on a virtual clock, as fast as the write thread allows.
+
+        Before each tick, ``feed(t0_ns, t1_ns, recorder)`` pushes what the sources captured in
+        the host-monotonic window ``(t0_ns, t1_ns]``. Rows are handed to the write thread
+        through the same bounded queue as in real time; a full queue blocks instead of
+        skipping, so no tick is skipped.
+
+        Parameters
+        ----------
+        seconds:
+            Episode length; rows = ``round(seconds * fps)`` (at least 1).
+        feed:
+            Source callback, see above.
+        host0_ns:
+            Virtual host-monotonic ns of the first tick (default: now).
+
+        Raises
+        ------
+        CodecError
+            A stream delivered no frame within ``prime_timeout`` virtual seconds.
+        EgopoolError
+            Writing failed (the episode was aborted).
+        """
+        self._begin(realtime=False)
+        if hasattr(self, "_stop"):
+            del self._stop
+        period_ns = int(round(1e9 / self.fps))
+        t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
+        rows = max(1, int(round(seconds * self.fps)))
+        try:
+            waited = 0
+            while True:
+                feed(t - period_ns, t, self)
+                if self._primed():
+                    break
+                waited += 1
+                if waited * self.period > self._prime_timeout:
+                    raise CodecError(f"no frame from {self._silent_streams()} within {self._prime_timeout} s "
+                                     "(virtual); cannot start the episode")
+                t += period_ns
+            for tick in range(rows):
+                if tick:
+                    feed(t + (tick - 1) * period_ns, t + tick * period_ns, self)
+                if self._error is not None:
+                    break
+                self._wq.put(self._build_row(tick, time.monotonic()))
+                self._ticks = tick + 1
+        except BaseException:
+            self._end(abort=True)
+            raise
+        out = self._end(abort=False)
+        assert out is not None
+        return out
