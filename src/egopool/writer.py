@@ -43,6 +43,7 @@ from .meta.episodes import write_episode_row
 from .meta.info import info_path, new_info, read_info, write_info
 from .meta.stats import StatsBlock
 from .meta.tasks import write_tasks_if_missing
+from .recovery import clear_pending, reclaim_stale, write_pending
 from .registry import Registry, record_episode, task_key
 from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 from .task_meta import merge_task_meta
@@ -234,6 +235,7 @@ class TaskWriter:
                 write_info(self.task_dir, info)
             write_tasks_if_missing(self.task_dir, task_name)
             self.layout = TaskLayout.from_info(self.task_dir, info)
+            reclaim_stale(self.task_dir, self.layout)  # recorders of this task that were killed
             # One full scan per writer; later allocations probe paths only (O(1) in task size).
             groups = list_task_episodes(self.task_dir, self.layout)
             self._scanned_max = groups[-1].index if groups else 0
@@ -265,6 +267,7 @@ class TaskWriter:
 
     def _allocate(self, info: Mapping[str, Any]) -> int:
         """Next N (DESIGN §1): a free recycled N first, else past every watermark. Caller holds the lock."""
+        reclaim_stale(self.task_dir, self.layout)  # a killed recorder's N is free again (recovery.py)
         reserved = markers.live_reservations(self.task_dir)
         recycled = markers.read_recycled(self.task_dir)
         if recycled is not None:
@@ -458,10 +461,7 @@ class EpisodeWriter:
             count; IMU: ``(K, 6)`` float32 with ``imu_ts_ns`` ``(K,)`` int64; trajectories:
             ``(K, 8)`` float64 ``[t,x,y,z,qx,qy,qz,qw]`` with ``<col>_ns`` ``(K,)`` int64
             (0 = no stamp); ``status.*``: str. A declared column missing here gets the
-            "no new sample" value (§5.5); a missing lockstep column (``<col>_ns``) gets one 0
-            per item of its partner, and is dropped at finish when no row ever gave it
-            (§8.1.3: no ``_ns`` column when the whole episode has no stamp). Optional key
-            columns (``raw_hw_ns``...) go here too.
+            "no new sample" value (§5.5). Optional key columns (``raw_hw_ns``...) go here too.
         timestamp:
             Seconds since episode start (float, strictly increasing). Default
             ``frame_index / fps``.
@@ -517,9 +517,6 @@ class EpisodeWriter:
             if spec.lockstep:
                 partner, per = spec.lockstep
                 need = len(row[partner]) // per if self._specs[partner].storage == "list" else len(row[partner])
-                if name not in values and need:
-                    # no stamps given for this row's items: 0 = "no stamp", lockstep kept (§8.1.3)
-                    row[name] = np.zeros(need, dtype=spec.dtype)
                 if len(row[name]) != need:
                     raise SchemaError(f"has {len(row[name])} stamps but {partner!r} has {need} items in this row "
                                       "(they must run in lockstep; write 0 for a missing stamp)", column=name)
@@ -666,11 +663,14 @@ class EpisodeWriter:
             ep_path = self.task.layout.episodes_file(self.index)
             with StorageError.guard(ep_path, action="cannot write the episode row"), task_lock(self.task.task_dir):
                 # The episodes row is the commit record (decisions.md #5): before it, a failure
-                # rolls the whole file group back; after it, the episode stands.
+                # rolls the whole file group back; after it, the episode stands. The pending
+                # declarations let a successor finish the merge if this process dies (recovery.py).
+                write_pending(self.task.task_dir, self.index, self._episode_declarations(present))
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
                 committed = True
                 published.append(ep_path)
                 self._merge_task_meta(present)
+                clear_pending(self.task.task_dir, self.index)
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
         except BaseException:

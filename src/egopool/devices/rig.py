@@ -264,6 +264,9 @@ class Rig:
             sensor = dev.sensor
         else:
             sensor = _slots.glove_sensor(dev.side, taken, dev.key)
+        if "." in sensor:
+            raise SchemaError("a sensor column is one name segment (§2.2 observation.<sensor>)",
+                              column=f"observation.{sensor}")
         check_column_name(f"observation.{sensor}", "pressure")
         pressure = vector_column(f"observation.{sensor}", [16, 16], kind="pressure")
         cols: list[ColumnSpec] = [pressure, status_column(sensor)]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .._atomic import atomic_write_json
 
-__all__ = ["clear_recycled", "live_reservations", "read_recycled", "release", "reserve", "write_recycled"]
+__all__ = ["clear_recycled", "live_reservations", "read_recycled", "release", "reserve", "stale_reservations",
+           "write_recycled"]
 
 
 def _marker(task_dir: str | Path) -> Path:
@@ -79,6 +80,27 @@ def live_reservations(task_dir: str | Path) -> set[int]:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
     return out
+
+
+def stale_reservations(task_dir: str | Path) -> list[int]:
+    """N reserved by a process that no longer runs (killed recorders), ascending; files are kept.
+
+    Caller holds the task lock and decides what to do with each N (egopool.recovery).
+    """
+    meta = Path(task_dir) / "meta"
+    out: list[int] = []
+    for p in meta.glob(".reserved-*") if meta.is_dir() else ():
+        try:
+            n = int(p.name.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        try:
+            pid = int(p.read_text().strip() or 0)
+        except (ValueError, OSError):
+            pid = 0  # written but not yet filled when its process died
+        if not (pid and _pid_alive(pid)):
+            out.append(n)
+    return sorted(out)
 
 
 def reserve(task_dir: str | Path, index: int) -> None:

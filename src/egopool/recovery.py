@@ -1,0 +1,116 @@
+"""Recovering from a recorder that died without cleaning up (SIGKILL, power loss; file_format.md §2, §7.5).
+
+A killed process cannot write ``recycled_episode.json``. What it leaves is its
+reservation ``meta/.reserved-<N>`` holding a pid that no longer runs, dot-temp files
+of N, and — if it died while publishing — complete files of N under their final names.
+The ``meta/episodes`` row is the commit record (decisions.md #5), so for every stale
+reservation, under the task lock:
+
+* **no row** (never committed): N's final data/video files and temps are removed and N
+  is marked recycled, so the next recording reuses it ("异常终止不占号", §1.3);
+* **row present, pending declarations present** (died between the commit and the
+  ``info.json`` / ``stats.json`` merge): the declarations are merged into ``info.json``
+  (a union, so merging twice changes nothing) and ``stats.json`` is recomputed from the
+  committed episodes;
+* **row present, nothing pending**: the episode finished; only the reservation goes.
+
+The pending declarations are ``meta/.pending-<N>.json`` (a dotfile, ignored by readers
+per §11), written atomically just before the row and removed after the merge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._atomic import atomic_write_json
+from .layout import TaskLayout, list_task_episodes
+from .meta import markers
+from .meta.info import merge_info, read_info, write_info
+from .meta.stats import ACTION_BLOCK, episode_stats, merge_stats, write_stats
+
+__all__ = ["clear_pending", "committed_stats", "pending_path", "reclaim_stale", "write_pending"]
+
+
+def pending_path(task_dir: str | Path, index: int) -> Path:
+    """``meta/.pending-<N>.json``: episode N's declarations between commit and merge."""
+    return Path(task_dir) / "meta" / f".pending-{index}.json"
+
+
+def write_pending(task_dir: str | Path, index: int, declarations: Mapping[str, Any]) -> None:
+    """Atomically store N's ``info.json`` declarations before its row is committed. Caller holds the lock."""
+    atomic_write_json(pending_path(task_dir, index), {"episode_index": index, "info": dict(declarations)},
+                      indent=None)
+
+
+def clear_pending(task_dir: str | Path, index: int) -> None:
+    """Remove N's pending declarations once ``info.json`` and ``stats.json`` are merged."""
+    with contextlib.suppress(FileNotFoundError):
+        pending_path(task_dir, index).unlink()
+
+
+def _episode_files(layout: TaskLayout, index: int) -> list[Path]:
+    """N's data/video/episodes files under final names and their dot-temps."""
+    out: list[Path] = []
+    data, row = layout.data_file(index), layout.episodes_file(index)
+    for final in (data, row):
+        if final.exists():
+            out.append(final)
+        if final.parent.is_dir():
+            out += final.parent.glob(f".{final.name}.*.tmp")
+    c, f = layout.chunk_file(index)
+    vchunk = layout.video_file(index, "_", "x").parent.parent
+    if vchunk.is_dir():
+        for slot in vchunk.iterdir():
+            if slot.is_dir():
+                out += slot.glob(f"episode-{f:03d}.*")
+                out += slot.glob(f".episode-{f:03d}.*.tmp")
+    return out
+
+
+def committed_stats(task_dir: str | Path, info: Mapping[str, Any], layout: TaskLayout) -> dict[str, Any]:
+    """``stats.json`` recomputed from every committed episode (data parquet + episodes row)."""
+    import pyarrow.parquet as pq
+
+    doc: dict[str, Any] = {}
+    for g in list_task_episodes(task_dir, layout):
+        if g.data is None or g.meta is None:
+            continue
+        doc = merge_stats(doc, episode_stats(pq.read_table(g.data), info))
+    doc["action"] = dict(ACTION_BLOCK)
+    return doc
+
+
+def reclaim_stale(task_dir: str | Path, layout: TaskLayout) -> list[int]:
+    """Clean up after every recorder of this task that died; returns the N rolled back.
+
+    Caller holds the task lock (the dead process held it at most until it died: ``flock``
+    is released with the process).
+    """
+    task_dir = Path(task_dir)
+    rolled: list[int] = []
+    for n in markers.stale_reservations(task_dir):
+        pending = pending_path(task_dir, n)
+        if layout.episodes_file(n).exists():
+            if pending.exists():
+                try:
+                    decl = json.loads(pending.read_text(encoding="utf-8"))["info"]
+                except (OSError, ValueError, KeyError, TypeError):
+                    decl = {}
+                info = merge_info(read_info(task_dir), decl) if isinstance(decl, Mapping) else read_info(task_dir)
+                write_info(task_dir, info)
+                write_stats(task_dir, committed_stats(task_dir, info, layout))
+        else:
+            for p in _episode_files(layout, n):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+            recycled = markers.read_recycled(task_dir)
+            if recycled is None or recycled > n or layout.episodes_file(recycled).exists():
+                markers.write_recycled(task_dir, n)
+            rolled.append(n)
+        clear_pending(task_dir, n)
+        markers.release(task_dir, n)
+    return rolled
