@@ -84,13 +84,33 @@ def committed_stats(task_dir: str | Path, info: Mapping[str, Any], layout: TaskL
     return doc
 
 
+#: Meta files only ever written under the task lock: a temp of theirs seen by the lock holder is stale.
+_LOCKED_META = ("info.json", "stats.json", "recycled_episode.json", "tasks.jsonl")
+
+
+def _sweep_meta_temps(task_dir: Path) -> None:
+    meta = task_dir / "meta"
+    if not meta.is_dir():
+        return
+    for name in _LOCKED_META:
+        for p in meta.glob(f".{name}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    for p in meta.glob("..pending-*.json.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
 def reclaim_stale(task_dir: str | Path, layout: TaskLayout) -> list[int]:
     """Clean up after every recorder of this task that died; returns the N rolled back.
 
+    Also removes temps of meta files that are only written under the task lock
+    (``info.json``, ``stats.json``...): holding the lock, any such temp is a dead writer's.
     Caller holds the task lock (the dead process held it at most until it died: ``flock``
     is released with the process).
     """
     task_dir = Path(task_dir)
+    _sweep_meta_temps(task_dir)
     rolled: list[int] = []
     for n in markers.stale_reservations(task_dir):
         pending = pending_path(task_dir, n)
