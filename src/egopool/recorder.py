@@ -36,12 +36,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import CodecError, EgopoolError, SchemaError
 from .writer import EpisodeResult, EpisodeWriter, TaskWriter
+
+if TYPE_CHECKING:
+    from .devices.rig import Rig
 
 __all__ = ["Frame", "RecordedEpisode", "Recorder"]
 
@@ -141,7 +144,7 @@ class Recorder:
         Seconds to wait for every video slot's first frame before failing.
     """
 
-    def __init__(self, writer: TaskWriter, rig: Any, *, queue_seconds: float = 2.0,
+    def __init__(self, writer: TaskWriter, rig: Rig, *, queue_seconds: float = 2.0,
                  write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0) -> None:
         self.writer, self.rig = writer, rig
         self.fps = writer.fps
@@ -159,6 +162,19 @@ class Recorder:
         self._status_ids = [n.split(".", 1)[1] for n in self._columns if n.startswith("status.")]
         self._lock = threading.Lock()
         self._active = False
+        # per-episode state, reset by _begin()
+        self._error: BaseException | None = None
+        self._result: EpisodeResult | None = None
+        self._final_stats: dict[str, int | float] = {}
+        self._aborting = self._realtime = False
+        self._skipped = self._ticks = 0
+        self._late_max = 0.0
+        self._created_at = 0.0
+        self._chain = _Chain()
+        self._wq: queue.Queue[Any] = queue.Queue(maxsize=self._wq_rows)
+        self._stop = threading.Event()
+        self._tick_thread: threading.Thread | None = None
+        self._writer_thread: threading.Thread | None = None
         self._reset_buffers()
 
     # -- source side (any thread) ------------------------------------------------------------------
@@ -387,11 +403,13 @@ class Recorder:
         self.rig.check_task(self.writer.info)
         self._reset_buffers()
         self._chain = _Chain()
-        self._wq: queue.Queue[Any] = queue.Queue(maxsize=self._wq_rows)
-        self._error: BaseException | None = None
-        self._result: EpisodeResult | None = None
-        self._final_stats: dict[str, int | float] = {}
+        self._wq = queue.Queue(maxsize=self._wq_rows)
+        self._error = None
+        self._result = None
+        self._final_stats = {}
         self._aborting = False
+        self._stop = threading.Event()
+        self._tick_thread = None
         self._realtime = realtime
         self._skipped = 0
         self._late_max = 0.0
@@ -404,6 +422,7 @@ class Recorder:
     def _end(self, abort: bool) -> RecordedEpisode | None:
         self._aborting = abort
         self._wq.put(_STOP)
+        assert self._writer_thread is not None
         self._writer_thread.join()
         self._active = False
         if self._error is not None:
@@ -429,7 +448,6 @@ class Recorder:
             An episode is already running.
         """
         self._begin(realtime=True)
-        self._stop = threading.Event()
         self._tick_thread = threading.Thread(target=self._tick_loop, name="egopool-tick", daemon=True)
         self._tick_thread.start()
 
@@ -478,7 +496,8 @@ class Recorder:
             Writing failed (the episode was aborted and its N freed).
         """
         self._stop.set()
-        self._tick_thread.join()
+        if self._tick_thread is not None:
+            self._tick_thread.join()
         out = self._end(abort=False)
         assert out is not None
         return out
@@ -487,8 +506,8 @@ class Recorder:
         """Stop and discard the episode; its N is reused by the next recording (file_format.md §7.5)."""
         if not self._active:
             return
-        if hasattr(self, "_stop"):
-            self._stop.set()
+        self._stop.set()
+        if self._tick_thread is not None:
             self._tick_thread.join()
         self._end(abort=True)
 
@@ -518,8 +537,6 @@ class Recorder:
             Writing failed (the episode was aborted).
         """
         self._begin(realtime=False)
-        if hasattr(self, "_stop"):
-            del self._stop
         period_ns = int(round(1e9 / self.fps))
         t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
         rows = max(1, int(round(seconds * self.fps)))

@@ -78,7 +78,8 @@ class _Rgb:
         self.step = max(1, width // 60)
 
     def frame(self, k: int) -> np.ndarray:
-        return np.roll(self.base, int(k) * self.step, axis=1)
+        out: np.ndarray = np.roll(self.base, int(k) * self.step, axis=1)
+        return out
 
 
 class _Depth:
@@ -87,7 +88,7 @@ class _Depth:
     def __init__(self, width: int, height: int) -> None:
         y, x = np.mgrid[0:height, 0:width].astype(np.float32)
         floor = 900.0 + 2600.0 * (1.0 - y / max(height - 1, 1))
-        frames = []
+        frames: list[np.ndarray] = []
         r = max(2.0, min(width, height) / 6)
         for i in range(16):
             cx = width * (0.25 + 0.5 * i / 15)
@@ -124,7 +125,8 @@ class _ForceMatrix:
 def _hand_joints() -> np.ndarray:
     ref = resources.files("egopool") / "samples" / "dexretarget_hand_video" / "human_joint_right.npy"
     with resources.as_file(ref) as p:
-        return np.load(p).astype(np.float32)
+        joints: np.ndarray = np.load(p).astype(np.float32)
+    return joints
 
 
 class _Stamp(NamedTuple):
@@ -179,7 +181,7 @@ class _Source:
 
     def emit_ego(self, t0: int, t1: int, rec: Recorder) -> None:
         _, ts = _sample_times(t0, t1, self.epoch, 20.0, self.phase + 2_000_000)
-        if not len(ts):
+        if not len(ts) or self.ego_col is None:
             return
         t = (ts - self.epoch) / _SEC
         pts = np.zeros((len(ts), 8))
