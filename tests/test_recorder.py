@@ -286,3 +286,18 @@ def test_recorder_refuses_a_rig_that_renames_task_columns(tmp_path):
     assert TaskWriter(tmp_path, "t").next_episode_index() == 2
     assert pq.read_schema(tmp_path / "t" / "data" / "chunk-000" / "episode-000.parquet").names.count(
         "observation.slam_trajectory") == 1
+
+
+def test_a_device_opened_between_episodes_joins_the_next_one(tmp_path):
+    rig = _rig(UVC)
+    tw = TaskWriter(tmp_path, "t")
+    rec = Recorder(tw, rig)
+    sim = SimulatedRig(rig)
+    first = sim.record(rec, 0.1)
+    rig.add(Device("usb_glove", "usbglove:1", "USB 手套_left", side="left"))
+    second = SimulatedRig(rig).record(rec, 0.1)
+    task = open_task(tmp_path / "t")
+    assert "observation.left_glove" not in task.episode(first.index).column_names
+    assert "observation.left_glove_imu_quat" in task.episode(second.index).column_names
+    assert task.info["sensors"] == ["left_glove"]
+    assert [d["key"] for d in task.info["devices"]] == ["uvc:usb-cam0", "usbglove:1"]

@@ -149,18 +149,12 @@ class Recorder:
         self.writer, self.rig = writer, rig
         self.fps = writer.fps
         self.period = 1.0 / self.fps
-        self._kwargs = rig.episode_kwargs(self.fps)
-        self._columns = {c.name: c for c in self._kwargs["columns"]}
-        self._streams = [s.image_key for s in self._kwargs["streams"]]
         self._video_cap = max(2, int(round(queue_seconds * self.fps)))
         self._wq_rows = write_queue_rows or max(2, int(self.fps // 2))
         self._point_cap = int(point_capacity)
         self._prime_timeout = float(prime_timeout)
-        self._lockstep = {c.lockstep[0]: n for n, c in self._columns.items() if c.lockstep}
-        self._primary = rig.primary_slot
-        self._forensic = rig.forensic_slots
-        self._status_ids = [n.split(".", 1)[1] for n in self._columns if n.startswith("status.")]
         self._lock = threading.Lock()
+        self._configure()
         self._active = False
         # per-episode state, reset by _begin()
         self._error: BaseException | None = None
@@ -176,6 +170,17 @@ class Recorder:
         self._tick_thread: threading.Thread | None = None
         self._writer_thread: threading.Thread | None = None
         self._reset_buffers()
+
+    def _configure(self) -> None:
+        """Take the rig's current devices (a device opened between episodes joins the next one)."""
+        rig = self.rig
+        self._kwargs = rig.episode_kwargs(self.fps)
+        self._columns = {c.name: c for c in self._kwargs["columns"]}
+        self._streams = [s.image_key for s in self._kwargs["streams"]]
+        self._lockstep = {c.lockstep[0]: n for n, c in self._columns.items() if c.lockstep}
+        self._primary = rig.primary_slot
+        self._forensic = rig.forensic_slots
+        self._status_ids = [n.split(".", 1)[1] for n in self._columns if n.startswith("status.")]
 
     # -- source side (any thread) ------------------------------------------------------------------
     def _reset_buffers(self) -> None:
@@ -401,6 +406,7 @@ class Recorder:
         if self._active:
             raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
         self.rig.check_task(self.writer.info)
+        self._configure()
         self._reset_buffers()
         self._chain = _Chain()
         self._wq = queue.Queue(maxsize=self._wq_rows)
