@@ -167,3 +167,11 @@ def test_missing_stamps_are_zero_in_lockstep(tmp_path):
     traj = task.episode(done[0].index).trajectory("observation.slam_trajectory")
     assert traj.host_ns.shape[0] == traj.points.shape[0] == 15
     assert (traj.host_ns == 0).tolist() == [(i + 1) % 4 == 0 for i in range(15)]
+
+
+def test_full_rig_task_validates(full_task):
+    from egopool.validate import validate_task
+    task, _ = full_task
+    report = validate_task(task.path)
+    assert report.ok, [f for f in report.findings if f.severity == "error"]
+    assert not [f for f in report.findings if f.severity == "warning"]
