@@ -192,3 +192,30 @@ def test_kill_during_finish_is_recovered(tmp_path, stage):
         _same_stats(json.loads((task_dir / "meta" / "stats.json").read_text()), recalc_stats(task_dir))
         assert tw2.next_episode_index() == 3
     _validate(task_dir)
+
+
+def test_a_failed_merge_is_replayed_by_the_next_writer(tmp_path, monkeypatch):
+    """finish() raised MetaUpdateError (info/stats not updated): the next TaskWriter completes the merge."""
+    import egopool.writer as writer_mod
+    from egopool.devices import SimulatedRig, build_rig
+    from egopool.errors import MetaUpdateError
+    from egopool.recorder import Recorder
+    rig = build_rig("lite_gloves", scale=16)
+    SimulatedRig(rig).record(Recorder(TaskWriter(tmp_path, "t"), rig), 0.2)  # N=1
+
+    def failing(task_dir, index, *a, **kw):
+        raise MetaUpdateError(index, "meta/info.json was not updated (disk full)")
+    monkeypatch.setattr(writer_mod, "merge_task_meta", failing)
+    with pytest.raises(MetaUpdateError, match="disk full"):
+        SimulatedRig(rig, seed=5).record(Recorder(TaskWriter(tmp_path, "t"), rig), 0.2)  # N=2 saved, meta stale
+    task_dir = tmp_path / "t"
+    assert json.loads((task_dir / "meta" / "info.json").read_text())["total_episodes"] == 1
+    assert (task_dir / "meta" / ".pending-2.json").is_file()
+    monkeypatch.undo()
+    assert TaskWriter(tmp_path, "t").next_episode_index() == 3
+    assert not (task_dir / "meta" / ".pending-2.json").exists()
+    assert json.loads((task_dir / "meta" / "info.json").read_text())["total_episodes"] == 2
+    stats = json.loads((task_dir / "meta" / "stats.json").read_text())
+    assert stats["observation.left_glove"]["count"] == 12
+    _same_stats(stats, recalc_stats(task_dir))
+    _validate(task_dir)

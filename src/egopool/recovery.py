@@ -15,24 +15,30 @@ reservation, under the task lock:
 * **row present, nothing pending**: the episode finished; only the reservation goes.
 
 The pending declarations are ``meta/.pending-<N>.json`` (a dotfile, ignored by readers
-per §11), written atomically just before the row and removed after the merge.
+per §11), written atomically just before the row and removed after the merge. A pending
+file left by a live process whose merge failed (``MetaUpdateError``: disk full...) is
+replayed the same way once that process released N. A replay that fails again is left
+for the next writer (RuntimeWarning); recording is never blocked by it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ._atomic import atomic_write_json
-from .layout import TaskLayout, list_task_episodes
+from .errors import EgopoolError
+from .layout import TaskLayout
 from .meta import markers
 from .meta.info import merge_info, read_info, write_info
-from .meta.stats import ACTION_BLOCK, episode_stats, merge_stats, write_stats
+from .meta.stats import write_stats
+from .task_meta import committed_stats
 
-__all__ = ["clear_pending", "committed_stats", "pending_path", "reclaim_stale", "write_pending"]
+__all__ = ["clear_pending", "pending_path", "reclaim_stale", "write_pending"]
 
 
 def pending_path(task_dir: str | Path, index: int) -> Path:
@@ -71,19 +77,6 @@ def _episode_files(layout: TaskLayout, index: int) -> list[Path]:
     return out
 
 
-def committed_stats(task_dir: str | Path, info: Mapping[str, Any], layout: TaskLayout) -> dict[str, Any]:
-    """``stats.json`` recomputed from every committed episode (data parquet + episodes row)."""
-    import pyarrow.parquet as pq
-
-    doc: dict[str, Any] = {}
-    for g in list_task_episodes(task_dir, layout):
-        if g.data is None or g.meta is None:
-            continue
-        doc = merge_stats(doc, episode_stats(pq.read_table(g.data), info))
-    doc["action"] = dict(ACTION_BLOCK)
-    return doc
-
-
 #: Meta files only ever written under the task lock: a temp of theirs seen by the lock holder is stale.
 _LOCKED_META = ("info.json", "stats.json", "recycled_episode.json", "tasks.jsonl")
 
@@ -101,36 +94,69 @@ def _sweep_meta_temps(task_dir: Path) -> None:
             p.unlink()
 
 
+def _replay(task_dir: Path, index: int, layout: TaskLayout) -> bool:
+    """Merge N's pending declarations into info.json and rebuild stats.json; False when it failed."""
+    pending = pending_path(task_dir, index)
+    try:
+        decl = json.loads(pending.read_text(encoding="utf-8"))["info"]
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        decl = {}  # a pending file is written atomically: unreadable means damaged; stats still rebuilt
+    try:
+        info = read_info(task_dir)
+        if isinstance(decl, Mapping):
+            info = merge_info(info, decl)
+            write_info(task_dir, info)
+        write_stats(task_dir, committed_stats(task_dir, info, layout))
+    except (EgopoolError, OSError, ValueError) as exc:
+        warnings.warn(f"episode {index} is saved but its info.json/stats.json merge could not be replayed "
+                      f"({exc}); the next writer retries", RuntimeWarning, stacklevel=4)
+        return False
+    clear_pending(task_dir, index)
+    return True
+
+
+def _pending_indices(task_dir: Path) -> list[int]:
+    out = []
+    for p in (task_dir / "meta").glob(".pending-*.json"):
+        try:
+            out.append(int(p.name[len(".pending-"):-len(".json")]))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
 def reclaim_stale(task_dir: str | Path, layout: TaskLayout) -> list[int]:
     """Clean up after every recorder of this task that died; returns the N rolled back.
 
-    Also removes temps of meta files that are only written under the task lock
-    (``info.json``, ``stats.json``...): holding the lock, any such temp is a dead writer's.
-    Caller holds the task lock (the dead process held it at most until it died: ``flock``
-    is released with the process).
+    Also replays pending merges no live process holds, and removes temps of meta files
+    that are only written under the task lock (``info.json``, ``stats.json``...): holding
+    the lock, any such temp is a dead writer's. Caller holds the task lock (the dead
+    process held it at most until it died: ``flock`` is released with the process).
     """
     task_dir = Path(task_dir)
     _sweep_meta_temps(task_dir)
     rolled: list[int] = []
     for n in markers.stale_reservations(task_dir):
-        pending = pending_path(task_dir, n)
-        if layout.episodes_file(n).exists():
-            if pending.exists():
-                try:
-                    decl = json.loads(pending.read_text(encoding="utf-8"))["info"]
-                except (OSError, ValueError, KeyError, TypeError):
-                    decl = {}
-                info = merge_info(read_info(task_dir), decl) if isinstance(decl, Mapping) else read_info(task_dir)
-                write_info(task_dir, info)
-                write_stats(task_dir, committed_stats(task_dir, info, layout))
-        else:
+        if not layout.episodes_file(n).exists():
             for p in _episode_files(layout, n):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
+            clear_pending(task_dir, n)
             recycled = markers.read_recycled(task_dir)
             if recycled is None or recycled > n or layout.episodes_file(recycled).exists():
                 markers.write_recycled(task_dir, n)
             rolled.append(n)
-        clear_pending(task_dir, n)
         markers.release(task_dir, n)
+    pending = _pending_indices(task_dir)
+    if pending:
+        live = markers.live_reservations(task_dir)
+        for n in pending:
+            if n in live:
+                continue  # its writer is inside finish() or about to report its own failure
+            if layout.episodes_file(n).exists():
+                _replay(task_dir, n, layout)
+            else:
+                clear_pending(task_dir, n)  # the row was never written: nothing to merge
     return rolled

@@ -675,7 +675,8 @@ class EpisodeWriter:
                 committed = True
                 published.append(ep_path)
                 self._merge_task_meta(present)
-                clear_pending(self.task.task_dir, self.index)
+                if self._meta_error is None:  # else the next writer replays the merge (recovery.py)
+                    clear_pending(self.task.task_dir, self.index)
                 markers.clear_recycled(self.task.task_dir, self.index)
                 self.task._scanned_max = max(self.task._scanned_max, self.index)
         except BaseException:
