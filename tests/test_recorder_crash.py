@@ -196,7 +196,7 @@ def test_kill_during_finish_is_recovered(tmp_path, stage):
 
 def test_a_failed_merge_is_replayed_by_the_next_writer(tmp_path, monkeypatch):
     """finish() raised MetaUpdateError (info/stats not updated): the next TaskWriter completes the merge."""
-    import egopool.writer as writer_mod
+    import egopool.episode_writer as writer_mod
     from egopool.devices import SimulatedRig, build_rig
     from egopool.errors import MetaUpdateError
     from egopool.recorder import Recorder

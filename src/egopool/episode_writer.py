@@ -1,0 +1,572 @@
+"""One episode being recorded: rows, streams, publish on finish (DESIGN §5, §6).
+
+Data rows are written in zstd row groups to a dot-temp parquet, videos to dot-temp
+files; ``finish`` publishes videos, then data, then the ``meta/episodes`` row, each
+with fsync + ``os.replace``, then merges ``info.json`` and ``stats.json`` under the
+task lock. A crash never leaves a partial file under a final name. Get an
+:class:`EpisodeWriter` from :meth:`egopool.writer.TaskWriter.begin_episode`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import writer_checks as checks
+from ._atomic import publish, task_lock, temp_path_for
+from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
+from .codecs.video import RgbEncoder
+from .errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError
+from .meta import markers
+from .meta.episodes import write_episode_row
+from .meta.stats import StatsBlock
+from .recovery import clear_pending, write_pending
+from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
+from .task_meta import merge_task_meta
+
+if TYPE_CHECKING:
+    from .writer import TaskWriter
+
+__all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec"]
+
+_ROW_GROUP_ROWS = 256
+_ROW_GROUP_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One video stream of an episode (file_format.md §8, multi_device_storage.md §4.8).
+
+    Attributes
+    ----------
+    image_key:
+        Slot name, the directory under ``videos/chunk-NNN/``.
+    kind:
+        ``"rgb"`` (uint8 ``(H, W, 3)`` or gray ``(H, W)``) or ``"depth"`` (uint16 mm ``(H, W)``).
+    width, height:
+        Frame size in pixels.
+    fps:
+        Stream rate when it differs from the task fps (written into ``cameras``, §6.3).
+    codec:
+        RGB: ``"h264"`` (default) or ``"hevc"``. Depth: ``"hevc12"`` (default; falls back
+        to ``"ffv1"`` when libx265 lacks gray12le) or ``"ffv1"`` (lossless).
+    master_slot:
+        Depth only: the RGB slot it follows (informational; one frame per row either way).
+    depth_params:
+        Log-code range for ``hevc12`` (default 100..20000 mm).
+    """
+
+    image_key: str
+    kind: str
+    width: int
+    height: int
+    fps: float | None = None
+    codec: str | None = None
+    master_slot: str | None = None
+    depth_params: LogDepthCodec | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("rgb", "depth"):
+            raise SchemaError(f"stream {self.image_key!r}: kind must be 'rgb' or 'depth', got {self.kind!r}")
+        if not self.image_key or "/" in self.image_key or self.image_key.startswith((".", "_")):
+            raise SchemaError(f"invalid image_key {self.image_key!r}",
+                              hint="slot names may not contain '/' or start with '.' or '_'")
+        if self.width <= 0 or self.height <= 0:
+            raise SchemaError(f"stream {self.image_key!r}: size must be positive, got {self.width}x{self.height}")
+        if self.fps is not None:
+            checks.check_positive_number(self.fps, f"stream {self.image_key!r}: fps")
+
+    def codec_ext(self) -> tuple[str, str]:
+        """``(codec, file extension)`` this stream is written with (hevc12 depth falls back to ffv1/mkv
+        when libx265 lacks gray12le)."""
+        if self.kind == "rgb":
+            return self.codec or "h264", "mp4"
+        codec = self.codec or "hevc12"
+        if codec == "hevc12" and not hevc12_available():
+            codec = "ffv1"
+        return codec, DepthEncoder.ext_for(codec)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What :meth:`EpisodeWriter.finish` published.
+
+    Attributes
+    ----------
+    index:
+        Global 1-based N. ``chunk``/``file`` as in the paths.
+    length:
+        Data rows (= frames of every stream).
+    paths:
+        Every published file.
+    registry_error:
+        Why the episode could not be recorded in ``pipeline.db`` (its files are
+        published all the same), or None.
+    """
+
+    index: int
+    chunk: int
+    file: int
+    length: int
+    paths: tuple[Path, ...]
+    registry_error: str | None = None
+
+
+def _fills(spec: ColumnSpec, value: Any) -> bool:
+    """Whether a row's value makes a sparse column "appear" in the episode (decisions.md #2).
+
+    A variable-length column appears with its first item (``[]`` = no new point/sample,
+    multi_device_storage.md §4.6); a trajectory ``_ns`` column with its first non-zero
+    stamp (0 = no stamp; "全段无戳不建 _ns 列", §8.1 rule 3). Any other value counts.
+    """
+    if spec.kind == "slam_trajectory_ns":
+        return bool(np.any(value))
+    if spec.storage == "list_list" or (spec.storage == "list" and spec.length is None):
+        return bool(np.size(value))
+    return True
+
+
+@dataclass
+class _Stream:
+    spec: StreamSpec
+    encoder: RgbEncoder | DepthEncoder
+    temp: Path
+    final: Path
+    last: np.ndarray | None = None
+    repeated: int = 0
+
+
+@dataclass
+class _Buffers:
+    values: dict[str, list[Any]] = field(default_factory=dict)
+    rows: int = 0
+    nbytes: int = 0
+
+
+class EpisodeWriter:
+    """One episode being recorded; get it from :meth:`TaskWriter.begin_episode`.
+
+    Attributes
+    ----------
+    index, chunk, file:
+        Global N and its ``(chunk, file)``.
+    drop_stats:
+        Counters written as the episode row's ``drop_stats`` JSON (§6.2). Frame-drop
+        counts use plain keys; durations and event counts end in ``_ms`` / ``_count``.
+    """
+
+    def __init__(self, task: TaskWriter, index: int, columns: Sequence[ColumnSpec], streams: Sequence[StreamSpec],
+                 *, devices: Sequence[Mapping[str, Any]], device_names: Mapping[str, str] | None,
+                 calibration: Mapping[str, Any] | None, sensors: Sequence[str] | None, sensor_dim: int | None,
+                 info_extra: Mapping[str, Any] | None, created_at: float | None) -> None:
+        self.task, self.index = task, index
+        self.chunk, self.file = task.layout.chunk_file(index)
+        self.fps = task.fps
+        self.created_at = float(time.time() if created_at is None else created_at)
+        self.drop_stats: dict[str, int | float] = {}
+        self._decl = {"devices": [dict(d) for d in devices], "device_names": dict(device_names or {}),
+                      "calibration": dict(calibration or {}), "sensors": list(sensors or []),
+                      "sensor_dim": sensor_dim, "info_extra": dict(info_extra or {})}
+        specs: dict[str, ColumnSpec] = {}
+        for name in ALWAYS_KEY_COLUMNS:
+            specs[name] = key_column(name)
+        specs["action"] = vector_column("action", [1], sparse=False)
+        for spec in columns:
+            if spec.name in specs:
+                raise SchemaError("declared twice (key columns and action are added for you)", column=spec.name)
+            specs[spec.name] = spec
+        for spec in specs.values():
+            if spec.lockstep and spec.lockstep[0] not in specs:
+                raise SchemaError(f"runs in lockstep with {spec.lockstep[0]!r}, which is not declared", column=spec.name)
+        self._specs = specs
+        self._seen: set[str] = set(ALWAYS_KEY_COLUMNS) | {n for n, s in specs.items() if not s.sparse}
+        self._schema = pa.schema([pa.field(n, s.arrow_type) for n, s in specs.items()])
+        self._buf = _Buffers({n: [] for n in specs})
+        self._stats: dict[str, StatsBlock] = {}
+        self._stats_cols = {f"observation.{s}" for s in self._decl["sensors"]} | {"observation.imu"}
+        self._rows = 0
+        self._last_ts: float | None = None
+        self._first_ts = 0.0
+        self._closed = False
+        self._broken: str | None = None
+        self._meta_error: MetaUpdateError | None = None
+        self._data_final = task.layout.data_file(index)
+        self._data_final.parent.mkdir(parents=True, exist_ok=True)
+        self._data_temp = temp_path_for(self._data_final)
+        # Force matrices (187500 int16 diffs a row) skip dictionary encoding: it never pays off
+        # on them and halves the write rate (benchmarks/bench_recorder.py).
+        self._dict_cols = [n for n, s in specs.items() if s.kind != "force_matrix"]
+        self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
+                                    use_dictionary=self._dict_cols)
+        self._streams: dict[str, _Stream] = {}
+        try:
+            for st in streams:
+                self._open_stream(st)
+        except BaseException:
+            self._discard()
+            raise
+
+    # -- streams -----------------------------------------------------------------------------------
+    def _open_stream(self, st: StreamSpec) -> None:
+        if st.image_key in self._streams:
+            raise SchemaError(f"image_key {st.image_key!r} declared twice (§5.2 rule 1)")
+        fps = st.fps or self.fps
+        codec, ext = st.codec_ext()
+        final = self.task.layout.video_file(self.index, st.image_key, ext)
+        with StorageError.guard(final.parent, action="cannot create the video directory"):
+            final.parent.mkdir(parents=True, exist_ok=True)
+        temp = temp_path_for(final)
+        if st.kind == "rgb":
+            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec)
+        else:
+            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params)
+        self._streams[st.image_key] = _Stream(st, enc, temp, final)
+
+    # -- rows --------------------------------------------------------------------------------------
+    def add_frame(self, values: Mapping[str, Any] | None = None, *, timestamp: float | None = None,
+                  hardware_ns: int = 0, images: Mapping[str, np.ndarray] | None = None) -> int:
+        """Append one frame row (file_format.md §7.3: one row = one frame of every stream).
+
+        Parameters
+        ----------
+        values:
+            Column name -> this row's value. Vectors: array of the declared element
+            count; IMU: ``(K, 6)`` float32 with ``imu_ts_ns`` ``(K,)`` int64; trajectories:
+            ``(K, 8)`` float64 ``[t,x,y,z,qx,qy,qz,qw]`` with ``<col>_ns`` ``(K,)`` int64
+            (0 = no stamp); ``status.*``: str. A declared column missing here gets the
+            "no new sample" value (§5.5). Optional key columns (``raw_hw_ns``...) go here too.
+        timestamp:
+            Seconds since episode start (float, strictly increasing). Default
+            ``frame_index / fps``.
+        hardware_ns:
+            Device-clock ns of this frame (0 = unknown).
+        images:
+            image_key -> frame (RGB uint8 or depth uint16 mm). A stream without a frame in
+            this row repeats its previous frame (counted in ``drop_stats`` as
+            ``<key>_repeated_count``); the first row must carry every stream.
+
+        Returns
+        -------
+        int
+            The row's ``frame_index``.
+
+        Raises
+        ------
+        SchemaError
+            Unknown column, wrong length, lockstep mismatch, non-increasing timestamp.
+        CodecError
+            A frame of the wrong size/dtype, or a stream with no frame yet.
+        """
+        if self._closed:
+            raise EgopoolError(f"episode {self.index} is already finished or aborted")
+        values = dict(values or {})
+        fi = self._rows
+        ts = float(fi / self.fps) if timestamp is None else float(timestamp)
+        ts32 = float(np.float32(ts))
+        if not np.isfinite(ts) or ts < 0 or (self._last_ts is not None and ts32 <= self._last_ts):
+            raise SchemaError(f"timestamp {ts} must be finite, >= 0 and strictly increasing "
+                              f"(previous {self._last_ts})", column="timestamp")
+        for name in values:
+            if name not in self._specs or name in ALWAYS_KEY_COLUMNS:
+                raise SchemaError("not declared for this episode", column=name,
+                                  hint="pass its ColumnSpec to begin_episode(columns=...)")
+        row: dict[str, Any] = {
+            "episode_index": self.index, "frame_index": fi, "timestamp": ts32, "task_index": 0,
+            "wall_time": self.created_at + ts32, "hardware_ns": int(hardware_ns),
+        }
+        filled: set[str] = set()
+        for name, spec in self._specs.items():
+            if name in row:
+                continue
+            if name in values:
+                row[name] = spec.normalise(values[name])
+                if name in self._stats_cols:
+                    checks.check_finite_values(name, row[name], fi)
+                if _fills(spec, row[name]):
+                    filled.add(name)
+            else:
+                row[name] = spec.empty_value()
+        for name, spec in self._specs.items():
+            if spec.lockstep:
+                partner, per = spec.lockstep
+                need = len(row[partner]) // per if self._specs[partner].storage == "list" else len(row[partner])
+                if len(row[name]) != need:
+                    raise SchemaError(f"has {len(row[name])} stamps but {partner!r} has {need} items in this row "
+                                      "(they must run in lockstep; write 0 for a missing stamp)", column=name)
+        self._encode_images(images or {})
+        self._seen |= filled  # only once the row is accepted
+        for name, v in row.items():
+            self._buf.values[name].append(v)
+            self._buf.nbytes += getattr(v, "nbytes", 8)
+        self._buf.rows += 1
+        self._rows += 1
+        if self._last_ts is None:
+            self._first_ts = ts32
+        self._last_ts = ts32
+        if self._buf.rows >= _ROW_GROUP_ROWS or self._buf.nbytes >= _ROW_GROUP_BYTES:
+            try:
+                with StorageError.guard(self._data_final, action="cannot write the data parquet"):
+                    self._flush()
+            except BaseException as exc:
+                self._broken = f"data parquet: {exc}"
+                raise
+        return fi
+
+    def _encode_images(self, images: Mapping[str, np.ndarray]) -> None:
+        if self._broken is not None:
+            raise EgopoolError(f"episode {self.index}: an earlier write failed ({self._broken}); "
+                               "its streams are no longer in step with its rows", hint="abort() the episode")
+        unknown = set(images) - set(self._streams)
+        if unknown:
+            raise CodecError(f"images for undeclared streams {sorted(unknown)}",
+                             hint="declare them with begin_episode(streams=[StreamSpec(...)])")
+        # Check every frame first: a row refused for one stream must not reach any other,
+        # or the streams would no longer hold exactly one frame per data row.
+        frames: dict[str, np.ndarray] = {}
+        for key, st in self._streams.items():
+            frame = images.get(key)
+            if frame is None:
+                if st.last is None:
+                    raise CodecError(f"stream {key!r} has no frame for row {self._rows}; the first row must "
+                                     "carry every declared stream")
+                frames[key] = st.last
+            else:
+                frames[key] = st.encoder.check(frame)
+        for key, st in self._streams.items():
+            try:
+                st.encoder.encode(frames[key])
+            except BaseException as exc:
+                self._broken = f"{key}: {exc}"
+                raise
+            if images.get(key) is None:
+                st.repeated += 1
+            st.last = frames[key]
+
+    def _flush(self) -> None:
+        if not self._buf.rows:
+            return
+        arrays = [self._specs[n].to_arrow(self._buf.values[n]) for n in self._specs]
+        batch = pa.record_batch(arrays, schema=self._schema)
+        self._pq.write_batch(batch)
+        # Every row group counts, also those before the column's first sample (§4: all-zero
+        # rows included), so the accumulator equals a recomputation from data/; blocks of
+        # columns the episode never filled are dropped in finish() with the column.
+        for col in self._stats_cols & set(self._specs):
+            vals = self._buf.values[col]
+            x = np.concatenate(vals) if col == "observation.imu" else np.stack(vals)
+            blk = StatsBlock.of(x)
+            if blk is not None:
+                self._stats[col] = self._stats[col].merge(blk) if col in self._stats else blk
+        self._buf = _Buffers({n: [] for n in self._specs})
+
+    @property
+    def length(self) -> int:
+        """Rows written so far."""
+        return self._rows
+
+    # -- finish / abort ----------------------------------------------------------------------------
+    def _drop_unseen_columns(self) -> list[str]:
+        keep = [n for n in self._specs if n in self._seen]
+        dropped = [n for n in self._specs if n not in self._seen]
+        if not dropped:
+            return []
+        src = pq.ParquetFile(str(self._data_temp))
+        temp2 = temp_path_for(self._data_final)
+        schema = pa.schema([self._schema.field(n) for n in keep])
+        try:
+            with pq.ParquetWriter(str(temp2), schema, compression="zstd",
+                                  use_dictionary=[n for n in keep if n in self._dict_cols]) as w:
+                for i in range(src.num_row_groups):
+                    w.write_table(src.read_row_group(i, columns=keep))
+            src.close()
+            os.replace(temp2, self._data_temp)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                temp2.unlink()
+            raise
+        return dropped
+
+    def finish(self) -> EpisodeResult:
+        """Publish the episode and merge task metadata (file_format.md §4, §6.1, DESIGN §5).
+
+        Raises
+        ------
+        EgopoolError
+            No rows were added: the episode is discarded (as by :meth:`abort`) and N is free again.
+        StorageError
+            A file could not be written or published (disk full...): nothing of the episode
+            stays and N is free again.
+        MetaUpdateError
+            The episode was saved (its row is committed) but ``info.json`` / ``stats.json``
+            could not be updated; the message names the file and the fix.
+        """
+        if self._closed:
+            raise EgopoolError(f"episode {self.index} is already finished or aborted")
+        if self._rows == 0:
+            self.abort()
+            raise EgopoolError(f"episode {self.index} has no frames; it was discarded and N={self.index} is free "
+                               "again", hint="add_frame() at least once before finish()")
+        if self._broken is not None:
+            raise EgopoolError(f"episode {self.index}: a write failed ({self._broken}), so its "
+                               "streams are not one frame per row", hint="abort() the episode")
+        try:
+            with StorageError.guard(self._data_final, action="cannot write the data parquet"):
+                self._flush()
+                self._pq.close()
+                self._drop_unseen_columns()
+            video_codec: dict[str, Any] = {}
+            for key, st in self._streams.items():
+                video_codec[key] = st.encoder.close()
+                if st.repeated:
+                    self.drop_stats[f"{key}_repeated_count"] = st.repeated
+        except BaseException:
+            self._roll_back([])
+            raise
+        self._closed = True
+        present = {n for n in self._specs if n in self._seen}
+        published: list[Path] = []
+        committed = False
+        try:
+            for st in self._streams.values():
+                with StorageError.guard(st.final, action="cannot publish"):
+                    publish(st.temp, st.final)
+                published.append(st.final)
+            with StorageError.guard(self._data_final, action="cannot publish"):
+                publish(self._data_temp, self._data_final)
+            published.append(self._data_final)
+            ep_path = self.task.layout.episodes_file(self.index)
+            with StorageError.guard(ep_path, action="cannot write the episode row"), task_lock(self.task.task_dir):
+                # The episodes row is the commit record (decisions.md #5): before it, a failure
+                # rolls the whole file group back; after it, the episode stands. The pending
+                # declarations let a successor finish the merge if this process dies (recovery.py).
+                write_pending(self.task.task_dir, self.index, self._episode_declarations(present))
+                write_episode_row(ep_path, self._episode_row(video_codec, present))
+                committed = True
+                published.append(ep_path)
+                self._merge_task_meta(present)
+                if self._meta_error is None:  # else the next writer replays the merge (recovery.py)
+                    clear_pending(self.task.task_dir, self.index)
+                markers.clear_recycled(self.task.task_dir, self.index)
+                self.task._scanned_max = max(self.task._scanned_max, self.index)
+        except BaseException:
+            if not committed:
+                self._roll_back(published)
+            raise
+        finally:
+            markers.release(self.task.task_dir, self.index)
+        reg_error = self.task._register(self.index, published)
+        if self._meta_error is not None:  # the episode stands (committed, registered); its task meta is stale
+            raise self._meta_error
+        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error)
+
+    def _trajectory_specs(self, present: set[str]) -> dict[str, ColumnSpec]:
+        return {n: s for n, s in self._specs.items() if s.kind == "slam_trajectory" and n in present}
+
+    def _episode_row(self, video_codec: Mapping[str, Any], present: set[str]) -> dict[str, Any]:
+        slam_specs = {}
+        for n, s in self._trajectory_specs(present).items():
+            feat = dict(s.feature or {})
+            slam_specs[n] = {k: feat[k] for k in ("frame", "frame_axes", "time", "owner", "source_slot") if k in feat}
+        fm_specs = {n: {k: v for k, v in (s.feature or {}).items()}
+                    for n, s in self._specs.items() if s.kind == "force_matrix" and n in present}
+        assert self._last_ts is not None
+        return {
+            "episode_index": self.index, "task_index": 0, "start_frame_index": 0,
+            "end_frame_index": self._rows - 1, "length": self._rows, "created_at": self.created_at,
+            "duration_sec": float(self._last_ts - self._first_ts + 1.0 / self.fps),
+            "drop_stats": dict(self.drop_stats), "video_codec": dict(video_codec),
+            "calibration": self._decl["calibration"], "force_matrix_specs": fm_specs, "slam_specs": slam_specs,
+        }
+
+    def _episode_declarations(self, present: set[str]) -> dict[str, Any]:
+        features = {n: dict(s.feature) for n, s in self._specs.items() if s.feature is not None and n in present}
+        cameras = {}
+        for key, st in self._streams.items():
+            if st.spec.kind == "rgb":
+                cam: dict[str, Any] = {"height": st.spec.height, "width": st.spec.width}
+                if st.spec.fps and st.spec.fps != self.fps:
+                    cam["fps"] = float(st.spec.fps)
+                cameras[key] = cam
+        decl: dict[str, Any] = {
+            "app_version": self.task.app_version, "fps": self.fps, "video": bool(self._streams),
+            "features": features, "cameras": cameras,
+            "video_extensions": {k: st.final.suffix.lstrip(".") for k, st in self._streams.items()},
+            "devices": self._decl["devices"], "device_names": self._decl["device_names"],
+            "sensors": self._decl["sensors"], "total_episodes": self.index,
+        }
+        if self._decl["calibration"]:
+            decl["calibration"] = self._decl["calibration"]
+        if self._decl["sensor_dim"] is not None:
+            decl["sensor_dim"] = int(self._decl["sensor_dim"])
+        trajs = self._trajectory_specs(present)
+        frames = {n: s.feature["frame"] for n, s in trajs.items() if s.feature and "frame" in s.feature}
+        if frames:
+            decl["slam_frames"] = frames
+        gripper = [n for n, s in trajs.items()
+                   if (s.feature or {}).get("owner", {}).get("role", "ego" if ".ego_" in n else "gripper") == "gripper"]
+        if gripper:
+            rig1 = "observation.slam_trajectory" if "observation.slam_trajectory" in gripper else gripper[0]
+            decl["gripper_slam_frame"] = (trajs[rig1].feature or {}).get("frame", "right_forward_up")
+        decl.update(self._decl["info_extra"])
+        return decl
+
+    def _merge_task_meta(self, present: set[str]) -> None:
+        """Merge into info.json / stats.json (task_meta.py); a failure is kept for finish() to raise."""
+        blocks = {c: b for c, b in self._stats.items() if c in present}
+        try:
+            merge_task_meta(self.task.task_dir, self.index, self._episode_declarations(present), blocks,
+                            self.task.layout)
+        except MetaUpdateError as exc:
+            self._meta_error = exc
+
+    def _discard(self) -> None:
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._pq.close()
+        for st in self._streams.values():
+            st.encoder.abort()
+            with contextlib.suppress(FileNotFoundError):
+                st.temp.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            self._data_temp.unlink()
+
+    def _roll_back(self, published: Sequence[Path]) -> None:
+        """Undo a failed finish: temps and already-published files of this N go, N is recycled.
+
+        Only files of this episode's own reserved N are removed, so nothing of another
+        episode is touched; the recycled marker lets the next recording reuse N (§7.5).
+        """
+        self._discard()
+        for path in published:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        with contextlib.suppress(Exception), task_lock(self.task.task_dir):
+            markers.write_recycled(self.task.task_dir, self.index)
+        markers.release(self.task.task_dir, self.index)
+
+    def abort(self) -> None:
+        """Discard everything written and free N for the next recording (file_format.md §7.5)."""
+        if self._closed:
+            return
+        self._discard()
+        with task_lock(self.task.task_dir):
+            markers.write_recycled(self.task.task_dir, self.index)
+            markers.release(self.task.task_dir, self.index)
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._closed:
+            self.finish()
