@@ -193,7 +193,7 @@ class EpisodeFiles:
         return self.data is not None and self.meta is not None
 
 
-def _walk_files(root: Path, top: Path) -> Iterable[str]:
+def walk_task_files(root: Path, top: Path) -> Iterable[str]:
     """Relative POSIX paths of files under ``top``, skipping dot and ``_`` entries (§11)."""
     if not top.is_dir():
         return
@@ -213,7 +213,8 @@ def _walk_files(root: Path, top: Path) -> Iterable[str]:
                 yield Path(e.path).relative_to(root).as_posix()
 
 
-def _static_prefix(template: str) -> str:
+def static_prefix(template: str) -> str:
+    """The fixed directory part of a path template (``data/chunk-{c:03d}/...`` -> ``data``)."""
     head = template.split("{", 1)[0]
     return head.rsplit("/", 1)[0] if "/" in head else ""
 
@@ -271,7 +272,7 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
         return g
 
     data_re = _template_regex(layout.data_path, legacy_prefix=True)
-    for rel in _walk_files(root, root / _static_prefix(layout.data_path)):
+    for rel in walk_task_files(root, root / static_prefix(layout.data_path)):
         m = data_re.match(rel)
         if m and int(m["f"]) < layout.chunks_size:
             g = group(int(m["c"]), int(m["f"]))
@@ -280,7 +281,7 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
 
     video_re = _template_regex(layout.video_path, legacy_prefix=True)
     png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
-    for rel in _walk_files(root, root / _static_prefix(layout.video_path)):
+    for rel in walk_task_files(root, root / static_prefix(layout.video_path)):
         m = video_re.match(rel)
         target = root / rel
         if m is None and rel.lower().endswith(".png") and "/" in rel:
@@ -292,7 +293,7 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
             group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], target)
 
     ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
-    for rel in sorted(_walk_files(root, root / _static_prefix(layout.episodes_path))):
+    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path))):
         m = ep_re.match(rel)
         if not m:
             continue

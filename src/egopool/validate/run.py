@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EgopoolError
-from ..layout import EpisodeFiles, list_task_episodes
+from ..layout import EpisodeFiles, list_task_episodes, static_prefix, walk_task_files
 from ..meta.info import info_path
 from .context import Context
 from .data import first_line
@@ -142,33 +141,6 @@ def _check_watermark(ctx: Context, groups: list[EpisodeFiles]) -> None:
                            "watermark never goes back, set it to at least that N")
 
 
-def _walk(top: Path) -> list[Path]:
-    """Every file under ``top``, skipping dot and ``_`` entries at any level (§11)."""
-    out: list[Path] = []
-    if not top.is_dir():
-        return out
-    stack = [top]
-    while stack:
-        d = stack.pop()
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            continue
-        for e in entries:
-            if e.name.startswith((".", "_")):
-                continue
-            if e.is_dir(follow_symlinks=False):
-                stack.append(Path(e.path))
-            elif e.is_file():
-                out.append(Path(e.path))
-    return sorted(out)
-
-
-def _static_dir(template: str) -> str:
-    head = template.split("{", 1)[0]
-    return head.rsplit("/", 1)[0] if "/" in head else ""
-
-
 def _check_strays(ctx: Context, groups: list[EpisodeFiles]) -> None:
     """Files under data/, videos/, meta/episodes/ that belong to no episode file group."""
     assert ctx.layout is not None
@@ -176,12 +148,12 @@ def _check_strays(ctx: Context, groups: list[EpisodeFiles]) -> None:
     for g in groups:
         known.update(p for p in (g.data, g.meta) if p is not None)
         known.update(g.videos.values())
-    tops = {_static_dir(t) for t in (ctx.layout.data_path, ctx.layout.video_path, ctx.layout.episodes_path)}
+    tops = {static_prefix(t) for t in (ctx.layout.data_path, ctx.layout.video_path, ctx.layout.episodes_path)}
     seen: set[Path] = set()
     for top in sorted(tops):
         if not top:
             continue  # a template at the task root: the root holds meta/ etc., nothing to scan
-        for p in _walk(ctx.root / top):
+        for p in (ctx.root / rel for rel in sorted(walk_task_files(ctx.root, ctx.root / top))):
             if p in known or p.parent in known or p in seen:  # p.parent: a PNG16 frame directory
                 continue
             seen.add(p)
