@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from egopool import CodecError, SchemaError, TaskWriter, open_task
+from egopool import CodecError, EgopoolError, SchemaError, TaskWriter, open_task
 from egopool.codecs.video import count_video_frames
 from egopool.devices import Device, Rig, SimulatedRig
 from egopool.recorder import Frame, Recorder
@@ -301,3 +301,33 @@ def test_a_device_opened_between_episodes_joins_the_next_one(tmp_path):
     assert "observation.left_glove_imu_quat" in task.episode(second.index).column_names
     assert task.info["sensors"] == ["left_glove"]
     assert [d["key"] for d in task.info["devices"]] == ["uvc:usb-cam0", "usbglove:1"]
+
+
+def test_record_virtual_refuses_non_finite_seconds_before_starting(tmp_path):
+    rec = Recorder(TaskWriter(tmp_path, "t"), _rig(UVC))
+    for bad in (float("inf"), float("nan"), 0.0, -1.0):
+        with pytest.raises(SchemaError, match="seconds"):
+            rec.record_virtual(bad, _scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
+    # nothing was left running: the next episode records normally as N=1
+    done = rec.record_virtual(0.1, _scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
+    assert done.index == 1 and done.result.length == 3
+
+
+def test_stop_episode_without_a_running_episode_is_refused(tmp_path):
+    rec = Recorder(TaskWriter(tmp_path, "t"), _rig(UVC))
+    with pytest.raises(EgopoolError, match="no episode is being recorded"):
+        rec.stop_episode()
+    rec.record_virtual(0.1, _scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
+    with pytest.raises(EgopoolError, match="no episode is being recorded"):
+        rec.stop_episode()  # used to hand back the previous episode's result a second time
+
+
+def test_push_sample_refuses_columns_that_are_not_latest_wins(tmp_path):
+    rec = Recorder(TaskWriter(tmp_path, "t"), _rig(UVC, GRIPPER, D435))
+    for col in ("observation.slam_trajectory", "observation.slam_trajectory_ns",
+                "observation.gripper_left_force_ns", "observation.gripper_left_force_matrix_ns",
+                "status.gripper_pose", "status.head_left_rgb", "raw_hw_ns", "rgb_dup", "depth_ns"):
+        with pytest.raises(SchemaError, match="latest-wins"):
+            rec.push_sample(col, 5, ns=1)
+    rec.push_sample("observation.gripper_left_force", np.zeros(3, np.float32), ns=1)  # still fine
+    rec.push_sample("observation.left_hand_pose", np.zeros((21, 3), np.float32))

@@ -33,3 +33,36 @@ def test_simulate_unknown_rig_is_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("egopool: error: unknown rig 'kinect'") and "full" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "sim_kinect").exists()
+
+
+def test_simulate_non_finite_seconds_is_one_line_error(tmp_path, capsys):
+    for bad in ("inf", "nan"):
+        assert main(["simulate", "--rig", "uvc3", "--seconds", bad, "--scale", "16", "--out", str(tmp_path)]) != 0
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "--seconds" in err
+    assert not (tmp_path / "sim_uvc3" / "data").exists()
+
+
+def test_simulate_empty_task_name_is_refused_like_the_importers(tmp_path, capsys):
+    assert main(["simulate", "--rig", "uvc3", "--seconds", "0.1", "--scale", "16", "--out", str(tmp_path),
+                 "--task", ""]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("egopool: error: invalid task name ''") and len(err.splitlines()) == 1
+    assert not (tmp_path / "sim_uvc3").exists()
+
+
+def test_simulate_absurd_fps_is_refused_before_recording(tmp_path, capsys):
+    # fps sizes the bounded queues (rows = fps / 2): --fps 1e9 grew them until the OOM killer came.
+    # 5000 fps x 0.01 s is harmless if the bound ever goes (the test then fails, it does not swap).
+    assert main(["simulate", "--rig", "uvc3", "--seconds", "0.01", "--scale", "16", "--out", str(tmp_path),
+                 "--fps", "5000"]) != 0
+    assert "--fps" in capsys.readouterr().err
+    assert not (tmp_path / "sim_uvc3").exists()
+
+
+def test_simulate_piped_output_has_no_progress_residue(tmp_path, capsys):
+    # not a terminal: no progress bar, so no blank line ahead of the summary (as demo / import / ops)
+    assert main(["simulate", "--rig", "uvc3", "--seconds", "0.1", "--scale", "16", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].startswith(str(tmp_path / "sim_uvc3") + ": 1 episode(s)")
+    assert captured.err == ""

@@ -42,6 +42,7 @@ import numpy as np
 
 from .errors import CodecError, EgopoolError, SchemaError
 from .writer import EpisodeResult, EpisodeWriter, TaskWriter
+from .writer_checks import check_positive_number
 
 if TYPE_CHECKING:
     from .devices.rig import Rig
@@ -178,6 +179,13 @@ class Recorder:
         self._columns = {c.name: c for c in self._kwargs["columns"]}
         self._streams = [s.image_key for s in self._kwargs["streams"]]
         self._lockstep = {c.lockstep[0]: n for n, c in self._columns.items() if c.lockstep}
+        # Latest-wins (§5.3): observation vectors/matrices. Not the accumulating columns and their
+        # lockstep partners, not a sample's own ``_ns`` (push_sample(ns=...) fills it), not key or
+        # status columns (the tick and set_status() own them).
+        companions = {n + "_ns" for n in self._columns}
+        self._latest_wins = {n for n, c in self._columns.items()
+                             if n.startswith("observation.") and c.storage == "list" and c.length is not None
+                             and n not in self._lockstep and not c.lockstep and n not in companions}
         self._primary = rig.primary_slot
         self._forensic = rig.forensic_slots
         self._status_ids = [n.split(".", 1)[1] for n in self._columns if n.startswith("status.")]
@@ -228,10 +236,12 @@ class Recorder:
         Raises
         ------
         SchemaError
-            Unknown column.
+            Not a latest-wins ``observation.*`` column of the rig (unknown, a trajectory /
+            IMU, a ``*_ns`` column, a key or status column).
         """
-        if column not in self._columns or self._columns[column].storage == "list_list":
-            raise SchemaError("not a latest-wins column of this rig", column=column)
+        if column not in self._latest_wins:
+            raise SchemaError("not a latest-wins column of this rig (trajectories and IMU go to push_points, "
+                              "a sample's time to ns=, status to set_status)", column=column)
         with self._lock:
             self._latest[column] = (value, int(ns))
 
@@ -499,8 +509,11 @@ class Recorder:
         CodecError
             No row was ever built (a stream never delivered a frame).
         EgopoolError
-            Writing failed (the episode was aborted and its N freed).
+            Writing failed (the episode was aborted and its N freed), or no episode is
+            being recorded.
         """
+        if not self._active:
+            raise EgopoolError("no episode is being recorded", hint="call start_episode() first")
         self._stop.set()
         if self._tick_thread is not None:
             self._tick_thread.join()
@@ -537,15 +550,17 @@ class Recorder:
 
         Raises
         ------
+        SchemaError
+            ``seconds`` is not a finite number > 0 (nothing is started).
         CodecError
             A stream delivered no frame within ``prime_timeout`` virtual seconds.
         EgopoolError
             Writing failed (the episode was aborted).
         """
+        rows = max(1, int(round(check_positive_number(seconds, "seconds") * self.fps)))
         self._begin(realtime=False)
         period_ns = int(round(1e9 / self.fps))
         t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
-        rows = max(1, int(round(seconds * self.fps)))
         try:
             waited = 0
             while True:

@@ -134,3 +134,16 @@ def test_ego_role_needs_a_camera():
     with pytest.raises(SchemaError, match="role"):
         rig.add(D435, role="head")
     assert rig.devices == []
+
+
+def test_two_gloves_cannot_share_a_hand_pose_column():
+    # §5.2 rule 2: one writer per observation column; the hand pose follows the glove's side
+    rig = Rig()
+    rig.add(Device("usb_glove", "usbglove:1", side="left", sensor="glove_a"))
+    with pytest.raises(ConflictError, match="observation.left_hand_pose"):
+        rig.add(Device("usb_glove", "usbglove:2", side="left", sensor="glove_b"))
+    rig = Rig()
+    rig.add(Device("usb_glove", "usbglove:1", side="right", sensor="left_glove"))
+    with pytest.raises(ConflictError, match="observation.right_hand_pose"):
+        rig.add(Device("usb_glove", "usbglove:2", side="right"))
+    assert [d.key for d in rig.devices] == ["usbglove:1"]  # the refused glove left the rig unchanged

@@ -287,3 +287,26 @@ def test_shape_change_of_a_task_column_refused():
     info = {"features": {"observation.left_glove": {"dtype": "float32", "shape": [256]}}, "devices": []}
     with pytest.raises(SchemaError, match="shape"):
         rig.check_task(info)
+
+
+def test_device_that_stops_writing_its_trajectory_is_not_a_rename():
+    # §6.7: "某段 ego SLAM 失败 → 该段没有轨迹列，features 仍有" — a D435 that was the ego camera
+    # and is now opened without the ego role writes no trajectory at all, under no other name.
+    a = Rig()
+    a.add(Device("d435", "d435:1"), role="ego")
+    a.add(G1)
+    b = Rig()
+    b.add(Device("d435", "d435:1"))
+    b.add(G1)
+    b.check_task(_info_of(a))
+    assert "observation.ego_slam_trajectory" not in _names(b)
+
+
+def test_ego_camera_moving_to_another_ego_prefix_is_still_refused():
+    a = Rig()
+    a.add(Device("d435", "d435:1"), role="ego")
+    a.add(Device("d435", "d435:2"), role="ego")  # ego_2_
+    b = Rig()
+    b.add(Device("d435", "d435:2"), role="ego")  # would now write ego_slam_trajectory
+    with pytest.raises(SchemaError, match="cannot change"):
+        b.check_task(_info_of(a))

@@ -13,22 +13,27 @@ from ..errors import EgopoolError
 from ..recorder import Recorder
 from ..writer import TaskWriter
 from .app import app
-from .output import console, print_json
+from .output import console, err_console, print_json
 
 _RIG_HELP = ("Device combination: full = Appendix B (ego S80C + 2 UMI grippers + 2 USB gloves); "
              "d435x2 = two D435 (d435_rgb, d435_rgb_2); uvc3 = three UVC cameras; gripper_d405 = D405_head as "
              "ego + gripper + BLE glove; lite_gloves = lite program, BLE + USB glove + UVC.")
+#: Bounds of the flags: the recorder's queues are sized in rows (fps / 2), and an episode
+#: longer than a day is a typo, not a simulation.
+_MAX_FPS = 1000.0
+_MAX_SECONDS = 86400.0
 
 
 @app.command("simulate")
 def simulate_cmd(
     rig_name: str = typer.Option("full", "--rig", help=_RIG_HELP),
     episodes: int = typer.Option(1, "--episodes", "-n", min=1, help="Episodes to record."),
-    seconds: float = typer.Option(3.0, "--seconds", "-s", min=0.01, help="Length of each episode in seconds."),
+    seconds: float = typer.Option(3.0, "--seconds", "-s", min=0.01, max=_MAX_SECONDS,
+                                  help="Length of each episode in seconds."),
     out: Path = typer.Option(Path("data/recordings"), "--out", "-o", help="Recordings root (the task is a "
                              "directory inside it)."),
     task: str | None = typer.Option(None, "--task", "-t", help="Task name (default: sim_<rig>)."),
-    fps: float = typer.Option(30.0, "--fps", min=1.0, help="Task frame rate (rows per second)."),
+    fps: float = typer.Option(30.0, "--fps", min=1.0, max=_MAX_FPS, help="Task frame rate (rows per second)."),
     scale: int = typer.Option(1, "--scale", min=1, help="Divide every frame size by this for quick runs."),
     realtime: bool = typer.Option(False, "--realtime/--fast", help="Tick against the wall clock (ticks the writer "
                                   "cannot keep up with are skipped and counted) or on a virtual clock as fast as "
@@ -45,12 +50,12 @@ def simulate_cmd(
     if rig_name not in RIGS:
         raise EgopoolError(f"unknown rig {rig_name!r}", hint=f"use one of {', '.join(sorted(RIGS))}")
     rig = build_rig(rig_name, scale=scale)
-    writer = TaskWriter(out, task or f"sim_{rig_name}", fps=fps)
+    writer = TaskWriter(out, task if task is not None else f"sim_{rig_name}", fps=fps)
     rec = Recorder(writer, rig)
     sim = SimulatedRig(rig, fps=fps, seed=seed)
     done: list[dict[str, Any]] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=json_out, transient=True) as progress:
+                  console=err_console, disable=json_out or not err_console.is_terminal, transient=True) as progress:
         bar = progress.add_task(f"recording {rig_name}", total=episodes)
         for _ in range(episodes):
             ep = sim.record(rec, seconds, realtime=realtime)

@@ -279,6 +279,12 @@ class Rig:
             side = dev.side or sensor.split("_", 1)[0]
             if side in ("left", "right"):
                 signals["hand_pose"] = f"observation.{side}_hand_pose"
+            hand = signals.get("hand_pose")
+            other = next((d for d in self._devices if hand is not None and d.signals.get("hand_pose") == hand), None)
+            if other is not None:
+                raise ConflictError(f"glove {dev.key} would write {hand!r}, which glove {other.key} already writes "
+                                    "(§5.2 rule 2: one writer per column)",
+                                    hint="give each glove its own side (left / right)")
         entry_kind = glove_entry_kind(dev.kind, self.program)
         slots = (sensor,) if self.program == "lite" else ()
         entry = {"key": dev.key, "kind": entry_kind, "name": dev.display_name, "slots": list(slots)}
@@ -393,9 +399,14 @@ class Rig:
         old_devices = {d.get("key"): d for d in info.get("devices") or [] if isinstance(d, Mapping)}
         for d in self._devices:
             mine = {c.name for c in d.columns}
+            # A rename = the device now writes a trajectory of the same role under another name;
+            # a device that writes none this time (ego role off, SLAM off) renames nothing (§6.7).
+            my_roles = {(c.feature.get("owner") or {}).get("role") for c in d.columns
+                        if c.kind == "slam_trajectory" and c.feature}
             for col, feat in features.items():
                 owner = feat.get("owner") if isinstance(feat, Mapping) else None
-                if isinstance(owner, Mapping) and owner.get("device_key") == d.key and col not in mine:
+                if isinstance(owner, Mapping) and owner.get("device_key") == d.key and col not in mine \
+                        and owner.get("role") in my_roles:
                     raise SchemaError(f"device {d.key} wrote {col!r} in earlier episodes of this task and would now "
                                       "write it under another name; column names cannot change within a task (§2.4)",
                                       column=col, hint="open the devices in the same order as before, or record "
