@@ -331,3 +331,27 @@ def test_push_sample_refuses_columns_that_are_not_latest_wins(tmp_path):
             rec.push_sample(col, 5, ns=1)
     rec.push_sample("observation.gripper_left_force", np.zeros(3, np.float32), ns=1)  # still fine
     rec.push_sample("observation.left_hand_pose", np.zeros((21, 3), np.float32))
+
+
+def test_interrupted_realtime_simulation_aborts_its_episode(tmp_path, monkeypatch):
+    # Ctrl-C lands in the caller's thread while the tick / write threads run: the episode must be
+    # discarded and the recorder left ready, not ticking on with N reserved by a live process.
+    import types
+
+    from egopool.devices import simulated
+
+    def interrupted(_s):
+        time.sleep(0.4)  # rows are being written to temps by now
+        raise KeyboardInterrupt
+    monkeypatch.setattr(simulated, "time", types.SimpleNamespace(monotonic_ns=time.monotonic_ns, sleep=interrupted))
+    rig = _rig(UVC)
+    tw = TaskWriter(tmp_path, "t")
+    rec = Recorder(tw, rig)
+    with pytest.raises(KeyboardInterrupt):
+        SimulatedRig(rig).record(rec, 5.0, realtime=True)
+    assert tw.next_episode_index() == 1
+    assert not [p for p in (tmp_path / "t").rglob("*") if p.is_file() and "episode-000" in p.name]
+    assert not list((tmp_path / "t" / "meta").glob(".reserved-*"))
+    monkeypatch.undo()
+    done = SimulatedRig(rig).record(rec, 0.1)  # the recorder is free for the next episode
+    assert done.index == 1

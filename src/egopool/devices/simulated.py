@@ -353,6 +353,8 @@ class SimulatedRig:
         ``realtime=False`` runs on a virtual clock as fast as the writer allows;
         ``realtime=True`` runs a feeder thread against the wall clock while the recorder
         ticks in real time (ticks the writer cannot keep up with are skipped and counted).
+        An exception while recording (Ctrl-C) aborts the episode: its N is free again and
+        the recorder can record the next one.
         """
         if not realtime:
             host0 = time.monotonic_ns()
@@ -376,9 +378,13 @@ class SimulatedRig:
         feeder.start()
         try:
             time.sleep(seconds + rec.period / 2)
-        finally:
+        except BaseException:  # Ctrl-C: discard the episode, free N and the recorder
             stop.set()
             feeder.join()
+            rec.abort_episode()
+            raise
+        stop.set()
+        feeder.join()
         return rec.stop_episode()
 
 
