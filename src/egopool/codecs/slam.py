@@ -96,11 +96,32 @@ def _quats(q: Any) -> np.ndarray:
 
 
 def convert_positions(p: Any, m: np.ndarray) -> np.ndarray:
-    """``(..., 3)`` positions -> ``M · p`` (exact for a signed permutation ``M``)."""
+    """``(..., 3)`` positions -> ``M · p`` (exact for a signed permutation ``M``: values are moved
+    and sign-flipped, never mixed, so a NaN or inf coordinate stays on the one axis it maps to)."""
     a = np.asarray(p, dtype=np.float64)
     if a.shape[-1:] != (3,):
         raise SchemaError(f"positions must have shape (..., 3), got {a.shape}")
-    return a @ np.asarray(m, dtype=np.float64).T
+    return _apply(a, np.asarray(m, dtype=np.float64))
+
+
+def _signed_permutation(m: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(source index, sign)`` per output axis when ``m`` is a signed permutation, else None."""
+    if m.shape != (3, 3) or not np.all(np.isin(m, (-1.0, 0.0, 1.0))):
+        return None
+    if not (np.all(np.count_nonzero(m, axis=0) == 1) and np.all(np.count_nonzero(m, axis=1) == 1)):
+        return None
+    src = np.argmax(m != 0, axis=1)
+    return src, m[np.arange(3), src]
+
+
+def _apply(v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``(..., 3)`` -> ``M · v``. A signed permutation moves each value to one axis (a matrix
+    product would spread a NaN/inf of one coordinate over all three: ``0 · NaN = NaN``)."""
+    perm = _signed_permutation(m)
+    if perm is None:
+        return np.asarray(v @ m.T, dtype=np.float64)
+    src, sign = perm
+    return np.asarray(v[..., src] * sign, dtype=np.float64)
 
 
 def convert_quaternions(q: Any, m: np.ndarray) -> np.ndarray:
@@ -116,7 +137,7 @@ def convert_quaternions(q: Any, m: np.ndarray) -> np.ndarray:
         raise SchemaError(f"frame rotation must be (3, 3), got {mm.shape}")
     sign = 1.0 if np.linalg.det(mm) > 0 else -1.0
     out = np.empty_like(a)
-    out[..., :3] = (a[..., :3] @ mm.T) * sign
+    out[..., :3] = _apply(a[..., :3], mm) * sign
     out[..., 3] = a[..., 3]
     return out
 
