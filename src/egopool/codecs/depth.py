@@ -27,7 +27,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError, StorageError
-from .video import encoding_errors
+from .video import DtsGuard, encoding_errors
 
 __all__ = ["DepthEncoder", "DepthProbe", "LogDepthCodec", "hevc12_available", "probe_depth", "read_depth_frames"]
 
@@ -113,6 +113,7 @@ class DepthEncoder:
         self.path, self.codec, self.width, self.height = Path(path), codec, int(width), int(height)
         self.params = params or LogDepthCodec()
         self.frames, self.qp, self.preset = 0, qp, preset
+        self._guard = DtsGuard()
         rate = Fraction(fps).limit_denominator(1001)
         try:
             if codec == "hevc12":
@@ -173,7 +174,7 @@ class DepthEncoder:
         frame.pts = self.frames
         with encoding_errors(self.path, "cannot write video"):
             for packet in self._stream.encode(frame):
-                self._out.mux(packet)
+                self._guard.mux(self._out, packet)
         self.frames += 1
 
     def close(self) -> dict[str, Any]:
@@ -186,7 +187,7 @@ class DepthEncoder:
         """
         with encoding_errors(self.path, "cannot write video"):
             for packet in self._stream.encode():
-                self._out.mux(packet)
+                self._guard.mux(self._out, packet)
             self._out.close()
         desc: dict[str, Any] = {"codec": self.codec, "width": self.width, "height": self.height,
                                 "frames": self.frames}

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import CodecError, EgopoolError, StorageError
 
-__all__ = ["RGB_CODECS", "RgbEncoder", "count_video_frames", "encoding_errors", "read_rgb_frames", "video_info"]
+__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "read_rgb_frames",
+           "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
@@ -36,6 +37,30 @@ def encoding_errors(path: Path, action: str) -> Iterator[None]:
         raise StorageError.from_os_error(exc, path, action=action) from exc
     except av.error.FFmpegError as exc:
         raise CodecError(f"{action}: {exc}", path=path) from exc
+
+
+class DtsGuard:
+    """Mux packets, repairing a decode stamp the encoder left undefined.
+
+    libx265 can return a lone frame (a one-row episode) with ``pts = 0`` and an
+    uninitialised ``dts`` (seen: ``-433791697259``); the MP4 muxer then refuses the
+    packet ("pts/dts pair unsupported"). A ``dts`` after its ``pts`` or more than 2^31
+    ticks before it cannot be right: it is replaced by ``pts`` (or the previous
+    ``dts`` + 1, so decode order stays increasing). Sane stamps pass untouched.
+    """
+
+    def __init__(self) -> None:
+        self._last: int | None = None
+
+    def mux(self, container: Any, packet: Any) -> None:
+        """Mux one packet into ``container`` (an output opened with PyAV)."""
+        pts, dts = packet.pts, packet.dts
+        if pts is not None and dts is not None and (dts > pts or pts - dts >= 1 << 31):
+            dts = pts if self._last is None or self._last < pts else self._last + 1
+            packet.dts = dts
+        if dts is not None:
+            self._last = int(dts)
+        container.mux(packet)
 
 
 def _rate(fps: float) -> Fraction:
@@ -73,6 +98,7 @@ class RgbEncoder:
         self.path = Path(path)
         self.width, self.height, self.codec, self.crf = int(width), int(height), codec, int(crf)
         self.frames = 0
+        self._guard = DtsGuard()
         pix = "yuv420p" if self.width % 2 == 0 and self.height % 2 == 0 else "yuv444p"
         try:
             with encoding_errors(self.path, "cannot create video"):
@@ -125,7 +151,7 @@ class RgbEncoder:
         frame.pts = self.frames
         with encoding_errors(self.path, "cannot write video"):
             for packet in self._stream.encode(frame):
-                self._out.mux(packet)
+                self._guard.mux(self._out, packet)
         self.frames += 1
 
     def close(self) -> dict[str, Any]:
@@ -138,7 +164,7 @@ class RgbEncoder:
         """
         with encoding_errors(self.path, "cannot write video"):
             for packet in self._stream.encode():
-                self._out.mux(packet)
+                self._guard.mux(self._out, packet)
             self._out.close()
         return {"encoder": RGB_CODECS[self.codec], "codec": self.codec, "crf": self.crf,
                 "pix_fmt": self.pix_fmt, "width": self.width, "height": self.height, "frames": self.frames}
