@@ -84,3 +84,72 @@ def test_one_frame_hevc_episode_is_written(tmp_path):
     n_depth, n_rgb, holes, value = map(int, r.stdout.split())
     assert (n_depth, n_rgb, holes) == (1, 1, 64)
     assert abs(value - 1234) <= 1234 * 0.003  # log code step 0.15 %, qp 6
+
+
+def _hevc_depth(path, frames, comment_json, params=None):
+    """A 12-bit log-code depth MP4 whose container comment is ``comment_json`` (any text)."""
+    import json as _json
+
+    import egopool.codecs.depth as depth_mod
+    from egopool.codecs.depth import DepthEncoder
+
+    real = depth_mod.json.dumps
+    depth_mod.json.dumps = lambda obj: comment_json  # the only json.dumps in __init__ writes the comment
+    try:
+        enc = DepthEncoder(path, frames[0].shape[1], frames[0].shape[0], 30.0, params=params)
+    finally:
+        depth_mod.json.dumps = real
+    for f in frames:
+        enc.encode(f)
+    enc.close()
+    assert _json  # keep the import honest
+    return path
+
+
+def _ramp(n=3, h=48, w=64):
+    yy, xx = np.mgrid[0:h, 0:w]
+    out = []
+    for i in range(n):
+        d = (900 + 7 * xx + 3 * yy + 40 * i).astype(np.uint16)
+        d[:6, :6] = 0
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("comment", ["123", '"hello"', "[1, 2]", "plain text", '{"title": "made elsewhere"}'])
+def test_foreign_container_comment_falls_back_to_the_declared_parameters(tmp_path, comment):
+    """Only a JSON object naming the log code is the file's own description; any other comment
+    (another tool's) must not crash the reader nor override ``video_codec``."""
+    from egopool.codecs.depth import LogDepthCodec, read_depth_frames
+
+    frames = _ramp()
+    codec = LogDepthCodec(200.0, 10000.0)  # not the default range: decoding with 100..20000 is ~8 % off
+    path = _hevc_depth(tmp_path / "d.mp4", frames, comment, params=codec)
+    got = list(read_depth_frames(path, params=codec.to_dict()))
+    assert len(got) == 3
+    for g, f in zip(got, frames):
+        assert np.array_equal(g == 0, f == 0)
+        v = f > 0
+        assert np.median(np.abs(g[v].astype(float) - f[v]) / f[v]) < 0.002
+
+
+@pytest.mark.parametrize("params", [{"d_min": "abc"}, {"d_min": 0}, {"d_min": 500, "d_max": 100}])
+def test_unusable_log_parameters_are_a_codec_error_naming_the_file(tmp_path, params):
+    from egopool.codecs.depth import read_depth_frames
+    from egopool.errors import CodecError
+
+    path = _hevc_depth(tmp_path / "d.mp4", _ramp(1), "not json")
+    with pytest.raises(CodecError) as ei:
+        list(read_depth_frames(path, params=params))
+    assert str(path) in str(ei.value) and "d_min" in str(ei.value)
+
+
+def test_a_file_is_probed_even_when_video_extensions_says_png(tmp_path):
+    """``video_extensions`` = png selects the sequence reader for a directory; a file at the
+    stream's place is decoded by what probing finds in it (C5), not refused as "not a PNG"."""
+    from egopool.codecs.depth import read_depth_frames
+
+    frames = _ramp(2)
+    path = _hevc_depth(tmp_path / "episode-000.mp4", frames, '{"depth_codec": "log12", "d_min": 100, "d_max": 20000}')
+    got = list(read_depth_frames(path, ext="png"))
+    assert len(got) == 2 and np.array_equal(got[0] == 0, frames[0] == 0)

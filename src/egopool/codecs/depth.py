@@ -287,6 +287,29 @@ def probe_depth(path: str | Path) -> DepthProbe:
         return DepthProbe(kind, int(stream.index), stream.codec_context.name, stream.codec_context.pix_fmt, streams)
 
 
+def _log_params(container: Any, params: Mapping[str, Any] | None, path: Path) -> LogDepthCodec:
+    """Log-code parameters of an HEVC depth file: its own container comment when that is a JSON
+    object describing the log code (``depth_codec`` or ``d_min``/``d_max``, as DepthEncoder writes
+    it), else ``params`` (the episode's ``video_codec`` entry), else the defaults. A comment
+    written by another tool is ignored."""
+    meta: Any = params if isinstance(params, Mapping) else {}
+    comment = container.metadata.get("comment") or container.metadata.get("COMMENT")
+    if comment:
+        try:
+            own = json.loads(comment)
+        except json.JSONDecodeError:
+            own = None
+        if isinstance(own, Mapping) and ("depth_codec" in own or "d_min" in own or "d_max" in own):
+            meta = own
+    try:
+        return LogDepthCodec(float(meta.get("d_min", 100.0)), float(meta.get("d_max", 20000.0)))
+    except (TypeError, ValueError, CodecError) as exc:
+        detail = exc.message if isinstance(exc, CodecError) else str(exc)
+        raise CodecError(f"unusable log depth parameters d_min={meta.get('d_min')!r}, d_max={meta.get('d_max')!r}: "
+                         f"{detail}", path=path,
+                         hint="fix d_min/d_max in the episode's video_codec entry (mm, 0 < d_min < d_max)") from exc
+
+
 def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
                       ext: str | None = None) -> Iterator[np.ndarray]:
     """Decode a depth stream to uint16 mm frames ``(H, W)``, holes = 0 (file_format.md §8).
@@ -305,15 +328,17 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
         Log-code parameters (e.g. the episode's ``video_codec`` entry); the container's
         own comment wins when present, since the file says what it is (DESIGN §3).
     ext:
-        ``video_extensions[<key>]``; ``"png"`` selects the PNG16 sequence reader.
+        ``video_extensions[<key>]``. A directory is always a PNG16 sequence; a file is always
+        probed, so a declaration that contradicts the file (``png`` on an MP4) does not stop it
+        from being read.
 
     Raises
     ------
     CodecError
-        Missing file, no depth stream, or the file cannot be decoded.
+        Missing file, no depth stream, unusable log-code parameters, or the file cannot be decoded.
     """
     path = Path(path)
-    if path.is_dir() or (ext or "").lower() == "png":
+    if path.is_dir() or (ext or "").lower() == "png" and not path.is_file():
         from .depth_png import read_png16_frames
 
         yield from read_png16_frames(path)
@@ -323,14 +348,7 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
         stream, kind = _pick_depth_stream(container, path)
         codec = LogDepthCodec()
         if kind == "hevc12":
-            meta: Mapping[str, Any] = params or {}
-            comment = container.metadata.get("comment") or container.metadata.get("COMMENT")
-            if comment:
-                try:
-                    meta = json.loads(comment)
-                except json.JSONDecodeError:
-                    pass
-            codec = LogDepthCodec.from_dict(meta)
+            codec = _log_params(container, params, path)
         try:
             for frame in container.decode(stream):
                 if kind in ("ffv1", "png16"):
