@@ -7,13 +7,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["list_column_to_numpy", "list_offsets", "numpy_to_list_array"]
+__all__ = ["int_values_to_numpy", "list_column_to_numpy", "list_offsets", "numpy_to_list_array"]
 
 
 def _combine(col: Any) -> pa.Array:
     if isinstance(col, pa.ChunkedArray):
         return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     return col
+
+
+def int_values_to_numpy(col: Any, flatten: bool = False) -> np.ndarray:
+    """An integer stamp column (or the flattened values of a ``list<int>`` one) as int64 with
+    nulls as 0, egopool's "no stamp" (a null would otherwise come back as NaN -> INT64_MIN)."""
+    import pyarrow.compute as pc
+
+    arr = _combine(col)
+    if flatten:
+        arr = _values(arr) if len(arr) else pa.array([], type=pa.int64())
+    if arr.null_count:
+        arr = pc.fill_null(arr, 0)
+    return np.asarray(arr.to_numpy(zero_copy_only=False)).astype(np.int64, copy=False)
 
 
 def list_offsets(col: Any) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrowutil import list_column_to_numpy, list_offsets
+from .arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from .codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
                                   fz_ratio, resolve_force_matrix_spec)
 from .errors import FormatError, SchemaError
@@ -195,7 +195,7 @@ def _ns_column(ep: Episode, column: str) -> np.ndarray | None:
     ns = column + "_ns"
     if ns not in ep.column_names:
         return None
-    return np.asarray(ep.columns([ns]).column(ns).to_numpy(), dtype=np.int64)
+    return int_values_to_numpy(ep.columns([ns]).column(ns))
 
 
 def force_matrix_sampled(ep: Episode, column: str) -> np.ndarray:

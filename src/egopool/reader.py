@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrowutil import list_column_to_numpy, list_offsets
+from .arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from . import episode_forces
 from .codecs import slam as _slam
 from .codecs.depth import read_depth_frames
@@ -116,7 +116,12 @@ class Trajectory:
                               column=self.column, hint="register it with egopool.frames.register_frame")
         dst = resolve_axes(frame)
         fid = frame if isinstance(frame, str) else (frame_id_of(dst) or "custom")
-        pts = _slam.convert_points(self.points, resolve_axes(self.frame_axes), dst)
+        try:
+            src = resolve_axes(self.frame_axes)
+        except SchemaError as exc:
+            raise SchemaError(f"declared frame {self.frame!r}: {exc.message}", column=self.column,
+                              hint="fix frame_axes in the episode's slam_specs or info.json features") from exc
+        pts = _slam.convert_points(self.points, src, dst)
         spec = {**self.spec, "frame": fid, "frame_axes": dict(dst)}
         return Trajectory(self.column, pts, self.host_ns.copy(), self.rows.copy(), fid, dict(dst), spec)
 
@@ -246,13 +251,29 @@ class Episode:
         """image_key -> video path, enumerated on disk for this episode (slot renames work, §8)."""
         return dict(self.files.videos)
 
-    def _spec(self, column: str) -> dict[str, Any]:
-        spec: dict[str, Any] = dict(self.task.info.get("features", {}).get(column, {}))
+    def _spec(self, column: str) -> tuple[dict[str, Any], Path]:
+        """A trajectory column's declaration and the file it came from: the episode row's
+        ``slam_specs`` entry over ``info.features`` (multi_device_storage.md §7.3). An entry that
+        names a ``frame`` without ``frame_axes`` takes the axes of that frame, never the
+        task-level axes of another frame."""
+        info_path = self.task.path / "meta" / "info.json"
+        features = self.task.info.get("features")
+        feat = features.get(column) if isinstance(features, Mapping) else None
+        spec: dict[str, Any] = dict(feat) if isinstance(feat, Mapping) else {}
+        source = info_path
         if self.files.meta is not None:
             per_ep = self.meta.get("slam_specs") or {}
             if isinstance(per_ep, Mapping) and column in per_ep:
-                spec.update(per_ep[column])
-        return spec
+                entry = per_ep[column]
+                if not isinstance(entry, Mapping):
+                    raise SchemaError(f"slam_specs entry is {type(entry).__name__} {entry!r}, not an object",
+                                      column=column, path=self.files.meta,
+                                      hint='write {"frame": ..., "frame_axes": {...}} for it in the episode row')
+                if "frame" in entry and "frame_axes" not in entry:
+                    spec.pop("frame_axes", None)
+                spec.update(entry)
+                source = self.files.meta
+        return spec, source
 
     def trajectories(self) -> list[str]:
         """Trajectory columns of this episode (``observation.*slam_trajectory``, §8.2.3)."""
@@ -277,6 +298,7 @@ class Episode:
                               f"episode {self.index} has {self.trajectories()}", column=column, path=self.files.data)
         ns_col = column + "_ns"
         has_ns = ns_col in names
+        spec, source = self._spec(column)
         t = self.columns([column, ns_col] if has_ns else [column])
         col = t.column(column)
         offs = list_offsets(col)
@@ -290,15 +312,18 @@ class Episode:
         rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         if has_ns:
             nc = t.column(ns_col)
-            host = np.asarray(pa.chunked_array(nc.chunks).combine_chunks().flatten().to_numpy(zero_copy_only=False),
-                              dtype=np.int64)
+            host = int_values_to_numpy(nc, flatten=True)
             if not np.array_equal(np.diff(list_offsets(nc)), counts):
                 raise SchemaError(f"not in lockstep with {column!r}", column=ns_col, path=self.files.data)
         else:
             host = np.zeros(points.shape[0], dtype=np.int64)
-        spec = self._spec(column)
         frame = str(spec.get("frame", LEGACY_FRAME))
-        axes = dict(spec.get("frame_axes") or FRAMES.get(frame, {}))
+        declared = spec.get("frame_axes")
+        if declared is not None and not isinstance(declared, Mapping):
+            raise SchemaError(f"frame_axes is {declared!r}, not an object of direction words"
+                              + (" (slam_specs)" if source == self.files.meta else " (info.json features)"),
+                              column=column, path=source, hint='e.g. {"+X": "down", "+Y": "left", "+Z": "forward"}')
+        axes = dict(declared or FRAMES.get(frame, {}))
         spec["_has_ns"] = has_ns
         return Trajectory(column, points, host, rows, frame, axes, spec)
 
@@ -318,9 +343,7 @@ class Episode:
         """
         t = self.columns(["observation.imu", "imu_ts_ns"])
         samples = list_column_to_numpy(t.column("observation.imu"), depth=2).astype(np.float32, copy=False)
-        ts_col = t.column("imu_ts_ns")
-        ts = np.asarray(pa.chunked_array(ts_col.chunks).combine_chunks().flatten().to_numpy(zero_copy_only=False),
-                        dtype=np.int64)
+        ts = int_values_to_numpy(t.column("imu_ts_ns"), flatten=True)
         if ts.shape[0] != samples.shape[0]:
             raise SchemaError(f"{ts.shape[0]} stamps for {samples.shape[0]} samples", column="imu_ts_ns",
                               path=self.files.data)
@@ -343,7 +366,7 @@ class Episode:
         t = self.columns(["observation.imu", "imu_ts_ns"])
         imu, ts = t.column("observation.imu"), t.column("imu_ts_ns")
         samples = list_column_to_numpy(imu, depth=2) if len(imu) else np.zeros((0, 6), np.float32)
-        flat_ts = pa.chunked_array(ts.chunks).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        flat_ts = int_values_to_numpy(ts, flatten=True)
         try:
             return expand_imu(np.diff(list_offsets(imu)), np.diff(list_offsets(ts)), flat_ts,
                               samples.reshape(-1, 6) if samples.size else np.zeros((0, 6), np.float32))
@@ -351,12 +374,12 @@ class Episode:
             raise SchemaError(exc.message, column="imu_ts_ns", path=self.files.data) from exc
 
     def hardware_ns(self, unwrap: bool = True) -> np.ndarray:
-        """``(R,)`` int64 ``hardware_ns`` per row; 0 = unknown.
+        """``(R,)`` int64 ``hardware_ns`` per row; 0 (or null) = unknown.
 
         With ``unwrap`` (default), a series truncated to signed 32 bits (early gripper RGB,
         §7.3) is unwrapped with period 2^32 ns; other series are returned as stored.
         """
-        hw = np.asarray(self.columns(["hardware_ns"]).column("hardware_ns").to_numpy(), dtype=np.int64)
+        hw = int_values_to_numpy(self.columns(["hardware_ns"]).column("hardware_ns"))
         return unwrap_ns(hw) if unwrap and looks_truncated32(hw) else hw
 
     def pair_trajectory(self, column: str = "observation.slam_trajectory",
@@ -364,24 +387,50 @@ class Episode:
         """Data row of each point of ``column`` by ``_ns`` ↔ ``hardware_ns`` nearest neighbour (§8.2.4).
 
         A truncated 32-bit ``hardware_ns`` is unwrapped and lifted by whole 2^32 laps to
-        the trajectory's full-width stamps (an integer lap count, not a fitted offset).
+        the trajectory's full-width stamps (an integer lap count, not a fitted offset); this
+        includes a short episode whose truncated stamps happen not to wrap.
+
+        A point stamped more than one frame interval (``1 / fps``) before the first or after
+        the last stamped row has no frame to pair with and stays unpaired: this is what a
+        trajectory on another clock than ``hardware_ns`` looks like (e.g. a rig whose master
+        slot is stamped by a device clock), and nearest-neighbour would otherwise pin every
+        such point on the first or last row.
 
         Returns
         -------
         numpy.ndarray
             ``(K,)`` int64 row per point; -1 where the point has no stamp (or no ``_ns``
-            column), or is farther than ``max_dt_ns`` from every row.
+            column), lies outside the episode's stamped rows, or is farther than
+            ``max_dt_ns`` from every row.
         """
         traj = self.trajectory(column)
         hw = self.hardware_ns(unwrap=False)
+        nz = hw[hw != 0]
+        narrow = bool(nz.size) and int(nz.min()) >= -(1 << 31) and int(nz.max()) < (1 << 31)
         if looks_truncated32(hw):
             hw = unwrap_ns(hw)
+        stamped = traj.host_ns != 0
+        if narrow and stamped.any() and int(np.abs(traj.host_ns[stamped]).max()) >= (1 << 31):
             ref = np.zeros_like(hw)
-            stamped = traj.host_ns != 0
             ref[traj.rows[stamped]] = traj.host_ns[stamped]
-            if np.any((ref != 0) & (hw != 0)) and np.abs(ref[ref != 0]).max() >= (1 << 31):
+            if np.any((ref != 0) & (hw != 0)):
                 hw = lift_to_reference(hw, ref)
-        return traj.pair_rows(hw, max_dt_ns)
+        rows = traj.pair_rows(hw, max_dt_ns)
+        nz = hw[hw != 0]
+        margin = self._frame_interval_ns(nz)
+        if nz.size and margin is not None:
+            outside = stamped & ((traj.host_ns < nz.min() - margin) | (traj.host_ns > nz.max() + margin))
+            rows[outside] = -1
+        return rows
+
+    def _frame_interval_ns(self, stamps: np.ndarray) -> float | None:
+        """Nominal frame interval: ``1e9 / info.fps``, else the median step of ``stamps``."""
+        fps = self.task.info.get("fps")
+        if isinstance(fps, numbers.Real) and not isinstance(fps, bool) and np.isfinite(fps) and fps > 0:
+            return 1e9 / float(fps)
+        steps = np.diff(np.sort(stamps))
+        steps = steps[steps > 0]
+        return float(np.median(steps)) if steps.size else None
 
     def force_matrix_spec(self, column: str) -> ResolvedForceMatrixSpec:
         """Codec of a force-matrix column and which source decided its scale (§7.2.1):
@@ -415,12 +464,19 @@ class Episode:
         """File (or PNG16 directory) of stream ``key``; ``info.video_extensions`` picks among
         same-named files with different extensions (file_format.md §3, §8)."""
         path = self._stream_path(key)
-        ext = (self.task.info.get("video_extensions") or {}).get(key)
+        ext = self._declared_ext(key)
         if ext:
-            preferred = self.task.layout.video_file(self.index, key, str(ext))
+            preferred = self.task.layout.video_file(self.index, key, ext)
             if preferred.exists():
                 return preferred
         return path
+
+    def _declared_ext(self, key: str) -> str | None:
+        """``info.video_extensions[key]`` when it is a usable string (a malformed declaration is
+        left to ``egopool validate``; the file is probed either way, §8)."""
+        exts = self.task.info.get("video_extensions")
+        ext = exts.get(key) if isinstance(exts, Mapping) else None
+        return ext if isinstance(ext, str) and ext and "/" not in ext else None
 
     def _stream_path(self, key: str) -> Path:
         try:
@@ -461,8 +517,7 @@ class Episode:
         if self.files.meta is not None:
             vc = self.meta.get("video_codec") or {}
             params = vc.get(key) if isinstance(vc, Mapping) else None
-        ext = (self.task.info.get("video_extensions") or {}).get(key)
-        return read_depth_frames(path, params, ext=str(ext) if ext else None)
+        return read_depth_frames(path, params, ext=self._declared_ext(key))
 
 
 class Task:
