@@ -65,13 +65,17 @@ def force_matrix_spec(ep: Episode, column: str) -> ResolvedForceMatrixSpec:
     SchemaError
         The column is not in this episode.
     CodecError
-        The episode's own ``force_matrix_specs`` contradicts the stored dtype.
+        The episode's own ``force_matrix_specs`` contradicts the stored dtype, or a declaration
+        is unusable (unknown encoding, scale not a finite number > 0); the message names the
+        file holding it and how to repair it.
     """
     value_type = _check_column(ep, column)
     specs = ep.meta.get("force_matrix_specs") if ep.files.meta is not None else None
+    files = {"force_matrix_specs": ep.files.meta, "info.features": ep.task.path / "meta" / "info.json",
+             "data": ep.files.data}
     return resolve_force_matrix_spec(column, stored_dtype=value_type.to_pandas_dtype(),
                                      episode_specs=specs if isinstance(specs, dict) else None,
-                                     features=ep.task.info.get("features", {}))
+                                     features=ep.task.info.get("features", {}), files=files)
 
 
 def _row_group_bounds(pf: pq.ParquetFile) -> np.ndarray:

@@ -36,6 +36,7 @@ __all__ = [
     "fz_plane_sums",
     "fz_ratio",
     "resolve_force_matrix_spec",
+    "usable_scale",
 ]
 
 FRAME_SHAPE = (250, 250, 3)
@@ -71,8 +72,8 @@ class ForceMatrixCodec:
     def __post_init__(self) -> None:
         if self.encoding not in ENCODINGS:
             raise CodecError(f"unknown force matrix encoding {self.encoding!r}", hint=f"use one of {ENCODINGS}")
-        if not (isinstance(self.scale, (int, float)) and self.scale > 0):
-            raise CodecError(f"force matrix scale must be > 0, got {self.scale!r}")
+        if not usable_scale(self.scale):
+            raise CodecError(f"force matrix scale must be a finite number > 0, got {self.scale!r}")
         if self.encoding == "row_flat_raw" and self.scale != 1:
             raise CodecError("row_flat_raw stores raw values: scale must be 1")
 
@@ -200,7 +201,8 @@ class ResolvedForceMatrixSpec(NamedTuple):
 
 def resolve_force_matrix_spec(column: str, *, stored_dtype: Any = None,
                               episode_specs: Mapping[str, Any] | None = None,
-                              features: Mapping[str, Any] | None = None) -> ResolvedForceMatrixSpec:
+                              features: Mapping[str, Any] | None = None,
+                              files: Mapping[str, Any] | None = None) -> ResolvedForceMatrixSpec:
     """Decide encoding and ``scale`` of one force-matrix column of one episode.
 
     Authority (file_format.md §7.2.1, multi_device_storage.md §7.3): the episode row's
@@ -223,6 +225,9 @@ def resolve_force_matrix_spec(column: str, *, stored_dtype: Any = None,
         The episode row's decoded ``force_matrix_specs`` (``{}`` or None for old rows).
     features:
         ``info.json`` ``features``.
+    files:
+        Optional file of each source for error messages: ``"force_matrix_specs"`` (the
+        episode row), ``"info.features"`` (``info.json``), ``"data"`` (the data parquet).
 
     Returns
     -------
@@ -231,34 +236,54 @@ def resolve_force_matrix_spec(column: str, *, stored_dtype: Any = None,
     Raises
     ------
     CodecError
-        ``force_matrix_specs`` declares an encoding the stored dtype cannot carry, or a
-        declaration holds an unusable scale / encoding.
+        The stored dtype is neither int16 nor float32; ``force_matrix_specs`` declares an
+        encoding the stored dtype cannot carry, or its entry is not an object; a declaration
+        holds an unknown encoding or a scale that is not a finite number > 0 (as float32).
+        The message names the column and the file holding the declaration.
 
     References
     ----------
     file_format.md §6.2 (``force_matrix_specs``), §7.2.1; multi_device_storage.md §7.3, §8.2.6.
     """
-    stored_enc = encoding_for_dtype(stored_dtype) if stored_dtype is not None else None
-    ep = (episode_specs or {}).get(column) if isinstance(episode_specs, Mapping) else None
-    feat = (features or {}).get(column) if isinstance(features, Mapping) else None
-    ep = ep if isinstance(ep, Mapping) and ep else None
+    files = files or {}
+    hints = {"force_matrix_specs": "run `egopool repair force-scale TASK` to restore it from the Σfz criterion",
+             "info.features": "fix features[column] in meta/info.json or give the episode row a "
+                              "force_matrix_specs entry (`egopool repair force-scale TASK`)"}
+
+    def fail(source: str, what: str) -> CodecError:
+        label = {"force_matrix_specs": "the episode row's force_matrix_specs", "info.features": "info.json features",
+                 "data": "the data"}[source]
+        return CodecError(f"column {column!r}: {label} {what}", path=files.get(source),
+                          hint=hints.get(source, "re-record or convert the column to int16/float32"))
+
+    try:
+        stored_enc = encoding_for_dtype(stored_dtype) if stored_dtype is not None else None
+    except CodecError as exc:
+        raise fail("data", f"stores {np.dtype(stored_dtype).name}; force matrices are int16 "
+                           "(row_diff_quantized) or float32 (row_flat_raw)") from exc
+    ep = episode_specs.get(column) if isinstance(episode_specs, Mapping) else None
+    feat = features.get(column) if isinstance(features, Mapping) else None
+    if ep is not None and not isinstance(ep, Mapping):
+        raise fail("force_matrix_specs", f"entry is {ep!r}, not an object with encoding and scale")
+    ep = ep if ep else None
     feat = feat if isinstance(feat, Mapping) and feat else None
 
-    def declared_encoding(decl: Mapping[str, Any]) -> str | None:
+    def declared_encoding(decl: Mapping[str, Any], source: str) -> str | None:
         enc = decl.get("encoding")
         if enc is None and decl.get("dtype") in _ENCODING_OF_DTYPE:
             enc = _ENCODING_OF_DTYPE[str(decl["dtype"])]
+        if enc is not None and enc not in ENCODINGS:
+            raise fail(source, f"declares unknown encoding {enc!r} (known: {', '.join(ENCODINGS)})")
         return str(enc) if enc is not None else None
 
     encoding = stored_enc
     if ep is not None:
-        ep_enc = declared_encoding(ep)
+        ep_enc = declared_encoding(ep, "force_matrix_specs")
         if ep_enc is not None and stored_enc is not None and ep_enc != stored_enc:
-            raise CodecError(f"column {column!r}: force_matrix_specs declares {ep_enc} but the data stores "
-                             f"{np.dtype(stored_dtype).name}", hint="the episode row is wrong; repair its force_matrix_specs")
+            raise fail("force_matrix_specs", f"declares {ep_enc} but the data stores {np.dtype(stored_dtype).name}")
         encoding = encoding or ep_enc
     if feat is not None:
-        f_enc = declared_encoding(feat)
+        f_enc = declared_encoding(feat, "info.features")
         if f_enc is not None and encoding is not None and f_enc != encoding:
             feat = None  # another episode's declaration (info.json is latest-wins)
         else:
@@ -270,10 +295,20 @@ def resolve_force_matrix_spec(column: str, *, stored_dtype: Any = None,
     for decl, source in ((ep, "force_matrix_specs"), (feat, "info.features")):
         if decl is not None and decl.get("scale") is not None:
             scale = decl["scale"]
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-                raise CodecError(f"column {column!r}: {source} scale must be a number, got {scale!r}")
+            if not usable_scale(scale):
+                raise fail(source, f"scale must be a number, finite and > 0 (10, 100 or 1000), got {scale!r}")
             return ResolvedForceMatrixSpec(ForceMatrixCodec(encoding, float(scale)), source)
     return ResolvedForceMatrixSpec(ForceMatrixCodec(encoding, 1.0), "default")
+
+
+def usable_scale(scale: Any) -> bool:
+    """True for a quantisation ``scale`` a reader can divide by: a real number (not a bool or a
+    string) that is finite and > 0 in float32, the precision of the decode (§7.2.1)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        return False
+    with np.errstate(over="ignore"):
+        s32 = np.float32(scale)
+    return bool(np.isfinite(s32) and s32 > 0)
 
 
 def fz_plane_sums(frames: np.ndarray) -> np.ndarray:

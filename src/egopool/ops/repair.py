@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, task_lock
-from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec
+from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, usable_scale
 from ..errors import FormatError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
@@ -292,9 +292,10 @@ class ForceScaleReport:
 
 
 def _lacks_scale(spec: Any, value_type: pa.DataType) -> bool:
+    """True when the row gives no usable scale for an int16 column (missing, or unusable like 0 / "abc")."""
     if not isinstance(spec, dict) or not spec:
         return True
-    return spec.get("scale") is None and not pa.types.is_float32(value_type)
+    return not pa.types.is_float32(value_type) and not usable_scale(spec.get("scale"))
 
 
 def _row_with_specs(meta: Path, specs: dict[str, Any]) -> bytes:
