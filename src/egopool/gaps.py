@@ -8,11 +8,17 @@ multi_device_storage.md §3.1, §5.4):
 * each scalar ``*_ns`` signal column (``*_force_ns``, ``*_force_matrix_ns``...);
 * each trajectory's ``*_slam_trajectory_ns`` (flattened points).
 
-``imu_ts_ns`` is not audited here (device clock at the IMU rate, not frames). Zeros
-(no stamp) are skipped and repeated stamps (a held-over sample, a duplicated frame)
-are not steps. The nominal interval is ``1 / fps``; a step longer than
-``interval · (1 + tolerance)`` is a gap. A gap says where to look, not that a picture
-was lost (§7.3).
+``imu_ts_ns`` is not audited here (device clock at the IMU rate, not frames). Repeated
+stamps (a held-over sample, a duplicated frame) are not steps. A zero carries no stamp;
+in a row series (``hardware_ns``...) and in a trajectory's ``_ns`` it still stands for a
+frame / point that is there, so a step over it should take one interval more; in a sparse
+signal ``*_ns`` it is a row without a sample (§5.5).
+
+Nominal interval (docs/decisions.md C8): ``1 / fps`` for the row series; a signal or
+trajectory keeps its own rate (a 15 Hz sensor in 30 fps rows, a 100 Hz trajectory, §5.3),
+so its interval is the median step of its own stamps (``1 / fps`` when it has fewer than
+3 steps). A step longer than ``interval · (k + tolerance)`` over ``k`` positions is a gap.
+A gap says where to look, not that a picture was lost (§7.3).
 """
 
 from __future__ import annotations
@@ -23,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .arrowutil import list_offsets
-from .codecs.timebase import Gaps, find_gaps, looks_truncated32, unwrap_ns
+from .arrowutil import int_values_to_numpy, list_offsets
+from .codecs.timebase import Gaps, find_gaps, looks_truncated32, nominal_interval, unwrap_ns
 from .errors import SchemaError
 
 if TYPE_CHECKING:
     from .reader import Episode
 
-__all__ = ["EpisodeGapReport", "SeriesGaps", "audit_episode_gaps", "stamp_series"]
+__all__ = ["EpisodeGapReport", "SeriesGaps", "audit_episode_gaps", "check_rate", "stamp_series"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,12 @@ class SeriesGaps:
         ``(G,)`` length of each gap in ns.
     missing:
         ``(G,)`` estimated missing frames per gap.
+    interval_ns:
+        Nominal interval the steps were measured against (``1 / fps`` for row series, the
+        series' own median step for signals and trajectories).
+    kind:
+        ``"rows"`` (one stamp per data row), ``"samples"`` (sparse signal, 0 = no sample) or
+        ``"points"`` (trajectory ``_ns``, 0 = unstamped point).
     """
 
     column: str
@@ -59,6 +71,8 @@ class SeriesGaps:
     rows: np.ndarray
     delta_ns: np.ndarray
     missing: np.ndarray
+    interval_ns: float = 0.0
+    kind: str = "rows"
 
     @property
     def count(self) -> int:
@@ -78,7 +92,8 @@ class SeriesGaps:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary with every gap (row, ms, missing)."""
         return {
-            "column": self.column, "stamps": self.stamps, "unwrapped": self.unwrapped, "gaps": self.count,
+            "column": self.column, "kind": self.kind, "interval_ms": round(self.interval_ns / 1e6, 6),
+            "stamps": self.stamps, "unwrapped": self.unwrapped, "gaps": self.count,
             "missing_frames": self.missing_total, "max_gap_ms": round(self.max_gap_ms, 3),
             "list": [{"row": int(r), "gap_ms": round(float(d) / 1e6, 3), "missing": int(m)}
                      for r, d, m in zip(self.rows, self.delta_ns, self.missing)],
@@ -96,7 +111,7 @@ class EpisodeGapReport:
     length:
         Data rows.
     interval_ms:
-        Nominal interval (1000 / fps).
+        Nominal row interval (1000 / fps).
     tolerance:
         Allowed excess over the interval, as a fraction.
     series:
@@ -129,29 +144,48 @@ def _is_ns_column(name: str, typ: pa.DataType) -> bool:
     return bool((pa.types.is_list(typ) or pa.types.is_large_list(typ)) and pa.types.is_integer(typ.value_type))
 
 
-def stamp_series(ep: Episode) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Every audited ``*_ns`` series of an episode: ``column -> (stamps (K,) int64, rows (K,) int64)``.
+def _series_kind(name: str, typ: pa.DataType) -> str:
+    if not pa.types.is_integer(typ):
+        return "points"
+    return "samples" if name.startswith("observation.") else "rows"
 
-    ``hardware_ns`` first, then the other columns in schema order.
+
+def stamp_series(ep: Episode) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
+    """Every audited ``*_ns`` series of an episode: ``column -> (stamps (K,) int64, rows (K,) int64, kind)``.
+
+    ``hardware_ns`` first, then the other columns in schema order. Nulls read as 0. ``kind``
+    is ``"rows"`` (key columns: one stamp per row), ``"samples"`` (``observation.*_ns``
+    scalars: 0 = no sample) or ``"points"`` (list columns, flattened: 0 = unstamped point).
     """
     schema = ep.schema
-    names = [f.name for f in schema if _is_ns_column(f.name, f.type)]
-    names.sort(key=lambda n: n != "hardware_ns")
-    if not names:
+    fields = [f for f in schema if _is_ns_column(f.name, f.type)]
+    fields.sort(key=lambda f: f.name != "hardware_ns")
+    if not fields:
         return {}
-    table = ep.columns(names)
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name in names:
-        col = table.column(name)
-        if pa.types.is_integer(col.type):
-            ns = np.asarray(col.to_numpy(), dtype=np.int64)
+    table = ep.columns([f.name for f in fields])
+    out: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
+    for f in fields:
+        col = table.column(f.name)
+        kind = _series_kind(f.name, col.type)
+        if kind != "points":
+            ns = int_values_to_numpy(col)
             rows = np.arange(ns.shape[0], dtype=np.int64)
         else:
-            arr = pa.chunked_array(col.chunks, type=col.type).combine_chunks()
-            ns = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
-            rows = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(list_offsets(arr)))
-        out[name] = (ns, rows)
+            ns = int_values_to_numpy(col, flatten=True)
+            rows = np.repeat(np.arange(len(col), dtype=np.int64), np.diff(list_offsets(col)))
+        out[f.name] = (ns, rows, kind)
     return out
+
+
+def check_rate(fps: Any, where: str) -> float:
+    """``fps`` as a float, or SchemaError naming ``where`` unless it is a finite number > 0."""
+    try:
+        rate = float(fps)
+    except (TypeError, ValueError):
+        rate = float("nan")
+    if isinstance(fps, bool) or not (np.isfinite(rate) and rate > 0):
+        raise SchemaError(f"{where} must be a finite number > 0 to audit gaps, got {fps!r}")
+    return rate
 
 
 def audit_episode_gaps(ep: Episode, tolerance: float = 0.5, fps: float | None = None) -> EpisodeGapReport:
@@ -162,9 +196,11 @@ def audit_episode_gaps(ep: Episode, tolerance: float = 0.5, fps: float | None = 
     ep:
         The episode.
     tolerance:
-        A step is a gap when longer than ``(1 + tolerance) / fps`` (default 0.5).
+        A step over ``k`` positions is a gap when longer than ``(k + tolerance)`` nominal
+        intervals (default 0.5).
     fps:
-        Nominal rate; default ``info.json`` ``fps``.
+        Row rate; default ``info.json`` ``fps``. Row series are measured against ``1 / fps``,
+        signal and trajectory series against their own median step.
 
     Returns
     -------
@@ -173,20 +209,25 @@ def audit_episode_gaps(ep: Episode, tolerance: float = 0.5, fps: float | None = 
     Raises
     ------
     SchemaError
-        ``fps`` missing or not positive.
+        ``fps`` (given, or from info.json) not a finite number > 0.
     FormatError
         The data parquet cannot be read.
     """
-    rate = float(fps if fps is not None else ep.task.info.get("fps") or 0)
-    if not rate > 0:
-        raise SchemaError(f"fps must be > 0 to audit gaps, got {rate}", path=ep.task.path / "meta" / "info.json",
-                          hint="pass --fps")
+    if fps is not None:
+        rate = check_rate(fps, "fps")
+    else:
+        try:
+            rate = check_rate(ep.task.info.get("fps"), "info.json fps")
+        except SchemaError as exc:
+            raise SchemaError(exc.message, path=ep.task.path / "meta" / "info.json", hint="pass --fps") from exc
     interval = 1e9 / rate
     series: list[SeriesGaps] = []
-    for name, (ns, rows) in stamp_series(ep).items():
+    for name, (ns, rows, kind) in stamp_series(ep).items():
         wrapped = looks_truncated32(ns)
         if wrapped:
             ns = unwrap_ns(ns)
-        g: Gaps = find_gaps(ns, interval, tolerance)
-        series.append(SeriesGaps(name, g.stamps, wrapped, rows[g.index], g.delta_ns, g.missing))
+        count_zeros = kind != "samples"
+        own = interval if kind == "rows" else (nominal_interval(ns, count_zeros) or interval)
+        g: Gaps = find_gaps(ns, own, tolerance, count_zeros=count_zeros)
+        series.append(SeriesGaps(name, g.stamps, wrapped, rows[g.index], g.delta_ns, g.missing, own, kind))
     return EpisodeGapReport(ep.index, ep.length, interval / 1e6, float(tolerance), series)

@@ -36,6 +36,7 @@ __all__ = [
     "is_frame_drop_key",
     "lift_to_reference",
     "looks_truncated32",
+    "nominal_interval",
     "pair_nearest",
     "unwrap_ns",
 ]
@@ -290,37 +291,78 @@ class Gaps:
         return int(self.index.shape[0])
 
 
-def find_gaps(ns: Any, interval_ns: float, tolerance: float = 0.5) -> Gaps:
-    """Find holes in a stamp series: steps longer than ``interval_ns · (1 + tolerance)``.
+def _distinct_runs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of equal consecutive non-zero stamps: (first position, last position, stamp) per run."""
+    idx = np.flatnonzero(a)
+    if not idx.size:
+        return idx, idx, a[idx]
+    v = a[idx]
+    change = v[1:] != v[:-1]
+    first = np.concatenate([[True], change])
+    last = np.concatenate([change, [True]])
+    return idx[first], idx[last], v[first]
 
-    Zeros (no sample) are skipped and a stamp equal to the previous one (a repeated
-    frame or a latest-wins sample held over a row) is not a step. A hole is not proof
-    of a lost picture (§7.3): it says where to look.
+
+def _steps(a: np.ndarray, count_zeros: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(run starts, run stamps, step lengths, positions each step spans) between distinct stamps."""
+    starts, ends, v = _distinct_runs(a)
+    steps = np.diff(v)
+    spans = (starts[1:] - ends[:-1]) if count_zeros else np.ones(steps.shape, dtype=np.int64)
+    return starts, v, steps, spans
+
+
+def nominal_interval(ns: Any, count_zeros: bool = False, min_steps: int = 3) -> float | None:
+    """A series' own nominal interval: the median forward step between distinct stamps, per
+    position when ``count_zeros`` (see :func:`find_gaps`); None with fewer than ``min_steps`` steps.
+
+    A 15 Hz sensor in 30 fps rows gives 66.7 ms, a 100 Hz trajectory 10 ms (multi_device_storage.md §5.3:
+    rows are 30 fps ticks, signals keep their own rate).
+    """
+    _, _, steps, spans = _steps(_as_ns(ns), count_zeros)
+    ok = (steps > 0) & (spans > 0)
+    if int(ok.sum()) < min_steps:
+        return None
+    return float(np.median(steps[ok] / spans[ok]))
+
+
+def find_gaps(ns: Any, interval_ns: float, tolerance: float = 0.5, *, count_zeros: bool = False) -> Gaps:
+    """Find holes in a stamp series: steps longer than the interval they should take plus ``tolerance``.
+
+    Zeros carry no stamp and a stamp equal to the previous one (a repeated frame or a
+    latest-wins sample held over a row) is not a step. What a zero means decides what a
+    step should take:
+
+    * ``count_zeros=False`` (sparse signal ``*_ns``: 0 = no sample in that row): every step
+      between distinct stamps should take one interval;
+    * ``count_zeros=True`` (``hardware_ns``, trajectory ``_ns``: 0 = the frame or point is
+      there, its stamp unknown): a step over ``k`` positions should take ``k`` intervals, so an
+      unstamped frame is not counted as a missing one.
+
+    A step is a gap when longer than ``interval_ns · (k + tolerance)``; it is estimated to miss
+    ``round(Δ / interval) − k`` (≥ 1) items. A hole is not proof of a lost picture (§7.3): it
+    says where to look.
 
     Parameters
     ----------
     ns:
-        ``(N,)`` int64 stamps in row order (unwrap truncated ones first).
+        ``(N,)`` int64 stamps in row (or point) order (unwrap truncated ones first).
     interval_ns:
         Nominal interval, e.g. ``1e9 / fps``.
     tolerance:
         Allowed excess as a fraction of the interval (0.5 = a step of 1.5 intervals is
         still fine).
+    count_zeros:
+        See above.
 
     Raises
     ------
     CodecError
-        Non-positive interval or negative tolerance.
+        Interval not a finite number > 0, or tolerance not a finite number >= 0.
     """
-    if not interval_ns > 0 or tolerance < 0:
-        raise CodecError(f"need interval_ns > 0 and tolerance >= 0, got {interval_ns} and {tolerance}")
-    a = _as_ns(ns)
-    idx = np.flatnonzero(a)
-    if idx.size:
-        keep = np.concatenate([[True], a[idx][1:] != a[idx][:-1]])
-        idx = idx[keep]
-    v = a[idx]
-    steps = np.diff(v)
-    hit = np.flatnonzero(steps > interval_ns * (1.0 + tolerance))
-    missing = np.maximum(np.rint(steps[hit] / interval_ns).astype(np.int64) - 1, 1)
-    return Gaps(idx[hit + 1].astype(np.int64), v[hit], v[hit + 1], missing, int(idx.size), float(interval_ns))
+    if not (np.isfinite(interval_ns) and interval_ns > 0) or not (np.isfinite(tolerance) and tolerance >= 0):
+        raise CodecError(f"need a finite interval_ns > 0 and tolerance >= 0, got {interval_ns} and {tolerance}")
+    starts, v, steps, spans = _steps(_as_ns(ns), count_zeros)
+    hit = np.flatnonzero(steps > interval_ns * (spans + tolerance))
+    missing = np.maximum(np.rint(steps[hit] / interval_ns).astype(np.int64) - spans[hit], 1)
+    return Gaps(starts[hit + 1].astype(np.int64), v[hit], v[hit + 1], missing.astype(np.int64), int(starts.size),
+                float(interval_ns))
