@@ -10,7 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from egopool import SchemaError, StreamSpec, TaskWriter, open_task, slam_trajectory_columns
+from egopool import (
+    SchemaError,
+    StreamSpec,
+    TaskWriter,
+    open_task,
+    slam_trajectory_columns,
+)
 from egopool._atomic import atomic_write_json
 from egopool.meta.episodes import read_episode_row, write_episode_row
 

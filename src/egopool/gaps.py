@@ -30,7 +30,13 @@ import numpy as np
 import pyarrow as pa
 
 from .arrowutil import int_values_to_numpy, list_offsets
-from .codecs.timebase import Gaps, find_gaps, looks_truncated32, nominal_interval, unwrap_ns
+from .codecs.timebase import (
+    Gaps,
+    find_gaps,
+    looks_truncated32,
+    nominal_interval,
+    unwrap_ns,
+)
 from .errors import SchemaError
 
 if TYPE_CHECKING:

@@ -426,7 +426,7 @@ class Episode:
     def _frame_interval_ns(self, stamps: np.ndarray) -> float | None:
         """Nominal frame interval: ``1e9 / info.fps``, else the median step of ``stamps``."""
         fps = self.task.info.get("fps")
-        if isinstance(fps, numbers.Real) and not isinstance(fps, bool) and np.isfinite(fps) and fps > 0:
+        if isinstance(fps, (int, float)) and not isinstance(fps, bool) and np.isfinite(float(fps)) and fps > 0:
             return 1e9 / float(fps)
         steps = np.diff(np.sort(stamps))
         steps = steps[steps > 0]
