@@ -19,13 +19,11 @@ def _combine(col: Any) -> pa.Array:
 def int_values_to_numpy(col: Any, flatten: bool = False) -> np.ndarray:
     """An integer stamp column (or the flattened values of a ``list<int>`` one) as int64 with
     nulls as 0, egopool's "no stamp" (a null would otherwise come back as NaN -> INT64_MIN)."""
-    import pyarrow.compute as pc
-
     arr = _combine(col)
     if flatten:
         arr = _values(arr) if len(arr) else pa.array([], type=pa.int64())
     if arr.null_count:
-        arr = pc.fill_null(arr, 0)
+        arr = arr.fill_null(0)
     return np.asarray(arr.to_numpy(zero_copy_only=False)).astype(np.int64, copy=False)
 
 
