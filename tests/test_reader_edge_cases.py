@@ -121,3 +121,14 @@ def test_video_extensions_that_is_not_an_object_does_not_crash_the_reader(tmp_pa
     atomic_write_json(info_path, info)
     got = list(open_task(tmp_path / "d").episode(1).depth("cam_depth"))
     assert len(got) == 2 and np.array_equal(got[1], frame)
+
+
+def test_show_lists_a_malformed_slam_specs_entry_as_a_problem(tmp_path, capsys):
+    """`egopool show` used to die with a ValueError traceback on such a row."""
+    from egopool.cli.app import main
+
+    hw = 9_000_000_000_000 + np.arange(3, dtype=np.int64) * DT
+    ep = _set_slam_spec(_record(tmp_path, hw, hw), "down_left_forward")
+    assert main(["show", str(ep.task.path), "1", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "slam_specs entry is str 'down_left_forward', not an object" in out
