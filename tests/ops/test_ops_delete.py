@@ -278,3 +278,56 @@ def test_registry_failure_never_loses_a_finished_episode(tmp_path):
     assert result.registry_error is not None and "pipeline.db" in result.registry_error
     assert [g.index for g in list_task_episodes(tmp_path / "pick")] == [1]
     assert all(p.exists() for p in result.paths)
+
+
+def _png16_task(tmp_path, dirname: str):
+    """Two episodes whose depth stream is a legacy PNG16 frame directory (docs/decisions.md C4)."""
+    import numpy as np
+
+    from egopool.codecs.depth_png import encode_png16
+    from egopool.meta.info import write_info
+
+    task = write_task(tmp_path, episodes=2)
+    info = read_info(task)
+    info.setdefault("video_extensions", {})["depth"] = "png"
+    write_info(task, info)
+    for f in range(2):
+        seq = task / f"videos/chunk-000/depth/{dirname.format(f=f)}"
+        seq.mkdir(parents=True)
+        for i in range(3):
+            seq.joinpath(f"{i:06d}.png").write_bytes(encode_png16(np.full((4, 6), 100 * (i + 1), np.uint16)))
+    return task
+
+
+@pytest.mark.parametrize("dirname", ["episode-{f:03d}", "episode-{f:03d}.png"])
+def test_delete_removes_a_png16_depth_directory(tmp_path, dirname):
+    task = _png16_task(tmp_path, dirname)
+    seq = task / "videos/chunk-000/depth" / dirname.format(f=0)
+    frames = {f"videos/chunk-000/depth/{dirname.format(f=0)}/{i:06d}.png" for i in range(3)}
+    assert pooled_episode_leftovers(task, 1) == sorted([*(task / p for p in group_files(0, 0)), seq])
+    before = snapshot(task)
+
+    plan = delete_episodes(task, [1], dry_run=True).plans[0]
+    assert seq in plan.files
+    assert plan.bytes == sum((task / p).stat().st_size for p in group_files(0, 0) | frames)
+
+    report = delete_episodes(task, [1])
+
+    assert report.ok and report.outcomes[0].not_removed == []
+    after = snapshot(task)
+    assert set(before) - set(after) == group_files(0, 0) | frames | {f"videos/chunk-000/depth/{dirname.format(f=0)}"}
+    assert set(after) - set(before) == set()  # no staged directory, no journal left behind
+    assert pooled_episode_leftovers(task, 1) == []
+    assert [g.index for g in list_task_episodes(task)] == [2]
+    assert delete_episodes(task, [2]).ok  # the next delete is not blocked by a leftover journal
+
+
+def test_unfinishable_interrupted_delete_names_the_files_and_the_fix(tmp_path, monkeypatch):
+    task = write_task(tmp_path, episodes=2)
+    monkeypatch.setattr(delete_mod, "_finish", lambda root, journal: [root / journal["moves"][0]["staged"]])
+    delete_episodes(task, [1])
+    with pytest.raises(OperationError) as err:
+        delete_episodes(task, [2])
+    msg = err.value.one_line()
+    assert "cannot finish interrupted delete of episode 1" in msg
+    assert ".episode-000.parquet.deleting-" in msg and "egopool delete TASK" in msg

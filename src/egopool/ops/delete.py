@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 _JOURNAL_RE = re.compile(r"^\.delete-(\d+)-([0-9a-f]+)\.json$")
+_EXT_TAIL = re.compile(r"\.\{ext(?::[^}]*)?\}$")  # a video template's ".{ext}" tail
 
 
 # -- finding an episode's files --------------------------------------------------------------------
@@ -85,9 +86,10 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
 
     Looks at the files themselves, not at an index: ``data/`` and ``videos/`` files
     whose name is N's ``(chunk, file)`` (``episode-`` or legacy ``file-`` prefix, every
-    ``image_key``, every extension), N's ``meta/episodes`` file, and every legacy
-    ``file-*.parquet`` episodes shard whose ``episode_index`` column contains N.
-    Dotfiles (temps, staged deletes) are not leftovers.
+    ``image_key``, every extension), a legacy PNG16 depth directory at N's stream place
+    (``episode-000/`` or ``episode-000.png/`` holding any file, docs/decisions.md C4), N's
+    ``meta/episodes`` file, and every legacy ``file-*.parquet`` episodes shard whose
+    ``episode_index`` column contains N. Dotfiles (temps, staged deletes) are not leftovers.
 
     Parameters
     ----------
@@ -120,6 +122,14 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
         for p in walk_files(root, prefix):
             if rx.match(p.relative_to(root).as_posix()):
                 found.add(p)
+    # a legacy PNG16 depth sequence: a directory at the stream's place, with or without the
+    # ".{ext}" tail (docs/decisions.md C4); any file inside keeps it a leftover
+    prefix, rx = path_regex(layout.video_path, c, f)
+    _, rx_dir = path_regex(_EXT_TAIL.sub("", layout.video_path), c, f)
+    for p in walk_files(root, prefix):
+        parent = p.parent.relative_to(root).as_posix()
+        if rx.match(parent) or rx_dir.match(parent):
+            found.add(p.parent)
     ep = layout.episodes_file(index)
     if ep.is_file() and not ep.name.startswith("file-"):
         found.add(ep)
@@ -137,12 +147,13 @@ class DeletePlan:
     index:
         Global 1-based N.
     files:
-        Files removed whole (videos, data parquet, N's own ``meta/episodes`` file).
+        Paths removed whole (videos, data parquet, N's own ``meta/episodes`` file; a legacy
+        PNG16 depth directory is one entry).
     shards:
         Legacy multi-row ``file-NNN.parquet`` episodes shards from which only N's row is
         removed (the shard is rewritten atomically without it).
     bytes:
-        Total size of ``files``.
+        Total size of ``files`` (a directory counts the files inside it).
     """
 
     index: int
@@ -195,8 +206,15 @@ def plan_delete(task_dir: str | Path, indices: Sequence[int], layout: TaskLayout
         found = set(pooled_episode_leftovers(root, n, layout)) | set(g.paths())
         shards = sorted(p for p in found if _is_shard(p, n))
         files = sorted(found - set(shards))
-        plans.append(DeletePlan(n, files, shards, sum(p.stat().st_size for p in files)))
+        plans.append(DeletePlan(n, files, shards, sum(_size(p) for p in files)))
     return plans
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a directory (a PNG16 depth sequence)."""
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, names in os.walk(path) for f in names)
 
 
 def _is_shard(path: Path, index: int) -> bool:
@@ -335,7 +353,10 @@ def _finish(root: Path, journal: dict[str, Any]) -> list[Path]:
     for item in [*journal["moves"], *journal["shards"]]:
         staged = root / item.get("staged", item.get("backup", ""))
         try:
-            staged.unlink()
+            if staged.is_dir() and not staged.is_symlink():
+                shutil.rmtree(staged)  # a PNG16 depth sequence (docs/decisions.md C4)
+            else:
+                staged.unlink()
         except FileNotFoundError:
             pass
         except OSError:
@@ -384,8 +405,11 @@ def recover_interrupted_deletes(task_dir: str | Path, registry: Registry | None 
         if journal.get("state") == "committed":
             left = _finish(root, journal)
             if left:
-                raise OperationError(f"cannot finish interrupted delete of episode {n}",
-                                     details=[rel(root, p) for p in left], path=jp)
+                names = [rel(root, p) for p in left]
+                raise OperationError(f"cannot finish interrupted delete of episode {n}: could not remove "
+                                     f"{', '.join(names)}", details=names, path=jp,
+                                     hint="fix the cause (permissions, read-only file system) and run "
+                                          "`egopool delete TASK N...` again: it finishes this delete first")
             if registry is not None:
                 registry.remove(task_key(root), n)
             done.append(f"finished interrupted delete of episode {n}")
