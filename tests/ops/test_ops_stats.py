@@ -97,3 +97,57 @@ def test_recalc_repairs_unparsable_stats(tmp_path):
     report = recalc_task_stats(task)
     assert report.written and report.backup.read_text() == "{not json"
     assert_block(read_stats(task)[SENSOR], expected_block([0]))
+
+
+def test_recalc_while_an_episode_is_publishing_does_not_count_it_twice(tmp_path, monkeypatch):
+    """recalc takes the lock between the writer publishing N's data parquet and committing its row.
+
+    The writer merges N's blocks into stats.json when it commits, so a recomputation that
+    already counted N's data file would count it twice (DESIGN §4, decisions.md #5).
+    """
+    from egopool import TaskWriter, vector_column
+    from egopool import episode_writer as ew
+
+    task = write_task(tmp_path, episodes=1, video=False)
+    real_publish = ew.publish
+
+    def publish_then_recalc(temp, final):
+        real_publish(temp, final)
+        if final.suffix == ".parquet" and final.parts[-3] == "data":
+            recalc_task_stats(task)  # another process running `egopool stats recalc` right now
+
+    monkeypatch.setattr(ew, "publish", publish_then_recalc)
+    ep = TaskWriter(tmp_path, "pick").begin_episode(columns=[vector_column(SENSOR, [4])], sensors=["right_glove"],
+                                                   sensor_dim=4)
+    for i in range(3):
+        ep.add_frame({SENSOR: np.arange(4, dtype=np.float32) + 1 + i})
+    ep.finish()
+
+    assert_block(read_stats(task)[SENSOR], expected_block(range(2)))
+    assert check_stats(task).ok
+
+
+def test_data_without_a_row_is_not_counted(tmp_path):
+    """A group with a data parquet but no meta/episodes row is unfinished (decisions.md #5)."""
+    task = write_task(tmp_path, episodes=2, video=False)
+    (task / "meta/episodes/chunk-000/episode-001.parquet").unlink()
+    report = check_stats(task)
+    assert report.episodes == 1
+    recalc_task_stats(task)
+    assert_block(read_stats(task)[SENSOR], expected_block([0]))
+
+
+@pytest.mark.parametrize("field,value", [("mean", "abc"), ("std", [[1.0], 2.0, 3.0, 4.0]), ("min", {"a": 1}),
+                                         ("count", "x"), ("count", True), ("count", 6.5)])
+def test_garbage_in_a_block_is_a_difference_and_recalc_fixes_it(tmp_path, field, value):
+    task = write_task(tmp_path, episodes=2, video=False)
+    doc = read_stats(task)
+    doc[SENSOR][field] = value
+    stats_path(task).write_text(json.dumps(doc))
+    report = check_stats(task)
+    assert [(d.column, d.field) for d in report.differences] == [(SENSOR, field)]
+    assert "not" in report.differences[0].detail  # "... is not a number list" / "... is not an integer"
+    fixed = recalc_task_stats(task)
+    assert fixed.written
+    assert_block(read_stats(task)[SENSOR], expected_block(range(2)))
+    assert check_stats(task).ok

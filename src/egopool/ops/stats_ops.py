@@ -60,7 +60,11 @@ class BlockDiff:
 
 def compute_stats(task_dir: str | Path, info: dict[str, Any] | None = None,
                   progress: Progress | None = None) -> tuple[dict[str, Any], int]:
-    """Recompute the stats document from every data parquet (only the stats columns are read).
+    """Recompute the stats document from every committed episode's data parquet (only the stats columns are read).
+
+    An episode counts when it has both its data parquet and its ``meta/episodes`` row
+    (the commit record, decisions.md #5); one still being published merges its own
+    blocks when it commits, so counting its data here would count it twice.
 
     Returns
     -------
@@ -75,7 +79,10 @@ def compute_stats(task_dir: str | Path, info: dict[str, Any] | None = None,
     """
     root = Path(task_dir)
     info = info if info is not None else read_info(root)
-    groups = [g for g in list_task_episodes(root, TaskLayout.from_info(root, info)) if g.data is not None]
+    # committed episodes only (data parquet + meta/episodes row, decisions.md #5): an episode whose
+    # data is published but whose row is not yet written merges its own blocks when it commits
+    groups = [g for g in list_task_episodes(root, TaskLayout.from_info(root, info))
+              if g.data is not None and g.meta is not None]
     doc: dict[str, Any] = {}
     for i, g in enumerate(groups):
         assert g.data is not None
@@ -113,15 +120,23 @@ def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float 
         if not isinstance(f, dict):
             out.append(BlockDiff(col, "block", s.get("count"), None, "in stats.json but no data/ column feeds it"))
             continue
+        count = s.get("count")
         if "count" not in s:
             out.append(BlockDiff(col, "count", None, f.get("count"),
                                  "legacy block without count (v1.1.0): run `egopool stats recalc TASK`"))
-        elif int(s["count"]) != int(f["count"]):
-            out.append(BlockDiff(col, "count", int(s["count"]), int(f["count"]),
-                                 f"count {s['count']} stored, {f['count']} in data/"))
+        elif isinstance(count, bool) or not isinstance(count, int):
+            out.append(BlockDiff(col, "count", repr(count), int(f["count"]),
+                                 f"count {count!r} stored is not an integer: run `egopool stats recalc TASK`"))
+        elif count != int(f["count"]):
+            out.append(BlockDiff(col, "count", count, int(f["count"]),
+                                 f"count {count} stored, {f['count']} in data/"))
         for name in _FIELDS:
-            a = np.asarray(s.get(name, []), dtype=np.float64).reshape(-1)
+            a = _numbers(s.get(name, []))
             b = np.asarray(f.get(name, []), dtype=np.float64).reshape(-1)
+            if a is None:
+                out.append(BlockDiff(col, name, repr(s.get(name)), len(b),
+                                     f"{name} stored is not a list of numbers: run `egopool stats recalc TASK`"))
+                continue
             if a.shape != b.shape:
                 out.append(BlockDiff(col, name, len(a), len(b), f"{name} has {len(a)} values stored, {len(b)} in data/"))
                 continue
@@ -132,6 +147,21 @@ def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float 
                                      f"{name} differs in {int(bad.sum())} of {len(a)} dims "
                                      f"(dim {k}: {a[k]:.6g} stored, {b[k]:.6g} in data/)"))
     return out
+
+
+def _numbers(value: Any) -> np.ndarray | None:
+    """A stored mean/std/min/max as a flat float64 array; None unless it is a number or a regular (nested) list of numbers."""
+    def ok(v: Any) -> bool:
+        if isinstance(v, list):
+            return all(ok(x) for x in v)
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if not ok(value):
+        return None
+    try:
+        return np.asarray(value, dtype=np.float64).reshape(-1)
+    except ValueError:  # ragged nesting
+        return None
 
 
 @dataclass
