@@ -331,3 +331,57 @@ def test_unfinishable_interrupted_delete_names_the_files_and_the_fix(tmp_path, m
     msg = err.value.one_line()
     assert "cannot finish interrupted delete of episode 1" in msg
     assert ".episode-000.parquet.deleting-" in msg and "egopool delete TASK" in msg
+
+
+def test_failed_commit_restores_a_raised_total_episodes(tmp_path, monkeypatch):
+    """total_episodes below N (a tool recounted it) is raised before the commit; a failed commit undoes that too."""
+    from egopool.meta.info import write_info
+
+    task = write_task(tmp_path, episodes=2)
+    info = read_info(task)
+    info["total_episodes"] = 1
+    write_info(task, info)
+    before = snapshot(task)
+    real = delete_mod.atomic_write_json
+
+    def fail_at_commit(path, doc, **kw):
+        if doc.get("state") == "committed":
+            raise OSError(28, "No space left on device", str(path))
+        real(path, doc, **kw)
+
+    monkeypatch.setattr(delete_mod, "atomic_write_json", fail_at_commit)
+    with pytest.raises(OperationError, match="delete of episode 2 failed .*nothing was removed"):
+        delete_episodes(task, [2])
+    assert snapshot(task) == before
+    assert read_info(task)["total_episodes"] == 1
+
+
+def _die_after_raising_total(task, n):
+    real = delete_mod.write_info
+
+    def write_then_die(root, info):
+        real(root, info)
+        os._exit(17)
+
+    delete_mod.write_info = write_then_die
+    delete_episodes(task, [n])
+    os._exit(0)
+
+
+def test_crash_after_raising_total_episodes_is_rolled_back_to_the_old_value(tmp_path):
+    from egopool._atomic import task_lock
+    from egopool.meta.info import write_info
+
+    task = write_task(tmp_path, episodes=2)
+    info = read_info(task)
+    info["total_episodes"] = 1
+    write_info(task, info)
+    p = multiprocessing.get_context("fork").Process(target=_die_after_raising_total, args=(task, 2))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17 and read_info(task)["total_episodes"] == 2
+    with task_lock(task):
+        assert recover_interrupted_deletes(task, Registry.for_task(task)) == ["rolled back interrupted delete of episode 2"]
+    assert read_info(task)["total_episodes"] == 1
+    assert [g.index for g in list_task_episodes(task)] == [1, 2]
+    assert TaskWriter(tmp_path, "pick").next_episode_index() == 3  # the registry watermark still says 2

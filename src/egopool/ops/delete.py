@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, temp_path_for
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, OperationError, RegistryError
 from ..layout import TaskLayout, list_task_episodes
-from ..meta.info import read_info, write_info
+from ..meta.info import info_path, read_info, write_info
 from ..registry import Registry, task_key
 from ._common import Progress, open_registry, path_regex, rel, walk_files
 
@@ -325,9 +325,27 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def _rollback(root: Path, journal: dict[str, Any]) -> list[str]:
-    """Undo a staged (uncommitted) delete; returns what could not be restored."""
+def _rollback(root: Path, journal: dict[str, Any], info_bytes: bytes | None = None) -> list[str]:
+    """Undo a staged (uncommitted) delete; returns what could not be restored.
+
+    ``info_bytes``: ``info.json`` as it was before this delete (in-process undo: restored
+    byte for byte). After a crash only the journal is known: a ``total_episodes`` this
+    delete raised to N is set back when it still says N.
+    """
     failed = []
+    before = journal.get("total_episodes_before")
+    if before is not None:
+        try:
+            if info_bytes is not None:
+                if info_path(root).read_bytes() != info_bytes:
+                    atomic_write_bytes(info_path(root), info_bytes)
+            else:
+                info = read_info(root)
+                if info.get("total_episodes") == journal["index"]:
+                    info["total_episodes"] = before
+                    write_info(root, info)
+        except (OSError, EgopoolError) as exc:
+            failed.append(f"meta/info.json: total_episodes not set back to {before} ({exc})")
     for m in reversed(journal["moves"]):
         src, staged = root / m["path"], root / m["staged"]
         if staged.exists() and not src.exists():
@@ -433,8 +451,11 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
     jpath = _journal_path(root, n, token)
     key = task_key(root)
     prior = registry.get(key, n) if registry is not None else None
+    info_bytes = info_path(root).read_bytes()
+    total = int(read_info(root).get("total_episodes") or 0)
     journal: dict[str, Any] = {
         "index": n, "state": "staging", "registry_status": prior.status if prior else None,
+        "total_episodes_before": total if total < n else None,
         "moves": [{"path": rel(root, p), "staged": rel(root, _staged_name(p, token))} for p in plan.files],
         "shards": [{"path": rel(root, p), "backup": rel(root, _staged_name(p, token))} for p in plan.shards],
     }
@@ -442,7 +463,7 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
     outcome = DeleteOutcome(n)
 
     def undo(reason: str) -> OperationError:
-        failed = _rollback(root, journal)
+        failed = _rollback(root, journal, info_bytes)
         if registry is not None and prior is not None:
             with contextlib.suppress(RegistryError):
                 registry.set_status(key, n, prior.status)
@@ -467,8 +488,8 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
         left = pooled_episode_leftovers(root, n, layout)
         if left:
             raise OperationError(f"still present after staging: {', '.join(rel(root, p) for p in left)}")
-        info = read_info(root)
-        if int(info.get("total_episodes") or 0) < n:  # watermark: a deleted N is never handed out again
+        if journal["total_episodes_before"] is not None:  # watermark: a deleted N is never handed out again
+            info = read_info(root)
             info["total_episodes"] = n
             write_info(root, info)
         journal["state"] = "committed"
