@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
+from pathlib import Path
 import os
 
 import pyarrow as pa
@@ -385,3 +387,37 @@ def test_crash_after_raising_total_episodes_is_rolled_back_to_the_old_value(tmp_
     assert read_info(task)["total_episodes"] == 1
     assert [g.index for g in list_task_episodes(task)] == [1, 2]
     assert TaskWriter(tmp_path, "pick").next_episode_index() == 3  # the registry watermark still says 2
+
+
+def _die_replacing(task, n, pattern):
+    real = os.replace
+
+    def replace(src, dst, *a, **kw):
+        if re.match(pattern, Path(src).name):
+            os._exit(17)
+        return real(src, dst, *a, **kw)
+
+    os.replace = replace
+    delete_episodes(task, [n])
+    os._exit(0)
+
+
+@pytest.mark.parametrize("pattern", [r"^\.\.delete-2-[0-9a-f]+\.json\.[0-9a-f]{8}\.tmp$",  # the first journal write
+                                     r"^\.file-000\.parquet\.[0-9a-f]{8}\.tmp$"])  # the shard without N's row
+def test_killed_mid_write_leaves_no_temp_after_recovery(tmp_path, pattern):
+    task = write_task(tmp_path, episodes=3, video=False)
+    ep_dir = task / "meta/episodes/chunk-000"
+    rows = [pq.read_table(ep_dir / f"episode-{f:03d}.parquet") for f in range(3)]
+    for f in range(3):
+        (ep_dir / f"episode-{f:03d}.parquet").unlink()
+    (ep_dir / "file-000.parquet").write_bytes(parquet_bytes(pa.concat_tables(rows)))
+    before = snapshot(task)
+    p = multiprocessing.get_context("fork").Process(target=_die_replacing, args=(task, 2, pattern))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17
+    assert [x for x in snapshot(task) if x.endswith(".tmp")]
+    from egopool._atomic import task_lock
+    with task_lock(task):
+        recover_interrupted_deletes(task, Registry.for_task(task))
+    assert snapshot(task) == before

@@ -257,3 +257,43 @@ def test_per_episode_file_wins_over_a_shard_row_and_file_templates_are_updated(t
     assert rows_after[2]["length"] == 3 and rows_after[1]["length"] == 3
     assert sorted(p.name for p in (task / "data/chunk-000").iterdir()) == ["episode-000.parquet", "episode-001.parquet"]
     assert migrate_task(task).steps == []
+
+
+def _die_publishing(task, pattern, nth):
+    """Child process: migrate and die (os._exit: no cleanup, like SIGKILL) when the nth temp matching
+    ``pattern`` is about to be renamed onto its final name, leaving that dot-temp behind."""
+    import multiprocessing  # noqa: F401  (fork context is set by the caller)
+
+    real = os.replace
+    seen = [0]
+
+    def replace(src, dst, *a, **kw):
+        if re.match(pattern, Path(src).name):
+            seen[0] += 1
+            if seen[0] == nth:
+                os._exit(17)
+        return real(src, dst, *a, **kw)
+
+    os.replace = replace
+    migrate_task(task, checkpoint_every=3)
+    os._exit(0)
+
+
+@pytest.mark.parametrize("pattern,nth", [(r"^\.episode-002\.parquet\.[0-9a-f]{8}\.tmp$", 1),  # a split row
+                                         (r"^\.file-001\.parquet\.[0-9a-f]{8}\.tmp$", 1),  # a shard backup copy
+                                         (r"^\.migrate\.json\.[0-9a-f]{8}\.tmp$", 3)])  # a journal checkpoint
+def test_killed_mid_write_leaves_no_temp_after_the_rerun(reference, tmp_path, pattern, nth):
+    import multiprocessing
+
+    pristine, expected, expected_registry, _ = reference
+    shutil.copytree(pristine, tmp_path / "r")
+    task = tmp_path / "r" / "legacy"
+    p = multiprocessing.get_context("fork").Process(target=_die_publishing, args=(task, pattern, nth))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17
+    assert [x for x in snapshot(task) if x.endswith(".tmp")]  # the kill left a dot-temp
+    report = migrate_task(task)
+    assert report.resumed
+    assert normalized(task) == expected
+    assert registry_view(task) == expected_registry

@@ -13,7 +13,7 @@ from .._atomic import fsync_dir, temp_path_for
 from ..registry import Registry
 
 __all__ = ["BACKUP_DIR", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex", "rel",
-           "timestamp", "walk_files"]
+           "remove_stale_temps", "timestamp", "walk_files"]
 
 #: ``progress(done, total, what)``: called after each unit of work (an episode, a step).
 Progress = Callable[[int, int, str], None]
@@ -116,3 +116,25 @@ def walk_files(root: Path, top: str) -> Iterator[Path]:
                 stack.append(Path(e.path))
             elif e.is_file():
                 yield Path(e.path)
+
+
+def remove_stale_temps(final: Path) -> list[Path]:
+    """Unlink the dot-temps of ``final`` (``.{name}.<8 hex>.tmp``, :func:`~egopool._atomic.temp_path_for`).
+
+    Only for files written under the task lock by the caller's operation: a temp of
+    theirs that the lock holder sees was left by a process killed mid-write. Returns
+    what was removed.
+    """
+    final = Path(final)
+    if not final.parent.is_dir():
+        return []
+    rx = re.compile(r"^\." + re.escape(final.name) + r"\.[0-9a-f]{8}\.tmp$")
+    out = []
+    for e in os.scandir(final.parent):
+        if rx.match(e.name) and e.is_file(follow_symlinks=False):
+            try:
+                os.unlink(e.path)
+            except FileNotFoundError:
+                continue
+            out.append(Path(e.path))
+    return out

@@ -47,7 +47,7 @@ from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutErro
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import info_path, read_info, write_info
 from ..registry import Registry, task_key
-from ._common import Progress, open_registry, path_regex, rel, walk_files
+from ._common import Progress, open_registry, path_regex, rel, remove_stale_temps, walk_files
 
 __all__ = [
     "DeleteOutcome",
@@ -335,6 +335,7 @@ def _rollback(root: Path, journal: dict[str, Any], info_bytes: bytes | None = No
     failed = []
     before = journal.get("total_episodes_before")
     if before is not None:
+        remove_stale_temps(info_path(root))
         try:
             if info_bytes is not None:
                 if info_path(root).read_bytes() != info_bytes:
@@ -359,9 +360,13 @@ def _rollback(root: Path, journal: dict[str, Any], info_bytes: bytes | None = No
         path, backup = root / s["path"], root / s["backup"]
         if backup.exists():
             try:
-                os.replace(backup, path)
+                if path.exists() and os.path.samefile(backup, path):
+                    backup.unlink()  # still the hard link of the untouched shard (rename would be a no-op)
+                else:
+                    os.replace(backup, path)
             except OSError as exc:
                 failed.append(f"{s['path']}: original is at {s['backup']} ({exc.strerror or exc})")
+        remove_stale_temps(path)  # the rewrite of a process killed mid-write
     return failed
 
 
@@ -398,7 +403,9 @@ def _prune_empty_dirs(root: Path, paths: Iterable[Path]) -> None:
 def recover_interrupted_deletes(task_dir: str | Path, registry: Registry | None = None) -> list[str]:
     """Finish (committed) or roll back (uncommitted) deletes that a crash interrupted.
 
-    Caller holds the task lock. Returns one line per journal handled.
+    Caller holds the task lock. Dot-temps a killed delete left (of its journal, of a
+    legacy shard's rewrite, of ``info.json``) are removed too. Returns one line per
+    journal handled.
 
     Raises
     ------
@@ -410,10 +417,14 @@ def recover_interrupted_deletes(task_dir: str | Path, registry: Registry | None 
     done: list[str] = []
     if not meta.is_dir():
         return done
+    for p in meta.glob("..delete-*.json.*.tmp"):  # a journal write killed mid-way: nothing else happened yet
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
     for jp in sorted(meta.iterdir()):
         m = _JOURNAL_RE.match(jp.name)
         if not m:
             continue
+        remove_stale_temps(jp)
         try:
             journal = json.loads(jp.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

@@ -46,7 +46,8 @@ from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..meta.info import read_info, write_info
 from ..meta.stats import needs_recalc, read_stats
 from ..registry import FileRecord, Registry, file_record, task_key
-from ._common import Progress, backup_copy, open_registry, path_regex, rel, timestamp, walk_files
+from ._common import (Progress, backup_copy, open_registry, path_regex, rel, remove_stale_temps, timestamp,
+                      walk_files)
 
 __all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "migrate_task", "plan_migration"]
 
@@ -361,6 +362,14 @@ def _run_step(root: Path, step: Step, registry: Registry | None, renames: dict[s
         raise OperationError(f"unknown migration step {step.kind!r} in the journal", path=root)
 
 
+def _sweep_temps(root: Path, steps: list[Step], journal: Path) -> None:
+    """Remove the dot-temps a migration killed mid-write left beside the files its steps write."""
+    finals = {journal, root / "meta" / "info.json"}
+    finals.update(root / st.dst for st in steps if st.kind in ("backup", "split_row") and st.dst)
+    for final in finals:
+        remove_stale_temps(final)
+
+
 def _pending_journal(root: Path) -> Path | None:
     for d in sorted(root.glob(BACKUP_PREFIX + "*"), reverse=True):
         j = d / JOURNAL_NAME
@@ -449,6 +458,8 @@ def migrate_task(task_dir: str | Path, *, split_episodes: bool = True, dry_run: 
             journal, start = report.backup / JOURNAL_NAME, 0
         if dry_run:
             return report
+        if report.resumed:
+            _sweep_temps(root, steps, journal)
         renames = {st.src: st.dst for st in steps if st.kind == "rename" and st.src and st.dst}
         for i in range(start, len(steps)):
             try:
