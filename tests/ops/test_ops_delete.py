@@ -421,3 +421,36 @@ def test_killed_mid_write_leaves_no_temp_after_recovery(tmp_path, pattern):
     with task_lock(task):
         recover_interrupted_deletes(task, Registry.for_task(task))
     assert snapshot(task) == before
+
+
+@pytest.mark.parametrize("crash_after", [1, 2])
+def test_dry_run_after_an_interrupted_delete_lists_what_the_real_run_removes(tmp_path, crash_after):
+    """A real run first rolls the interrupted delete back, so its dry run must plan on the rolled-back task."""
+    task = write_task(tmp_path, episodes=2)
+    p = multiprocessing.get_context("fork").Process(target=_crash_during_delete, args=(task, 2, crash_after, False))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17
+    before = snapshot(task)
+
+    dry = delete_episodes(task, [2], dry_run=True)
+
+    assert snapshot(task) == before
+    assert dry.recovered == ["would roll back interrupted delete of episode 2"]
+    assert [sorted(rel.as_posix() for rel in (f.relative_to(task) for f in pl.files)) for pl in dry.plans] == \
+        [sorted(group_files(0, 1))]
+    real = delete_episodes(task, [2])
+    assert real.recovered == ["rolled back interrupted delete of episode 2"]
+    assert [o.removed for o in real.outcomes] == [pl.files for pl in dry.plans]
+    assert [pl.bytes for pl in real.plans] == [pl.bytes for pl in dry.plans]
+
+
+def test_dry_run_of_an_n_whose_delete_was_interrupted_before_its_commit_finds_it(tmp_path):
+    task = write_task(tmp_path, episodes=1)
+    p = multiprocessing.get_context("fork").Process(target=_crash_during_delete, args=(task, 1, 3, False))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 17
+    assert list_task_episodes(task) == []  # every file of N=1 is staged under a dot name
+    dry = delete_episodes(task, [1], dry_run=True)
+    assert sorted(f.relative_to(task).as_posix() for f in dry.plans[0].files) == sorted(group_files(0, 0))

@@ -185,6 +185,10 @@ def _check_indices(indices: Sequence[int]) -> list[int]:
 def plan_delete(task_dir: str | Path, indices: Sequence[int], layout: TaskLayout | None = None) -> list[DeletePlan]:
     """Plan the deletion of each N without changing anything.
 
+    An interrupted delete that a real run would first roll back
+    (:func:`recover_interrupted_deletes`) is taken into account: the files it staged
+    count at their original places, so the plan is what the real run removes.
+
     Raises
     ------
     LayoutError
@@ -198,16 +202,49 @@ def plan_delete(task_dir: str | Path, indices: Sequence[int], layout: TaskLayout
     if layout is None:
         layout = TaskLayout.from_info(root, read_info(root))
     groups = {g.index: g for g in list_task_episodes(root, layout)}
+    restored = {n: r for n, committed, r in _pending_journals(root) if not committed}
     plans = []
     for n in wanted:
         g = groups.get(n)
-        if g is None:
+        back = restored.get(n, {})
+        if g is None and not back:
             raise EpisodeNotFoundError(root, n)
-        found = set(pooled_episode_leftovers(root, n, layout)) | set(g.paths())
+        found = set(pooled_episode_leftovers(root, n, layout)) | set(g.paths() if g else ()) | set(back)
         shards = sorted(p for p in found if _is_shard(p, n))
         files = sorted(found - set(shards))
-        plans.append(DeletePlan(n, files, shards, sum(_size(p) for p in files)))
+        plans.append(DeletePlan(n, files, shards, sum(_size(back.get(p, p)) for p in files)))
     return plans
+
+
+def _pending_journals(root: Path) -> list[tuple[int, bool, dict[Path, Path]]]:
+    """Interrupted deletes, read only: ``(N, committed, {original path: where its bytes are now})``.
+
+    For an uncommitted journal the mapping holds what a rollback puts back: staged files
+    whose original place is free, and legacy shards whose pre-delete copy still exists.
+    """
+    meta = root / "meta"
+    out: list[tuple[int, bool, dict[Path, Path]]] = []
+    if not meta.is_dir():
+        return out
+    for jp in sorted(meta.iterdir()):
+        if not _JOURNAL_RE.match(jp.name):
+            continue
+        try:
+            journal = json.loads(jp.read_text(encoding="utf-8"))
+            n = int(journal["index"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise OperationError(f"unreadable delete journal: {exc}", path=jp,
+                                 hint="inspect it and the .deleting-* files it names, then remove it") from exc
+        back: dict[Path, Path] = {}
+        for m in journal.get("moves", []):
+            src, staged = root / m["path"], root / m["staged"]
+            if staged.exists() and not src.exists():
+                back[src] = staged
+        for sh in journal.get("shards", []):
+            if (root / sh["backup"]).exists():
+                back[root / sh["path"]] = root / sh["backup"]
+        out.append((n, journal.get("state") == "committed", back))
+    return out
 
 
 def _size(path: Path) -> int:
@@ -570,7 +607,11 @@ def delete_episodes(task_dir: str | Path, indices: Sequence[int], *, dry_run: bo
     layout = TaskLayout.from_info(root, info)
     reg = open_registry(root, registry)
     with task_lock(root):
-        recovered = [] if dry_run else recover_interrupted_deletes(root, reg)
+        if dry_run:
+            recovered = [f"would {'finish' if committed else 'roll back'} interrupted delete of episode {n}"
+                         for n, committed, _ in _pending_journals(root)]
+        else:
+            recovered = recover_interrupted_deletes(root, reg)
         plans = plan_delete(root, indices, layout)
         report = DeleteReport(root, dry_run, plans, recovered=recovered)
         if dry_run:
