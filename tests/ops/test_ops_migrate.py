@@ -297,3 +297,30 @@ def test_killed_mid_write_leaves_no_temp_after_the_rerun(reference, tmp_path, pa
     assert report.resumed
     assert normalized(task) == expected
     assert registry_view(task) == expected_registry
+
+
+def test_delete_and_repair_wait_for_an_interrupted_migration(reference, tmp_path):
+    """A resumed migration re-writes rows from its shard copies: a delete in between would come back."""
+    from egopool.errors import OperationError
+    from egopool.ops import delete_episodes, repair_force_scale
+
+    pristine, expected, _, _ = reference
+    shutil.copytree(pristine, tmp_path / "r")
+    task = tmp_path / "r" / "legacy"
+
+    def crash_after(done, total, what):
+        if done == 4:  # shard backups and the first split rows are done
+            raise Crash(what)
+
+    with pytest.raises(Crash):
+        migrate_task(task, progress=crash_after, checkpoint_every=1)
+    before = snapshot(task)
+    for op in (lambda: delete_episodes(task, [3]), lambda: delete_episodes(task, [3], dry_run=True),
+               lambda: repair_force_scale(task)):
+        with pytest.raises(OperationError, match="interrupted migration .*_migrate_backup_.*egopool migrate TASK"):
+            op()
+    assert snapshot(task) == before
+    assert migrate_task(task).resumed
+    assert normalized(task) == expected
+    assert delete_episodes(task, [3]).ok
+    assert 3 not in [g.index for g in list_task_episodes(task)]

@@ -48,6 +48,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import info_path, read_info, write_info
 from ..registry import Registry, task_key
 from ._common import Progress, open_registry, path_regex, rel, remove_stale_temps, walk_files
+from .migrate import refuse_during_migration
 
 __all__ = [
     "DeleteOutcome",
@@ -607,6 +608,7 @@ def delete_episodes(task_dir: str | Path, indices: Sequence[int], *, dry_run: bo
     layout = TaskLayout.from_info(root, info)
     reg = open_registry(root, registry)
     with task_lock(root):
+        refuse_during_migration(root, "delete episodes")
         if dry_run:
             recovered = [f"would {'finish' if committed else 'roll back'} interrupted delete of episode {n}"
                          for n, committed, _ in _pending_journals(root)]

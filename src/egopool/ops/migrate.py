@@ -49,7 +49,8 @@ from ..registry import FileRecord, Registry, file_record, task_key
 from ._common import (Progress, backup_copy, open_registry, path_regex, rel, remove_stale_temps, timestamp,
                       walk_files)
 
-__all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "migrate_task", "plan_migration"]
+__all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "migrate_task", "plan_migration",
+           "refuse_during_migration"]
 
 BACKUP_PREFIX = "_migrate_backup_"
 JOURNAL_NAME = "migrate.json"
@@ -382,6 +383,24 @@ def _pending_journal(root: Path) -> Path | None:
             if state != "done":
                 return j
     return None
+
+
+def refuse_during_migration(task_dir: str | Path, what: str) -> None:
+    """Raise when an interrupted migration is pending (``_migrate_backup_*/migrate.json`` not ``done``).
+
+    A resumed migration re-writes ``meta/episodes`` rows from its shard copies and renames
+    files it planned, so a delete or a row repair in between would be undone or block it.
+
+    Raises
+    ------
+    OperationError
+        Naming the journal and ``egopool migrate TASK`` (which resumes it).
+    """
+    root = Path(task_dir)
+    journal = _pending_journal(root)
+    if journal is not None:
+        raise OperationError(f"cannot {what} during an interrupted migration ({rel(root, journal)} is not done)",
+                             path=root, hint="run `egopool migrate TASK` to finish it first")
 
 
 def _start(root: Path, steps: list[Step], notes: list[str]) -> tuple[Path, list[Step]]:

@@ -38,6 +38,7 @@ from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
 from ._common import Progress, backup_copy, new_backup_dir, open_registry, rel
+from .migrate import refuse_during_migration
 
 __all__ = ["CANDIDATE_SCALES", "ColumnEvidence", "EpisodeRepair", "ForceScaleReport", "column_evidence",
            "repair_force_scale"]
@@ -373,6 +374,7 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
     reg = open_registry(root, registry)
     report = ForceScaleReport(root, dry_run)
     with task_lock(root):
+        refuse_during_migration(root, "repair episode rows")
         groups = [g for g in list_task_episodes(root, layout) if g.data is not None and g.meta is not None]
         for i, g in enumerate(groups):
             rep = _inspect(g, tolerance)
