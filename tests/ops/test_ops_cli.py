@@ -79,3 +79,16 @@ def test_every_command_gives_one_line_for_a_directory_that_is_not_a_task(tmp_pat
         assert code == 1 and out == "", argv
         assert err.count("\n") == 1 and "meta/info.json is missing" in err, (argv, err)
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_an_empty_task_argument_is_refused_not_taken_as_the_current_directory(tmp_path, capsys, monkeypatch):
+    """`egopool delete "$TASK" 1` with TASK unset must not delete from wherever the shell happens to be."""
+    task = write_task(tmp_path, episodes=1)
+    monkeypatch.chdir(task)
+    before = snapshot(task)
+    for argv in (("delete", "", 1), ("migrate", ""), ("stats", "recalc", ""), ("repair", "force-scale", " ")):
+        code, out, err = run(capsys, *argv)
+        assert code == 2, argv
+        assert "TASK is empty" in err
+    assert snapshot(task) == before
+    assert run(capsys, "delete", ".", 1, "--dry-run")[0] == 0  # "." is how to mean the current directory

@@ -324,3 +324,10 @@ def test_delete_and_repair_wait_for_an_interrupted_migration(reference, tmp_path
     assert normalized(task) == expected
     assert delete_episodes(task, [3]).ok
     assert 3 not in [g.index for g in list_task_episodes(task)]
+
+
+def test_migrate_describes_the_registry_step_by_its_episodes():
+    from egopool.ops import Step
+
+    assert Step("registry", value=[1, 2, 1001]).describe() == "refresh registry files of episodes 1, 2, 1001"
+    assert Step("registry", value=list(range(1, 11))).describe() == "refresh registry files of 10 episodes (1 … 10)"

@@ -167,3 +167,15 @@ def test_float32_raw_column_gets_scale_one(tmp_path):
     g = list_task_episodes(task)[0]
     assert json.loads(pq.read_table(g.meta).column("force_matrix_specs")[0].as_py()) == \
         {FM: {"dtype": "float32", "shape": [250, 250, 3], "encoding": "row_flat_raw", "scale": 1}}
+
+
+def test_cli_table_says_each_verdict_once(tmp_path, capsys):
+    from egopool.cli.app import main
+
+    tw = TaskWriter(tmp_path, "umi")
+    n = write_force_episode(tw, 10, frames=3, seed=3, with_force=False)
+    strip_specs(tmp_path / "umi", n)
+    assert main(["repair", "force-scale", str(tmp_path / "umi"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"inconclusive: no {FORCE} column" in out and "inconclusive: inconclusive" not in out
+

@@ -26,7 +26,14 @@ repair_app = typer.Typer(help="Repair episode metadata from the data itself.", n
 app.add_typer(stats_app, name="stats")
 app.add_typer(repair_app, name="repair")
 
-_TASK = typer.Argument(..., metavar="TASK", help="Task directory (holds data/, videos/, meta/).")
+def _task_path(value: str) -> Path:
+    """TASK as a path; an empty string is refused (an unset shell variable must not mean the current directory)."""
+    if not value.strip():
+        raise typer.BadParameter("TASK is empty; pass the task directory (`.` for the current one)")
+    return Path(value)
+
+
+_TASK = typer.Argument(..., metavar="TASK", parser=_task_path, help="Task directory (holds data/, videos/, meta/).")
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _REG = typer.Option(True, "--registry/--no-registry",
@@ -182,9 +189,9 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
         if not e.columns:
             table.add_row(str(e.index), "", "", *("" for _ in ops.CANDIDATE_SCALES), f"{e.status}: {e.reason}")
         for c in e.columns:
+            result = c.verdict if c.verdict.startswith(e.status) else f"{e.status}: {c.verdict}"
             table.add_row(str(e.index), c.column, str(c.frames),
-                          *(f"{c.ratios[s]:.3f}" if s in c.ratios else "-" for s in ops.CANDIDATE_SCALES),
-                          f"{e.status}: {c.verdict}")
+                          *(f"{c.ratios[s]:.3f}" if s in c.ratios else "-" for s in ops.CANDIDATE_SCALES), result)
     if report.episodes:
         console.print(table)
     console.print(f"{len(report.episodes)} episode(s) lacked a scale, {report.already_ok} already declare it; "

@@ -96,7 +96,10 @@ class Step:
         if self.kind == "templates":
             return f"set info.json templates to {self.value}"
         if self.kind == "registry":
-            return f"refresh registry files of episode {self.index}"
+            ns = [int(n) for n in (self.value or [])]
+            if len(ns) <= 5:
+                return f"refresh registry files of episodes {', '.join(map(str, ns))}"
+            return f"refresh registry files of {len(ns)} episodes ({ns[0]} … {ns[-1]})"
         if self.kind == "remove":
             return f"remove {self.src} (copy in the backup)"
         return f"{self.kind} {self.src} -> {self.dst}"
