@@ -92,3 +92,14 @@ def test_an_empty_task_argument_is_refused_not_taken_as_the_current_directory(tm
         assert "TASK is empty" in err
     assert snapshot(task) == before
     assert run(capsys, "delete", ".", 1, "--dry-run")[0] == 0  # "." is how to mean the current directory
+
+
+def test_a_corrupt_registry_error_says_how_to_proceed_without_it(tmp_path, capsys):
+    task = write_task(tmp_path, episodes=2)
+    (tmp_path / "pipeline.db").write_bytes(b"not a database" * 100)
+    before = snapshot(task)
+    code, out, err = run(capsys, "delete", task, 1)
+    assert code == 1 and err.count("\n") == 1
+    assert "pipeline.db" in err and "file is not a database" in err and "--no-registry" in err
+    assert snapshot(task) == before
+    assert run(capsys, "delete", task, 1, "--no-registry")[0] == 0

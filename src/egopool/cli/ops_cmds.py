@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .. import ops
+from ..errors import EgopoolError, RegistryError
 from ..ops._common import Progress as ProgressFn
 from .app import app
 from .output import console, err_console, human_bytes, print_json
@@ -56,6 +57,18 @@ def _progress(label: str) -> Iterator[ProgressFn | None]:
         yield update
 
 
+@contextlib.contextmanager
+def _registry_hint() -> Iterator[None]:
+    """A pipeline.db failure (corrupt, read-only) also says how to go on without the registry."""
+    try:
+        yield
+    except EgopoolError as exc:
+        if isinstance(exc, RegistryError) or isinstance(exc.__cause__, RegistryError):
+            extra = "or pass --no-registry to leave pipeline.db out"
+            exc.hint = f"{exc.hint}; {extra}" if exc.hint else extra
+        raise
+
+
 @app.command("delete", context_settings={"ignore_unknown_options": True})  # N=-1: our error
 def delete_cmd(task: Path = _TASK,
                indices: list[int] = typer.Argument(..., metavar="N",
@@ -71,7 +84,7 @@ def delete_cmd(task: Path = _TASK,
         n_files = sum(len(p.files) for p in plans)
         typer.confirm(f"Delete episode(s) {', '.join(str(p.index) for p in plans)} of {task} "
                       f"({n_files} files, {human_bytes(sum(p.bytes for p in plans))})?", abort=True)
-    with _progress("deleting") as cb:
+    with _registry_hint(), _progress("deleting") as cb:
         report = ops.delete_episodes(task, indices, dry_run=dry_run, registry=registry, progress=cb)
     if json_out:
         print_json(report.to_dict())
@@ -150,7 +163,7 @@ def migrate_cmd(task: Path = _TASK,
 
     Renames pre-v1.1.2 file-NNN episode files to episode-NNN, moves meta/.stats_state.json and _trash/ into _migrate_backup_<time>/, and with --split-episodes splits legacy shards. Journaled: after a crash, run it again to resume; a second run is a no-op.
     """
-    with _progress("migrating") as cb:
+    with _registry_hint(), _progress("migrating") as cb:
         report = ops.migrate_task(task, split_episodes=split_episodes, dry_run=dry_run, registry=registry,
                                   progress=cb)
     if json_out:
@@ -179,7 +192,7 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
 
     Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched.
     """
-    with _progress("checking force matrices") as cb:
+    with _registry_hint(), _progress("checking force matrices") as cb:
         report = ops.repair_force_scale(task, dry_run=dry_run, tolerance=tolerance, registry=registry, progress=cb)
     if json_out:
         print_json(report.to_dict())
