@@ -103,3 +103,19 @@ def test_a_corrupt_registry_error_says_how_to_proceed_without_it(tmp_path, capsy
     assert "pipeline.db" in err and "file is not a database" in err and "--no-registry" in err
     assert snapshot(task) == before
     assert run(capsys, "delete", task, 1, "--no-registry")[0] == 0
+
+
+def test_a_read_only_registry_error_says_how_to_proceed_without_it(tmp_path, capsys, monkeypatch):
+    from egopool.errors import RegistryError
+    from egopool.registry import Registry
+
+    task = write_task(tmp_path, episodes=1)
+    before = snapshot(task)
+
+    def read_only(self, *a, **kw):
+        raise RegistryError("registry operation failed: attempt to write a readonly database", path=self.path)
+
+    monkeypatch.setattr(Registry, "bump_watermark", read_only)
+    code, out, err = run(capsys, "delete", task, 1)
+    assert code == 1 and "nothing was removed" in err and "--no-registry" in err
+    assert snapshot(task) == before

@@ -63,7 +63,10 @@ def _registry_hint() -> Iterator[None]:
     try:
         yield
     except EgopoolError as exc:
-        if isinstance(exc, RegistryError) or isinstance(exc.__cause__, RegistryError):
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, RegistryError):
+            cause = cause.__cause__
+        if cause is not None:
             extra = "or pass --no-registry to leave pipeline.db out"
             exc.hint = f"{exc.hint}; {extra}" if exc.hint else extra
         raise
