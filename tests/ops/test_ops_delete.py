@@ -383,7 +383,8 @@ def test_crash_after_raising_total_episodes_is_rolled_back_to_the_old_value(tmp_
     p.join(60)
     assert p.exitcode == 17 and read_info(task)["total_episodes"] == 2
     with task_lock(task):
-        assert recover_interrupted_deletes(task, Registry.for_task(task)) == ["rolled back interrupted delete of episode 2"]
+        done = recover_interrupted_deletes(task, Registry.for_task(task))
+    assert done == ["rolled back interrupted delete of episode 2"]
     assert read_info(task)["total_episodes"] == 1
     assert [g.index for g in list_task_episodes(task)] == [1, 2]
     assert TaskWriter(tmp_path, "pick").next_episode_index() == 3  # the registry watermark still says 2

@@ -331,3 +331,34 @@ def test_migrate_describes_the_registry_step_by_its_episodes():
 
     assert Step("registry", value=[1, 2, 1001]).describe() == "refresh registry files of episodes 1, 2, 1001"
     assert Step("registry", value=list(range(1, 11))).describe() == "refresh registry files of 10 episodes (1 … 10)"
+
+
+@pytest.mark.parametrize("dirname", ["file-{f:03d}", "file-{f:03d}.png"])
+def test_png16_depth_directories_with_file_names_are_renamed(legacy, dirname):
+    """A legacy PNG16 depth sequence (docs/decisions.md C4) under a pre-v1.1.2 name is one rename."""
+    import numpy as np
+
+    from egopool.codecs.depth_png import encode_png16
+
+    info = read_info(legacy)
+    info.setdefault("video_extensions", {})["depth"] = "png"
+    write_info(legacy, info)
+    frames = {}
+    for n in ALL_N:
+        c, f = (n - 1) // 1000, (n - 1) % 1000
+        seq = legacy / f"videos/chunk-{c:03d}/depth" / dirname.format(f=f)
+        seq.mkdir(parents=True)
+        for i in range(2):
+            seq.joinpath(f"{i:06d}.png").write_bytes(encode_png16(np.full((4, 6), n + i, np.uint16)))
+        frames[n] = {p.name: sha256_file(p) for p in seq.iterdir()}
+
+    report = migrate_task(legacy)
+
+    assert_migrated_layout = [p for p in (legacy / "videos").rglob("file-*")]
+    assert assert_migrated_layout == []
+    for g in list_task_episodes(legacy):
+        seq = g.videos["depth"]
+        assert seq.is_dir() and seq.name == dirname.format(f=g.file).replace("file-", "episode-")
+        assert {p.name: sha256_file(p) for p in seq.iterdir()} == frames[g.index]
+    assert sum(s.kind == "rename" and "/depth/" in s.src for s in report.steps) == len(ALL_N)
+    assert migrate_task(legacy).steps == []

@@ -12,8 +12,8 @@ from pathlib import Path
 from .._atomic import fsync_dir, temp_path_for
 from ..registry import Registry
 
-__all__ = ["BACKUP_DIR", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex", "rel",
-           "remove_stale_temps", "timestamp", "walk_files"]
+__all__ = ["BACKUP_DIR", "EXT_TAIL", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex",
+           "rel", "remove_stale_temps", "timestamp", "walk_files"]
 
 #: ``progress(done, total, what)``: called after each unit of work (an episode, a step).
 Progress = Callable[[int, int, str], None]
@@ -21,6 +21,10 @@ Progress = Callable[[int, int, str], None]
 #: Backups of delete / recalc / repair live in this dot directory of the task (dotfiles are
 #: ignored by every reader and never uploaded, file_format.md §11, checklist §12.8).
 BACKUP_DIR = ".egopool_backup"
+
+#: A video path template's ``.{ext}`` tail; without it the template names a legacy PNG16
+#: depth directory ``episode-NNN/`` (docs/decisions.md C4).
+EXT_TAIL = re.compile(r"\.\{ext(?::[^}]*)?\}$")
 
 
 def timestamp() -> str:

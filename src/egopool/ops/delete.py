@@ -47,7 +47,7 @@ from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutErro
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import info_path, read_info, write_info
 from ..registry import Registry, task_key
-from ._common import Progress, open_registry, path_regex, rel, remove_stale_temps, walk_files
+from ._common import EXT_TAIL, Progress, open_registry, path_regex, rel, remove_stale_temps, walk_files
 from .migrate import refuse_during_migration
 
 __all__ = [
@@ -61,7 +61,6 @@ __all__ = [
 ]
 
 _JOURNAL_RE = re.compile(r"^\.delete-(\d+)-([0-9a-f]+)\.json$")
-_EXT_TAIL = re.compile(r"\.\{ext(?::[^}]*)?\}$")  # a video template's ".{ext}" tail
 
 
 # -- finding an episode's files --------------------------------------------------------------------
@@ -126,7 +125,7 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
     # a legacy PNG16 depth sequence: a directory at the stream's place, with or without the
     # ".{ext}" tail (docs/decisions.md C4); any file inside keeps it a leftover
     prefix, rx = path_regex(layout.video_path, c, f)
-    _, rx_dir = path_regex(_EXT_TAIL.sub("", layout.video_path), c, f)
+    _, rx_dir = path_regex(EXT_TAIL.sub("", layout.video_path), c, f)
     for p in walk_files(root, prefix):
         parent = p.parent.relative_to(root).as_posix()
         if rx.match(parent) or rx_dir.match(parent):

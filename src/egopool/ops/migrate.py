@@ -30,6 +30,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,8 @@ from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..meta.info import read_info, write_info
 from ..meta.stats import needs_recalc, read_stats
 from ..registry import FileRecord, Registry, file_record, task_key
-from ._common import (Progress, backup_copy, open_registry, path_regex, rel, remove_stale_temps, timestamp,
-                      walk_files)
+from ._common import (EXT_TAIL, Progress, backup_copy, open_registry, path_regex, rel, remove_stale_temps,
+                      timestamp, walk_files)
 
 __all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "migrate_task", "plan_migration",
            "refuse_during_migration"]
@@ -161,6 +162,27 @@ def _read_indices(path: Path) -> list[int | None]:
     return [None if v is None else int(v) for v in values]
 
 
+def _episode_entries(root: Path, template: str) -> list[tuple[Path, re.Match[str]]]:
+    """Files matching a path template, plus directories at a video's place (PNG16 sequences, decisions C4).
+
+    A directory counts when it holds a file and its path matches the template, or the
+    template without its ``.{ext}`` tail (``episode-000.png/`` and ``episode-000/``).
+    """
+    prefix, rx = path_regex(template)
+    _, rx_dir = path_regex(EXT_TAIL.sub("", template)) if EXT_TAIL.search(template) else (None, None)
+    out: dict[Path, re.Match[str]] = {}
+    for p in walk_files(root, prefix):
+        m = rx.match(rel(root, p))
+        if m:
+            out[p] = m
+        elif rx_dir is not None and p.parent != root:
+            parent = rel(root, p.parent)
+            md = rx.match(parent) or rx_dir.match(parent)
+            if md:
+                out[p.parent] = md
+    return sorted(out.items())
+
+
 def plan_migration(task_dir: str | Path, *, split_episodes: bool = True) -> tuple[list[Step], list[str]]:
     """Compute the migration plan without changing anything.
 
@@ -237,17 +259,19 @@ def plan_migration(task_dir: str | Path, *, split_episodes: bool = True) -> tupl
             touched.add(n)
         steps.append(Step("remove", rel(root, p)))
 
-    # data/ and videos/: per-episode file- names
+    # data/ and videos/: per-episode file- names (a legacy PNG16 depth directory is one entry)
     for template in (layout.data_path, layout.video_path):
-        prefix, rx = path_regex(template)
-        for p in sorted(walk_files(root, prefix)):
-            m = rx.match(rel(root, p))
-            if not m or m["pfx"] != "file" or int(m["f"]) >= layout.chunks_size:
+        for p, m in _episode_entries(root, template):
+            if m["pfx"] != "file" or int(m["f"]) >= layout.chunks_size:
                 continue
             n = layout.index_of(int(m["c"]), int(m["f"]))
             gd = m.groupdict()
-            target = layout.data_file(n) if template == layout.data_path else \
-                layout.video_file(n, gd["image_key"], gd["ext"])
+            if template == layout.data_path:
+                target = layout.data_file(n)
+            elif gd.get("ext") is not None:
+                target = layout.video_file(n, gd["image_key"], gd["ext"])
+            else:  # PNG16 directory without the ".{ext}" tail: episode-NNN/
+                target = p.with_name("episode-" + p.name[len("file-"):])
             if target.exists():
                 steps.append(Step("stash", rel(root, p), f"{bdir}/{rel(root, p)}"))
                 notes.append(f"episode {n}: kept {rel(root, target)}; the duplicate {rel(root, p)} went to the backup")

@@ -150,7 +150,10 @@ def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float 
 
 
 def _numbers(value: Any) -> np.ndarray | None:
-    """A stored mean/std/min/max as a flat float64 array; None unless it is a number or a regular (nested) list of numbers."""
+    """A stored mean/std/min/max as a flat float64 array.
+
+    None unless it is a number or a regular (possibly nested) list of numbers.
+    """
     def ok(v: Any) -> bool:
         if isinstance(v, list):
             return all(ok(x) for x in v)
