@@ -87,7 +87,7 @@ def test_an_empty_task_argument_is_refused_not_taken_as_the_current_directory(tm
     monkeypatch.chdir(task)
     before = snapshot(task)
     for argv in (("delete", "", 1), ("migrate", ""), ("stats", "recalc", ""), ("repair", "force-scale", " ")):
-        code, out, err = run(capsys, *argv)
+        code, _, err = run(capsys, *argv)
         assert code == 2, argv
         assert "TASK is empty" in err
     assert snapshot(task) == before
@@ -116,6 +116,6 @@ def test_a_read_only_registry_error_says_how_to_proceed_without_it(tmp_path, cap
         raise RegistryError("registry operation failed: attempt to write a readonly database", path=self.path)
 
     monkeypatch.setattr(Registry, "bump_watermark", read_only)
-    code, out, err = run(capsys, "delete", task, 1)
+    code, _, err = run(capsys, "delete", task, 1)
     assert code == 1 and "nothing was removed" in err and "--no-registry" in err
     assert snapshot(task) == before
