@@ -99,7 +99,7 @@ def test_a_corrupt_registry_error_says_how_to_proceed_without_it(tmp_path, capsy
     (tmp_path / "pipeline.db").write_bytes(b"not a database" * 100)
     before = snapshot(task)
     code, out, err = run(capsys, "delete", task, 1)
-    assert code == 1 and err.count("\n") == 1
+    assert code == 1 and out == "" and err.count("\n") == 1
     assert "pipeline.db" in err and "file is not a database" in err and "--no-registry" in err
     assert snapshot(task) == before
     assert run(capsys, "delete", task, 1, "--no-registry")[0] == 0
