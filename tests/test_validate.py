@@ -641,3 +641,10 @@ def test_historical_slam_pose_column_is_a_warning(task: Path) -> None:
               lambda d: d["features"].update({"observation.slam_pose": d["features"].pop("observation.left_glove")}))
     hits = [f for f in validate_task(task).findings if f.path == str(task / DATA) and "slam_pose" in f.message]
     assert [f.severity for f in hits] == ["warning"]
+
+
+def test_null_hardware_ns_is_an_error(task: Path) -> None:
+    # 0 means "unknown stamp" (file_format.md §7.1); null is never a valid key value
+    rewrite_parquet(task / DATA, lambda t: set_column(t, "hardware_ns", pa.nulls(t.num_rows, pa.int64()), pa.int64()))
+    f = only(validate_task(task), "file_format.md §7.1")
+    assert "'hardware_ns'" in f.message and f"{ROWS} null" in f.message
