@@ -247,3 +247,14 @@ def test_usage_names_the_arguments(capsys) -> None:
     assert main(["show", "--help"]) == 0
     out = capsys.readouterr().out
     assert "show [OPTIONS] {TASK} {N}" in out and "{task}" not in out
+
+
+def test_version_and_unknown_option(capsys) -> None:
+    from egopool import __version__
+    from egopool.cli.app import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"egopool {__version__}"
+    assert main(["--no-such-option"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option" in err and "Traceback" not in err

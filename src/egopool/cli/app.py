@@ -15,13 +15,34 @@ import typer
 
 from ..errors import EgopoolError, StorageError
 
-try:  # typer < 0.20 runs on click; newer releases vendor it and no longer install click
-    from click import ClickException as _UsageError
-    from click.exceptions import Abort as _Abort
-    from click.exceptions import Exit as _Exit
-except ImportError:  # pragma: no cover - depends on the installed typer
-    _UsageError = typer.TyperException  # base of typer's vendored ClickException
-    _Abort, _Exit = typer.Abort, typer.Exit
+
+def _exception_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...],
+                                tuple[type[BaseException], ...]]:
+    """(usage errors, aborts, exits) of every click flavour that may be raising.
+
+    typer < 0.20 runs on click; newer releases raise their vendored copy
+    (``typer._click``) even when a separate ``click`` is installed beside them, so
+    both families are caught, whichever is present.
+    """
+    usage: list[type[BaseException]] = [typer.TyperException]
+    aborts: list[type[BaseException]] = [typer.Abort]
+    exits: list[type[BaseException]] = [typer.Exit]
+    try:
+        from typer._click.exceptions import ClickException as VendoredClickException
+        usage.append(VendoredClickException)
+    except ImportError:  # pragma: no cover - older typer
+        pass
+    try:
+        import click.exceptions as ce
+        usage.append(ce.ClickException)
+        aborts.append(ce.Abort)
+        exits.append(ce.Exit)
+    except ImportError:  # pragma: no cover - typer >= 0.20 without click
+        pass
+    return tuple(usage), tuple(aborts), tuple(exits)
+
+
+_UsageError, _Abort, _Exit = _exception_types()
 
 app = typer.Typer(
     name="egopool",
@@ -31,6 +52,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"egopool {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print egopool's version and exit.")) -> None:
+    """Read, write, validate and maintain pooled_episodes_v1 robot/egocentric recordings."""
 
 
 def _register() -> None:
@@ -62,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1
-    except (_Exit, typer.Exit) as exc:
+    except _Exit as exc:
         return int(exc.exit_code or 0)
     except _UsageError as exc:
         show = getattr(exc, "show", None)
@@ -71,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:  # pragma: no cover
             print(f"egopool: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
-    except (_Abort, typer.Abort):
+    except _Abort:
         print("egopool: aborted", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
