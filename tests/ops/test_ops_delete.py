@@ -272,7 +272,8 @@ def test_deleting_the_highest_n_never_reuses_it_even_if_total_episodes_was_lower
 
 def test_registry_failure_never_loses_a_finished_episode(tmp_path):
     (tmp_path / "pipeline.db").mkdir()  # not a database: every registry call fails
-    with pytest.warns(RuntimeWarning, match="published but not in the registry"):
+    with pytest.warns(RuntimeWarning, match="published but not in the registry"), \
+            pytest.warns(RuntimeWarning, match="registry watermark unavailable"):
         tw = TaskWriter(tmp_path, "pick")
         ep = tw.begin_episode()
         ep.add_frame()
