@@ -258,3 +258,20 @@ def test_version_and_unknown_option(capsys) -> None:
     assert main(["--no-such-option"]) == 2
     err = capsys.readouterr().err
     assert "No such option" in err and "Traceback" not in err
+
+
+def test_import_errors_name_the_input(tmp_path, capsys) -> None:
+    from pathlib import Path
+
+    from egopool.cli.app import main
+
+    tum = Path(__file__).parent / "data" / "evo_trajectories" / "V102.txt"
+    assert main(["import", "tum", str(tum), "--out", str(tmp_path / "rec")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tum) in err[0] and "--frame" in err[0]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["import", "rgbd-frames", str(empty), "--frame", "ego_cam_optical", "--out", str(tmp_path / "rec")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(empty) in err[0] and "camera-intrinsics.txt" in err[0]
+    assert not (tmp_path / "rec").exists()

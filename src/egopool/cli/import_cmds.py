@@ -29,9 +29,9 @@ def _frames_list() -> str:
     return ", ".join(sorted(FRAMES))
 
 
-def _need_frame(frame: str | None, what: str) -> str:
+def _need_frame(frame: str | None, what: str, path: Path) -> str:
     if frame is None:
-        raise EgopoolError(f"{what} does not say which way its axes point; pass --frame",
+        raise EgopoolError(f"{what} does not say which way its axes point; pass --frame", path=path,
                            hint=f"registered frames: {_frames_list()}")
     return frame
 
@@ -74,7 +74,7 @@ def rgbd_frames_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import colour + depth + pose frames (7-Scenes layout) as one episode with RGB, depth and trajectory."""
-    frame = _need_frame(frame, "a pose.txt file")
+    frame = _need_frame(frame, "a pose.txt file", directory)
     with _progress("importing frames", json_out) as tick:
         result = import_rgbd_frames(directory, out, frame=frame, task=task, fps=fps, name=name, progress=tick)
     _report(result, json_out)
@@ -93,7 +93,7 @@ def tum_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a TUM trajectory file as one episode with a trajectory column (+ _ns from its timestamps)."""
-    frame = _need_frame(frame, "a TUM file")
+    frame = _need_frame(frame, "a TUM file", file)
     with _progress("importing poses", json_out) as tick:
         result = import_tum(file, out, frame=frame, task=task, fps=fps, prefix=prefix, progress=tick)
     _report(result, json_out)

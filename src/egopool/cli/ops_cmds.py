@@ -210,5 +210,5 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
                           *(f"{c.ratios[s]:.3f}" if s in c.ratios else "-" for s in ops.CANDIDATE_SCALES), result)
     if report.episodes:
         console.print(table)
-    console.print(f"{len(report.episodes)} episode(s) lacked a scale, {report.already_ok} already declare it; "
+    console.print(f"{len(report.episodes)} episode(s) lacked a scale, {report.already_ok} already declared one; "
                   f"inconclusive: {', '.join(map(str, report.inconclusive)) or 'none'}")

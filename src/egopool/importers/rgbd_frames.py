@@ -156,7 +156,9 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
                 raise FormatError(f"two {kind} files for frame {m.group(1)}: {slot[kind].name}, {p.name}", path=root)
             slot[kind] = p
     if not found:
-        raise FormatError("no frame-NNNNNN.color/depth/pose files", path=root)
+        raise FormatError("no frame-NNNNNN.color/depth/pose files", path=root,
+                          hint="point at a folder holding frame-000000.color.jpg|png, .depth.png in uint16 mm, "
+                               ".pose.txt with a 4x4 matrix and camera-intrinsics.txt")
     counts = {k: sum(k in v for v in found.values()) for k in ("color", "depth", "pose")}
     for n in sorted(found):
         missing = [k for k in ("color", "depth", "pose") if k not in found[n]]
