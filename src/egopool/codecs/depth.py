@@ -27,7 +27,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError, StorageError
-from .video import DtsGuard, encoding_errors
+from .video import DtsGuard, flush_and_close, mux_frame
 
 __all__ = ["DepthEncoder", "DepthProbe", "LogDepthCodec", "hevc12_available", "probe_depth", "read_depth_frames"]
 
@@ -172,9 +172,7 @@ class DepthEncoder:
         else:
             frame = av.VideoFrame.from_ndarray(d, format="gray16le")
         frame.pts = self.frames
-        with encoding_errors(self.path, "cannot write video"):
-            for packet in self._stream.encode(frame):
-                self._guard.mux(self._out, packet)
+        mux_frame(self._out, self._stream, self._guard, frame, self.path)
         self.frames += 1
 
     def close(self) -> dict[str, Any]:
@@ -185,10 +183,7 @@ class DepthEncoder:
         StorageError
             The file could not be written (disk full...).
         """
-        with encoding_errors(self.path, "cannot write video"):
-            for packet in self._stream.encode():
-                self._guard.mux(self._out, packet)
-            self._out.close()
+        flush_and_close(self._out, self._stream, self._guard, self.path)
         desc: dict[str, Any] = {"codec": self.codec, "width": self.width, "height": self.height,
                                 "frames": self.frames}
         if self.codec == "hevc12":

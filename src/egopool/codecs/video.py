@@ -63,6 +63,21 @@ class DtsGuard:
         container.mux(packet)
 
 
+def mux_frame(out: Any, stream: Any, guard: DtsGuard, frame: Any, path: Path) -> None:
+    """Encode one frame on ``stream`` and mux its packets into ``out`` (errors name ``path``)."""
+    with encoding_errors(path, "cannot write video"):
+        for packet in stream.encode(frame):
+            guard.mux(out, packet)
+
+
+def flush_and_close(out: Any, stream: Any, guard: DtsGuard, path: Path) -> None:
+    """Drain the encoder, mux the last packets and close the container (errors name ``path``)."""
+    with encoding_errors(path, "cannot write video"):
+        for packet in stream.encode():
+            guard.mux(out, packet)
+        out.close()
+
+
 def _rate(fps: float) -> Fraction:
     return Fraction(fps).limit_denominator(1001)
 
@@ -149,9 +164,7 @@ class RgbEncoder:
         """
         frame = av.VideoFrame.from_ndarray(self.check(image), format="rgb24")
         frame.pts = self.frames
-        with encoding_errors(self.path, "cannot write video"):
-            for packet in self._stream.encode(frame):
-                self._guard.mux(self._out, packet)
+        mux_frame(self._out, self._stream, self._guard, frame, self.path)
         self.frames += 1
 
     def close(self) -> dict[str, Any]:
@@ -162,10 +175,7 @@ class RgbEncoder:
         StorageError
             The file could not be written (disk full...).
         """
-        with encoding_errors(self.path, "cannot write video"):
-            for packet in self._stream.encode():
-                self._guard.mux(self._out, packet)
-            self._out.close()
+        flush_and_close(self._out, self._stream, self._guard, self.path)
         return {"encoder": RGB_CODECS[self.codec], "codec": self.codec, "crf": self.crf,
                 "pix_fmt": self.pix_fmt, "width": self.width, "height": self.height, "frames": self.frames}
 
