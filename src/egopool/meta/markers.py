@@ -12,6 +12,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from .._atomic import atomic_write_json
@@ -62,17 +63,26 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _reservations(task_dir: str | Path) -> Iterator[tuple[int, Path, int | None]]:
+    """``(N, file, pid)`` of every ``meta/.reserved-<N>``; pid None when the file cannot be read."""
+    meta = Path(task_dir) / "meta"
+    for p in meta.glob(".reserved-*") if meta.is_dir() else ():
+        try:
+            n = int(p.name.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        try:
+            pid: int | None = int(p.read_text().strip() or 0)
+        except (ValueError, OSError):
+            pid = None
+        yield n, p, pid
+
+
 def live_reservations(task_dir: str | Path) -> set[int]:
     """N reserved by a live process; stale reservations are removed. Caller holds the task lock."""
     out: set[int] = set()
-    meta = Path(task_dir) / "meta"
-    if not meta.is_dir():
-        return out
-    for p in meta.glob(".reserved-*"):
-        try:
-            n = int(p.name.rsplit("-", 1)[1])
-            pid = int(p.read_text().strip() or 0)
-        except (ValueError, OSError):
+    for n, p, pid in _reservations(task_dir):
+        if pid is None:
             continue
         if pid and _pid_alive(pid):
             out.add(n)
@@ -85,22 +95,10 @@ def live_reservations(task_dir: str | Path) -> set[int]:
 def stale_reservations(task_dir: str | Path) -> list[int]:
     """N reserved by a process that no longer runs (killed recorders), ascending; files are kept.
 
-    Caller holds the task lock and decides what to do with each N (egopool.recovery).
+    A file that cannot be read counts as stale (written but not yet filled when its process
+    died). Caller holds the task lock and decides what to do with each N (egopool.recovery).
     """
-    meta = Path(task_dir) / "meta"
-    out: list[int] = []
-    for p in meta.glob(".reserved-*") if meta.is_dir() else ():
-        try:
-            n = int(p.name.rsplit("-", 1)[1])
-        except ValueError:
-            continue
-        try:
-            pid = int(p.read_text().strip() or 0)
-        except (ValueError, OSError):
-            pid = 0  # written but not yet filled when its process died
-        if not (pid and _pid_alive(pid)):
-            out.append(n)
-    return sorted(out)
+    return sorted(n for n, _, pid in _reservations(task_dir) if not (pid and _pid_alive(pid)))
 
 
 def reserve(task_dir: str | Path, index: int) -> None:
