@@ -47,7 +47,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from egopool.devices import SimulatedRig, build_rig  # noqa: E402
 from egopool.recorder import Recorder  # noqa: E402
-from egopool.writer import EpisodeResult, TaskWriter  # noqa: E402
+from egopool.write.task_writer import EpisodeResult, TaskWriter  # noqa: E402
 
 
 class _NoVideo:

@@ -10,7 +10,7 @@ from egopool import CodecError, EgopoolError, SchemaError, TaskWriter, open_task
 from egopool.codecs.video import count_video_frames
 from egopool.devices import Device, Rig, SimulatedRig
 from egopool.recorder import Frame, Recorder
-from egopool.writer import EpisodeWriter
+from egopool.write.task_writer import EpisodeWriter
 
 FPS = 30.0
 P = int(round(1e9 / FPS))

@@ -28,7 +28,7 @@ CHILD = """
 import sys
 from egopool.devices import SimulatedRig, build_rig
 from egopool.recorder import Recorder
-from egopool.writer import TaskWriter
+from egopool.write.task_writer import TaskWriter
 root, task, rig_name, seconds, count, seed = sys.argv[1:]
 print("READY", flush=True)  # imports done: a kill from here on may hit the recovery in TaskWriter too
 rig = build_rig(rig_name, scale=16)
@@ -163,7 +163,7 @@ def test_kill_during_finish_is_recovered(tmp_path, stage):
     from egopool.devices import SimulatedRig, build_rig
     from egopool.meta import markers
     from egopool.recorder import Recorder
-    from egopool.recovery import write_pending
+    from egopool.write.recovery import write_pending
     rig = build_rig("gripper_d405", scale=16)
     tw = TaskWriter(tmp_path, "t")
     SimulatedRig(rig).record(Recorder(tw, rig), 0.2)  # N=1, complete
@@ -196,7 +196,7 @@ def test_kill_during_finish_is_recovered(tmp_path, stage):
 
 def test_a_failed_merge_is_replayed_by_the_next_writer(tmp_path, monkeypatch):
     """finish() raised MetaUpdateError (info/stats not updated): the next TaskWriter completes the merge."""
-    import egopool.episode_writer as writer_mod
+    import egopool.write.episode_writer as writer_mod
     from egopool.devices import SimulatedRig, build_rig
     from egopool.errors import MetaUpdateError
     from egopool.recorder import Recorder

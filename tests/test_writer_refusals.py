@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import egopool.task_meta
+import egopool.write.task_meta
 from egopool import (EgopoolError, FormatError, LayoutError, MetaUpdateError, SchemaError, StorageError, StreamSpec,
                      TaskWriter, imu_columns, list_task_episodes, open_task, slam_trajectory_columns, vector_column)
 from egopool._atomic import atomic_write_json
@@ -102,7 +102,7 @@ def test_meta_write_failing_after_the_commit_says_the_episode_was_saved(tmp_path
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(egopool.task_meta, "write_stats", full)
+    monkeypatch.setattr(egopool.write.task_meta, "write_stats", full)
     with pytest.raises(MetaUpdateError) as err:
         ep.finish()
     assert err.value.index == 2

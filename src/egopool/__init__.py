@@ -10,10 +10,10 @@ __version__ = "0.1.0"
 from .errors import (CodecError, ConflictError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError,
                      LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError)
 from .layout import EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from, list_task_episodes
-from .reader import Episode, Task, Trajectory, open_task
+from .read.reader import Episode, Task, Trajectory, open_task
 from .schema import (ColumnSpec, hand_pose_column, imu_columns, key_column, scalar_ns_column, slam_trajectory_columns,
                      status_column, vector_column)
-from .writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWriter
+from .write.task_writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWriter
 
 __all__ = sorted([
     "CodecError", "ColumnSpec", "ConflictError", "EgopoolError", "Episode", "EpisodeFiles", "EpisodeNotFoundError",

@@ -49,7 +49,7 @@ from .importers.tum import read_tum
 from .layout import list_task_episodes
 from .meta.info import read_info
 from .schema import hand_pose_column, imu_columns, slam_trajectory_columns, status_column
-from .writer import StreamSpec, TaskWriter
+from .write.task_writer import StreamSpec, TaskWriter
 
 __all__ = ["DEMO_TASK", "DemoPlan", "DemoSummary", "plan_demo", "read_xio_imu", "run_demo", "samples_dir"]
 

@@ -40,7 +40,7 @@ from .codecs.timebase import (
 from .errors import SchemaError
 
 if TYPE_CHECKING:
-    from .reader import Episode
+    from .read.reader import Episode
 
 __all__ = ["EpisodeGapReport", "SeriesGaps", "audit_episode_gaps", "check_rate", "stamp_series"]
 

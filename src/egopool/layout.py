@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, LayoutError
+from .meta.info import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH,
+                        read_info)
 
 __all__ = [
     "DEFAULT_CHUNKS_SIZE",
@@ -32,10 +34,6 @@ __all__ = [
     "list_task_episodes",
 ]
 
-DEFAULT_CHUNKS_SIZE = 1000
-DEFAULT_DATA_PATH = "data/chunk-{c:03d}/episode-{f:03d}.parquet"
-DEFAULT_VIDEO_PATH = "videos/chunk-{c:03d}/{image_key}/episode-{f:03d}.{ext}"
-DEFAULT_EPISODES_PATH = "meta/episodes/chunk-{c:03d}/episode-{f:03d}.parquet"
 
 
 def episode_chunk_file(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> tuple[int, int]:
@@ -259,7 +257,6 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
     """
     root = Path(task_dir)
     if layout is None:
-        from .meta.info import read_info
 
         layout = TaskLayout.from_info(root, read_info(root))
     groups: dict[int, EpisodeFiles] = {}

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import CodecError, EgopoolError, SchemaError
-from .writer import EpisodeResult, EpisodeWriter, TaskWriter
-from .writer_checks import check_positive_number
+from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
+from .write.checks import check_positive_number
 
 if TYPE_CHECKING:
     from .devices.rig import Rig

@@ -106,7 +106,7 @@ def test_recalc_while_an_episode_is_publishing_does_not_count_it_twice(tmp_path,
     already counted N's data file would count it twice (DESIGN §4, decisions.md #5).
     """
     from egopool import TaskWriter, vector_column
-    from egopool import episode_writer as ew
+    from egopool.write import episode_writer as ew
 
     task = write_task(tmp_path, episodes=1, video=False)
     real_publish = ew.publish

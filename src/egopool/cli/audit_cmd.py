@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import FormatError
 from ..gaps import audit_episode_gaps, check_rate
-from ..reader import open_task
+from ..read.reader import open_task
 from .app import app
 from .output import console, err_console, print_json
 

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import EgopoolError, LayoutError
-from ..reader import Episode, open_task
+from ..read.reader import Episode, open_task
 from .app import app
 from .output import console, human_bytes, print_json
 

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..devices.simulated import RIGS, SimulatedRig, build_rig
 from ..errors import EgopoolError
 from ..recorder import Recorder
-from ..writer import TaskWriter
+from ..write.task_writer import TaskWriter
 from .app import app
 from .output import console, err_console, print_json
 

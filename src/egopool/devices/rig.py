@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ConflictError, SchemaError
 from ..schema import (ColumnSpec, check_column_name, force_matrix_column, hand_pose_column, imu_columns, key_column,
                       scalar_ns_column, slam_trajectory_columns, status_column, vector_column)
-from ..writer import StreamSpec
+from ..write.task_writer import StreamSpec
 from . import slots as _slots
 from .conflicts import Opened, check_can_open
 from .kinds import GLOVE_KINDS, PROGRAMS, VIDEO_KINDS, Device, glove_entry_kind, slot_base

@@ -1,7 +1,7 @@
 """Importers: bring users' own recordings into a ``pooled_episodes_v1`` task.
 
 One module per source layout; each library function returns an
-:class:`ImportResult` holding the written :class:`~egopool.writer.EpisodeResult`.
+:class:`ImportResult` holding the written :class:`~egopool.write.task_writer.EpisodeResult`.
 Input is checked before anything is written; a failure mid-way aborts the episode
 (no partial file stays on disk, file_format.md §7.5).
 """

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import EgopoolError, FormatError
 from ..layout import list_task_episodes
 from ..schema import ColumnSpec
-from ..writer import EpisodeResult, TaskWriter
+from ..write.task_writer import EpisodeResult, TaskWriter
 
 __all__ = [
     "ImportResult",
@@ -55,7 +55,7 @@ class ImportResult:
     task_dir:
         The task directory (``<out>/<task>``).
     episodes:
-        One :class:`~egopool.writer.EpisodeResult` per written episode (N, rows, paths).
+        One :class:`~egopool.write.task_writer.EpisodeResult` per written episode (N, rows, paths).
     synthesised:
         Which timestamps were made up because the source has none (stated in the CLI output).
     notes:

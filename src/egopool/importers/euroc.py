@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
-from ..writer import StreamSpec
+from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, task_writer,
                       window_offsets, with_feature)
 from ._images import image_header, read_gray

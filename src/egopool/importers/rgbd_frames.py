@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
-from ..writer import StreamSpec
+from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, nearest_rotation,
                       rotation_to_quaternion, task_writer)
 from ._images import DEPTH_MODES, image_header, read_depth_mm, read_rgb

@@ -17,8 +17,6 @@ from typing import Any
 
 from .._atomic import atomic_write_json
 from ..errors import FormatError, LegacyLayoutError
-from ..layout import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH,
-                      DEFAULT_VIDEO_PATH)
 
 __all__ = [
     "FORMAT",
@@ -30,6 +28,12 @@ __all__ = [
     "read_info",
     "write_info",
 ]
+
+# info.json's path-template defaults (file_format.md §2, §6.1): N = chunk * chunks_size + file + 1
+DEFAULT_CHUNKS_SIZE = 1000
+DEFAULT_DATA_PATH = "data/chunk-{c:03d}/episode-{f:03d}.parquet"
+DEFAULT_VIDEO_PATH = "videos/chunk-{c:03d}/{image_key}/episode-{f:03d}.{ext}"
+DEFAULT_EPISODES_PATH = "meta/episodes/chunk-{c:03d}/episode-{f:03d}.parquet"
 
 FORMAT = "pooled_episodes_v1"
 CODEBASE_VERSION = "v3.0"

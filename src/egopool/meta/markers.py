@@ -96,7 +96,7 @@ def stale_reservations(task_dir: str | Path) -> list[int]:
     """N reserved by a process that no longer runs (killed recorders), ascending; files are kept.
 
     A file that cannot be read counts as stale (written but not yet filled when its process
-    died). Caller holds the task lock and decides what to do with each N (egopool.recovery).
+    died). Caller holds the task lock and decides what to do with each N (egopool.write.recovery).
     """
     return sorted(n for n, _, pid in _reservations(task_dir) if not (pid and _pid_alive(pid)))
 

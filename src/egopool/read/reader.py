@@ -26,19 +26,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
-from . import episode_forces
-from .codecs import slam as _slam
-from .codecs.depth import read_depth_frames
-from .codecs.force_matrix import ResolvedForceMatrixSpec
-from .codecs.timebase import (ImuSamples, expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
+from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
+from . import forces as episode_forces
+from ..codecs import slam as _slam
+from ..codecs.depth import read_depth_frames
+from ..codecs.force_matrix import ResolvedForceMatrixSpec
+from ..codecs.timebase import (ImuSamples, expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
                               pair_nearest, unwrap_ns)
-from .codecs.video import read_rgb_frames, video_info
-from .errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
-from .frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
-from .layout import EpisodeFiles, TaskLayout, list_task_episodes
-from .meta.episodes import read_episode_row
-from .meta.info import read_info
+from ..codecs.video import read_rgb_frames, video_info
+from ..errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
+from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
+from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..meta.episodes import read_episode_row
+from ..meta.info import read_info
 
 __all__ = ["Episode", "Task", "Trajectory", "open_task"]
 
@@ -571,7 +571,7 @@ class Task:
     @cached_property
     def tasks(self) -> list[dict[str, Any]]:
         """``tasks.jsonl`` lines."""
-        from .meta.tasks import read_tasks
+        from ..meta.tasks import read_tasks
 
         return read_tasks(self.path)
 

@@ -9,25 +9,58 @@ zeros, i.e. an all-zero frame) and ``*_force_matrix_ns = 0``; older files may ho
 empty list or a null. Both decode to an all-zero frame; :func:`force_matrix_sampled`
 tells them apart from real samples.
 
-Use it through :class:`egopool.reader.Episode` (``ep.force_matrices(col)``...).
+Use it through :class:`egopool.read.reader.Episode` (``ep.force_matrices(col)``...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
-from .codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
+from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
+from ..codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
                                   fz_ratio, resolve_force_matrix_spec)
-from .errors import FormatError, SchemaError
+from ..errors import FormatError, SchemaError
 
 if TYPE_CHECKING:
-    from .reader import Episode
+    from ..layout import EpisodeFiles
+
+
+class _TaskView(Protocol):
+    path: Path
+
+    @property
+    def info(self) -> dict[str, Any]: ...
+
+
+class Episode(Protocol):
+    """What this module reads of an episode: :class:`egopool.read.reader.Episode` provides it
+    (imports run one way, ``reader`` -> ``forces``)."""
+
+    index: int
+    files: EpisodeFiles
+    task: _TaskView
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+    @property
+    def column_names(self) -> list[str]: ...
+
+    @property
+    def length(self) -> int: ...
+
+    def columns(self, names: list[str]) -> pa.Table: ...
+
+    def _data_path(self) -> Path: ...
 
 __all__ = [
     "force_column_for",

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import FormatError, SchemaError
-from .meta.info import info_path, merge_info
-from .meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
-from .schema import ColumnSpec
+from ..errors import FormatError, SchemaError
+from ..meta.info import info_path, merge_info
+from ..meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
+from ..schema import ColumnSpec
 
 __all__ = ["check_column_declarations", "check_finite_values", "check_json_value", "check_positive_number",
            "check_stream_declarations", "check_task_meta_mergeable"]

@@ -30,12 +30,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._atomic import atomic_write_json
-from .errors import EgopoolError
-from .layout import TaskLayout
-from .meta import markers
-from .meta.info import merge_info, read_info, write_info
-from .meta.stats import write_stats
+from .._atomic import atomic_write_json
+from ..errors import EgopoolError
+from ..layout import TaskLayout
+from ..meta import markers
+from ..meta.info import merge_info, read_info, write_info
+from ..meta.stats import write_stats
 from .task_meta import committed_stats
 
 __all__ = ["clear_pending", "pending_path", "reclaim_stale", "write_pending"]

@@ -18,11 +18,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ._atomic import atomic_write_bytes
-from .errors import EgopoolError, FormatError, MetaUpdateError
-from .layout import TaskLayout, list_task_episodes
-from .meta.info import info_path, merge_info, read_info, write_info
-from .meta.stats import (ACTION_BLOCK, StatsBlock, episode_stats, merge_stats, needs_recalc, read_stats,
+from .._atomic import atomic_write_bytes
+from ..errors import EgopoolError, FormatError, MetaUpdateError
+from ..layout import TaskLayout, list_task_episodes
+from ..meta.info import info_path, merge_info, read_info, write_info
+from ..meta.stats import (ACTION_BLOCK, StatsBlock, episode_stats, merge_stats, needs_recalc, read_stats,
                          stats_columns, stats_path, write_stats)
 
 __all__ = ["committed_stats", "merge_task_meta"]

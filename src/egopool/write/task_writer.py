@@ -10,7 +10,7 @@
                      hardware_ns=hw, images={"head_left_rgb": rgb})
     ep.finish()          # or ep.abort(): N is freed for the next recording (§7.5)
 
-The episode side (rows, streams, publish) lives in :mod:`egopool.episode_writer`;
+The episode side (rows, streams, publish) lives in :mod:`egopool.write.episode_writer`;
 its public names are re-exported here.
 """
 
@@ -21,18 +21,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from . import writer_checks as checks
-from ._atomic import task_lock
+from .. import __version__
+from . import checks
+from .._atomic import task_lock
 from .episode_writer import EpisodeResult, EpisodeWriter, StreamSpec
-from .errors import EgopoolError, FormatError, LegacyLayoutError, RegistryError, StorageError
-from .layout import TaskLayout, list_task_episodes
-from .meta import markers
-from .meta.info import info_path, new_info, read_info, write_info
-from .meta.tasks import write_tasks_if_missing
+from ..errors import EgopoolError, FormatError, LegacyLayoutError, RegistryError, StorageError
+from ..layout import TaskLayout, list_task_episodes
+from ..meta import markers
+from ..meta.info import info_path, new_info, read_info, write_info
+from ..meta.tasks import write_tasks_if_missing
 from .recovery import reclaim_stale
-from .registry import Registry, record_episode, task_key
-from .schema import ColumnSpec
+from ..registry import Registry, record_episode, task_key
+from ..schema import ColumnSpec
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter"]
 
@@ -178,7 +178,11 @@ class TaskWriter:
             warnings.warn(f"registry watermark unavailable: {exc.one_line()}", RuntimeWarning, stacklevel=3)
             return 0
 
-    def _register(self, index: int, paths: Sequence[Path]) -> str | None:
+    def note_taken(self, index: int) -> None:
+        """N is committed by one of this writer's episodes (called under the task lock)."""
+        self._scanned_max = max(self._scanned_max, index)
+
+    def register(self, index: int, paths: Sequence[Path]) -> str | None:
         """Record a published episode in the registry; a failure is returned (and warned), never raised."""
         if self.registry is None:
             return None

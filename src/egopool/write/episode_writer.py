@@ -4,7 +4,7 @@ Data rows are written in zstd row groups to a dot-temp parquet, videos to dot-te
 files; ``finish`` publishes videos, then data, then the ``meta/episodes`` row, each
 with fsync + ``os.replace``, then merges ``info.json`` and ``stats.json`` under the
 task lock. A crash never leaves a partial file under a final name. Get an
-:class:`EpisodeWriter` from :meth:`egopool.writer.TaskWriter.begin_episode`.
+:class:`EpisodeWriter` from :meth:`egopool.write.task_writer.TaskWriter.begin_episode`.
 """
 
 from __future__ import annotations
@@ -15,26 +15,43 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import writer_checks as checks
-from ._atomic import publish, task_lock, temp_path_for
-from .codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
-from .codecs.video import RgbEncoder
-from .errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError
-from .meta import markers
-from .meta.episodes import write_episode_row
-from .meta.stats import StatsBlock
+from . import checks
+from .._atomic import publish, task_lock, temp_path_for
+from ..codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
+from ..codecs.video import RgbEncoder
+from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError
+from ..meta import markers
+from ..meta.episodes import write_episode_row
+from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
-from .schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
+from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 from .task_meta import merge_task_meta
 
 if TYPE_CHECKING:
-    from .writer import TaskWriter
+    from ..layout import TaskLayout
+
+
+class EpisodeOwner(Protocol):
+    """What an :class:`EpisodeWriter` needs of the task writer that opened it (imports run one way:
+    ``task_writer`` -> ``episode_writer``). :class:`egopool.write.task_writer.TaskWriter` is the one
+    implementation."""
+
+    task_dir: Path
+    layout: TaskLayout
+    fps: float
+    app_version: str
+
+    def note_taken(self, index: int) -> None:
+        """N is committed (its episodes row exists); called under the task lock."""
+
+    def register(self, index: int, paths: Sequence[Path]) -> str | None:
+        """Record a published episode in the registry; the failure text, or None (never raises)."""
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec"]
 
@@ -164,7 +181,7 @@ class EpisodeWriter:
         counts use plain keys; durations and event counts end in ``_ms`` / ``_count``.
     """
 
-    def __init__(self, task: TaskWriter, index: int, columns: Sequence[ColumnSpec], streams: Sequence[StreamSpec],
+    def __init__(self, task: EpisodeOwner, index: int, columns: Sequence[ColumnSpec], streams: Sequence[StreamSpec],
                  *, devices: Sequence[Mapping[str, Any]], device_names: Mapping[str, str] | None,
                  calibration: Mapping[str, Any] | None, sensors: Sequence[str] | None, sensor_dim: int | None,
                  info_extra: Mapping[str, Any] | None, created_at: float | None) -> None:
@@ -456,14 +473,14 @@ class EpisodeWriter:
                 if self._meta_error is None:  # else the next writer replays the merge (recovery.py)
                     clear_pending(self.task.task_dir, self.index)
                 markers.clear_recycled(self.task.task_dir, self.index)
-                self.task._scanned_max = max(self.task._scanned_max, self.index)
+                self.task.note_taken(self.index)
         except BaseException:
             if not committed:
                 self._roll_back(published)
             raise
         finally:
             markers.release(self.task.task_dir, self.index)
-        reg_error = self.task._register(self.index, published)
+        reg_error = self.task.register(self.index, published)
         if self._meta_error is not None:  # the episode stands (committed, registered); its task meta is stale
             raise self._meta_error
         return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error)

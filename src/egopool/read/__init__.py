@@ -1,0 +1,11 @@
+"""The read path: :func:`open_task` gives a :class:`Task`, whose :class:`Episode` reads the data
+parquet, meta row, videos, depth, trajectories, IMU and force matrices of one episode.
+
+Imports run one way: ``reader`` -> ``forces``; nothing here imports the write path.
+"""
+
+from __future__ import annotations
+
+from .reader import Episode, Task, Trajectory, open_task
+
+__all__ = ["Episode", "Task", "Trajectory", "open_task"]
