@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from egopool import CodecError, EgopoolError, SchemaError, TaskWriter, open_task
+from egopool import CodecError, EgopoolError, SchemaError, TaskWriter, ValueChangedWarning, open_task
 from egopool.codecs.video import count_video_frames
 from egopool.devices import Device, Rig, SimulatedRig
 from egopool.recorder import Frame, Recorder
@@ -250,18 +250,21 @@ def test_a_stream_that_never_delivers_fails_and_frees_n(tmp_path):
     assert tw.next_episode_index() == 1
 
 
-def test_a_bad_sample_aborts_the_episode_and_n_is_reused(tmp_path):
+def test_a_bad_sample_is_stored_as_no_sample_and_counted(tmp_path):
     rig = _rig(GRIPPER)
     tw = TaskWriter(tmp_path, "t")
     rec = Recorder(tw, rig)
-    script = {0: lambda r: r.push_frame("gripper_rgb", Frame(_img(1))),
-              1: lambda r: r.push_sample("observation.gripper_left_force", np.zeros(4, np.float32))}
-    with pytest.raises(SchemaError, match="expects 3 values"):
-        rec.record_virtual(0.2, _scripted(script))
-    assert tw.next_episode_index() == 1
-    assert not list((tmp_path / "t" / "data").rglob("episode-*"))
-    done = rec.record_virtual(0.1, _scripted({0: script[0]}))
-    assert done.index == 1
+    f = "observation.gripper_left_force"
+    script = {0: lambda r: [r.push_frame("gripper_rgb", Frame(_img(1))), r.push_sample(f, np.ones(3, np.float32), 7)],
+              1: lambda r: r.push_sample(f, np.zeros(4, np.float32), ns=9),
+              2: lambda r: r.push_sample(f, np.full(3, 2, np.float32), ns=11)}
+    with pytest.warns(ValueChangedWarning, match=r"1 sample\(s\) of gripper_left_force .*expects 3 values"):
+        done = rec.record_virtual(4 / FPS, _scripted(script))
+    assert done.index == 1 and done.result.length == 4
+    assert done.drop_stats["gripper_left_force_rejected_count"] == 1
+    t = open_task(tmp_path / "t").episode(1).table
+    assert t.column(f).to_pylist() == [[1, 1, 1], [0, 0, 0], [2, 2, 2], [0, 0, 0]]
+    assert t.column(f + "_ns").to_pylist() == [7, 0, 11, 0]  # §5.5: a rejected sample has no time either
 
 
 def test_unknown_targets_are_refused(tmp_path):

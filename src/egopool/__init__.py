@@ -8,7 +8,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import (CodecError, ConflictError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError,
-                     LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError)
+                     LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning)
 from .layout import EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from, list_task_episodes
 from .read.reader import Episode, Task, Trajectory, open_task
 from .schema import (ColumnSpec, hand_pose_column, imu_columns, key_column, scalar_ns_column, slam_trajectory_columns,
@@ -21,5 +21,5 @@ __all__ = sorted([
     "SchemaError", "StorageError", "StreamSpec", "Task", "TaskLayout", "TaskWriter", "Trajectory", "__version__",
     "display_suffix", "episode_chunk_file", "episode_index_from", "hand_pose_column", "imu_columns", "key_column",
     "list_task_episodes", "open_task", "scalar_ns_column", "slam_trajectory_columns", "status_column",
-    "vector_column",
+    "ValueChangedWarning", "vector_column",
 ])

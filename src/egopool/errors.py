@@ -16,6 +16,10 @@
     ├── StorageError                 the operating system refused a write (disk full, read-only, not a directory)
     └── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
 
+    ValueChangedWarning (a RuntimeWarning, not an error): a value was stored otherwise than
+    given because the format cannot hold it (rejected sample, saturated force cell, clipped
+    depth); the episode's ``drop_stats`` counts it (egopool.meta.drop_stats)
+
 Every error composes its own message from structured fields, names the file or
 column at fault and, where there is one, says what to do about it.
 """
@@ -43,6 +47,7 @@ __all__ = [
     "RegistryError",
     "SchemaError",
     "StorageError",
+    "ValueChangedWarning",
 ]
 
 
@@ -223,3 +228,12 @@ class MetaUpdateError(EgopoolError):
                  hint: str | None = None) -> None:
         self.index = index
         super().__init__(f"episode {index} was saved, but {message}", path=path, hint=hint)
+
+
+class ValueChangedWarning(RuntimeWarning):
+    """Values of an episode were stored otherwise than given (DESIGN §8: never without a trace).
+
+    Raised as a warning by :meth:`egopool.writer.EpisodeWriter.finish` and the recorder, one
+    per kind of change; the counts are in the episode's ``drop_stats``
+    (:mod:`egopool.meta.drop_stats`) and ``egopool validate`` reports them.
+    """

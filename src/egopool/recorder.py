@@ -26,23 +26,36 @@ queue is trimmed to its newest frame then); ``timestamp`` = tick number / fps an
 ``wall_time = created_at + timestamp`` (file_format.md §7.3). Ticks the write thread
 could not keep up with are not built: they count as ``ticks_skipped`` in ``drop_stats``
 (a frame-drop key), their frames stay queued, their trajectory points go to the next row.
+
+One bad sample never costs the recording (docs/decisions.md #22): a value the format
+cannot hold (NaN/Infinity in a stats column, wrong length, type or range) is stored as
+"no sample" (§5.5) and a bad frame as the slot's previous frame, each counted as
+``<signal>_rejected_count``; a row the writer refuses as a whole is left out
+(``rows_rejected``). Only a failure that leaves the files inconsistent (the data
+parquet cannot be written) stops the episode; its rows so far are then set aside under
+``.egopool_backup/`` (:meth:`~egopool.writer.EpisodeWriter.set_aside`). An episode
+never runs past the rows float32 ``timestamp`` can tell apart
+(:func:`~egopool.write.checks.max_episode_rows`).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CodecError, EgopoolError, SchemaError
+from .errors import CodecError, EgopoolError, SchemaError, ValueChangedWarning
+from .meta.drop_stats import rejected_key
+from .write.checks import check_episode_seconds, max_episode_rows
 from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
-from .write.checks import check_positive_number
 
 if TYPE_CHECKING:
     from .devices.rig import Rig
@@ -95,11 +108,15 @@ class RecordedEpisode:
         The episode row's ``drop_stats``.
     ticks:
         Ticks elapsed from the first row to the last (rows + ``ticks_skipped``).
+    notes:
+        One line per kind of value stored otherwise than given, and why recording stopped
+        early (the float32 timestamp limit); each was also warned (ValueChangedWarning).
     """
 
     result: EpisodeResult
     drop_stats: dict[str, int | float]
     ticks: int
+    notes: tuple[str, ...] = ()
 
     @property
     def index(self) -> int:
@@ -154,6 +171,8 @@ class Recorder:
         self._wq_rows = write_queue_rows or max(2, int(self.fps // 2))
         self._point_cap = int(point_capacity)
         self._prime_timeout = float(prime_timeout)
+        #: Rows an episode may hold before float32 ``timestamp`` repeats (write.checks.max_episode_rows).
+        self.max_rows = max_episode_rows(self.fps)
         self._lock = threading.Lock()
         self._configure()
         self._active = False
@@ -161,6 +180,7 @@ class Recorder:
         self._error: BaseException | None = None
         self._result: EpisodeResult | None = None
         self._final_stats: dict[str, int | float] = {}
+        self._notes: list[str] = []
         self._aborting = self._realtime = False
         self._skipped = self._ticks = 0
         self._late_max = 0.0
@@ -178,6 +198,8 @@ class Recorder:
         self._kwargs = rig.episode_kwargs(self.fps)
         self._columns = {c.name: c for c in self._kwargs["columns"]}
         self._streams = [s.image_key for s in self._kwargs["streams"]]
+        self._shapes = {s.image_key: ((s.height, s.width), np.uint8 if s.kind == "rgb" else np.uint16)
+                        for s in self._kwargs["streams"]}
         self._lockstep = {c.lockstep[0]: n for n, c in self._columns.items() if c.lockstep}
         # Latest-wins (§5.3): observation vectors/matrices. Not the accumulating columns and their
         # lockstep partners, not a sample's own ``_ns`` (push_sample(ns=...) fills it), not key or
@@ -206,6 +228,12 @@ class Recorder:
     def push_frame(self, slot: str, frame: Frame) -> None:
         """Queue a frame of ``slot`` (RGB or depth). A full queue drops its oldest frame.
 
+        Never raises for what a source captured: a stamp that is not an int64 ns becomes 0
+        (unknown, §7.1), a counter that is not an int None; something that is not a
+        :class:`Frame`, or an image of the wrong size or dtype (RGB uint8 ``(H, W[, 3|1])``,
+        depth uint16 ``(H, W)``), is left out, so the tick repeats the slot's previous frame
+        and its stamps. Each counts as ``<slot>_rejected_count``.
+
         Raises
         ------
         SchemaError
@@ -214,7 +242,14 @@ class Recorder:
         dq = self._video.get(slot)
         if dq is None:
             raise SchemaError(f"no recorded stream {slot!r} in this rig", hint=f"streams: {self._streams}")
+        frame, bad = _clean_frame(frame)
+        if frame is not None and not _fits(frame.image, self._shapes[slot]):
+            frame = None  # left out here, so the tick repeats the previous frame with its stamps (R3)
         with self._lock:
+            if bad or frame is None:
+                self._count(rejected_key(slot))
+                if frame is None:
+                    return
             if len(dq) >= self._video_cap:
                 dq.popleft()
                 self._count(f"{slot}_dropped")
@@ -233,6 +268,10 @@ class Recorder:
         ns:
             Host monotonic ns of the sample.
 
+        The value is checked by the write thread: one the column cannot hold is stored
+        as "no sample" (§5.5) and counted (``<signal>_rejected_count``); a sample whose
+        ``ns`` is not an int64 is left out and counted the same way.
+
         Raises
         ------
         SchemaError
@@ -242,27 +281,42 @@ class Recorder:
         if column not in self._latest_wins:
             raise SchemaError("not a latest-wins column of this rig (trajectories and IMU go to push_points, "
                               "a sample's time to ns=, status to set_status)", column=column)
+        stamp = _ns_or_none(ns)
         with self._lock:
-            self._latest[column] = (value, int(ns))
+            if stamp is None:  # a sample without a usable time cannot be paired: left out
+                self._count(rejected_key(column))
+                return
+            self._latest[column] = (value, stamp)
 
     def push_points(self, column: str, points: np.ndarray, ns: np.ndarray | None = None) -> None:
         """Append items of an accumulating column: trajectory points ``(K, 8)`` float64 with host ns
         ``(K,)`` int64 (0 = no stamp), or IMU samples ``(K, 6)`` float32 to ``observation.imu`` with
         device ns ``imu_ts_ns``. A full buffer drops its oldest items.
 
+        Never raises for what a source captured: points that do not form ``(K, width)``
+        numbers or whose ``ns`` are not one int64 per item are left out and counted as
+        ``<signal>_rejected_count`` (IMU samples holding NaN/Infinity are left out one by
+        one by the writer, same key).
+
         Raises
         ------
         SchemaError
-            Unknown column, or ``ns`` not one per item.
+            Unknown column.
         """
         spec = self._columns.get(column)
         if spec is None or column not in self._lockstep:
             raise SchemaError("not an accumulating (trajectory / IMU) column of this rig", column=column)
         width = 8 if spec.storage == "list" else (spec.length or 1)
-        pts = np.asarray(points, dtype=spec.dtype).reshape(-1, width)
-        stamps = np.zeros(len(pts), np.int64) if ns is None else np.asarray(ns, dtype=np.int64).reshape(-1)
-        if stamps.shape[0] != pts.shape[0]:
-            raise SchemaError(f"{stamps.shape[0]} stamps for {pts.shape[0]} items", column=column)
+        try:
+            pts = spec.normalise(points).reshape(-1, width)
+            stamps = (np.zeros(len(pts), np.int64) if ns is None
+                      else self._columns[self._lockstep[column]].normalise(ns).reshape(-1))
+            if stamps.shape[0] != pts.shape[0]:
+                raise SchemaError(f"{stamps.shape[0]} stamps for {pts.shape[0]} items", column=column)
+        except Exception:  # noqa: BLE001 - any value a source can push is counted, never raised
+            with self._lock:
+                self._count(rejected_key(column), max(1, int(np.size(points)) // width if _sized(points) else 1))
+            return
         if not len(pts):
             return
         with self._lock:
@@ -373,6 +427,7 @@ class Recorder:
     def _write_loop(self) -> None:
         ep: EpisodeWriter | None = None
         lag_max = 0.0
+        rows_rejected = 0
         try:
             while True:
                 row = self._wq.get()
@@ -383,23 +438,49 @@ class Recorder:
                 try:
                     if ep is None:
                         ep = self.writer.begin_episode(**self._kwargs, created_at=self._created_at)
+                        ep.warn_changes = False  # warned from the caller's thread (_end)
                     ep.add_frame(row.values, timestamp=row.tick * self.period, hardware_ns=row.hardware_ns,
-                                 images=row.images)
+                                 images=row.images, reject_bad=True)
                     lag_max = max(lag_max, time.monotonic() - row.due)
-                except BaseException as exc:  # stop recording; the episode is discarded below
+                except Exception as exc:
+                    if ep is None or ep.broken:  # no episode, or its files are no longer consistent
+                        self._error = exc
+                    else:  # the writer refused this row as a whole and stored nothing of it
+                        rows_rejected += 1
+                        if rows_rejected == 1:
+                            self._notes.append(f"row of tick {row.tick} left out: {_reason(exc)}")
+                except BaseException as exc:  # KeyboardInterrupt and the like: stop, discard below
                     self._error = exc
             if ep is None:
                 return
-            if self._error is not None or self._aborting:
+            if self._aborting:
                 ep.abort()
                 return
-            ep.drop_stats.update(self._drop_stats(lag_max))
+            if self._error is not None:
+                self._set_aside(ep)
+                return
+            for key, n in self._drop_stats(lag_max).items():  # the writer may count the same key (rejects)
+                ep.drop_stats[key] = ep.drop_stats.get(key, 0) + n if key.endswith("_rejected_count") else n
+            if rows_rejected:
+                ep.drop_stats["rows_rejected"] = rows_rejected
             self._result = ep.finish()
             self._final_stats = dict(ep.drop_stats)
+            self._notes[:0] = self._result.notes
         except BaseException as exc:
             self._error = self._error or exc
             if ep is not None:
                 ep.abort()
+
+    def _set_aside(self, ep: EpisodeWriter) -> None:
+        """The episode cannot be published: keep its rows so far beside the task, log why (decisions.md #22)."""
+        assert self._error is not None
+        if not ep.length or not isinstance(self._error, Exception):
+            ep.abort()
+            return
+        kept = ep.set_aside(_reason(self._error))
+        if kept is not None:
+            self._notes.append(f"episode {ep.index} stopped after {ep.length} rows ({_reason(self._error)}); "
+                               f"its files so far are kept in {kept}")
 
     def _drop_stats(self, lag_max: float) -> dict[str, int | float]:
         with self._lock:
@@ -423,6 +504,7 @@ class Recorder:
         self._error = None
         self._result = None
         self._final_stats = {}
+        self._notes = []
         self._aborting = False
         self._stop = threading.Event()
         self._tick_thread = None
@@ -441,17 +523,24 @@ class Recorder:
         assert self._writer_thread is not None
         self._writer_thread.join()
         self._active = False
+        for line in self._notes:  # from this (the caller's) thread, so callers can catch them
+            warnings.warn(line, ValueChangedWarning, stacklevel=3)
         if self._error is not None:
             err = self._error
+            kept = [n for n in self._notes if "are kept in" in n]
             if isinstance(err, EgopoolError):
+                if kept:  # say where the rows went, in the one line the CLI prints
+                    err.hint = kept[0] + (f"; {err.hint}" if err.hint else "")
+                    err.args = (err.one_line(),)
                 raise err
-            raise EgopoolError(f"recording failed: {type(err).__name__}: {err}") from err
+            raise EgopoolError(f"recording failed: {type(err).__name__}: {err}",
+                               hint=kept[0] if kept else None) from err
         if abort:
             return None
         if self._result is None:
             raise CodecError("the episode has no rows: no tick had a frame of every stream "
                              f"(silent: {self._silent_streams()})")
-        return RecordedEpisode(self._result, self._final_stats, self._ticks)
+        return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes))
 
     def start_episode(self) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.
@@ -491,6 +580,11 @@ class Recorder:
             if due_tick > tick:  # slept through ticks (GIL, a slow source): they are not built
                 self._skipped += due_tick - tick
                 tick = due_tick
+            if tick >= self.max_rows:  # float32 timestamp would repeat (file_format.md §7.1)
+                self._notes.append(f"recording stopped at {self.max_rows / self.fps:.0f} s: float32 timestamps "
+                                   f"cannot tell rows {1 / self.fps:.3g} s apart beyond that (file_format.md §7.1); "
+                                   "start a new episode")
+                return
             due = t0 + tick * self.period
             self._late_max = max(self._late_max, now - due)
             if self._wq.full():
@@ -551,13 +645,15 @@ class Recorder:
         Raises
         ------
         SchemaError
-            ``seconds`` is not a finite number > 0 (nothing is started).
+            ``seconds`` is not a finite number > 0, or longer than float32 ``timestamp``
+            can time at this fps (:func:`~egopool.write.checks.check_episode_seconds`);
+            nothing is started.
         CodecError
             A stream delivered no frame within ``prime_timeout`` virtual seconds.
         EgopoolError
             Writing failed (the episode was aborted).
         """
-        rows = max(1, int(round(check_positive_number(seconds, "seconds") * self.fps)))
+        rows = check_episode_seconds(seconds, self.fps)
         self._begin(realtime=False)
         period_ns = int(round(1e9 / self.fps))
         t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
@@ -585,3 +681,60 @@ class Recorder:
         out = self._end(abort=False)
         assert out is not None
         return out
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.one_line() if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}"
+
+
+def _ns_or_none(value: Any) -> int | None:
+    """An int64 ns stamp as int, or None when the value is not one (never raises)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+    elif isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        v = int(value)
+    else:
+        return None
+    return v if -(2 ** 63) <= v < 2 ** 63 else None
+
+
+def _sized(value: Any) -> bool:
+    try:
+        np.size(value)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _clean_frame(frame: Any) -> tuple[Frame | None, bool]:
+    """``(frame with usable stamps, whether anything was replaced)``; None when it is not a Frame at all."""
+    if not isinstance(frame, Frame) or frame.image is None:
+        return None, True
+    fixes: dict[str, Any] = {}
+    for name in ("hardware_ns", "raw_hw_ns", "host_ns"):
+        if _ns_or_none(getattr(frame, name)) is None:
+            fixes[name] = 0  # 0 = unknown (§7.1)
+    ts_src = _ns_or_none(frame.ts_src)
+    if ts_src is None or not 0 <= ts_src <= 3:
+        fixes["ts_src"] = 0
+    if frame.counter is not None and _ns_or_none(frame.counter) is None:
+        fixes["counter"] = None
+    if not fixes:
+        return frame, False
+    return dataclasses.replace(frame, **fixes), True
+
+
+def _fits(image: Any, shape: tuple[tuple[int, int], type]) -> bool:
+    """Whether ``image`` is a frame the slot's encoder takes (checked without copying it)."""
+    (h, w), dtype = shape
+    try:
+        img = np.asarray(image)
+    except Exception:  # noqa: BLE001 - whatever a source passed
+        return False
+    if img.dtype != dtype or img.shape[:2] != (h, w):
+        return False
+    if dtype is np.uint16:
+        return img.ndim == 2
+    return img.ndim == 2 or (img.ndim == 3 and img.shape[2] in (1, 3))

@@ -9,6 +9,7 @@ declared, §6.8.2), what a row without a sample holds (§5.5: ``[0.0]*d``, ``[]`
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Mapping
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import SchemaError
+from .errors import EgopoolError, SchemaError
 from .frames import frame_axes as _frame_axes
 
 __all__ = [
@@ -143,7 +144,8 @@ class ColumnSpec:
         For a list column that runs parallel to another: ``(partner, values_per_item)``,
         e.g. ``("observation.slam_trajectory", 8)``: row lengths must match point counts.
     encode:
-        Optional transform applied to a row's value before storage (force matrices).
+        Optional transform applied to a row's value before storage (force matrices): returns
+        ``(stored value, elements changed to fit)``, e.g. cells saturated at int16.
     """
 
     name: str
@@ -154,7 +156,7 @@ class ColumnSpec:
     kind: str = "vector"
     sparse: bool = False
     lockstep: tuple[str, int] | None = None
-    encode: Callable[[Any], Any] | None = None
+    encode: Callable[[Any], tuple[Any, int]] | None = None
 
     def __post_init__(self) -> None:
         check_column_name(self.name, self.kind)
@@ -186,34 +188,56 @@ class ColumnSpec:
         return np.zeros(0, dtype=self.dtype)
 
     def normalise(self, value: Any) -> Any:
-        """Convert one row's value to its stored numpy form, checking length.
+        """Convert one row's value to its stored numpy form, checking length, type and range.
 
         Raises
         ------
         SchemaError
-            Wrong element count, or a value that cannot be converted.
+            Wrong element count, a value of the wrong type, or a value the stored dtype
+            cannot hold (see :meth:`normalise_counted`).
         """
+        return self.normalise_counted(value)[0]
+
+    def normalise_counted(self, value: Any) -> tuple[Any, int]:
+        """Like :meth:`normalise`, also returning how many elements the column's codec changed to fit.
+
+        Only an ``encode`` step changes values (force-matrix cells saturated at int16,
+        file_format.md §7.2.1); everything else is stored exactly or refused. Refused: a str
+        or complex value for a number column, a float that is not a whole number (or NaN) for
+        an integer column, an integer outside the stored dtype's range, and a finite number
+        that would become Infinity in float32 (multi_device_storage.md §5.5: a value the
+        format cannot hold is a missing sample, never silently another number).
+
+        Raises
+        ------
+        SchemaError
+            Naming the column and what is wrong; a codec's own refusal (``CodecError``) is
+            re-raised as SchemaError with the same text.
+        """
+        changed = 0
         if self.encode is not None:
-            value = self.encode(value)
+            try:
+                value, changed = self.encode(value)
+            except EgopoolError as exc:
+                raise SchemaError(exc.message, column=self.name) from exc
         if self.storage == "string":
             if not isinstance(value, str):
                 raise SchemaError(f"expects a str, got {type(value).__name__}", column=self.name)
-            return value
-        try:
-            arr = np.asarray(value, dtype=self.dtype)
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"cannot convert value to {self.dtype}: {exc}", column=self.name) from exc
+            return value, changed
+        arr = _to_dtype(value, np.dtype(self.dtype), self.name)
         if self.storage == "scalar":
             if arr.size != 1:
                 raise SchemaError(f"expects one value per row, got shape {arr.shape}", column=self.name)
-            return arr.reshape(())[()]
+            return arr.reshape(())[()], changed
         if self.storage == "list_list":
-            arr = arr.reshape(-1, self.length) if arr.size else np.zeros((0, self.length or 0), self.dtype)
-            return arr
+            width = self.length or 0
+            if arr.size % max(width, 1):
+                raise SchemaError(f"expects items of {width} values, got {arr.size} values", column=self.name)
+            return (arr.reshape(-1, width) if arr.size else np.zeros((0, width), self.dtype)), changed
         flat = arr.reshape(-1)
         if self.length is not None and flat.size != self.length:
             raise SchemaError(f"expects {self.length} values per row, got {flat.size}", column=self.name)
-        return flat
+        return flat, changed
 
     def to_arrow(self, values: list[Any]) -> pa.Array:
         """Build the arrow array of a row group from normalised row values."""
@@ -237,6 +261,45 @@ class ColumnSpec:
         inner_offsets = np.arange(int(outer[-1]) + 1, dtype=np.int64) * width
         inner = _list_array(inner_offsets, pa.array(flat, type=typ.value_type.value_type))
         return _list_array(outer, inner)
+
+
+def _to_dtype(value: Any, dtype: np.dtype, column: str) -> np.ndarray:
+    """``value`` as an array of ``dtype`` when every element is representable, else SchemaError.
+
+    numpy's own cast wraps integers (300 -> 44 in int8), truncates floats toward zero in
+    an integer column and turns a float64 beyond float32 into Infinity, each silently.
+    """
+    try:
+        src = np.asarray(value)
+        if src.dtype == dtype:
+            return src
+        if src.dtype.kind == "O":  # Python ints beyond int64, or a mix of objects
+            if not all(isinstance(x, numbers.Real) for x in src.reshape(-1)):
+                raise SchemaError(f"expects numbers ({dtype}), got {type(src.reshape(-1)[0]).__name__} "
+                                  "values", column=column)
+            src = src.astype(np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SchemaError(f"cannot convert value to {dtype}: {exc}", column=column) from exc
+    kind = src.dtype.kind
+    if kind not in "biuf":
+        raise SchemaError(f"expects numbers ({dtype}), got {src.dtype} values", column=column)
+    if dtype.kind in "iu":
+        if kind == "f":
+            if src.size and not (np.isfinite(src).all() and (np.rint(src) == src).all()):
+                raise SchemaError(f"expects whole numbers ({dtype}), got non-integral or non-finite floats",
+                                  column=column)
+        info = np.iinfo(dtype)
+        if src.size and kind != "b" and (src.min() < info.min or src.max() > info.max):
+            raise SchemaError(f"holds {src.min() if src.min() < info.min else src.max()}, outside the "
+                              f"{dtype} range [{info.min}, {info.max}]", column=column)
+        return src.astype(dtype)
+    with np.errstate(over="ignore"):
+        out = src.astype(dtype)
+    if kind == "f" and src.size and not np.isfinite(out).all():
+        grew = np.isfinite(src) & ~np.isfinite(out)
+        if grew.any():
+            raise SchemaError(f"holds {src[grew].reshape(-1)[0]}, beyond the {dtype} range", column=column)
+    return out
 
 
 def _list_array(offsets: np.ndarray, values: pa.Array) -> pa.Array:
@@ -341,4 +404,4 @@ def force_matrix_column(name: str, encoding: str = "row_diff_quantized", scale: 
 
     codec = ForceMatrixCodec(encoding, float(scale))
     return ColumnSpec(name, "list", codec.dtype.name, FRAME_VALUES, codec.to_dict(), kind="force_matrix",
-                      sparse=True, encode=codec.encode)
+                      sparse=True, encode=codec.encode_counted)

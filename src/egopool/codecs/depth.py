@@ -66,6 +66,15 @@ class LogDepthCodec:
         code = _CODE_MIN + np.rint(self._k * np.log(x / self.d_min))
         return np.where(valid, code, 0).astype(np.uint16)
 
+    def out_of_range(self, depth_mm: np.ndarray) -> int:
+        """Valid pixels (> 0) of a uint16 mm frame outside ``[d_min, d_max]``: :meth:`encode` clips them.
+
+        A 30,000 mm reading comes back as ``d_max`` (20,000 mm by default) and a 50 mm one as
+        ``d_min``; the count is the trace DESIGN §8 asks for. FFV1 stores them unchanged.
+        """
+        d = np.asarray(depth_mm)
+        return int(np.count_nonzero(d > self.d_max) + np.count_nonzero((d > 0) & (d < self.d_min)))
+
     def decode(self, code: np.ndarray) -> np.ndarray:
         """uint16 codes ``(H, W)`` -> uint16 mm; codes < 256 are holes (0)."""
         c = np.asarray(code).astype(np.float64)
@@ -113,6 +122,8 @@ class DepthEncoder:
         self.path, self.codec, self.width, self.height = Path(path), codec, int(width), int(height)
         self.params = params or LogDepthCodec()
         self.frames, self.qp, self.preset = 0, qp, preset
+        #: Valid pixels the log code clipped into ``[d_min, d_max]`` so far (0 for FFV1).
+        self.clipped = 0
         self._guard = DtsGuard()
         rate = Fraction(fps).limit_denominator(1001)
         try:
@@ -159,6 +170,9 @@ class DepthEncoder:
     def encode(self, depth_mm: np.ndarray) -> None:
         """Append one uint16 mm frame ``(H, W)``; 0 = no depth.
 
+        ``hevc12`` clips valid depth into the log code's range and counts those pixels in
+        :attr:`clipped`; ``ffv1`` stores every uint16 value as it is.
+
         Raises
         ------
         CodecError
@@ -169,6 +183,7 @@ class DepthEncoder:
         d = self.check(depth_mm)
         if self.codec == "hevc12":
             frame = av.VideoFrame.from_ndarray(self.params.encode(d), format="gray12le")
+            self.clipped += self.params.out_of_range(d)
         else:
             frame = av.VideoFrame.from_ndarray(d, format="gray16le")
         frame.pts = self.frames

@@ -36,6 +36,7 @@ __all__ = [
     "fz_plane_sums",
     "fz_ratio",
     "resolve_force_matrix_spec",
+    "saturated_cells",
     "usable_scale",
 ]
 
@@ -84,17 +85,71 @@ class ForceMatrixCodec:
 
     def quantize(self, frame_mn: np.ndarray) -> np.ndarray:
         """``(250, 250, 3)`` mN -> int16 ``q`` of the same shape (clipped to the int16 range)."""
-        v = np.asarray(frame_mn, dtype=np.float64)
-        return np.clip(np.rint(v * self.scale), -32768, 32767).astype(np.int16)
+        return self.quantize_counted(frame_mn)[0]
+
+    def quantize_counted(self, frame_mn: np.ndarray) -> tuple[np.ndarray, int]:
+        """``(250, 250, 3)`` mN -> (int16 ``q``, number of saturated cells).
+
+        A cell whose ``round(v · scale)`` lies outside ``[-32768, 32767]`` is stored at the
+        nearest end (read back as 32767/scale or −32768/scale mN: at ×1000 anything beyond
+        ±32.767 mN). The stored value alone cannot tell a saturated cell from one that
+        really read 32.767 mN, so the count is the trace (file_format.md §7.2.1).
+
+        Raises
+        ------
+        CodecError
+            The frame holds NaN or Infinity (no reading; a cast would store an arbitrary int16).
+        """
+        v = np.asarray(frame_mn, dtype=np.float64) * self.scale
+        np.rint(v, out=v)
+        hi, lo = float(v.max(initial=0.0)), float(v.min(initial=0.0))
+        if not (np.isfinite(hi) and np.isfinite(lo)):
+            raise CodecError(f"force matrix frame holds {int(np.count_nonzero(~np.isfinite(v)))} NaN/Infinity "
+                             "cell(s); a frame without a reading is written as 'no sample' "
+                             "(multi_device_storage.md §5.5)")
+        saturated = 0
+        if hi > 32767 or lo < -32768:  # only then pay for the count and the clip
+            saturated = int(np.count_nonzero(v > 32767) + np.count_nonzero(v < -32768))
+            np.clip(v, -32768, 32767, out=v)
+        return v.astype(np.int16), saturated
 
     def encode(self, frame_mn: np.ndarray) -> np.ndarray:
-        """One frame ``(250, 250, 3)`` mN -> flat ``(187500,)`` int16 diffs or float32 raw."""
+        """One frame ``(250, 250, 3)`` mN -> flat ``(187500,)`` int16 diffs or float32 raw.
+
+        Raises
+        ------
+        CodecError
+            See :meth:`encode_counted`.
+        """
+        return self.encode_counted(frame_mn)[0]
+
+    def encode_counted(self, frame_mn: np.ndarray) -> tuple[np.ndarray, int]:
+        """Like :meth:`encode`, also returning how many cells could not be stored as given.
+
+        ``row_diff_quantized``: cells saturated at the int16 range (:meth:`quantize_counted`);
+        ``row_flat_raw``: finite cells beyond the float32 range (stored as ±Infinity).
+
+        Raises
+        ------
+        CodecError
+            Not 187500 values, not real numbers, or NaN/Infinity cells (a frame without a reading).
+        """
         v = np.asarray(frame_mn)
         if v.size != FRAME_VALUES:
             raise CodecError(f"force matrix frame must have 250*250*3 = {FRAME_VALUES} values, got shape {v.shape}")
-        if self.encoding == "row_flat_raw":
-            return np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-        return self.encode_quantized(self.quantize(v.reshape(FRAME_SHAPE)))
+        if v.dtype.kind not in "biuf":
+            raise CodecError(f"force matrix frame must hold real numbers (mN), got dtype {v.dtype}")
+        if self.encoding == "row_diff_quantized":
+            q, saturated = self.quantize_counted(v.reshape(FRAME_SHAPE))
+            return self.encode_quantized(q), saturated
+        if v.dtype.kind == "f" and not np.isfinite(v).all():
+            raise CodecError(f"force matrix frame holds {int(np.count_nonzero(~np.isfinite(v)))} NaN/Infinity "
+                             "cell(s); a frame without a reading is written as 'no sample' "
+                             "(multi_device_storage.md §5.5)")
+        with np.errstate(over="ignore"):
+            out = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+        over = 0 if np.isfinite(out).all() else int(np.count_nonzero(~np.isfinite(out)))
+        return out, over
 
     @staticmethod
     def encode_quantized(q: np.ndarray) -> np.ndarray:
@@ -350,6 +405,20 @@ def fz_ratio(fz_sums: np.ndarray, force_fz: np.ndarray, valid: np.ndarray | None
     out = np.full(s.shape, np.nan)
     np.divide(s, f, out=out, where=ok)
     return out
+
+
+def saturated_cells(q: np.ndarray) -> np.ndarray:
+    """Cells at the int16 limits per frame: ``(R, 250, 250, 3)`` (or ``(250, 250, 3)``) int16 ``q`` -> ``(R,)`` int64.
+
+    A stored 32767 or −32768 is where ``row_diff_quantized`` saturates (file_format.md
+    §7.2.1): the true value may have been larger in magnitude, so a Σfz over such a frame
+    is only a bound and must not be read as the historical truncation toward zero.
+    """
+    a = np.asarray(q)
+    if a.dtype != np.int16:
+        raise CodecError(f"saturation is counted on stored int16 values, got {a.dtype}")
+    flat = a.reshape(-1, FRAME_VALUES)
+    return np.count_nonzero(flat == 32767, axis=1) + np.count_nonzero(flat == -32768, axis=1)
 
 
 # Rows of 750 values decoded per block. The int32 scratch (1.5 MB) and the float32

@@ -8,7 +8,8 @@
 * ``force_matrix_specs`` per force matrix column (§7.2.1, multi_device_storage.md §8.1.4)
   and ``slam_specs`` frames (§7.2);
 * every video: image_key in ``video_extensions`` with the same extension (§8), readable,
-  and exactly one frame per data row (§7.3, multi_device_storage.md §5.3).
+  and exactly one frame per data row (§7.3, multi_device_storage.md §5.3);
+* values stored otherwise than recorded (``drop_stats`` counts, saturated force cells): warnings (changes.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..errors import EgopoolError
 from ..layout import EpisodeFiles
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
+from .changes import check_value_changes
 from .context import Context
 from .data import DataSummary, check_data, first_line
 from .declarations import check_force_matrix_spec, check_frame_spec, is_depth_name
@@ -69,6 +71,7 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
         _check_video(ctx, g, key, g.videos[key], rows, row)
     if row is not None:
         _declared_streams(ctx, g, row)
+    check_value_changes(ctx, g, row)
 
 
 def _legacy_names(ctx: Context, g: EpisodeFiles) -> None:

@@ -9,6 +9,8 @@
   the same file extension (file_format.md §8). Force matrices may change ``scale`` /
   ``encoding`` and trajectories their ``frame`` between episodes: the episode's own
   ``force_matrix_specs`` / ``slam_specs`` are the authority for those (§7.3);
+* an episode of ``seconds`` at ``fps`` has timestamps float32 can tell apart
+  (file_format.md §7.1: ``timestamp`` is float32 seconds);
 * ``meta/info.json`` and ``meta/stats.json`` can be merged at finish (parse, hold no
   NaN, blocks with the dimension of this episode's columns), because after the commit
   an episode can no longer be taken back (decisions.md #5).
@@ -30,8 +32,9 @@ from ..meta.info import info_path, merge_info
 from ..meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
 from ..schema import ColumnSpec
 
-__all__ = ["check_column_declarations", "check_finite_values", "check_json_value", "check_positive_number",
-           "check_stream_declarations", "check_task_meta_mergeable"]
+__all__ = ["check_column_declarations", "check_episode_seconds", "check_finite_values", "check_json_value",
+           "check_positive_number", "check_stream_declarations", "check_task_meta_mergeable", "max_episode_rows",
+           "max_episode_seconds"]
 
 #: Declaration keys that may never change for a column the task already has.
 _FIXED_KEYS = ("dtype", "shape", "encoding")
@@ -51,6 +54,68 @@ def check_positive_number(value: Any, what: str) -> float:
     if not math.isfinite(x) or x <= 0:
         raise SchemaError(f"{what} must be finite and > 0, got {value!r}")
     return x
+
+
+def max_episode_seconds(fps: float) -> float:
+    """Longest episode whose float32 ``timestamp`` (i / fps s, file_format.md §7.1) still tells every row apart.
+
+    float32 has 24 significant bits: in ``[2^k, 2^(k+1))`` s its step is ``2^(k-23)`` s.
+    Rows ``1/fps`` apart stay distinct while that step is at most ``1/fps``, i.e. up to
+    the first power of two ``T`` whose step exceeds it: 16384 s (4.55 h) at 1000 fps,
+    32768 s (9.1 h) at 500 fps, 524288 s (6.1 days) at 30 fps. Every row with
+    ``i / fps < T`` is safe; the first row at or past ``T`` may round onto its predecessor.
+
+    Raises
+    ------
+    SchemaError
+        ``fps`` is not a finite number > 0.
+    """
+    return max_episode_rows(fps) / check_positive_number(fps, "fps")
+
+
+def max_episode_rows(fps: float) -> int:
+    """Rows an episode at ``fps`` may hold so that float32 ``timestamp`` stays strictly increasing.
+
+    See :func:`max_episode_seconds`; checked exhaustively near the limit in the tests.
+
+    Raises
+    ------
+    SchemaError
+        ``fps`` is not a finite number > 0.
+    """
+    f = check_positive_number(fps, "fps")
+    k = math.floor(math.log2(1.0 / f)) + 24  # first k with 2**(k - 23) > 1/fps
+    while 2.0 ** (k - 23) <= 1.0 / f:
+        k += 1
+    while k > -126 and 2.0 ** (k - 24) > 1.0 / f:
+        k -= 1
+    return int(math.ceil(2.0 ** k * f))
+
+
+def check_episode_seconds(seconds: float, fps: float, what: str = "seconds") -> int:
+    """Rows of an episode of ``seconds`` at ``fps``; refuses a length float32 ``timestamp`` cannot time.
+
+    Returns
+    -------
+    int
+        ``max(1, round(seconds * fps))``.
+
+    Raises
+    ------
+    SchemaError
+        ``seconds`` or ``fps`` not finite and > 0, or more rows than :func:`max_episode_rows`
+        (one line naming the limit at this fps and what to do).
+    """
+    s = check_positive_number(seconds, what)
+    f = check_positive_number(fps, "fps")
+    rows = max(1, int(round(s * f)))
+    limit = max_episode_rows(f)
+    if rows > limit:
+        raise SchemaError(f"{what} = {s:g} at {f:g} fps is {rows} rows, but float32 timestamps (file_format.md §7.1) "
+                          f"tell rows apart only for the first {limit / f:.0f} s ({limit / f / 3600:.2f} h, {limit} "
+                          "rows) of an episode", hint=f"record at most {math.floor(limit / f)} s per episode, or "
+                                                      "lower the fps")
+    return rows
 
 
 def check_json_value(value: Any, what: str) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,11 +23,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import checks
-from .._atomic import publish, task_lock, temp_path_for
+from .._atomic import atomic_write_json, publish, task_lock, temp_path_for
 from ..codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
 from ..codecs.video import RgbEncoder
-from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError
+from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
+from ..meta.drop_stats import changed_value_notes, clipped_key, encode_failed_key, rejected_key, saturated_key
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
@@ -128,6 +130,12 @@ class EpisodeResult:
     registry_error:
         Why the episode could not be recorded in ``pipeline.db`` (its files are
         published all the same), or None.
+    notes:
+        One line per kind of value stored otherwise than given (rejected samples,
+        saturated force cells, clipped depth; counted in ``drop_stats``,
+        :func:`egopool.meta.drop_stats.changed_value_notes`), with the first reason.
+    drop_stats:
+        The episode row's ``drop_stats``.
     """
 
     index: int
@@ -136,6 +144,8 @@ class EpisodeResult:
     length: int
     paths: tuple[Path, ...]
     registry_error: str | None = None
+    notes: tuple[str, ...] = ()
+    drop_stats: Mapping[str, int | float] = field(default_factory=dict)
 
 
 def _fills(spec: ColumnSpec, value: Any) -> bool:
@@ -150,6 +160,19 @@ def _fills(spec: ColumnSpec, value: Any) -> bool:
     if spec.storage == "list_list" or (spec.storage == "list" and spec.length is None):
         return bool(np.size(value))
     return True
+
+
+def _int64(value: Any) -> int:
+    """A device-clock stamp as a Python int in int64 (file_format.md §7.1), else SchemaError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+        raise SchemaError(f"must be an integer ns stamp, got {type(value).__name__} {value!r:.40}",
+                          column="hardware_ns")
+    if isinstance(value, (float, np.floating)) and not (np.isfinite(value) and float(value).is_integer()):
+        raise SchemaError(f"must be an integer ns stamp, got {value!r}", column="hardware_ns")
+    v = int(value)
+    if not -(2 ** 63) <= v < 2 ** 63:
+        raise SchemaError(f"{v} is outside int64", column="hardware_ns")
+    return v
 
 
 @dataclass
@@ -179,6 +202,10 @@ class EpisodeWriter:
     drop_stats:
         Counters written as the episode row's ``drop_stats`` JSON (§6.2). Frame-drop
         counts use plain keys; durations and event counts end in ``_ms`` / ``_count``.
+        Values stored otherwise than given are counted here too (:mod:`egopool.meta.drop_stats`).
+    warn_changes:
+        :meth:`finish` warns (:class:`~egopool.errors.ValueChangedWarning`) once per kind of
+        changed value (default True; the recorder warns from its caller's thread instead).
     """
 
     def __init__(self, task: EpisodeOwner, index: int, columns: Sequence[ColumnSpec], streams: Sequence[StreamSpec],
@@ -190,6 +217,8 @@ class EpisodeWriter:
         self.fps = task.fps
         self.created_at = float(time.time() if created_at is None else created_at)
         self.drop_stats: dict[str, int | float] = {}
+        self.warn_changes = True
+        self._reasons: dict[str, str] = {}  # drop_stats key -> first reason (for the notes)
         self._decl = {"devices": [dict(d) for d in devices], "device_names": dict(device_names or {}),
                       "calibration": dict(calibration or {}), "sensors": list(sensors or []),
                       "sensor_dim": sensor_dim, "info_extra": dict(info_extra or {})}
@@ -250,7 +279,8 @@ class EpisodeWriter:
 
     # -- rows --------------------------------------------------------------------------------------
     def add_frame(self, values: Mapping[str, Any] | None = None, *, timestamp: float | None = None,
-                  hardware_ns: int = 0, images: Mapping[str, np.ndarray] | None = None) -> int:
+                  hardware_ns: int = 0, images: Mapping[str, np.ndarray] | None = None,
+                  reject_bad: bool = False) -> int:
         """Append one frame row (file_format.md §7.3: one row = one frame of every stream).
 
         Parameters
@@ -262,7 +292,7 @@ class EpisodeWriter:
             (0 = no stamp); ``status.*``: str. A declared column missing here gets the
             "no new sample" value (§5.5). Optional key columns (``raw_hw_ns``...) go here too.
         timestamp:
-            Seconds since episode start (float, strictly increasing). Default
+            Seconds since episode start (float, strictly increasing in float32). Default
             ``frame_index / fps``.
         hardware_ns:
             Device-clock ns of this frame (0 = unknown).
@@ -270,6 +300,15 @@ class EpisodeWriter:
             image_key -> frame (RGB uint8 or depth uint16 mm). A stream without a frame in
             this row repeats its previous frame (counted in ``drop_stats`` as
             ``<key>_repeated_count``); the first row must carry every stream.
+        reject_bad:
+            False (default): a value or frame that cannot be stored raises. True (what the
+            recorder uses, so one bad sample never costs the recording): such a value is
+            stored as "no sample" (§5.5: zeros / ``[]`` / 0, its ``*_ns`` 0; non-finite IMU
+            samples are left out with their stamps), such a frame is replaced by the
+            stream's previous frame, and each is counted in ``drop_stats`` as
+            ``<signal>_rejected_count`` (docs/decisions.md #22). A stream whose encoder
+            fails is left out of the episode (``<key>_encode_failed_count``). The row is
+            still refused when it cannot exist (timestamp, no frame yet for a stream).
 
         Returns
         -------
@@ -279,9 +318,11 @@ class EpisodeWriter:
         Raises
         ------
         SchemaError
-            Unknown column, wrong length, lockstep mismatch, non-increasing timestamp.
+            Unknown column, wrong length or type, a value the stored dtype cannot hold,
+            lockstep mismatch, non-increasing timestamp (with ``reject_bad`` only the last).
         CodecError
-            A frame of the wrong size/dtype, or a stream with no frame yet.
+            A frame of the wrong size/dtype, or a stream with no frame yet (with ``reject_bad``
+            only the last). Nothing of a refused row is stored.
         """
         if self._closed:
             raise EgopoolError(f"episode {self.index} is already finished or aborted")
@@ -289,38 +330,98 @@ class EpisodeWriter:
         fi = self._rows
         ts = float(fi / self.fps) if timestamp is None else float(timestamp)
         ts32 = float(np.float32(ts))
-        if not np.isfinite(ts) or ts < 0 or (self._last_ts is not None and ts32 <= self._last_ts):
-            raise SchemaError(f"timestamp {ts} must be finite, >= 0 and strictly increasing "
-                              f"(previous {self._last_ts})", column="timestamp")
-        for name in values:
+        if not np.isfinite(ts32) or ts < 0 or (self._last_ts is not None and ts32 <= self._last_ts):
+            raise SchemaError(f"timestamp {ts} must be finite, >= 0 and strictly increasing in float32 "
+                              f"(previous {self._last_ts})", column="timestamp",
+                              hint=f"at {self.fps:g} fps float32 tells rows apart for the first "
+                                   f"{checks.max_episode_seconds(self.fps):.0f} s of an episode")
+        counts: dict[str, int] = {}  # merged into drop_stats only once the row is accepted
+        reasons: dict[str, str] = {}
+
+        def reject(name: str, why: str, n: int = 1) -> None:
+            key = rejected_key(name)
+            counts[key] = counts.get(key, 0) + n
+            reasons.setdefault(key, f"row {fi}: {why}")
+
+        for name in list(values):
             if name not in self._specs or name in ALWAYS_KEY_COLUMNS:
-                raise SchemaError("not declared for this episode", column=name,
-                                  hint="pass its ColumnSpec to begin_episode(columns=...)")
+                if not reject_bad:
+                    raise SchemaError("not declared for this episode", column=name,
+                                      hint="pass its ColumnSpec to begin_episode(columns=...)")
+                reject(name, f"column {name!r} is not declared for this episode")
+                del values[name]
+        try:
+            hw = _int64(hardware_ns)
+        except SchemaError as exc:
+            if not reject_bad:
+                raise
+            reject("hardware_ns", exc.message)
+            hw = 0  # 0 = unknown (§7.1)
         row: dict[str, Any] = {
             "episode_index": self.index, "frame_index": fi, "timestamp": ts32, "task_index": 0,
-            "wall_time": self.created_at + ts32, "hardware_ns": int(hardware_ns),
+            "wall_time": self.created_at + ts32, "hardware_ns": hw,
         }
         filled: set[str] = set()
+        refused: set[str] = set()
+        masks: dict[str, np.ndarray] = {}  # IMU samples kept (reject_bad), applied to their stamps too
         for name, spec in self._specs.items():
             if name in row:
                 continue
-            if name in values:
-                row[name] = spec.normalise(values[name])
-                if name in self._stats_cols:
-                    checks.check_finite_values(name, row[name], fi)
-                if _fills(spec, row[name]):
-                    filled.add(name)
-            else:
+            if name not in values:
                 row[name] = spec.empty_value()
+                continue
+            try:
+                v, changed = spec.normalise_counted(values[name])
+                if name in self._stats_cols:
+                    v, keep = self._finite(name, spec, v, fi, reject_bad, reject)
+                    if keep is not None:
+                        masks[name] = keep
+            except Exception as exc:  # noqa: BLE001 - any value a source can push (reject_bad)
+                if not reject_bad:
+                    raise
+                reject(name, exc.message if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}")
+                refused.add(name)
+                row[name] = spec.empty_value()
+                continue
+            if changed:
+                key = saturated_key(name)
+                counts[key] = counts.get(key, 0) + changed
+            row[name] = v
+            if _fills(spec, v):
+                filled.add(name)
+        for name, spec in self._specs.items():
+            if spec.lockstep and spec.lockstep[0] in masks and spec.lockstep[1] == 1:
+                keep = masks[spec.lockstep[0]]
+                if len(row[name]) == len(keep):
+                    row[name] = row[name][keep]
+                    if not _fills(spec, row[name]):
+                        filled.discard(name)
+        for name in refused:  # a rejected sample has no time either (§5.5: "_ns = 0")
+            ns = name + "_ns"
+            if ns in self._specs and self._specs[ns].storage == "scalar" and ns in values:
+                row[ns] = self._specs[ns].empty_value()
+                filled.discard(ns)
         for name, spec in self._specs.items():
             if spec.lockstep:
                 partner, per = spec.lockstep
-                need = len(row[partner]) // per if self._specs[partner].storage == "list" else len(row[partner])
-                if len(row[name]) != need:
-                    raise SchemaError(f"has {len(row[name])} stamps but {partner!r} has {need} items in this row "
-                                      "(they must run in lockstep; write 0 for a missing stamp)", column=name)
-        self._encode_images(images or {})
+                plen = len(row[partner])
+                need = plen // per if self._specs[partner].storage == "list" else plen
+                if len(row[name]) != need or (self._specs[partner].storage == "list" and plen % per):
+                    why = (f"has {len(row[name])} stamps but {partner!r} has {plen / per:g} items in this row "
+                           "(they must run in lockstep; write 0 for a missing stamp)")
+                    if not reject_bad:
+                        raise SchemaError(why, column=name)
+                    if partner not in refused:
+                        reject(partner, f"{name!r} {why}")
+                    refused |= {name, partner}
+                    row[name], row[partner] = spec.empty_value(), self._specs[partner].empty_value()
+                    filled -= {name, partner}
+        self._encode_images(images or {}, reject_bad, reject)
         self._seen |= filled  # only once the row is accepted
+        for key, n in counts.items():
+            self.drop_stats[key] = int(self.drop_stats.get(key, 0)) + n
+        for key, why in reasons.items():
+            self._reasons.setdefault(key, why)
         for name, v in row.items():
             self._buf.values[name].append(v)
             self._buf.nbytes += getattr(v, "nbytes", 8)
@@ -338,35 +439,81 @@ class EpisodeWriter:
                 raise
         return fi
 
-    def _encode_images(self, images: Mapping[str, np.ndarray]) -> None:
+    @staticmethod
+    def _finite(name: str, spec: ColumnSpec, value: np.ndarray, row: int, reject_bad: bool,
+                reject: Callable[..., None]) -> tuple[np.ndarray, np.ndarray | None]:
+        """A stats column's value with only finite numbers (decisions.md #19), and the IMU samples kept.
+
+        Strict: SchemaError. With ``reject_bad``, IMU samples holding NaN/Infinity are left
+        out one by one (add_frame drops their stamps with them) and counted; any other stats
+        column raises, and add_frame stores the whole sample as "no sample".
+        """
+        if not reject_bad or spec.storage != "list_list":
+            checks.check_finite_values(name, value, row)
+            return value, None
+        ok = np.isfinite(value).all(axis=1)
+        if ok.all():
+            return value, None
+        bad = int((~ok).sum())
+        reject(name, f"{bad} sample(s) hold NaN or Infinity", bad)
+        return np.ascontiguousarray(value[ok]).reshape(-1, spec.length or 0), ok
+
+    def _encode_images(self, images: Mapping[str, np.ndarray], reject_bad: bool = False,
+                       reject: Callable[..., None] | None = None) -> None:
         if self._broken is not None:
             raise EgopoolError(f"episode {self.index}: an earlier write failed ({self._broken}); "
                                "its streams are no longer in step with its rows", hint="abort() the episode")
         unknown = set(images) - set(self._streams)
         if unknown:
-            raise CodecError(f"images for undeclared streams {sorted(unknown)}",
-                             hint="declare them with begin_episode(streams=[StreamSpec(...)])")
+            if not reject_bad or reject is None:
+                raise CodecError(f"images for undeclared streams {sorted(unknown)}",
+                                 hint="declare them with begin_episode(streams=[StreamSpec(...)])")
+            for key in sorted(unknown, key=str):
+                reject(str(key), f"no declared stream {key!r}")
         # Check every frame first: a row refused for one stream must not reach any other,
         # or the streams would no longer hold exactly one frame per data row.
         frames: dict[str, np.ndarray] = {}
+        fresh: set[str] = set()
         for key, st in self._streams.items():
             frame = images.get(key)
-            if frame is None:
-                if st.last is None:
-                    raise CodecError(f"stream {key!r} has no frame for row {self._rows}; the first row must "
-                                     "carry every declared stream")
-                frames[key] = st.last
-            else:
-                frames[key] = st.encoder.check(frame)
-        for key, st in self._streams.items():
+            if frame is not None:
+                try:
+                    frames[key] = st.encoder.check(frame)
+                    fresh.add(key)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - any frame a source can push (reject_bad)
+                    if not reject_bad or reject is None:
+                        raise
+                    reject(key, exc.message if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}")
+            if st.last is None:
+                raise CodecError(f"stream {key!r} has no frame for row {self._rows}; the first row must "
+                                 "carry every declared stream")
+            frames[key] = st.last
+        for key, st in list(self._streams.items()):
             try:
                 st.encoder.encode(frames[key])
             except BaseException as exc:
-                self._broken = f"{key}: {exc}"
-                raise
-            if images.get(key) is None:
+                if not reject_bad or not isinstance(exc, Exception):
+                    self._broken = f"{key}: {exc}"
+                    raise
+                self._drop_stream(key, exc)  # the other streams keep one frame per row
+                continue
+            if key not in fresh and images.get(key) is None:
                 st.repeated += 1
             st.last = frames[key]
+
+    def _drop_stream(self, key: str, exc: BaseException) -> None:
+        """Leave a stream whose encoder failed out of the episode (reject_bad): its frames so far are lost,
+        the rows and the other streams go on; counted and its reason kept for the notes."""
+        st = self._streams.pop(key)
+        st.encoder.abort()
+        with contextlib.suppress(FileNotFoundError):
+            st.temp.unlink()
+        with contextlib.suppress(OSError):
+            st.temp.parent.rmdir()  # only when empty (the stream's directory made for this episode)
+        fkey = encode_failed_key(key)
+        self.drop_stats[fkey] = 1
+        self._reasons.setdefault(fkey, f"row {self._rows}: {exc}")
 
     def _flush(self) -> None:
         if not self._buf.rows:
@@ -445,6 +592,12 @@ class EpisodeWriter:
                 video_codec[key] = st.encoder.close()
                 if st.repeated:
                     self.drop_stats[f"{key}_repeated_count"] = st.repeated
+                clipped = getattr(st.encoder, "clipped", 0)
+                if clipped:  # DESIGN §3 log code: beyond [d_min, d_max] (decisions.md #22)
+                    self.drop_stats[clipped_key(key)] = int(clipped)
+                    p = st.encoder.params if isinstance(st.encoder, DepthEncoder) else None
+                    if p is not None:
+                        self._reasons.setdefault(clipped_key(key), f"range {p.d_min:g}..{p.d_max:g} mm")
         except BaseException:
             self._roll_back([])
             raise
@@ -481,9 +634,19 @@ class EpisodeWriter:
         finally:
             markers.release(self.task.task_dir, self.index)
         reg_error = self.task.register(self.index, published)
+        notes = tuple(self.notes)
+        if self.warn_changes:
+            for line in notes:
+                warnings.warn(line, ValueChangedWarning, stacklevel=2)
         if self._meta_error is not None:  # the episode stands (committed, registered); its task meta is stale
             raise self._meta_error
-        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error)
+        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error, notes,
+                             dict(self.drop_stats))
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per kind of value stored otherwise than given so far, with its first reason."""
+        return changed_value_notes(self.drop_stats, self.index, self._reasons)
 
     def _trajectory_specs(self, present: set[str]) -> dict[str, ColumnSpec]:
         return {n: s for n, s in self._specs.items() if s.kind == "slam_trajectory" and n in present}
@@ -569,6 +732,57 @@ class EpisodeWriter:
         with contextlib.suppress(Exception), task_lock(self.task.task_dir):
             markers.write_recycled(self.task.task_dir, self.index)
         markers.release(self.task.task_dir, self.index)
+
+    @property
+    def broken(self) -> bool:
+        """True when a write failed half-way (the data parquet, or a stream outside ``reject_bad``):
+        rows and streams may no longer match, so the episode can only be aborted or set aside."""
+        return self._broken is not None
+
+    def set_aside(self, reason: str) -> Path | None:
+        """Stop without publishing, keeping what was written under ``<task>/.egopool_backup/unfinished-<N>-<UTC>/``.
+
+        For an episode that cannot be published (:attr:`broken`, e.g. the data parquet could
+        not be written): the data parquet (closed if it still can be, so its row groups so far
+        are readable) and the video files move there with ``reason.json`` (N, rows, reason,
+        ``drop_stats``); N is freed for the next recording like :meth:`abort`. A dot directory
+        every reader ignores (file_format.md §11; docs/decisions.md #14, #22).
+
+        Returns
+        -------
+        Path or None
+            The directory, or None when nothing could be kept (everything is then discarded).
+        """
+        if self._closed:
+            return None
+        self._closed = True
+        with contextlib.suppress(Exception):
+            if self._broken is None:
+                self._flush()
+        with contextlib.suppress(Exception):
+            self._pq.close()
+        for st in self._streams.values():
+            with contextlib.suppress(Exception):
+                st.encoder.close()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = self.task.task_dir / ".egopool_backup" / f"unfinished-{self.index}-{stamp}"
+        try:
+            moves = [(self._data_temp, self._data_final)] + [(st.temp, st.final) for st in self._streams.values()]
+            for temp, final in moves:
+                if temp.exists():
+                    target = dest / final.relative_to(self.task.task_dir)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(temp, target)
+            note = {"episode_index": self.index, "rows": self._rows, "reason": reason,
+                    "created_at": self.created_at, "drop_stats": dict(self.drop_stats)}
+            atomic_write_json(dest / "reason.json", note)
+        except (OSError, EgopoolError, ValueError):
+            dest = None  # type: ignore[assignment]
+        self._discard()  # whatever did not move
+        with contextlib.suppress(Exception), task_lock(self.task.task_dir):
+            markers.write_recycled(self.task.task_dir, self.index)
+        markers.release(self.task.task_dir, self.index)
+        return dest
 
     def abort(self) -> None:
         """Discard everything written and free N for the next recording (file_format.md §7.5)."""

@@ -1,0 +1,98 @@
+"""Values an episode stores otherwise than they were recorded (DESIGN §8; docs/decisions.md #22).
+
+Warnings, not errors: the files are valid, but a reader should know that
+
+* the writer counted changed values in ``drop_stats`` (rejected samples written as "no
+  sample", saturated force-matrix cells, depth clipped into the log code's range, a
+  stream left out, rows left out; :mod:`egopool.meta.drop_stats`);
+* an int16 force-matrix column holds cells at the int16 limits (32767 / −32768): they
+  may have been saturated (file_format.md §7.2.1), whoever wrote the file, so a Σfz over
+  those rows is only a bound. Detected from the data itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..arrowutil import list_offsets
+from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells
+from ..layout import EpisodeFiles
+from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, saturated_key
+from ..schema import signal_kind
+from .context import Context
+
+__all__ = ["check_value_changes"]
+
+_RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count": "file_format.md §7.2.1",
+          "_clipped_count": "file_format.md §8", "_encode_failed_count": "file_format.md §8",
+          "rows_rejected": "file_format.md §6.2"}
+_BATCH_ROWS = 32
+
+
+def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | None) -> None:
+    """Warn about every changed-value count in the episode's ``drop_stats`` and saturated force cells in its data."""
+    drop = row.get("drop_stats") if row is not None else None
+    drop = drop if isinstance(drop, Mapping) else {}
+    where = g.meta or g.data
+    for key in sorted(drop):
+        if not (key == "rows_rejected" or key.endswith(CHANGED_VALUE_SUFFIXES)):
+            continue
+        notes = changed_value_notes({key: drop[key]}, g.index)
+        if notes:
+            rule = next(r for suffix, r in _RULES.items() if key.endswith(suffix))
+            ctx.report.warning(rule, where, f"drop_stats {key} = {drop[key]}: {notes[0]}")
+    if g.data is not None:
+        _saturated_force_cells(ctx, g, g.data, drop)
+
+
+def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any]) -> None:
+    try:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+    except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+        return
+    cols = [f.name for f in schema if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix"
+            and pa.types.is_list(f.type) and pa.types.is_int16(f.type.value_type)]
+    if not cols:
+        return
+    codec = ForceMatrixCodec("row_diff_quantized", 1.0)
+    cells = dict.fromkeys(cols, 0)
+    rows = dict.fromkeys(cols, 0)
+    first: dict[str, int] = {}
+    base = 0
+    try:
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=cols):
+            for name in cols:
+                arr = batch.column(name)
+                offsets = list_offsets(arr)
+                lens = np.diff(offsets)
+                full = np.flatnonzero(lens == FRAME_VALUES)
+                if not full.size:
+                    continue
+                values = arr.flatten().to_numpy(zero_copy_only=False)  # offsets are relative to it
+                stored = np.concatenate([values[int(offsets[i]): int(offsets[i]) + FRAME_VALUES] for i in full])
+                per_row = saturated_cells(codec.decode_quantized(stored))
+                hit = np.flatnonzero(per_row)
+                if hit.size:
+                    cells[name] += int(per_row.sum())
+                    rows[name] += int(hit.size)
+                    first.setdefault(name, base + int(full[hit[0]]))
+            base += batch.num_rows
+    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+        return
+    for name in cols:
+        if not cells[name]:
+            continue
+        counted = drop.get(saturated_key(name))
+        trace = (f"the writer counted {counted} saturated cell(s) in drop_stats" if counted
+                 else "drop_stats does not count them, so they may be saturated readings")
+        ctx.report.warning(_RULES["_saturated_count"], path,
+                           f"column {name!r}: {cells[name]} cell(s) in {rows[name]} row(s) (first row {first[name]}) "
+                           f"are at the int16 limits 32767/-32768 of row_diff_quantized; {trace}; the Σfz self-check "
+                           "leaves those rows out (a saturated sum is a bound, not the historical truncation)")

@@ -1,0 +1,273 @@
+"""One bad sample never costs a recording (issue 12 A; multi_device_storage.md §5.5; decisions.md #22).
+
+A value the format cannot hold is stored as "no sample" and counted per column in
+``drop_stats`` (``<signal>_rejected_count``); a row the writer refuses as a whole is left
+out (``rows_rejected``); an episode never outlives what float32 ``timestamp`` can time.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from egopool import EgopoolError, SchemaError, TaskWriter, ValueChangedWarning, open_task
+from egopool.write import episode_writer as ew
+from egopool.codecs.depth import DepthEncoder
+from egopool.devices import Device, Rig, SimulatedRig
+from egopool.devices.simulated import build_rig
+from egopool.ops.stats_ops import check_stats
+from egopool.recorder import Frame, Recorder
+from egopool.validate import validate_task
+from egopool.write.checks import check_episode_seconds, max_episode_rows, max_episode_seconds
+
+FPS = 30.0
+GLOVE = "observation.left_glove"
+
+
+def _errors(report):
+    return [f for f in report.findings if f.severity == "error"]
+
+
+def test_sixty_seconds_of_lite_gloves_survive_a_tenth_of_a_second_of_nan(tmp_path):
+    """The issue's example: glove frames with one NaN cell for 0.1 s at t = 50 s."""
+    rig = build_rig("lite_gloves", scale=16)
+    rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
+    sim = SimulatedRig(rig, seed=3)
+    push = rec.push_sample
+    window = {"bad": False}
+    nan_windows: set[int] = set()
+
+    def feed(t0, t1, r):
+        epoch = sim.sources[0].epoch
+        window["bad"] = 50.0 <= (t0 + t1) / 2e9 - epoch / 1e9 < 50.1  # the rows of [50 s, 50.1 s)
+        window["t1"] = t1
+        type(sim).feed(sim, t0, t1, r)
+
+    def bad_push(column, value, ns=0):
+        if column == GLOVE and window["bad"]:
+            value = np.array(value, np.float32)
+            value[7, 3] = np.nan
+            nan_windows.add(window["t1"])
+        push(column, value, ns)
+
+    sim.feed = feed
+    rec.push_sample = bad_push
+    with pytest.warns(ValueChangedWarning, match=r"3 sample\(s\) of left_glove could not be stored.*holds nan"):
+        done = sim.record(rec, 60.0)
+    assert len(nan_windows) == 3  # 0.1 s of 1/30 s rows, each with a glove sample
+    assert done.result.length == 1800  # every row kept, the 1,500 before t = 50 s and the 297 after
+    assert done.drop_stats["left_glove_rejected_count"] == 3
+    assert "ticks_skipped" in done.drop_stats and "rows_rejected" not in done.drop_stats
+    ep = open_task(tmp_path / "t").episode(done.index)
+    glove = np.asarray(ep.table.column(GLOVE).to_pylist(), np.float32)
+    zero_rows = np.flatnonzero(~glove.any(axis=1))
+    assert zero_rows.tolist() == [1500, 1501, 1502]  # §5.5 "no sample": zeros
+    assert np.isfinite(glove).all()
+    assert ep.meta["drop_stats"]["left_glove_rejected_count"] == 3
+    report = validate_task(tmp_path / "t")
+    assert _errors(report) == []
+    assert any(f.severity == "warning" and "left_glove_rejected_count" in f.message for f in report.findings)
+    assert check_stats(tmp_path / "t").ok
+
+
+UVC = Device("uvc", "uvc:usb-cam0", "head", 32, 32)
+GRIPPER = Device("gripper", "gripper:CC:BA:97:25:B4:44", "UMI 夹爪001", 32, 32)
+S80 = Device("s80m", "s80m:000000000001@1-3.4.1", "S80M_head", 32, 32)
+GLOVE_DEV = Device("usb_glove", "usbglove:364133593535", "USB 手套_left", side="left")
+
+
+def _rig(*devices):
+    rig = Rig("main")
+    for d in devices:
+        rig.add(d)
+    return rig
+
+
+def _img(v, size=32):
+    return np.full((size, size, 3), v, np.uint8)
+
+
+def _record(tmp_path, rig, script, rows):
+    calls = {"n": 0}
+
+    def feed(t0, t1, rec):
+        step = script.get(calls["n"])
+        if step is not None:
+            step(rec)
+        calls["n"] += 1
+
+    rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
+    with pytest.warns(ValueChangedWarning):
+        done = rec.record_virtual(rows / FPS, feed, host0_ns=10**12)
+    return done, open_task(tmp_path / "t").episode(done.index)
+
+
+FORCE = "observation.gripper_left_force"
+BAD_VALUES = {
+    "nan": np.array([1, np.nan, 3], np.float32),
+    "inf": np.array([np.inf, 2, 3], np.float32),
+    "wrong-length": np.zeros(4, np.float32),
+    "wrong-dtype": np.array(["a", "b", "c"]),
+    "not-a-number": {"fx": 1},
+    "out-of-float32-range": np.array([1e40, 2, 3]),
+    "ragged": [[1, 2], [3]],
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_VALUES), ids=list(BAD_VALUES))
+def test_every_kind_of_bad_value_becomes_no_sample_and_is_counted(tmp_path, bad):
+    """Force is not a stats column, so NaN/inf are refused there only through the wrong length etc.;
+    a stats column (the glove) refuses NaN/inf too. Both keep their row and count per column."""
+    rig = _rig(GRIPPER, GLOVE_DEV)
+    glove_bad = BAD_VALUES[bad] if bad not in ("nan", "inf") else np.where(np.arange(256) == 5, np.nan, 1.0)
+    script = {0: lambda r: [r.push_frame("gripper_rgb", Frame(_img(1), 5, 5)),
+                            r.push_sample(FORCE, np.ones(3, np.float32), 10),
+                            r.push_sample(GLOVE, np.ones(256, np.float32))],
+              1: lambda r: [r.push_sample(FORCE, BAD_VALUES[bad], 20), r.push_sample(GLOVE, glove_bad)],
+              2: lambda r: [r.push_sample(FORCE, np.full(3, 2, np.float32), 30),
+                            r.push_sample(GLOVE, np.full(256, 2, np.float32))]}
+    done, ep = _record(tmp_path, rig, script, rows=3)
+    assert done.result.length == 3
+    assert done.drop_stats["left_glove_rejected_count"] == 1
+    force_rejected = bad not in ("nan", "inf")  # NaN is a sensor's "no reading" outside stats columns (#19)
+    assert done.drop_stats.get("gripper_left_force_rejected_count", 0) == int(force_rejected)
+    g = ep.table.column(GLOVE).to_pylist()
+    assert [row[0] for row in g] == [1.0, 0.0, 2.0]
+    f = ep.table.column(FORCE).to_pylist()
+    if force_rejected:
+        assert f[1] == [0, 0, 0] and ep.table.column(FORCE + "_ns").to_pylist() == [10, 0, 30]
+    assert _errors(validate_task(tmp_path / "t")) == []
+
+
+def test_non_finite_imu_samples_are_left_out_one_by_one_with_their_stamps(tmp_path):
+    rig = Rig("main")
+    rig.add(S80, role="ego")
+    good = np.arange(12, dtype=np.float32).reshape(2, 6)
+    bad = good.copy()
+    bad[1, 2] = np.inf
+    frames = [lambda r, k=k: [r.push_frame(s, Frame(_img(k), 100 + k, 100 + k))
+                              for s in ("stereo_left", "stereo_right")] for k in range(3)]
+    script = {0: frames[0],
+              1: lambda r: [frames[1](r), r.push_points("observation.imu", np.vstack([good, bad]), [1, 2, 3, 4])],
+              2: lambda r: [frames[2](r), r.push_points("observation.imu", [[1, 2, 3]], [5]),  # not 6 values
+                            r.push_points("observation.imu", good, [6])]}  # one stamp for two samples
+    done, ep = _record(tmp_path, rig, script, rows=3)
+    assert done.drop_stats["imu_rejected_count"] == 1 + 1 + 2
+    t = ep.table
+    assert [len(x) for x in t.column("observation.imu").to_pylist()] == [0, 3, 0]
+    assert t.column("imu_ts_ns").to_pylist() == [[], [1, 2, 3], []]
+    assert _errors(validate_task(tmp_path / "t")) == []
+
+
+def test_bad_frames_and_stamps_repeat_the_previous_frame_and_are_counted(tmp_path):
+    rig = _rig(UVC)
+    slot = "head_left_rgb"
+    script = {0: lambda r: r.push_frame(slot, Frame(_img(10), 100, 100)),
+              1: lambda r: r.push_frame(slot, Frame(_img(60, size=16), 200, 200)),  # wrong size
+              2: lambda r: r.push_frame(slot, Frame(np.full((32, 32, 3), 1.5), 300, 300)),  # float image
+              3: lambda r: r.push_frame(slot, Frame(_img(110), float("nan"), "x")),  # stamps -> 0
+              4: lambda r: r.push_frame(slot, "not a frame")}
+    done, ep = _record(tmp_path, rig, script, rows=5)
+    assert done.drop_stats["head_left_rgb_rejected_count"] == 4
+    assert ep.table.column("hardware_ns").to_pylist() == [100, 100, 100, 0, 0]
+    means = [round(float(f.mean())) for f in ep.video(slot)]
+    assert means == pytest.approx([10, 10, 10, 110, 110], abs=3)
+    assert _errors(validate_task(tmp_path / "t")) == []
+
+
+def test_a_stream_whose_encoder_fails_is_left_out_and_the_episode_published(tmp_path, monkeypatch):
+    rig = _rig(UVC, Device("d435", "d435:213622075531", None, 32, 32))
+    real = DepthEncoder.encode
+    calls = {"n": 0}
+
+    def failing(self, depth):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise EgopoolError("simulated encoder failure")
+        return real(self, depth)
+
+    monkeypatch.setattr(DepthEncoder, "encode", failing)
+    depth = np.full((32, 32), 1000, np.uint16)
+    script = {k: (lambda r, k=k: [r.push_frame("head_left_rgb", Frame(_img(k), 100 + k, 100 + k)),
+                                  r.push_frame("d435_rgb", Frame(_img(k), 0, 0, counter=k, ts_src=1)),
+                                  r.push_frame("d435_depth", Frame(depth, 0, 0, counter=k, ts_src=1))])
+              for k in range(6)}
+    done, ep = _record(tmp_path, rig, script, rows=6)
+    assert done.result.length == 6
+    assert done.drop_stats["d435_depth_encode_failed_count"] == 1
+    assert sorted(ep.streams) == ["d435_rgb", "head_left_rgb"]
+    assert not list((tmp_path / "t" / "videos").rglob("*d435_depth*"))
+    assert _errors(validate_task(tmp_path / "t")) == []
+
+
+def test_a_data_parquet_that_cannot_be_written_keeps_its_rows_aside(tmp_path, monkeypatch):
+    """Where publishing is impossible, the rows written so far are kept and the reason logged."""
+    monkeypatch.setattr(ew, "_ROW_GROUP_ROWS", 4)
+    real = pq.ParquetWriter.write_batch
+    calls = {"n": 0}
+
+    def disk_full(self, batch, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, batch, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_batch", disk_full)
+    rig = _rig(UVC)
+    tw = TaskWriter(tmp_path, "t", registry=False)
+    rec = Recorder(tw, rig)
+    feed = lambda t0, t1, r: r.push_frame("head_left_rgb", Frame(_img(1), t1, t1))  # noqa: E731
+    with pytest.warns(ValueChangedWarning, match="kept in"), pytest.raises(EgopoolError) as err:
+        rec.record_virtual(20 / FPS, feed, host0_ns=10**12)
+    assert "No space left" in str(err.value) and "kept in" in err.value.one_line()
+    kept = list((tmp_path / "t" / ".egopool_backup").glob("unfinished-1-*"))
+    assert len(kept) == 1
+    note = json.loads((kept[0] / "reason.json").read_text())
+    assert note["episode_index"] == 1 and "No space left" in note["reason"] and note["rows"] >= 8
+    data = pq.read_table(next(kept[0].rglob("episode-000.parquet")))
+    assert data.num_rows == 8  # the two row groups written before the failure
+    assert next(kept[0].rglob("episode-000.mp4")).stat().st_size > 0
+    assert tw.next_episode_index() == 1  # N is free again (§7.5)
+    assert _errors(validate_task(tmp_path / "t")) == []
+
+
+# -- float32 timestamp: refuse what it cannot time (file_format.md §7.1) ------------------------------------------
+
+@pytest.mark.parametrize("fps,seconds", [(1000, 16384), (500, 32768), (30, 524288), (1024, 16384)])
+def test_max_episode_seconds_is_where_float32_stops_telling_rows_apart(fps, seconds):
+    assert max_episode_seconds(fps) == pytest.approx(seconds)
+    n = max_episode_rows(fps)
+    i = np.arange(n - 100_000, n + 3, dtype=np.float64)
+    ts = (i * (1.0 / fps)).astype(np.float32)  # the recorder's tick * period
+    steps = np.diff(ts)
+    assert (steps[: 100_000 - 1] > 0).all()  # every row below the limit is distinct
+    assert (steps <= 0).any()  # and just past it two rows collide
+
+
+def test_an_episode_float32_cannot_time_is_refused_before_recording(tmp_path):
+    tw = TaskWriter(tmp_path, "t", fps=1000.0, registry=False)
+    rec = Recorder(tw, _rig(UVC))
+    with pytest.raises(SchemaError, match=r"seconds = 20000 at 1000 fps .* first 16384 s \(4.55 h"):
+        rec.record_virtual(20000, lambda *a: None)
+    assert not (tmp_path / "t" / "data").exists() and tw.next_episode_index() == 1
+    assert check_episode_seconds(16384, 1000) == 16_384_000
+    with pytest.raises(SchemaError, match="9.10 h"):
+        check_episode_seconds(9.2 * 3600, 500)
+    with pytest.raises(SchemaError, match="finite"):
+        check_episode_seconds(math.inf, 30)
+
+
+def test_a_realtime_recording_stops_at_the_timestamp_limit_and_keeps_its_rows(tmp_path):
+    rig = _rig(UVC)
+    rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
+    rec.max_rows = 6  # as if 4.55 h at 1000 fps had passed
+    sim = SimulatedRig(rig)
+    with pytest.warns(ValueChangedWarning, match="recording stopped at 0 s: float32 timestamps"):
+        done = sim.record(rec, 0.6, realtime=True)
+    assert done.result.length == 6
+    assert any("float32" in n for n in done.notes)
