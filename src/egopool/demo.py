@@ -42,6 +42,7 @@ from typing import Any
 import av
 import numpy as np
 
+from .codecs.depth import check_depth_codec
 from .errors import CodecError, EgopoolError, FormatError
 from .importers._common import camera_calibration, seconds_to_ns, window_offsets, with_feature
 from .importers._images import read_depth_mm, read_rgb
@@ -335,7 +336,8 @@ def _validate(task_dir: Path) -> dict[str, Any] | None:
 
 
 def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds: float | None = None,
-             video_width: int = 640, overwrite: bool = False, progress: Progress | None = None) -> DemoSummary:
+             video_width: int = 640, overwrite: bool = False, depth_codec: str = "hevc12",
+             progress: Progress | None = None) -> DemoSummary:
     """Build the demo task from the bundled recordings, validate it and summarise.
 
     The task is written into a dot-staging directory inside ``out_dir`` and moved to
@@ -355,6 +357,8 @@ def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds
         downscaled to 640x360 to keep the demo fast; the summary says so).
     overwrite:
         Replace an existing demo task in ``out_dir``.
+    depth_codec:
+        ``hevc12`` (12-bit log code, lossy) or ``ffv1`` (lossless uint16 mm) for ``d435_depth``.
     progress:
         ``progress(done_rows, total_rows)``.
 
@@ -370,6 +374,7 @@ def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds
         unreadable.
     """
     t_start = time.perf_counter()
+    check_depth_codec(depth_codec)
     plan = plan_demo(out_dir, episodes=episodes, max_seconds=max_seconds, video_width=video_width,
                      overwrite=overwrite)
     samples = samples_dir()
@@ -393,7 +398,7 @@ def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds
     vw, vh = plan.video_size
     streams = [StreamSpec(_HAND, "rgb", vw, vh),
                StreamSpec(_RGB, "rgb", color.shape[1], color.shape[0]),
-               StreamSpec(_DEPTH, "depth", depth.shape[1], depth.shape[0], master_slot=_RGB)]
+               StreamSpec(_DEPTH, "depth", depth.shape[1], depth.shape[0], codec=depth_codec, master_slot=_RGB)]
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -462,6 +467,7 @@ def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds
         f"ego trajectory frame 'tum_fr1_world'; only the first {end_s:.1f} s of the 30 s trajectory and "
         "135 s IMU are used",
         "calibration.head_stereo: TUM ROS-default nominal intrinsics (the sample frame's sequence is unknown)",
+        *(line for r in results for line in r.notes),  # values stored otherwise than given, also warned
     ]
     return DemoSummary(plan, [{"episode_index": r.index, "length": r.length} for r in results], stream_bytes,
                        data_bytes, meta_bytes, time.perf_counter() - t_start, synthesised, notes, counts,

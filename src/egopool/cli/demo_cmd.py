@@ -11,7 +11,8 @@ from rich.table import Table
 
 from ..demo import DEMO_TASK, DemoSummary, plan_demo, run_demo
 from .app import app
-from .output import console, err_console, human_bytes, print_json
+from ..codecs.depth import DEPTH_CODECS
+from .output import changed_values_to_stderr, console, err_console, human_bytes, print_json
 
 
 def _print_summary(s: DemoSummary) -> None:
@@ -57,6 +58,8 @@ def demo_cmd(
                                              help="Use only the first S seconds of the recordings (quick runs)."),
     video_width: int = typer.Option(640, "--video-width",
                                     help="Stored width of the hand video (source 1280x720; 640 keeps it fast)."),
+    depth_codec: str = typer.Option("hevc12", "--depth-codec", help=f"{' or '.join(DEPTH_CODECS)} for d435_depth: "
+                                    "hevc12 = 12-bit log code (lossy); ffv1 = lossless uint16 mm MKV."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be written and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -79,16 +82,17 @@ def demo_cmd(
                       f"{list(plan.episode_sizes)}, {plan.frames} frames, hand video "
                       f"{plan.source_size[0]}x{plan.source_size[1]} -> {plan.video_size[0]}x{plan.video_size[1]}")
         return
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True,
-                  disable=json_out or not err_console.is_terminal) as bar:
+    with changed_values_to_stderr(), \
+            Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                     TimeElapsedColumn(), console=err_console, transient=True,
+                     disable=json_out or not err_console.is_terminal) as bar:
         job = bar.add_task("writing episodes", total=None)
 
         def tick(done: int, total: int) -> None:
             bar.update(job, completed=done, total=total)
 
         summary = run_demo(directory, episodes=episodes, max_seconds=max_seconds, video_width=video_width,
-                           overwrite=overwrite, progress=tick)
+                           overwrite=overwrite, depth_codec=depth_codec, progress=tick)
     if json_out:
         print_json(summary.to_dict())
     else:

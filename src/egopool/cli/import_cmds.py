@@ -13,7 +13,8 @@ from ..errors import EgopoolError
 from ..frames import FRAMES
 from ..importers import ImportResult, import_euroc, import_rgbd_frames, import_tum
 from .app import app
-from .output import console, err_console, print_json
+from ..codecs.depth import DEPTH_CODECS
+from .output import changed_values_to_stderr, console, err_console, print_json
 
 import_app = typer.Typer(help="Import recordings from other layouts (RGB-D frame folders, TUM trajectories, "
                               "EuRoC/ASL) into a pooled_episodes_v1 task.", no_args_is_help=True)
@@ -38,8 +39,9 @@ def _need_frame(frame: str | None, what: str, path: Path) -> str:
 
 @contextmanager
 def _progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                  transient=True, disable=quiet or not err_console.is_terminal) as bar:
+    with changed_values_to_stderr(), \
+            Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                     transient=True, disable=quiet or not err_console.is_terminal) as bar:
         job = bar.add_task(label, total=None)
 
         def tick(done: int, total: int) -> None:
@@ -71,12 +73,16 @@ def rgbd_frames_cmd(
     fps: float = typer.Option(30.0, "--fps", help="Frame rate used to synthesise timestamps (the files have none)."),
     frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
     name: str = typer.Option("camera", "--name", help="Device name; slots are NAME_rgb and NAME_depth."),
+    depth_codec: str = typer.Option("hevc12", "--depth-codec", help=f"{' or '.join(DEPTH_CODECS)}: hevc12 = 12-bit "
+                                    "log code (small, lossy, clips to 100..20000 mm, counted in drop_stats); ffv1 = "
+                                    "lossless uint16 mm MKV."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import colour + depth + pose frames (7-Scenes layout) as one episode with RGB, depth and trajectory."""
     frame = _need_frame(frame, "a pose.txt file", directory)
     with _progress("importing frames", json_out) as tick:
-        result = import_rgbd_frames(directory, out, frame=frame, task=task, fps=fps, name=name, progress=tick)
+        result = import_rgbd_frames(directory, out, frame=frame, task=task, fps=fps, name=name,
+                                    depth_codec=depth_codec, progress=tick)
     _report(result, json_out)
 
 

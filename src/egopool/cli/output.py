@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -24,3 +27,29 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+@contextlib.contextmanager
+def changed_values_to_stderr() -> Iterator[None]:
+    """Print each :class:`~egopool.errors.ValueChangedWarning` raised inside as one line on stderr.
+
+    ``egopool: warning: episode N: ...`` says what the writer stored otherwise than given and
+    the lossless way out (e.g. ``--depth-codec ffv1``); the counts are in ``drop_stats``
+    (docs/decisions.md #22). Printed even with ``--json`` (stdout stays JSON).
+    """
+    from ..errors import ValueChangedWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ValueChangedWarning)
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for w in caught:
+                text = str(w.message)
+                if issubclass(w.category, ValueChangedWarning):
+                    if text not in seen:
+                        seen.add(text)
+                        print(f"egopool: warning: {text}", file=sys.stderr)
+                else:  # anything else keeps Python's own handling
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -13,7 +13,9 @@ from ..errors import EgopoolError
 from ..recorder import Recorder
 from ..write.task_writer import TaskWriter
 from .app import app
-from .output import console, err_console, print_json
+from ..codecs.depth import DEPTH_CODECS
+from ..write.checks import check_episode_seconds
+from .output import changed_values_to_stderr, console, err_console, print_json
 
 _RIG_HELP = ("Device combination: full = Appendix B (ego S80C + 2 UMI grippers + 2 USB gloves); "
              "d435x2 = two D435 (d435_rgb, d435_rgb_2); uvc3 = three UVC cameras; gripper_d405 = D405_head as "
@@ -39,6 +41,9 @@ def simulate_cmd(
                                   "cannot keep up with are skipped and counted) or on a virtual clock as fast as "
                                   "the writer allows (default)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated signals."),
+    depth_codec: str = typer.Option("hevc12", "--depth-codec", help=f"Depth streams: {' or '.join(DEPTH_CODECS)} "
+                                    "(hevc12 = 12-bit log code, small, lossy, clips to 100..20000 mm and counts the "
+                                    "clipped pixels; ffv1 = lossless uint16 mm MKV)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Record N episodes of a simulated rig into a pooled_episodes_v1 task.
@@ -49,13 +54,15 @@ def simulate_cmd(
     """
     if rig_name not in RIGS:
         raise EgopoolError(f"unknown rig {rig_name!r}", hint=f"use one of {', '.join(sorted(RIGS))}")
-    rig = build_rig(rig_name, scale=scale)
+    check_episode_seconds(seconds, fps, "--seconds")  # float32 timestamps, before anything is written
+    rig = build_rig(rig_name, scale=scale, depth_codec=depth_codec)
     writer = TaskWriter(out, task if task is not None else f"sim_{rig_name}", fps=fps)
     rec = Recorder(writer, rig)
     sim = SimulatedRig(rig, fps=fps, seed=seed)
     done: list[dict[str, Any]] = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, disable=json_out or not err_console.is_terminal, transient=True) as progress:
+    with changed_values_to_stderr(), \
+            Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=err_console, disable=json_out or not err_console.is_terminal, transient=True) as progress:
         bar = progress.add_task(f"recording {rig_name}", total=episodes)
         for _ in range(episodes):
             ep = sim.record(rec, seconds, realtime=realtime)

@@ -29,9 +29,26 @@ import numpy as np
 from ..errors import CodecError, StorageError
 from .video import DtsGuard, flush_and_close, mux_frame
 
-__all__ = ["DepthEncoder", "DepthProbe", "LogDepthCodec", "hevc12_available", "probe_depth", "read_depth_frames"]
+__all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "hevc12_available",
+           "probe_depth", "read_depth_frames"]
 
 _CODE_MIN, _CODE_MAX, _HOLE_BELOW = 512, 4095, 256
+#: Depth codecs a writer offers: the 12-bit log code (lossy, clips to [d_min, d_max]) and FFV1 (lossless).
+DEPTH_CODECS = ("hevc12", "ffv1")
+
+
+def check_depth_codec(codec: str) -> str:
+    """``codec`` when it is one of :data:`DEPTH_CODECS`.
+
+    Raises
+    ------
+    CodecError
+        Naming the codec and the choices.
+    """
+    if codec not in DEPTH_CODECS:
+        raise CodecError(f"unknown depth codec {codec!r}", hint="use hevc12 (12-bit log code, lossy, "
+                         "100..20000 mm) or ffv1 (lossless uint16 mm)")
+    return codec
 
 
 @dataclass(frozen=True)
@@ -117,8 +134,7 @@ class DepthEncoder:
 
     def __init__(self, path: str | Path, width: int, height: int, fps: float, *, codec: str = "hevc12",
                  params: LogDepthCodec | None = None, qp: int = 6, preset: str = "veryfast") -> None:
-        if codec not in ("hevc12", "ffv1"):
-            raise CodecError(f"unknown depth codec {codec!r}", hint="use 'hevc12' or 'ffv1'")
+        check_depth_codec(codec)
         self.path, self.codec, self.width, self.height = Path(path), codec, int(width), int(height)
         self.params = params or LogDepthCodec()
         self.frames, self.qp, self.preset = 0, qp, preset

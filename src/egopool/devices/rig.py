@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..codecs.depth import check_depth_codec
 from ..errors import ConflictError, SchemaError
 from ..schema import (ColumnSpec, check_column_name, force_matrix_column, hand_pose_column, imu_columns, key_column,
                       scalar_ns_column, slam_trajectory_columns, status_column, vector_column)
@@ -115,6 +116,9 @@ class Rig:
         ``ble`` device is recorded (§4.5, §6.4).
     force_matrix_encoding, force_matrix_scale:
         Force-matrix storage of every gripper (file_format.md §7.2.1).
+    depth_codec:
+        Depth streams: ``"hevc12"`` (12-bit log code, lossy, clips to 100..20000 mm; the
+        default) or ``"ffv1"`` (lossless uint16 mm MKV), file_format.md §8.
 
     Raises
     ------
@@ -123,10 +127,11 @@ class Rig:
     """
 
     def __init__(self, program: str = "main", *, force_matrix_encoding: str = "row_diff_quantized",
-                 force_matrix_scale: float = 10) -> None:
+                 force_matrix_scale: float = 10, depth_codec: str = "hevc12") -> None:
         if program not in PROGRAMS:
             raise SchemaError(f"unknown program {program!r}", hint=f"use one of {PROGRAMS}")
         self.program = program
+        self.depth_codec = check_depth_codec(depth_codec)
         self.fm_encoding, self.fm_scale = force_matrix_encoding, force_matrix_scale
         self._devices: list[RegisteredDevice] = []
 
@@ -340,7 +345,7 @@ class Rig:
                 out.append(StreamSpec(s, "rgb", dev.width, dev.height, sfps))
             for s, master in d.depth_slots.items():
                 w, h = dev.depth_size or (dev.width, dev.height)
-                out.append(StreamSpec(s, "depth", w, h, sfps, master_slot=master))
+                out.append(StreamSpec(s, "depth", w, h, sfps, codec=self.depth_codec, master_slot=master))
         return out
 
     def calibration(self) -> dict[str, Any]:

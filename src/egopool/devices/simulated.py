@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..codecs.depth import check_depth_codec
 from ..errors import SchemaError
 from ..recorder import Frame, RecordedEpisode, Recorder
 from .kinds import Device, stereo_calibration
@@ -457,21 +458,27 @@ RIGS: dict[str, Callable[[int], Rig]] = {
 }
 
 
-def build_rig(name: str, *, scale: int = 1) -> Rig:
+def build_rig(name: str, *, scale: int = 1, depth_codec: str = "hevc12") -> Rig:
     """A preset rig by name (``full``, ``d435x2``, ``uvc3``, ``gripper_d405``, ``lite_gloves``).
 
     Parameters
     ----------
     scale:
         Divide every frame size by this (>= 1) for quick runs; 1 = the real sizes.
+    depth_codec:
+        ``hevc12`` (12-bit log code, lossy) or ``ffv1`` (lossless) for every depth stream.
 
     Raises
     ------
     SchemaError
         Unknown rig name or a scale < 1.
+    CodecError
+        Unknown depth codec.
     """
     if name not in RIGS:
         raise SchemaError(f"unknown rig {name!r}", hint=f"use one of {sorted(RIGS)}")
     if scale < 1:
         raise SchemaError(f"scale must be >= 1, got {scale}")
-    return RIGS[name](int(scale))
+    rig = RIGS[name](int(scale))
+    rig.depth_codec = check_depth_codec(depth_codec)
+    return rig

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..codecs.depth import check_depth_codec
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
 from ..write.task_writer import StreamSpec
@@ -183,7 +184,7 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
 
 def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *, frame: str,
                        task: str | None = None, fps: float = 30.0, name: str = "camera",
-                       progress: Progress | None = None) -> ImportResult:
+                       depth_codec: str = "hevc12", progress: Progress | None = None) -> ImportResult:
     """Import an rgbd-frames directory as one episode.
 
     Parameters
@@ -200,6 +201,10 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
         Nominal frame rate used to synthesise timestamps ``(n - n0)/fps`` s.
     name:
         Device name; slots are ``<name>_rgb`` and ``<name>_depth`` (§4.3 user-named rule).
+    depth_codec:
+        ``hevc12`` (12-bit log code: small, lossy, clips to 100..20000 mm and counts the
+        clipped pixels in ``drop_stats`` as ``<name>_depth_clipped_count``) or ``ffv1``
+        (lossless uint16 mm MKV), file_format.md §8.
     progress:
         ``progress(done_frames, total_frames)``.
 
@@ -215,8 +220,11 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
         fails to decode mid-way aborts the episode, nothing stays on disk).
     SchemaError
         Unknown ``frame``.
+    CodecError
+        Unknown ``depth_codec``.
     """
     fps = check_fps(fps)
+    check_depth_codec(depth_codec)
     src = scan_rgbd_frames(directory)
     poses = [read_pose(p) for p in src.pose]
     defect = max(p[2] for p in poses)
@@ -228,7 +236,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
         "ego_", frame=frame, owner={"role": "ego", "device_key": key}, source_slot=rgb_key,
         time={"t": "sensor_s", "clock": "synthesised_frame_number", "epoch": "first_frame"})
     streams = [StreamSpec(rgb_key, "rgb", src.width, src.height),
-               StreamSpec(depth_key, "depth", src.width, src.height, master_slot=rgb_key)]
+               StreamSpec(depth_key, "depth", src.width, src.height, codec=depth_codec, master_slot=rgb_key)]
     device = {"key": key, "kind": "rgbd_camera", "name": name, "slots": [rgb_key, depth_key]}
     calibration = {"head_stereo": camera_calibration(
         "head_stereo", (src.width, src.height), fps, src.intrinsics.tolist(), [], type_="rgbd_camera", depth_scale=0.001,
@@ -256,4 +264,5 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
              "calibration: intrinsics from camera-intrinsics.txt; distortion unknown (empty list)"]
     if gaps:
         notes.append(f"{gaps} gap(s) in frame numbering; timestamps keep the gaps")
+    notes.extend(result.notes)  # values stored otherwise than given (clipped depth), also warned
     return ImportResult(tw.task_dir, (result,), tuple(synthesised), tuple(notes), {"frames": total})

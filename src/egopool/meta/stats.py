@@ -68,9 +68,19 @@ class StatsBlock:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StatsBlock:
-        """Parse a stored block; raises KeyError when ``count`` is missing (legacy v1.1.0)."""
-        return cls(int(d["count"]), *(np.asarray(d[k], dtype=np.float64).reshape(-1)
-                                      for k in ("mean", "std", "min", "max")))
+        """Parse a stored block; raises KeyError when ``count`` is missing (legacy v1.1.0), ValueError
+        when ``count`` is not an integer >= 0."""
+        count = d["count"]
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"count must be an integer >= 0, got {count!r}")
+        return cls(int(count), *(np.asarray(d[k], dtype=np.float64).reshape(-1)
+                                 for k in ("mean", "std", "min", "max")))
+
+    @property
+    def empty(self) -> bool:
+        """A block with ``count == 0`` holds no samples (§4's placeholder form, like ``action``):
+        its mean/std/min/max are not statistics of anything and take no part in a merge."""
+        return self.count == 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form ``{count, mean, std, min, max}`` with plain float lists."""
@@ -78,12 +88,24 @@ class StatsBlock:
                 "min": self.min.tolist(), "max": self.max.tolist()}
 
     def merge(self, other: StatsBlock) -> StatsBlock:
-        """Parallel (Chan et al.) merge of two blocks; exact up to float64 rounding."""
+        """Parallel (Chan et al.) merge of two blocks; exact up to float64 rounding.
+
+        A block with ``count == 0`` holds no samples: merging it returns the other block
+        unchanged (whatever its placeholder values and dimension), so the merge equals a
+        recomputation from ``data/`` (docs/decisions.md #23).
+
+        Raises
+        ------
+        ValueError
+            Both blocks hold samples but have different dimensions.
+        """
+        if other.empty:
+            return self
+        if self.empty:
+            return other
         if self.mean.shape != other.mean.shape:
             raise ValueError(f"stats dimension changed: {self.mean.shape} vs {other.mean.shape}")
         n = self.count + other.count
-        if n == 0:
-            return self
         delta = other.mean - self.mean
         mean = self.mean + delta * (other.count / n)
         m2 = self.std ** 2 * self.count + other.std ** 2 * other.count + delta ** 2 * (self.count * other.count / n)

@@ -8,7 +8,11 @@ equals the fz component of the paired ``observation.*_force`` column (float32 da
 measured 1.000). With stored integers ``q``, ``Σq_z / (scale · fz)`` is ≈ 1 only for
 the right scale; the candidates differ by 10×, so at most one fits. Historical
 uncalibrated int16 data truncated toward zero gives 0.04–0.55 for every candidate:
-such an episode is reported as inconclusive, never guessed.
+such an episode is reported as inconclusive, never guessed. A row holding cells at
+the int16 limits (32767 / −32768: saturated at its scale, e.g. beyond ±32.767 mN at
+×1000) has a Σfz that is only a bound, which would look like truncation: such rows are
+left out of the comparison and counted (``saturated_frames``), and an episode where
+every row is saturated says so instead of blaming truncation.
 
 Only the episode's ``meta/episodes`` file is rewritten (its ``force_matrix_specs``
 column, every other column kept as stored); data bytes are never touched. The old
@@ -31,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, task_lock
-from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, usable_scale
+from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
 from ..errors import FormatError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
@@ -65,6 +69,8 @@ class ColumnEvidence:
         Candidate scale -> median over frames of ``Σ(fz plane) / (scale · fz)``.
     within:
         Candidate scale -> fraction of frames whose ratio is within the tolerance of 1.
+    saturated_frames:
+        Rows left out because their matrix holds cells at the int16 limits (saturated).
     scale:
         The scale decided, or None (inconclusive).
     verdict:
@@ -77,6 +83,7 @@ class ColumnEvidence:
     frames: int = 0
     ratios: dict[int, float] = field(default_factory=dict)
     within: dict[int, float] = field(default_factory=dict)
+    saturated_frames: int = 0
     scale: float | None = None
     verdict: str = ""
 
@@ -89,7 +96,8 @@ class ColumnEvidence:
         """JSON form."""
         return {"column": self.column, "force_column": self.force_column, "encoding": self.encoding,
                 "frames": self.frames, "ratios": {str(k): v for k, v in self.ratios.items()},
-                "within_tolerance": {str(k): v for k, v in self.within.items()}, "scale": self.scale,
+                "within_tolerance": {str(k): v for k, v in self.within.items()},
+                "saturated_frames": self.saturated_frames, "scale": self.scale,
                 "verdict": self.verdict}
 
 
@@ -168,15 +176,23 @@ def column_evidence(data_path: str | Path, column: str, *, tolerance: float = 0.
     rows = np.flatnonzero(usable)
     if rows.size > max_frames:
         rows = rows[np.linspace(0, rows.size - 1, max_frames).round().astype(int)]
-    sums, fzs = _fz_sums(pf, column, encoding, rows), fz[rows]
-    keep = sums != 0
+    sums, saturated = _fz_sums(pf, column, encoding, rows)
+    fzs = fz[rows]
+    ev.saturated_frames = int(np.count_nonzero((sums != 0) & saturated))
+    keep = (sums != 0) & ~saturated  # a saturated row's Σfz is a bound, not evidence (§7.2.1)
     sums, fzs = sums[keep], fzs[keep]
     ev.frames = int(sums.size)
     if ev.frames < min_frames:
+        sat = (f"; {ev.saturated_frames} more row(s) left out because cells are saturated at the int16 limits "
+               "(a bound, not the historical truncation)") if ev.saturated_frames else ""
         ev.verdict = (f"inconclusive: only {ev.frames} row(s) with both a matrix and |fz| >= {min_force_mn} mN "
-                      f"(need {min_frames})")
+                      f"(need {min_frames}){sat}")
         return ev if encoding == "row_diff_quantized" else _raw(ev)
     raw = sums / fzs  # Σ(stored fz) / fz: the scale itself when calibrated
+    if ev.saturated_frames:
+        note = f" ({ev.saturated_frames} saturated row(s) left out)"
+    else:
+        note = ""
     for s in CANDIDATE_SCALES:
         r = raw / s
         ev.ratios[s] = float(np.median(r))
@@ -187,11 +203,12 @@ def column_evidence(data_path: str | Path, column: str, *, tolerance: float = 0.
     if len(fits) == 1:
         ev.scale = float(fits[0])
         ev.verdict = (f"scale {fits[0]}: median Σfz/force fz = {ev.ratios[fits[0]]:.3f} over {ev.frames} frames "
-                      f"({ev.within[fits[0]]:.0%} within ±{tolerance:g})")
+                      f"({ev.within[fits[0]]:.0%} within ±{tolerance:g}){note}")
     else:
         best = min(CANDIDATE_SCALES, key=lambda s: abs(np.log(max(ev.ratios[s], 1e-12))))
         ev.verdict = (f"inconclusive: no candidate scale gives Σfz/force fz ≈ 1 (closest ×{best}: "
-                      f"{ev.ratios[best]:.3f}); uncalibrated int16 truncated toward zero gives 0.04–0.55 (§7.2.1)")
+                      f"{ev.ratios[best]:.3f}){note}; uncalibrated int16 truncated toward zero gives 0.04–0.55 "
+                      "(§7.2.1)")
     return ev
 
 
@@ -203,11 +220,13 @@ def _raw(ev: ColumnEvidence) -> ColumnEvidence:
     return ev
 
 
-def _fz_sums(pf: pq.ParquetFile, column: str, encoding: str, rows: np.ndarray) -> np.ndarray:
-    """Σ of the stored fz plane (q for int16, mN for float32) of the given rows, row group by row group."""
+def _fz_sums(pf: pq.ParquetFile, column: str, encoding: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Σ of the stored fz plane (q for int16, mN for float32) of the given rows, row group by row group,
+    and whether each row holds cells at the int16 limits (saturated; always False for float32)."""
     out = np.zeros(rows.size, dtype=np.float64)
+    sat = np.zeros(rows.size, dtype=bool)
     if rows.size == 0:
-        return out
+        return out, sat
     codec = ForceMatrixCodec("row_diff_quantized", 1.0)
     bounds = np.concatenate([[0], np.cumsum([pf.metadata.row_group(i).num_rows
                                              for i in range(pf.metadata.num_row_groups)])])
@@ -226,9 +245,10 @@ def _fz_sums(pf: pq.ParquetFile, column: str, encoding: str, rows: np.ndarray) -
             if encoding == "row_diff_quantized":
                 q = codec.decode_quantized(vals)[0]
                 out[i] = float(q[:, :, 2].sum(dtype=np.int64))
+                sat[i] = bool(saturated_cells(q)[0])
             else:
                 out[i] = float(np.asarray(vals, np.float64).reshape(250, 250, 3)[:, :, 2].sum())
-    return out
+    return out, sat
 
 
 @dataclass

@@ -118,7 +118,11 @@ def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float 
                                  "in data/ but missing from stats.json"))
             continue
         if not isinstance(f, dict):
+            if _holds_no_samples(s):  # §4 placeholder form: nothing to recompute, nothing differs
+                continue
             out.append(BlockDiff(col, "block", s.get("count"), None, "in stats.json but no data/ column feeds it"))
+            continue
+        if col != "action" and _holds_no_samples(s) and _holds_no_samples(f):
             continue
         count = s.get("count")
         if "count" not in s:
@@ -147,6 +151,12 @@ def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float 
                                      f"{name} differs in {int(bad.sum())} of {len(a)} dims "
                                      f"(dim {k}: {a[k]:.6g} stored, {b[k]:.6g} in data/)"))
     return out
+
+
+def _holds_no_samples(block: dict[str, Any]) -> bool:
+    """A block whose ``count`` is 0: §4's placeholder form (its values describe no data)."""
+    count = block.get("count")
+    return isinstance(count, int) and not isinstance(count, bool) and count == 0
 
 
 def _numbers(value: Any) -> np.ndarray | None:

@@ -273,7 +273,10 @@ def force_matrix_fz_ratio(ep: Episode, column: str, force_column: str | None = N
     -------
     numpy.ndarray
         ``(R,)`` float64, ≈ 1.0 on a correctly scaled episode; NaN on rows where either
-        sample is missing (``*_ns == 0``, empty/zero row) or force fz is 0.
+        sample is missing (``*_ns == 0``, empty/zero row), force fz is 0, or an int16
+        (``row_diff_quantized``) matrix holds cells at the int16 limits: saturated at its
+        scale, so its Σfz is only a bound and would pass for the historical truncation
+        toward zero (file_format.md §7.2.1; docs/decisions.md #22).
 
     Raises
     ------
@@ -287,10 +290,18 @@ def force_matrix_fz_ratio(ep: Episode, column: str, force_column: str | None = N
     forces = list_column_to_numpy(ep.columns([force_column]).column(force_column)).astype(np.float64)
     if forces.ndim != 2 or forces.shape[1] != 3:
         raise SchemaError(f"expected [fx, fy, fz] rows, got shape {forces.shape}", column=force_column)
+    codec = force_matrix_spec(ep, column).codec
+    limits = None
+    if codec.encoding == "row_diff_quantized":  # what q = 32767 / -32768 decode to (same float32 division)
+        limits = (np.float32(32767) / np.float32(codec.scale), np.float32(-32768) / np.float32(codec.scale))
     sums, nonzero = [], []
     for _, frames in iter_force_matrix_blocks(ep, column):
+        flat = frames.reshape(frames.shape[0], -1)
         sums.append(fz_plane_sums(frames))
-        nonzero.append(np.any(frames.reshape(frames.shape[0], -1) != 0, axis=1))
+        ok = np.any(flat != 0, axis=1)
+        if limits is not None:
+            ok &= ~np.any((flat == limits[0]) | (flat == limits[1]), axis=1)
+        nonzero.append(ok)
     fz_sum = np.concatenate(sums) if sums else np.zeros(0)
     valid = np.concatenate(nonzero) if nonzero else np.zeros(0, dtype=bool)
     for ns in (_ns_column(ep, column), _ns_column(ep, force_column)):

@@ -256,6 +256,8 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"block {col!r} cannot be read ({type(exc).__name__}: {exc})", path=spath,
                               hint=hint) from exc
+        if block.empty:
+            continue  # count 0 holds no samples: its placeholder values never enter a merge (§4)
         if len({a.shape for a in (block.mean, block.std, block.min, block.max)}) != 1:
             raise FormatError(f"block {col!r}: mean/std/min/max have different lengths", path=spath, hint=hint)
         if not all(np.isfinite(a).all() for a in (block.mean, block.std, block.min, block.max)):

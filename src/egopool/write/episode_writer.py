@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from . import checks
 from .._atomic import atomic_write_json, publish, task_lock, temp_path_for
-from ..codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available
+from ..codecs.depth import DepthEncoder, LogDepthCodec, check_depth_codec, hevc12_available
 from ..codecs.video import RgbEncoder
 from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
@@ -103,6 +103,8 @@ class StreamSpec:
             raise SchemaError(f"stream {self.image_key!r}: size must be positive, got {self.width}x{self.height}")
         if self.fps is not None:
             checks.check_positive_number(self.fps, f"stream {self.image_key!r}: fps")
+        if self.kind == "depth" and self.codec is not None:
+            check_depth_codec(self.codec)
 
     def codec_ext(self) -> tuple[str, str]:
         """``(codec, file extension)`` this stream is written with (hevc12 depth falls back to ffv1/mkv
