@@ -402,6 +402,18 @@ class Recorder:
             values[f"status.{sid}"] = st
         return _Row(tick, values, images, hw, due)
 
+    def _safe_build_row(self, tick: int, due: float) -> _Row | None:
+        """:meth:`_build_row`, or None (counted as ``rows_rejected``, reason noted) when it fails: a tick
+        never stops the recording."""
+        try:
+            return self._build_row(tick, due)
+        except Exception as exc:  # noqa: BLE001 - whatever a source left in the buffers
+            with self._lock:
+                self._count("rows_rejected")
+            if not any(n.startswith("row of tick") for n in self._notes):
+                self._notes.append(f"row of tick {tick} left out: {_reason(exc)}")
+            return None
+
     def _forensic_values(self, frames: Mapping[str, Frame | None], values: dict[str, Any]) -> None:
         assert self._forensic is not None
         chain = self._chain
@@ -462,7 +474,7 @@ class Recorder:
             for key, n in self._drop_stats(lag_max).items():  # the writer may count the same key (rejects)
                 ep.drop_stats[key] = ep.drop_stats.get(key, 0) + n if key.endswith("_rejected_count") else n
             if rows_rejected:
-                ep.drop_stats["rows_rejected"] = rows_rejected
+                ep.drop_stats["rows_rejected"] = int(ep.drop_stats.get("rows_rejected", 0)) + rows_rejected
             self._result = ep.finish()
             self._final_stats = dict(ep.drop_stats)
             self._notes[:0] = self._result.notes
@@ -590,7 +602,9 @@ class Recorder:
             if self._wq.full():
                 self._skipped += 1
             else:
-                self._wq.put_nowait(self._build_row(tick, due))
+                row = self._safe_build_row(tick, due)
+                if row is not None:
+                    self._wq.put_nowait(row)
             tick += 1
             self._ticks = tick
             next_due = t0 + tick * self.period
@@ -673,7 +687,9 @@ class Recorder:
                     feed(t + (tick - 1) * period_ns, t + tick * period_ns, self)
                 if self._error is not None:
                     break
-                self._wq.put(self._build_row(tick, time.monotonic()))
+                row = self._safe_build_row(tick, time.monotonic())
+                if row is not None:
+                    self._wq.put(row)
                 self._ticks = tick + 1
         except BaseException:
             self._end(abort=True)

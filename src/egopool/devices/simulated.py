@@ -36,6 +36,7 @@ import numpy as np
 from ..codecs.depth import check_depth_codec
 from ..errors import SchemaError
 from ..recorder import Frame, RecordedEpisode, Recorder
+from ..writer_checks import check_episode_seconds
 from .kinds import Device, stereo_calibration
 from .rig import RegisteredDevice, Rig
 
@@ -356,7 +357,14 @@ class SimulatedRig:
         ticks in real time (ticks the writer cannot keep up with are skipped and counted).
         An exception while recording (Ctrl-C) aborts the episode: its N is free again and
         the recorder can record the next one.
+
+        Raises
+        ------
+        SchemaError
+            ``seconds`` is not finite and > 0, or longer than float32 ``timestamp`` can time
+            at the recorder's fps (nothing is recorded).
         """
+        check_episode_seconds(seconds, rec.fps)
         if not realtime:
             host0 = time.monotonic_ns()
             self.reset(host0 - int(round(_SEC / rec.fps)))
