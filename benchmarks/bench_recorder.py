@@ -84,8 +84,12 @@ class _PlainEpisode:
         self.buf: dict[str, list[Any]] = {n: [] for n, _ in self.cols}
         self.rows = 0
         self.drop_stats: dict[str, Any] = {}
+        self.broken = False  # the recorder's write thread asks (decisions.md #22)
+        self.warn_changes = False
+        self.length = 0
 
-    def add_frame(self, values: dict[str, Any], *, timestamp: float, hardware_ns: int, images: Any) -> None:
+    def add_frame(self, values: dict[str, Any], *, timestamp: float, hardware_ns: int, images: Any,
+                  reject_bad: bool = False) -> None:
         row = {"episode_index": 1, "frame_index": self.rows, "timestamp": timestamp, "task_index": 0,
                "wall_time": 1.79e9 + timestamp, "hardware_ns": hardware_ns}
         for name, _ in self.cols[6:]:
@@ -93,7 +97,7 @@ class _PlainEpisode:
             if v is None:
                 v = self.zero[name]
             elif name in self.encode:
-                v = self.encode[name](v)
+                v = self.encode[name](v)[0]  # (stored value, cells saturated)
             row[name] = v
         for name, v in row.items():
             self.buf[name].append(v)

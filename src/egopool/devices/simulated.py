@@ -36,7 +36,7 @@ import numpy as np
 from ..codecs.depth import check_depth_codec
 from ..errors import SchemaError
 from ..recorder import Frame, RecordedEpisode, Recorder
-from ..writer_checks import check_episode_seconds
+from ..write.checks import check_episode_seconds
 from .kinds import Device, stereo_calibration
 from .rig import RegisteredDevice, Rig
 
