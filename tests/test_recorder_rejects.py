@@ -271,3 +271,19 @@ def test_a_realtime_recording_stops_at_the_timestamp_limit_and_keeps_its_rows(tm
         done = sim.record(rec, 0.6, realtime=True)
     assert done.result.length == 6
     assert any("float32" in n for n in done.notes)
+
+
+def test_simulate_refuses_what_float32_cannot_time_and_offers_ffv1_depth(tmp_path, capsys):
+    from egopool.cli.app import main
+    from egopool.read.reader import open_task as _open
+
+    rc = main(["simulate", "--rig", "uvc3", "--fps", "1000", "--seconds", "20000", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "float32 timestamps" in err and "16384 s" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "sim_uvc3").exists()  # refused before anything was written
+    rc = main(["simulate", "--rig", "d435x2", "--scale", "16", "--seconds", "0.2", "--depth-codec", "ffv1",
+               "--out", str(tmp_path), "--json"])
+    assert rc == 0
+    task = _open(tmp_path / "sim_d435x2")
+    assert task.info["video_extensions"]["d435_depth"] == "mkv"
+    assert _errors(validate_task(tmp_path / "sim_d435x2")) == []

@@ -39,17 +39,18 @@ def changed_values_to_stderr() -> Iterator[None]:
     """
     from ..errors import ValueChangedWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ValueChangedWarning)
-        try:
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ValueChangedWarning)
             yield
-        finally:
-            seen: set[str] = set()
-            for w in caught:
-                text = str(w.message)
-                if issubclass(w.category, ValueChangedWarning):
-                    if text not in seen:
-                        seen.add(text)
-                        print(f"egopool: warning: {text}", file=sys.stderr)
-                else:  # anything else keeps Python's own handling
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    finally:
+        seen: set[str] = set()
+        for w in caught:
+            text = str(w.message)
+            if issubclass(w.category, ValueChangedWarning):
+                if text not in seen:
+                    seen.add(text)
+                    print(f"egopool: warning: {text}", file=sys.stderr)
+            else:  # anything else keeps Python's own handling, outside the recording context
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
