@@ -76,10 +76,15 @@ def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapp
                 if not full.size:
                     continue
                 values = arr.flatten().to_numpy(zero_copy_only=False)  # offsets are relative to it
-                stored = np.concatenate([values[int(offsets[i]): int(offsets[i]) + FRAME_VALUES] for i in full])
-                per_row = saturated_cells(codec.decode_quantized(stored))
-                hit = np.flatnonzero(per_row)
+                if full.size == lens.size and values.size == full.size * FRAME_VALUES:
+                    stored = values  # every row holds a frame: no copy
+                else:
+                    stored = np.concatenate([values[int(offsets[i]): int(offsets[i]) + FRAME_VALUES] for i in full])
+                q = codec.decode_quantized(stored).reshape(full.size, FRAME_VALUES)
+                # max/min first: counting only pays where a row reaches a limit at all
+                hit = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
                 if hit.size:
+                    per_row = saturated_cells(q[hit])
                     cells[name] += int(per_row.sum())
                     rows[name] += int(hit.size)
                     first.setdefault(name, base + int(full[hit[0]]))
