@@ -287,3 +287,23 @@ def test_simulate_refuses_what_float32_cannot_time_and_offers_ffv1_depth(tmp_pat
     task = _open(tmp_path / "sim_d435x2")
     assert task.info["video_extensions"]["d435_depth"] == "mkv"
     assert _errors(validate_task(tmp_path / "sim_d435x2")) == []
+
+
+def test_a_tick_that_fails_is_a_left_out_row_and_recording_goes_on(tmp_path, monkeypatch):
+    real = Recorder._build_row
+
+    def flaky(self, tick, due):
+        if tick == 2:
+            raise RuntimeError("a source left something unusable")
+        return real(self, tick, due)
+
+    monkeypatch.setattr(Recorder, "_build_row", flaky)
+    rig = _rig(UVC)
+    rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
+    feed = lambda t0, t1, r: r.push_frame("head_left_rgb", Frame(_img(1), t1, t1))  # noqa: E731
+    with pytest.warns(ValueChangedWarning, match=r"1 row\(s\) could not be written .*tick 2: RuntimeError"):
+        done = rec.record_virtual(5 / FPS, feed, host0_ns=10**12)
+    assert done.result.length == 4 and done.drop_stats["rows_rejected"] == 1
+    ts = open_task(tmp_path / "t").episode(done.index).table.column("timestamp").to_pylist()
+    assert ts == pytest.approx([0, 1 / FPS, 3 / FPS, 4 / FPS])  # the tick's time stays free (§7.3)
+    assert _errors(validate_task(tmp_path / "t")) == []

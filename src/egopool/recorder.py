@@ -221,6 +221,7 @@ class Recorder:
             self._npoints: dict[str, int] = {}
             self._status = {sid: "connected" for sid in self._status_ids}
             self._counts: dict[str, int] = {}
+            self._reasons: dict[str, str] = {}  # count key -> first reason (for the episode's notes)
 
     def _count(self, key: str, n: int = 1) -> None:
         self._counts[key] = self._counts.get(key, 0) + n
@@ -248,6 +249,8 @@ class Recorder:
         with self._lock:
             if bad or frame is None:
                 self._count(rejected_key(slot))
+                self._reasons.setdefault(rejected_key(slot), "not a Frame, or an image of the wrong size/dtype"
+                                         if frame is None else "a stamp that is not int64 ns (stored as 0)")
                 if frame is None:
                     return
             if len(dq) >= self._video_cap:
@@ -285,6 +288,7 @@ class Recorder:
         with self._lock:
             if stamp is None:  # a sample without a usable time cannot be paired: left out
                 self._count(rejected_key(column))
+                self._reasons.setdefault(rejected_key(column), f"ns={ns!r:.40} is not an int64 stamp")
                 return
             self._latest[column] = (value, stamp)
 
@@ -313,9 +317,10 @@ class Recorder:
                       else self._columns[self._lockstep[column]].normalise(ns).reshape(-1))
             if stamps.shape[0] != pts.shape[0]:
                 raise SchemaError(f"{stamps.shape[0]} stamps for {pts.shape[0]} items", column=column)
-        except Exception:  # noqa: BLE001 - any value a source can push is counted, never raised
+        except Exception as exc:  # noqa: BLE001 - any value a source can push is counted, never raised
             with self._lock:
                 self._count(rejected_key(column), max(1, int(np.size(points)) // width if _sized(points) else 1))
+                self._reasons.setdefault(rejected_key(column), _reason(exc))
             return
         if not len(pts):
             return
@@ -410,8 +415,7 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001 - whatever a source left in the buffers
             with self._lock:
                 self._count("rows_rejected")
-            if not any(n.startswith("row of tick") for n in self._notes):
-                self._notes.append(f"row of tick {tick} left out: {_reason(exc)}")
+                self._reasons.setdefault("rows_rejected", f"tick {tick}: {_reason(exc)}")
             return None
 
     def _forensic_values(self, frames: Mapping[str, Frame | None], values: dict[str, Any]) -> None:
@@ -439,7 +443,6 @@ class Recorder:
     def _write_loop(self) -> None:
         ep: EpisodeWriter | None = None
         lag_max = 0.0
-        rows_rejected = 0
         try:
             while True:
                 row = self._wq.get()
@@ -458,9 +461,7 @@ class Recorder:
                     if ep is None or ep.broken:  # no episode, or its files are no longer consistent
                         self._error = exc
                     else:  # the writer refused this row as a whole and stored nothing of it
-                        rows_rejected += 1
-                        if rows_rejected == 1:
-                            self._notes.append(f"row of tick {row.tick} left out: {_reason(exc)}")
+                        ep.count("rows_rejected", 1, f"tick {row.tick}: {_reason(exc)}")
                 except BaseException as exc:  # KeyboardInterrupt and the like: stop, discard below
                     self._error = exc
             if ep is None:
@@ -472,9 +473,10 @@ class Recorder:
                 self._set_aside(ep)
                 return
             for key, n in self._drop_stats(lag_max).items():  # the writer may count the same key (rejects)
-                ep.drop_stats[key] = ep.drop_stats.get(key, 0) + n if key.endswith("_rejected_count") else n
-            if rows_rejected:
-                ep.drop_stats["rows_rejected"] = int(ep.drop_stats.get("rows_rejected", 0)) + rows_rejected
+                if key.endswith("_rejected_count") or key == "rows_rejected":
+                    ep.count(key, int(n), self._reasons.get(key))
+                else:
+                    ep.drop_stats[key] = n
             self._result = ep.finish()
             self._final_stats = dict(ep.drop_stats)
             self._notes[:0] = self._result.notes

@@ -735,6 +735,13 @@ class EpisodeWriter:
             markers.write_recycled(self.task.task_dir, self.index)
         markers.release(self.task.task_dir, self.index)
 
+    def count(self, key: str, n: int = 1, reason: str | None = None) -> None:
+        """Add ``n`` to ``drop_stats[key]``, keeping the first ``reason`` for :attr:`notes` (e.g. the
+        recorder's ``rows_rejected``)."""
+        self.drop_stats[key] = int(self.drop_stats.get(key, 0)) + int(n)
+        if reason:
+            self._reasons.setdefault(key, reason)
+
     @property
     def broken(self) -> bool:
         """True when a write failed half-way (the data parquet, or a stream outside ``reject_bad``):
