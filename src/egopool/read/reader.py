@@ -36,7 +36,7 @@ from ..codecs.timebase import (ImuSamples, expand_imu, frame_drop_total, lift_to
 from ..codecs.video import read_rgb_frames, video_info
 from ..errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
 from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
 
@@ -550,7 +550,11 @@ class Task:
         return [Episode(self, g) for g in self.episode_files()]
 
     def episode(self, index: int) -> Episode:
-        """Episode with global N = ``index``.
+        """Episode with global N = ``index``, found from N's own paths (checklist §12.2).
+
+        The paths come from the templates; only legacy layouts are scanned, and only in N's
+        own chunk (:func:`~egopool.layout.find_episode_files`), so the cost does not grow
+        with the number of episodes in the task.
 
         Raises
         ------
@@ -563,10 +567,10 @@ class Task:
             raise LayoutError(f"episode index must be an integer >= 1, got {type(index).__name__} {index!r}",
                               hint="global N is 1-based: episode-000 is N=1")
         index = int(index)
-        for g in self.episode_files():
-            if g.index == index:
-                return Episode(self, g)
-        raise EpisodeNotFoundError(self.path, index)
+        g = find_episode_files(self.path, self.layout, index, self._info.get("video_extensions"))
+        if g is None:
+            raise EpisodeNotFoundError(self.path, index)
+        return Episode(self, g)
 
     @cached_property
     def tasks(self) -> list[dict[str, Any]]:
