@@ -1,5 +1,5 @@
 """Trajectory pairing never returns "all unpaired" silently (issue 12 part F; multi_device_storage.md
-§3.1, §5.3–§5.5, docs/decisions.md #25), on episodes recorded from the simulated rigs."""
+§3.1, §5.3–§5.5, docs/decisions.md C9), on episodes recorded from the simulated rigs."""
 
 from __future__ import annotations
 

@@ -405,7 +405,7 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
     grow with the number of episodes in the task. The result equals N's entry of
     :func:`list_task_episodes`, except that a legacy shard holding N's row in another
     chunk's directory (outside §2's "one shard per chunk") is found only by the full
-    enumeration (docs/decisions.md #24).
+    enumeration (docs/decisions.md L1).
 
     Parameters
     ----------

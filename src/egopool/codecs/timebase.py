@@ -177,7 +177,7 @@ def pair_nearest(query_ns: Any, ref_ns: Any, max_dt_ns: int | None = None) -> np
 
 
 #: Largest typical distance between a trajectory point's host stamp and the ``hardware_ns`` of
-#: the row it was attached to for both to count as one clock (docs/decisions.md #25). A point is
+#: the row it was attached to for both to count as one clock (docs/decisions.md C9). A point is
 #: attached to the row of the tick it arrived in (multi_device_storage.md §5.3) and that row's
 #: frame waited at most the slot queue (2 s in the recorder) before the tick took it; a device
 #: clock (S80 SDK, D435) is off the host clock by its own epoch, seconds to days.

@@ -69,7 +69,7 @@ def _shards_with(root: Path, layout: TaskLayout, index: int) -> list[Path]:
 
     A v1.1.0 shard holds the rows of its own chunk (§2: named by the chunk's number), so only
     N's chunk is searched, as :func:`~egopool.layout.find_episode_files` does
-    (docs/decisions.md #24): the cost does not grow with the task.
+    (docs/decisions.md L1): the cost does not grow with the task.
     """
     prefix, _ = path_regex(layout.episodes_path, layout.chunk_file(index)[0], None)
     out = []

@@ -385,7 +385,7 @@ class Episode:
 
     def pair_trajectory(self, column: str = "observation.slam_trajectory",
                         max_dt_ns: int | None = None) -> TrajectoryPairing:
-        """Data row of each point of ``column``, and how it was paired (§8.2.4, docs/decisions.md #25).
+        """Data row of each point of ``column``, and how it was paired (§8.2.4, docs/decisions.md C9).
 
         On one host clock (``_ns`` and ``hardware_ns`` both host-monotonic, §5.4), each point
         pairs with the nearest ``hardware_ns`` (``paired_by = "hardware_ns"``). A truncated

@@ -213,7 +213,7 @@ def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> Non
 
 
 def _unknown_top_level(ctx: Context, path: Path, name: str) -> None:
-    """A top-level column egopool does not know (docs/decisions.md #22).
+    """A top-level column egopool does not know (docs/decisions.md V3).
 
     A newer collector may add a frame-key column (v1.3.11 added ``raw_hw_ns``): a name of
     the key-column form (one ``[a-z0-9_]+`` segment, multi_device_storage.md §2.2 / §2.4)
@@ -402,7 +402,7 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
 
 
 def _check_timestamp(ctx: Context, path: Path, ts: np.ndarray) -> None:
-    """Strictly increasing ``timestamp``, in every app version (docs/decisions.md #23).
+    """Strictly increasing ``timestamp``, in every app version (docs/decisions.md V2).
 
     ``timestamp`` is the row's time in the episode (§7.1: relative seconds of the frame row,
     written in row order), so a row at or before its predecessor is a clock reset or a
