@@ -102,7 +102,8 @@ def _recompute(root: Path, info: dict[str, Any] | None,
             cols = stats_columns(info, pq.read_schema(g.data).names)
             table = pq.read_table(g.data, columns=cols)
         except Exception as exc:
-            unreadable.append((g.index, FormatError(f"cannot read parquet: {_first_line(exc)}", path=g.data)))
+            unreadable.append((g.index, FormatError(f"cannot read parquet: {_first_line(exc)}", path=g.data,
+                                                    hint=f"restore the file or delete episode {g.index}")))
         else:
             doc = merge_stats(doc, episode_stats(table, info))
         if progress is not None:
