@@ -19,17 +19,17 @@ Prints milliseconds per episode and the ratios (medians of ``--repeat`` runs).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_ops import median_time  # noqa: E402
 
 from egopool import (StreamSpec, TaskWriter, hand_pose_column, imu_columns, list_task_episodes,  # noqa: E402
                      slam_trajectory_columns, vector_column)
@@ -73,15 +73,6 @@ def baseline(task: Path, decode: bool = False) -> None:
             scan_stream(v) if decode else count_video_frames(v)
 
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=20)
@@ -97,10 +88,10 @@ def main() -> None:
         assert report.ok, [f.one_line() for f in report.findings]
         n = report.episodes
         figures = [
-            ("validate_task (decodes every frame)", timed(lambda: validate_task(task), args.repeat)),
-            ("validate_task(fast=True) (counts)", timed(lambda: validate_task(task, fast=True), args.repeat)),
-            ("baseline: read + decode", timed(lambda: baseline(task, decode=True), args.repeat)),
-            ("baseline: read + demux count", timed(lambda: baseline(task), args.repeat)),
+            ("validate_task (decodes every frame)", median_time(lambda: validate_task(task), args.repeat)),
+            ("validate_task(fast=True) (counts)", median_time(lambda: validate_task(task, fast=True), args.repeat)),
+            ("baseline: read + decode", median_time(lambda: baseline(task, decode=True), args.repeat)),
+            ("baseline: read + demux count", median_time(lambda: baseline(task), args.repeat)),
         ]
         what = str(task) if args.task else f"{n} episodes x {args.rows} rows, force matrix: {args.force_matrix}"
         print(f"task: {what}")
