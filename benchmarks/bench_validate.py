@@ -5,29 +5,38 @@ Builds a task of ``--episodes`` episodes x ``--rows`` rows (one 64x48 RGB stream
 ``--force-matrix``, one 250x250x3 force matrix per row), then times
 
 * ``validate_task`` (every check, read-only), and
-* the baseline: ``pyarrow.parquet.read_table`` of every data and meta parquet plus a
-  PyAV demux count of every video — the I/O any validator must do.
+* ``validate_task(fast=True)`` (``--fast``: video frames counted, not decoded), and
+* the baselines: ``pyarrow.parquet.read_table`` of every data and meta parquet plus every
+  video decoded (``egopool.codecs.decode_scan``) or only demuxed and counted — the I/O any
+  validator must do in each mode.
 
-Prints seconds per episode for both and their ratio (from one run).
+Prints milliseconds per episode and the ratios (medians of ``--repeat`` runs).
 
     python benchmarks/bench_validate.py --episodes 20 --rows 300
+    python benchmarks/bench_validate.py --task demo_out/real_recordings_demo
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from egopool import (StreamSpec, TaskWriter, hand_pose_column, imu_columns, list_task_episodes,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_ops import median_time  # noqa: E402
+
+from egopool import (StreamSpec, TaskWriter, hand_pose_column, imu_columns, list_task_episodes,  # noqa: E402
                      slam_trajectory_columns, vector_column)
-from egopool.codecs.video import count_video_frames
-from egopool.schema import force_matrix_column
-from egopool.validate import validate_task
+from egopool.codecs.decode_scan import scan_stream  # noqa: E402
+from egopool.codecs.video import count_video_frames  # noqa: E402
+from egopool.schema import force_matrix_column  # noqa: E402
+from egopool.validate import validate_task  # noqa: E402
 
 
 def build(root: Path, episodes: int, rows: int, force_matrix: bool) -> Path:
@@ -55,13 +64,13 @@ def build(root: Path, episodes: int, rows: int, force_matrix: bool) -> Path:
     return root / "bench"
 
 
-def baseline(task: Path) -> None:
+def baseline(task: Path, decode: bool = False) -> None:
     for g in list_task_episodes(task):
         for p in (g.data, g.meta):
             if p is not None:
                 pq.read_table(p)
         for v in g.videos.values():
-            count_video_frames(v)
+            scan_stream(v) if decode else count_video_frames(v)
 
 
 def main() -> None:
@@ -69,22 +78,29 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--rows", type=int, default=300)
     ap.add_argument("--force-matrix", action="store_true")
+    ap.add_argument("--task", type=Path, help="time this existing task (e.g. the demo's) instead of building one")
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        task = build(Path(tmp), args.episodes, args.rows, args.force_matrix)
-        baseline(task)  # warm the page cache for both contenders
-        t0 = time.perf_counter()
-        baseline(task)
-        t_base = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        task = args.task or build(Path(tmp), args.episodes, args.rows, args.force_matrix)
+        baseline(task)  # warm the page cache for every contender
         report = validate_task(task)
-        t_val = time.perf_counter() - t0
         assert report.ok, [f.one_line() for f in report.findings]
-        n = args.episodes
-        print(f"task: {n} episodes x {args.rows} rows, force matrix: {args.force_matrix}")
-        print(f"validate_task           : {t_val:.3f} s  ({1000 * t_val / n:.1f} ms/episode)")
-        print(f"baseline (read + demux) : {t_base:.3f} s  ({1000 * t_base / n:.1f} ms/episode)")
-        print(f"ratio validate/baseline : {t_val / t_base:.2f}x")
+        n = report.episodes
+        figures = [
+            ("validate_task (decodes every frame)", median_time(lambda: validate_task(task), args.repeat)),
+            ("validate_task(fast=True) (counts)", median_time(lambda: validate_task(task, fast=True), args.repeat)),
+            ("baseline: read + decode", median_time(lambda: baseline(task, decode=True), args.repeat)),
+            ("baseline: read + demux count", median_time(lambda: baseline(task), args.repeat)),
+        ]
+        what = str(task) if args.task else f"{n} episodes x {args.rows} rows, force matrix: {args.force_matrix}"
+        print(f"task: {what}")
+        for name, t in figures:
+            print(f"{name:38}: {t:.3f} s  ({1000 * t / n:.1f} ms/episode)")
+        (_, full), (_, fast), (_, dec), (_, dmx) = figures
+        print(f"ratio validate / read+decode          : {full / dec:.2f}x")
+        print(f"ratio validate --fast / read+demux    : {fast / dmx:.2f}x")
+        print(f"ratio validate / validate --fast      : {full / fast:.2f}x")
 
 
 if __name__ == "__main__":

@@ -45,19 +45,34 @@ def test_truncated_hardware_ns_that_did_not_wrap_still_pairs(tmp_path):
     hw = _trunc32(host)
     assert np.all(np.diff(hw) > 0) and hw.max() < 2**31
     ep = _record(tmp_path, hw, host + 2_000_000)
-    assert ep.pair_trajectory(TRAJ).tolist() == list(range(60))
+    pairing = ep.pair_trajectory(TRAJ)
+    assert pairing.rows.tolist() == list(range(60)) and pairing.paired_by == "hardware_ns"
 
 
 def test_points_stamped_outside_the_episode_stay_unpaired(tmp_path):
-    """Trajectory stamps on another clock than hardware_ns (e.g. an S80 SDK clock as master) are seconds
-    away from every row: nearest-neighbour would pin them all on the first row. No row is within a frame
-    interval of them, so they are unpaired (-1); a point just past the last row still pairs."""
+    """On one clock, points stamped before the first stamped row (by more than a frame interval) have no
+    frame to pair with: -1, while nearest-neighbour would pin them all on row 0. A point just past the
+    last row still pairs."""
     hw = 9_000_000_000_000 + np.arange(30, dtype=np.int64) * DT
-    pns = hw - 5_000_000_000  # 5 s before the first row
+    pns = hw + 2_000_000
+    pns[:3] = hw[0] - 200_000_000  # 200 ms before the first row
     pns[-1] = hw[-1] + DT // 2
     ep = _record(tmp_path, hw, pns)
-    rows = ep.pair_trajectory(TRAJ)
-    assert rows[:-1].tolist() == [-1] * 29 and rows[-1] == 29
+    pairing = ep.pair_trajectory(TRAJ)
+    assert pairing.paired_by == "hardware_ns"
+    assert pairing.rows.tolist() == [-1] * 3 + list(range(3, 30)) and pairing.unpaired == 3
+
+
+def test_a_device_clock_master_pairs_by_the_attached_row(tmp_path):
+    """hardware_ns on an S80 SDK clock 5 s off the host clock (multi_device_storage.md §3.1): every point is
+    5 s from its own row. Over 10 s half the points would fall inside the rows' span and nearest-neighbour
+    would pair them 150 rows wrong; the others would be unpaired. Each point keeps its own row instead."""
+    host = 9_000_000_000_000 + np.arange(300, dtype=np.int64) * DT
+    ep = _record(tmp_path, host + 5_000_000_000, host + 2_000_000)
+    pairing = ep.pair_trajectory(TRAJ)
+    assert pairing.paired_by == "row" and pairing.rows.tolist() == list(range(300))
+    assert pairing.offset_ns == pytest.approx(-4_998_000_000)
+    assert "-4.998 s from their own rows" in pairing.reason and "§3.1" in pairing.reason
 
 
 def test_null_stamps_are_unknown_not_garbage(tmp_path):
@@ -73,7 +88,7 @@ def test_null_stamps_are_unknown_not_garbage(tmp_path):
     got = ep.hardware_ns()
     assert got[5] == 0 and got[6] == 0
     assert np.array_equal(np.diff(got[7:]), np.full(32, DT))
-    rows = ep.pair_trajectory(TRAJ)
+    rows = ep.pair_trajectory(TRAJ).rows
     assert rows[:5].tolist() == [0, 1, 2, 3, 4] and rows[10:].tolist() == list(range(10, 40))
 
 

@@ -62,7 +62,9 @@ def test_hardware_ns_unwrap(episode):
 
 def test_pairing_by_host_stamps(episode):
     ep, host, pts, stamps, point_rows = episode
-    rows = ep.pair_trajectory("observation.slam_trajectory")
+    pairing = ep.pair_trajectory("observation.slam_trajectory")
+    assert pairing.paired_by == "hardware_ns"
+    rows = pairing.rows
     assert rows.shape == (len(pts),)
     assert np.all(rows[stamps == 0] == -1)
     stamped = stamps != 0
@@ -71,7 +73,7 @@ def test_pairing_by_host_stamps(episode):
     # a point stamped 5 ms after its frame pairs with that frame; the 16 ms one too, but not within 6 ms
     first_of_row = stamped & (np.concatenate([[True], point_rows[1:] != point_rows[:-1]]))
     assert np.array_equal(rows[first_of_row], point_rows[first_of_row])
-    assert np.all(ep.pair_trajectory("observation.slam_trajectory", max_dt_ns=6_000_000)[~first_of_row] == -1)
+    assert np.all(ep.pair_trajectory("observation.slam_trajectory", max_dt_ns=6_000_000).rows[~first_of_row] == -1)
 
 
 def test_trajectory_frames(episode):

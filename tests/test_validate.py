@@ -425,9 +425,13 @@ def test_reserved_suffix_with_wrong_kind(task: Path) -> None:
     assert "'observation.paw_force_ns'" in f.message and "force_ns" in f.message and "int64" in f.message
 
 
-def test_unknown_top_level_column(task: Path) -> None:
-    rewrite_parquet(task / DATA, lambda t: set_column(t, "robot_speed", np.zeros(ROWS), pa.float64()))
-    assert "'robot_speed'" in only(validate_task(task), "multi_device_storage.md §2.2").message
+@pytest.mark.parametrize("name", ["Robot_Speed", "robot.speed", "robot-speed", "gripper.raw_ns"])
+def test_top_level_column_breaking_the_grammar(task: Path, name: str) -> None:
+    """A top-level name outside the key-column form is an error (an unknown one of that form: see
+    tests/test_validate_hardening.py, a warning)."""
+    rewrite_parquet(task / DATA, lambda t: set_column(t, name, np.zeros(ROWS), pa.float64()))
+    f = only(validate_task(task), "multi_device_storage.md §2.2")
+    assert f"'{name}'" in f.message and "breaks the column grammar" in f.message
 
 
 def test_status_column_not_string(task: Path) -> None:
@@ -556,7 +560,7 @@ def _shift_wall(t: pa.Table, row: int, delta: float) -> pa.Table:
 def test_wall_time_offset_not_constant(task: Path) -> None:
     rewrite_parquet(task / DATA, lambda t: _shift_wall(t, 5, 0.02))  # still increasing: rows are 33 ms apart
     f = only(validate_task(task), "file_format.md §7.3")
-    assert "wall_time - timestamp is not constant: row 5 differs by +0.020000" in f.message
+    assert "wall_time - timestamp is not constant: at row 5 it changes by +0.020000 s" in f.message
 
 
 def test_wall_time_not_strictly_increasing(task: Path) -> None:

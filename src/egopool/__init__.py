@@ -9,7 +9,9 @@ __version__ = "0.1.0"
 
 from .errors import (CodecError, ConflictError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError,
                      LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning)
-from .layout import EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from, list_task_episodes
+from .codecs.timebase import TrajectoryPairing
+from .layout import (EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from,
+                     find_episode_files, list_task_episodes)
 from .read.reader import Episode, Task, Trajectory, open_task
 from .schema import (ColumnSpec, hand_pose_column, imu_columns, key_column, scalar_ns_column, slam_trajectory_columns,
                      status_column, vector_column)
@@ -18,8 +20,8 @@ from .write.task_writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWri
 __all__ = sorted([
     "CodecError", "ColumnSpec", "ConflictError", "EgopoolError", "Episode", "EpisodeFiles", "EpisodeNotFoundError",
     "EpisodeResult", "EpisodeWriter", "FormatError", "LayoutError", "LegacyLayoutError", "LockError", "MetaUpdateError",
-    "SchemaError", "StorageError", "StreamSpec", "Task", "TaskLayout", "TaskWriter", "Trajectory", "__version__",
-    "display_suffix", "episode_chunk_file", "episode_index_from", "hand_pose_column", "imu_columns", "key_column",
+    "SchemaError", "StorageError", "StreamSpec", "Task", "TaskLayout", "TaskWriter", "Trajectory", "TrajectoryPairing",
+    "__version__", "display_suffix", "episode_chunk_file", "episode_index_from", "find_episode_files", "hand_pose_column", "imu_columns", "key_column",
     "list_task_episodes", "open_task", "scalar_ns_column", "slam_trajectory_columns", "status_column",
     "ValueChangedWarning", "vector_column",
 ])

@@ -23,6 +23,7 @@ A gap says where to look, not that a picture was lost (§7.3).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +38,13 @@ from .codecs.timebase import (
     nominal_interval,
     unwrap_ns,
 )
-from .errors import SchemaError
+from .errors import EgopoolError, FormatError, SchemaError
 
 if TYPE_CHECKING:
-    from .read.reader import Episode
+    from .read.reader import Episode, Task
 
-__all__ = ["EpisodeGapReport", "SeriesGaps", "audit_episode_gaps", "check_rate", "stamp_series"]
+__all__ = ["EpisodeGapReport", "SeriesGaps", "SkippedEpisode", "TaskGapReport", "audit_episode_gaps",
+           "audit_task_gaps", "check_rate", "stamp_series"]
 
 
 @dataclass(frozen=True)
@@ -237,3 +239,109 @@ def audit_episode_gaps(ep: Episode, tolerance: float = 0.5, fps: float | None = 
         g: Gaps = find_gaps(ns, own, tolerance, count_zeros=count_zeros)
         series.append(SeriesGaps(name, g.stamps, wrapped, rows[g.index], g.delta_ns, g.missing, own, kind))
     return EpisodeGapReport(ep.index, ep.length, interval / 1e6, float(tolerance), series)
+
+
+@dataclass(frozen=True)
+class SkippedEpisode:
+    """An episode a whole-task audit could not examine.
+
+    Attributes
+    ----------
+    episode_index:
+        Global N.
+    reason:
+        ``"no data parquet"`` (an incomplete file group, e.g. one still being recorded) or
+        ``"unreadable"``.
+    error:
+        For an unreadable episode, the error's one line (file and what to do), else ``""``.
+    """
+
+    episode_index: int
+    reason: str
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"episode_index", "reason"[, "error"]}``."""
+        out: dict[str, Any] = {"episode_index": self.episode_index, "reason": self.reason}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class TaskGapReport:
+    """Gap audit of a task: every episode that could be read, and the ones that could not.
+
+    Attributes
+    ----------
+    episodes:
+        One report per audited episode, ascending N.
+    skipped:
+        Episodes without a data parquet or whose files could not be read.
+    """
+
+    episodes: list[EpisodeGapReport]
+    skipped: list[SkippedEpisode]
+
+    @property
+    def ok(self) -> bool:
+        """False when an episode was skipped because it could not be read (damage, not an incomplete group)."""
+        return not any(s.error for s in self.skipped)
+
+
+def audit_task_gaps(task: Task, indices: Sequence[int] | None = None, *, tolerance: float = 0.5,
+                    fps: float | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> TaskGapReport:
+    """Audit every episode of a task (or the given N): one broken episode never stops the others.
+
+    An episode whose data parquet or columns cannot be read is listed in ``skipped`` with
+    its error, and the audit goes on (docs/decisions.md C8); an episode without a data
+    parquet is skipped too, unless it was asked for by N.
+
+    Parameters
+    ----------
+    task:
+        The opened task.
+    indices:
+        Only these global N; default every episode.
+    tolerance, fps:
+        See :func:`audit_episode_gaps`.
+    progress:
+        ``progress(done, total)`` after each episode.
+
+    Returns
+    -------
+    TaskGapReport
+
+    Raises
+    ------
+    EpisodeNotFoundError
+        An asked-for N has no file.
+    FormatError
+        An asked-for N has no data parquet.
+    SchemaError
+        ``fps`` (given, or from info.json) not a finite number > 0.
+    """
+    if fps is not None:
+        check_rate(fps, "--fps")
+    episodes = [task.episode(n) for n in indices] if indices else task.episodes()
+    reports: list[EpisodeGapReport] = []
+    skipped: list[SkippedEpisode] = []
+    for i, ep in enumerate(episodes, 1):
+        if ep.files.data is None:
+            if indices:
+                raise FormatError(f"episode {ep.index} has no data parquet, nothing to audit",
+                                  path=task.layout.data_file(ep.index), hint="run `egopool validate TASK`")
+            skipped.append(SkippedEpisode(ep.index, "no data parquet"))
+        else:
+            try:
+                reports.append(audit_episode_gaps(ep, tolerance=tolerance, fps=fps))
+            except SchemaError as exc:
+                if exc.path == task.path / "meta" / "info.json":
+                    raise  # the task's fps: every episode would fail alike
+                skipped.append(SkippedEpisode(ep.index, "unreadable", exc.one_line()))
+            except EgopoolError as exc:
+                skipped.append(SkippedEpisode(ep.index, "unreadable", exc.one_line()))
+        if progress is not None:
+            progress(i, len(episodes))
+    return TaskGapReport(reports, skipped)

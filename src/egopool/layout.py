@@ -31,6 +31,7 @@ __all__ = [
     "display_suffix",
     "episode_chunk_file",
     "episode_index_from",
+    "find_episode_files",
     "list_task_episodes",
 ]
 
@@ -313,3 +314,145 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
             if g.meta is None:
                 g.meta, g.meta_is_shard = path, shard
     return [groups[n] for n in sorted(groups)]
+
+
+# -- one episode's files, by N (checklist §12.2) -----------------------------------------------------
+def _fill(template: str, c: int, f: int | None) -> str:
+    """``template`` with N's chunk (and file, unless None) formatted in; other fields are kept."""
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        value = c if name in ("c", "chunk_index") else f if name in ("f", "file_index") else None
+        if value is None:
+            return m.group(0)
+        return ("{" + m.group(0)[len(name) + 1:]).format(value)
+
+    return _FIELD_RE.sub(sub, template)
+
+
+def _entries(d: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(d) as it:
+            return [e for e in it if not e.name.startswith(_SKIP_DIR_PREFIXES)]
+    except OSError:
+        return []
+
+
+def _has_png(d: str) -> bool:
+    """A legacy PNG16 depth directory: it directly holds a (non-dot) ``.png`` file (decisions C4)."""
+    return any(e.name.lower().endswith(".png") and e.is_file() for e in _entries(Path(d)))
+
+
+def _resolve(root: Path, template: str, c: int, f: int | None, *, png_dirs: bool = False,
+             prefer: Mapping[str, str] | None = None) -> list[tuple[Path, dict[str, str]]]:
+    """Files of ``template`` with N's chunk (and file, unless None) filled in, found component by component.
+
+    Only directories whose name still holds a field are listed (for videos: N's chunk
+    directory and, unless ``prefer`` finds the file first, each ``image_key`` directory);
+    everything else is a ``stat``. So the cost is bounded by ``chunks_size`` and the number
+    of streams, not by the task. Names follow :func:`list_task_episodes`: ``episode-`` or the
+    legacy ``file-`` prefix, dot and ``_`` entries skipped, directories below the template's
+    static prefix not followed through symlinks. ``png_dirs`` also accepts a directory of
+    PNG frames at the last component's place, with or without its ``.{ext}`` tail.
+    ``prefer`` (``image_key -> ext``) tries the declared file name before listing.
+    """
+    static = len(static_prefix(template).split("/")) if static_prefix(template) else 0
+    parts = _fill(template, c, f).split("/")
+    found: list[tuple[Path, dict[str, str]]] = [(root, {})]
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        fields = set(_FIELD_RE.findall(part))
+        out: list[tuple[Path, dict[str, str]]] = []
+        for d, caps in found:
+            if not fields:
+                names = [part] + ([part.replace("episode-", "file-")] if "episode-" in part else [])
+                for name in names:
+                    p = d / name
+                    if p.is_file() if last else p.is_dir() and (i < static or not p.is_symlink()):
+                        out.append((p, caps))
+                        if last:
+                            break  # the episode- name wins over a legacy file- one
+                continue
+            if last and prefer and fields == {"ext"} and caps.get("image_key") in prefer:
+                p = d / part.format(ext=prefer[caps["image_key"]])
+                if p.is_file():
+                    out.append((p, caps))
+                    continue
+            rx = _template_regex(part, legacy_prefix=True)
+            rx_dir = _template_regex(_PNG_DIR_SUFFIX.sub("", part), legacy_prefix=True) if png_dirs and last else None
+            for e in sorted(_entries(d), key=lambda e: e.name):
+                m = rx.match(e.name)
+                if last and m and e.is_file():
+                    out.append((Path(e.path), {**caps, **m.groupdict()}))
+                elif last and rx_dir is not None and e.is_dir(follow_symlinks=False) and _has_png(e.path):
+                    m = m or rx_dir.match(e.name)
+                    if m:
+                        out.append((Path(e.path), {**caps, **m.groupdict()}))
+                elif not last and m and e.is_dir(follow_symlinks=False):
+                    out.append((Path(e.path), {**caps, **m.groupdict()}))
+        found = out
+    return found
+
+
+def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
+                       video_extensions: Mapping[str, Any] | None = None) -> EpisodeFiles | None:
+    """Episode N's file group, from N's own paths (file_format.md checklist §12.2).
+
+    The paths are computed from the templates (``N -> (chunk, file)``); only what the
+    template leaves open is looked up on disk: the ``image_key`` directories of N's video
+    chunk and, when N has no ``episode-`` named ``meta/episodes`` file, the legacy
+    ``file-`` files of N's chunk directory (a pre-v1.1.2 per-episode row, or the chunk's
+    multi-row shard, whose rows are found by ``episode_index``, §6.1). So the cost does not
+    grow with the number of episodes in the task. The result equals N's entry of
+    :func:`list_task_episodes`, except that a legacy shard holding N's row in another
+    chunk's directory (outside §2's "one shard per chunk") is found only by the full
+    enumeration (docs/decisions.md L1).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory.
+    layout:
+        Its templates.
+    index:
+        Global 1-based N.
+    video_extensions:
+        ``info.video_extensions``: the declared file of a stream is tried before its
+        directory is listed.
+
+    Returns
+    -------
+    EpisodeFiles or None
+        None when no file of N exists.
+
+    Raises
+    ------
+    LayoutError
+        ``index`` is not an integer >= 1.
+    FormatError
+        A legacy ``file-`` row file of N's chunk is corrupt.
+    """
+    root = Path(task_dir)
+    c, f = layout.chunk_file(index)
+    g = EpisodeFiles(index, c, f)
+    data = _resolve(root, layout.data_path, c, f)
+    g.data = data[0][0] if data else None
+    exts = {k: v for k, v in (video_extensions if isinstance(video_extensions, Mapping) else {}).items()
+            if isinstance(v, str) and v and "/" not in v and "{" not in v}
+    for path, caps in _resolve(root, layout.video_path, c, f, png_dirs=True, prefer=exts):
+        g.videos.setdefault(caps.get("image_key", ""), path)
+    own = [path for path, _ in _resolve(root, layout.episodes_path, c, f) if path.name.startswith("episode-")]
+    if own:
+        g.meta = own[0]
+    else:
+        for path, caps in sorted(_resolve(root, layout.episodes_path, c, None), key=lambda t: t[0]):
+            if path.name.startswith("episode-"):
+                continue
+            indices = _read_episode_indices(path)
+            if index in indices:
+                own_f = int(caps["f"]) if caps.get("f", "").isdigit() else layout.chunks_size
+                expected = layout.index_of(c, own_f) if own_f < layout.chunks_size else None
+                g.meta, g.meta_is_shard = path, not (len(indices) == 1 and indices[0] == expected)
+                break
+    if g.data is None and g.meta is None and not g.videos:
+        return None
+    return g

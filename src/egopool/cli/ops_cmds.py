@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -137,7 +138,8 @@ def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = 
 def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON) -> None:
     """Compare stats.json with a fresh recomputation from data/; exit 1 when a block differs.
 
-    After deletes the two are expected to differ: stats.json is not rolled back (§4).
+    After deletes the two are expected to differ: stats.json is not rolled back (§4). An episode whose data
+    cannot be read is reported as skipped with its error; the others are still compared (exit 1).
     """
     with _progress("checking") as cb:
         report = ops.check_stats(task, progress=cb)
@@ -146,12 +148,17 @@ def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON) -> None:
     elif report.ok:
         console.print(f"stats.json matches data/ ({report.episodes} episodes, {len(report.blocks)} blocks)")
     else:
-        table = Table("block", "field", "difference")
-        for d in report.differences:
-            table.add_row(d.column, d.field, d.detail)
-        console.print(table)
+        if report.differences:
+            table = Table("block", "field", "difference")
+            for d in report.differences:
+                table.add_row(d.column, d.field, d.detail)
+            console.print(table)
+        for sk in report.skipped:
+            console.print(f"[red]episode {sk['episode_index']} skipped: {escape(sk['error'])}[/red]")
         console.print(f"{len(report.differing_blocks)} of {len(report.blocks)} block(s) differ: "
-                      f"{', '.join(report.differing_blocks)}")
+                      f"{', '.join(report.differing_blocks) or '-'}"
+                      + (f" (recomputed without the {len(report.skipped)} skipped episode(s))" if report.skipped
+                         else ""))
     if not report.ok:
         raise typer.Exit(1)
 
@@ -193,17 +200,20 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
                            ) -> None:
     """Write the missing force-matrix scale into episode rows, inferred from Σfz / force fz (§7.2.1).
 
-    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched.
+    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched. An episode that cannot be read is reported as skipped with its error and the others are repaired (exit 1).
     """
     with _registry_hint(), _progress("checking force matrices") as cb:
         report = ops.repair_force_scale(task, dry_run=dry_run, tolerance=tolerance, registry=registry, progress=cb)
     if json_out:
         print_json(report.to_dict())
+        if report.unreadable:
+            raise typer.Exit(1)
         return
     table = Table("N", "column", "frames", *(f"×{s}" for s in ops.CANDIDATE_SCALES), "result")
     for e in report.episodes:
         if not e.columns:
-            table.add_row(str(e.index), "", "", *("" for _ in ops.CANDIDATE_SCALES), f"{e.status}: {e.reason}")
+            table.add_row(str(e.index), "", "", *("" for _ in ops.CANDIDATE_SCALES),
+                          f"{e.status}: {e.reason}" + (f": {escape(e.error)}" if e.error else ""))
         for c in e.columns:
             result = c.verdict if c.verdict.startswith(e.status) else f"{e.status}: {c.verdict}"
             table.add_row(str(e.index), c.column, str(c.frames),
@@ -211,4 +221,7 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
     if report.episodes:
         console.print(table)
     console.print(f"{len(report.episodes)} episode(s) lacked a scale, {report.already_ok} already declared one; "
-                  f"inconclusive: {', '.join(map(str, report.inconclusive)) or 'none'}")
+                  f"inconclusive: {', '.join(map(str, report.inconclusive)) or 'none'}"
+                  + (f"; could not be read: {', '.join(map(str, report.unreadable))}" if report.unreadable else ""))
+    if report.unreadable:
+        raise typer.Exit(1)

@@ -13,7 +13,7 @@ from .app import app
 from .output import err_console, print_json
 
 
-def _validate_all(tasks: list[Path], show_progress: bool) -> list[Report]:
+def _validate_all(tasks: list[Path], show_progress: bool, fast: bool) -> list[Report]:
     reports: list[Report] = []
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True,
@@ -24,7 +24,7 @@ def _validate_all(tasks: list[Path], show_progress: bool) -> list[Report]:
             def tick(done: int, total: int, job: Any = job) -> None:
                 bar.update(job, completed=done, total=total)
 
-            reports.append(validate_task(task, progress=tick))
+            reports.append(validate_task(task, progress=tick, fast=fast))
             bar.remove_task(job)
     return reports
 
@@ -40,15 +40,19 @@ def validate_cmd(
     json_out: bool = typer.Option(False, "--json",
                                   help='Print {"ok", "findings": [{"rule", "severity", "path", "message"}], '
                                        '"tasks"} for scripts.'),
+    fast: bool = typer.Option(False, "--fast",
+                              help="Count video frames without decoding them (much faster; a damaged frame "
+                                   "payload goes unnoticed)."),
 ) -> None:
     """Check tasks against the pooled_episodes_v1 spec (file_format.md §12, multi_device_storage.md §8).
 
     Each finding cites the spec section it breaks, names the file and column, and says what to do.
+    Every frame of every stream is decoded, as a reader would (--fast only counts them).
 
     Read-only: nothing is written. Exit code 0 when no finding is an error, else 1.
     Warnings (legacy layouts that readers tolerate) do not fail a task.
     """
-    reports = _validate_all(tasks, show_progress=not json_out)
+    reports = _validate_all(tasks, show_progress=not json_out, fast=fast)
     ok = all(r.ok for r in reports)
     if json_out:
         print_json({

@@ -27,9 +27,13 @@ import numpy as np
 from ..errors import CodecError
 
 __all__ = [
+    "PAIRED_BY_ROW",
+    "PAIRED_BY_STAMPS",
+    "SAME_CLOCK_NS",
     "WRAP_PERIOD_NS",
     "Gaps",
     "ImuSamples",
+    "TrajectoryPairing",
     "expand_imu",
     "find_gaps",
     "frame_drop_total",
@@ -37,6 +41,7 @@ __all__ = [
     "lift_to_reference",
     "looks_truncated32",
     "nominal_interval",
+    "own_row_offset",
     "pair_nearest",
     "unwrap_ns",
 ]
@@ -169,6 +174,70 @@ def pair_nearest(query_ns: Any, ref_ns: Any, max_dt_ns: int | None = None) -> np
         chosen = np.where(dist <= int(max_dt_ns), chosen, -1)
     out[qi] = chosen
     return out
+
+
+#: Largest typical distance between a trajectory point's host stamp and the ``hardware_ns`` of
+#: the row it was attached to for both to count as one clock (docs/decisions.md C9). A point is
+#: attached to the row of the tick it arrived in (multi_device_storage.md §5.3) and that row's
+#: frame waited at most the slot queue (2 s in the recorder) before the tick took it; a device
+#: clock (S80 SDK, D435) is off the host clock by its own epoch, seconds to days.
+SAME_CLOCK_NS = 3_000_000_000
+
+#: ``TrajectoryPairing.paired_by`` values.
+PAIRED_BY_STAMPS = "hardware_ns"
+PAIRED_BY_ROW = "row"
+
+
+@dataclass(frozen=True)
+class TrajectoryPairing:
+    """Data row of each trajectory point, and how it was found (multi_device_storage.md §3.1, §5.3–§5.5).
+
+    Attributes
+    ----------
+    rows:
+        ``(K,)`` int64 data row per point; -1 = unpaired (only when ``paired_by`` is
+        ``"hardware_ns"``: an unstamped point, one outside the stamped rows, or farther
+        than the caller's ``max_dt_ns``).
+    paired_by:
+        ``"hardware_ns"``: nearest ``_ns`` ↔ ``hardware_ns`` on the one host clock (§5.4), or
+        ``"row"``: the row each point was attached to (its tick's window, §5.3), used when
+        there is no common clock: ``hardware_ns`` is a device clock (S80/D435, §3.1), the
+        trajectory has no ``_ns`` stamps (§5.5), or no row has a ``hardware_ns``. Row
+        pairing is exact to the tick, not to the frame: the row's frame waited in a queue.
+    reason:
+        One line saying why this method was used.
+    offset_ns:
+        Median of (point stamp − its own row's ``hardware_ns``) over points with both, or
+        None when no point has both.
+    """
+
+    rows: np.ndarray
+    paired_by: str
+    reason: str
+    offset_ns: float | None = None
+
+    @property
+    def unpaired(self) -> int:
+        """Points left without a row (-1)."""
+        return int(np.count_nonzero(self.rows < 0))
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+
+def own_row_offset(point_ns: Any, point_rows: Any, row_ns: Any) -> float | None:
+    """Median of ``point_ns − row_ns[point_rows]`` over points whose stamp and own row's stamp are both
+    non-zero (ns, float), or None when there is none. Small on one clock; a device clock's epoch otherwise."""
+    q, rows, r = _as_ns(point_ns, "points"), _as_ns(point_rows, "rows"), _as_ns(row_ns, "row stamps")
+    if q.shape != rows.shape:
+        raise CodecError(f"{q.shape[0]} point stamps for {rows.shape[0]} point rows")
+    if q.size == 0:
+        return None
+    if rows.min() < 0 or rows.max() >= r.shape[0]:
+        raise CodecError(f"point rows must lie in [0, {r.shape[0]}), got {int(rows.min())}..{int(rows.max())}")
+    own = r[rows]
+    both = (q != 0) & (own != 0)
+    return float(np.median((q[both] - own[both]).astype(np.float64))) if both.any() else None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from .._atomic import fsync_dir, temp_path_for
 from ..registry import Registry
 
 __all__ = ["BACKUP_DIR", "EXT_TAIL", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex",
-           "rel", "remove_stale_temps", "timestamp", "walk_files"]
+           "rel", "remove_stale_temps", "timestamp", "walk_files", "walk_rel"]
 
 #: ``progress(done, total, what)``: called after each unit of work (an episode, a step).
 Progress = Callable[[int, int, str], None]
@@ -120,6 +120,27 @@ def walk_files(root: Path, top: str) -> Iterator[Path]:
                 stack.append(Path(e.path))
             elif e.is_file():
                 yield Path(e.path)
+
+
+def walk_rel(root: Path, top: str) -> Iterator[str]:
+    """Task-relative POSIX paths of the files under ``root/top`` (as :func:`walk_files`, skipping every
+    dot or ``_`` entry), as plain strings: a chunk directory holds up to ``chunks_size`` files per
+    stream, and building a ``Path`` for each one is most of the cost of a per-N search."""
+    start = os.path.join(root, top) if top else str(root)
+    if not os.path.isdir(start):
+        return
+    stack = [(start, top)]
+    while stack:
+        d, rel = stack.pop()
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.startswith((".", "_")):
+                    continue
+                r = f"{rel}/{e.name}" if rel else e.name
+                if e.is_dir(follow_symlinks=False):
+                    stack.append((e.path, r))
+                elif e.is_file():
+                    yield r
 
 
 def remove_stale_temps(final: Path) -> list[Path]:

@@ -2,7 +2,7 @@
 
 One delete of N, under the task lock:
 
-1. plan: the group found by :func:`~egopool.layout.list_task_episodes` plus every file
+1. plan: the group found by :func:`~egopool.layout.find_episode_files` plus every file
    :func:`pooled_episode_leftovers` sees for N (legacy ``file-`` names, a legacy
    shard holding N's row);
 2. write a journal ``meta/.delete-<N>-<token>.json`` listing every planned move;
@@ -44,10 +44,10 @@ import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, temp_path_for
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, OperationError, RegistryError
-from ..layout import TaskLayout, list_task_episodes
+from ..layout import TaskLayout, find_episode_files
 from ..meta.info import info_path, read_info, write_info
 from ..registry import Registry, task_key
-from ._common import EXT_TAIL, Progress, open_registry, path_regex, rel, remove_stale_temps, walk_files
+from ._common import EXT_TAIL, Progress, open_registry, path_regex, rel, remove_stale_temps, walk_rel
 from .migrate import refuse_during_migration
 
 __all__ = [
@@ -65,12 +65,19 @@ _JOURNAL_RE = re.compile(r"^\.delete-(\d+)-([0-9a-f]+)\.json$")
 
 # -- finding an episode's files --------------------------------------------------------------------
 def _shards_with(root: Path, layout: TaskLayout, index: int) -> list[Path]:
-    """``file-*.parquet`` files under the episodes directory whose ``episode_index`` column holds N (§6.1)."""
-    prefix = layout.episodes_path.split("{", 1)[0].rsplit("/", 1)[0]
+    """Legacy ``file-*.parquet`` files of N's chunk directory whose ``episode_index`` column holds N (§6.1).
+
+    A v1.1.0 shard holds the rows of its own chunk (§2: named by the chunk's number), so only
+    N's chunk is searched, as :func:`~egopool.layout.find_episode_files` does
+    (docs/decisions.md L1): the cost does not grow with the task.
+    """
+    prefix, _ = path_regex(layout.episodes_path, layout.chunk_file(index)[0], None)
     out = []
-    for p in walk_files(root, prefix):
-        if not (p.name.startswith("file-") and p.suffix == ".parquet"):
+    for r in walk_rel(root, prefix):
+        name = r.rsplit("/", 1)[-1]
+        if not (name.startswith("file-") and name.endswith(".parquet")):
             continue
+        p = root / r
         try:
             col = pq.read_table(p, columns=["episode_index"]).column("episode_index")
         except Exception as exc:
@@ -88,8 +95,9 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
     whose name is N's ``(chunk, file)`` (``episode-`` or legacy ``file-`` prefix, every
     ``image_key``, every extension), a legacy PNG16 depth directory at N's stream place
     (``episode-000/`` or ``episode-000.png/`` holding any file, docs/decisions.md C4), N's
-    ``meta/episodes`` file, and every legacy ``file-*.parquet`` episodes shard whose
-    ``episode_index`` column contains N. Dotfiles (temps, staged deletes) are not leftovers.
+    ``meta/episodes`` file, and every legacy ``file-*.parquet`` episodes file of N's chunk
+    whose ``episode_index`` column contains N. Dotfiles (temps, staged deletes) are not
+    leftovers. Only N's own chunk directories are listed (no rescan of the task).
 
     Parameters
     ----------
@@ -117,19 +125,18 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
         layout = TaskLayout.from_info(root, read_info(root))
     c, f = layout.chunk_file(index)
     found: set[Path] = set()
-    for template in (layout.data_path, layout.video_path):
-        prefix, rx = path_regex(template, c, f)
-        for p in walk_files(root, prefix):
-            if rx.match(p.relative_to(root).as_posix()):
-                found.add(p)
-    # a legacy PNG16 depth sequence: a directory at the stream's place, with or without the
-    # ".{ext}" tail (docs/decisions.md C4); any file inside keeps it a leftover
+    prefix, rx = path_regex(layout.data_path, c, f)
+    found.update(root / r for r in walk_rel(root, prefix) if rx.match(r))
+    # videos, and a legacy PNG16 depth sequence: a directory at the stream's place, with or without
+    # the ".{ext}" tail (docs/decisions.md C4); any file inside keeps it a leftover
     prefix, rx = path_regex(layout.video_path, c, f)
     _, rx_dir = path_regex(EXT_TAIL.sub("", layout.video_path), c, f)
-    for p in walk_files(root, prefix):
-        parent = p.parent.relative_to(root).as_posix()
-        if rx.match(parent) or rx_dir.match(parent):
-            found.add(p.parent)
+    for r in walk_rel(root, prefix):
+        if rx.match(r):
+            found.add(root / r)
+        parent = r.rsplit("/", 1)[0]
+        if "/" in r and (rx.match(parent) or rx_dir.match(parent)):
+            found.add(root / parent)
     ep = layout.episodes_file(index)
     if ep.is_file() and not ep.name.startswith("file-"):
         found.add(ep)
@@ -194,18 +201,17 @@ def plan_delete(task_dir: str | Path, indices: Sequence[int], layout: TaskLayout
     LayoutError
         An N < 1 (N=0 is refused) or no N given.
     EpisodeNotFoundError
-        An N that :func:`~egopool.layout.list_task_episodes` does not find ("no episode N
+        An N that :func:`~egopool.layout.find_episode_files` does not find ("no episode N
         in task"), including one already deleted.
     """
     root = Path(task_dir)
     wanted = _check_indices(indices)
     if layout is None:
         layout = TaskLayout.from_info(root, read_info(root))
-    groups = {g.index: g for g in list_task_episodes(root, layout)}
     restored = {n: r for n, committed, r in _pending_journals(root) if not committed}
     plans = []
     for n in wanted:
-        g = groups.get(n)
+        g = find_episode_files(root, layout, n)  # N's own paths: no rescan of the task (checklist §12.2)
         back = restored.get(n, {})
         if g is None and not back:
             raise EpisodeNotFoundError(root, n)
@@ -568,7 +574,7 @@ def delete_episodes(task_dir: str | Path, indices: Sequence[int], *, dry_run: bo
     """Delete episodes by global N (file_format.md §2, §9; ``egopool delete``).
 
     Every N is checked before anything is touched: N < 1 is refused, an N that
-    :func:`~egopool.layout.list_task_episodes` does not find (or that was already
+    :func:`~egopool.layout.find_episode_files` does not find (or that was already
     deleted) is an error. Each N is then deleted all-or-nothing (see the module
     docstring) and verified gone with :func:`pooled_episode_leftovers`; its registry
     row is removed. ``stats.json`` and ``total_episodes`` are not rolled back; N is

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, task_lock
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
-from ..errors import FormatError
+from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
 from ..meta.info import read_info
@@ -266,6 +266,8 @@ class EpisodeRepair:
         Evidence per column that lacked a scale.
     meta:
         The ``meta/episodes`` file (rewritten when repaired).
+    error:
+        Why a ``skipped`` episode could not be read (its error's one line), else ``""``.
     """
 
     index: int
@@ -273,10 +275,11 @@ class EpisodeRepair:
     columns: list[ColumnEvidence] = field(default_factory=list)
     meta: Path | None = None
     reason: str = ""
+    error: str = ""
 
     def to_dict(self, task_dir: Path) -> dict[str, Any]:
         """JSON form."""
-        return {"episode_index": self.index, "status": self.status, "reason": self.reason,
+        return {"episode_index": self.index, "status": self.status, "reason": self.reason, "error": self.error,
                 "meta": rel(task_dir, self.meta) if self.meta else None,
                 "columns": [c.to_dict() for c in self.columns]}
 
@@ -301,6 +304,11 @@ class ForceScaleReport:
     backup: Path | None = None
 
     @property
+    def unreadable(self) -> list[int]:
+        """N of episodes skipped because their data parquet or row could not be read."""
+        return [e.index for e in self.episodes if e.error]
+
+    @property
     def inconclusive(self) -> list[int]:
         """N of episodes with at least one column left without a scale."""
         return [e.index for e in self.episodes if e.status in ("inconclusive", "partial")]
@@ -309,7 +317,7 @@ class ForceScaleReport:
         """JSON report (``egopool repair force-scale --json``)."""
         return {"task": str(self.task_dir), "dry_run": self.dry_run, "already_ok": self.already_ok,
                 "backup": rel(self.task_dir, self.backup) if self.backup else None,
-                "inconclusive": self.inconclusive, "episodes": [e.to_dict(self.task_dir) for e in self.episodes]}
+                "inconclusive": self.inconclusive, "unreadable": self.unreadable, "episodes": [e.to_dict(self.task_dir) for e in self.episodes]}
 
 
 def _lacks_scale(spec: Any, value_type: pa.DataType) -> bool:
@@ -384,10 +392,13 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
     -------
     ForceScaleReport
 
+    An episode whose data parquet or row cannot be read is reported ``skipped`` with the
+    error, and the others are repaired.
+
     Raises
     ------
     FormatError
-        ``info.json``, a data parquet or a row cannot be read.
+        ``info.json`` cannot be read.
     """
     root = Path(task_dir)
     layout = TaskLayout.from_info(root, read_info(root))
@@ -397,7 +408,10 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
         refuse_during_migration(root, "repair episode rows")
         groups = [g for g in list_task_episodes(root, layout) if g.data is not None and g.meta is not None]
         for i, g in enumerate(groups):
-            rep = _inspect(g, tolerance)
+            try:
+                rep = _inspect(g, tolerance)
+            except EgopoolError as exc:  # one unreadable episode never stops the others
+                rep = EpisodeRepair(g.index, "skipped", meta=g.meta, reason="cannot be read", error=exc.one_line())
             if rep is not None and rep.status == "ok":
                 report.already_ok += 1
             elif rep is not None:

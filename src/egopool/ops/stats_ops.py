@@ -75,28 +75,47 @@ def compute_stats(task_dir: str | Path, info: dict[str, Any] | None = None,
     Raises
     ------
     FormatError
-        ``info.json`` or a data parquet cannot be read.
+        ``info.json`` cannot be read, or data parquets cannot (every such episode is named).
     """
-    root = Path(task_dir)
+    doc, n, unreadable = _recompute(Path(task_dir), info, progress)
+    if unreadable:
+        exc = unreadable[0][1]
+        raise FormatError(f"cannot read the data of episode(s) {', '.join(str(i) for i, _ in unreadable)}: "
+                          f"{exc.message}", path=exc.path,
+                          hint="restore the file(s) or delete the episode(s) before recomputing stats")
+    return doc, n
+
+
+def _recompute(root: Path, info: dict[str, Any] | None,
+               progress: Progress | None) -> tuple[dict[str, Any], int, list[tuple[int, FormatError]]]:
+    """:func:`compute_stats` over the episodes that read, plus ``(N, error)`` of those that do not."""
     info = info if info is not None else read_info(root)
     # committed episodes only (data parquet + meta/episodes row, decisions.md #5): an episode whose
     # data is published but whose row is not yet written merges its own blocks when it commits
     groups = [g for g in list_task_episodes(root, TaskLayout.from_info(root, info))
               if g.data is not None and g.meta is not None]
     doc: dict[str, Any] = {}
+    unreadable: list[tuple[int, FormatError]] = []
     for i, g in enumerate(groups):
         assert g.data is not None
         try:
             cols = stats_columns(info, pq.read_schema(g.data).names)
             table = pq.read_table(g.data, columns=cols)
         except Exception as exc:
-            raise FormatError(f"cannot read parquet: {exc}", path=g.data,
-                              hint="restore the file or delete the episode before recomputing stats") from exc
-        doc = merge_stats(doc, episode_stats(table, info))
+            unreadable.append((g.index, FormatError(f"cannot read parquet: {_first_line(exc)}", path=g.data,
+                                                    hint=f"restore the file or delete episode {g.index}")))
+        else:
+            doc = merge_stats(doc, episode_stats(table, info))
         if progress is not None:
             progress(i + 1, len(groups), f"episode {g.index}")
     doc["action"] = dict(ACTION_BLOCK)
-    return doc, len(groups)
+    return doc, len(groups) - len(unreadable), unreadable
+
+
+def _first_line(exc: BaseException) -> str:
+    """First line of an exception's text (pyarrow's run over several lines)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float = 1e-7,
@@ -179,17 +198,23 @@ def _numbers(value: Any) -> np.ndarray | None:
 
 @dataclass
 class StatsCheckReport:
-    """Result of :func:`check_stats`: ``ok`` when stored and recomputed agree block by block."""
+    """Result of :func:`check_stats`: ``ok`` when stored and recomputed agree block by block.
+
+    ``skipped`` lists the episodes whose data parquet could not be read, as
+    ``{"episode_index", "reason": "unreadable", "error"}``: the recomputation lacks them
+    (so counts differ by their rows) and the report is not ok.
+    """
 
     task_dir: Path
     episodes: int
     blocks: list[str]
     differences: list[BlockDiff] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when no block differs."""
-        return not self.differences
+        """True when no block differs and every episode was read."""
+        return not self.differences and not self.skipped
 
     @property
     def differing_blocks(self) -> list[str]:
@@ -199,21 +224,26 @@ class StatsCheckReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON report (``egopool stats check --json``)."""
         return {"task": str(self.task_dir), "ok": self.ok, "episodes": self.episodes, "blocks": self.blocks,
-                "differing_blocks": self.differing_blocks, "differences": [d.to_dict() for d in self.differences]}
+                "differing_blocks": self.differing_blocks, "differences": [d.to_dict() for d in self.differences],
+                "skipped": self.skipped}
 
 
 def check_stats(task_dir: str | Path, *, progress: Progress | None = None) -> StatsCheckReport:
     """Compare ``stats.json`` with a fresh recomputation from ``data/`` (read-only).
 
+    An episode whose data parquet cannot be read is listed in ``skipped`` with its error
+    and the others are still compared (the report is then not ok).
+
     Raises
     ------
     FormatError
-        ``info.json``, ``stats.json`` or a data parquet cannot be read.
+        ``info.json`` or ``stats.json`` cannot be read.
     """
     root = Path(task_dir)
     stored = read_stats(root)
-    fresh, n = compute_stats(root, progress=progress)
-    return StatsCheckReport(root, n, sorted(set(stored) | set(fresh)), compare_stats(stored, fresh))
+    fresh, n, unreadable = _recompute(root, None, progress)
+    skipped = [{"episode_index": i, "reason": "unreadable", "error": exc.one_line()} for i, exc in unreadable]
+    return StatsCheckReport(root, n, sorted(set(stored) | set(fresh)), compare_stats(stored, fresh), skipped)
 
 
 @dataclass

@@ -31,12 +31,13 @@ from . import forces as episode_forces
 from ..codecs import slam as _slam
 from ..codecs.depth import read_depth_frames
 from ..codecs.force_matrix import ResolvedForceMatrixSpec
-from ..codecs.timebase import (ImuSamples, expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
-                              pair_nearest, unwrap_ns)
+from ..codecs.timebase import (PAIRED_BY_ROW, PAIRED_BY_STAMPS, SAME_CLOCK_NS, ImuSamples, TrajectoryPairing,
+                               expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
+                               own_row_offset, pair_nearest, unwrap_ns)
 from ..codecs.video import read_rgb_frames, video_info
 from ..errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
 from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
 
@@ -383,45 +384,78 @@ class Episode:
         return unwrap_ns(hw) if unwrap and looks_truncated32(hw) else hw
 
     def pair_trajectory(self, column: str = "observation.slam_trajectory",
-                        max_dt_ns: int | None = None) -> np.ndarray:
-        """Data row of each point of ``column`` by ``_ns`` ↔ ``hardware_ns`` nearest neighbour (§8.2.4).
+                        max_dt_ns: int | None = None) -> TrajectoryPairing:
+        """Data row of each point of ``column``, and how it was paired (§8.2.4, docs/decisions.md C9).
 
-        A truncated 32-bit ``hardware_ns`` is unwrapped and lifted by whole 2^32 laps to
-        the trajectory's full-width stamps (an integer lap count, not a fitted offset); this
-        includes a short episode whose truncated stamps happen not to wrap.
+        On one host clock (``_ns`` and ``hardware_ns`` both host-monotonic, §5.4), each point
+        pairs with the nearest ``hardware_ns`` (``paired_by = "hardware_ns"``). A truncated
+        32-bit ``hardware_ns`` is unwrapped and lifted by whole 2^32 laps to the trajectory's
+        full-width stamps (an integer lap count, not a fitted offset). A point stamped more
+        than one frame interval (``1 / fps``) before the first or after the last stamped row
+        has no frame to pair with and stays unpaired.
 
-        A point stamped more than one frame interval (``1 / fps``) before the first or after
-        the last stamped row has no frame to pair with and stays unpaired: this is what a
-        trajectory on another clock than ``hardware_ns`` looks like (e.g. a rig whose master
-        slot is stamped by a device clock), and nearest-neighbour would otherwise pin every
-        such point on the first or last row.
+        When there is no common clock, every point gets the row it was attached to
+        (``paired_by = "row"``, the row of the tick whose window it arrived in, §5.3): when
+        the row clock is a device clock (the master slot of an S80 or D435 rig, §3.1: its
+        points sit seconds or more from their own rows, beyond
+        :data:`~egopool.codecs.timebase.SAME_CLOCK_NS`), when the trajectory has no ``_ns``
+        stamps (§5.5 "只能退回行号粗对齐") or when no row has a ``hardware_ns``. ``reason``
+        says which. So the result is never "all unpaired" without saying why.
+
+        Parameters
+        ----------
+        column:
+            A trajectory column of this episode.
+        max_dt_ns:
+            With ``"hardware_ns"`` pairing, leave points farther than this (ns) from every row
+            unpaired.
 
         Returns
         -------
-        numpy.ndarray
-            ``(K,)`` int64 row per point; -1 where the point has no stamp (or no ``_ns``
-            column), lies outside the episode's stamped rows, or is farther than
-            ``max_dt_ns`` from every row.
+        TrajectoryPairing
+            ``rows`` ``(K,)`` int64 (-1 = unpaired), ``paired_by``, ``reason``, ``offset_ns``.
+
+        Raises
+        ------
+        SchemaError
+            The column is not a trajectory of this episode (see :meth:`trajectory`).
         """
         traj = self.trajectory(column)
+        stamped = traj.host_ns != 0
+        if not stamped.any():
+            why = "the trajectory has no _ns column" if not traj.has_host_ns else "no point has a _ns stamp"
+            return TrajectoryPairing(traj.rows.copy(), PAIRED_BY_ROW,
+                                     f"{why}: each point keeps the row it was attached to (multi_device_storage.md "
+                                     "§5.5, row-level alignment only)")
         hw = self.hardware_ns(unwrap=False)
         nz = hw[hw != 0]
         narrow = bool(nz.size) and int(nz.min()) >= -(1 << 31) and int(nz.max()) < (1 << 31)
         if looks_truncated32(hw):
             hw = unwrap_ns(hw)
-        stamped = traj.host_ns != 0
-        if narrow and stamped.any() and int(np.abs(traj.host_ns[stamped]).max()) >= (1 << 31):
+        if narrow and int(np.abs(traj.host_ns[stamped]).max()) >= (1 << 31):
             ref = np.zeros_like(hw)
             ref[traj.rows[stamped]] = traj.host_ns[stamped]
             if np.any((ref != 0) & (hw != 0)):
                 hw = lift_to_reference(hw, ref)
+        offset = own_row_offset(traj.host_ns, traj.rows, hw)
+        if offset is None:
+            return TrajectoryPairing(traj.rows.copy(), PAIRED_BY_ROW,
+                                     "no stamped point's own row has a hardware_ns: each point keeps the row it was "
+                                     "attached to")
+        if abs(offset) > SAME_CLOCK_NS:
+            return TrajectoryPairing(traj.rows.copy(), PAIRED_BY_ROW,
+                                     f"hardware_ns is not on the trajectory's host clock (its points are "
+                                     f"{offset / 1e9:+.3f} s from their own rows; a device-clock master slot such as "
+                                     "an S80 or D435, multi_device_storage.md §3.1/§5.4): each point keeps the row "
+                                     "it was attached to", offset)
         rows = traj.pair_rows(hw, max_dt_ns)
         nz = hw[hw != 0]
         margin = self._frame_interval_ns(nz)
         if nz.size and margin is not None:
             outside = stamped & ((traj.host_ns < nz.min() - margin) | (traj.host_ns > nz.max() + margin))
             rows[outside] = -1
-        return rows
+        return TrajectoryPairing(rows, PAIRED_BY_STAMPS, "nearest hardware_ns to each point's _ns stamp, one host "
+                                                         "clock (multi_device_storage.md §5.4)", offset)
 
     def _frame_interval_ns(self, stamps: np.ndarray) -> float | None:
         """Nominal frame interval: ``1e9 / info.fps``, else the median step of ``stamps``."""
@@ -550,7 +584,11 @@ class Task:
         return [Episode(self, g) for g in self.episode_files()]
 
     def episode(self, index: int) -> Episode:
-        """Episode with global N = ``index``.
+        """Episode with global N = ``index``, found from N's own paths (checklist §12.2).
+
+        The paths come from the templates; only legacy layouts are scanned, and only in N's
+        own chunk (:func:`~egopool.layout.find_episode_files`), so the cost does not grow
+        with the number of episodes in the task.
 
         Raises
         ------
@@ -563,10 +601,10 @@ class Task:
             raise LayoutError(f"episode index must be an integer >= 1, got {type(index).__name__} {index!r}",
                               hint="global N is 1-based: episode-000 is N=1")
         index = int(index)
-        for g in self.episode_files():
-            if g.index == index:
-                return Episode(self, g)
-        raise EpisodeNotFoundError(self.path, index)
+        g = find_episode_files(self.path, self.layout, index, self._info.get("video_extensions"))
+        if g is None:
+            raise EpisodeNotFoundError(self.path, index)
+        return Episode(self, g)
 
     @cached_property
     def tasks(self) -> list[dict[str, Any]]:

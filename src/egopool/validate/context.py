@@ -56,6 +56,8 @@ class Context:
         Legacy multi-row ``meta/episodes`` shards already reported.
     shard_tables:
         Those shards as read once (pyarrow Tables; up to 1000 episodes share one).
+    decode:
+        Decode every frame of every stream (False: ``--fast``, frames are only counted).
     """
 
     root: Path
@@ -66,6 +68,7 @@ class Context:
     rgb_keys: set[str] = field(default_factory=set)
     shards_seen: set[Path] = field(default_factory=set)
     shard_tables: dict[Path, Any] = field(default_factory=dict)
+    decode: bool = True
 
     @property
     def features(self) -> dict[str, Any]:

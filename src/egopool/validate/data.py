@@ -12,6 +12,7 @@ force matrix rows of 250×750 values (§7.2.1), and ``wall_time`` (§7.3).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -45,6 +46,8 @@ R_NOT_DECLARED = "multi_device_storage.md §6.8.2"
 R_LOCKSTEP = "multi_device_storage.md §8.1.3"
 
 _BATCH_ROWS = 64
+#: A frame-key column name (multi_device_storage.md §2.2 ``<key_column>``, §2.4 charset).
+_KEY_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 
 
 def first_line(exc: BaseException) -> str:
@@ -159,8 +162,7 @@ def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> Non
         if name in ("action", "imu_ts_ns"):
             pass
         elif not name.startswith(("observation.", "status.")):
-            ctx.report.error(R_PREFIX, path, f"column {name!r} is neither a frame-key column nor "
-                                             "observation.<signal> / status.<id>; rename or drop it")
+            _unknown_top_level(ctx, path, name)
             continue
         elif name.endswith("slam_pose"):
             # historical column (UMIGripper_Action_AI): readers ignore it, writers no longer produce it (§9.1)
@@ -210,6 +212,28 @@ def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> Non
         ctx.report.error(R_OBS, path, "column 'imu_ts_ns' exists without 'observation.imu'")
 
 
+def _unknown_top_level(ctx: Context, path: Path, name: str) -> None:
+    """A top-level column egopool does not know (docs/decisions.md V3).
+
+    A newer collector may add a frame-key column (v1.3.11 added ``raw_hw_ns``): a name of
+    the key-column form (one ``[a-z0-9_]+`` segment, multi_device_storage.md §2.2 / §2.4)
+    is a warning, so older readers keep validating newer data. A name outside the column
+    grammar (upper case, other characters, a dotted name of an unknown namespace) is an error.
+    """
+    if name == "slam_pose":
+        ctx.report.warning(R_GRAMMAR, path, "column 'slam_pose' is the abolished slam_pose; readers ignore it "
+                                            "(multi_device_storage.md §9.1), new writes must not produce it")
+    elif _KEY_NAME_RE.match(name):
+        ctx.report.warning(R_PREFIX, path, f"column {name!r} is not a frame-key column egopool knows "
+                                           "(file_format.md §7.1); a newer writer may have added it, as v1.3.11 "
+                                           "added raw_hw_ns: egopool ignores it (update egopool if the writer "
+                                           "is newer)")
+    else:
+        ctx.report.error(R_PREFIX, path, f"column {name!r} breaks the column grammar: a column is a frame-key "
+                                         "column (one [a-z0-9_] word), observation.<signal> or status.<id>; "
+                                         "rename or drop it")
+
+
 def _fixed_length(ctx: Context, name: str, typ: pa.DataType) -> int | None:
     """Element count every row of a fixed-length vector column must have, else None."""
     if _depth(typ) != 1 or name == "imu_ts_ns" or not (name == "action" or name.startswith("observation.")):
@@ -250,7 +274,9 @@ def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
            and _depth(cols[c]) == 1]
     imu = "observation.imu" if "observation.imu" in cols and _depth(cols["observation.imu"]) == 2 else None
     imu_ts = "imu_ts_ns" if "imu_ts_ns" in cols and _depth(cols["imu_ts_ns"]) == 1 else None
-    nullable = [c for c in cols if c not in KEY_COLUMNS]
+    # an unknown top-level column (a newer writer's key column) has no rule of ours to check
+    nullable = [c for c in cols if c not in KEY_COLUMNS and (c.startswith(("observation.", "status."))
+                                                             or c in ("action", "imu_ts_ns"))]
     wanted = sorted(set(fixed) | set(trajs) | {t + "_ns" for t in trajs if t + "_ns" in cols} | set(fms)
                     | ({imu} if imu else set()) | ({imu_ts} if imu_ts else set()) | set(nullable))
     if not wanted or n == 0:
@@ -369,8 +395,26 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
                 ctx.report.error(R_TIME, path, f"column {c!r} row {i} holds {vals[c][i]} ({int(bad.sum())} "
                                                "non-finite value(s)); times are finite seconds, never NaN/inf")
                 finite = False
+    if "timestamp" in vals and finite:
+        _check_timestamp(ctx, path, vals["timestamp"])
     if "wall_time" in vals and "timestamp" in vals and ctx.wall_time_rule and finite:
         _check_wall_time(ctx, path, vals["wall_time"], vals["timestamp"])
+
+
+def _check_timestamp(ctx: Context, path: Path, ts: np.ndarray) -> None:
+    """Strictly increasing ``timestamp``, in every app version (docs/decisions.md V2).
+
+    ``timestamp`` is the row's time in the episode (§7.1: relative seconds of the frame row,
+    written in row order), so a row at or before its predecessor is a clock reset or a
+    float32 that can no longer tell two rows apart; the first such row is named.
+    """
+    steps = np.diff(ts.astype(np.float64))
+    bad = np.flatnonzero(steps <= 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        ctx.report.error(R_KEYS, path, f"column 'timestamp' is not strictly increasing: row {i} ({float(ts[i]):.6f} "
+                                       f"s) <= row {i - 1} ({float(ts[i - 1]):.6f} s), {bad.size} such row(s); "
+                                       "timestamp is the row's time in the episode, one row after another")
 
 
 def _check_wall_time(ctx: Context, path: Path, wall: np.ndarray, ts: np.ndarray) -> None:
@@ -391,8 +435,10 @@ def _check_wall_time(ctx: Context, path: Path, wall: np.ndarray, ts: np.ndarray)
     ref = float(np.median(off))
     dev = np.abs(off - ref)
     if (dev > tol).any():
-        i = int(np.argmax(dev > tol))
-        ctx.report.error(R_TIME, path, f"wall_time - timestamp is not constant: row {i} differs by "
-                                       f"{off[i] - ref:+.6f} s from the episode's offset {ref:.6f} "
-                                       f"(tolerance {tol:.1e} s); since v1.3.17 wall_time = episode start + "
-                                       "timestamp")
+        # name the first row where the offset changes (a jump), else the first far from the median
+        jumps = np.flatnonzero(np.abs(np.diff(off)) > tol)
+        i = int(jumps[0]) + 1 if jumps.size else int(np.argmax(dev > tol))
+        before = float(off[i - 1]) if jumps.size else ref
+        ctx.report.error(R_TIME, path, f"wall_time - timestamp is not constant: at row {i} it changes by "
+                                       f"{off[i] - before:+.6f} s (from {before:.6f} s; tolerance {tol:.1e} s); "
+                                       "since v1.3.17 wall_time = episode start + timestamp")

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..codecs.decode_scan import StreamScan, scan_stream
 from ..codecs.depth import probe_depth
 from ..codecs.depth_png import png16_frame_paths
 from ..codecs.video import count_video_frames, video_info
@@ -227,7 +228,12 @@ def _check_png16_stream(ctx: Context, g: EpisodeFiles, key: str, path: Path, row
         ctx.report.error(R_VIDEO, path, f"stream {key!r} is a PNG16 frame directory but video_extensions says "
                                         f"{declared!r}; declare \"{key}\": \"png\" (readers pick the decoder from it)")
     try:
-        frames = len(png16_frame_paths(path))
+        if ctx.decode:
+            scan = scan_stream(path)
+            frames = scan.packets
+            _report_decoding(ctx, g, key, path, scan)
+        else:
+            frames = len(png16_frame_paths(path))
         probe_depth(path)
     except EgopoolError as exc:
         ctx.report.error(R_VIDEO, path, f"cannot read PNG16 depth stream {key!r} ({exc.message}); restore the "
@@ -276,7 +282,13 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
                                         f"{declared!r}; one of them is wrong")
     try:
         probe = video_info(path)
-        frames = count_video_frames(path)
+        depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
+        if ctx.decode:
+            scan = scan_stream(path, _depth_stream_index(path) if depth else None)
+            frames = scan.packets
+            _report_decoding(ctx, g, key, path, scan)
+        else:
+            frames = count_video_frames(path)
     except EgopoolError as exc:
         ctx.report.error(R_VIDEO, path, f"cannot read video stream {key!r} ({exc.message}): the file is corrupt; "
                                         f"re-encode it or remove episode {g.index}")
@@ -286,7 +298,7 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
                                         f"corrupt; re-encode it or remove episode {g.index}")
         return
     pix = str(probe.get("pix_fmt") or "")
-    if pix.startswith("gray") or probe.get("video_streams", 1) > 1:
+    if depth:
         ctx.depth_keys.add(key)
     elif (why := _declared_depth(ctx, key, row)) is not None:
         ctx.report.error(R_VIDEO, path, f"stream {key!r} is a depth slot ({why}) but its file holds a colour video "
@@ -298,6 +310,31 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
     if rows is not None and frames != rows:
         ctx.report.error(R_ROWS, path, f"stream {key!r} has {frames} frames but the data parquet has {rows} rows; "
                                        "every stream has exactly one frame per row (duplicate or fail, never drop)")
+
+
+def _depth_stream_index(path: Path) -> int | None:
+    """The stream a depth reader decodes (probed, docs/decisions.md C5); None = the first video stream
+    (a gray stream that is no depth layout fails in the reader's probe, not in decoding)."""
+    try:
+        return probe_depth(path).stream_index
+    except EgopoolError:
+        return None
+
+
+def _report_decoding(ctx: Context, g: EpisodeFiles, key: str, path: Path, scan: StreamScan) -> None:
+    """What a reader decoding the stream hits (file_format.md §8): the first frame (= data row) that fails."""
+    if scan.ok:
+        return
+    fix = f"re-encode the stream from its source or remove episode {g.index} (`egopool delete TASK {g.index}`)"
+    first = scan.first_bad_frame
+    if first is not None or scan.error:
+        where = f"frame {first} (data row {first})" if first is not None else "a frame"
+        more = f"; {len(scan.failed_frames)} frames fail in all" if len(scan.failed_frames) > 1 else ""
+        ctx.report.error(R_VIDEO, path, f"stream {key!r} {where} does not decode ({scan.error}): a reader gets "
+                                        f"{scan.before_error} of {scan.packets} frames, then fails{more}; {fix}")
+    else:
+        ctx.report.error(R_VIDEO, path, f"stream {key!r} holds {scan.packets} frames but decodes to {scan.decoded} "
+                                        f"without an error: a reader gets {scan.decoded}; {fix}")
 
 
 def _declared_streams(ctx: Context, g: EpisodeFiles, row: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ R_NUMBERING = "file_format.md §2"
 R_CHECKLIST = "file_format.md §12"
 
 
-def validate_task(path: str | Path, *, progress: ProgressCallback | None = None) -> Report:
+def validate_task(path: str | Path, *, progress: ProgressCallback | None = None, fast: bool = False) -> Report:
     """Check a task directory against file_format.md §12 and multi_device_storage.md §8.1/§8.2.
 
     Read-only: nothing is written anywhere (no lock is taken, no file is created).
@@ -51,7 +51,8 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None)
       0..n-1), ``§7.2`` (``action``, IMU samples of 6 with one ``imu_ts_ns`` each),
       ``§7.2.1`` (force matrix rows, ``force_matrix_specs``), ``§7.3`` (one video frame
       per row; ``wall_time − timestamp`` constant and ``wall_time`` strictly
-      increasing), ``§8`` (``video_extensions``, unreadable videos), ``§11``
+      increasing), ``§8`` (``video_extensions``, unreadable videos, and every frame of every
+      stream decoded: the first frame a reader cannot decode is named with its data row), ``§11``
       (``.stats_state.json``, warning);
     * ``multi_device_storage.md``: ``§1.2`` incomplete file groups, ``§2.2`` / ``§2.4``
       column grammar (charset, reserved suffixes matched against the stored type,
@@ -68,7 +69,8 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None)
     ``app_version`` not of the collector's ``1.x`` form (egopool's own ``0.x``
     included); see :func:`egopool.validate.context.wall_time_rule_applies`. The
     tolerance of the constant offset is 1e-5 s plus one float32 step of the largest
-    ``timestamp`` plus float64 rounding of ``wall_time``.
+    ``timestamp`` plus float64 rounding of ``wall_time``. ``timestamp`` itself must be
+    strictly increasing in every app version (``§7.1``; the first bad row is named).
 
     Ignored as the spec says (§11, multi_device_storage.md §8.2.8): dotfiles, ``.lock``,
     ``recycled_episode.json``, temp files, ``_trash/``, ``_migrate_backup_*``,
@@ -80,6 +82,9 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None)
         The task directory (the one holding ``data/``, ``videos/``, ``meta/``).
     progress:
         Called as ``progress(done, total)`` after each episode.
+    fast:
+        Count the frames of every stream without decoding them (the demuxer alone): much
+        faster, but a frame whose payload is damaged goes unnoticed.
 
     Returns
     -------
@@ -89,7 +94,7 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None)
     root = Path(path)
     report = Report(task=str(path))
     try:
-        _run(root, report, progress)
+        _run(root, report, progress, fast)
     except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
         report.error(R_CHECKLIST, root, f"the validator stopped early on an unexpected problem "
                                         f"({type(exc).__name__}: {first_line(exc)}); fix the findings above and "
@@ -97,11 +102,11 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None)
     return report
 
 
-def _run(root: Path, report: Report, progress: ProgressCallback | None) -> None:
+def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bool) -> None:
     info = check_info_file(root, report)
     if info is None:
         return
-    ctx = Context(root, report, info)
+    ctx = Context(root, report, info, decode=not fast)
     check_info_keys(ctx)
     check_tasks_jsonl(ctx)
     check_leftovers(ctx)
