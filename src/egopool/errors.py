@@ -14,7 +14,9 @@
     ├── RegistryError                the local registry pipeline.db could not be read or written
     ├── OperationError               a maintenance operation (delete, migrate, repair) could not complete
     ├── StorageError                 the operating system refused a write (disk full, read-only, not a directory)
-    └── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
+    ├── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
+    ├── TransferError                packing or uploading an episode failed (network, server answer)
+    └── UploadRejectedError          the pooling server refused an upload (HTTP status, reason, findings)
 
 Every error composes its own message from structured fields, names the file or
 column at fault and, where there is one, says what to do about it.
@@ -43,6 +45,8 @@ __all__ = [
     "RegistryError",
     "SchemaError",
     "StorageError",
+    "TransferError",
+    "UploadRejectedError",
 ]
 
 
@@ -223,3 +227,44 @@ class MetaUpdateError(EgopoolError):
                  hint: str | None = None) -> None:
         self.index = index
         super().__init__(f"episode {index} was saved, but {message}", path=path, hint=hint)
+
+
+class TransferError(EgopoolError):
+    """Packing or uploading an episode failed (file_format.md §9): the network, the server's answer.
+
+    Attributes
+    ----------
+    status:
+        The HTTP status the server answered (None for a network failure or a local problem).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, path: str | Path | None = None,
+                 hint: str | None = None) -> None:
+        self.status = status
+        super().__init__(message, path=path, hint=hint)
+
+
+class UploadRejectedError(EgopoolError):
+    """The pooling server refuses an upload; the HTTP answer is built from these fields.
+
+    Attributes
+    ----------
+    status:
+        HTTP status: 400 malformed or hostile zip, 401/403 token, 409 conflict, 413 too large,
+        422 the slice breaks the format (``findings`` holds the validator's findings), 507 disk full.
+    reason:
+        A short machine-readable code (``path_traversal``, ``manifest_mismatch``, ``validation``...).
+    findings:
+        Validator findings as dicts (``rule``, ``severity``, ``path``, ``message``), when any.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, *, findings: list[dict[str, str]] | None = None,
+                 hint: str | None = None) -> None:
+        self.status = int(status)
+        self.reason = reason
+        self.findings = list(findings or [])
+        super().__init__(message, hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON body of the HTTP answer: ``{"error", "message", "findings"}``."""
+        return {"error": self.reason, "message": self.one_line(), "findings": self.findings}
