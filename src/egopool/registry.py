@@ -423,24 +423,33 @@ class Registry:
         return [_upload(r) for r in rows]
 
     # -- identity --------------------------------------------------------------------------------
-    def host_id(self, default: str | None = None) -> str:
+    def host_id(self) -> str:
         """This recordings root's client identity, created on first use and kept in the registry.
 
-        It travels with ``pipeline.db``: a root copied to another PC keeps its identity, two
-        roots on one PC (which number their episodes independently) have two.
-
-        Parameters
-        ----------
-        default:
-            The value to store on first use (default: a random 32-hex id).
+        The first value is :func:`derived_host_id` of the directory holding ``pipeline.db``; kept
+        in the registry it travels with the root (a root moved or copied to another PC keeps its
+        identity), two roots on one PC have two.
         """
         with self._connect(write=True) as con:
             row = con.execute("SELECT value FROM settings WHERE key = 'host_id'").fetchone()
             if row:
                 return str(row[0])
-            value = default or uuid.uuid4().hex
+            value = derived_host_id(self.path.parent)
             con.execute("INSERT INTO settings VALUES ('host_id', ?)", (value,))
             return value
+
+
+def derived_host_id(root: str | Path) -> str:
+    """32 hex from ``/etc/machine-id`` (else the MAC address) and the recordings root's absolute path.
+
+    Stable for one root on one PC; the identity a registry stores on first use and the one used
+    when no registry is (``--no-registry``).
+    """
+    try:
+        machine = Path("/etc/machine-id").read_text(encoding="ascii").strip()
+    except OSError:
+        machine = f"{uuid.getnode():012x}"
+    return hashlib.sha256(f"{machine}\n{os.path.abspath(root)}".encode()).hexdigest()[:32]
 
 
 def _create_schema(con: sqlite3.Connection) -> None:

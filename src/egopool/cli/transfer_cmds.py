@@ -138,8 +138,8 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
               on_conflict: str = typer.Option("renumber", "--on-conflict",
                                               help="An upload whose N the task already holds: renumber (next free N, "
                                                    "mapping recorded) or reject (409)."),
-              max_upload_gb: float = typer.Option(8.0, "--max-upload-gb", min=0.001,
-                                                  help="Largest request body and largest uncompressed zip, GiB."),
+              max_upload_mb: float = typer.Option(8192.0, "--max-upload-mb", min=0.01,
+                                                  help="Largest request body and largest uncompressed zip, MiB."),
               max_imports: int = typer.Option(2, "--max-imports", min=1,
                                               help="Uploads verified and published at the same time."),
               log_level: str = typer.Option("info", "--log-level")) -> None:
@@ -160,7 +160,7 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
     except ImportError as exc:
         raise EgopoolError(f"the server needs the optional packages of egopool[server] ({exc.name} is missing)",
                            hint="pip install 'egopool[server]'") from exc
-    limit = int(max_upload_gb * (1 << 30))
+    limit = int(max_upload_mb * (1 << 20))
     config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict,
                           limits=Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit),
                           max_imports=max_imports)

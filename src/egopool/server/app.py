@@ -162,6 +162,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         client = request.client.host if request.client else None
         upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
         spool = store.new_spool()
+        named: dict[str, str] = {}  # the task name once the form gave it (for the upload log)
         try:
             length = request.headers.get("content-length")
             if length is not None and length.isdigit() and int(length) > config.limits.max_request_bytes:
@@ -171,6 +172,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             checked = False
 
             def scope_check(name: str) -> None:
+                named["task"] = name
                 if tok is not None and not tok.can_upload(name):
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
 
@@ -205,7 +207,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         except UploadRejectedError as exc:
             outcome = "rejected" if exc.status < 500 else "failed"
             await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, outcome, exc.status, exc.reason,
-                                                                          exc.one_line()))
+                                                                          exc.one_line(), **named))
             return _error(exc)
         except ClientDisconnect:
             await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, "failed", 499, "disconnected",

@@ -25,7 +25,6 @@ import io
 import os
 import socket
 import time
-import uuid
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from ..codecs.video import reencode_rgb, video_info
 from ..errors import EpisodeNotFoundError, FormatError, LayoutError, StorageError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
-from ..registry import Registry, sha256_file, task_key
+from ..registry import Registry, derived_host_id, sha256_file, task_key
 from .manifest import MANIFEST_NAME, Manifest, MemberRecord, video_arcname
 
 __all__ = ["PackedEpisode", "client_identity", "pack_episode", "pack_episodes", "zip_name"]
@@ -107,25 +106,19 @@ def zip_name(task: str, chunk: int, file: int) -> str:
 def client_identity(task_dir: str | Path, registry: bool | str | Path | Registry | None = True) -> tuple[str, str]:
     """``(host_id, hostname)`` of the recordings root holding ``task_dir`` (docs/decisions.md U2).
 
-    The id is first derived from ``/etc/machine-id`` (or the MAC address) and the root's
-    absolute path, then kept in the root's ``pipeline.db``: a root moved or copied to another
-    PC keeps its identity, two roots on one PC have two, and ``--no-registry`` on the same
-    root gives the same id as long as the root stays where it was.
+    The id is the root's registry's :meth:`~egopool.registry.Registry.host_id`; without a
+    registry, :func:`~egopool.registry.derived_host_id` of the root (the value a registry
+    stores on first use, so both agree while the root stays where it is).
 
     Raises
     ------
     RegistryError
         ``pipeline.db`` cannot be read or written.
     """
-    try:
-        machine = Path("/etc/machine-id").read_text(encoding="ascii").strip()
-    except OSError:
-        machine = f"{uuid.getnode():012x}"
-    root = os.path.abspath(Path(task_dir).parent)
-    derived = hashlib.sha256(f"{machine}\n{root}".encode()).hexdigest()[:32]
     reg = registry if isinstance(registry, Registry) else Registry.for_task(task_dir) if registry is True \
         else Registry(registry) if registry else None
-    return (reg.host_id(default=derived) if reg is not None else derived), socket.gethostname()
+    host = reg.host_id() if reg is not None else derived_host_id(Path(os.path.abspath(task_dir)).parent)
+    return host, socket.gethostname()
 
 
 class _HashingWriter:
