@@ -159,7 +159,10 @@ class Store:
         return d
 
     def clean_scratch(self) -> None:
-        """Empty spool and staging (at start-up: what a killed server left)."""
+        """Empty spool and staging (at start-up: what a killed server left), drop pause markers."""
+        for p in self.state.glob("paused-*"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
         for d in (self.spool_dir, self.staging_dir):
             for e in os.scandir(d):
                 if e.is_dir(follow_symlinks=False):
