@@ -21,6 +21,8 @@ webdriver = pytest.importorskip("selenium.webdriver")
 
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from egopool.server.tokens import add_token  # noqa: E402
 from egopool.transfer import upload_episodes  # noqa: E402
@@ -58,14 +60,16 @@ def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> 
         assert upload_episodes(pick, server=srv.url, token=up).ok
         assert upload_episodes(place, server=srv.url, token=up).ok
 
+        wait = WebDriverWait(browser, 30)
         browser.get(srv.url + "/")
-        assert browser.find_elements(By.ID, "token")  # not signed in: the sign-in form
+        wait.until(ec.presence_of_element_located((By.ID, "token")))  # not signed in: the sign-in form
         assert not browser.find_elements(By.ID, "tasks")
         browser.find_element(By.ID, "token").send_keys("egp_wrong")
         browser.find_element(By.ID, "login").click()
-        assert "unknown token" in browser.page_source
+        wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "unknown token"))
         browser.find_element(By.ID, "token").send_keys(read)
         browser.find_element(By.ID, "login").click()
+        wait.until(ec.presence_of_element_located((By.ID, "tasks")))
 
         tasks = browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")
         cells = {r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
@@ -89,5 +93,5 @@ def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> 
         assert img.std() > 10  # text and table borders, not a blank page
 
         browser.find_element(By.LINK_TEXT, "place_cup").click()
-        assert browser.title == "egopool · place_cup"
+        wait.until(ec.title_is("egopool · place_cup"))
         assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes-place_cup tbody tr")) == 1

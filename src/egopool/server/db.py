@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -158,6 +159,7 @@ class ServerDB:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._local = threading.local()
         with self._connect() as con:
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
@@ -168,16 +170,24 @@ class ServerDB:
                     con.execute(stmt)
             con.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
 
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (kept open: closing the last one checkpoints the WAL every time)."""
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            try:
+                con = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+                con.execute("PRAGMA journal_mode = WAL")
+                con.execute("PRAGMA synchronous = FULL")  # a committed mapping survives power loss
+            except sqlite3.Error as exc:
+                raise RegistryError(f"cannot open the server database: {exc}", path=self.path) from exc
+            self._local.con = con
+        return con
+
     @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        con = self._connection()
         try:
-            con = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise RegistryError(f"cannot open the server database: {exc}", path=self.path) from exc
-        try:
-            con.execute("PRAGMA journal_mode = WAL")
-            con.execute("PRAGMA synchronous = FULL")
-            con.execute("BEGIN IMMEDIATE")
+            con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield con
             con.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -188,8 +198,6 @@ class ServerDB:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
             raise
-        finally:
-            con.close()
 
     # -- uploads -------------------------------------------------------------------------------------
     def start_upload(self, token_id: str | None, client_addr: str | None) -> int:
@@ -230,7 +238,7 @@ class ServerDB:
         if task is not None:
             q += " WHERE task = ?"
             args = (task,)
-        with self._connect() as con:
+        with self._connect(write=False) as con:
             rows = con.execute(q + " ORDER BY id DESC LIMIT ?", (*args, int(limit))).fetchall()
         return [UploadRow(*r) for r in rows]
 
@@ -249,26 +257,26 @@ class ServerDB:
 
     def episode_of_client(self, task: str, host_id: str, client_index: int) -> EpisodeRow | None:
         """The episode that ``(host_id, client N)`` became in ``task``, or None."""
-        with self._connect() as con:
+        with self._connect(write=False) as con:
             r = con.execute("SELECT * FROM episodes WHERE task = ? AND client_host_id = ? AND "
                             "client_episode_index = ?", (task, host_id, client_index)).fetchone()
         return _episode(r) if r else None
 
     def episode(self, task: str, index: int) -> EpisodeRow | None:
         """Server N of ``task``, or None."""
-        with self._connect() as con:
+        with self._connect(write=False) as con:
             r = con.execute("SELECT * FROM episodes WHERE task = ? AND episode_index = ?", (task, index)).fetchone()
         return _episode(r) if r else None
 
     def episodes(self, task: str) -> dict[int, EpisodeRow]:
         """Every pooled episode of ``task`` by server N."""
-        with self._connect() as con:
+        with self._connect(write=False) as con:
             rows = con.execute("SELECT * FROM episodes WHERE task = ? ORDER BY episode_index", (task,)).fetchall()
         return {int(r[1]): _episode(r) for r in rows}
 
     def max_index(self, task: str) -> int:
         """Highest server N recorded for ``task`` (0 when none)."""
-        with self._connect() as con:
+        with self._connect(write=False) as con:
             r = con.execute("SELECT MAX(episode_index) FROM episodes WHERE task = ?", (task,)).fetchone()
         return int(r[0] or 0)
 

@@ -307,23 +307,24 @@ class Importer:
         return vdir.is_dir() and any(vdir.glob(f"*/episode-{f:03d}.*"))
 
     def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int) -> int:
+        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock."""
         reserved = markers.live_reservations(task_dir) if task_dir.is_dir() else set()
-        db_rows = self.store.db.episodes(task)
+        db = self.store.db
 
         def taken(k: int) -> bool:
-            return k in db_rows or k in reserved or self._occupied(task_dir, layout, k)
+            return k in reserved or self._occupied(task_dir, layout, k) or db.episode(task, k) is not None
 
         if not taken(n):
             return n
         if self.on_conflict == "reject":
-            holder = db_rows.get(n)
+            holder = db.episode(task, n)
             who = f" from {holder.client_hostname} (its episode {holder.client_episode_index})" if holder else ""
             raise UploadRejectedError(409, "episode_taken", f"task {task!r} already holds episode {n}{who}; this "
                                                             "server runs --on-conflict reject")
-        if task not in self._scanned:
+        if task not in self._scanned:  # one scan per task and process; later allocations probe paths only
             groups = list_task_episodes(task_dir, layout) if task_dir.is_dir() else []
             self._scanned[task] = groups[-1].index if groups else 0
-        k = max([self._scanned[task], int(info.get("total_episodes") or 0), *db_rows, *reserved]) + 1
+        k = max([self._scanned[task], int(info.get("total_episodes") or 0), db.max_index(task), *reserved]) + 1
         while taken(k):
             k += 1
         return k

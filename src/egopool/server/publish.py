@@ -201,8 +201,8 @@ def recover_journals(store: Store, task: str | None = None) -> list[str]:
                         done.append(_recover_one(store, jp, journal, root))
         else:
             done.append(_recover_one(store, jp, journal, root))
-    for tmp in store.journal_dir.glob(".import-*.tmp"):  # a journal write killed mid-way
-        with contextlib.suppress(FileNotFoundError):
+    for tmp in store.journal_dir.glob(f".{prefix}*.tmp"):  # a journal write killed mid-way (this task's only:
+        with contextlib.suppress(FileNotFoundError):        # other tasks' imports run meanwhile)
             tmp.unlink()
     return done
 

@@ -71,6 +71,9 @@ class UploadOutcome:
         Why it failed, or a note.
     attempts:
         HTTP attempts made.
+    seconds:
+        From the first byte sent to the server's final answer, retries and their waits included
+        (packing excluded).
     deleted:
         True when the local episode was deleted (``delete_after``), False when the delete
         failed, None when not asked or not confirmed.
@@ -82,6 +85,7 @@ class UploadOutcome:
     answer: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     attempts: int = 0
+    seconds: float = 0.0
     deleted: bool | None = None
 
     @property
@@ -93,7 +97,8 @@ class UploadOutcome:
         """JSON form."""
         return {"episode_index": self.index, "status": self.status,
                 "server_episode_index": self.server_episode_index, "message": self.message,
-                "attempts": self.attempts, "deleted": self.deleted, "answer": self.answer}
+                "attempts": self.attempts, "seconds": round(self.seconds, 4), "deleted": self.deleted,
+                "answer": self.answer}
 
 
 @dataclass
@@ -285,11 +290,13 @@ def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord 
     if not present:
         raise EpisodeNotFoundError(root, n)
     packed = pack_episodes(root, [n], spool, reencode_hevc=reencode, host_id=host_id, hostname=hostname)[0]
+    start = time.monotonic()
     try:
         resp, attempts = _post(client, base + UPLOAD_PATH, packed, retries, backoff, progress, f"episode {n}")
     finally:
         with contextlib.suppress(FileNotFoundError):
             packed.path.unlink()
+    seconds = time.monotonic() - start
     answer = _answer(resp)
     if resp.status_code in (401, 403):
         raise TransferError(f"the server refused the token ({resp.status_code}: {answer.get('message', '')})",
@@ -297,12 +304,12 @@ def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord 
                                                           "(--token-file or EGOPOOL_TOKEN)")
     if resp.status_code != 200:
         return UploadOutcome(n, "failed", None, answer, f"HTTP {resp.status_code} {answer.get('error', '')}: "
-                                                        f"{answer.get('message', '')}", attempts)
+                                                        f"{answer.get('message', '')}", attempts, seconds)
     problem = _confirm(packed, answer)
     if problem is not None:
-        return UploadOutcome(n, "failed", None, answer, f"not confirmed: {problem}", attempts)
+        return UploadOutcome(n, "failed", None, answer, f"not confirmed: {problem}", attempts, seconds)
     status = "duplicate" if answer.get("status") == "duplicate" else "uploaded"
-    outcome = UploadOutcome(n, status, int(answer["episode_index"]), answer, "", attempts)
+    outcome = UploadOutcome(n, status, int(answer["episode_index"]), answer, "", attempts, seconds)
     if reg is not None:
         try:
             reg.record_upload(UploadRecord(key, n, base, packed.episode_digest, packed.sha256,
