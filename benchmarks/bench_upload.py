@@ -83,7 +83,7 @@ def record_big(root: Path, gib: float) -> Path:
     for i in range(rows):
         ep.add_frame({SENSOR: np.full(256, i, np.float32)}, images={"cam": frame})
     res = ep.finish()
-    video = next(p for p in res.files if p.suffix == ".mp4")
+    video = next(p for p in res.paths if p.suffix == ".mp4")
     rng = np.random.default_rng(1)
     noise = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(8)]
     tmp = video.with_name(".big.mp4")
@@ -291,6 +291,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
             if count:
                 record(root, task, count, seed=1000 * k + j)
                 expected[task] += count
+    roots = [r for r in roots if r.exists()]  # fewer episodes than clients x tasks: some PCs recorded nothing
     total = sum(expected.values())
     payload = zip_bytes(roots)
     print(f"recorded {total} episodes ({payload / 1e6:.1f} MB) for {args.clients} clients x {args.tasks} tasks "
@@ -332,7 +333,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
         t = time.perf_counter()
         big = record_big(work / "bigpc", args.big_gb)
         size = sum(p.stat().st_size for g in list_task_episodes(big) for p in g.paths())
-        print(f"\nbig episode: {size / 2**30:.2f} GiB recorded in {time.perf_counter() - t:.0f} s")
+        print(f"\nbig episode: {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB) recorded in {time.perf_counter() - t:.0f} s")
         stop(server)
         server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
                         "--log-level", "warning"], work / "server.log")

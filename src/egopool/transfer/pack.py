@@ -300,14 +300,14 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
                 else:
                     base = done
 
-                    def tick(n: int, base: int = base, name: str = name) -> None:
+                    def tick(n: int, base: int = base) -> None:
                         if progress is not None:
-                            progress(base + n, total, name)
+                            progress(base + n, total, f"episode {g.index}")
 
                     members.append(_add(zf, name, src, tick))
                     done += members[-1].size
                 if progress is not None:
-                    progress(done, total, name)
+                    progress(done, total, f"episode {g.index}")
             manifest = Manifest(task, g.index, c, f, host_id, hostname, __version__, time.time(), members)
             _add(zf, MANIFEST_NAME, manifest.to_bytes(), lambda n: None)
         publish(tmp, final)
