@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from functools import partial
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -206,8 +207,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             return JSONResponse(result.to_dict())
         except UploadRejectedError as exc:
             outcome = "rejected" if exc.status < 500 else "failed"
-            await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, outcome, exc.status, exc.reason,
-                                                                          exc.one_line(), **named))
+            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, outcome, exc.status, exc.reason,
+                                                   exc.one_line(), **named))
             return _error(exc)
         except ClientDisconnect:
             await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, "failed", 499, "disconnected",
@@ -216,8 +217,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         except Exception as exc:  # last resort: the client retries a 5xx
             log.exception("upload %d failed", upload_id)
             msg = exc.one_line() if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}"
-            await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, "failed", 500, "server_error",
-                                                                          msg))
+            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, "failed", 500, "server_error",
+                                                   msg))
             return JSONResponse({"error": "server_error", "message": msg, "findings": []}, status_code=500)
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -37,6 +37,7 @@ from ..errors import EgopoolError, MetaUpdateError
 from ..layout import TaskLayout
 from ..meta.info import read_info, write_info
 from ..meta.stats import StatsBlock
+from ..ops._common import prune_empty_dirs
 from ..write.recovery import clear_pending, reclaim_stale, write_pending
 from ..write.task_meta import merge_task_meta
 from .db import EpisodeRow
@@ -92,17 +93,6 @@ def _rel(root: Path, p: Path) -> str:
     return p.relative_to(root).as_posix()
 
 
-def _prune(root: Path, paths: list[Path]) -> None:
-    keep = {root, root / "data", root / "videos", root / "meta", root / "meta" / "episodes"}
-    for d in sorted({p.parent for p in paths}, key=lambda d: len(d.parts), reverse=True):
-        while d not in keep and root in d.parents:
-            try:
-                d.rmdir()
-            except OSError:
-                break
-            d = d.parent
-
-
 def _rollback(root: Path, journal: Mapping[str, Any]) -> None:
     """Undo an uncommitted publish: the task's files as before (a new task directory goes whole)."""
     if journal.get("new_task"):
@@ -113,7 +103,7 @@ def _rollback(root: Path, journal: Mapping[str, Any]) -> None:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
     clear_pending(root, int(journal["index"]))
-    _prune(root, placed)
+    prune_empty_dirs(root, placed)
 
 
 def _episode_from(doc: Mapping[str, Any]) -> EpisodeRow:

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._atomic import exclusive_lock
 from ..errors import EgopoolError, LockError, UploadRejectedError
 from ..write.checks import check_task_name
 from .db import ServerDB
@@ -136,13 +137,8 @@ class Store:
         is taken inside it once the task exists.
         """
         key = hashlib.sha1(name.encode("utf-8")).hexdigest()[:20]
-        fd = os.open(self.state / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(self.state / "locks" / f"{key}.lock"):
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def journal_prefix(self, name: str) -> str:
         """File-name prefix of the publish journals of task ``name``."""
