@@ -158,9 +158,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     # -- upload ----------------------------------------------------------------------------------------
     @app.post("/api/v1/session/upload")
     async def upload(request: Request) -> Response:
-        tok = authenticate(request, cookie_ok=False)
         store = store_()
         client = request.client.host if request.client else None
+        try:
+            tok = authenticate(request, cookie_ok=False)
+        except UploadRejectedError as exc:  # logged too: who knocked, when
+            upload_id = await anyio.to_thread.run_sync(store.db.start_upload, None, client)
+            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, "rejected", exc.status,
+                                                   exc.reason, exc.one_line()))
+            return _error(exc)
         upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
         spool = store.new_spool()
         named: dict[str, str] = {}  # the task name once the form gave it (for the upload log)

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from .. import __version__
-from ..errors import EgopoolError, EpisodeNotFoundError, LayoutError, TransferError
+from ..errors import CodecError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, TransferError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
 from ..ops import delete_episodes
@@ -237,8 +237,9 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     LayoutError, EpisodeNotFoundError
         An N < 1 or one the task does not have (and never uploaded); checked before anything is sent.
     TransferError
-        401/403 from the server (nothing further is sent), or a network failure that outlasted
-        the retries; episodes confirmed before it are recorded.
+        401/403 from the server (nothing further is sent). A network failure that outlasts the
+        retries ends the run with that episode ``failed`` (the next run resumes there); an
+        episode that cannot be packed is ``failed`` and the others go on.
     """
     root = Path(task_dir)
     base = server.rstrip("/")
@@ -271,8 +272,17 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     with httpx.Client(headers=headers, timeout=http_timeout, transport=transport) as client, \
             tempfile.TemporaryDirectory(prefix=".egopool-upload-", dir=root.parent) as spool:
         for n in wanted:
-            outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, host_id, hostname, Path(spool),
-                           reencode_hevc, retries, backoff, progress)
+            try:
+                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, host_id, hostname,
+                               Path(spool), reencode_hevc, retries, backoff, progress)
+            except TransferError as exc:
+                if exc.status in (401, 403):
+                    raise  # the token is wrong for every episode
+                outcome = UploadOutcome(n, "failed", message=exc.one_line(), attempts=retries + 1)
+                report.outcomes.append(outcome)
+                if on_outcome is not None:
+                    on_outcome(outcome)
+                break  # the server stays unreachable: the next run resumes here
             if delete_after and outcome.confirmed and n in groups:
                 outcome.deleted = _delete(root, n, reg, outcome)
             report.outcomes.append(outcome)
@@ -289,7 +299,10 @@ def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord 
                              f"already on the server as episode {done.server_episode_index} of {done.server_task}")
     if not present:
         raise EpisodeNotFoundError(root, n)
-    packed = pack_episodes(root, [n], spool, reencode_hevc=reencode, host_id=host_id, hostname=hostname)[0]
+    try:
+        packed = pack_episodes(root, [n], spool, reencode_hevc=reencode, host_id=host_id, hostname=hostname)[0]
+    except (FormatError, CodecError) as exc:  # this episode cannot be packed (incomplete, PNG16...): the others can
+        return UploadOutcome(n, "failed", message=f"not packed: {exc.one_line()}")
     start = time.monotonic()
     try:
         resp, attempts = _post(client, base + UPLOAD_PATH, packed, retries, backoff, progress, f"episode {n}")
