@@ -43,3 +43,37 @@ def test_unreachable_server_fails_the_episode_and_stops(tmp_path: Path) -> None:
     assert [g.index for g in list_task_episodes(task)] == [1, 2, 3]  # nothing deleted
     assert Registry.for_task(task).uploads("pick") == []
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".egopool-upload")]  # spool removed
+
+
+def test_serve_refuses_a_network_address_without_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from transfer_helpers import cli
+
+    assert cli(["serve", "--store", str(tmp_path / "store"), "--host", "0.0.0.0"]) == 1
+    err = capsys.readouterr().err
+    assert "without --tokens" in err and err.count("\n") == 1
+    assert not (tmp_path / "store").exists()
+
+
+def test_token_cli_stores_only_hashes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+    import json
+
+    from transfer_helpers import cli
+
+    tokens = tmp_path / "tokens.json"
+    assert cli(["token", "add", "--tokens", str(tokens), "--id", "pc-1", "--scope", "upload:pick", "--scope", "read",
+                "--json"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    assert token.startswith("egp_") and len(token) == 47
+    stored = json.loads(tokens.read_text())["tokens"]
+    assert stored[0]["sha256"] == hashlib.sha256(token.encode()).hexdigest() and token not in tokens.read_text()
+    assert tokens.stat().st_mode & 0o777 == 0o600
+    assert cli(["token", "add", "--tokens", str(tokens), "--id", "pc-1", "--scope", "read"]) == 1  # id taken
+    assert cli(["token", "add", "--tokens", str(tokens), "--id", "pc-2", "--scope", "write"]) == 1  # no such scope
+    capsys.readouterr()
+    assert cli(["token", "list", "--tokens", str(tokens), "--json"]) == 0
+    assert [(t["id"], t["scopes"]) for t in json.loads(capsys.readouterr().out)["tokens"]] == [
+        ("pc-1", ["upload:pick", "read"])]
+    assert cli(["token", "revoke", "--tokens", str(tokens), "--id", "pc-1"]) == 0
+    assert cli(["token", "revoke", "--tokens", str(tokens), "--id", "pc-1"]) == 1
+    assert json.loads(tokens.read_text())["tokens"] == []

@@ -215,6 +215,26 @@ def test_tokens_and_scopes(server: ServerProc, tokens, tmp_path: Path) -> None:
     log = httpx.get(f"{server.url}/api/v1/uploads?task=other",
                     headers={"Authorization": f"Bearer {toks['reader']}"}).json()["uploads"]
     assert [(u["token_id"], u["status"]) for u in log] == [("both", 200), ("pick_only", 403), ("reader", 403)]
+    # a token revoked while the server runs stops working at once (the file is re-read when it changes)
+    from egopool.server.tokens import add_token, revoke_token
+
+    extra = add_token(path, "temporary", ["read"])
+    assert get("/api/v1/tasks", extra) == 200
+    assert revoke_token(path, "temporary")
+    assert get("/api/v1/tasks", extra) == 401
+
+
+def test_task_names_in_chinese(server: ServerProc, tokens, tmp_path: Path) -> None:
+    task = write_task(tmp_path / "pc", "抓取杯子_双手", episodes=2)
+    assert upload_episodes(task, server=server.url, token=tokens[1]["pc"]).ok
+    dst = server.store / "抓取杯子_双手"
+    assert [g.index for g in list_task_episodes(dst)] == [1, 2] and validate_task(dst).ok
+    assert (dst / "meta/tasks.jsonl").read_bytes() == (task / "meta/tasks.jsonl").read_bytes()
+    h = {"Authorization": f"Bearer {tokens[1]['reader']}"}
+    eps = httpx.get(f"{server.url}/api/v1/tasks/抓取杯子_双手/episodes", headers=h).json()["episodes"]
+    assert [e["episode_index"] for e in eps] == [1, 2]
+    page = httpx.get(f"{server.url}/", headers=h).text
+    assert "抓取杯子_双手" in page and 'id="episodes-抓取杯子_双手"' in page
 
 
 def test_request_size_limit(tmp_path: Path) -> None:
