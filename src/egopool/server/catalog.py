@@ -29,7 +29,7 @@ def _layout(store: Store, task: str) -> tuple[Path, dict[str, Any], TaskLayout]:
 
 def task_summaries(store: Store) -> list[dict[str, Any]]:
     """One entry per task: name, episodes on disk, ``total_episodes``, fps, streams, last upload time."""
-    out = []
+    out: list[dict[str, Any]] = []
     last: dict[str, float] = {}
     for u in store.db.uploads(limit=10_000):
         if u.task and u.outcome == "imported":

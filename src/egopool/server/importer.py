@@ -27,6 +27,7 @@ undone, so every refusal leaves the store as it was.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -227,6 +228,11 @@ class Importer:
             with self.store.task_guard(task):
                 return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, zip_sha256, upload_id,
                                      token_id, validation, length, streams)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the store is full: nothing was published (U5)
+                raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
+                                          ) from exc
+            raise
         finally:
             shutil.rmtree(staging.parent, ignore_errors=True)
 
@@ -374,8 +380,9 @@ class Importer:
         if dup is not None:
             return dup
         decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
-        cams = info.get("cameras") if isinstance(info.get("cameras"), dict) else {}
-        exts = info.get("video_extensions") if isinstance(info.get("video_extensions"), dict) else {}
+        raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
+        cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
+        exts: dict[str, Any] = raw_exts if isinstance(raw_exts, dict) else {}
         merged = merge_info(server_info, decl)
         blocks = episode_stats_file(layout.data_file(n), merged)
         try:

@@ -159,19 +159,20 @@ def _post(client: httpx.Client, url: str, packed: PackedEpisode, retries: int, b
         attempt += 1
         ctype, length, body = _multipart(packed.task, packed.file, packed.path,
                                          lambda n: progress(n, packed.size, label) if progress else None)
+        status: int | None = None
         try:
             resp = client.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
             resp.read()
         except httpx.TransportError as exc:
             problem = f"{type(exc).__name__}: {exc}"
-            resp = None
         else:
             if resp.status_code < 500:
                 return resp, attempt
+            status = resp.status_code
             problem = f"HTTP {resp.status_code}: {_answer(resp).get('message', '')}"
         if attempt > retries:
             raise TransferError(f"episode {packed.index}: giving up after {attempt} attempts ({problem})",
-                                status=resp.status_code if resp is not None else None,
+                                status=status,
                                 hint="check that the server runs and is reachable, then run the same command again")
         delay = min(8.0, backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
         time.sleep(delay)
