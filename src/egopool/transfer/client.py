@@ -11,7 +11,8 @@ server):
    ``episode_index`` = the episode's 0-based file number f taken from the layout (§9: not
    N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
    progress callback. Network errors and 5xx answers are retried with exponential backoff
-   (0.5 s doubling to 8 s, jittered); 4xx answers are final (401/403 stop the whole run);
+   (0.5 s doubling to 8 s, jittered); 4xx and 507 (server disk full) answers are final for the
+   episode (401/403 stop the whole run);
 4. the answer is **confirmed by checksum**: the server's sha256 of the received zip and
    its episode digest must equal ours. Only then is it recorded in the registry
    (``uploads`` row, the recording marked ``uploaded``) and, with ``delete_after``, the
@@ -166,7 +167,7 @@ def _post(client: httpx.Client, url: str, packed: PackedEpisode, retries: int, b
         except httpx.TransportError as exc:
             problem = f"{type(exc).__name__}: {exc}"
         else:
-            if resp.status_code < 500:
+            if resp.status_code < 500 or resp.status_code == 507:  # 507: the server's disk is full, retrying won't help
                 return resp, attempt
             status = resp.status_code
             problem = f"HTTP {resp.status_code}: {_answer(resp).get('message', '')}"
