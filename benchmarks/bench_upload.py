@@ -122,10 +122,15 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+_SERVERS: list[subprocess.Popen[bytes]] = []  # stopped on the way out, whatever happens
+
+
 def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with open(log, "ab") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    _SERVERS.append(proc)
+    return proc
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -275,6 +280,9 @@ def main() -> None:
     try:
         run(work, args)
     finally:
+        for proc in _SERVERS:
+            if proc.poll() is None:
+                stop(proc)
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
