@@ -23,6 +23,7 @@ from .errors import FormatError
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
+    "exclusive_lock",
     "fsync_dir",
     "publish",
     "task_lock",
@@ -96,6 +97,22 @@ def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> 
 
 
 @contextlib.contextmanager
+def exclusive_lock(anchor: str | Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``anchor`` (created empty if missing); blocks until free.
+
+    The lock sits on the open file description, so it serialises threads of one process as well
+    as processes, and it is released when the holder dies.
+    """
+    fd = os.open(anchor, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def task_lock(task_dir: str | Path) -> Iterator[None]:
     """Hold the exclusive task lock: ``flock`` on ``meta/episodes/.lock`` (DESIGN §5, §7.4).
 
@@ -104,10 +121,5 @@ def task_lock(task_dir: str | Path) -> Iterator[None]:
     """
     anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
     anchor.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(anchor, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(anchor):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)

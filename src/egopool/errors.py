@@ -14,7 +14,9 @@
     ├── RegistryError                the local registry pipeline.db could not be read or written
     ├── OperationError               a maintenance operation (delete, migrate, repair) could not complete
     ├── StorageError                 the operating system refused a write (disk full, read-only, not a directory)
-    └── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
+    ├── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
+    ├── TransferError                packing or uploading an episode failed (network, server answer)
+    └── UploadRejectedError          the pooling server refused an upload (HTTP status, reason, findings)
 
     ValueChangedWarning (a RuntimeWarning, not an error): a value was stored otherwise than
     given because the format cannot hold it (rejected sample, saturated force cell, clipped
@@ -47,6 +49,8 @@ __all__ = [
     "RegistryError",
     "SchemaError",
     "StorageError",
+    "TransferError",
+    "UploadRejectedError",
     "ValueChangedWarning",
 ]
 
@@ -237,3 +241,42 @@ class ValueChangedWarning(RuntimeWarning):
     per kind of change; the counts are in the episode's ``drop_stats``
     (:mod:`egopool.meta.drop_stats`) and ``egopool validate`` reports them.
     """
+class TransferError(EgopoolError):
+    """Packing or uploading an episode failed (file_format.md §9): the network, the server's answer.
+
+    Attributes
+    ----------
+    status:
+        The HTTP status the server answered (None for a network failure or a local problem).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, path: str | Path | None = None,
+                 hint: str | None = None) -> None:
+        self.status = status
+        super().__init__(message, path=path, hint=hint)
+
+
+class UploadRejectedError(EgopoolError):
+    """The pooling server refuses an upload; the HTTP answer is built from these fields.
+
+    Attributes
+    ----------
+    status:
+        HTTP status: 400 malformed or hostile zip, 401/403 token, 409 conflict, 413 too large,
+        422 the slice breaks the format (``findings`` holds the validator's findings), 507 disk full.
+    reason:
+        A short machine-readable code (``path_traversal``, ``manifest_mismatch``, ``validation``...).
+    findings:
+        Validator findings as dicts (``rule``, ``severity``, ``path``, ``message``), when any.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, *, findings: list[dict[str, str]] | None = None,
+                 hint: str | None = None) -> None:
+        self.status = int(status)
+        self.reason = reason
+        self.findings = list(findings or [])
+        super().__init__(message, hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON body of the HTTP answer: ``{"error", "message", "findings"}``."""
+        return {"error": self.reason, "message": self.one_line(), "findings": self.findings}

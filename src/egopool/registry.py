@@ -9,7 +9,12 @@ root, the parent of every ``<task>/``). It holds
   directory, size in bytes, sha256 hex);
 * ``watermarks``: the highest N ever finished or deleted per task. It never
   decreases, so a deleted N is never handed out again even when every file of it,
-  and ``info.json``, are gone (file_format.md §2 "删除不回退").
+  and ``info.json``, are gone (file_format.md §2 "删除不回退");
+* ``uploads``: what a pooling server answered for an uploaded episode ``(task, N,
+  server)``; it outlives the ``recordings`` row (``egopool upload --delete-after``), so a
+  re-run knows the episode is on the server (file_format.md §9);
+* ``settings``: the recordings root's ``host_id``, the client identity an upload
+  carries (a server maps ``(host_id, N)`` to its own N, docs/decisions.md U2).
 
 The writer records into it after an episode is published; ``egopool delete`` marks a
 row ``deleted`` before touching files and removes it once the files are verified gone
@@ -24,12 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import RegistryError
 
@@ -38,6 +46,7 @@ __all__ = [
     "STATUSES",
     "FileRecord",
     "Recording",
+    "UploadRecord",
     "Registry",
     "file_record",
     "record_episode",
@@ -48,7 +57,7 @@ __all__ = [
 
 REGISTRY_NAME = "pipeline.db"
 STATUSES = ("recorded", "uploaded", "deleted")
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS recordings (
     task          TEXT    NOT NULL,
@@ -72,6 +81,22 @@ CREATE TABLE IF NOT EXISTS watermarks (
     task       TEXT    PRIMARY KEY,
     last_index INTEGER NOT NULL,
     updated_at REAL    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    server               TEXT    NOT NULL,
+    episode_digest       TEXT    NOT NULL,
+    zip_sha256           TEXT    NOT NULL,
+    server_task          TEXT    NOT NULL,
+    server_episode_index INTEGER NOT NULL,
+    answer               TEXT    NOT NULL,
+    uploaded_at          REAL    NOT NULL,
+    PRIMARY KEY (task, episode_index, server)
+);
+CREATE TABLE IF NOT EXISTS settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 """
 
@@ -160,6 +185,41 @@ class Recording:
     recorded_at: float
     updated_at: float
     files: tuple[FileRecord, ...]
+
+
+@dataclass(frozen=True)
+class UploadRecord:
+    """A server's confirmed answer for one uploaded episode (``uploads`` row).
+
+    Attributes
+    ----------
+    task:
+        Local task directory name.
+    episode_index:
+        Local global N.
+    server:
+        The server's base URL as given to ``egopool upload``.
+    episode_digest:
+        sha256 over the episode's own files as recorded (the upload manifest's ``episode_digest``).
+    zip_sha256:
+        sha256 of the zip the server confirmed having received.
+    server_task, server_episode_index:
+        Where the server holds it (its N may differ: docs/decisions.md U2).
+    answer:
+        The server's JSON answer.
+    uploaded_at:
+        Unix s.
+    """
+
+    task: str
+    episode_index: int
+    server: str
+    episode_digest: str
+    zip_sha256: str
+    server_task: str
+    server_episode_index: int
+    answer: dict[str, Any]
+    uploaded_at: float
 
 
 class Registry:
@@ -337,6 +397,60 @@ class Registry:
         with self._connect(write=True) as con:
             return _bump(con, task, index, time.time())
 
+    # -- uploads ---------------------------------------------------------------------------------
+    def record_upload(self, record: UploadRecord) -> None:
+        """Store a server's confirmed answer and mark N's recording ``uploaded`` (if it has a row)."""
+        with self._connect(write=True) as con:
+            con.execute("INSERT OR REPLACE INTO uploads VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (record.task, record.episode_index, record.server, record.episode_digest,
+                         record.zip_sha256, record.server_task, record.server_episode_index,
+                         json.dumps(record.answer, ensure_ascii=False, sort_keys=True), record.uploaded_at))
+            con.execute("UPDATE recordings SET status = 'uploaded', updated_at = ? WHERE task = ? AND "
+                        "episode_index = ? AND status = 'recorded'", (time.time(), record.task, record.episode_index))
+
+    def upload(self, task: str, index: int, server: str) -> UploadRecord | None:
+        """The recorded upload of N to ``server``, or None."""
+        with self._connect(write=False) as con:
+            row = con.execute("SELECT * FROM uploads WHERE task = ? AND episode_index = ? AND server = ?",
+                              (task, index, server)).fetchone()
+        return _upload(row) if row else None
+
+    def uploads(self, task: str) -> list[UploadRecord]:
+        """Every recorded upload of ``task`` (to any server), ascending N."""
+        with self._connect(write=False) as con:
+            rows = con.execute("SELECT * FROM uploads WHERE task = ? ORDER BY episode_index, server",
+                               (task,)).fetchall()
+        return [_upload(r) for r in rows]
+
+    # -- identity --------------------------------------------------------------------------------
+    def host_id(self) -> str:
+        """This recordings root's client identity, created on first use and kept in the registry.
+
+        The first value is :func:`derived_host_id` of the directory holding ``pipeline.db``; kept
+        in the registry it travels with the root (a root moved or copied to another PC keeps its
+        identity), two roots on one PC have two.
+        """
+        with self._connect(write=True) as con:
+            row = con.execute("SELECT value FROM settings WHERE key = 'host_id'").fetchone()
+            if row:
+                return str(row[0])
+            value = derived_host_id(self.path.parent)
+            con.execute("INSERT INTO settings VALUES ('host_id', ?)", (value,))
+            return value
+
+
+def derived_host_id(root: str | Path) -> str:
+    """32 hex from ``/etc/machine-id`` (else the MAC address) and the recordings root's absolute path.
+
+    Stable for one root on one PC; the identity a registry stores on first use and the one used
+    when no registry is (``--no-registry``).
+    """
+    try:
+        machine = Path("/etc/machine-id").read_text(encoding="ascii").strip()
+    except OSError:
+        machine = f"{uuid.getnode():012x}"
+    return hashlib.sha256(f"{machine}\n{os.path.abspath(root)}".encode()).hexdigest()[:32]
+
 
 def _create_schema(con: sqlite3.Connection) -> None:
     # executescript() would COMMIT the open transaction first, so run the statements one by one.
@@ -356,6 +470,11 @@ def _bump(con: sqlite3.Connection, task: str, index: int, now: float) -> int:
                 "last_index = MAX(last_index, excluded.last_index), updated_at = excluded.updated_at",
                 (task, int(index), now))
     return int(con.execute("SELECT last_index FROM watermarks WHERE task = ?", (task,)).fetchone()[0])
+
+
+def _upload(row: Sequence[Any]) -> UploadRecord:
+    task, n, server, digest, zsha, stask, sn, answer, at = row
+    return UploadRecord(task, int(n), server, digest, zsha, stask, int(sn), json.loads(answer), float(at))
 
 
 def _fetch(con: sqlite3.Connection, task: str, indices: Iterable[int] | None) -> list[Recording]:

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import CodecError, EgopoolError, StorageError
 
 __all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "read_rgb_frames",
-           "video_info"]
+           "reencode_rgb", "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
@@ -229,3 +229,52 @@ def read_rgb_frames(path: str | Path) -> Iterator[np.ndarray]:
                 yield frame.to_ndarray(format="rgb24")
         except av.error.FFmpegError as exc:
             raise CodecError(f"cannot decode video: {exc}", path=path) from exc
+
+
+def reencode_rgb(src: str | Path, dst: str | Path, *, codec: str = "hevc", crf: int = 30,
+                 preset: str = "veryfast") -> dict[str, Any]:
+    """Re-encode an RGB video frame by frame (file_format.md §9 "HEVC 预压缩": hvc1, CRF 30).
+
+    Frames are decoded one at a time and fed to an :class:`RgbEncoder` (bounded memory);
+    the frame count, size and nominal rate are kept, so the stream still holds one frame
+    per data row. The caller writes ``dst`` as a temp file and publishes it.
+
+    Parameters
+    ----------
+    src:
+        The recorded MP4 (any codec PyAV decodes).
+    dst:
+        Output MP4.
+    codec, crf, preset:
+        Passed to :class:`RgbEncoder` (default HEVC, tag hvc1, CRF 30).
+
+    Returns
+    -------
+    dict
+        The encoder's description (``encoder``, ``codec``, ``crf``, ``frames``...).
+
+    Raises
+    ------
+    CodecError
+        ``src`` cannot be decoded or has no video stream.
+    StorageError
+        ``dst`` cannot be written.
+    """
+    with _open(src) as c:
+        if not c.streams.video:
+            raise CodecError("no video stream", path=src)
+        s = c.streams.video[0]
+        rate = s.average_rate or s.guessed_rate or s.base_rate
+        fps = float(rate) if rate else 30.0
+        enc = RgbEncoder(dst, s.codec_context.width, s.codec_context.height, fps, codec=codec, crf=crf,
+                         preset=preset)
+        try:
+            for frame in c.decode(s):
+                enc.encode(frame.to_ndarray(format="rgb24"))
+        except av.error.FFmpegError as exc:
+            enc.abort()
+            raise CodecError(f"cannot decode video: {exc}", path=src) from exc
+        except BaseException:
+            enc.abort()
+            raise
+        return enc.close()

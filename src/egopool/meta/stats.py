@@ -28,6 +28,7 @@ __all__ = [
     "ACTION_BLOCK",
     "StatsBlock",
     "episode_stats",
+    "episode_stats_file",
     "merge_stats",
     "needs_recalc",
     "read_stats",
@@ -174,6 +175,28 @@ def episode_stats(table: Any, info: Mapping[str, Any]) -> dict[str, StatsBlock]:
         block = StatsBlock.of(flat)
         if block is not None:
             blocks[col] = block
+    return blocks
+
+
+def episode_stats_file(path: str | Path, info: Mapping[str, Any]) -> dict[str, StatsBlock]:
+    """:func:`episode_stats` of a data parquet, read one row group at a time (bounded memory).
+
+    Raises
+    ------
+    FormatError
+        The parquet cannot be read.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(str(path))
+        cols = stats_columns(info, pf.schema_arrow.names)
+        blocks: dict[str, StatsBlock] = {}
+        for i in range(pf.num_row_groups if cols else 0):
+            for col, block in episode_stats(pf.read_row_group(i, columns=cols), info).items():
+                blocks[col] = blocks[col].merge(block) if col in blocks else block
+    except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+        raise FormatError(f"cannot read parquet: {exc}", path=path) from exc
     return blocks
 
 

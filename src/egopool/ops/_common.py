@@ -6,14 +6,14 @@ import datetime as _dt
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .._atomic import fsync_dir, temp_path_for
 from ..registry import Registry
 
 __all__ = ["BACKUP_DIR", "EXT_TAIL", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex",
-           "rel", "remove_stale_temps", "timestamp", "walk_files", "walk_rel"]
+           "prune_empty_dirs", "rel", "remove_stale_temps", "timestamp", "walk_files", "walk_rel"]
 
 #: ``progress(done, total, what)``: called after each unit of work (an episode, a step).
 Progress = Callable[[int, int, str], None]
@@ -163,3 +163,16 @@ def remove_stale_temps(final: Path) -> list[Path]:
                 continue
             out.append(Path(e.path))
     return out
+
+
+def prune_empty_dirs(root: Path, paths: Iterable[Path]) -> None:
+    """Remove chunk / image_key directories left empty by removing ``paths`` (never data/, videos/, meta/)."""
+    keep = {root, root / "data", root / "videos", root / "meta", root / "meta" / "episodes"}
+    for p in sorted({q.parent for q in paths}, key=lambda d: len(d.parts), reverse=True):
+        d = p
+        while d not in keep and root in d.parents:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+            d = d.parent

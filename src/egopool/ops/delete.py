@@ -34,7 +34,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,8 @@ from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutErro
 from ..layout import TaskLayout, find_episode_files
 from ..meta.info import info_path, read_info, write_info
 from ..registry import Registry, task_key
-from ._common import EXT_TAIL, Progress, open_registry, path_regex, rel, remove_stale_temps, walk_rel
+from ._common import (EXT_TAIL, Progress, open_registry, path_regex, prune_empty_dirs, rel, remove_stale_temps,
+                      walk_rel)
 from .migrate import refuse_during_migration
 
 __all__ = [
@@ -430,19 +431,6 @@ def _finish(root: Path, journal: dict[str, Any]) -> list[Path]:
     return left
 
 
-def _prune_empty_dirs(root: Path, paths: Iterable[Path]) -> None:
-    """Remove chunk / image_key directories left empty (never data/, videos/, meta/ themselves)."""
-    keep = {root, root / "data", root / "videos", root / "meta", root / "meta" / "episodes"}
-    for p in sorted({q.parent for q in paths}, key=lambda d: len(d.parts), reverse=True):
-        d = p
-        while d not in keep and root in d.parents:
-            try:
-                d.rmdir()
-            except OSError:
-                break
-            d = d.parent
-
-
 def recover_interrupted_deletes(task_dir: str | Path, registry: Registry | None = None) -> list[str]:
     """Finish (committed) or roll back (uncommitted) deletes that a crash interrupted.
 
@@ -554,7 +542,7 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
     outcome.not_removed = _finish(root, journal)
     outcome.removed = [p for p in plan.files]
     outcome.shard_rows_removed = list(plan.shards)
-    _prune_empty_dirs(root, plan.files)
+    prune_empty_dirs(root, plan.files)
     if registry is None:
         outcome.registry = "disabled"
     else:

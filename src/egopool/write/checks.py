@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, SchemaError
+from ..errors import EgopoolError, FormatError, SchemaError
 from ..meta.info import info_path, merge_info
 from ..meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
 from ..schema import ColumnSpec
 
-__all__ = ["check_column_declarations", "check_episode_seconds", "check_finite_values", "check_json_value",
-           "check_positive_number", "check_stream_declarations", "check_task_meta_mergeable", "max_episode_rows",
-           "max_episode_seconds"]
+__all__ = ["check_column_declarations", "check_episode_seconds", "check_feature_declarations", "check_finite_values",
+           "check_json_value", "check_positive_number", "check_stream_declarations", "check_task_meta_mergeable",
+           "check_task_name", "max_episode_rows", "max_episode_seconds"]
 
 #: Declaration keys that may never change for a column the task already has.
 _FIXED_KEYS = ("dtype", "shape", "encoding")
@@ -152,6 +152,24 @@ def check_finite_values(column: str, value: np.ndarray, row: int) -> None:
                           hint="write the last valid sample or 0 for a missing reading")
 
 
+def check_task_name(name: Any) -> str:
+    """A task name is one directory name: not empty, no ``/`` or ``\\``, not starting with ``.`` or ``_`` (§1).
+
+    Chinese and other non-ASCII names are allowed (file_format.md §1 "可含中文").
+
+    Raises
+    ------
+    EgopoolError
+        Naming the value and the rule.
+    """
+    if not isinstance(name, str):
+        raise EgopoolError(f"task name must be a str, got {type(name).__name__} {name!r}")
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name or name.startswith((".", "_")):
+        raise EgopoolError(f"invalid task name {name!r}",
+                           hint="a task name is a single directory name, Chinese allowed, no '/' or leading '.'/'_'")
+    return name
+
+
 def check_column_declarations(info: Mapping[str, Any], columns: Iterable[ColumnSpec]) -> None:
     """Columns the task already declares keep ``dtype`` / ``shape`` / ``encoding`` (multi_device_storage.md §6.7).
 
@@ -164,19 +182,33 @@ def check_column_declarations(info: Mapping[str, Any], columns: Iterable[ColumnS
     SchemaError
         Naming the column, the existing declaration and the new one.
     """
+    check_feature_declarations(info, {spec.name: spec.feature for spec in columns
+                                      if spec.feature is not None and spec.kind != "force_matrix"})
+
+
+def check_feature_declarations(info: Mapping[str, Any], features: Mapping[str, Any]) -> None:
+    """:func:`check_column_declarations` for declarations given as ``info.json`` ``features`` entries.
+
+    Used where no :class:`~egopool.schema.ColumnSpec` exists (an uploaded slice's ``info.json``);
+    force-matrix columns (``*_force_matrix``) are exempt as there.
+
+    Raises
+    ------
+    SchemaError
+        Naming the column, the existing declaration and the new one.
+    """
     feats = info.get("features")
     if not isinstance(feats, Mapping):
         return
-    for spec in columns:
-        old = feats.get(spec.name)
-        if spec.feature is None or not isinstance(old, Mapping) or spec.kind == "force_matrix":
+    for name, new in features.items():
+        old = feats.get(name)
+        if not isinstance(old, Mapping) or not isinstance(new, Mapping) or name.endswith("_force_matrix"):
             continue
-        new = dict(spec.feature)
         for key in _FIXED_KEYS:
             if key in old and old[key] != new.get(key):
                 raise SchemaError(f"the task declares {key} {old[key]!r} (info.json features), this episode "
                                   f"{new.get(key)!r}; earlier episodes would no longer match their declaration",
-                                  column=spec.name, path=None,
+                                  column=name, path=None,
                                   hint="keep the declaration, or record into a new task")
 
 

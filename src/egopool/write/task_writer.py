@@ -25,7 +25,7 @@ from .. import __version__
 from . import checks
 from .._atomic import task_lock
 from .episode_writer import EpisodeResult, EpisodeWriter, StreamSpec
-from ..errors import EgopoolError, FormatError, LegacyLayoutError, RegistryError, StorageError
+from ..errors import FormatError, LegacyLayoutError, RegistryError, StorageError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import info_path, new_info, read_info, write_info
@@ -62,15 +62,6 @@ def _refuse_foreign(task_dir: Path) -> None:
             pass  # no info.json yet: a new task in an existing directory
 
 
-def _validate_task_name(name: str) -> str:
-    if not isinstance(name, str):
-        raise EgopoolError(f"task name must be a str, got {type(name).__name__} {name!r}")
-    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith((".", "_")):
-        raise EgopoolError(f"invalid task name {name!r}",
-                           hint="a task name is a single directory name, Chinese allowed, no '/' or leading '.'/'_'")
-    return name
-
-
 class TaskWriter:
     """Writes episodes into ``<root>/<task_name>`` (file_format.md §1).
 
@@ -103,7 +94,7 @@ class TaskWriter:
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None,
                  registry: bool | str | Path | Registry = True) -> None:
         self.fps = checks.check_positive_number(fps, "fps")
-        self.task_name = _validate_task_name(task_name)
+        self.task_name = checks.check_task_name(task_name)
         self.task_dir = Path(root) / task_name
         self.app_version = app_version or __version__
         _refuse_foreign(self.task_dir)

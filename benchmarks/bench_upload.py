@@ -1,0 +1,358 @@
+"""Pooling at scale: concurrent clients uploading to one `egopool serve` over loopback HTTP.
+
+``--clients`` collection "PCs" (each its own recordings root, so its own host id and its own
+N 1, 2, ...) record ``--episodes`` episodes in all, spread over ``--tasks`` task names that every
+PC shares: the server renumbers constantly. Each episode: 30 rows at 30 fps, a 256-value glove
+sensor (enters stats.json), 7 IMU samples per row, one 96x72 H.264 stream. Then every client
+runs in its own process (``upload_episodes`` over its tasks, one after the other) against one
+server process, all at the same time.
+
+Figures: uploads/s and MB/s (episode bytes) over the wall time from the common start (every
+client process has imported egopool and waits for a go signal) to the last client's end; per-episode latency p50/p99 (client side: first byte sent to the confirmed
+answer, packing excluded); server peak RSS (``VmHWM``) and the largest client peak RSS.
+Afterwards it checks: every episode on the server exactly once (``server.db`` mapping unique,
+the task's episodes on disk = uploads), stats.json of every task equal to a recomputation within
+1e-9, ``egopool validate`` clean, no 5xx in the server's upload log.
+
+Baseline, same run, same clients and episodes: each client packs the same zips and POSTs them to
+a minimal uvicorn app that only drains the body (no verification, no import): the cost of
+moving the bytes over loopback HTTP. The ratio shows what verify-then-publish adds.
+
+``--big-gb G`` (off by default) also uploads one episode of about G GiB (one 640x480 RGB
+stream, noise encoded lossless, 3600 rows per 2 GiB: all video, as real episodes are) from a
+fresh client and reports the server's and the client's peak RSS.
+
+    python benchmarks/bench_upload.py                           # 40 episodes, 4 tasks, 8 clients (~1 min)
+    python benchmarks/bench_upload.py --episodes 400            # the issue's figure (several minutes)
+    python benchmarks/bench_upload.py --episodes 8 --big-gb 2   # + a 2 GiB episode
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from egopool import StreamSpec, TaskWriter, imu_columns, vector_column  # noqa: E402
+from egopool.layout import list_task_episodes  # noqa: E402
+from egopool.meta.stats import recalc_stats  # noqa: E402
+from egopool.validate import validate_task  # noqa: E402
+
+SENSOR = "observation.right_glove"
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+# -- recording -------------------------------------------------------------------------------------
+def record(root: Path, task: str, count: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tw = TaskWriter(root, task, fps=30.0)
+    imu, imu_ts = imu_columns()
+    for _ in range(count):
+        ep = tw.begin_episode(columns=[vector_column(SENSOR, [256]), imu, imu_ts],
+                              streams=[StreamSpec("cam", "rgb", 96, 72)], sensors=["right_glove"], sensor_dim=256)
+        base = rng.integers(0, 200, (72, 96, 3), dtype=np.uint8)
+        for i in range(30):
+            ep.add_frame({SENSOR: rng.random(256, dtype=np.float32), "observation.imu": rng.random((7, 6), np.float32),
+                          "imu_ts_ns": np.arange(7) * 4_761_904 + i * 33_333_333},
+                         hardware_ns=i * 33_333_333, images={"cam": base + i})
+        ep.finish()
+
+
+def record_big(root: Path, gib: float) -> Path:
+    """One episode of ~gib GiB: recorded small, then its stream re-encoded losslessly from noise (same frames)."""
+    from egopool.codecs.video import RgbEncoder
+
+    rows = max(1, int(1800 * gib))
+    tw = TaskWriter(root, "big", fps=30.0)
+    ep = tw.begin_episode(columns=[vector_column(SENSOR, [256])], streams=[StreamSpec("cam", "rgb", 640, 480)],
+                          sensors=["right_glove"], sensor_dim=256)
+    frame = np.zeros((480, 640, 3), np.uint8)
+    for i in range(rows):
+        ep.add_frame({SENSOR: np.full(256, i, np.float32)}, images={"cam": frame})
+    res = ep.finish()
+    video = next(p for p in res.paths if p.suffix == ".mp4")
+    rng = np.random.default_rng(1)
+    noise = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(8)]
+    tmp = video.with_name(".big.mp4")
+    enc = RgbEncoder(tmp, 640, 480, 30.0, crf=0, preset="ultrafast")
+    for i in range(rows):
+        enc.encode(noise[i % 8])
+    enc.close()
+    os.replace(tmp, video)
+    return root / "big"
+
+
+# -- processes ------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise SystemExit("server did not start")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+_SERVERS: list[subprocess.Popen[bytes]] = []  # stopped on the way out, whatever happens
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    _SERVERS.append(proc)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[float, list[list[dict]], float]:
+    """One client process per root; all start sending together once every one has imported egopool.
+
+    Returns (wall s from the common start to the last client's end, each client's items, the largest
+    client peak RSS in MiB).
+    """
+    procs = []
+    go = out / f"go-{mode}"
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for k, root in enumerate(roots):
+        report = out / f"{mode}-{k}.json"
+        procs.append((subprocess.Popen([sys.executable, __file__, "--client", str(root), "--server", url,
+                                        "--mode", mode, "--report", str(report), "--go", str(go)], env=env), report))
+    while not all(Path(f"{r}.ready").exists() for _, r in procs):
+        time.sleep(0.05)
+    t0 = time.time()
+    go.touch()
+    rss = 0.0
+    for p, _ in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        rss = max(rss, usage.ru_maxrss / 1024)
+        if p.returncode != 0:
+            raise SystemExit(f"a client failed ({p.returncode})")
+    docs = [json.loads(r.read_text()) for _, r in procs]
+    wall = max(d["end"] for d in docs) - t0
+    return wall, [d["items"] for d in docs], rss
+
+
+def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None:
+    """One client: upload (or, for the baseline, pack + POST to the sink) every task of its root."""
+    import httpx
+
+    from egopool.transfer import pack_episodes, upload_episodes
+    from egopool.transfer.client import _multipart
+
+    Path(f"{report}.ready").touch()
+    while not go.exists():
+        time.sleep(0.01)
+    items = []
+    for task in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if mode == "egopool":
+            rep = upload_episodes(task, server=url, retries=3)
+            items += [{"ok": o.confirmed, "seconds": o.seconds} for o in rep.outcomes]
+        else:
+            with httpx.Client(timeout=600) as http, tempfile.TemporaryDirectory(dir=root) as spool:
+                for g in list_task_episodes(task):
+                    packed = pack_episodes(task, [g.index], spool, registry=False)[0]
+                    ctype, length, body = _multipart(task.name, packed.file, packed.path, lambda n: None)
+                    t = time.perf_counter()
+                    r = http.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
+                    items.append({"ok": r.status_code == 200, "seconds": time.perf_counter() - t})
+                    packed.path.unlink()
+    report.write_text(json.dumps({"end": time.time(), "items": items}))
+
+
+def sink_main(port: int) -> None:
+    """The baseline server: uvicorn + an ASGI app that drains the request body and answers 200."""
+    import uvicorn
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        n, more = 0, True
+        while more:
+            msg = await receive()
+            n += len(msg.get("body", b""))
+            more = msg.get("more_body", False)
+        body = json.dumps({"bytes": n}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+# -- the run --------------------------------------------------------------------------------------
+def zip_bytes(roots: list[Path]) -> int:
+    """Total bytes of the episodes' files (the zips are these plus a few KiB of task files each)."""
+    return sum(p.stat().st_size for r in roots for t in r.iterdir() if t.is_dir() and not t.name.startswith(".")
+               for g in list_task_episodes(t) for p in g.paths())
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def verify(store: Path, expected: dict[str, int]) -> list[str]:
+    import sqlite3
+
+    problems = []
+    con = sqlite3.connect(store / ".egopool-server/server.db")
+    statuses = [s for (s,) in con.execute("SELECT status FROM uploads")]
+    if any(s is not None and s >= 500 for s in statuses):
+        problems.append(f"5xx in the upload log: {sorted(set(statuses))}")
+    for task, count in expected.items():
+        rows = con.execute("SELECT client_host_id, client_episode_index, episode_index FROM episodes WHERE task = ?",
+                           (task,)).fetchall()
+        on_disk = [g.index for g in list_task_episodes(store / task)]
+        if len(rows) != count or len({(h, c) for h, c, _ in rows}) != count or len(on_disk) != count \
+                or sorted(n for _, _, n in rows) != on_disk:
+            problems.append(f"{task}: {count} uploaded, {len(rows)} mapped, {len(on_disk)} on disk")
+        stored = json.loads((store / task / "meta/stats.json").read_text())
+        fresh = recalc_stats(store / task)
+        for col, block in fresh.items():
+            for k in ("mean", "std", "min", "max"):
+                if stored[col]["count"] != block["count"] or \
+                        np.max(np.abs(np.asarray(stored[col][k]) - np.asarray(block[k]))) > 1e-9:
+                    problems.append(f"{task}: stats {col}.{k} differs from a recomputation")
+        rep = validate_task(store / task)
+        if not rep.ok:
+            problems.append(f"{task}: validate: {rep.findings[0].one_line()}")
+    return problems
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=40)
+    ap.add_argument("--tasks", type=int, default=4)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--big-gb", type=float, default=0.0)
+    ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
+    ap.add_argument("--client", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--server", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--report", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--sink", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--go", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.sink:
+        return sink_main(args.sink)
+    if args.client:
+        return client_main(args.client, args.server, args.mode, args.report, args.go)
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="bench_upload_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        run(work, args)
+    finally:
+        for proc in _SERVERS:
+            if proc.poll() is None:
+                stop(proc)
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(work: Path, args: argparse.Namespace) -> None:
+    tasks = [f"task_{t}" for t in range(args.tasks)]
+    roots = [work / f"pc{k}" for k in range(args.clients)]
+    expected = dict.fromkeys(tasks, 0)
+    t = time.perf_counter()
+    for k, root in enumerate(roots):
+        for j, task in enumerate(tasks):
+            count = len(range(k * args.tasks + j, args.episodes, args.clients * args.tasks))
+            if count:
+                record(root, task, count, seed=1000 * k + j)
+                expected[task] += count
+    roots = [r for r in roots if r.exists()]  # fewer episodes than clients x tasks: some PCs recorded nothing
+    total = sum(expected.values())
+    payload = zip_bytes(roots)
+    print(f"recorded {total} episodes ({payload / 1e6:.1f} MB) for {args.clients} clients x {args.tasks} tasks "
+          f"in {time.perf_counter() - t:.1f} s")
+
+    # baseline: the same clients pack and POST the same episodes to a body-draining uvicorn app
+    port = free_port()
+    sink = start([sys.executable, __file__, "--sink", str(port)], work / "sink.log")
+    wait_up(f"http://127.0.0.1:{port}/", sink)
+    base_wall, base_reports, _ = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work)
+    stop(sink)
+    base_lat = [i["seconds"] for r in base_reports for i in r]
+
+    # egopool: the same clients upload to `egopool serve`
+    port = free_port()
+    store = work / "store"
+    server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
+                    "--log-level", "warning"], work / "server.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_up(url + "/healthz", server)
+    wall, reports, client_rss = run_clients(roots, url, "egopool", work)
+    server_rss = peak_rss_mb(server.pid)
+    items = [i for r in reports for i in r]
+    lat = [i["seconds"] for i in items]
+    failed = [i for i in items if not i["ok"]]
+
+    print(f"\n{args.clients} clients, {total} episodes, {args.tasks} tasks, loopback HTTP")
+    print(f"{'':28}{'seconds':>9}{'uploads/s':>11}{'MB/s':>8}{'p50 ms':>9}{'p99 ms':>9}")
+    for name, w, la in (("egopool serve (verify+import)", wall, lat), ("baseline: drain the body", base_wall, base_lat)):
+        print(f"{name:28}{w:9.2f}{total / w:11.1f}{payload / 1e6 / w:8.1f}{pct(la, 50) * 1e3:9.0f}"
+              f"{pct(la, 99) * 1e3:9.0f}")
+    print(f"ratio egopool / baseline wall time: {wall / base_wall:.2f}x")
+    print(f"server peak RSS {server_rss:.0f} MiB; largest client peak RSS {client_rss:.0f} MiB")
+    problems = verify(store, expected) + [f"{len(failed)} upload(s) not confirmed"] * bool(failed)
+    print("checks: every episode once, stats = recomputation (1e-9), validate clean, no 5xx: "
+          + ("OK" if not problems else "FAILED: " + "; ".join(problems)))
+
+    if args.big_gb > 0:
+        t = time.perf_counter()
+        big = record_big(work / "bigpc", args.big_gb)
+        size = sum(p.stat().st_size for g in list_task_episodes(big) for p in g.paths())
+        print(f"\nbig episode: {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB) recorded in {time.perf_counter() - t:.0f} s")
+        stop(server)
+        server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
+                        "--log-level", "warning"], work / "server.log")
+        wait_up(url + "/healthz", server)
+        wall, reports, client_rss = run_clients([work / "bigpc"], url, "egopool", work)
+        server_rss = peak_rss_mb(server.pid)
+        ok = all(i["ok"] for r in reports for i in r)
+        print(f"uploaded in {wall:.1f} s ({size / 1e6 / wall:.0f} MB/s incl. packing and verification), "
+              f"confirmed: {ok}; server peak RSS {server_rss:.0f} MiB, client peak RSS {client_rss:.0f} MiB")
+        print("checks: " + ("OK" if not verify(store, {"big": 1}) else "FAILED: " + "; ".join(verify(store, {"big": 1}))))
+    stop(server)
+
+
+if __name__ == "__main__":
+    main()

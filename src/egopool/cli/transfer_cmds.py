@@ -1,0 +1,213 @@
+"""``egopool pack`` / ``upload`` / ``serve`` / ``token``: moving episodes to a pooling server (file_format.md §9)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from ..errors import EgopoolError
+from ..transfer import pack_episodes, upload_episodes
+from ..transfer.client import UploadOutcome, UploadProgress
+from .app import app
+from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
+from .output import console, err_console, human_bytes, print_json
+
+token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
+_INDICES = typer.Argument(None, metavar="N", help="Global 1-based episode numbers (as `egopool ls` shows).")
+
+
+@contextlib.contextmanager
+def _byte_bar(label: str, enabled: bool) -> Iterator[UploadProgress | None]:
+    """A bytes progress bar per episode on stderr (None when stderr is not a terminal)."""
+    if not (enabled and err_console.is_terminal):
+        yield None
+        return
+    with Progress(TextColumn(f"{label} [bold]{{task.description}}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), console=err_console, transient=True) as bar:
+        jobs: dict[str, object] = {}
+
+        def update(done: int, total: int, what: str) -> None:
+            job = jobs.get(what)
+            if job is None:
+                job = jobs[what] = bar.add_task(what, total=total)
+            bar.update(job, completed=done, total=total)  # type: ignore[arg-type]
+
+        yield update
+
+
+@app.command("pack", context_settings={"ignore_unknown_options": True})
+def pack_cmd(task: Path = _TASK, indices: list[int] = typer.Argument(..., metavar="N",
+                                                                       help="Global 1-based episode numbers."),
+             out: Path = typer.Option(..., "-o", "--out", help="Directory for the zips (created)."),
+             reencode_hevc: bool = typer.Option(False, "--reencode-hevc",
+                                                help="Re-encode RGB MP4 to HEVC (hvc1, CRF 30) inside the zip; depth "
+                                                     "is never re-encoded."),
+             json_out: bool = _JSON, registry: bool = _REG) -> None:
+    """Pack episodes into upload zips, one per episode: the §9 single-episode slice plus a manifest.
+
+    Arcnames are the pooled paths relative to the task (this episode's videos, data parquet and meta/episodes file, plus meta/info.json, stats.json, tasks.jsonl); a legacy shard is sliced to the episode's row. Streams: bounded memory for any episode size.
+    """
+    with _registry_hint(), _byte_bar("packing", not json_out) as cb:
+        packed = pack_episodes(task, indices, out, reencode_hevc=reencode_hevc, registry=registry, progress=cb)
+    if json_out:
+        print_json({"task": str(task), "zips": [p.to_dict() for p in packed]})
+        return
+    for p in packed:
+        note = f", {len(p.reencoded)} video(s) re-encoded to HEVC" if p.reencoded else ""
+        console.print(f"episode {p.index} (chunk {p.chunk}, file {p.file}) -> {p.path} "
+                      f"({human_bytes(p.size)}, {len(p.manifest.members)} members{note})")
+
+
+def _token(token_file: Path | None) -> str | None:
+    if token_file is not None:
+        try:
+            text = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise EgopoolError(f"cannot read the token file: {exc.strerror or exc}", path=token_file) from exc
+        if not text:
+            raise EgopoolError("the token file is empty", path=token_file)
+        return text
+    return os.environ.get("EGOPOOL_TOKEN") or None
+
+
+@app.command("upload", context_settings={"ignore_unknown_options": True})
+def upload_cmd(task: Path = _TASK, indices: list[int] | None = _INDICES,
+               server: str = typer.Option(..., "--server", help="Server base URL, e.g. http://pool.lab:8000."),
+               token_file: Path | None = typer.Option(None, "--token-file",
+                                                      help="File holding the token (default: $EGOPOOL_TOKEN)."),
+               reencode_hevc: bool = typer.Option(False, "--reencode-hevc",
+                                                  help="Re-encode RGB MP4 to HEVC (hvc1, CRF 30) before sending."),
+               delete_after: bool = typer.Option(False, "--delete-after",
+                                                 help="Delete each episode locally once the server confirmed it by "
+                                                      "checksum (the verified delete of `egopool delete`)."),
+               retries: int = typer.Option(8, min=0, help="Retries of a network error or 5xx per episode."),
+               timeout: float = typer.Option(600.0, min=1.0, help="Seconds to wait for the server's answer."),
+               json_out: bool = _JSON, registry: bool = _REG) -> None:
+    """Upload episodes to a pooling server (`egopool serve`), resumably (file_format.md §9).
+
+    Without N: every complete episode not yet uploaded to this server. The registry (pipeline.db) records each confirmed upload with the server's answer, so a re-run after a kill resumes where it stopped. Network errors and 5xx are retried with backoff. Exit 1 when an episode is not confirmed.
+    """
+    tok = _token(token_file)
+
+    def show(o: UploadOutcome) -> None:
+        if json_out:
+            return
+        colour = "green" if o.confirmed else "red"
+        target = f" -> server episode {o.server_episode_index}" if o.server_episode_index is not None else ""
+        deleted = {True: ", deleted locally", False: ", NOT deleted", None: ""}[o.deleted]
+        console.print(f"episode {o.index}: [{colour}]{o.status}[/{colour}]{target}{deleted}"
+                      f"{' (' + o.message + ')' if o.message else ''}")
+
+    with _registry_hint(), _byte_bar("uploading", not json_out) as cb:
+        report = upload_episodes(task, indices or None, server=server, token=tok, reencode_hevc=reencode_hevc,
+                                 delete_after=delete_after, registry=registry, retries=retries, timeout=timeout,
+                                 progress=cb, on_outcome=show)
+    if json_out:
+        print_json(report.to_dict())
+    elif not report.outcomes:
+        console.print("nothing to upload")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP))
+    except (OSError, ValueError):
+        return False
+
+
+@app.command("serve")
+def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: one pooled task per upload name."),
+              host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+              port: int = typer.Option(8000, "--port", min=0, max=65535),
+              tokens: Path | None = typer.Option(None, "--tokens",
+                                                 help="Tokens file (`egopool token add`); required unless --host is "
+                                                      "loopback."),
+              on_conflict: str = typer.Option("renumber", "--on-conflict",
+                                              help="An upload whose N the task already holds: renumber (next free N, "
+                                                   "mapping recorded) or reject (409)."),
+              max_upload_mb: float = typer.Option(8192.0, "--max-upload-mb", min=0.01,
+                                                  help="Largest request body and largest uncompressed zip, MiB."),
+              max_imports: int = typer.Option(2, "--max-imports", min=1,
+                                              help="Uploads verified and published at the same time."),
+              log_level: str = typer.Option("info", "--log-level")) -> None:
+    """Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool).
+
+    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API.
+    """
+    if on_conflict not in ("renumber", "reject"):
+        raise typer.BadParameter("use renumber or reject", param_hint="--on-conflict")
+    if tokens is None and not _loopback(host):
+        raise EgopoolError(f"refusing to serve {host} without --tokens: anyone on the network could upload",
+                           hint="create tokens with `egopool token add --tokens FILE ...` and pass --tokens FILE")
+    try:
+        import uvicorn
+
+        from ..server.app import ServerConfig, create_app
+        from ..server.zipcheck import Limits
+    except ImportError as exc:
+        raise EgopoolError(f"the server needs the optional packages of egopool[server] ({exc.name} is missing)",
+                           hint="pip install 'egopool[server]'") from exc
+    limit = int(max_upload_mb * (1 << 20))
+    config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict,
+                          limits=Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit),
+                          max_imports=max_imports)
+    web = create_app(config)
+    err_console.print(f"egopool serve: store {store.resolve()}, http://{host}:{port}/, on conflict: {on_conflict}, "
+                      f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}")
+    uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+
+
+@token_app.command("add")
+def token_add_cmd(tokens: Path = typer.Option(..., "--tokens", help="Tokens file (created)."),
+                  token_id: str = typer.Option(..., "--id", help="A name for the token, e.g. lab-pc-3."),
+                  scopes: list[str] = typer.Option(..., "--scope",
+                                                   help="read, upload:* or upload:<task>; repeat for several."),
+                  json_out: bool = _JSON) -> None:
+    """Create a token; it is printed once, only its sha256 is stored."""
+    from ..server.tokens import add_token
+
+    token = add_token(tokens, token_id, scopes)
+    if json_out:
+        print_json({"id": token_id, "token": token, "scopes": scopes, "tokens_file": str(tokens)})
+    else:
+        console.print(token, markup=False, highlight=False)
+        err_console.print(f"token {token_id!r} ({', '.join(scopes)}) added to {tokens}; it is shown only now")
+
+
+@token_app.command("list")
+def token_list_cmd(tokens: Path = typer.Option(..., "--tokens", help="Tokens file."), json_out: bool = _JSON) -> None:
+    """List token ids and scopes (never the tokens)."""
+    from ..server.tokens import TokenStore
+
+    entries = TokenStore(tokens).tokens()
+    if json_out:
+        print_json({"tokens": [{"id": t.id, "scopes": list(t.scopes), "created_at": t.created_at} for t in entries]})
+        return
+    table = Table("id", "scopes")
+    for t in entries:
+        table.add_row(t.id, ", ".join(t.scopes))
+    console.print(table)
+
+
+@token_app.command("revoke")
+def token_revoke_cmd(tokens: Path = typer.Option(..., "--tokens", help="Tokens file."),
+                     token_id: str = typer.Option(..., "--id", help="The token's id.")) -> None:
+    """Remove a token; a running server stops accepting it at once."""
+    from ..server.tokens import revoke_token
+
+    if not revoke_token(tokens, token_id):
+        raise EgopoolError(f"no token with id {token_id!r}", path=tokens)
+    console.print(f"revoked {token_id}")

@@ -1,0 +1,11 @@
+"""The pooling importer server of ``egopool serve`` (file_format.md §9; extra ``egopool[server]``).
+
+Several collection PCs upload single-episode zips (``egopool upload``) into one store;
+the server verifies each zip completely, then publishes the episode into the task of the
+same name, merging ``info.json`` / ``stats.json`` with the local writer's own code.
+
+Imports run one way: ``app`` (FastAPI routes) -> ``importer`` (verify, allocate, renumber)
+-> ``publish`` (journaled placement, recovery) / ``zipcheck`` / ``renumber`` -> ``store``
+-> ``db``; ``receive`` (streaming multipart), ``tokens``, ``catalog`` and ``page`` serve
+``app``. Only ``app`` and ``receive`` need the extra's packages (FastAPI, python-multipart).
+"""

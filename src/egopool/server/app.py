@@ -1,0 +1,329 @@
+"""The FastAPI application of ``egopool serve`` (file_format.md §9).
+
+Routes:
+
+* ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
+  zip; scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
+  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
+  ``{"error", "message", "findings"}``;
+* ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
+  ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
+  ``/api/v1/uploads`` — scope ``read``;
+* ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
+  ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
+* ``GET /healthz`` — no token.
+
+Without a tokens file every request is allowed (only for a server bound to loopback,
+which ``egopool serve`` enforces). The request body of an upload is streamed to a spool
+file (never held in memory); the import runs in a worker thread, at most ``max_imports``
+at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from functools import partial
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.requests import ClientDisconnect
+
+from .. import __version__
+from ..errors import EgopoolError, UploadRejectedError
+from .catalog import episode_entries, episode_file, task_detail, task_summaries
+from .importer import Importer
+from .page import index_page, login_page, task_page
+from .publish import recover_journals
+from .receive import MultipartSpool
+from .store import Store
+from .tokens import Token, TokenStore
+from .zipcheck import Limits
+
+__all__ = ["ServerConfig", "create_app"]
+
+log = logging.getLogger("egopool.server")
+_COOKIE = "egopool_token"
+_WRITE_AT = 1 << 20  # write spooled file bytes in 1 MiB pieces, off the event loop
+
+
+@dataclass
+class ServerConfig:
+    """Settings of one server.
+
+    Attributes
+    ----------
+    store:
+        The store directory (tasks + ``.egopool-server/``).
+    tokens:
+        Tokens file, or None for no authentication (loopback only).
+    on_conflict:
+        ``"renumber"`` or ``"reject"`` (docs/decisions.md U2).
+    limits:
+        Request and zip limits.
+    max_imports:
+        Imports verified and published at the same time (the rest wait; receiving is not limited).
+    """
+
+    store: Path
+    tokens: Path | None = None
+    on_conflict: str = "renumber"
+    limits: Limits = field(default_factory=Limits)
+    max_imports: int = 2
+
+
+def _error(exc: UploadRejectedError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """Build the application; the store is opened (and recovered) when it starts.
+
+    Raises
+    ------
+    FormatError
+        The tokens file is missing or malformed.
+    """
+    tokens = TokenStore(config.tokens)
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(config.store)
+        store.acquire()
+        try:
+            for line in recover_journals(store):
+                log.warning(line)
+            store.clean_scratch()
+            n = store.db.interrupt_unfinished()
+            if n:
+                log.warning("%d upload(s) were interrupted by the last shutdown", n)
+            state["store"] = store
+            state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits)
+            state["imports"] = anyio.Semaphore(max(1, config.max_imports))
+            yield
+        finally:
+            store.release()
+
+    app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url="/api/v1/openapi.json")
+
+    def store_() -> Store:
+        return state["store"]  # type: ignore[no-any-return]
+
+    # -- authentication ------------------------------------------------------------------------------
+    def _bearer(request: Request) -> str | None:
+        auth = request.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            return auth[7:].strip()
+        return None
+
+    def authenticate(request: Request, *, cookie_ok: bool) -> Token | None:
+        """The request's token entry; None when authentication is off. 401 without a valid token."""
+        if not tokens.enabled:
+            return None
+        raw = _bearer(request) or (request.cookies.get(_COOKIE) if cookie_ok else None)
+        tok = tokens.authenticate(raw)
+        if tok is None:
+            raise UploadRejectedError(401, "unauthorized", "a valid token is required" if raw else "no token given",
+                                      hint="send Authorization: Bearer <token>")
+        return tok
+
+    def require_read(request: Request) -> Token | None:
+        tok = authenticate(request, cookie_ok=request.method == "GET")
+        if tok is not None and not tok.can_read():
+            raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no read scope")
+        return tok
+
+    @app.exception_handler(UploadRejectedError)
+    async def _rejected(request: Request, exc: UploadRejectedError) -> Response:
+        page = request.url.path == "/" or request.url.path.startswith("/tasks/")
+        if page and exc.status in (401, 403):  # a browser: offer the sign-in form
+            return HTMLResponse(login_page(exc.message), status_code=exc.status)
+        return _error(exc)
+
+    @app.exception_handler(EgopoolError)
+    async def _egopool_error(request: Request, exc: EgopoolError) -> Response:
+        status = 404 if isinstance(exc, FileNotFoundError) else 500
+        return JSONResponse({"error": "not_found" if status == 404 else "server_error", "message": exc.one_line(),
+                             "findings": []}, status_code=status)
+
+    # -- upload ----------------------------------------------------------------------------------------
+    @app.post("/api/v1/session/upload")
+    async def upload(request: Request) -> Response:
+        store = store_()
+        client = request.client.host if request.client else None
+        try:
+            tok = authenticate(request, cookie_ok=False)
+        except UploadRejectedError as exc:  # logged too: who knocked, when
+            upload_id = await anyio.to_thread.run_sync(store.db.start_upload, None, client)
+            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, "rejected", exc.status,
+                                                   exc.reason, exc.one_line()))
+            return _error(exc)
+        upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
+        spool = store.new_spool()
+        named: dict[str, str] = {}  # the task name once the form gave it (for the upload log)
+        try:
+            length = request.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > config.limits.max_request_bytes:
+                raise UploadRejectedError(413, "too_large", f"the request body ({length} bytes) exceeds the limit of "
+                                                            f"{config.limits.max_request_bytes} bytes")
+            body = MultipartSpool(request.headers.get("content-type"), spool, config.limits.max_request_bytes)
+            checked = False
+
+            def scope_check(name: str) -> None:
+                named["task"] = name
+                if tok is not None and not tok.can_upload(name):
+                    raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
+
+            try:
+                async for chunk in request.stream():
+                    body.feed(chunk)
+                    if not checked and "name" in body.fields:
+                        scope_check(body.fields["name"])
+                        checked = True
+                    if body.buffered >= _WRITE_AT:
+                        await anyio.to_thread.run_sync(body.write, body.take())
+                sha = await anyio.to_thread.run_sync(body.finish)
+            finally:
+                body.close()
+            task = body.fields.get("name")
+            if not task:
+                raise UploadRejectedError(400, "bad_request", "the form field 'name' (the task name, §9) is missing")
+            scope_check(task)
+            await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, task=task, bytes=body.file_bytes,
+                                                                          zip_sha256=sha))
+            importer: Importer = state["importer"]
+            async with state["imports"]:
+                result = await anyio.to_thread.run_sync(
+                    lambda: importer.import_zip(spool, task=task, form_index=body.fields.get("episode_index"),
+                                                zip_sha256=sha, upload_id=upload_id,
+                                                token_id=tok.id if tok else None))
+            if result.status == "duplicate":
+                await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
+                    upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
+                    server_episode_index=result.episode_index))
+            return JSONResponse(result.to_dict())
+        except UploadRejectedError as exc:
+            outcome = "rejected" if exc.status < 500 else "failed"
+            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, outcome, exc.status, exc.reason,
+                                                   exc.one_line(), **named))
+            return _error(exc)
+        except ClientDisconnect:
+            await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, "failed", 499, "disconnected",
+                                                                          "the client went away mid-upload"))
+            return Response(status_code=499)
+        except Exception as exc:  # last resort: the client retries a 5xx
+            log.exception("upload %d failed", upload_id)
+            msg = exc.one_line() if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}"
+            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, "failed", 500, "server_error",
+                                                   msg))
+            return JSONResponse({"error": "server_error", "message": msg, "findings": []}, status_code=500)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                spool.unlink()
+
+    # -- read API --------------------------------------------------------------------------------------
+    def _task(name: str) -> str:
+        if not store_().has_task(name):
+            raise UploadRejectedError(404, "not_found", f"no task {name!r} on this server")
+        return name
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "version": __version__}
+
+    @app.get("/api/v1/tasks")
+    async def tasks_api(request: Request) -> dict[str, Any]:
+        require_read(request)
+        return {"tasks": await anyio.to_thread.run_sync(task_summaries, store_())}
+
+    @app.get("/api/v1/tasks/{task}")
+    async def task_api(task: str, request: Request) -> dict[str, Any]:
+        require_read(request)
+        return await anyio.to_thread.run_sync(task_detail, store_(), _task(task))
+
+    @app.get("/api/v1/tasks/{task}/episodes")
+    async def episodes_api(task: str, request: Request) -> dict[str, Any]:
+        require_read(request)
+        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
+        return {"task": task, "episodes": eps}
+
+    @app.get("/api/v1/tasks/{task}/episodes/{index}")
+    async def episode_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        require_read(request)
+        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
+        for ep in eps:
+            if ep["episode_index"] == index:
+                return ep  # type: ignore[no-any-return]
+        raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+
+    @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
+    async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
+        require_read(request)
+        path = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), index, rel)
+        return FileResponse(path, filename=path.name)
+
+    @app.get("/api/v1/uploads")
+    async def uploads_api(request: Request, limit: int = 50, task: str | None = None) -> dict[str, Any]:
+        require_read(request)
+        rows = await anyio.to_thread.run_sync(lambda: store_().db.uploads(min(max(limit, 1), 1000), task))
+        return {"uploads": [u.to_dict() for u in rows]}
+
+    # -- HTML ------------------------------------------------------------------------------------------
+    @app.get("/", response_class=HTMLResponse)
+    async def index(request: Request) -> HTMLResponse:
+        require_read(request)
+
+        def build() -> str:
+            store = store_()
+            tasks = task_summaries(store)
+            eps = {t["name"]: episode_entries(store, t["name"]) for t in tasks if "error" not in t}
+            return index_page(tasks, eps, store.db.uploads(limit=20))
+
+        return HTMLResponse(await anyio.to_thread.run_sync(build))
+
+    @app.get("/tasks/{task}", response_class=HTMLResponse)
+    async def task_html(task: str, request: Request) -> HTMLResponse:
+        require_read(request)
+
+        def build() -> str:
+            store = store_()
+            return task_page(task, task_detail(store, _task(task)), episode_entries(store, task),
+                             store.db.uploads(limit=20, task=task))
+
+        return HTMLResponse(await anyio.to_thread.run_sync(build))
+
+    @app.get("/login", response_class=HTMLResponse)
+    async def login_form() -> HTMLResponse:
+        return HTMLResponse(login_page())
+
+    @app.post("/login")
+    async def login(request: Request) -> Response:
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > 4096:
+                return HTMLResponse(login_page("request too large"), status_code=413)
+        token = urllib.parse.parse_qs(raw.decode("utf-8", "replace")).get("token", [""])[0].strip()
+        tok = tokens.authenticate(token)
+        if tokens.enabled and (tok is None or not tok.can_read()):
+            return HTMLResponse(login_page("unknown token, or a token without the read scope"), status_code=401)
+        resp = RedirectResponse("/", status_code=303)
+        resp.set_cookie(_COOKIE, token, httponly=True, samesite="strict", path="/")
+        return resp
+
+    @app.post("/logout")
+    async def logout() -> Response:
+        resp = RedirectResponse("/login", status_code=303)
+        resp.delete_cookie(_COOKIE, path="/")
+        return resp
+
+    return app

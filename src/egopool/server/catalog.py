@@ -1,0 +1,108 @@
+"""What the read API and the HTML page show: tasks, their episodes, who uploaded them.
+
+Episodes are enumerated on disk with the one authoritative enumerator
+(:func:`egopool.layout.list_task_episodes`) and joined with ``server.db`` (who uploaded
+an episode, its client N, the validator's verdict on the uploaded slice). An episode the
+server did not import itself (a task copied into the store) is listed too, with
+``uploaded_by: null``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import EgopoolError, EpisodeNotFoundError
+from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..meta.episodes import read_episode_row
+from ..meta.info import read_info
+from .store import Store
+
+__all__ = ["episode_entries", "episode_file", "task_detail", "task_summaries"]
+
+
+def _layout(store: Store, task: str) -> tuple[Path, dict[str, Any], TaskLayout]:
+    root = store.root / task
+    info = read_info(root)
+    return root, info, TaskLayout.from_info(root, info)
+
+
+def task_summaries(store: Store) -> list[dict[str, Any]]:
+    """One entry per task: name, episodes on disk, ``total_episodes``, fps, streams, last upload time."""
+    out: list[dict[str, Any]] = []
+    last: dict[str, float] = {}
+    for u in store.db.uploads(limit=10_000):
+        if u.task and u.outcome == "imported":
+            last.setdefault(u.task, u.finished_at or u.received_at)
+    for name in store.tasks():
+        try:
+            root, info, layout = _layout(store, name)
+            groups = list_task_episodes(root, layout)
+        except EgopoolError as exc:
+            out.append({"name": name, "error": exc.one_line()})
+            continue
+        out.append({"name": name, "episodes": len(groups), "total_episodes": info.get("total_episodes"),
+                    "fps": info.get("fps"), "streams": sorted((info.get("video_extensions") or {}).keys()),
+                    "last_upload_at": last.get(name)})
+    return out
+
+
+def task_detail(store: Store, task: str) -> dict[str, Any]:
+    """A task's ``info.json`` and its episode count.
+
+    Raises
+    ------
+    EgopoolError
+        No such task (the caller answers 404).
+    """
+    root, info, layout = _layout(store, task)
+    return {"name": task, "episodes": len(list_task_episodes(root, layout)), "info": info}
+
+
+def _entry(root: Path, g: EpisodeFiles, row: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"episode_index": g.index, "chunk": g.chunk, "file": g.file, "complete": g.complete,
+                             "streams": sorted(g.videos), "files": [p.relative_to(root).as_posix() for p in g.paths()]}
+    if row is not None:
+        entry.update(length=row.length, validation=row.validation,
+                     uploaded_by={"client_host_id": row.client_host_id, "client_hostname": row.client_hostname,
+                                  "client_episode_index": row.client_episode_index, "token_id": row.token_id,
+                                  "upload_id": row.upload_id, "imported_at": row.imported_at})
+    else:
+        length = None
+        if g.meta is not None:
+            try:
+                length = read_episode_row(g.meta, g.index).get("length")
+            except EgopoolError:
+                length = None
+        entry.update(length=length, validation=None, uploaded_by=None)
+    return entry
+
+
+def episode_entries(store: Store, task: str) -> list[dict[str, Any]]:
+    """Every episode of a task, ascending N, with length, streams, files, uploader and validation.
+
+    Raises
+    ------
+    EgopoolError
+        No such task.
+    """
+    root, _, layout = _layout(store, task)
+    rows = store.db.episodes(task)
+    return [_entry(root, g, rows.get(g.index)) for g in list_task_episodes(root, layout)]
+
+
+def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
+    """The path of one file of episode N, if ``rel`` is one of its files (never anything else).
+
+    Raises
+    ------
+    EpisodeNotFoundError
+        No episode N, or ``rel`` is not one of its files.
+    """
+    root, _, layout = _layout(store, task)
+    for g in list_task_episodes(root, layout):
+        if g.index == index:
+            for p in g.paths():
+                if p.relative_to(root).as_posix() == rel and p.is_file():
+                    return p
+    raise EpisodeNotFoundError(root, index)

@@ -1,0 +1,286 @@
+"""The server's bookkeeping ``server.db`` (SQLite): every upload and every pooled episode.
+
+* ``uploads``: one row per upload request: when, which token, the client's address, host
+  id and host name, task, the form's ``episode_index`` (f), the client's N, the server's N,
+  bytes, the sha256 of the received zip, the outcome (``receiving`` while it runs, then
+  ``imported`` / ``duplicate`` / ``rejected`` / ``failed`` / ``interrupted``), the HTTP
+  status and the reason;
+* ``episodes``: one row per episode the server holds: ``(task, server N)`` with the
+  ``(client host id, client N)`` it came from (unique per task: docs/decisions.md U2), the
+  episode digest, the upload that brought it, its length, streams and the validator's
+  verdict on the uploaded slice.
+
+Each call opens its own connection (WAL journal, 30 s busy timeout), so threads of the
+server share the file safely. SQLite errors become :class:`~egopool.errors.RegistryError`
+naming ``server.db``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import RegistryError
+
+__all__ = ["EpisodeRow", "ServerDB", "UploadRow"]
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS uploads (
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
+    received_at          REAL    NOT NULL,
+    finished_at          REAL,
+    token_id             TEXT,
+    client_addr          TEXT,
+    task                 TEXT,
+    form_episode_index   INTEGER,
+    client_host_id       TEXT,
+    client_hostname      TEXT,
+    client_episode_index INTEGER,
+    server_episode_index INTEGER,
+    bytes                INTEGER,
+    zip_sha256           TEXT,
+    outcome              TEXT    NOT NULL,
+    status               INTEGER,
+    reason               TEXT,
+    message              TEXT
+);
+CREATE TABLE IF NOT EXISTS episodes (
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    client_host_id       TEXT    NOT NULL,
+    client_hostname      TEXT    NOT NULL,
+    client_episode_index INTEGER NOT NULL,
+    episode_digest       TEXT    NOT NULL,
+    upload_id            INTEGER NOT NULL,
+    token_id             TEXT,
+    imported_at          REAL    NOT NULL,
+    length               INTEGER NOT NULL,
+    streams              TEXT    NOT NULL,
+    validation           TEXT    NOT NULL,
+    PRIMARY KEY (task, episode_index),
+    UNIQUE (task, client_host_id, client_episode_index)
+);
+CREATE INDEX IF NOT EXISTS uploads_received ON uploads (received_at);
+"""
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    """One pooled episode (``episodes`` row).
+
+    Attributes
+    ----------
+    task, episode_index:
+        Server task and server N.
+    client_host_id, client_hostname, client_episode_index:
+        Where it came from: the client's identity and its own N.
+    episode_digest:
+        sha256 over the recorded files (:func:`egopool.transfer.manifest.episode_digest`).
+    upload_id, token_id:
+        The upload that brought it and the token it used.
+    imported_at:
+        Unix s.
+    length:
+        Data rows.
+    streams:
+        image_keys of its videos.
+    validation:
+        ``{"ok": bool, "errors": int, "warnings": int}`` of the uploaded slice.
+    """
+
+    task: str
+    episode_index: int
+    client_host_id: str
+    client_hostname: str
+    client_episode_index: int
+    episode_digest: str
+    upload_id: int
+    token_id: str | None
+    imported_at: float
+    length: int
+    streams: list[str]
+    validation: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"task": self.task, "episode_index": self.episode_index, "client_host_id": self.client_host_id,
+                "client_hostname": self.client_hostname, "client_episode_index": self.client_episode_index,
+                "episode_digest": self.episode_digest, "upload_id": self.upload_id, "token_id": self.token_id,
+                "imported_at": self.imported_at, "length": self.length, "streams": self.streams,
+                "validation": self.validation}
+
+
+@dataclass(frozen=True)
+class UploadRow:
+    """One upload request (``uploads`` row); fields as in the table."""
+
+    id: int
+    received_at: float
+    finished_at: float | None
+    token_id: str | None
+    client_addr: str | None
+    task: str | None
+    form_episode_index: int | None
+    client_host_id: str | None
+    client_hostname: str | None
+    client_episode_index: int | None
+    server_episode_index: int | None
+    bytes: int | None
+    zip_sha256: str | None
+    outcome: str
+    status: int | None
+    reason: str | None
+    message: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return dict(self.__dict__)
+
+
+_UPLOAD_FIELDS = tuple(UploadRow.__dataclass_fields__)
+
+
+class ServerDB:
+    """Handle on ``server.db``; the file and tables are created on first use.
+
+    Raises
+    ------
+    RegistryError
+        From every method when SQLite fails.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        with self._connect() as con:
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                raise RegistryError(f"server.db schema version {version} is newer than this egopool understands",
+                                    path=self.path, hint="upgrade egopool")
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    con.execute(stmt)
+            con.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (kept open: closing the last one checkpoints the WAL every time)."""
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            try:
+                con = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+                con.execute("PRAGMA journal_mode = WAL")
+                con.execute("PRAGMA synchronous = FULL")  # a committed mapping survives power loss
+            except sqlite3.Error as exc:
+                raise RegistryError(f"cannot open the server database: {exc}", path=self.path) from exc
+            self._local.con = con
+        return con
+
+    @contextlib.contextmanager
+    def _connect(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        con = self._connection()
+        try:
+            con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            yield con
+            con.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise RegistryError(f"server database operation failed: {exc}", path=self.path) from exc
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    # -- uploads -------------------------------------------------------------------------------------
+    def start_upload(self, token_id: str | None, client_addr: str | None) -> int:
+        """A new ``receiving`` upload row; returns its id."""
+        with self._connect() as con:
+            cur = con.execute("INSERT INTO uploads (received_at, token_id, client_addr, outcome) VALUES (?, ?, ?, ?)",
+                              (time.time(), token_id, client_addr, "receiving"))
+            return int(cur.lastrowid or 0)
+
+    def update_upload(self, upload_id: int, **fields: Any) -> None:
+        """Set fields of an upload row (names of :class:`UploadRow`)."""
+        unknown = set(fields) - set(_UPLOAD_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown upload fields {sorted(unknown)}")
+        if not fields:
+            return
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._connect() as con:
+            con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*fields.values(), upload_id))
+
+    def finish_upload(self, upload_id: int, outcome: str, status: int, reason: str | None = None,
+                      message: str | None = None, **fields: Any) -> None:
+        """Record how an upload ended."""
+        self.update_upload(upload_id, outcome=outcome, status=status, reason=reason, message=message,
+                           finished_at=time.time(), **fields)
+
+    def interrupt_unfinished(self) -> int:
+        """Mark uploads left ``receiving`` by a killed server as ``interrupted``; returns how many."""
+        with self._connect() as con:
+            cur = con.execute("UPDATE uploads SET outcome = 'interrupted', finished_at = ? WHERE outcome = 'receiving'",
+                              (time.time(),))
+            return cur.rowcount
+
+    def uploads(self, limit: int = 50, task: str | None = None) -> list[UploadRow]:
+        """The latest uploads, newest first."""
+        q = f"SELECT {', '.join(_UPLOAD_FIELDS)} FROM uploads"
+        args: tuple[Any, ...] = ()
+        if task is not None:
+            q += " WHERE task = ?"
+            args = (task,)
+        with self._connect(write=False) as con:
+            rows = con.execute(q + " ORDER BY id DESC LIMIT ?", (*args, int(limit))).fetchall()
+        return [UploadRow(*r) for r in rows]
+
+    # -- episodes ------------------------------------------------------------------------------------
+    def add_episode(self, row: EpisodeRow, upload_fields: Mapping[str, Any] | None = None) -> None:
+        """Insert a pooled episode (idempotent: an identical row already there is kept) and, in the
+        same transaction, mark its upload ``imported``."""
+        with self._connect() as con:
+            con.execute("INSERT OR IGNORE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (row.task, row.episode_index, row.client_host_id, row.client_hostname,
+                         row.client_episode_index, row.episode_digest, row.upload_id, row.token_id, row.imported_at,
+                         row.length, json.dumps(row.streams), json.dumps(row.validation)))
+            if upload_fields:
+                cols = ", ".join(f"{k} = ?" for k in upload_fields)
+                con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*upload_fields.values(), row.upload_id))
+
+    def episode_of_client(self, task: str, host_id: str, client_index: int) -> EpisodeRow | None:
+        """The episode that ``(host_id, client N)`` became in ``task``, or None."""
+        with self._connect(write=False) as con:
+            r = con.execute("SELECT * FROM episodes WHERE task = ? AND client_host_id = ? AND "
+                            "client_episode_index = ?", (task, host_id, client_index)).fetchone()
+        return _episode(r) if r else None
+
+    def episode(self, task: str, index: int) -> EpisodeRow | None:
+        """Server N of ``task``, or None."""
+        with self._connect(write=False) as con:
+            r = con.execute("SELECT * FROM episodes WHERE task = ? AND episode_index = ?", (task, index)).fetchone()
+        return _episode(r) if r else None
+
+    def episodes(self, task: str) -> dict[int, EpisodeRow]:
+        """Every pooled episode of ``task`` by server N."""
+        with self._connect(write=False) as con:
+            rows = con.execute("SELECT * FROM episodes WHERE task = ? ORDER BY episode_index", (task,)).fetchall()
+        return {int(r[1]): _episode(r) for r in rows}
+
+    def max_index(self, task: str) -> int:
+        """Highest server N recorded for ``task`` (0 when none)."""
+        with self._connect(write=False) as con:
+            r = con.execute("SELECT MAX(episode_index) FROM episodes WHERE task = ?", (task,)).fetchone()
+        return int(r[0] or 0)
+
+
+def _episode(r: tuple[Any, ...]) -> EpisodeRow:
+    return EpisodeRow(r[0], int(r[1]), r[2], r[3], int(r[4]), r[5], int(r[6]), r[7], float(r[8]), int(r[9]),
+                      json.loads(r[10]), json.loads(r[11]))

@@ -1,0 +1,435 @@
+"""Importing one uploaded episode: verify everything, then publish (file_format.md §9).
+
+:meth:`Importer.import_zip` runs in a worker thread on a spooled request body:
+
+1. the zip's structure and manifest (:func:`~egopool.server.zipcheck.inspect_zip`): hostile
+   names, sizes, ratios — 400/413;
+2. the form's ``episode_index`` (the file number f) against the arcnames — 422;
+3. every member streamed into a staging task directory and checked against the manifest
+   (:func:`~egopool.server.zipcheck.extract_verified`) — 400;
+4. ``info.json.format == "pooled_episodes_v1"`` and the §9 path templates — 422;
+5. the data parquet's ``episode_index`` column is the truth for N (§9): one value N whose
+   ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
+6. the same client (host id) sending the same N again: identical content (episode digest)
+   is a 200 no-op returning the server N it got; different content is 409;
+7. egopool's own validator on the slice (:func:`egopool.validate.validate_task`): any error
+   is 422 with the findings;
+8. under the task's import guard and task lock: the slice's declarations must fit the
+   server task (:mod:`egopool.write.checks`, the writer's own checks) — 409; the server N is
+   the client's N when it is free, else the next free one (``--on-conflict renumber``) or 409
+   (``reject``); a renumbered episode gets ``episode_index`` rewritten in its data parquet and
+   row, its videos renamed (:mod:`egopool.server.renumber`); then
+   :func:`~egopool.server.publish.publish_episode`.
+
+Nothing in the store's tasks changes before step 8's publish, and a failed publish is
+undone, so every refusal leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from .._atomic import task_lock
+from ..errors import EgopoolError, FormatError, LegacyLayoutError, SchemaError, UploadRejectedError
+from ..layout import TaskLayout, list_task_episodes
+from ..meta import markers
+from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, merge_info, new_info, read_info
+from ..meta.stats import episode_stats_file
+from ..registry import file_record
+from ..transfer.manifest import Manifest
+from ..validate import validate_task
+from ..write.checks import check_feature_declarations, check_stream_declarations, check_task_meta_mergeable
+from ..write.recovery import reclaim_stale
+from .db import EpisodeRow
+from .publish import Publication, publish_episode, recover_journals
+from .renumber import rewrite_episode_index
+from .store import Store
+from .zipcheck import Limits, extract_verified, inspect_zip
+
+__all__ = ["ON_CONFLICT", "ImportResult", "Importer"]
+
+ON_CONFLICT = ("renumber", "reject")
+#: info.json keys the server task owns: never taken from an upload's snapshot.
+_SERVER_OWNED = ("format", "chunks_size", "data_path", "video_path", "episodes_path", "task_name", "total_episodes")
+_PAUSE_ENV = "EGOPOOL_SERVER_PAUSE"
+
+
+@dataclass
+class ImportResult:
+    """The server's answer to an accepted upload.
+
+    Attributes
+    ----------
+    status:
+        ``"imported"`` or ``"duplicate"`` (the same content was already pooled: nothing changed).
+    task:
+        Server task name.
+    episode_index:
+        Server N.
+    client_episode_index:
+        The client's N (the data parquet's ``episode_index``).
+    client_host_id:
+        The client's identity from the manifest.
+    renumbered:
+        True when server N differs from the client's N.
+    zip_sha256:
+        sha256 of the request's zip as received: the client compares it to its own.
+    episode_digest:
+        The episode's content digest (manifest, verified member by member).
+    upload_id:
+        Row in the server's upload log.
+    files:
+        Task-relative path -> sha256 of the episode's files as published.
+    validation:
+        ``{"ok", "errors", "warnings"}`` of the uploaded slice.
+    meta_warning:
+        Set when ``info.json`` / ``stats.json`` could not be merged (the episode stands).
+    """
+
+    status: str
+    task: str
+    episode_index: int
+    client_episode_index: int
+    client_host_id: str
+    renumbered: bool
+    zip_sha256: str
+    episode_digest: str
+    upload_id: int
+    files: dict[str, str] = field(default_factory=dict)
+    validation: dict[str, Any] = field(default_factory=dict)
+    meta_warning: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer."""
+        return dict(self.__dict__)
+
+
+def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str]]:
+    """Rows of the data parquet and the image_keys of the slice's videos."""
+    rows = pq.ParquetFile(str(layout.data_file(n))).metadata.num_rows
+    c, f = layout.chunk_file(n)
+    vdir = staging / "videos" / f"chunk-{c:03d}"
+    keys = sorted(p.name for p in vdir.iterdir()) if vdir.is_dir() else []
+    return int(rows), keys
+
+
+def _column_values(path: Path, column: str) -> set[int]:
+    pf = pq.ParquetFile(str(path))
+    if column not in pf.schema_arrow.names:
+        return set()
+    out: set[int] = set()
+    for batch in pf.iter_batches(columns=[column], batch_size=65536):
+        out.update(v for v in batch.column(0).to_pylist())
+    return out
+
+
+class Importer:
+    """Imports uploads into a :class:`~egopool.server.store.Store` (module docstring).
+
+    Parameters
+    ----------
+    store:
+        The store.
+    on_conflict:
+        ``"renumber"`` (default): a client N the server task already holds gets the next free
+        server N; ``"reject"``: such an upload is answered 409 (docs/decisions.md U2).
+    limits:
+        Zip limits.
+
+    Notes
+    -----
+    ``EGOPOOL_SERVER_PAUSE=<stage>`` (``received``, ``placed``, ``committed``) makes an import
+    stop at that stage, write ``.egopool-server/paused-<stage>`` and sleep: the seam the crash
+    tests SIGKILL the server at. Unset in production.
+    """
+
+    def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None) -> None:
+        if on_conflict not in ON_CONFLICT:
+            raise EgopoolError(f"unknown --on-conflict {on_conflict!r}", hint=f"use one of {ON_CONFLICT}")
+        self.store = store
+        self.on_conflict = on_conflict
+        self.limits = limits or Limits()
+        self._pause_at = os.environ.get(_PAUSE_ENV, "")
+        self._scanned: dict[str, int] = {}
+
+    def _pause(self, stage: str) -> None:
+        if self._pause_at == stage:
+            (self.store.state / f"paused-{stage}").write_text(str(os.getpid()))
+            time.sleep(3600)
+
+    # -- the import ----------------------------------------------------------------------------------
+    def import_zip(self, zip_path: Path, *, task: str, form_index: str | None, zip_sha256: str, upload_id: int,
+                   token_id: str | None = None) -> ImportResult:
+        """Verify and publish one uploaded zip (module docstring).
+
+        Parameters
+        ----------
+        zip_path:
+            The spooled zip.
+        task:
+            The form's ``name`` (server task name).
+        form_index:
+            The form's ``episode_index`` (f, 0-based file number, §9), or None when absent.
+        zip_sha256:
+            sha256 of the zip as received.
+        upload_id:
+            The upload log row.
+        token_id:
+            The token that sent it.
+
+        Raises
+        ------
+        UploadRejectedError
+            Every refusal, with HTTP status, reason and findings; the store is unchanged.
+        """
+        task_dir = self.store.task_dir(task)
+        self._pause("received")
+        plan = inspect_zip(zip_path, self.limits)
+        if form_index is not None:
+            try:
+                f_form = int(form_index.strip())
+            except ValueError:
+                raise UploadRejectedError(400, "bad_form", f"form episode_index {form_index!r} is not an integer "
+                                                           "(the 0-based episode file number, §9)") from None
+            if f_form != plan.file:
+                raise UploadRejectedError(422, "episode_index_mismatch",
+                                          f"form episode_index {f_form} is not the zip's episode file number "
+                                          f"{plan.file} (episode-{plan.file:03d}; §9: the three must agree)")
+        self.store.db.update_upload(upload_id, task=task, form_episode_index=plan.file,
+                                    client_host_id=plan.manifest.source_host_id,
+                                    client_hostname=plan.manifest.source_hostname)
+        staging = self.store.new_staging(upload_id, task)
+        try:
+            extract_verified(zip_path, plan, staging, self.limits)
+            info, layout, n = self._check_slice(staging, plan.chunk, plan.file, plan.manifest)
+            self.store.db.update_upload(upload_id, client_episode_index=n)
+            dup = self._duplicate(task, plan.manifest, n, zip_sha256, upload_id)
+            if dup is not None:
+                return dup
+            report = validate_task(staging)
+            if not report.ok:
+                errors = [f for f in report.findings if f.severity == "error"]
+                raise UploadRejectedError(422, "validation", f"the episode fails validation: {len(errors)} error(s), "
+                                                             f"first: {errors[0].one_line()}",
+                                          findings=[f.to_dict() for f in report.findings])
+            validation = {"ok": True, "errors": 0,
+                          "warnings": sum(1 for f in report.findings if f.severity == "warning")}
+            length, streams = _facts(staging, n, layout)
+            with self.store.task_guard(task):
+                return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, zip_sha256, upload_id,
+                                     token_id, validation, length, streams)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the store is full: nothing was published (U5)
+                raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
+                                          ) from exc
+            raise
+        finally:
+            shutil.rmtree(staging.parent, ignore_errors=True)
+
+    def _check_slice(self, staging: Path, chunk: int, file: int, manifest: Manifest
+                     ) -> tuple[dict[str, Any], TaskLayout, int]:
+        """Steps 4 and 5: format, templates, and N from the data parquet."""
+        try:
+            info = read_info(staging)
+        except LegacyLayoutError as exc:
+            raise UploadRejectedError(422, "unknown_format", exc.message) from exc
+        except FormatError as exc:
+            raise UploadRejectedError(422, "unknown_format", f"meta/info.json: {exc.message}", hint=exc.hint) from exc
+        for key, default in (("data_path", DEFAULT_DATA_PATH), ("video_path", DEFAULT_VIDEO_PATH),
+                             ("episodes_path", DEFAULT_EPISODES_PATH)):
+            if info.get(key, default) != default:
+                raise UploadRejectedError(422, "templates", f"info.json {key} is {info.get(key)!r}; uploads use the "
+                                                            f"§9 names {default!r}")
+        try:
+            layout = TaskLayout.from_info(staging, info)
+        except FormatError as exc:
+            raise UploadRejectedError(422, "unknown_format", f"meta/info.json: {exc.message}") from exc
+        data = staging / "data" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
+        row = staging / "meta" / "episodes" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
+        try:
+            values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
+        except Exception as exc:  # pyarrow raises several types for a broken file
+            raise UploadRejectedError(422, "validation", f"cannot read the episode's parquet files ({exc})") from exc
+        if len(values) != 1 or not all(isinstance(v, int) and v >= 1 for v in values):
+            raise UploadRejectedError(422, "episode_index_mismatch",
+                                      f"the data parquet's episode_index column holds {sorted(map(str, values))[:5]}; "
+                                      "it must hold one global N >= 1 (§9: it is the truth for N)")
+        n = values.pop()
+        if layout.chunk_file(n) != (chunk, file):
+            c, f = layout.chunk_file(n)
+            raise UploadRejectedError(422, "episode_index_mismatch",
+                                      f"the data parquet says episode_index {n}, which is chunk-{c:03d} "
+                                      f"episode-{f:03d}, but the zip's files are chunk-{chunk:03d} "
+                                      f"episode-{file:03d} (file number f={file}; N = chunk*{layout.chunks_size}+f+1)")
+        if row_values != {n}:
+            raise UploadRejectedError(422, "episode_index_mismatch", f"the meta/episodes row says episode_index "
+                                                                     f"{sorted(row_values)}, the data parquet {n}")
+        if manifest.episode_index != n:
+            raise UploadRejectedError(400, "manifest_mismatch", f"the manifest says episode {manifest.episode_index}, "
+                                                                f"the data parquet {n}")
+        return info, layout, n
+
+    def _duplicate(self, task: str, manifest: Manifest, n: int, zip_sha256: str,
+                   upload_id: int) -> ImportResult | None:
+        """Step 6: a re-upload of what this client already pooled (200 no-op) or a clash (409)."""
+        known = self.store.db.episode_of_client(task, manifest.source_host_id, n)
+        if known is None:
+            return None
+        if known.episode_digest != manifest.episode_digest:
+            raise UploadRejectedError(409, "client_episode_conflict",
+                                      f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) already "
+                                      f"uploaded a different episode {n} to task {task!r} (server N "
+                                      f"{known.episode_index})")
+        return ImportResult("duplicate", task, known.episode_index, n, manifest.source_host_id,
+                            known.episode_index != n, zip_sha256, manifest.episode_digest, upload_id,
+                            self._published_files(task, known.episode_index), known.validation)
+
+    def _published_files(self, task: str, index: int) -> dict[str, str]:
+        """sha256 of N's files as the server holds them (the client checks them against its own)."""
+        task_dir = self.store.root / task
+        layout = TaskLayout.from_info(task_dir, read_info(task_dir))
+        c, f = layout.chunk_file(index)
+        vdir = task_dir / "videos" / f"chunk-{c:03d}"
+        paths = sorted(vdir.glob(f"*/episode-{f:03d}.*")) if vdir.is_dir() else []
+        paths += [p for p in (layout.data_file(index), layout.episodes_file(index)) if p.is_file()]
+        return {r.path: r.sha256 for r in (file_record(task_dir, p) for p in paths)}
+
+    # -- step 8 --------------------------------------------------------------------------------------
+    def _occupied(self, task_dir: Path, layout: TaskLayout, n: int) -> bool:
+        if layout.data_file(n).exists() or layout.episodes_file(n).exists():
+            return True
+        c, f = layout.chunk_file(n)
+        vdir = task_dir / "videos" / f"chunk-{c:03d}"
+        return vdir.is_dir() and any(vdir.glob(f"*/episode-{f:03d}.*"))
+
+    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int) -> int:
+        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock."""
+        reserved = markers.live_reservations(task_dir) if task_dir.is_dir() else set()
+        db = self.store.db
+
+        def taken(k: int) -> bool:
+            return k in reserved or self._occupied(task_dir, layout, k) or db.episode(task, k) is not None
+
+        if not taken(n):
+            return n
+        if self.on_conflict == "reject":
+            holder = db.episode(task, n)
+            who = f" from {holder.client_hostname} (its episode {holder.client_episode_index})" if holder else ""
+            raise UploadRejectedError(409, "episode_taken", f"task {task!r} already holds episode {n}{who}; this "
+                                                            "server runs --on-conflict reject")
+        if task not in self._scanned:  # one scan per task and process; later allocations probe paths only
+            groups = list_task_episodes(task_dir, layout) if task_dir.is_dir() else []
+            self._scanned[task] = groups[-1].index if groups else 0
+        k = max([self._scanned[task], int(info.get("total_episodes") or 0), db.max_index(task), *reserved]) + 1
+        while taken(k):
+            k += 1
+        return k
+
+    def _publish(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout, n: int,
+                 manifest: Manifest, zip_sha256: str, upload_id: int, token_id: str | None,
+                 validation: dict[str, Any], length: int, streams: list[str]) -> ImportResult:
+        existed = task_dir.exists()
+        is_task = (task_dir / "meta" / "info.json").is_file()
+        if existed and not is_task and any(p.name != "meta" for p in task_dir.iterdir()):
+            raise UploadRejectedError(409, "not_a_task", f"the store holds a directory {task!r} that is not a "
+                                                         "pooled task; the server will not write into it")
+        try:
+            with task_lock(task_dir):
+                if is_task:
+                    recover_journals(self.store, task)
+                    try:
+                        server_info = read_info(task_dir)
+                        server_layout = TaskLayout.from_info(task_dir, server_info)
+                    except FormatError as exc:
+                        raise UploadRejectedError(409, "server_task_broken", f"the server task cannot take "
+                                                                             f"episodes: {exc.one_line()}") from exc
+                    reclaim_stale(task_dir, server_layout)
+                    fresh = None
+                else:
+                    fresh = new_info(task, fps=float(info.get("fps") or 30.0),
+                                     app_version=str(info.get("app_version") or "unknown"),
+                                     created_at=float(info.get("created_at") or time.time()),
+                                     chunks_size=layout.chunks_size)
+                    server_info, server_layout = fresh, TaskLayout.from_info(task_dir, fresh)
+                return self._publish_locked(task, task_dir, staging, info, layout, server_info, server_layout, fresh,
+                                            n, manifest, zip_sha256, upload_id, token_id, validation, length, streams)
+        except BaseException:
+            if not existed and not (task_dir / "meta" / "info.json").is_file():
+                shutil.rmtree(task_dir, ignore_errors=True)  # only the lock anchor we created
+            raise
+
+    def _publish_locked(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout,
+                        server_info: dict[str, Any], server_layout: TaskLayout, fresh: dict[str, Any] | None, n: int,
+                        manifest: Manifest, zip_sha256: str, upload_id: int, token_id: str | None,
+                        validation: dict[str, Any], length: int, streams: list[str]) -> ImportResult:
+        if server_layout.chunks_size != layout.chunks_size:
+            raise UploadRejectedError(409, "declaration_conflict", f"the server task has chunks_size "
+                                                                   f"{server_layout.chunks_size}, the upload "
+                                                                   f"{layout.chunks_size}")
+        dup = self._duplicate(task, manifest, n, zip_sha256, upload_id)  # again, under the guard
+        if dup is not None:
+            return dup
+        decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
+        raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
+        cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
+        exts: dict[str, Any] = raw_exts if isinstance(raw_exts, dict) else {}
+        merged = merge_info(server_info, decl)
+        blocks = episode_stats_file(layout.data_file(n), merged)
+        try:
+            check_feature_declarations(server_info, info.get("features") or {})
+            check_stream_declarations(server_info, [(k, "rgb" if k in cams else "depth", str(e))
+                                                    for k, e in exts.items()])
+            check_task_meta_mergeable(task_dir, server_info, decl, {c: b.mean.shape[0] for c, b in blocks.items()})
+        except SchemaError as exc:
+            raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
+        except FormatError as exc:
+            raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
+        target = self._allocate(task, task_dir, server_layout, server_info, n)
+        decl["total_episodes"] = target
+        moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
+        episode = EpisodeRow(task, target, manifest.source_host_id, manifest.source_hostname, n,
+                             manifest.episode_digest, upload_id, token_id, time.time(), length, streams, validation)
+        upload_fields = {"client_episode_index": n, "server_episode_index": target, "outcome": "imported",
+                         "status": 200, "finished_at": time.time()}
+        tasks_jsonl = None
+        if fresh is not None:
+            src = staging / "meta" / "tasks.jsonl"
+            tasks_jsonl = src.read_bytes() if src.is_file() else None
+            if tasks_jsonl is None:
+                tasks_jsonl = (json.dumps({"task_index": 0, "task": task}, ensure_ascii=False) + "\n").encode()
+        pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl)
+        problem = publish_episode(self.store, pub, server_layout, self._pause)
+        self._scanned[task] = max(self._scanned.get(task, 0), target)
+        return ImportResult("imported", task, target, n, manifest.source_host_id, target != n, zip_sha256,
+                            manifest.episode_digest, upload_id, self._published_files(task, target), validation,
+                            problem)
+
+    def _stage_files(self, staging: Path, layout: TaskLayout, server_layout: TaskLayout, task_dir: Path, n: int,
+                     target: int) -> tuple[list[tuple[Path, Path]], tuple[Path, Path]]:
+        """Staged file -> final path; a renumbered episode's parquet files are rewritten first."""
+        c, f = layout.chunk_file(n)
+        moves: list[tuple[Path, Path]] = []
+        vdir = staging / "videos" / f"chunk-{c:03d}"
+        for key_dir in sorted(vdir.iterdir()) if vdir.is_dir() else []:
+            for p in sorted(key_dir.iterdir()):
+                moves.append((p, server_layout.video_file(target, key_dir.name, p.suffix.lstrip("."))))
+        data, row = layout.data_file(n), layout.episodes_file(n)
+        if target != n:
+            for src, single in ((data, False), (row, True)):
+                dst = src.with_name(f"renumbered-{src.name}")
+                rewrite_episode_index(src, dst, target, single_row=single)
+                src.unlink()
+                dst.rename(src)
+        moves.append((data, server_layout.data_file(target)))
+        return moves, (row, server_layout.episodes_file(target))
+

@@ -1,0 +1,168 @@
+"""The server's store: pooled task directories plus the server's own dot directory.
+
+::
+
+    <store>/
+    ├── <task>/ ...                   pooled_episodes_v1 tasks (file_format.md §1)
+    └── .egopool-server/              the server's state (a dot directory: ignored by readers, §11)
+        ├── server.db                 uploads and the (client host id, client N) -> server N mapping
+        ├── server.lock               held by the running server (one server per store)
+        ├── locks/<task hash>.lock    per-task import lock
+        ├── journals/                 publish journals of imports in progress
+        ├── spool/                    request bodies being received
+        └── staging/                  uploads being verified
+
+Spool and staging are on the store's file system, so a verified file reaches its final
+place with a rename (atomic, never a copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from .._atomic import exclusive_lock
+from ..errors import EgopoolError, LockError, UploadRejectedError
+from ..write.checks import check_task_name
+from .db import ServerDB
+
+__all__ = ["STATE_DIR", "Store"]
+
+STATE_DIR = ".egopool-server"
+
+
+class Store:
+    """Paths and locks of one store directory (created if missing).
+
+    Parameters
+    ----------
+    root:
+        The store directory: every task is ``root / <task name>``.
+
+    Raises
+    ------
+    StorageError, RegistryError
+        The state directory or ``server.db`` cannot be created.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self.state = self.root / STATE_DIR
+        for d in (self.spool_dir, self.staging_dir, self.journal_dir, self.state / "locks"):
+            d.mkdir(parents=True, exist_ok=True)
+        self.db = ServerDB(self.state / "server.db")
+        self._server_fd: int | None = None
+
+    @property
+    def spool_dir(self) -> Path:
+        """Request bodies being received."""
+        return self.state / "spool"
+
+    @property
+    def staging_dir(self) -> Path:
+        """Uploads being verified."""
+        return self.state / "staging"
+
+    @property
+    def journal_dir(self) -> Path:
+        """Publish journals."""
+        return self.state / "journals"
+
+    def task_dir(self, name: str) -> Path:
+        """``root / name`` after checking the name (one directory name, no dot or ``_`` prefix).
+
+        Raises
+        ------
+        UploadRejectedError
+            400 ``bad_task_name``.
+        """
+        try:
+            check_task_name(name)
+        except EgopoolError as exc:
+            raise UploadRejectedError(400, "bad_task_name", exc.message, hint=exc.hint) from exc
+        return self.root / name
+
+    def tasks(self) -> list[str]:
+        """Names of the task directories (those holding ``meta/info.json``), sorted."""
+        out = []
+        for e in os.scandir(self.root):
+            if e.is_dir(follow_symlinks=False) and not e.name.startswith((".", "_")) and \
+                    os.path.isfile(os.path.join(e.path, "meta", "info.json")):
+                out.append(e.name)
+        return sorted(out)
+
+    def has_task(self, name: str) -> bool:
+        """True when ``name`` is a task of this store."""
+        try:
+            check_task_name(name)
+        except EgopoolError:
+            return False
+        return (self.root / name / "meta" / "info.json").is_file()
+
+    def acquire(self) -> None:
+        """Take ``server.lock`` for the life of this process (one server per store).
+
+        Raises
+        ------
+        LockError
+            Another ``egopool serve`` holds it.
+        """
+        fd = os.open(self.state / "server.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockError("another egopool server is running on this store", path=self.root,
+                            hint="stop it first; one server per store") from None
+        self._server_fd = fd
+
+    def release(self) -> None:
+        """Give ``server.lock`` back."""
+        if self._server_fd is not None:
+            fcntl.flock(self._server_fd, fcntl.LOCK_UN)
+            os.close(self._server_fd)
+            self._server_fd = None
+
+    @contextlib.contextmanager
+    def task_guard(self, name: str) -> Iterator[None]:
+        """Serialise imports into one task (threads and processes): ``locks/<sha1 of name>.lock``.
+
+        Held around the whole publish; the task directory's own lock (``meta/episodes/.lock``)
+        is taken inside it once the task exists.
+        """
+        key = hashlib.sha1(name.encode("utf-8")).hexdigest()[:20]
+        with exclusive_lock(self.state / "locks" / f"{key}.lock"):
+            yield
+
+    def journal_prefix(self, name: str) -> str:
+        """File-name prefix of the publish journals of task ``name``."""
+        return f"import-{hashlib.sha1(name.encode('utf-8')).hexdigest()[:20]}-"
+
+    def new_spool(self) -> Path:
+        """A fresh spool file path (not created)."""
+        return self.spool_dir / f"{uuid.uuid4().hex}.zip"
+
+    def new_staging(self, upload_id: int, task: str) -> Path:
+        """A fresh staging task directory ``staging/<id>-<hex>/<task>/`` (created)."""
+        d = self.staging_dir / f"{upload_id}-{uuid.uuid4().hex[:8]}" / task
+        d.mkdir(parents=True)
+        return d
+
+    def clean_scratch(self) -> None:
+        """Empty spool and staging (at start-up: what a killed server left), drop pause markers."""
+        for p in self.state.glob("paused-*"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        for d in (self.spool_dir, self.staging_dir):
+            for e in os.scandir(d):
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(e.path)

@@ -1,0 +1,346 @@
+"""``egopool upload``: send episodes to a pooling server, resumably (file_format.md §9).
+
+For each episode N (ascending; by default every complete episode not yet uploaded to this
+server):
+
+1. the registry (``pipeline.db``) already holds the server's confirmed answer for
+   ``(task, N, server)``: skipped (a re-run after a kill resumes here);
+2. packed into a temporary zip (:func:`~egopool.transfer.pack.pack_episodes`) in a dot
+   directory beside the task directories (same disk, removed afterwards);
+3. ``POST <server>/api/v1/session/upload`` as multipart: ``name`` = task name,
+   ``episode_index`` = the episode's 0-based file number f taken from the layout (§9: not
+   N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
+   progress callback. Network errors and 5xx answers are retried with exponential backoff
+   (0.5 s doubling to 8 s, jittered); 4xx and 507 (server disk full) answers are final for the
+   episode (401/403 stop the whole run);
+4. the answer is **confirmed by checksum**: the server's sha256 of the received zip and
+   its episode digest must equal ours. Only then is it recorded in the registry
+   (``uploads`` row, the recording marked ``uploaded``) and, with ``delete_after``, the
+   episode deleted through :func:`egopool.ops.delete_episodes` (the verified delete of
+   ``egopool delete``).
+
+The server de-duplicates by ``(host id, N, content)``, so an upload that reached the server
+before the client was killed is answered "duplicate" with the same server N on the re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .. import __version__
+from ..errors import CodecError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, TransferError
+from ..layout import TaskLayout, list_task_episodes
+from ..meta.info import read_info
+from ..ops import delete_episodes
+from ..registry import Registry, UploadRecord, task_key
+from .pack import PackedEpisode, client_identity, pack_episodes
+
+__all__ = ["UPLOAD_PATH", "UploadOutcome", "UploadReport", "upload_episodes"]
+
+UPLOAD_PATH = "/api/v1/session/upload"
+_BLOCK = 1 << 20
+#: ``progress(sent_bytes, total_bytes, what)`` while an episode's zip is sent.
+UploadProgress = Callable[[int, int, str], None]
+
+
+@dataclass
+class UploadOutcome:
+    """What happened to one episode.
+
+    Attributes
+    ----------
+    index:
+        Local global N.
+    status:
+        ``uploaded`` (imported now), ``duplicate`` (the server already had it), ``skipped``
+        (the registry already holds a confirmed upload), ``failed``.
+    server_episode_index:
+        The server's N (None when failed).
+    answer:
+        The server's JSON answer (empty when skipped or failed without one).
+    message:
+        Why it failed, or a note.
+    attempts:
+        HTTP attempts made.
+    seconds:
+        From the first byte sent to the server's final answer, retries and their waits included
+        (packing excluded).
+    deleted:
+        True when the local episode was deleted (``delete_after``), False when the delete
+        failed, None when not asked or not confirmed.
+    """
+
+    index: int
+    status: str
+    server_episode_index: int | None = None
+    answer: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    attempts: int = 0
+    seconds: float = 0.0
+    deleted: bool | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        """True when the server holds the episode, confirmed by checksum (now or in an earlier run)."""
+        return self.status in ("uploaded", "duplicate", "skipped")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"episode_index": self.index, "status": self.status,
+                "server_episode_index": self.server_episode_index, "message": self.message,
+                "attempts": self.attempts, "seconds": round(self.seconds, 4), "deleted": self.deleted,
+                "answer": self.answer}
+
+
+@dataclass
+class UploadReport:
+    """Result of :func:`upload_episodes`."""
+
+    task_dir: Path
+    server: str
+    outcomes: list[UploadOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every episode is on the server and every asked-for delete happened."""
+        return all(o.confirmed and o.deleted is not False for o in self.outcomes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON report (``egopool upload --json``)."""
+        return {"task": str(self.task_dir), "server": self.server, "ok": self.ok,
+                "outcomes": [o.to_dict() for o in self.outcomes]}
+
+
+def _multipart(task: str, f: int, zip_path: Path, sent: Callable[[int], None]) -> tuple[str, int, Callable[[], Iterator[bytes]]]:
+    """(content type, length, body factory) of the §9 form: name, episode_index, file."""
+    boundary = f"egopool-{uuid.uuid4().hex}"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n{task}\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"episode_index\"\r\n\r\n{f}\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"episode.zip\"\r\n"
+            "Content-Type: application/zip\r\n\r\n").encode("utf-8")
+    tail = f"\r\n--{boundary}--\r\n".encode("ascii")
+    size = zip_path.stat().st_size
+
+    def body() -> Iterator[bytes]:
+        yield head
+        done = 0
+        with open(zip_path, "rb") as fh:
+            while block := fh.read(_BLOCK):
+                done += len(block)
+                sent(done)
+                yield block
+        yield tail
+
+    return f"multipart/form-data; boundary={boundary}", len(head) + size + len(tail), body
+
+
+def _answer(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        doc = resp.json()
+    except ValueError:
+        return {"message": resp.text[:500]}
+    return doc if isinstance(doc, dict) else {"message": str(doc)[:500]}
+
+
+def _post(client: httpx.Client, url: str, packed: PackedEpisode, retries: int, backoff: float,
+          progress: UploadProgress | None, label: str) -> tuple[httpx.Response, int]:
+    """POST with retries of network errors and 5xx; returns the final response and the attempts."""
+    attempt = 0
+    while True:
+        attempt += 1
+        ctype, length, body = _multipart(packed.task, packed.file, packed.path,
+                                         lambda n: progress(n, packed.size, label) if progress else None)
+        status: int | None = None
+        try:
+            resp = client.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
+            resp.read()
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            if resp.status_code < 500 or resp.status_code == 507:  # 507: the server's disk is full, retrying won't help
+                return resp, attempt
+            status = resp.status_code
+            problem = f"HTTP {resp.status_code}: {_answer(resp).get('message', '')}"
+        if attempt > retries:
+            raise TransferError(f"episode {packed.index}: giving up after {attempt} attempts ({problem})",
+                                status=status,
+                                hint="check that the server runs and is reachable, then run the same command again")
+        delay = min(8.0, backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        time.sleep(delay)
+
+
+def _confirm(packed: PackedEpisode, answer: dict[str, Any]) -> str | None:
+    """Why the answer does not confirm the upload, or None when it does (checksums equal)."""
+    if answer.get("zip_sha256") != packed.sha256:
+        return (f"the server's sha256 of the received zip {str(answer.get('zip_sha256'))[:12]}... is not ours "
+                f"{packed.sha256[:12]}...")
+    if answer.get("episode_digest") != packed.episode_digest:
+        return "the server's episode digest is not ours"
+    if not isinstance(answer.get("episode_index"), int):
+        return "the server's answer has no episode_index"
+    return None
+
+
+def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, *, server: str,
+                    token: str | None = None, reencode_hevc: bool = False, delete_after: bool = False,
+                    registry: bool | str | Path | Registry | None = True, retries: int = 8, backoff: float = 0.5,
+                    timeout: float = 600.0, progress: UploadProgress | None = None,
+                    on_outcome: Callable[[UploadOutcome], None] | None = None,
+                    transport: httpx.BaseTransport | None = None) -> UploadReport:
+    """Upload episodes of a task to a pooling server (module docstring).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory; its name is the server task name (§9 ``name``).
+    indices:
+        Global 1-based N; None = every complete episode without a confirmed upload to ``server``.
+    server:
+        Base URL, e.g. ``http://pool.lab:8000``.
+    token:
+        Bearer token (scope ``upload:<task>`` or ``upload:*``); None when the server needs none.
+    reencode_hevc:
+        Re-encode RGB MP4 to HEVC inside the zip (§9); depth never.
+    delete_after:
+        Delete each episode locally once its upload is confirmed by checksum (also those
+        confirmed by an earlier run), through the verified delete of ``egopool delete``.
+    registry:
+        ``pipeline.db`` for resuming and the client identity: True = beside the task, a path /
+        Registry, False = none (no resume: every episode is sent, the server de-duplicates).
+    retries:
+        Retries of a network error or 5xx per episode (attempts = retries + 1).
+    backoff:
+        First retry delay in s (doubles up to 8 s, jittered).
+    timeout:
+        Seconds to wait for the server's answer after the zip is sent (it verifies first).
+    progress:
+        ``progress(sent_bytes, total_bytes, what)`` while sending.
+    on_outcome:
+        Called after each episode (for a live listing).
+    transport:
+        An httpx transport (tests of the client against an in-process app).
+
+    Returns
+    -------
+    UploadReport
+
+    Raises
+    ------
+    LayoutError, EpisodeNotFoundError
+        An N < 1 or one the task does not have (and never uploaded); checked before anything is sent.
+    TransferError
+        401/403 from the server (nothing further is sent). A network failure that outlasts the
+        retries ends the run with that episode ``failed`` (the next run resumes there); an
+        episode that cannot be packed is ``failed`` and the others go on.
+    """
+    root = Path(task_dir)
+    base = server.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise TransferError(f"server URL {server!r} must start with http:// or https://")
+    info = read_info(root)
+    layout = TaskLayout.from_info(root, info)
+    reg = registry if isinstance(registry, Registry) else Registry.for_task(root) if registry is True \
+        else Registry(registry) if registry else None
+    key = task_key(root)
+    groups = {g.index: g for g in list_task_episodes(root, layout)}
+    done = {u.episode_index: u for u in reg.uploads(key) if u.server == base} if reg is not None else {}
+    if indices is None:
+        wanted = sorted(set(n for n, g in groups.items() if g.complete) | (set(done) & set(groups)))
+    else:
+        wanted = []
+        for n in dict.fromkeys(indices):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise LayoutError(f"episode {n!r} refused: global N is 1-based (episode-000 is N=1)",
+                                  hint="pass the global N shown by `egopool ls TASK`")
+            if n not in groups and n not in done:
+                raise EpisodeNotFoundError(root, n)
+            wanted.append(n)
+    host_id, hostname = client_identity(root, reg if reg is not None else False)
+    report = UploadReport(root, base)
+    headers = {"User-Agent": f"egopool/{__version__}"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    http_timeout = httpx.Timeout(timeout, connect=15.0, write=120.0, pool=15.0)
+    with httpx.Client(headers=headers, timeout=http_timeout, transport=transport) as client, \
+            tempfile.TemporaryDirectory(prefix=".egopool-upload-", dir=root.parent) as spool:
+        for n in wanted:
+            try:
+                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, host_id, hostname,
+                               Path(spool), reencode_hevc, retries, backoff, progress)
+            except TransferError as exc:
+                if exc.status in (401, 403):
+                    raise  # the token is wrong for every episode
+                outcome = UploadOutcome(n, "failed", message=exc.one_line(), attempts=retries + 1)
+                report.outcomes.append(outcome)
+                if on_outcome is not None:
+                    on_outcome(outcome)
+                break  # the server stays unreachable: the next run resumes here
+            if delete_after and outcome.confirmed and n in groups:
+                outcome.deleted = _delete(root, n, reg, outcome)
+            report.outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+    return report
+
+
+def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord | None, present: bool, base: str,
+         reg: Registry | None, host_id: str, hostname: str, spool: Path, reencode: bool, retries: int,
+         backoff: float, progress: UploadProgress | None) -> UploadOutcome:
+    if done is not None:
+        return UploadOutcome(n, "skipped", done.server_episode_index, done.answer,
+                             f"already on the server as episode {done.server_episode_index} of {done.server_task}")
+    if not present:
+        raise EpisodeNotFoundError(root, n)
+    try:
+        packed = pack_episodes(root, [n], spool, reencode_hevc=reencode, host_id=host_id, hostname=hostname)[0]
+    except (FormatError, CodecError) as exc:  # this episode cannot be packed (incomplete, PNG16...): the others can
+        return UploadOutcome(n, "failed", message=f"not packed: {exc.one_line()}")
+    start = time.monotonic()
+    try:
+        resp, attempts = _post(client, base + UPLOAD_PATH, packed, retries, backoff, progress, f"episode {n}")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            packed.path.unlink()
+    seconds = time.monotonic() - start
+    answer = _answer(resp)
+    if resp.status_code in (401, 403):
+        raise TransferError(f"the server refused the token ({resp.status_code}: {answer.get('message', '')})",
+                            status=resp.status_code, hint="pass a token with scope upload:<task> or upload:* "
+                                                          "(--token-file or EGOPOOL_TOKEN)")
+    if resp.status_code != 200:
+        return UploadOutcome(n, "failed", None, answer, f"HTTP {resp.status_code} {answer.get('error', '')}: "
+                                                        f"{answer.get('message', '')}", attempts, seconds)
+    problem = _confirm(packed, answer)
+    if problem is not None:
+        return UploadOutcome(n, "failed", None, answer, f"not confirmed: {problem}", attempts, seconds)
+    status = "duplicate" if answer.get("status") == "duplicate" else "uploaded"
+    outcome = UploadOutcome(n, status, int(answer["episode_index"]), answer, "", attempts, seconds)
+    if reg is not None:
+        try:
+            reg.record_upload(UploadRecord(key, n, base, packed.episode_digest, packed.sha256,
+                                           str(answer.get("task", key)), int(answer["episode_index"]), answer,
+                                           time.time()))
+        except EgopoolError as exc:
+            outcome.message = f"uploaded, but not recorded in the registry ({exc.one_line()})"
+    return outcome
+
+
+def _delete(root: Path, n: int, reg: Registry | None, outcome: UploadOutcome) -> bool:
+    try:
+        report = delete_episodes(root, [n], registry=reg if reg is not None else False)
+    except EgopoolError as exc:
+        outcome.message = (outcome.message + "; " if outcome.message else "") + f"not deleted: {exc.one_line()}"
+        return False
+    if not report.ok:
+        outcome.message = (outcome.message + "; " if outcome.message else "") + "not fully deleted"
+    return report.ok

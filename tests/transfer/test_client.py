@@ -1,0 +1,79 @@
+"""The upload client without a server: refusals before sending, an unreachable server, an unpackable episode."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from transfer_helpers import write_task
+
+from egopool import EpisodeNotFoundError, LayoutError
+from egopool.errors import TransferError
+from egopool.layout import list_task_episodes
+from egopool.registry import Registry
+from egopool.transfer import upload_episodes
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # bound, never listening: connections are refused at once
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_refusals_before_anything_is_sent(tmp_path: Path) -> None:
+    task = write_task(tmp_path, episodes=1)
+    with pytest.raises(TransferError, match="http"):
+        upload_episodes(task, server="pool.lab:8000")
+    with pytest.raises(LayoutError, match="1-based"):
+        upload_episodes(task, [0], server="http://127.0.0.1:9")
+    with pytest.raises(EpisodeNotFoundError, match="no episode 4"):
+        upload_episodes(task, [4], server="http://127.0.0.1:9")
+
+
+def test_unreachable_server_fails_the_episode_and_stops(tmp_path: Path) -> None:
+    task = write_task(tmp_path, episodes=3)
+    (task / "meta/episodes/chunk-000/episode-001.parquet").unlink()  # episode 2: incomplete, cannot be packed
+    url = f"http://127.0.0.1:{_closed_port()}"
+    report = upload_episodes(task, [2, 1, 3], server=url, retries=1, backoff=0.01, delete_after=True)
+    assert [(o.index, o.status) for o in report.outcomes] == [(2, "failed"), (1, "failed")]  # 3 never tried
+    assert "not packed" in report.outcomes[0].message and "episode 2 is not complete" in report.outcomes[0].message
+    assert "giving up after 2 attempts" in report.outcomes[1].message and "ConnectError" in report.outcomes[1].message
+    assert not report.ok
+    assert [g.index for g in list_task_episodes(task)] == [1, 2, 3]  # nothing deleted
+    assert Registry.for_task(task).uploads("pick") == []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".egopool-upload")]  # spool removed
+
+
+def test_serve_refuses_a_network_address_without_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from transfer_helpers import cli
+
+    assert cli(["serve", "--store", str(tmp_path / "store"), "--host", "0.0.0.0"]) == 1
+    err = capsys.readouterr().err
+    assert "without --tokens" in err and err.count("\n") == 1
+    assert not (tmp_path / "store").exists()
+
+
+def test_token_cli_stores_only_hashes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+    import json
+
+    from transfer_helpers import cli
+
+    tokens = tmp_path / "tokens.json"
+    assert cli(["token", "add", "--tokens", str(tokens), "--id", "pc-1", "--scope", "upload:pick", "--scope", "read",
+                "--json"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    assert token.startswith("egp_") and len(token) == 47
+    stored = json.loads(tokens.read_text())["tokens"]
+    assert stored[0]["sha256"] == hashlib.sha256(token.encode()).hexdigest() and token not in tokens.read_text()
+    assert tokens.stat().st_mode & 0o777 == 0o600
+    assert cli(["token", "add", "--tokens", str(tokens), "--id", "pc-1", "--scope", "read"]) == 1  # id taken
+    assert cli(["token", "add", "--tokens", str(tokens), "--id", "pc-2", "--scope", "write"]) == 1  # no such scope
+    capsys.readouterr()
+    assert cli(["token", "list", "--tokens", str(tokens), "--json"]) == 0
+    assert [(t["id"], t["scopes"]) for t in json.loads(capsys.readouterr().out)["tokens"]] == [
+        ("pc-1", ["upload:pick", "read"])]
+    assert cli(["token", "revoke", "--tokens", str(tokens), "--id", "pc-1"]) == 0
+    assert cli(["token", "revoke", "--tokens", str(tokens), "--id", "pc-1"]) == 1
+    assert json.loads(tokens.read_text())["tokens"] == []

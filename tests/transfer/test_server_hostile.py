@@ -1,0 +1,192 @@
+"""Hostile and broken uploads: each is a 4xx with a reason, and the store's files are unchanged.
+
+The zips are built from a real packed episode with one thing wrong (the manifest is rewritten to
+match, unless the manifest is the thing under test), and posted over real HTTP to a real server.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import zipfile
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from transfer_helpers import ServerProc, rebuild_zip, store_files, write_task
+
+from egopool.transfer import pack_episode
+
+pytestmark = pytest.mark.extra("server")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from egopool.transfer import upload_episodes  # noqa: E402
+
+DATA = "data/chunk-000/episode-001.parquet"
+ROW = "meta/episodes/chunk-000/episode-001.parquet"
+VIDEO = "videos/chunk-000/cam/episode-001.mp4"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory):
+    """A server whose store already holds episode 1 of task "pick", and the packed zip of episode 2."""
+    root = tmp_path_factory.mktemp("hostile")
+    task = write_task(root / "pc", episodes=2)
+    good = pack_episode(task, 2, root / "zips")
+    with ServerProc(root / "store") as srv:
+        assert upload_episodes(task, [1], server=srv.url).ok
+        yield srv, good.path, root
+
+
+def _post(srv: ServerProc, body: bytes, *, name: str = "pick", f: str | None = "1") -> httpx.Response:
+    data = {"name": name} if f is None else {"name": name, "episode_index": f}
+    return httpx.post(srv.url + "/api/v1/session/upload", data=data,
+                      files={"file": ("episode.zip", body, "application/zip")}, timeout=60)
+
+
+def _zip_with(members: list[tuple[zipfile.ZipInfo | str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for info, data in members:
+            z.writestr(info, data)
+    return buf.getvalue()
+
+
+def _parquet(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def _symlink_info(name: str) -> zipfile.ZipInfo:
+    zi = zipfile.ZipInfo(name)
+    zi.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return zi
+
+
+def _bomb(tmp: Path, good: Path) -> bytes:
+    """A member declaring 10 GiB in the central directory (zip64), the rest of the zip intact."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            z.writestr(info.filename, src.read(info))
+        z.writestr("videos/chunk-000/big/episode-001.mp4", b"\0" * (1 << 20))
+        z.filelist[-1].file_size = 10 << 30  # what the central directory will declare
+    return buf.getvalue()
+
+
+def _ratio_bomb(good: Path) -> bytes:
+    """50 MiB of zeros deflated to ~50 KiB: declared honestly, expands ~1000x."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(buf, "w") as z:
+        for info in src.infolist():
+            z.writestr(info, src.read(info))
+        z.writestr(zipfile.ZipInfo(VIDEO.replace("/cam/", "/zeros/")), b"\0" * (50 << 20),
+                   compress_type=zipfile.ZIP_DEFLATED)
+    return buf.getvalue()
+
+
+def _table(good: Path, name: str) -> pa.Table:
+    with zipfile.ZipFile(good) as z:
+        return pq.read_table(io.BytesIO(z.read(name)))
+
+
+def _with_index(table: pa.Table, n: int) -> pa.Table:
+    i = table.column_names.index("episode_index")
+    return table.set_column(i, table.schema.field(i), pa.array([n] * table.num_rows, pa.int64()))
+
+
+CASES = {
+    # name: (status, reason, how to build the body from the good zip)
+    "path traversal": (400, "path_traversal", lambda g, t: rebuild_zip(g, t, add=[("../../evil.txt", b"x")])),
+    "absolute path": (400, "absolute_path", lambda g, t: rebuild_zip(g, t, add=[("/etc/cron.d/evil", b"x")])),
+    "symlink member": (400, "symlink", lambda g, t: rebuild_zip(g, t, add=[(_symlink_info(
+        "videos/chunk-000/link/episode-001.mp4"), b"/etc/passwd")])),
+    "duplicate member": (400, "duplicate_member", lambda g, t: rebuild_zip(g, t, add=[("meta/info.json", b"{}")])),
+    "case-folding twin": (400, "case_twin", lambda g, t: rebuild_zip(g, t, add=[(DATA.upper(), b"x")])),
+    "dotfile": (400, "dotfile", lambda g, t: rebuild_zip(g, t, add=[("meta/episodes/.lock", b"")])),
+    "wrong arcname": (400, "wrong_arcname", lambda g, t: rebuild_zip(g, t, add=[("notes.txt", b"hello")])),
+    "legacy file- name": (400, "wrong_arcname", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: None, "data/chunk-000/file-001.parquet": zipfile.ZipFile(g).read(DATA)})),
+    "two episodes": (400, "several_episodes", lambda g, t: rebuild_zip(
+        g, t, add=[("videos/chunk-000/cam/episode-002.mp4", b"x")])),
+    "missing info.json": (400, "missing_info", lambda g, t: rebuild_zip(g, t, replace={"meta/info.json": None})),
+    "missing data": (400, "missing_data", lambda g, t: rebuild_zip(g, t, replace={DATA: None})),
+    "missing manifest": (400, "missing_manifest", None),
+    "unknown format": (422, "unknown_format", lambda g, t: rebuild_zip(g, t, replace={"meta/info.json": json.dumps(
+        {**json.loads(zipfile.ZipFile(g).read("meta/info.json")), "format": "pooled_episodes_v9"}).encode()})),
+    "truncated zip": (400, "not_a_zip", None),
+    "manifest mismatch (bytes)": (400, "manifest_mismatch", lambda g, t: rebuild_zip(
+        g, t, replace={VIDEO: zipfile.ZipFile(g).read(VIDEO)[:-1] + b"\x00"}, fix_manifest=False)),
+    "manifest mismatch (unlisted)": (400, "manifest_mismatch", lambda g, t: rebuild_zip(
+        g, t, add=[("videos/chunk-000/extra/episode-001.mp4", b"x")], fix_manifest=False)),
+    "episode_index column disagrees with f": (422, "episode_index_mismatch", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: _parquet(_with_index(_table(g, DATA), 7)), ROW: _parquet(_with_index(_table(g, ROW), 7))})),
+    "meta row disagrees": (422, "episode_index_mismatch", lambda g, t: rebuild_zip(
+        g, t, replace={ROW: _parquet(_with_index(_table(g, ROW), 3))})),
+    "declared 10 GiB (bomb)": (413, "member_too_large", None),
+    "compression ratio (bomb)": (413, "compression_ratio", None),
+    "fails validation": (422, "validation", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: _parquet(_table(g, DATA).drop(["frame_index"]))})),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")  # zipfile's own warning while building that case
+@pytest.mark.parametrize("case", list(CASES))
+def test_hostile_zip_is_refused_and_the_store_is_unchanged(setup, case: str, tmp_path: Path) -> None:
+    srv, good, _ = setup
+    status, reason, build = CASES[case]
+    if case == "missing manifest":
+        with zipfile.ZipFile(good) as z:
+            body = _zip_with([(i.filename, z.read(i)) for i in z.infolist() if i.filename != "egopool_manifest.json"])
+    elif case == "truncated zip":
+        body = good.read_bytes()[: good.stat().st_size // 2]
+    elif case == "declared 10 GiB (bomb)":
+        body = _bomb(tmp_path, good)
+    elif case == "compression ratio (bomb)":
+        body = _ratio_bomb(good)
+    else:
+        body = build(good, tmp_path / "bad.zip").read_bytes()
+    before = store_files(srv.store)
+
+    resp = _post(srv, body)
+
+    assert (resp.status_code, resp.json()["error"]) == (status, reason), resp.text
+    assert resp.json()["message"]
+    if reason == "validation":
+        assert any("frame_index" in f["message"] for f in resp.json()["findings"])
+    assert store_files(srv.store) == before
+    for scratch in ("spool", "staging"):
+        assert not list((srv.store / ".egopool-server" / scratch).iterdir())
+    last = httpx.get(srv.url + "/api/v1/uploads?limit=1").json()["uploads"][0]
+    assert (last["outcome"], last["status"], last["reason"]) == ("rejected", status, reason)
+
+
+def test_form_episode_index_must_be_the_file_number(setup) -> None:
+    srv, good, _ = setup
+    before = store_files(srv.store)
+    resp = _post(srv, good.read_bytes(), f="2")  # episode 2 is file 1; N = 2 is not what the form carries
+    assert (resp.status_code, resp.json()["error"]) == (422, "episode_index_mismatch")
+    assert _post(srv, good.read_bytes(), f="one").status_code == 400
+    assert store_files(srv.store) == before
+
+
+def test_malformed_requests(setup) -> None:
+    srv, good, _ = setup
+    url = srv.url + "/api/v1/session/upload"
+    assert httpx.post(url, content=b"raw bytes", headers={"Content-Type": "application/zip"}).status_code == 400
+    no_name = httpx.post(url, files={"file": ("e.zip", good.read_bytes(), "application/zip")})
+    assert (no_name.status_code, no_name.json()["error"]) == (400, "bad_request")
+    bad_name = _post(srv, good.read_bytes(), name="../etc")
+    assert (bad_name.status_code, bad_name.json()["error"]) == (400, "bad_task_name")
+    assert _post(srv, good.read_bytes(), name=".egopool-server").status_code == 400
+
+
+def test_the_good_zip_is_accepted_after_all_that(setup) -> None:
+    srv, good, _ = setup
+    resp = _post(srv, good.read_bytes(), f=None)  # episode_index is only a cross-check: optional
+    assert resp.status_code == 200 and resp.json()["episode_index"] == 2

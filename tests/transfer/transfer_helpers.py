@@ -1,0 +1,140 @@
+"""Helpers of the pack / upload / server tests: a real `egopool serve` process on loopback, zip surgery."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ops"))
+from ops_helpers import clone_episode, snapshot, write_task  # noqa: E402  (shared task builders)
+
+from egopool.cli.app import main as cli  # noqa: E402
+from egopool.transfer.manifest import MANIFEST_NAME, MemberRecord, episode_digest  # noqa: E402
+
+__all__ = ["ServerProc", "clone_episode", "cli", "rebuild_zip", "simulate", "snapshot", "store_files", "write_task"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProc:
+    """``python -m egopool serve`` in a subprocess on a free loopback port (started and stopped by the test)."""
+
+    def __init__(self, store: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.store = Path(store)
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = self.store.parent / f"server-{self.port}.log"
+
+    def start(self, timeout: float = 30.0) -> ServerProc:
+        self.store.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "egopool", "serve", "--store", str(self.store),
+                                          "--port", str(self.port), "--log-level", "warning", *self.args],
+                                         stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"server did not come up: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL (a crash) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 15 s."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> ServerProc:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def simulate(root: Path, task: str, episodes: int, rig: str = "uvc3", seconds: float = 0.3, seed: int = 0) -> Path:
+    """Record a simulated rig (real writer and recorder) into ``root/task``."""
+    rc = cli(["simulate", "--rig", rig, "--episodes", str(episodes), "--seconds", str(seconds), "--scale", "8",
+              "--out", str(root), "--task", task, "--seed", str(seed), "--json"])
+    assert rc == 0
+    return root / task
+
+
+def store_files(store: Path) -> dict[str, str]:
+    """Every file of the store's tasks (dotfiles included) -> sha256; the server's own state dir excluded."""
+    return {k: v for k, v in snapshot(store).items() if not k.startswith(".egopool-server")}
+
+
+def rebuild_zip(src: Path, dst: Path, *, replace: dict[str, bytes | None] | None = None,
+                add: list[tuple[zipfile.ZipInfo | str, bytes]] | None = None, fix_manifest: bool = True) -> Path:
+    """Copy an upload zip with members replaced (None = dropped) or added; the manifest is rewritten to
+    match (``fix_manifest``), so only the change under test is wrong."""
+    replace = dict(replace or {})
+    members: list[tuple[zipfile.ZipInfo | str, bytes]] = []
+    with zipfile.ZipFile(src) as z:
+        manifest = json.loads(z.read(MANIFEST_NAME))
+        for info in z.infolist():
+            if info.filename == MANIFEST_NAME:
+                continue
+            data = replace.pop(info.filename, z.read(info)) if info.filename in replace else z.read(info)
+            if data is not None:
+                members.append((info.filename, data))
+    for name, data in replace.items():
+        if data is not None:
+            members.append((name, data))
+    members += add or []
+    if fix_manifest:
+        recs = []
+        for info, data in members:
+            name = info if isinstance(info, str) else info.filename
+            old = next((m for m in manifest["members"] if m["name"] == name), {})
+            rec = {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            if "source_sha256" in old:
+                rec["source_sha256"], rec["reencoded"] = old["source_sha256"], old["reencoded"]
+            recs.append(rec)
+        manifest["members"] = recs
+        manifest["episode_digest"] = _digest(recs)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for info, data in members:
+            z.writestr(info, data)
+        z.writestr(MANIFEST_NAME, json.dumps(manifest))
+    dst.write_bytes(buf.getvalue())
+    return dst
+
+
+def _digest(recs: list[dict[str, object]]) -> str:
+    return episode_digest(MemberRecord(str(r["name"]), int(r["size"]), str(r["sha256"]),  # type: ignore[arg-type]
+                                       r.get("source_sha256"), r.get("reencoded")) for r in recs)  # type: ignore[arg-type]
