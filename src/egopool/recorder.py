@@ -162,7 +162,8 @@ class Recorder:
         self._result: EpisodeResult | None = None
         self._final_stats: dict[str, int | float] = {}
         self._aborting = self._realtime = False
-        self._skipped = self._ticks = 0
+        self._skipped = self._ticks = self._rows_written = 0
+        self._episode: EpisodeWriter | None = None
         self._late_max = 0.0
         self._created_at = 0.0
         self._chain = _Chain()
@@ -199,6 +200,8 @@ class Recorder:
             self._npoints: dict[str, int] = {}
             self._status = {sid: "connected" for sid in self._status_ids}
             self._counts: dict[str, int] = {}
+            self._taken: dict[str, int] = {s: 0 for s in self._streams}
+            self._repeats: dict[str, int] = {s: 0 for s in self._streams}
 
     def _count(self, key: str, n: int = 1) -> None:
         self._counts[key] = self._counts.get(key, 0) + n
@@ -297,6 +300,27 @@ class Recorder:
         with self._lock:
             self._status[sid] = str(state)
 
+    def live_stats(self) -> dict[str, Any]:
+        """Counters of the running episode for a status display (any thread).
+
+        Returns
+        -------
+        dict
+            ``index`` (N being recorded, None before its first row), ``rows`` written, ``ticks``,
+            ``ticks_skipped``, ``write_queue`` (rows waiting for the write thread), ``bytes``
+            written so far per stream (``streams``, image_key -> bytes) and ``data_bytes``, and
+            per slot ``slots[slot] = {queued, taken, repeated, dropped}`` (frames).
+        """
+        with self._lock:
+            slots = {s: {"queued": len(self._video[s]), "taken": self._taken.get(s, 0),
+                         "repeated": self._repeats.get(s, 0), "dropped": self._counts.get(f"{s}_dropped", 0)}
+                     for s in self._streams}
+        ep = self._episode
+        sizes = ep.bytes_written() if ep is not None else {}
+        return {"index": ep.index if ep is not None else None, "rows": self._rows_written, "ticks": self._ticks,
+                "ticks_skipped": self._skipped, "write_queue": self._wq.qsize(), "slots": slots,
+                "streams": {k: v for k, v in sizes.items() if k != "data"}, "data_bytes": sizes.get("data", 0)}
+
     # -- ticks -------------------------------------------------------------------------------------
     def _primed(self) -> bool:
         with self._lock:
@@ -314,6 +338,11 @@ class Recorder:
     def _build_row(self, tick: int, due: float) -> _Row:
         with self._lock:
             frames = {s: (dq.popleft() if dq else None) for s, dq in self._video.items()}
+            for s, fr in frames.items():
+                if fr is None:
+                    self._repeats[s] += 1
+                else:
+                    self._taken[s] += 1
             latest, self._latest = self._latest, {}
             points, self._points, self._npoints = self._points, {}, {}
             status = dict(self._status)
@@ -383,8 +412,10 @@ class Recorder:
                 try:
                     if ep is None:
                         ep = self.writer.begin_episode(**self._kwargs, created_at=self._created_at)
+                        self._episode = ep
                     ep.add_frame(row.values, timestamp=row.tick * self.period, hardware_ns=row.hardware_ns,
                                  images=row.images)
+                    self._rows_written += 1
                     lag_max = max(lag_max, time.monotonic() - row.due)
                 except BaseException as exc:  # stop recording; the episode is discarded below
                     self._error = exc
@@ -430,6 +461,8 @@ class Recorder:
         self._skipped = 0
         self._late_max = 0.0
         self._ticks = 0
+        self._rows_written = 0
+        self._episode = None
         self._created_at = time.time()
         self._active = True
         self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)

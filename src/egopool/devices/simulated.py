@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib import resources
 from typing import Any, NamedTuple
 
@@ -317,12 +317,15 @@ class SimulatedRig:
     """
 
     def __init__(self, rig: Rig, *, fps: float = 30.0, seed: int = 0, missing_stamp_every: int = 0,
-                 no_trajectory_stamps: bool = False, drop_every: int = 0) -> None:
+                 no_trajectory_stamps: bool = False, drop_every: int = 0, keys: Collection[str] | None = None) -> None:
         self.rig, self.fps, self.seed = rig, float(fps), int(seed)
         self.missing_stamp_every, self.no_stamps = int(missing_stamp_every), bool(no_trajectory_stamps)
         self.drop_every = int(drop_every)
-        self.sources = [_SOURCES[d.kind](d, self) for d in rig.devices if d.columns or d.rgb_slots]
+        self.sources = [_SOURCES[d.kind](d, self) for d in rig.devices
+                        if (d.columns or d.rgb_slots) and (keys is None or d.key in keys)]
         self._points = 0
+        self._pump: threading.Thread | None = None
+        self._pump_stop = threading.Event()
 
     def host_stamps(self, ts: np.ndarray) -> np.ndarray:
         """Host ns of trajectory points, with the configured missing stamps (0)."""
@@ -360,9 +363,24 @@ class SimulatedRig:
             host0 = time.monotonic_ns()
             self.reset(host0 - int(round(_SEC / rec.fps)))
             return rec.record_virtual(seconds, self.feed, host0_ns=host0)
-        stop = threading.Event()
+        rec.start_episode()
+        self.start(rec, on_tick)
+        try:
+            time.sleep(seconds + rec.period / 2)
+        except BaseException:  # Ctrl-C: discard the episode, free N and the recorder
+            self.stop()
+            rec.abort_episode()
+            raise
+        self.stop()
+        return rec.stop_episode()
+
+    def start(self, rec: Recorder, on_tick: Callable[[], None] | None = None) -> None:
+        """Start a feeder thread pushing into ``rec`` against the wall clock (every 4 ms), from a
+        new episode clock (ENTER press) at now. :meth:`stop` ends it."""
+        self.stop()
         self.reset(time.monotonic_ns())
         last = [time.monotonic_ns()]
+        stop = self._pump_stop = threading.Event()
 
         def pump() -> None:
             while not stop.is_set():
@@ -373,19 +391,15 @@ class SimulatedRig:
                     on_tick()
                 stop.wait(0.004)
 
-        feeder = threading.Thread(target=pump, name="egopool-sim", daemon=True)
-        rec.start_episode()
-        feeder.start()
-        try:
-            time.sleep(seconds + rec.period / 2)
-        except BaseException:  # Ctrl-C: discard the episode, free N and the recorder
-            stop.set()
-            feeder.join()
-            rec.abort_episode()
-            raise
-        stop.set()
-        feeder.join()
-        return rec.stop_episode()
+        self._pump = threading.Thread(target=pump, name="egopool-sim", daemon=True)
+        self._pump.start()
+
+    def stop(self) -> None:
+        """Stop the feeder thread of :meth:`start` (no-op when none runs)."""
+        self._pump_stop.set()
+        if self._pump is not None:
+            self._pump.join()
+            self._pump = None
 
 
 # -- preset rigs --------------------------------------------------------------------------------------

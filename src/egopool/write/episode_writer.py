@@ -390,6 +390,19 @@ class EpisodeWriter:
         """Rows written so far."""
         return self._rows
 
+    def bytes_written(self) -> dict[str, int]:
+        """Bytes on disk so far: image_key -> its video temp file, ``"data"`` -> the data parquet temp.
+
+        For live status displays; a file not created yet (or already published) counts 0.
+        """
+        out: dict[str, int] = {}
+        for key, path in [*((k, st.temp) for k, st in self._streams.items()), ("data", self._data_temp)]:
+            try:
+                out[key] = path.stat().st_size
+            except OSError:
+                out[key] = 0
+        return out
+
     # -- finish / abort ----------------------------------------------------------------------------
     def _drop_unseen_columns(self) -> list[str]:
         keep = [n for n in self._specs if n in self._seen]
