@@ -12,17 +12,17 @@ What reaches the recorder (docs/decisions.md R11):
 
 * colour as uint8 ``(H, W, 3)`` RGB to ``<base>_rgb``, depth as uint16 **mm** ``(H, W)`` to
   ``<base>_depth`` (raw z16 × the device depth scale × 1000, rounded; 0 stays "no depth");
-* a colour frame and the depth frame paired with it are pushed together, so depth frame i
-  belongs to RGB frame i (§4.3); a colour frame without a new depth frame pushes no depth
-  and the row repeats the previous one (``depth_dup`` = 1);
-* ``align=True`` maps depth into the colour camera (``rs.align``), else depth keeps its own
-  geometry and intrinsics (both are in ``calibration``);
+* a colour frame and the depth frame of the same capture (timestamps within half a period)
+  are pushed together, so depth frame i belongs to RGB frame i (§4.3); a colour frame whose
+  depth never came pushes no depth and the row repeats the previous one (``depth_dup`` = 1);
+* depth keeps its own geometry; both intrinsics and the depth-to-colour extrinsics are in
+  ``calibration``, so a reader can map depth into the colour image (not done while recording);
 * stamps of the D435 chain (file_format.md §7.1): ``raw_hw_ns`` = the frame's own device
   timestamp, ``hardware_ns`` = anchor + (frame counter − first counter) × T, the counter
   feeds ``*_dup`` / ``*_gap``, ``ts_src`` = 1 for a per-frame device clock, 2 for
   global time, 3 for a host-clock stamp (then ``host_ns`` = the host monotonic arrival);
 * intrinsics into ``calibration`` (§6.5): ``left_camera`` = colour, ``right_camera`` = depth
-  (= colour when aligned), ``depth_scale`` 0.001 (what is stored is mm), plus the device's
+  ``depth_scale`` 0.001 (what is stored is mm), plus the device's
   own scale, model, and the depth-to-colour extrinsics.
 """
 
@@ -31,10 +31,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -80,6 +81,17 @@ def list_realsense() -> list[dict[str, Any]]:
     return out
 
 
+class _RsFrame(NamedTuple):
+    """One SDK frame, copied out of the SDK's buffer: stream, counter, device ms, clock domain, pixels, host ns."""
+
+    stream: str
+    number: int
+    ts_ms: float
+    domain: str
+    data: np.ndarray
+    arrival: int
+
+
 def _intrinsic(intr: Any) -> tuple[list[float], list[float]]:
     return [float(intr.fx), float(intr.fy), float(intr.ppx), float(intr.ppy)], [float(c) for c in intr.coeffs]
 
@@ -98,8 +110,6 @@ class RealSenseSource(Source):
     realtime:
         Recordings: play at their own pace (True) or as fast as the recorder takes them (False,
         for :meth:`Recorder.record_virtual` through :meth:`feed`).
-    align:
-        Map depth into the colour camera's geometry (``rs.align``).
     depth_codec:
         ``None`` (the writer's 12-bit log HEVC) or ``"ffv1"`` (lossless mm).
     name, role:
@@ -112,12 +122,12 @@ class RealSenseSource(Source):
     """
 
     def __init__(self, serial: str | None = None, *, file: str | os.PathLike[str] | None = None,
-                 width: int = 640, height: int = 480, fps: float = 30.0, realtime: bool = True, align: bool = False,
+                 width: int = 640, height: int = 480, fps: float = 30.0, realtime: bool = True,
                  depth_codec: str | None = None, name: str | None = None, role: str | None = None,
                  label: str | None = None) -> None:
         self.serial, self.file = serial, Path(file) if file is not None else None
         self.req = (int(width), int(height), float(fps))
-        self.realtime, self.align = bool(realtime), bool(align)
+        self.realtime = bool(realtime)
         self.replayable = self.file is not None and not self.realtime
         key = f"d435:{serial}" if serial else f"d435:{self.file.stem if self.file else 'first'}"
         dev = Device("d435", key, name, int(width), int(height), float(fps), depth_codec=depth_codec)
@@ -125,14 +135,15 @@ class RealSenseSource(Source):
         self._rs: Any = None
         self._device: Any = None
         self._sensors: list[Any] = []
-        self._syncer: Any = None
-        self._aligner: Any = None
+        self._q: queue.Queue[_RsFrame | None] = queue.Queue(maxsize=64)
+        self._started = False
+        self.dropped_in_sdk = 0
         self.depth_scale = 0.001
         self.model = ""
         self._anchor: int | None = None
         self._counter0 = 0
-        self._last = {"color": -1, "depth": -1}
-        self._pending_depth: Any = None
+        self._held: _RsFrame | None = None
+        self._depths: collections.deque[_RsFrame] = collections.deque(maxlen=4)
         self._virtual: collections.deque[tuple[int, Any, Any]] = collections.deque()
         self._vt0: tuple[int, int] | None = None
         self._exhausted = False
@@ -165,25 +176,33 @@ class RealSenseSource(Source):
         self.model = dev.get_info(rs.camera_info.name) if dev.supports(rs.camera_info.name) else "RealSense"
         if self.file is not None and dev.supports(rs.camera_info.serial_number):
             self.serial = dev.get_info(rs.camera_info.serial_number)
-        color_p, depth_p = self._pick_profiles(dev)
+        (color_s, color_p), (depth_s, depth_p) = self._pick_profiles(dev)
         self._sensors = []
-        for sensor in dev.query_sensors():
-            mine = [p for p in (color_p, depth_p) if any(p == q for q in sensor.get_stream_profiles())]
-            if mine:
-                sensor.open(mine if len(mine) > 1 else mine[0])
-                self._sensors.append(sensor)
-            if sensor.is_depth_sensor():
-                self.depth_scale = float(sensor.as_depth_sensor().get_depth_scale())
+        try:
+            if color_s is depth_s:
+                color_s.open([color_p, depth_p])
+                self._sensors = [color_s]
+            else:
+                for sensor, prof in ((depth_s, depth_p), (color_s, color_p)):
+                    sensor.open(prof)
+                    self._sensors.append(sensor)
+            self.depth_scale = float(depth_s.as_depth_sensor().get_depth_scale()) if depth_s.is_depth_sensor() \
+                else 0.001
+        except RuntimeError as exc:
+            self._close()
+            raise DeviceError(f"cannot start RealSense {self.label}: {exc}", path=self.file,
+                              hint="is another program using the camera?") from exc
         cv, dv = color_p.as_video_stream_profile(), depth_p.as_video_stream_profile()
         cal = self._calibration(cv, dv, depth_p.get_extrinsics_to(color_p), dev)
-        self._aligner = rs.align(rs.stream.color) if self.align else None
-        dsize = None if self.align or (dv.width(), dv.height()) == (cv.width(), cv.height()) else (dv.width(), dv.height())
+        dsize = None if (dv.width(), dv.height()) == (cv.width(), cv.height()) else (dv.width(), dv.height())
         kind = "d405" if "D405" in self.model else "d435"
         key = f"d435:{self.serial}" if self.serial else self.device.key
         return dataclasses.replace(self.device, kind=kind, key=key, width=cv.width(), height=cv.height(),
                                    fps=float(color_p.fps()), depth_size=dsize, calibration=cal)
 
-    def _pick_profiles(self, dev: Any) -> tuple[Any, Any]:
+    def _pick_profiles(self, dev: Any) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+        """``((sensor, colour profile), (sensor, depth profile))``: rgb8 colour and z16 depth, in the
+        requested mode for a live camera, as recorded for a recording."""
         rs = self._rs
         w, h, fps = self.req
         color = depth = None
@@ -194,9 +213,9 @@ class RealSenseSource(Source):
                 v = p.as_video_stream_profile()
                 live_ok = self.file is not None or (v.width(), v.height(), p.fps()) == (w, h, int(fps))
                 if p.stream_type() == rs.stream.color and p.format() == rs.format.rgb8 and live_ok and color is None:
-                    color = p
+                    color = (sensor, p)
                 if p.stream_type() == rs.stream.depth and p.format() == rs.format.z16 and live_ok and depth is None:
-                    depth = p
+                    depth = (sensor, p)
         if color is None or depth is None:
             what = "recording" if self.file is not None else f"camera in mode {w}x{h}@{fps:g} fps"
             raise DeviceError(f"RealSense {self.label}: the {what} has no "
@@ -207,101 +226,143 @@ class RealSenseSource(Source):
     def _calibration(self, cv: Any, dv: Any, extr: Any, dev: Any) -> dict[str, Any]:
         rs = self._rs
         ci, cd = _intrinsic(cv.get_intrinsics())
-        di, _ = _intrinsic(dv.get_intrinsics())
+        di, dd = _intrinsic(dv.get_intrinsics())
         baseline = 0.0
         for sensor in dev.query_sensors():
             if sensor.is_depth_sensor() and sensor.supports(rs.option.stereo_baseline):
                 baseline = float(sensor.get_option(rs.option.stereo_baseline)) / 1000.0  # mm -> m
         cal = stereo_calibration("realsense", resolution=(cv.width(), cv.height()), fps=float(cv.fps()),
-                                 baseline=baseline, intrinsic=ci, right_intrinsic=ci if self.align else di,
+                                 baseline=baseline, intrinsic=ci, right_intrinsic=di,
                                  distortion=cd, depth_scale=0.001)
-        cal.update({"model": self.model, "device_depth_scale": self.depth_scale, "depth_aligned_to_color": self.align,
+        cal["right_camera"]["distortion"] = dd
+        cal.update({"model": self.model, "device_depth_scale": self.depth_scale,
                     "depth_to_color": {"rotation": [float(v) for v in extr.rotation],
                                        "translation": [float(v) for v in extr.translation]}})
-        if not self.align:
-            cal["depth_resolution"] = [dv.width(), dv.height()]
+        cal["depth_resolution"] = [dv.width(), dv.height()]
         return cal
 
     # -- frames ------------------------------------------------------------------------------------
     def _start_sensors(self) -> None:
-        rs = self._rs
-        self._syncer = rs.syncer(64)
+        if self._started:
+            return
+        self._started = True
+        playback = self._device.as_playback() if self.file is not None else None
+        if playback is not None:  # a started sensor would miss what plays before the next one starts
+            playback.pause()
         for sensor in self._sensors:
-            sensor.start(self._syncer)
+            sensor.start(self._on_frame)
+        if playback is not None:
+            playback.resume()
 
-    def _stamps(self, frame: Any, arrival: int) -> tuple[int, int, int, int, int]:
+    def _on_frame(self, frame: Any) -> None:
+        """SDK callback thread: copy the pixels out (the SDK recycles its buffers) and queue them.
+        A recording played as fast as possible waits for room (nothing is lost); a live camera or
+        real-time playback never blocks the SDK: a full queue drops the frame (counted)."""
+        rs = self._rs
+        try:
+            stream = frame.get_profile().stream_type()
+            item = _RsFrame("color" if stream == rs.stream.color else "depth", int(frame.get_frame_number()),
+                            float(frame.get_timestamp()), str(frame.get_frame_timestamp_domain()).split(".")[-1],
+                            np.array(np.asanyarray(frame.get_data()), copy=True), time.monotonic_ns())
+        except RuntimeError:
+            return
+        if self.replayable:
+            self._q.put(item)
+        else:
+            try:
+                self._q.put_nowait(item)
+            except queue.Full:
+                self.dropped_in_sdk += 1
+
+    def _stamps(self, f: _RsFrame) -> tuple[int, int, int, int, int]:
         """``(hardware_ns, raw_hw_ns, counter, ts_src, host_ns)`` of a colour or depth frame."""
-        raw = int(round(frame.get_timestamp() * 1e6))  # ms -> ns
-        counter = int(frame.get_frame_number())
-        src = _TS_SRC.get(str(frame.get_frame_timestamp_domain()).split(".")[-1], 0)
+        raw = int(round(f.ts_ms * 1e6))  # ms -> ns
+        src = _TS_SRC.get(f.domain, 0)
         if self._anchor is None:
-            self._anchor, self._counter0 = raw, counter
+            self._anchor, self._counter0 = raw, f.number
         period = int(round(1e9 / (self.device.fps or 30.0)))
-        hw = self._anchor + (counter - self._counter0) * period
-        return hw, raw, counter, src, arrival if src == 3 else 0
+        hw = self._anchor + (f.number - self._counter0) * period
+        return hw, raw, f.number, src, f.arrival if src == 3 else 0
 
-    def _depth_mm(self, frame: Any) -> np.ndarray:
-        raw = np.asanyarray(frame.get_data())
+    def _depth_mm(self, raw: np.ndarray) -> np.ndarray:
         if abs(self.depth_scale - 0.001) < 1e-12:
-            return np.array(raw, dtype=np.uint16, copy=True)
+            return raw.astype(np.uint16, copy=False)
         mm = np.rint(raw.astype(np.float64) * (self.depth_scale * 1000.0))
         return np.minimum(mm, 65535).astype(np.uint16)
 
-    def _pairs(self, fs: Any) -> tuple[Any, Any] | None:
-        """The (colour, depth-or-None) to push for one frameset, or None (nothing new to push)."""
-        color, depth = fs.get_color_frame(), fs.get_depth_frame()
-        new_c = color if color and color.get_frame_number() != self._last["color"] else None
-        new_d = depth if depth and depth.get_frame_number() != self._last["depth"] else None
-        if new_d is not None:
-            self._last["depth"] = new_d.get_frame_number()
-        if new_c is None:
-            if new_d is not None:
-                self._pending_depth = (new_d, fs)
-            return None
-        self._last["color"] = new_c.get_frame_number()
-        if self._aligner is not None:
-            if new_d is None:  # aligning needs both in one frameset: this depth counts as not delivered
-                self._pending_depth = None
-                return new_c, None
-            aligned = self._aligner.process(fs)
-            return aligned.get_color_frame() or new_c, aligned.get_depth_frame()
-        if new_d is None and self._pending_depth is not None:
-            new_d = self._pending_depth[0]
-        self._pending_depth = None
-        return new_c, new_d
+    def _pair(self, f: _RsFrame | None) -> list[tuple[_RsFrame, _RsFrame | None]]:
+        """Feed one frame (None = the input ended); returns the (colour, depth-or-None) pairs now complete.
 
-    def _frames_of(self, color: Any, depth: Any, arrival: int) -> tuple[Frame, Frame | None]:
-        hw, raw, counter, src, host = self._stamps(color, arrival)
-        rgb = np.array(np.asanyarray(color.get_data()), dtype=np.uint8, copy=True)
-        cf = Frame(rgb, hw, raw, counter, src, host)
-        df = None
-        if depth is not None:
-            dhw, draw, dcounter, dsrc, dhost = self._stamps(depth, arrival)
-            df = Frame(self._depth_mm(depth), dhw, draw, dcounter, dsrc, dhost)
+        A colour frame is held until the depth frame of its capture arrives (timestamps within half
+        a period) or the next colour frame does (then it goes without depth)."""
+        half = 500.0 / (self.device.fps or 30.0)  # ms
+        out: list[tuple[_RsFrame, _RsFrame | None]] = []
+        if f is None:
+            if self._held is not None:
+                out.append((self._held, None))
+                self._held = None
+            return out
+        if f.stream == "depth":
+            if self._held is not None and abs(f.ts_ms - self._held.ts_ms) <= half:
+                out.append((self._held, f))
+                self._held = None
+            else:
+                self._depths.append(f)
+            return out
+        if self._held is not None:
+            out.append((self._held, None))
+            self._held = None
+        match = min(self._depths, key=lambda d: abs(d.ts_ms - f.ts_ms), default=None)
+        if match is not None and abs(match.ts_ms - f.ts_ms) <= half:
+            while self._depths and self._depths[0] is not match:
+                self._depths.popleft()
+            self._depths.popleft()
+            out.append((f, match))
+        else:
+            self._held = f
+        return out
+
+    def _frames_of(self, color: _RsFrame, depth: _RsFrame | None, arrival: int | None = None) -> tuple[Frame, Frame | None]:
+        if arrival is not None:
+            color = color._replace(arrival=arrival)
+            depth = depth._replace(arrival=arrival) if depth is not None else None
+        cf = Frame(color.data, *self._stamps(color))
+        df = Frame(self._depth_mm(depth.data), *self._stamps(depth)) if depth is not None else None
         return cf, df
 
-    def _run(self, stop: threading.Event) -> None:
+    def _slots(self) -> tuple[str, str]:
         assert self.reg is not None
-        rgb_slot, depth_slot = self.reg.rgb_slots[0], next(iter(self.reg.depth_slots))
+        return self.reg.rgb_slots[0], next(iter(self.reg.depth_slots))
+
+    def _next(self, timeout: float) -> _RsFrame | None | bool:
+        """The next queued frame, None when the recording played to its end, False on a timeout."""
+        try:
+            return self._q.get(timeout=timeout)
+        except queue.Empty:
+            if self.file is not None and self._playback_done():
+                try:
+                    return self._q.get_nowait()
+                except queue.Empty:
+                    return None
+            return False
+
+    def _run(self, stop: threading.Event) -> None:
+        rgb_slot, depth_slot = self._slots()
         self._start_sensors()
-        idle_since = time.monotonic()
         while not stop.is_set():
-            ok, fs = self._syncer.try_wait_for_frames(100)
-            if not ok:
-                if self.file is not None and self._playback_done() and time.monotonic() - idle_since > 0.5:
-                    return  # the recording played to its end
+            f = self._next(0.1)
+            if f is False:
                 continue
-            idle_since = time.monotonic()
-            pair = self._pairs(fs)
-            if pair is None:
-                continue
-            cf, df = self._frames_of(*pair, time.monotonic_ns())
-            self.delivered()
-            rec = self._rec
-            if rec is not None:  # colour and its depth go in together (§4.3)
-                rec.push_frame(rgb_slot, cf)
-                if df is not None:
-                    rec.push_frame(depth_slot, df)
+            for color, depth in self._pair(f):  # type: ignore[arg-type]
+                cf, df = self._frames_of(color, depth)
+                self.delivered()
+                rec = self._rec
+                if rec is not None:  # colour and its depth go in together (§4.3)
+                    rec.push_frame(rgb_slot, cf)
+                    if df is not None:
+                        rec.push_frame(depth_slot, df)
+            if f is None:
+                return  # the recording played to its end
 
     def _playback_done(self) -> bool:
         try:
@@ -315,34 +376,36 @@ class RealSenseSource(Source):
 
         Frames are placed on the host clock at ``start + (device time - first device time)``;
         every frame whose place is in ``(t0, t1]`` (ns) is pushed. The playback runs ahead as far
-        as the frame buffer allows and waits for the recorder otherwise, so no frame is lost.
+        as the frame queue allows and waits for the recorder otherwise, so no frame is lost.
         """
-        assert self.reg is not None
-        rgb_slot, depth_slot = self.reg.rgb_slots[0], next(iter(self.reg.depth_slots))
-        if self._syncer is None:
-            self._start_sensors()
+        rgb_slot, depth_slot = self._slots()
+        self._start_sensors()
         while not self._exhausted and (not self._virtual or self._virtual[-1][0] <= t1):
-            ok, fs = self._syncer.try_wait_for_frames(2000)
-            if not ok:
-                self._exhausted = self._playback_done()
-                if self._exhausted:
-                    self._state = "ended"
+            f = self._next(2.0)
+            if f is False:
                 continue
-            pair = self._pairs(fs)
-            if pair is None:
-                continue
-            dev_ns = int(round(pair[0].get_timestamp() * 1e6))
-            if self._vt0 is None:
-                self._vt0 = (t1, dev_ns)
-            host = self._vt0[0] + (dev_ns - self._vt0[1])
-            cf, df = self._frames_of(pair[0], pair[1], host)
-            self._virtual.append((host, cf, df))
+            if f is None:
+                self._exhausted = True
+                self._state = "ended"
+            for color, depth in self._pair(f):  # type: ignore[arg-type]
+                dev_ns = int(round(color.ts_ms * 1e6))
+                if self._vt0 is None:  # half a period inside the window: rounding never moves a frame to the next tick
+                    self._vt0 = (t1 - int(5e8 / (self.device.fps or 30.0)), dev_ns)
+                host = self._vt0[0] + (dev_ns - self._vt0[1])
+                cf, df = self._frames_of(color, depth, host)
+                self._virtual.append((host, cf, df))
         while self._virtual and self._virtual[0][0] <= t1:
             _, cf, df = self._virtual.popleft()
             self.delivered()
             rec.push_frame(rgb_slot, cf)
             if df is not None:
                 rec.push_frame(depth_slot, df)
+
+    def duration(self) -> float | None:
+        """Length of a recording in seconds (None for a live camera)."""
+        if self.file is None or self._device is None:
+            return None
+        return float(self._device.as_playback().get_duration().total_seconds())
 
     @property
     def exhausted(self) -> bool:

@@ -15,7 +15,7 @@
 
 Options: ``size=WxH``, ``fps=F``, ``pix=FMT`` (camera pixel format or ``mjpeg``),
 ``name=NAME`` (user name, ``device_names``; the slot base of a RealSense), ``role=ego``,
-``key=uvc:...`` (a camera's stable key), ``align=1`` (RealSense depth into colour),
+``key=uvc:...`` (a camera's stable key),
 ``depth=ffv1`` (lossless depth), ``realtime=0`` (a recording as fast as possible), ``side=left``.
 """
 
@@ -35,8 +35,8 @@ KINDS = ("uvc", "realsense", "realsense-bag", "sim")
 INPUT_FORMATS = ("lavfi", "v4l2", "video4linux2", "avfoundation", "dshow", "x11grab", "gdigrab", "file")
 _OPTIONS = {
     "uvc": {"size", "fps", "pix", "name", "role", "key", "pace"},
-    "realsense": {"size", "fps", "name", "role", "align", "depth"},
-    "realsense-bag": {"name", "role", "align", "depth", "realtime"},
+    "realsense": {"size", "fps", "name", "role", "depth"},
+    "realsense-bag": {"name", "role", "depth", "realtime"},
     "sim": {"size", "name", "side", "role"},
 }
 
@@ -122,14 +122,13 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
         depth = opts.get("depth") or None
         if depth not in (None, "ffv1", "hevc12"):
             raise DeviceError(f"--device {spec!r}: depth must be 'ffv1' or 'hevc12', got {depth!r}")
-        align = _flag(spec, "align", opts["align"]) if "align" in opts else False
         if kind == "realsense":
-            return RealSenseSource(target or None, width=w or 640, height=h or 480, fps=fps or 30.0, align=align,
+            return RealSenseSource(target or None, width=w or 640, height=h or 480, fps=fps or 30.0,
                                    depth_codec=depth, name=name, role=role, label=spec)
         if not target:
             raise DeviceError(f"--device {spec!r}: no recording named", hint="e.g. realsense-bag:session.db3")
         realtime = _flag(spec, "realtime", opts["realtime"]) if "realtime" in opts else True
-        return RealSenseSource(file=target, realtime=realtime, align=align, depth_codec=depth, name=name, role=role,
+        return RealSenseSource(file=target, realtime=realtime, depth_codec=depth, name=name, role=role,
                                label=spec)
     if target not in SIM_KINDS:
         raise DeviceError(f"--device {spec!r}: unknown simulated device {target!r}",
