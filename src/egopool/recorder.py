@@ -163,6 +163,8 @@ class Recorder:
         self._final_stats: dict[str, int | float] = {}
         self._aborting = self._realtime = False
         self._skipped = self._ticks = self._rows_written = 0
+        self._max_ticks: int | None = None
+        self._ticks_done = threading.Event()
         self._episode: EpisodeWriter | None = None
         self._late_max = 0.0
         self._created_at = 0.0
@@ -486,8 +488,14 @@ class Recorder:
                              f"(silent: {self._silent_streams()})")
         return RecordedEpisode(self._result, self._final_stats, self._ticks)
 
-    def start_episode(self) -> None:
+    def start_episode(self, max_ticks: int | None = None) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.
+
+        Parameters
+        ----------
+        max_ticks:
+            Stop ticking after this many ticks (an episode of ``max_ticks / fps`` seconds);
+            :meth:`wait_ticks` returns once they are done. None = until :meth:`stop_episode`.
 
         Raises
         ------
@@ -497,6 +505,8 @@ class Recorder:
             An episode is already running.
         """
         self._begin(realtime=True)
+        self._max_ticks = max_ticks
+        self._ticks_done = threading.Event()
         self._tick_thread = threading.Thread(target=self._tick_loop, name="egopool-tick", daemon=True)
         self._tick_thread.start()
 
@@ -515,6 +525,7 @@ class Recorder:
                     if now - start > self._prime_timeout:
                         self._error = CodecError(f"no frame from {self._silent_streams()} within "
                                                  f"{self._prime_timeout} s; cannot start the episode")
+                        self._ticks_done.set()
                         return
                     next_due += self.period
                     continue
@@ -533,6 +544,14 @@ class Recorder:
             tick += 1
             self._ticks = tick
             next_due = t0 + tick * self.period
+            if self._max_ticks is not None and tick >= self._max_ticks:
+                break
+        self._ticks_done.set()
+
+    def wait_ticks(self, timeout: float | None = None) -> bool:
+        """Wait until the tick thread of :meth:`start_episode` stopped (``max_ticks`` reached, or an
+        error); True when it did within ``timeout`` seconds."""
+        return self._ticks_done.wait(timeout)
 
     def stop_episode(self) -> RecordedEpisode:
         """Stop ticking, let the write thread drain, publish the episode.

@@ -222,8 +222,9 @@ def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds:
 
 def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seconds: float | None,
                  json_out: bool) -> dict[str, Any]:
-    session.start_episode()
-    started = time.monotonic()
+    rec = session.recorder
+    assert rec is not None
+    session.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))) if seconds is not None else None)
     quit_after = False
     abort = False
     live = Live(display.render(keys.enabled), console=err_console, refresh_per_second=4,
@@ -242,7 +243,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                 if k == "q":
                     quit_after = True
                     break
-                if seconds is not None and time.monotonic() - started >= seconds:
+                if seconds is not None and rec.wait_ticks(0):
                     break
                 video = [s for s in session.sources if s.reg is not None and s.reg.rgb_slots]
                 if video and all(s.ended or s.status().state == "error" for s in video):

@@ -186,8 +186,10 @@ class RealSenseSource(Source):
                 for sensor, prof in ((depth_s, depth_p), (color_s, color_p)):
                     sensor.open(prof)
                     self._sensors.append(sensor)
-            self.depth_scale = float(depth_s.as_depth_sensor().get_depth_scale()) if depth_s.is_depth_sensor() \
-                else 0.001
+            # the SDK keeps the scale as float32 (1e-4 reads 9.9999997e-05): take the shortest decimal that
+            # is that float32, the scale the device was set to, so 0.1 mm units convert exactly
+            self.depth_scale = float(str(np.float32(depth_s.as_depth_sensor().get_depth_scale()))) \
+                if depth_s.is_depth_sensor() else 0.001
         except RuntimeError as exc:
             self._close()
             raise DeviceError(f"cannot start RealSense {self.label}: {exc}", path=self.file,

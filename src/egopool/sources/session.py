@@ -121,10 +121,11 @@ class RecordingSession:
         return all(s.replayable or isinstance(s, SimSource) for s in self.sources) and \
             any(s.replayable for s in self.sources)
 
-    def start_episode(self) -> None:
-        """Start ticking and let every source push (real time)."""
+    def start_episode(self, max_ticks: int | None = None) -> None:
+        """Start ticking and let every source push (real time); ``max_ticks`` as
+        :meth:`Recorder.start_episode`."""
         rec = self._recorder()
-        rec.start_episode()
+        rec.start_episode(max_ticks)
         self._started = time.monotonic()
         self._last = {}
         for src in self.sources:
@@ -142,6 +143,23 @@ class RecordingSession:
         for src in self.sources:
             src.stop()
         return rec.stop_episode()
+
+    def record_seconds(self, seconds: float) -> RecordedEpisode:
+        """Record one episode of ``round(seconds × fps)`` ticks in real time; Ctrl-C aborts it.
+
+        Raises
+        ------
+        EgopoolError
+            As :meth:`finish_episode`.
+        """
+        rec = self._recorder()
+        self.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))))
+        try:
+            rec.wait_ticks()
+        except BaseException:
+            self.abort_episode()
+            raise
+        return self.finish_episode()
 
     def abort_episode(self) -> int | None:
         """Stop and discard the running episode; returns the N that is recycled for the next one (§7.5),
