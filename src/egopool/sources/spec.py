@@ -77,7 +77,7 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
     spec:
         See the module docstring.
     counts:
-        Running count per ``sim:<what>`` (numbers the keys of repeated simulated devices).
+        Running count per simulated key stem (numbers the keys of repeated simulated devices).
 
     Raises
     ------
@@ -134,12 +134,13 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
         raise DeviceError(f"--device {spec!r}: unknown simulated device {target!r}",
                           hint=f"use one of {', '.join('sim:' + k for k in SIM_KINDS)}")
     counts = counts if counts is not None else {}
-    counts[target] = counts.get(target, 0) + 1
+    stem = SIM_KINDS[target][1]  # s80c and s80m share the key stem: number them together
+    counts[stem] = counts.get(stem, 0) + 1
     side = opts.get("side") or None
     if side not in (None, "left", "right"):
         raise DeviceError(f"--device {spec!r}: side must be 'left' or 'right', got {side!r}")
-    dev, default_role = sim_device(target, counts[target], width=w, height=h, name=name, side=side)
-    return SimSource(dev, role or default_role, seed=counts[target], label=spec)
+    dev, default_role = sim_device(target, counts[stem], width=w, height=h, name=name, side=side)
+    return SimSource(dev, role or default_role, seed=counts[stem], label=spec)
 
 
 def parse_device_specs(specs: list[str]) -> list[Source]:
