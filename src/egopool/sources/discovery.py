@@ -28,7 +28,7 @@ def parse_mode_lines(fmt: str, lines: list[str]) -> list[dict[str, Any]]:
     """Modes out of FFmpeg's own listing lines (v4l2 ``list_formats``, dshow ``list_options``)."""
     modes: list[dict[str, Any]] = []
     for line in lines:
-        line = line.strip()
+        line = re.sub(r"^\[[^\]]*\]\s*", "", line.strip())  # FFmpeg's "[v4l2 @ 0x..]" context prefix
         m = _V4L2_LINE.match(line) if fmt in ("v4l2", "video4linux2") else None
         if m:
             modes.append({"pix_fmt": m.group(2), "compressed": m.group(1) == "Compressed",
