@@ -20,7 +20,7 @@ from .realsense import list_realsense
 
 __all__ = ["camera_modes", "list_cameras", "list_devices", "parse_mode_lines"]
 
-_V4L2_LINE = re.compile(r"^(Raw|Compressed)\s*:\s*(\S+)\s*:\s*(.*?)\s*:\s*(.*)$")
+_V4L2_LINE = re.compile(r"^(Raw|Compressed)\s*:\s*(\S+)\s*:\s*(.*)\s+:\s+(.*)$")
 _DSHOW_LINE = re.compile(r"(pixel_format|vcodec)=(\S+)\s+min s=(\d+x\d+) fps=([\d.]+)\s+max s=(\d+x\d+) fps=([\d.]+)")
 
 
