@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._threads import name_thread
 from ..errors import DeviceError
 
 if TYPE_CHECKING:
@@ -25,19 +26,7 @@ if TYPE_CHECKING:
     from ..devices.rig import RegisteredDevice, Rig
     from ..recorder import Frame, Recorder
 
-__all__ = ["RateMeter", "Source", "SourceStatus", "name_thread"]
-
-
-def name_thread(name: str) -> None:
-    """Give the calling OS thread ``name`` (Linux, 15 bytes), so per-thread CPU time can be
-    attributed to a stage (``/proc/self/task/*/comm``); threads it starts inherit the name."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except Exception:  # noqa: BLE001 - not Linux: names are a profiling aid only
-        pass
+__all__ = ["RateMeter", "Source", "SourceStatus"]
 
 
 class RateMeter:

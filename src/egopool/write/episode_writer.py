@@ -30,6 +30,7 @@ from ..meta import markers
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
+from .stream_encoder import EncoderThread
 from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 from .task_meta import merge_task_meta
 
@@ -158,8 +159,24 @@ class _Stream:
     encoder: RgbEncoder | DepthEncoder
     temp: Path
     final: Path
-    last: np.ndarray | None = None
+    last: Any = None
     repeated: int = 0
+    worker: EncoderThread | None = None
+
+    def encode(self, frame: Any) -> None:
+        if self.worker is not None:
+            self.worker.submit(frame)
+        else:
+            self.encoder.encode(frame)
+
+    def close(self) -> dict[str, Any]:
+        return self.worker.close() if self.worker is not None else self.encoder.close()
+
+    def abort(self) -> None:
+        if self.worker is not None:
+            self.worker.abort()
+        else:
+            self.encoder.abort()
 
 
 @dataclass
@@ -225,6 +242,7 @@ class EpisodeWriter:
         self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
                                     use_dictionary=self._dict_cols)
         self._streams: dict[str, _Stream] = {}
+        self.encoder_threads = bool(getattr(task, "encoder_threads", True))
         try:
             for st in streams:
                 self._open_stream(st)
@@ -246,7 +264,8 @@ class EpisodeWriter:
             enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec)
         else:
             enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params)
-        self._streams[st.image_key] = _Stream(st, enc, temp, final)
+        worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) if self.encoder_threads else None
+        self._streams[st.image_key] = _Stream(st, enc, temp, final, worker=worker)
 
     # -- rows --------------------------------------------------------------------------------------
     def add_frame(self, values: Mapping[str, Any] | None = None, *, timestamp: float | None = None,
@@ -360,7 +379,7 @@ class EpisodeWriter:
                 frames[key] = st.encoder.check(frame)
         for key, st in self._streams.items():
             try:
-                st.encoder.encode(frames[key])
+                st.encode(frames[key])
             except BaseException as exc:
                 self._broken = f"{key}: {exc}"
                 raise
@@ -455,7 +474,7 @@ class EpisodeWriter:
                 self._drop_unseen_columns()
             video_codec: dict[str, Any] = {}
             for key, st in self._streams.items():
-                video_codec[key] = st.encoder.close()
+                video_codec[key] = st.close()
                 if st.repeated:
                     self.drop_stats[f"{key}_repeated_count"] = st.repeated
         except BaseException:
@@ -563,7 +582,7 @@ class EpisodeWriter:
         with contextlib.suppress(Exception):
             self._pq.close()
         for st in self._streams.values():
-            st.encoder.abort()
+            st.abort()
             with contextlib.suppress(FileNotFoundError):
                 st.temp.unlink()
         with contextlib.suppress(FileNotFoundError):
