@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._threads import name_thread
 from .errors import CodecError, EgopoolError, SchemaError
 from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
 from .write.checks import check_positive_number
@@ -402,6 +403,7 @@ class Recorder:
 
     # -- write thread ------------------------------------------------------------------------------
     def _write_loop(self) -> None:
+        name_thread("egopool-write")
         ep: EpisodeWriter | None = None
         lag_max = 0.0
         try:
@@ -511,6 +513,7 @@ class Recorder:
         self._tick_thread.start()
 
     def _tick_loop(self) -> None:
+        name_thread("egopool-tick")
         start = time.monotonic()
         t0: float | None = None
         tick = 0

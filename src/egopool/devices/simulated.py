@@ -25,14 +25,17 @@ host-monotonic ns, so the same sample is never emitted twice.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Collection
 from importlib import resources
 from typing import Any, NamedTuple
 
+import av
 import numpy as np
 
+from .._threads import name_thread
 from ..errors import SchemaError
 from ..recorder import Frame, RecordedEpisode, Recorder
 from .kinds import Device, stereo_calibration
@@ -63,23 +66,41 @@ def _quat_axis(axis: int, angle: np.ndarray) -> np.ndarray:
     return q
 
 
+_POOL = 16
+
+
+@functools.lru_cache(maxsize=8)
+def _video_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
+    """16 consecutive real frames (the bundled hand video), pre-rendered once at ``width``×``height``:
+    yuv420p planes ``(H·3/2, W)`` (what a camera's decoder hands over) for even sizes, else RGB
+    ``(H, W, 3)``. Read-only: many streams share them."""
+    ref = resources.files("egopool") / "samples" / "dexretarget_hand_video" / "human_hand_video.mp4"
+    fmt = "yuv420p" if width % 2 == 0 and height % 4 == 0 else "rgb24"  # the planes wrap back exactly
+    out: list[np.ndarray] = []
+    with resources.as_file(ref) as p, av.open(str(p)) as c:
+        for frame in c.decode(video=0):
+            arr = frame.reformat(width=width, height=height, format=fmt).to_ndarray()
+            arr.setflags(write=False)
+            out.append(arr)
+            if len(out) == _POOL:
+                break
+    return tuple(out)
+
+
 class _Rgb:
-    """A smooth colour pattern with a moving bright square; frame k is the base rolled by k·step px."""
+    """A camera's frames at no cost per frame: frame k is pool frame ``(k + offset) % 16`` of
+    :func:`_video_pool`, handed over without a copy (a yuv420p ``av.VideoFrame`` wrapping the
+    pre-rendered planes), as a camera source hands over its decoded frames. The recorder's
+    figures are then the recorder's own, not the simulator's (issue 11)."""
 
     def __init__(self, width: int, height: int, seed: int) -> None:
-        y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-        rng = np.random.default_rng(seed)
-        c = rng.uniform(0.3, 1.0, 3)
-        base = np.stack([(0.5 + 0.5 * np.sin(x / max(width, 1) * 6.28 * c[i] + y / max(height, 1) * 3.1 * (i + 1)))
-                         for i in range(3)], axis=-1)
-        s = max(2, min(width, height) // 5)
-        base[height // 3:height // 3 + s, width // 4:width // 4 + s] = 1.0
-        self.base = (base * 235 + 10).astype(np.uint8)
-        self.step = max(1, width // 60)
+        self.pool = _video_pool(width, height)
+        self.offset = int(seed) * 5 % _POOL
+        self.yuv = self.pool[0].ndim == 2
 
-    def frame(self, k: int) -> np.ndarray:
-        out: np.ndarray = np.roll(self.base, int(k) * self.step, axis=1)
-        return out
+    def frame(self, k: int) -> Any:
+        arr = self.pool[(int(k) + self.offset) % _POOL]
+        return av.VideoFrame.from_numpy_buffer(arr, format="yuv420p") if self.yuv else arr
 
 
 class _Depth:
@@ -383,6 +404,7 @@ class SimulatedRig:
         stop = self._pump_stop = threading.Event()
 
         def pump() -> None:
+            name_thread("egopool-sim")
             while not stop.is_set():
                 now = time.monotonic_ns()
                 self.feed(last[0], now, rec)

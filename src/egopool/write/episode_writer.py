@@ -81,6 +81,9 @@ class StreamSpec:
         Depth only: the RGB slot it follows (informational; one frame per row either way).
     depth_params:
         Log-code range for ``hevc12`` (default 100..20000 mm).
+    preset:
+        x264 / x265 speed preset (None: the encoder's default, docs/decisions.md #11, R12);
+        recorded in the episode's ``video_codec``.
     """
 
     image_key: str
@@ -91,6 +94,7 @@ class StreamSpec:
     codec: str | None = None
     master_slot: str | None = None
     depth_params: LogDepthCodec | None = None
+    preset: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("rgb", "depth"):
@@ -261,9 +265,11 @@ class EpisodeWriter:
             final.parent.mkdir(parents=True, exist_ok=True)
         temp = temp_path_for(final)
         if st.kind == "rgb":
-            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec)
+            preset = {"preset": st.preset} if st.preset else {}
+            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec, **preset)
         else:
-            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params)
+            preset = {"preset": st.preset} if st.preset else {}
+            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params, **preset)
         worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) if self.encoder_threads else None
         self._streams[st.image_key] = _Stream(st, enc, temp, final, worker=worker)
 
