@@ -19,6 +19,11 @@ a :class:`~egopool.recorder.Recorder` (multi_device_storage.md §4, §5.4):
   and a hand pose (21 joints × xyz, m) replayed from the bundled dex-retargeting
   recording (mirrored for the left hand).
 
+Video sources cost what a camera costs, a hand-over: RGB frames come from a pool of 16
+real frames (the bundled hand video) pre-rendered once per size in yuv420p and wrapped without
+a copy, depth from 16 pre-rendered frames of the bundled real TUM depth frame (issue 11), so
+``egopool simulate --realtime`` measures the recorder, not the simulator.
+
 Everything is deterministic for a given seed; windows are half-open ``(t0, t1]`` in
 host-monotonic ns, so the same sample is never emitted twice.
 """
@@ -103,21 +108,32 @@ class _Rgb:
         return av.VideoFrame.from_numpy_buffer(arr, format="yuv420p") if self.yuv else arr
 
 
+@functools.lru_cache(maxsize=8)
+def _depth_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
+    """16 depth frames (uint16 mm) pre-rendered from the bundled real TUM RGB-D depth frame
+    (depth factor 5000/m -> mm, holes kept), scaled to ``width``×``height`` and panned across the
+    scene, so the depth encoder sees real depth edges and holes. Read-only, shared."""
+    from PIL import Image
+
+    ref = resources.files("egopool") / "samples" / "open3d_tum_frame" / "TUM_depth.png"
+    with resources.as_file(ref) as p:
+        raw = np.asarray(Image.open(p)).astype(np.uint32)
+    mm = np.rint(raw / 5.0).astype(np.uint16)  # TUM: 5000 units per metre
+    big = np.asarray(Image.fromarray(mm).resize((width, height), Image.NEAREST))
+    step = max(1, width // 64)
+    out = []
+    for i in range(_POOL):
+        f = np.roll(big, i * step, axis=1)
+        f.setflags(write=False)
+        out.append(f)
+    return tuple(out)
+
+
 class _Depth:
-    """A sloped floor (mm) with a moving disc and a hole; cycles through 16 precomputed frames."""
+    """Depth frames at no cost per frame: frame k is :func:`_depth_pool` frame ``k % 16`` (no copy)."""
 
     def __init__(self, width: int, height: int) -> None:
-        y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-        floor = 900.0 + 2600.0 * (1.0 - y / max(height - 1, 1))
-        frames: list[np.ndarray] = []
-        r = max(2.0, min(width, height) / 6)
-        for i in range(16):
-            cx = width * (0.25 + 0.5 * i / 15)
-            d = floor.copy()
-            d[(x - cx) ** 2 + (y - height / 2) ** 2 < r * r] = 650.0 + 10 * i
-            d[: max(1, height // 10), : max(1, width // 10)] = 0.0  # no-depth corner
-            frames.append(d.astype(np.uint16))
-        self.frames = frames
+        self.frames = _depth_pool(width, height)
 
     def frame(self, k: int) -> np.ndarray:
         return self.frames[int(k) % len(self.frames)]
