@@ -26,11 +26,14 @@ queue is trimmed to its newest frame then); ``timestamp`` = tick number / fps an
 ``wall_time = created_at + timestamp`` (file_format.md §7.3). Ticks the write thread
 could not keep up with are not built: they count as ``ticks_skipped`` in ``drop_stats``
 (a frame-drop key), their frames stay queued, their trajectory points go to the next row.
+A tick thread that wakes up late (scheduler stall, up to fps/4 ticks) builds the ticks it
+slept through from the frames still queued (docs/decisions.md R13).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import queue
 import threading
 import time
@@ -48,9 +51,15 @@ from .write.checks import check_positive_number
 if TYPE_CHECKING:
     from .devices.rig import Rig
 
-__all__ = ["Frame", "RecordedEpisode", "Recorder"]
+__all__ = ["REALTIME_PRESETS", "Frame", "RecordedEpisode", "Recorder"]
 
 _STOP = object()
+
+#: Presets of real-time episodes, measured on the Appendix B rig at full resolution
+#: (benchmarks/README.md, docs/decisions.md R12): x264 ``ultrafast`` costs 0.13 instead of 0.30
+#: cores per 1280×800 stream; x265 12-bit depth ``superfast`` 1.15 instead of 1.69 cores, +4 % size,
+#: non-edge p99 error 1.48 % instead of 1.21 % on the real 7-Scenes frames.
+REALTIME_PRESETS: dict[str, str] = {"rgb": "ultrafast", "depth": "superfast"}
 
 
 @dataclass(frozen=True)
@@ -144,13 +153,22 @@ class Recorder:
         (``imu_overflow`` / ``<signal>_overflow_count``).
     prime_timeout:
         Seconds to wait for every video slot's first frame before failing.
+    realtime_presets:
+        x264 / x265 preset per stream kind (``rgb``, ``depth``) for real-time episodes
+        (:meth:`start_episode`), where a stream without its own preset gets this one; recorded
+        in ``video_codec``. Default :data:`REALTIME_PRESETS` (docs/decisions.md R12); ``{}``
+        keeps the encoders' defaults. Virtual-clock episodes always keep the defaults.
     """
 
     def __init__(self, writer: TaskWriter, rig: Rig, *, queue_seconds: float = 2.0,
-                 write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0) -> None:
+                 write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0,
+                 realtime_presets: Mapping[str, str] | None = None) -> None:
         self.writer, self.rig = writer, rig
+        self.realtime_presets = dict(REALTIME_PRESETS if realtime_presets is None else realtime_presets)
         self.fps = writer.fps
         self.period = 1.0 / self.fps
+        # ticks a late wake-up of the tick thread still builds (a scheduler stall up to 1/4 s)
+        self._catch_up = max(1, int(self.fps // 4))
         self._video_cap = max(2, int(round(queue_seconds * self.fps)))
         self._wq_rows = write_queue_rows or max(2, int(self.fps // 2))
         self._point_cap = int(point_capacity)
@@ -452,6 +470,10 @@ class Recorder:
             raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
         self.rig.check_task(self.writer.info)
         self._configure()
+        if realtime and self.realtime_presets:  # keeping up beats the last few % of size (decisions R12)
+            self._kwargs["streams"] = [
+                dataclasses.replace(st, preset=self.realtime_presets.get(st.kind)) if st.preset is None else st
+                for st in self._kwargs["streams"]]
         self._reset_buffers()
         self._chain = _Chain()
         self._wq = queue.Queue(maxsize=self._wq_rows)
@@ -535,17 +557,20 @@ class Recorder:
                 t0 = next_due
                 self._created_at = time.time() - (now - t0)
             due_tick = int((now - t0) / self.period)
-            if due_tick > tick:  # slept through ticks (GIL, a slow source): they are not built
-                self._skipped += due_tick - tick
-                tick = due_tick
-            due = t0 + tick * self.period
-            self._late_max = max(self._late_max, now - due)
-            if self._wq.full():
-                self._skipped += 1
-            else:
-                self._wq.put_nowait(self._build_row(tick, due))
-            tick += 1
-            self._ticks = tick
+            if self._max_ticks is not None:
+                due_tick = min(due_tick, self._max_ticks - 1)
+            if due_tick - tick > self._catch_up:  # slept through more ticks than can be caught up: not built
+                self._skipped += due_tick - tick - self._catch_up
+                tick = due_tick - self._catch_up
+            while tick <= due_tick:  # a late wake-up builds the ticks it slept through (their frames are queued)
+                due = t0 + tick * self.period
+                self._late_max = max(self._late_max, now - due)
+                if self._wq.full():
+                    self._skipped += 1
+                else:
+                    self._wq.put_nowait(self._build_row(tick, due))
+                tick += 1
+                self._ticks = tick
             next_due = t0 + tick * self.period
             if self._max_ticks is not None and tick >= self._max_ticks:
                 break

@@ -46,12 +46,14 @@ def test_lavfi_camera_ten_seconds_is_300_rows_and_frames(tmp_path):
     # §3 / §7.1: a host-clock chain: hardware_ns = host monotonic at arrival, raw_hw_ns = the device pts
     hw = np.asarray(t.column("hardware_ns"), np.int64)
     raw = np.asarray(t.column("raw_hw_ns"), np.int64)
-    assert np.all(np.diff(hw) > 0)
-    assert abs(np.median(np.diff(hw)) - 1e9 / 30) < 5e6  # arrivals are one frame period apart
-    assert hw[-1] - hw[0] == pytest.approx(299 / 30 * 1e9, rel=0.02)
-    step = np.diff(raw[1:])
-    assert set(step.tolist()) <= {33_333_333, 33_333_334}  # pts of consecutive frames: no frame lost
-    assert raw[1] > 0 and raw[1] % 33_333_333 in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+    # a row whose frame came late repeats the previous one (§5.3), stamps included: count them
+    repeats = int((np.diff(hw) == 0).sum())
+    assert repeats == done.drop_stats.get("head_left_rgb_repeated_count", 0) <= 15
+    assert np.all(np.diff(hw) >= 0) and np.all(np.diff(raw) >= 0)
+    fresh = np.unique(raw[raw > 0])
+    assert abs(np.median(np.diff(np.unique(hw))) - 1e9 / 30) < 5e6  # arrivals one frame period apart
+    assert set(np.diff(fresh).tolist()) <= {33_333_333, 33_333_334}  # pts of consecutive frames: none lost
+    assert fresh[0] % 33_333_333 <= fresh[0] // 33_333_333  # pts = k / 30 s
     assert np.all(t.column("status.head_left_rgb").to_numpy(zero_copy_only=False) == "connected")
     report = validate_task(tmp_path / "cam")
     assert report.ok, report
