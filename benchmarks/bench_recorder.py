@@ -238,7 +238,9 @@ class _Presets:
         import dataclasses
 
         kw = self._rig.episode_kwargs(fps)
-        streams = [dataclasses.replace(s, preset=(self.rgb if s.kind == "rgb" else self.depth)) for s in kw["streams"]]
+        streams = [dataclasses.replace(s, codec="ffv1", preset=None) if s.kind == "depth" and self.depth == "ffv1"
+                   else dataclasses.replace(s, preset=(self.rgb if s.kind == "rgb" else self.depth))
+                   for s in kw["streams"]]
         return dict(kw, streams=streams)
 
 
@@ -275,13 +277,16 @@ def _child_video(mode: str, seconds: float, root: Path, rgb: str, depth: str) ->
 
 
 def _print_video(r: dict[str, Any], label: str) -> None:
+    realtime = r["mode"] == "realtime"
+    per = r["wall_s"] if realtime else r["rows"] / 30.0  # real time: cores used; virtual: cores per recorded s
+    unit = "cores used" if realtime else "cores per recorded second"
     print(f"\n{label}: {r['rows']} rows of {r['ticks']} ticks ({r['ticks_skipped']} skipped), wall {r['wall_s']:.1f} s, "
-          f"real-time factor {r['rtf']:.2f}, CPU {r['cpu_s']:.1f} s = {r['cores_needed']:.2f} cores per recorded "
-          f"second, peak RSS {r['peak_rss_mb']:.0f} MB")
+          f"real-time factor {r['rtf']:.2f}, CPU {r['cpu_s']:.1f} s = {r['cpu_s'] / per:.2f} {unit}, "
+          f"peak RSS {r['peak_rss_mb']:.0f} MB")
     total = sum(r["stages"].values())
     for name, cpu in sorted(r["stages"].items(), key=lambda kv: -kv[1]):
         if cpu >= 0.005 * total:
-            print(f"    {name:<18} {cpu:8.1f} s  {100 * cpu / total:5.1f} %  {cpu / (r['rows'] / 30.0):5.2f} cores")
+            print(f"    {name:<18} {cpu:8.1f} s  {100 * cpu / total:5.1f} %  {cpu / per:5.2f} {unit.split(' ')[0]}")
 
 
 def main_video(seconds: float, presets: bool) -> None:
@@ -294,8 +299,8 @@ def main_video(seconds: float, presets: bool) -> None:
     print(f"real-time factor threads / write thread: {fast['rtf'] / base['rtf']:.2f}x; "
           f"CPU per recorded s: {fast['cores_needed']:.2f} vs {base['cores_needed']:.2f} cores")
     if presets:
-        for rgb in ("veryfast", "superfast", "ultrafast"):
-            for depth in ("veryfast", "ultrafast"):
+        for rgb in ("veryfast", "ultrafast"):
+            for depth in ("veryfast", "superfast", "ultrafast", "ffv1"):
                 r = _run("fast", 5.0, rgb, depth)
                 enc = {k: v for k, v in r["stages"].items() if k.startswith("enc-")}
                 rgb_cpu = sum(v for k, v in enc.items() if "dep" not in k) / (r["rows"] / 30.0)

@@ -151,3 +151,18 @@ def test_missing_recording_and_conflicts_before_opening(tmp_path):
     session = RecordingSession(writer, parse_device_specs([f"realsense-bag:{tmp_path / 'nope.db3'}", "sim:s80c"]))
     with pytest.raises(ConflictError, match="video0/video2"):
         session.open()
+
+
+def test_record_command_plays_a_recording_as_fast_as_possible(tmp_path, recording, capsys):
+    import json
+
+    from egopool.cli.app import main
+
+    rc = main(["record", str(tmp_path / "rec" / "rs"), "--device", f"realsense-bag:{recording}?realtime=0&depth=ffv1",
+               "--device", "sim:glove", "--fast", "--json"])
+    assert rc == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    (ep,) = out["episodes"]
+    assert ep["length"] == N and ep["repeated"] == {} and ep["ticks_skipped"] == 0
+    rc = main(["record", str(tmp_path / "rec" / "rs"), "--device", f"realsense-bag:{recording}", "--fast"])
+    assert rc == 1 and "--fast needs recordings played with realtime=0" in capsys.readouterr().err

@@ -177,8 +177,10 @@ def record_cmd(
             if not session.replayable:
                 raise DeviceError("--fast needs recordings played with realtime=0 (and simulated devices) only",
                                   hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
-            length = seconds or min(d for d in (getattr(s, "duration", lambda: None)() for s in session.sources)
-                                    if d is not None)
+            durations = [d for d in (getattr(s, "duration", lambda: None)() for s in session.sources) if d]
+            if seconds is None and not durations:
+                raise DeviceError("--fast needs --seconds when no recording says how long it is")
+            length = seconds or min(durations)
             for _ in range(episodes or 1):
                 ep = session.record_fast(length)
                 done.append(_episode_summary(ep, session.writer.fps))
