@@ -611,7 +611,7 @@ class Recorder:
         self._end(abort=True)
 
     def record_virtual(self, seconds: float, feed: Callable[[int, int, Recorder], None], *,
-                       host0_ns: int | None = None) -> RecordedEpisode:
+                       host0_ns: int | None = None, until: Callable[[], bool] | None = None) -> RecordedEpisode:
         """Record ``seconds`` of rows on a virtual clock, as fast as the write thread allows.
 
         Before each tick, ``feed(t0_ns, t1_ns, recorder)`` pushes what the sources captured in
@@ -627,6 +627,9 @@ class Recorder:
             Source callback, see above.
         host0_ns:
             Virtual host-monotonic ns of the first tick (default: now).
+        until:
+            Ends the episode early, before a tick, once it returns True and every frame pushed
+            so far has been taken by a row (e.g. a recording played to its end).
 
         Raises
         ------
@@ -654,6 +657,8 @@ class Recorder:
                 t += period_ns
             for tick in range(rows):
                 if tick:
+                    if until is not None and until() and not any(self._video.values()):
+                        break
                     feed(t + (tick - 1) * period_ns, t + tick * period_ns, self)
                 if self._error is not None:
                     break

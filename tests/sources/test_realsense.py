@@ -1,7 +1,8 @@
 """RealSense D435/D405 sources (issue 11) through pyrealsense2: a recording the test makes itself with
-the SDK's ``software_device`` + ``recorder`` (ROS2 .db3, what SDK >= 2.58 records), played back as
-fast as possible and as if live, round-tripped through a task: frame counts, depth in uint16 mm
-exactly (lossless depth), stamps of the D435 chain and intrinsics in ``calibration``."""
+the SDK's ``software_device`` + ``recorder`` (ROS2 .db3, what SDK >= 2.58 records), and the same
+recording made by SDK 2.57.7 as a ROS1 .bag (what RealSense Viewer recorded; tests/data/realsense_bag),
+played back as fast as possible and as if live, round-tripped through a task: frame counts, depth in
+uint16 mm exactly (lossless depth), stamps of the D435 chain and intrinsics in ``calibration``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import time
 import numpy as np
 import pytest
 
+from pathlib import Path
+
 from egopool import TaskWriter, open_task
 from egopool.errors import ConflictError, DeviceError
 from egopool.sources import RecordingSession, parse_device_specs
 from egopool.validate import validate_task
 
 pytestmark = pytest.mark.extra("devices")
+ROS1_BAG = Path(__file__).resolve().parents[1] / "data" / "realsense_bag" / "d405_sw_v2.57.7.bag"
 
 W, H, N = 64, 48, 20
 SCALE = 0.0001  # a D405 counts depth in 0.1 mm
@@ -81,14 +85,16 @@ def recording(tmp_path_factory):
     return path
 
 
-def test_recording_as_fast_as_possible_round_trips(tmp_path, recording):
+@pytest.mark.parametrize("fmt", ["db3", "bag"])
+def test_recording_as_fast_as_possible_round_trips(tmp_path, recording, fmt):
+    path = recording if fmt == "db3" else ROS1_BAG
     writer = TaskWriter(tmp_path, "rs", fps=30.0)
-    session = RecordingSession(writer, parse_device_specs([f"realsense-bag:{recording}?realtime=0&depth=ffv1"]))
+    session = RecordingSession(writer, parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
     rig = session.open()
     try:
         assert session.replayable
         assert rig.devices[0].slots == ("d435_rgb", "d435_depth")  # unnamed D405: the d435 base (§4.3)
-        done = session.record_fast(session.sources[0].duration())
+        done = session.record_fast()  # until the recording played to its end
     finally:
         session.close()
     assert done.result.length == N and done.drop_stats == {"ticks_skipped": 0}  # no repeats, no drops

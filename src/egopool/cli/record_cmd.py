@@ -156,7 +156,7 @@ def record_cmd(
     fps: float = typer.Option(30.0, "--fps", min=1.0, max=1000.0, help="Task frame rate (rows per second)."),
     program: str = typer.Option("main", "--program", help="Declaration style of gloves: main or lite (§6.4)."),
     fast: bool = typer.Option(False, "--fast", help="Record as fast as possible on a virtual clock (recordings with "
-                              "realtime=0 and simulated devices only)."),
+                              "realtime=0 and simulated devices only), until the recordings end or --seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live table)."),
 ) -> None:
     """Record episodes from cameras, RealSense devices or recordings, and simulated devices.
@@ -177,12 +177,8 @@ def record_cmd(
             if not session.replayable:
                 raise DeviceError("--fast needs recordings played with realtime=0 (and simulated devices) only",
                                   hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
-            durations = [d for d in (getattr(s, "duration", lambda: None)() for s in session.sources) if d]
-            if seconds is None and not durations:
-                raise DeviceError("--fast needs --seconds when no recording says how long it is")
-            length = seconds or min(durations)
-            for _ in range(episodes or 1):
-                ep = session.record_fast(length)
+            for _ in range(episodes or 1):  # without --seconds: until the recordings played to their end
+                ep = session.record_fast(seconds)
                 done.append(_episode_summary(ep, session.writer.fps))
         else:
             _record_live(session, done, seconds, episodes, json_out)

@@ -171,9 +171,10 @@ class RecordingSession:
         rec.abort_episode()
         return index if index is not None and markers.read_recycled(self.writer.task_dir) == index else None
 
-    def record_fast(self, seconds: float) -> RecordedEpisode:
+    def record_fast(self, seconds: float | None = None) -> RecordedEpisode:
         """Record one episode on a virtual clock, as fast as the writer allows (recordings with
-        ``realtime=0`` and simulated devices only).
+        ``realtime=0`` and simulated devices only): ``seconds`` long, or (None) until every
+        recording played to its end.
 
         Raises
         ------
@@ -200,7 +201,9 @@ class RecordingSession:
                 else:
                     src.feed(t0, t1, r)  # type: ignore[attr-defined]
 
-        return rec.record_virtual(seconds, feed, host0_ns=host0)
+        recordings = [s for s in self.sources if s.replayable]
+        ended = (lambda: all(s.exhausted for s in recordings)) if seconds is None else None  # type: ignore[attr-defined]
+        return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
 
     def status(self) -> tuple[dict[str, Any], list[DeviceLine]]:
         """``(episode counters, one line per device)`` for the live display (any thread)."""
