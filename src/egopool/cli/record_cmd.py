@@ -116,7 +116,8 @@ class _Display:
         line: DeviceLine
         for line in lines:
             state = line.state if not line.error else f"error: {line.error}"
-            table.add_row(line.label, ",".join(line.slots) or "-", state, f"{line.fps_in:.1f}", f"{line.fps_out:.1f}",
+            table.add_row(line.label, ",".join(line.slots) or "-", state, f"{line.fps_in:.1f}",
+                          f"{line.fps_out:.1f}" if line.slots else "-",
                           str(line.queued), str(line.repeats), str(line.drops),
                           f"{self._rate(line.label, now, line.bytes) / 1e6:.2f}", _mb(line.bytes))
         data = live["data_bytes"]
