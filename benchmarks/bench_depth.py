@@ -54,11 +54,43 @@ def run_codec(frames: np.ndarray, codec: str, out: Path) -> tuple[float, float, 
     return t_enc, t_dec, dec
 
 
+def compare_presets(frames: np.ndarray) -> int:
+    """x265 presets of the 12-bit log depth: process CPU ms per frame (load-independent), size and error."""
+    import resource
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    n, h, w = frames.shape
+    tmp = Path(tempfile.mkdtemp(prefix="egopool-bench-depth-"))
+    print(f"{'x265 preset':12}{'CPU ms/frame':>14}{'kB/frame':>10}{'non-edge p99':>14}{'p99':>9}{'holes kept':>12}"
+          f"{'created':>9}")
+    try:
+        for preset in ("veryfast", "superfast", "ultrafast"):
+            out = tmp / f"{preset}.mp4"
+            c0 = cpu()
+            enc = DepthEncoder(out, w, h, 30.0, preset=preset)
+            for f in frames:
+                enc.encode(f)
+            enc.close()
+            ms = (cpu() - c0) / n * 1000
+            r = depth_error_report(frames, np.stack(list(read_depth_frames(out))))
+            print(f"{preset:12}{ms:14.1f}{out.stat().st_size / n / 1000:10.1f}{r.p99_non_edge:14.2%}{r.p99:9.2%}"
+                  f"{r.holes_kept:12,d}{r.holes_created:9,d}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--frames", type=Path, default=ROOT / "tests" / "data" / "sevenscenes_tsdf_fusion")
+    ap.add_argument("--presets", action="store_true", help="only compare x265 presets (CPU ms/frame, size, error)")
     args = ap.parse_args(argv)
+    if args.presets:
+        return compare_presets(load(args.frames))
 
     frames = load(args.frames)
     n, h, w = frames.shape

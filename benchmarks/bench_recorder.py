@@ -1,9 +1,21 @@
-"""Real-time factor and peak memory of the recorder's non-video path, full rig (issue 3).
+"""Real-time factor and peak memory of the recorder, full rig (issue 3: non-video path; issue 11: --video full).
 
 Run from the repository root::
 
     python benchmarks/bench_recorder.py            # 60 s and 600 s episodes (several minutes)
     python benchmarks/bench_recorder.py --quick    # 10 s and 60 s episodes
+    python benchmarks/bench_recorder.py --video full [--seconds 60]   # every stream at full resolution
+
+``--video full``: the Appendix B rig with every stream at its declared resolution (two 1280×800
+stereo, 12-bit depth 1280×800, two 1280×960 gripper cameras, 400 Hz IMU, four force matrices
+per row), sources replaying pre-rendered frames (they cost what a camera costs: a hand-over).
+Runs, each in a fresh subprocess: real time for ``--seconds`` (skipped ticks, kept fraction),
+and on the virtual clock (as fast as the recorder goes; real-time factor = recorded s / wall s)
+with the streams encoded on their own threads and, as the baseline, on the write thread; then
+the CPU cost of each x264 preset. CPU seconds are counted per thread from
+``/proc/self/task/*/stat`` and grouped by thread name (``enc-<slot>``, ``egopool-write``,
+``egopool-tick``, ``egopool-sim``; encoder worker pools inherit their stream's name): they do
+not depend on what else the machine runs, unlike wall-clock figures.
 
 The ``--rig full`` combination of multi_device_storage.md Appendix B (ego S80C + 2 UMI
 grippers + 2 USB gloves) with every parquet column: 400 Hz IMU, three SLAM
@@ -29,11 +41,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from egopool import open_task  # noqa: E402
 from egopool.devices import SimulatedRig, build_rig  # noqa: E402
 from egopool.recorder import Recorder  # noqa: E402
 from egopool.write.task_writer import EpisodeResult, TaskWriter  # noqa: E402
@@ -164,24 +179,163 @@ def _child(mode: str, seconds: float, root: Path) -> dict[str, Any]:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
 
-def _run(mode: str, seconds: float) -> dict[str, Any]:
+def _run(mode: str, seconds: float, *extra: str) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="bench_rec_"))
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", mode, str(seconds), str(root)],
+        out = subprocess.run([sys.executable, __file__, "--child", mode, str(seconds), str(root), *extra],
                              capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# -- --video full -----------------------------------------------------------------------------------------------
+class _ThreadCpu:
+    """Samples CPU seconds of every thread of this process (``/proc/self/task``) every 0.2 s; the last
+    value seen per thread counts (threads that end keep what they had at the last sample)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            comm = raw[raw.index("(") + 1:raw.rindex(")")]
+            fields = raw[raw.rindex(")") + 2:].split()
+            self.seen[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / self._tick)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):
+            self.sample()
+
+    def start(self) -> None:
+        self._t.start()
+
+    def stop(self) -> dict[str, float]:
+        self.sample()
+        self._stop.set()
+        self._t.join()
+        stages: dict[str, float] = {}
+        for comm, cpu in self.seen.values():
+            name = "sampler+main" if comm.startswith("python") else comm
+            stages[name] = stages.get(name, 0.0) + cpu
+        return stages
+
+
+class _Presets:
+    """The rig with every stream's x264/x265 preset set (what the presets sweep measures)."""
+
+    def __init__(self, rig: Any, rgb: str | None, depth: str | None) -> None:
+        self._rig, self.rgb, self.depth = rig, rgb, depth
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rig, name)
+
+    def episode_kwargs(self, fps: float) -> dict[str, Any]:
+        import dataclasses
+
+        kw = self._rig.episode_kwargs(fps)
+        streams = [dataclasses.replace(s, codec="ffv1", preset=None) if s.kind == "depth" and self.depth == "ffv1"
+                   else dataclasses.replace(s, preset=(self.rgb if s.kind == "rgb" else self.depth))
+                   for s in kw["streams"]]
+        return dict(kw, streams=streams)
+
+
+def _presets_used(root: Path, index: int) -> dict[str, Any]:
+    vc = open_task(root / "bench").episode(index).meta["video_codec"]
+    vc = json.loads(vc) if isinstance(vc, str) else vc
+    return {k: {kk: v.get(kk) for kk in ("encoder", "preset", "crf", "qp")} for k, v in vc.items()}
+
+
+def _child_video(mode: str, seconds: float, root: Path, rgb: str, depth: str) -> dict[str, Any]:
+    threads = mode != "fast_write_thread"
+    rig = build_rig("full", scale=1)
+    sim = SimulatedRig(rig, seed=1)
+    writer = TaskWriter(root, "bench")
+    writer.encoder_threads = threads  # type: ignore[attr-defined]
+    rec = Recorder(writer, _Presets(rig, rgb or None, depth or None))  # type: ignore[arg-type]
+    cpu = _ThreadCpu()
+    cpu.start()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t = time.perf_counter()
+    done = sim.record(rec, seconds, realtime=mode == "realtime")
+    wall = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    stages = cpu.stop()
+    total = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    recorded = done.result.length / rec.fps
+    sizes = {p.parent.name if "videos" in str(p) else p.parent.parent.name: p.stat().st_size for p in done.result.paths}
+    return {"mode": mode, "seconds": seconds, "rows": done.result.length, "ticks": done.ticks,
+            "ticks_skipped": int(done.drop_stats.get("ticks_skipped", 0)), "wall_s": wall,
+            "rtf": recorded / wall, "cpu_s": total, "cores_needed": total / recorded, "stages": stages,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "mb_per_s": {k: v / 1e6 / recorded for k, v in sizes.items()}, "drop_stats": done.drop_stats,
+            "video_codec": _presets_used(root, done.index)}
+
+
+def _print_video(r: dict[str, Any], label: str) -> None:
+    realtime = r["mode"] == "realtime"
+    per = r["wall_s"] if realtime else r["rows"] / 30.0  # real time: cores used; virtual: cores per recorded s
+    unit = "cores used" if realtime else "cores per recorded second"
+    print(f"\n{label}: {r['rows']} rows of {r['ticks']} ticks ({r['ticks_skipped']} skipped), wall {r['wall_s']:.1f} s, "
+          f"real-time factor {r['rtf']:.2f}, CPU {r['cpu_s']:.1f} s = {r['cpu_s'] / per:.2f} {unit}, "
+          f"peak RSS {r['peak_rss_mb']:.0f} MB")
+    total = sum(r["stages"].values())
+    for name, cpu in sorted(r["stages"].items(), key=lambda kv: -kv[1]):
+        if cpu >= 0.005 * total:
+            print(f"    {name:<18} {cpu:8.1f} s  {100 * cpu / total:5.1f} %  {cpu / per:5.2f} {unit.split(' ')[0]}")
+
+
+def main_video(seconds: float, presets: bool) -> None:
+    load0 = os.getloadavg()
+    print(f"machine: {os.cpu_count()} cores, load average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at start")
+    fast = _run("fast", min(seconds, 10.0), "", "")
+    _print_video(fast, "virtual clock, streams on their own threads (default presets)")
+    base = _run("fast_write_thread", min(seconds, 10.0), "", "")
+    _print_video(base, "virtual clock, baseline: every stream encoded on the write thread")
+    print(f"real-time factor threads / write thread: {fast['rtf'] / base['rtf']:.2f}x; "
+          f"CPU per recorded s: {fast['cores_needed']:.2f} vs {base['cores_needed']:.2f} cores")
+    if presets:
+        for rgb in ("veryfast", "ultrafast"):
+            for depth in ("veryfast", "superfast", "ultrafast", "ffv1"):
+                r = _run("fast", 5.0, rgb, depth)
+                enc = {k: v for k, v in r["stages"].items() if k.startswith("enc-")}
+                rgb_cpu = sum(v for k, v in enc.items() if "dep" not in k) / (r["rows"] / 30.0)
+                dep_cpu = sum(v for k, v in enc.items() if "dep" in k) / (r["rows"] / 30.0)
+                size = sum(v for k, v in r["mb_per_s"].items() if k not in ("data", "episodes"))
+                print(f"presets rgb={rgb:<9} depth={depth:<9}: {r['cores_needed']:.2f} cores in all, RGB encoders "
+                      f"{rgb_cpu:.2f}, depth {dep_cpu:.2f}; video {size:.2f} MB/s")
+    rt = _run("realtime", seconds, "", "")
+    _print_video(rt, f"real time, {seconds:.0f} s")
+    load1 = os.getloadavg()
+    print(f"load average {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} at the end")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10 s and 60 s episodes instead of 60 s and 600 s")
-    ap.add_argument("--child", nargs=3, metavar=("MODE", "SECONDS", "ROOT"), help=argparse.SUPPRESS)
+    ap.add_argument("--video", choices=["full"], help="every stream at full resolution (issue 11)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="--video: length of the real-time run")
+    ap.add_argument("--presets", action="store_true", help="--video: also sweep the x264/x265 presets (5 s runs)")
+    ap.add_argument("--child", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        mode, seconds, root = args.child
-        print(json.dumps(_child(mode, float(seconds), Path(root))))
+        mode, seconds, root = args.child[:3]
+        if mode in ("realtime", "fast", "fast_write_thread"):
+            rgb, depth = (args.child[3:5] + ["", ""])[:2]
+            print(json.dumps(_child_video(mode, float(seconds), Path(root), rgb, depth)))
+        else:
+            print(json.dumps(_child(mode, float(seconds), Path(root))))
+        return
+    if args.video:
+        main_video(args.seconds, args.presets)
         return
     lengths = (10.0, 60.0) if args.quick else (60.0, 600.0)
     modes = ("recorder", "baseline", "baseline_nodict")

@@ -421,8 +421,9 @@ def test_encoder_failure_mid_row_makes_the_episode_refuse_to_finish(tmp_path, mo
         return real(self, image)
 
     monkeypatch.setattr(RgbEncoder, "encode", flaky)
-    with pytest.raises(CodecError, match="crashed"):
-        ep.add_frame(images={"a_rgb": _rgb(1), "b_rgb": _rgb(1)})
+    with pytest.raises(CodecError, match="crashed"):  # streams encode on their own threads (stream_encoder.py):
+        for i in range(1, 40):  # the failure comes back with a later frame of the stream, at the latest
+            ep.add_frame(images={"a_rgb": _rgb(i), "b_rgb": _rgb(i)})  # when its queue is full
     monkeypatch.undo()
     with pytest.raises(EgopoolError, match="abort"):
         ep.add_frame(images={"a_rgb": _rgb(2), "b_rgb": _rgb(2)})

@@ -10,6 +10,7 @@
     ├── SchemaError                  column names, declarations, row values (multi_device_storage.md §2.4, §6)
     ├── CodecError                   video / depth / force-matrix encode or decode failed
     ├── ConflictError                devices that cannot be recorded together (§5.1)
+    ├── DeviceError                  a camera / RealSense / device spec could not be opened or failed while recording
     ├── LockError                    the task lock could not be taken
     ├── RegistryError                the local registry pipeline.db could not be read or written
     ├── OperationError               a maintenance operation (delete, migrate, repair) could not complete
@@ -38,6 +39,7 @@ from pathlib import Path
 __all__ = [
     "CodecError",
     "ConflictError",
+    "DeviceError",
     "EgopoolError",
     "EpisodeNotFoundError",
     "FormatError",
@@ -124,6 +126,11 @@ class CodecError(EgopoolError):
 
 class ConflictError(EgopoolError):
     """Devices that the conflict matrix (multi_device_storage.md §5.1) forbids together."""
+
+
+class DeviceError(EgopoolError):
+    """A device could not be found, opened or read: a ``--device`` spec, an FFmpeg input device,
+    a RealSense camera or recording. The message names the device (and the file for a recording)."""
 
 
 class LockError(EgopoolError):

@@ -36,6 +36,9 @@ parquet cannot be written) stops the episode; its rows so far are then set aside
 ``.egopool_backup/`` (:meth:`~egopool.writer.EpisodeWriter.set_aside`). An episode
 never runs past the rows float32 ``timestamp`` can tell apart
 (:func:`~egopool.write.checks.max_episode_rows`).
+
+A tick thread that wakes up late (scheduler stall, up to fps/4 ticks) builds the ticks it
+slept through from the frames still queued (docs/decisions.md R13).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._threads import name_thread
 from .errors import CodecError, EgopoolError, SchemaError, ValueChangedWarning
 from .meta.drop_stats import rejected_key
 from .write.checks import check_episode_seconds, max_episode_rows
@@ -60,9 +64,15 @@ from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
 if TYPE_CHECKING:
     from .devices.rig import Rig
 
-__all__ = ["Frame", "RecordedEpisode", "Recorder"]
+__all__ = ["REALTIME_PRESETS", "Frame", "RecordedEpisode", "Recorder"]
 
 _STOP = object()
+
+#: Presets of real-time episodes, measured on the Appendix B rig at full resolution
+#: (benchmarks/README.md, docs/decisions.md R12): x264 ``ultrafast`` costs 0.13 instead of 0.30
+#: cores per 1280×800 stream; x265 12-bit depth ``superfast`` 1.15 instead of 1.69 cores, +4 % size,
+#: non-edge p99 error 1.48 % instead of 1.21 % on the real 7-Scenes frames.
+REALTIME_PRESETS: dict[str, str] = {"rgb": "ultrafast", "depth": "superfast"}
 
 
 @dataclass(frozen=True)
@@ -160,13 +170,22 @@ class Recorder:
         (``imu_overflow`` / ``<signal>_overflow_count``).
     prime_timeout:
         Seconds to wait for every video slot's first frame before failing.
+    realtime_presets:
+        x264 / x265 preset per stream kind (``rgb``, ``depth``) for real-time episodes
+        (:meth:`start_episode`), where a stream without its own preset gets this one; recorded
+        in ``video_codec``. Default :data:`REALTIME_PRESETS` (docs/decisions.md R12); ``{}``
+        keeps the encoders' defaults. Virtual-clock episodes always keep the defaults.
     """
 
     def __init__(self, writer: TaskWriter, rig: Rig, *, queue_seconds: float = 2.0,
-                 write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0) -> None:
+                 write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0,
+                 realtime_presets: Mapping[str, str] | None = None) -> None:
         self.writer, self.rig = writer, rig
+        self.realtime_presets = dict(REALTIME_PRESETS if realtime_presets is None else realtime_presets)
         self.fps = writer.fps
         self.period = 1.0 / self.fps
+        # ticks a late wake-up of the tick thread still builds (a scheduler stall up to 1/4 s)
+        self._catch_up = max(1, int(self.fps // 4))
         self._video_cap = max(2, int(round(queue_seconds * self.fps)))
         self._wq_rows = write_queue_rows or max(2, int(self.fps // 2))
         self._point_cap = int(point_capacity)
@@ -182,7 +201,10 @@ class Recorder:
         self._final_stats: dict[str, int | float] = {}
         self._notes: list[str] = []
         self._aborting = self._realtime = False
-        self._skipped = self._ticks = 0
+        self._skipped = self._ticks = self._rows_written = 0
+        self._max_ticks: int | None = None
+        self._ticks_done = threading.Event()
+        self._episode: EpisodeWriter | None = None
         self._late_max = 0.0
         self._created_at = 0.0
         self._chain = _Chain()
@@ -222,6 +244,8 @@ class Recorder:
             self._status = {sid: "connected" for sid in self._status_ids}
             self._counts: dict[str, int] = {}
             self._reasons: dict[str, str] = {}  # count key -> first reason (for the episode's notes)
+            self._taken: dict[str, int] = {s: 0 for s in self._streams}
+            self._repeats: dict[str, int] = {s: 0 for s in self._streams}
 
     def _count(self, key: str, n: int = 1) -> None:
         self._counts[key] = self._counts.get(key, 0) + n
@@ -356,6 +380,27 @@ class Recorder:
         with self._lock:
             self._status[sid] = str(state)
 
+    def live_stats(self) -> dict[str, Any]:
+        """Counters of the running episode for a status display (any thread).
+
+        Returns
+        -------
+        dict
+            ``index`` (N being recorded, None before its first row), ``rows`` written, ``ticks``,
+            ``ticks_skipped``, ``write_queue`` (rows waiting for the write thread), ``bytes``
+            written so far per stream (``streams``, image_key -> bytes) and ``data_bytes``, and
+            per slot ``slots[slot] = {queued, taken, repeated, dropped}`` (frames).
+        """
+        with self._lock:
+            slots = {s: {"queued": len(self._video[s]), "taken": self._taken.get(s, 0),
+                         "repeated": self._repeats.get(s, 0), "dropped": self._counts.get(f"{s}_dropped", 0)}
+                     for s in self._streams}
+        ep = self._episode
+        sizes = ep.bytes_written() if ep is not None else {}
+        return {"index": ep.index if ep is not None else None, "rows": self._rows_written, "ticks": self._ticks,
+                "ticks_skipped": self._skipped, "write_queue": self._wq.qsize(), "slots": slots,
+                "streams": {k: v for k, v in sizes.items() if k != "data"}, "data_bytes": sizes.get("data", 0)}
+
     # -- ticks -------------------------------------------------------------------------------------
     def _primed(self) -> bool:
         with self._lock:
@@ -373,6 +418,11 @@ class Recorder:
     def _build_row(self, tick: int, due: float) -> _Row:
         with self._lock:
             frames = {s: (dq.popleft() if dq else None) for s, dq in self._video.items()}
+            for s, fr in frames.items():
+                if fr is None:
+                    self._repeats[s] += 1
+                else:
+                    self._taken[s] += 1
             latest, self._latest = self._latest, {}
             points, self._points, self._npoints = self._points, {}, {}
             status = dict(self._status)
@@ -441,6 +491,7 @@ class Recorder:
 
     # -- write thread ------------------------------------------------------------------------------
     def _write_loop(self) -> None:
+        name_thread("egopool-write")
         ep: EpisodeWriter | None = None
         lag_max = 0.0
         try:
@@ -454,8 +505,10 @@ class Recorder:
                     if ep is None:
                         ep = self.writer.begin_episode(**self._kwargs, created_at=self._created_at)
                         ep.warn_changes = False  # warned from the caller's thread (_end)
+                        self._episode = ep
                     ep.add_frame(row.values, timestamp=row.tick * self.period, hardware_ns=row.hardware_ns,
                                  images=row.images, reject_bad=True)
+                    self._rows_written += 1
                     lag_max = max(lag_max, time.monotonic() - row.due)
                 except Exception as exc:
                     if ep is None or ep.broken:  # no episode, or its files are no longer consistent
@@ -512,6 +565,10 @@ class Recorder:
             raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
         self.rig.check_task(self.writer.info)
         self._configure()
+        if realtime and self.realtime_presets:  # keeping up beats the last few % of size (decisions R12)
+            self._kwargs["streams"] = [
+                dataclasses.replace(st, preset=self.realtime_presets.get(st.kind)) if st.preset is None else st
+                for st in self._kwargs["streams"]]
         self._reset_buffers()
         self._chain = _Chain()
         self._wq = queue.Queue(maxsize=self._wq_rows)
@@ -526,6 +583,8 @@ class Recorder:
         self._skipped = 0
         self._late_max = 0.0
         self._ticks = 0
+        self._rows_written = 0
+        self._episode = None
         self._created_at = time.time()
         self._active = True
         self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)
@@ -556,8 +615,14 @@ class Recorder:
                              f"(silent: {self._silent_streams()})")
         return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes))
 
-    def start_episode(self) -> None:
+    def start_episode(self, max_ticks: int | None = None) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.
+
+        Parameters
+        ----------
+        max_ticks:
+            Stop ticking after this many ticks (an episode of ``max_ticks / fps`` seconds);
+            :meth:`wait_ticks` returns once they are done. None = until :meth:`stop_episode`.
 
         Raises
         ------
@@ -567,10 +632,13 @@ class Recorder:
             An episode is already running.
         """
         self._begin(realtime=True)
+        self._max_ticks = max_ticks
+        self._ticks_done = threading.Event()
         self._tick_thread = threading.Thread(target=self._tick_loop, name="egopool-tick", daemon=True)
         self._tick_thread.start()
 
     def _tick_loop(self) -> None:
+        name_thread("egopool-tick")
         start = time.monotonic()
         t0: float | None = None
         tick = 0
@@ -585,31 +653,47 @@ class Recorder:
                     if now - start > self._prime_timeout:
                         self._error = CodecError(f"no frame from {self._silent_streams()} within "
                                                  f"{self._prime_timeout} s; cannot start the episode")
+                        self._ticks_done.set()
                         return
                     next_due += self.period
                     continue
                 t0 = next_due
                 self._created_at = time.time() - (now - t0)
             due_tick = int((now - t0) / self.period)
-            if due_tick > tick:  # slept through ticks (GIL, a slow source): they are not built
-                self._skipped += due_tick - tick
-                tick = due_tick
-            if tick >= self.max_rows:  # float32 timestamp would repeat (file_format.md §7.1)
-                self._notes.append(f"recording stopped at {self.max_rows / self.fps:.0f} s: float32 timestamps "
-                                   f"cannot tell rows {1 / self.fps:.3g} s apart beyond that (file_format.md §7.1); "
-                                   "start a new episode")
-                return
-            due = t0 + tick * self.period
-            self._late_max = max(self._late_max, now - due)
-            if self._wq.full():
-                self._skipped += 1
-            else:
-                row = self._safe_build_row(tick, due)
-                if row is not None:
-                    self._wq.put_nowait(row)
-            tick += 1
-            self._ticks = tick
+            if self._max_ticks is not None:
+                due_tick = min(due_tick, self._max_ticks - 1)
+            if due_tick - tick > self._catch_up:  # slept through more ticks than can be caught up: not built
+                self._skipped += due_tick - tick - self._catch_up
+                tick = due_tick - self._catch_up
+            stop = False
+            while tick <= due_tick:  # a late wake-up builds the ticks it slept through (their frames are queued)
+                if tick >= self.max_rows:  # float32 timestamp would repeat (file_format.md §7.1)
+                    self._notes.append(f"recording stopped at {self.max_rows / self.fps:.0f} s: float32 timestamps "
+                                       f"cannot tell rows {1 / self.fps:.3g} s apart beyond that (file_format.md §7.1); "
+                                       "start a new episode")
+                    stop = True
+                    break
+                due = t0 + tick * self.period
+                self._late_max = max(self._late_max, now - due)
+                if self._wq.full():
+                    self._skipped += 1
+                else:
+                    row = self._safe_build_row(tick, due)
+                    if row is not None:
+                        self._wq.put_nowait(row)
+                tick += 1
+                self._ticks = tick
+            if stop:
+                break
             next_due = t0 + tick * self.period
+            if self._max_ticks is not None and tick >= self._max_ticks:
+                break
+        self._ticks_done.set()
+
+    def wait_ticks(self, timeout: float | None = None) -> bool:
+        """Wait until the tick thread of :meth:`start_episode` stopped (``max_ticks`` reached, or an
+        error); True when it did within ``timeout`` seconds."""
+        return self._ticks_done.wait(timeout)
 
     def stop_episode(self) -> RecordedEpisode:
         """Stop ticking, let the write thread drain, publish the episode.
@@ -641,7 +725,7 @@ class Recorder:
         self._end(abort=True)
 
     def record_virtual(self, seconds: float, feed: Callable[[int, int, Recorder], None], *,
-                       host0_ns: int | None = None) -> RecordedEpisode:
+                       host0_ns: int | None = None, until: Callable[[], bool] | None = None) -> RecordedEpisode:
         """Record ``seconds`` of rows on a virtual clock, as fast as the write thread allows.
 
         Before each tick, ``feed(t0_ns, t1_ns, recorder)`` pushes what the sources captured in
@@ -657,6 +741,9 @@ class Recorder:
             Source callback, see above.
         host0_ns:
             Virtual host-monotonic ns of the first tick (default: now).
+        until:
+            Ends the episode early, before a tick, once it returns True and every frame pushed
+            so far has been taken by a row (e.g. a recording played to its end).
 
         Raises
         ------
@@ -686,6 +773,8 @@ class Recorder:
                 t += period_ns
             for tick in range(rows):
                 if tick:
+                    if until is not None and until() and not any(self._video.values()):
+                        break
                     feed(t + (tick - 1) * period_ns, t + tick * period_ns, self)
                 if self._error is not None:
                     break

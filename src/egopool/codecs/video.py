@@ -112,6 +112,7 @@ class RgbEncoder:
             raise CodecError(f"unknown RGB codec {codec!r}", hint=f"use one of {sorted(RGB_CODECS)}")
         self.path = Path(path)
         self.width, self.height, self.codec, self.crf = int(width), int(height), codec, int(crf)
+        self.preset = preset
         self.frames = 0
         self._guard = DtsGuard()
         pix = "yuv420p" if self.width % 2 == 0 and self.height % 2 == 0 else "yuv444p"
@@ -131,16 +132,24 @@ class RgbEncoder:
             self._stream.options = {"crf": str(crf), "preset": preset}
         self.pix_fmt = pix
 
-    def check(self, image: np.ndarray) -> np.ndarray:
-        """Validate one frame without encoding it; returns it as contiguous uint8 ``(H, W, 3)``.
+    def check(self, image: np.ndarray | av.VideoFrame) -> np.ndarray | av.VideoFrame:
+        """Validate one frame without encoding it; returns what :meth:`encode` takes.
 
-        Lets a caller feeding several streams refuse a row before any stream got its frame.
+        ``image`` is uint8 ``(H, W, 3)`` RGB (returned C-contiguous), gray ``(H, W)`` /
+        ``(H, W, 1)`` (replicated to RGB), or a decoded :class:`av.VideoFrame` of the declared
+        size in any pixel format (returned as is: no conversion, no copy; the encoder converts
+        it once). Lets a caller feeding several streams refuse a row before any stream got its frame.
 
         Raises
         ------
         CodecError
             Not uint8, or not the declared size.
         """
+        if isinstance(image, av.VideoFrame):
+            if (image.width, image.height) != (self.width, self.height):
+                raise CodecError(f"frame size {image.width}x{image.height} != declared {self.width}x{self.height}",
+                                 path=self.path)
+            return image
         img = np.asarray(image)
         if img.dtype != np.uint8:
             raise CodecError(f"RGB frames must be uint8, got {img.dtype}", path=self.path)
@@ -152,8 +161,12 @@ class RgbEncoder:
             raise CodecError(f"frame shape {img.shape} != declared {(self.height, self.width, 3)}", path=self.path)
         return np.ascontiguousarray(img)
 
-    def encode(self, image: np.ndarray) -> None:
-        """Append one frame: uint8 ``(H, W, 3)`` RGB, or ``(H, W)`` / ``(H, W, 1)`` gray (replicated).
+    def encode(self, image: np.ndarray | av.VideoFrame) -> None:
+        """Append one frame (see :meth:`check` for what it may be).
+
+        An RGB array is wrapped without a copy (``VideoFrame.from_numpy_buffer``); the caller
+        must not change it until the encoder has taken it. A :class:`av.VideoFrame` gets this
+        stream's pts set on it, so one frame object must not feed two streams at once.
 
         Raises
         ------
@@ -162,7 +175,14 @@ class RgbEncoder:
         StorageError
             The file could not be written (disk full, read-only file system).
         """
-        frame = av.VideoFrame.from_ndarray(self.check(image), format="rgb24")
+        img = self.check(image)
+        if isinstance(img, av.VideoFrame):
+            frame = img
+        else:
+            try:
+                frame = av.VideoFrame.from_numpy_buffer(img, format="rgb24")
+            except ValueError:  # a row stride PyAV cannot wrap: copy once
+                frame = av.VideoFrame.from_ndarray(img, format="rgb24")
         frame.pts = self.frames
         mux_frame(self._out, self._stream, self._guard, frame, self.path)
         self.frames += 1
@@ -176,7 +196,7 @@ class RgbEncoder:
             The file could not be written (disk full...).
         """
         flush_and_close(self._out, self._stream, self._guard, self.path)
-        return {"encoder": RGB_CODECS[self.codec], "codec": self.codec, "crf": self.crf,
+        return {"encoder": RGB_CODECS[self.codec], "codec": self.codec, "crf": self.crf, "preset": self.preset,
                 "pix_fmt": self.pix_fmt, "width": self.width, "height": self.height, "frames": self.frames}
 
     def abort(self) -> None:

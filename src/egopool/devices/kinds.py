@@ -158,6 +158,9 @@ class Device:
         D435/S80M: the device's stereo calibration (:func:`stereo_calibration` form), or None.
     depth_size:
         ``(width, height)`` of the depth stream when it differs from the RGB one.
+    depth_codec:
+        Depth stream codec: None = the writer's default (``hevc12``, 12-bit log code, file_format.md
+        §8), ``"ffv1"`` = lossless uint16 mm (MKV).
     """
 
     kind: str
@@ -171,6 +174,7 @@ class Device:
     sensor: str | None = None
     calibration: Mapping[str, Any] | None = field(default=None, compare=False)
     depth_size: tuple[int, int] | None = None
+    depth_codec: str | None = None
 
     def __post_init__(self) -> None:
         rec = kind_of(self.kind)
@@ -182,6 +186,8 @@ class Device:
             raise SchemaError(f"glove side must be 'left' or 'right', got {self.side!r}")
         if self.width <= 0 or self.height <= 0:
             raise SchemaError(f"device {self.key}: frame size must be positive, got {self.width}x{self.height}")
+        if self.depth_codec not in (None, "hevc12", "ffv1"):
+            raise SchemaError(f"device {self.key}: depth codec must be 'hevc12' or 'ffv1', got {self.depth_codec!r}")
 
     @property
     def recorded_kind(self) -> str:

@@ -345,7 +345,8 @@ class Rig:
                 out.append(StreamSpec(s, "rgb", dev.width, dev.height, sfps))
             for s, master in d.depth_slots.items():
                 w, h = dev.depth_size or (dev.width, dev.height)
-                out.append(StreamSpec(s, "depth", w, h, sfps, codec=self.depth_codec, master_slot=master))
+                out.append(StreamSpec(s, "depth", w, h, sfps, codec=dev.depth_codec or self.depth_codec,
+                                      master_slot=master))
         return out
 
     def calibration(self) -> dict[str, Any]:

@@ -19,20 +19,28 @@ a :class:`~egopool.recorder.Recorder` (multi_device_storage.md §4, §5.4):
   and a hand pose (21 joints × xyz, m) replayed from the bundled dex-retargeting
   recording (mirrored for the left hand).
 
+Video sources cost what a camera costs, a hand-over: RGB frames come from a pool of 16
+real frames (the bundled hand video) pre-rendered once per size in yuv420p and wrapped without
+a copy, depth from 16 pre-rendered frames of the bundled real TUM depth frame (issue 11), so
+``egopool simulate --realtime`` measures the recorder, not the simulator.
+
 Everything is deterministic for a given seed; windows are half-open ``(t0, t1]`` in
 host-monotonic ns, so the same sample is never emitted twice.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib import resources
 from typing import Any, NamedTuple
 
+import av
 import numpy as np
 
+from .._threads import name_thread
 from ..codecs.depth import check_depth_codec
 from ..errors import SchemaError
 from ..recorder import Frame, RecordedEpisode, Recorder
@@ -65,40 +73,69 @@ def _quat_axis(axis: int, angle: np.ndarray) -> np.ndarray:
     return q
 
 
+_POOL = 16
+
+
+@functools.lru_cache(maxsize=8)
+def _video_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
+    """16 consecutive real frames (the bundled hand video), pre-rendered once at ``width``×``height``:
+    yuv420p planes ``(H·3/2, W)`` (what a camera's decoder hands over) for even sizes, else RGB
+    ``(H, W, 3)``. Read-only: many streams share them."""
+    ref = resources.files("egopool") / "samples" / "dexretarget_hand_video" / "human_hand_video.mp4"
+    fmt = "yuv420p" if width % 2 == 0 and height % 4 == 0 else "rgb24"  # the planes wrap back exactly
+    out: list[np.ndarray] = []
+    with resources.as_file(ref) as p, av.open(str(p)) as c:
+        for frame in c.decode(video=0):
+            arr = frame.reformat(width=width, height=height, format=fmt).to_ndarray()
+            arr.setflags(write=False)
+            out.append(arr)
+            if len(out) == _POOL:
+                break
+    return tuple(out)
+
+
 class _Rgb:
-    """A smooth colour pattern with a moving bright square; frame k is the base rolled by k·step px."""
+    """A camera's frames at no cost per frame: frame k is pool frame ``(k + offset) % 16`` of
+    :func:`_video_pool`, handed over without a copy (a yuv420p ``av.VideoFrame`` wrapping the
+    pre-rendered planes), as a camera source hands over its decoded frames. The recorder's
+    figures are then the recorder's own, not the simulator's (issue 11)."""
 
     def __init__(self, width: int, height: int, seed: int) -> None:
-        y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-        rng = np.random.default_rng(seed)
-        c = rng.uniform(0.3, 1.0, 3)
-        base = np.stack([(0.5 + 0.5 * np.sin(x / max(width, 1) * 6.28 * c[i] + y / max(height, 1) * 3.1 * (i + 1)))
-                         for i in range(3)], axis=-1)
-        s = max(2, min(width, height) // 5)
-        base[height // 3:height // 3 + s, width // 4:width // 4 + s] = 1.0
-        self.base = (base * 235 + 10).astype(np.uint8)
-        self.step = max(1, width // 60)
+        self.pool = _video_pool(width, height)
+        self.offset = int(seed) * 5 % _POOL
+        self.yuv = self.pool[0].ndim == 2
 
-    def frame(self, k: int) -> np.ndarray:
-        out: np.ndarray = np.roll(self.base, int(k) * self.step, axis=1)
-        return out
+    def frame(self, k: int) -> Any:
+        arr = self.pool[(int(k) + self.offset) % _POOL]
+        return av.VideoFrame.from_numpy_buffer(arr, format="yuv420p") if self.yuv else arr
+
+
+@functools.lru_cache(maxsize=8)
+def _depth_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
+    """16 depth frames (uint16 mm) pre-rendered from the bundled real TUM RGB-D depth frame
+    (depth factor 5000/m -> mm, holes kept), scaled to ``width``×``height`` and panned across the
+    scene, so the depth encoder sees real depth edges and holes. Read-only, shared."""
+    from PIL import Image
+
+    ref = resources.files("egopool") / "samples" / "open3d_tum_frame" / "TUM_depth.png"
+    with resources.as_file(ref) as p:
+        raw = np.asarray(Image.open(p)).astype(np.uint32)
+    mm = np.rint(raw / 5.0).astype(np.uint16)  # TUM: 5000 units per metre
+    big = np.asarray(Image.fromarray(mm).resize((width, height), Image.NEAREST))
+    step = max(1, width // 64)
+    out = []
+    for i in range(_POOL):
+        f = np.roll(big, i * step, axis=1)
+        f.setflags(write=False)
+        out.append(f)
+    return tuple(out)
 
 
 class _Depth:
-    """A sloped floor (mm) with a moving disc and a hole; cycles through 16 precomputed frames."""
+    """Depth frames at no cost per frame: frame k is :func:`_depth_pool` frame ``k % 16`` (no copy)."""
 
     def __init__(self, width: int, height: int) -> None:
-        y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-        floor = 900.0 + 2600.0 * (1.0 - y / max(height - 1, 1))
-        frames: list[np.ndarray] = []
-        r = max(2.0, min(width, height) / 6)
-        for i in range(16):
-            cx = width * (0.25 + 0.5 * i / 15)
-            d = floor.copy()
-            d[(x - cx) ** 2 + (y - height / 2) ** 2 < r * r] = 650.0 + 10 * i
-            d[: max(1, height // 10), : max(1, width // 10)] = 0.0  # no-depth corner
-            frames.append(d.astype(np.uint16))
-        self.frames = frames
+        self.frames = _depth_pool(width, height)
 
     def frame(self, k: int) -> np.ndarray:
         return self.frames[int(k) % len(self.frames)]
@@ -319,12 +356,15 @@ class SimulatedRig:
     """
 
     def __init__(self, rig: Rig, *, fps: float = 30.0, seed: int = 0, missing_stamp_every: int = 0,
-                 no_trajectory_stamps: bool = False, drop_every: int = 0) -> None:
+                 no_trajectory_stamps: bool = False, drop_every: int = 0, keys: Collection[str] | None = None) -> None:
         self.rig, self.fps, self.seed = rig, float(fps), int(seed)
         self.missing_stamp_every, self.no_stamps = int(missing_stamp_every), bool(no_trajectory_stamps)
         self.drop_every = int(drop_every)
-        self.sources = [_SOURCES[d.kind](d, self) for d in rig.devices if d.columns or d.rgb_slots]
+        self.sources = [_SOURCES[d.kind](d, self) for d in rig.devices
+                        if (d.columns or d.rgb_slots) and (keys is None or d.key in keys)]
         self._points = 0
+        self._pump: threading.Thread | None = None
+        self._pump_stop = threading.Event()
 
     def host_stamps(self, ts: np.ndarray) -> np.ndarray:
         """Host ns of trajectory points, with the configured missing stamps (0)."""
@@ -369,11 +409,27 @@ class SimulatedRig:
             host0 = time.monotonic_ns()
             self.reset(host0 - int(round(_SEC / rec.fps)))
             return rec.record_virtual(seconds, self.feed, host0_ns=host0)
-        stop = threading.Event()
+        rec.start_episode()
+        self.start(rec, on_tick)
+        try:
+            time.sleep(seconds + rec.period / 2)
+        except BaseException:  # Ctrl-C: discard the episode, free N and the recorder
+            self.stop()
+            rec.abort_episode()
+            raise
+        self.stop()
+        return rec.stop_episode()
+
+    def start(self, rec: Recorder, on_tick: Callable[[], None] | None = None) -> None:
+        """Start a feeder thread pushing into ``rec`` against the wall clock (every 4 ms), from a
+        new episode clock (ENTER press) at now. :meth:`stop` ends it."""
+        self.stop()
         self.reset(time.monotonic_ns())
         last = [time.monotonic_ns()]
+        stop = self._pump_stop = threading.Event()
 
         def pump() -> None:
+            name_thread("egopool-sim")
             while not stop.is_set():
                 now = time.monotonic_ns()
                 self.feed(last[0], now, rec)
@@ -382,19 +438,15 @@ class SimulatedRig:
                     on_tick()
                 stop.wait(0.004)
 
-        feeder = threading.Thread(target=pump, name="egopool-sim", daemon=True)
-        rec.start_episode()
-        feeder.start()
-        try:
-            time.sleep(seconds + rec.period / 2)
-        except BaseException:  # Ctrl-C: discard the episode, free N and the recorder
-            stop.set()
-            feeder.join()
-            rec.abort_episode()
-            raise
-        stop.set()
-        feeder.join()
-        return rec.stop_episode()
+        self._pump = threading.Thread(target=pump, name="egopool-sim", daemon=True)
+        self._pump.start()
+
+    def stop(self) -> None:
+        """Stop the feeder thread of :meth:`start` (no-op when none runs)."""
+        self._pump_stop.set()
+        if self._pump is not None:
+            self._pump.join()
+            self._pump = None
 
 
 # -- preset rigs --------------------------------------------------------------------------------------

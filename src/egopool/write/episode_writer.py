@@ -32,6 +32,7 @@ from ..meta.drop_stats import changed_value_notes, clipped_key, encode_failed_ke
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
+from .stream_encoder import EncoderThread
 from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 from .task_meta import merge_task_meta
 
@@ -82,6 +83,9 @@ class StreamSpec:
         Depth only: the RGB slot it follows (informational; one frame per row either way).
     depth_params:
         Log-code range for ``hevc12`` (default 100..20000 mm).
+    preset:
+        x264 / x265 speed preset (None: the encoder's default, docs/decisions.md #11, R12);
+        recorded in the episode's ``video_codec``.
     """
 
     image_key: str
@@ -92,6 +96,7 @@ class StreamSpec:
     codec: str | None = None
     master_slot: str | None = None
     depth_params: LogDepthCodec | None = None
+    preset: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("rgb", "depth"):
@@ -183,8 +188,24 @@ class _Stream:
     encoder: RgbEncoder | DepthEncoder
     temp: Path
     final: Path
-    last: np.ndarray | None = None
+    last: Any = None
     repeated: int = 0
+    worker: EncoderThread | None = None
+
+    def encode(self, frame: Any) -> None:
+        if self.worker is not None:
+            self.worker.submit(frame)
+        else:
+            self.encoder.encode(frame)
+
+    def close(self) -> dict[str, Any]:
+        return self.worker.close() if self.worker is not None else self.encoder.close()
+
+    def abort(self) -> None:
+        if self.worker is not None:
+            self.worker.abort()
+        else:
+            self.encoder.abort()
 
 
 @dataclass
@@ -256,6 +277,7 @@ class EpisodeWriter:
         self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
                                     use_dictionary=self._dict_cols)
         self._streams: dict[str, _Stream] = {}
+        self.encoder_threads = bool(getattr(task, "encoder_threads", True))
         try:
             for st in streams:
                 self._open_stream(st)
@@ -274,10 +296,13 @@ class EpisodeWriter:
             final.parent.mkdir(parents=True, exist_ok=True)
         temp = temp_path_for(final)
         if st.kind == "rgb":
-            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec)
+            preset = {"preset": st.preset} if st.preset else {}
+            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec, **preset)
         else:
-            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params)
-        self._streams[st.image_key] = _Stream(st, enc, temp, final)
+            preset = {"preset": st.preset} if st.preset else {}
+            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params, **preset)
+        worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) if self.encoder_threads else None
+        self._streams[st.image_key] = _Stream(st, enc, temp, final, worker=worker)
 
     # -- rows --------------------------------------------------------------------------------------
     def add_frame(self, values: Mapping[str, Any] | None = None, *, timestamp: float | None = None,
@@ -493,7 +518,7 @@ class EpisodeWriter:
             frames[key] = st.last
         for key, st in list(self._streams.items()):
             try:
-                st.encoder.encode(frames[key])
+                st.encode(frames[key])
             except BaseException as exc:
                 if not reject_bad or not isinstance(exc, Exception):
                     self._broken = f"{key}: {exc}"
@@ -538,6 +563,19 @@ class EpisodeWriter:
     def length(self) -> int:
         """Rows written so far."""
         return self._rows
+
+    def bytes_written(self) -> dict[str, int]:
+        """Bytes on disk so far: image_key -> its video temp file, ``"data"`` -> the data parquet temp.
+
+        For live status displays; a file not created yet (or already published) counts 0.
+        """
+        out: dict[str, int] = {}
+        for key, path in [*((k, st.temp) for k, st in self._streams.items()), ("data", self._data_temp)]:
+            try:
+                out[key] = path.stat().st_size
+            except OSError:
+                out[key] = 0
+        return out
 
     # -- finish / abort ----------------------------------------------------------------------------
     def _drop_unseen_columns(self) -> list[str]:
@@ -591,7 +629,7 @@ class EpisodeWriter:
                 self._drop_unseen_columns()
             video_codec: dict[str, Any] = {}
             for key, st in self._streams.items():
-                video_codec[key] = st.encoder.close()
+                video_codec[key] = st.close()
                 if st.repeated:
                     self.drop_stats[f"{key}_repeated_count"] = st.repeated
                 clipped = getattr(st.encoder, "clipped", 0)
@@ -715,7 +753,7 @@ class EpisodeWriter:
         with contextlib.suppress(Exception):
             self._pq.close()
         for st in self._streams.values():
-            st.encoder.abort()
+            st.abort()
             with contextlib.suppress(FileNotFoundError):
                 st.temp.unlink()
         with contextlib.suppress(FileNotFoundError):

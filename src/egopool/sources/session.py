@@ -1,0 +1,245 @@
+"""A recording session over real (and simulated) sources: the library behind ``egopool record``.
+
+::
+
+    session = RecordingSession(TaskWriter("recordings", "pick_cup"), parse_device_specs(specs))
+    session.open()                 # §5.1 conflicts are refused before any device opens
+    session.start_episode()
+    ...                            # session.status() for a live display
+    done = session.finish_episode()   # or session.abort_episode() -> the recycled N (§7.5)
+    session.close()
+
+The rig is planned twice: once from the devices as requested, to refuse forbidden
+combinations (multi_device_storage.md §5.1) before anything opens, and once from the devices
+as opened (the mode a camera really delivers is what ``cameras`` declares), in the same
+order, so the slots and column names are the same (§2.3).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..devices.rig import Rig
+from ..errors import DeviceError, EgopoolError
+from ..meta import markers
+from ..recorder import RecordedEpisode, Recorder
+from ..write.task_writer import TaskWriter
+from .base import Source
+
+__all__ = ["DeviceLine", "RecordingSession"]
+
+
+@dataclass(frozen=True)
+class DeviceLine:
+    """One device's line of the live status (rates in frames/s, sizes in bytes).
+
+    ``fps_out`` counts fresh frames the ticks took from its first slot, ``repeats`` /
+    ``drops`` the rows that repeated a frame and the frames a full queue discarded,
+    ``queued`` frames waiting in its slot queues, ``bytes`` its video files so far.
+    """
+
+    label: str
+    slots: tuple[str, ...]
+    state: str
+    fps_in: float
+    fps_out: float
+    queued: int
+    repeats: int
+    drops: int
+    bytes: int
+    error: str | None
+
+
+class RecordingSession:
+    """Open a rig of sources once; record episodes from it one after another.
+
+    Parameters
+    ----------
+    writer:
+        The task to record into.
+    sources:
+        Unopened sources in opening order (§2.3: the order decides ``gripper_2_``, ``_2``...).
+    program:
+        ``"main"`` or ``"lite"`` (glove declarations, §6.4).
+    recorder_kwargs:
+        Passed to :class:`~egopool.recorder.Recorder` (queue sizes, prime timeout).
+
+    Raises
+    ------
+    ConflictError
+        (from :meth:`open`) The combination is forbidden (§5.1); nothing was opened.
+    DeviceError
+        (from :meth:`open`) A device could not be opened; those already opened are closed again.
+    """
+
+    def __init__(self, writer: TaskWriter, sources: list[Source], *, program: str = "main",
+                 recorder_kwargs: dict[str, Any] | None = None) -> None:
+        if not sources:
+            raise DeviceError("no device to record", hint="add --device KIND:TARGET (see egopool record --help)")
+        self.writer, self.sources, self.program = writer, list(sources), program
+        self.recorder_kwargs = dict(recorder_kwargs or {})
+        self.rig: Rig | None = None
+        self.recorder: Recorder | None = None
+        self._started = 0.0
+        self._last: dict[str, tuple[float, int, int]] = {}
+
+    def check_conflicts(self) -> Rig:
+        """Plan the rig from the devices as requested; raises ConflictError / SchemaError (§5.1, §2.4)
+        without opening anything."""
+        plan = Rig(self.program)
+        for src in self.sources:
+            plan.add(src.device, role=src.role)
+        return plan
+
+    def open(self) -> Rig:
+        """Refuse conflicts, open every device in order, register them as opened, build the recorder."""
+        self.check_conflicts()
+        opened: list[Source] = []
+        try:
+            for src in self.sources:
+                src.open()
+                opened.append(src)
+            rig = Rig(self.program)
+            for src in self.sources:
+                src.bind(rig.add(src.device, role=src.role), rig)
+            rig.check_task(self.writer.info)
+            self.recorder = Recorder(self.writer, rig, **self.recorder_kwargs)
+        except BaseException:
+            for src in opened:
+                src.close()
+            raise
+        self.rig = rig
+        return rig
+
+    @property
+    def replayable(self) -> bool:
+        """Every source can run on a virtual clock (recordings played as fast as possible, simulated devices)."""
+        from .simulated import SimSource
+
+        return all(s.replayable or isinstance(s, SimSource) for s in self.sources) and \
+            any(s.replayable for s in self.sources)
+
+    def start_episode(self, max_ticks: int | None = None) -> None:
+        """Start ticking and let every source push (real time); ``max_ticks`` as
+        :meth:`Recorder.start_episode`."""
+        rec = self._recorder()
+        rec.start_episode(max_ticks)
+        self._started = time.monotonic()
+        self._last = {}
+        for src in self.sources:
+            src.start(rec)
+
+    def finish_episode(self) -> RecordedEpisode:
+        """Stop the sources, drain the recorder, publish the episode.
+
+        Raises
+        ------
+        EgopoolError
+            The episode could not be written (see :meth:`Recorder.stop_episode`).
+        """
+        rec = self._recorder()
+        for src in self.sources:
+            src.stop()
+        return rec.stop_episode()
+
+    def record_seconds(self, seconds: float) -> RecordedEpisode:
+        """Record one episode of ``round(seconds × fps)`` ticks in real time; Ctrl-C aborts it.
+
+        Raises
+        ------
+        EgopoolError
+            As :meth:`finish_episode`.
+        """
+        rec = self._recorder()
+        self.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))))
+        try:
+            rec.wait_ticks()
+        except BaseException:
+            self.abort_episode()
+            raise
+        return self.finish_episode()
+
+    def abort_episode(self) -> int | None:
+        """Stop and discard the running episode; returns the N that is recycled for the next one (§7.5),
+        or None when no row had been written yet (no N was taken)."""
+        rec = self._recorder()
+        for src in self.sources:
+            src.stop()
+        index = rec.live_stats()["index"]
+        rec.abort_episode()
+        return index if index is not None and markers.read_recycled(self.writer.task_dir) == index else None
+
+    def record_fast(self, seconds: float | None = None) -> RecordedEpisode:
+        """Record one episode on a virtual clock, as fast as the writer allows (recordings with
+        ``realtime=0`` and simulated devices only): ``seconds`` long, or (None) until every
+        recording played to its end.
+
+        Raises
+        ------
+        DeviceError
+            A source is a live device.
+        """
+        if not self.replayable:
+            raise DeviceError("only recordings played with realtime=0 and simulated devices can be recorded "
+                              "as fast as possible", hint="drop --fast, or use realsense-bag:FILE?realtime=0")
+        from .simulated import SimSource
+
+        rec = self._recorder()
+        sims = [s for s in self.sources if isinstance(s, SimSource)]
+        host0 = time.monotonic_ns()
+        for s in sims:
+            assert s._sim is not None
+            s._sim.reset(host0 - int(round(1e9 / rec.fps)))
+
+        def feed(t0: int, t1: int, r: Recorder) -> None:
+            for src in self.sources:
+                if isinstance(src, SimSource):
+                    assert src._sim is not None
+                    src._sim.feed(t0, t1, r)
+                else:
+                    src.feed(t0, t1, r)  # type: ignore[attr-defined]
+
+        recordings = [s for s in self.sources if s.replayable]
+        ended = (lambda: all(s.exhausted for s in recordings)) if seconds is None else None  # type: ignore[attr-defined]
+        return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
+
+    def status(self) -> tuple[dict[str, Any], list[DeviceLine]]:
+        """``(episode counters, one line per device)`` for the live display (any thread)."""
+        rec = self._recorder()
+        live = rec.live_stats()
+        now = time.monotonic()
+        lines = []
+        for src in self.sources:
+            reg = src.reg
+            slots = tuple((*reg.rgb_slots, *reg.depth_slots)) if reg is not None else ()
+            st = src.status()
+            per = [live["slots"].get(s, {}) for s in slots]
+            taken = per[0].get("taken", 0) if per else 0
+            t_prev, taken_prev, _ = self._last.get(src.label, (self._started, 0, 0))
+            fps_out = (taken - taken_prev) / (now - t_prev) if now > t_prev else 0.0
+            if now - t_prev >= 1.0 or src.label not in self._last:
+                self._last[src.label] = (now, taken, 0)
+            lines.append(DeviceLine(src.label, slots, st.state, st.fps_in, max(0.0, fps_out),
+                                    sum(p.get("queued", 0) for p in per), sum(p.get("repeated", 0) for p in per),
+                                    sum(p.get("dropped", 0) for p in per),
+                                    sum(live["streams"].get(s, 0) for s in slots), st.error))
+        live["elapsed"] = now - self._started if self._started else 0.0
+        return live, lines
+
+    def close(self) -> None:
+        """Close every device (an episode still running is aborted first)."""
+        rec = self.recorder
+        if rec is not None and rec._active:
+            try:
+                self.abort_episode()
+            except EgopoolError:
+                pass
+        for src in self.sources:
+            src.close()
+
+    def _recorder(self) -> Recorder:
+        if self.recorder is None:
+            raise DeviceError("the session is not open", hint="call open() first")
+        return self.recorder
