@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import av
 import numpy as np
 
 from ._threads import name_thread
@@ -82,7 +83,8 @@ class Frame:
     Attributes
     ----------
     image:
-        RGB uint8 ``(H, W, 3)`` or depth uint16 mm ``(H, W)``.
+        RGB uint8 ``(H, W, 3)`` (or a decoded :class:`av.VideoFrame` of the slot's size, handed to
+        the encoder without a copy) or depth uint16 mm ``(H, W)``.
     hardware_ns:
         Capture stamp, ns (device clock normalised to ``anchor + seq × T`` on the D435
         chain; host monotonic on host-clock chains). 0 = unknown.
@@ -98,7 +100,7 @@ class Frame:
         Host monotonic ns, kept only when ``ts_src == 3``.
     """
 
-    image: np.ndarray
+    image: np.ndarray | av.VideoFrame
     hardware_ns: int = 0
     raw_hw_ns: int = 0
     counter: int | None = None
@@ -834,8 +836,11 @@ def _clean_frame(frame: Any) -> tuple[Frame | None, bool]:
 
 
 def _fits(image: Any, shape: tuple[tuple[int, int], type]) -> bool:
-    """Whether ``image`` is a frame the slot's encoder takes (checked without copying it)."""
+    """Whether ``image`` is a frame the slot's encoder takes (checked without copying it): an array,
+    or for an RGB slot a decoded :class:`av.VideoFrame` of the slot's size in any pixel format."""
     (h, w), dtype = shape
+    if isinstance(image, av.VideoFrame):
+        return dtype is np.uint8 and (image.height, image.width) == (h, w)
     try:
         img = np.asarray(image)
     except Exception:  # noqa: BLE001 - whatever a source passed

@@ -267,6 +267,7 @@ class EpisodeWriter:
         self._first_ts = 0.0
         self._closed = False
         self._broken: str | None = None
+        self._lenient = False  # some add_frame(reject_bad=True): finish() drops a failed stream too
         self._meta_error: MetaUpdateError | None = None
         self._data_final = task.layout.data_file(index)
         self._data_final.parent.mkdir(parents=True, exist_ok=True)
@@ -354,6 +355,7 @@ class EpisodeWriter:
         if self._closed:
             raise EgopoolError(f"episode {self.index} is already finished or aborted")
         values = dict(values or {})
+        self._lenient = self._lenient or reject_bad
         fi = self._rows
         ts = float(fi / self.fps) if timestamp is None else float(timestamp)
         ts32 = float(np.float32(ts))
@@ -533,7 +535,7 @@ class EpisodeWriter:
         """Leave a stream whose encoder failed out of the episode (reject_bad): its frames so far are lost,
         the rows and the other streams go on; counted and its reason kept for the notes."""
         st = self._streams.pop(key)
-        st.encoder.abort()
+        st.abort()
         with contextlib.suppress(FileNotFoundError):
             st.temp.unlink()
         with contextlib.suppress(OSError):
@@ -628,8 +630,14 @@ class EpisodeWriter:
                 self._pq.close()
                 self._drop_unseen_columns()
             video_codec: dict[str, Any] = {}
-            for key, st in self._streams.items():
-                video_codec[key] = st.close()
+            for key, st in list(self._streams.items()):
+                try:
+                    video_codec[key] = st.close()  # an encoder thread reports its failure here at the latest
+                except Exception as exc:
+                    if not self._lenient:
+                        raise
+                    self._drop_stream(key, exc)  # as in add_frame(reject_bad=True): the rest is published
+                    continue
                 if st.repeated:
                     self.drop_stats[f"{key}_repeated_count"] = st.repeated
                 clipped = getattr(st.encoder, "clipped", 0)
