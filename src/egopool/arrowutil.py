@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["int_values_to_numpy", "list_column_to_numpy", "list_offsets", "numpy_to_list_array"]
+__all__ = ["FLOAT_VECTOR", "IMU", "NS_LIST", "NS_SCALAR", "TRAJECTORY", "Physical", "int_values_to_numpy",
+           "list_column_to_numpy", "list_offsets", "numpy_to_list_array"]
 
 
 def _combine(col: Any) -> pa.Array:
@@ -71,3 +73,47 @@ def numpy_to_list_array(values: np.ndarray, offsets: np.ndarray, value_type: pa.
     """Build ``list<value_type>`` from flat ``values`` and int32/int64 ``offsets``."""
     flat = pa.array(np.ascontiguousarray(values).reshape(-1), type=value_type)
     return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), flat)
+
+
+@dataclass(frozen=True)
+class Physical:
+    """A physical column type a reader decodes: list nesting depth and the kind of leaf values.
+
+    Attributes
+    ----------
+    depth:
+        List nesting (0 scalar, 1 ``list<T>``, 2 ``list<list<T>>``); ``fixed_size_list`` and
+        ``large_list`` count as lists (decisions.md #1).
+    leaf:
+        ``"int64"`` (exactly int64: a narrower ns column is truncated by construction) or
+        ``"float"`` (float16/32/64, widened losslessly on read).
+    text:
+        How the spec writes the type, for messages.
+    """
+
+    depth: int
+    leaf: str
+    text: str
+
+    def matches(self, typ: pa.DataType) -> bool:
+        """True when ``typ`` is this physical type."""
+        depth = 0
+        while pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+            typ, depth = typ.value_type, depth + 1
+        if depth != self.depth:
+            return False
+        if self.leaf == "int64":
+            return bool(pa.types.is_int64(typ))
+        return bool(pa.types.is_floating(typ))
+
+
+#: ``hardware_ns``, ``raw_hw_ns``, ``*_force_ns``...: one int64 stamp per row (file_format.md §7.1, §7.3).
+NS_SCALAR = Physical(0, "int64", "int64")
+#: ``*_slam_trajectory_ns``, ``imu_ts_ns``: int64 stamps per row (multi_device_storage.md §4.6, §7.2).
+NS_LIST = Physical(1, "int64", "list<int64>")
+#: ``*_slam_trajectory``: 8 float64 per point, several points per row (§4.6).
+TRAJECTORY = Physical(1, "float", "list<float64>")
+#: Vector signals (force ``[fx, fy, fz]``, gloves...): ``list<float32>``.
+FLOAT_VECTOR = Physical(1, "float", "list<float32>")
+#: ``observation.imu``: samples of 6 float32 per row (§7.2).
+IMU = Physical(2, "float", "list<list<float32, 6>>")

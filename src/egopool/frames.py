@@ -40,10 +40,11 @@ _OPPOSITE = {"right": "left", "left": "right", "up": "down", "down": "up",
 
 
 def _check_axes(axes: Mapping[str, str]) -> dict[str, str]:
-    if set(axes) != {"+X", "+Y", "+Z"}:
-        raise SchemaError(f"frame_axes must have exactly +X, +Y, +Z, got {sorted(axes)}")
+    if not isinstance(axes, Mapping) or set(axes) != {"+X", "+Y", "+Z"}:
+        got = sorted(map(str, axes)) if isinstance(axes, Mapping) else repr(axes)
+        raise SchemaError(f"frame_axes must have exactly +X, +Y, +Z, got {got}")
     words = [axes[k] for k in ("+X", "+Y", "+Z")]
-    if any(w not in _WORDS for w in words):
+    if any(not isinstance(w, str) or w not in _WORDS for w in words):  # a list is no direction word
         raise SchemaError(f"frame_axes words must be among {sorted(_WORDS)}, got {words}")
     if len({w if w in ("right", "up", "forward") else _OPPOSITE[w] for w in words}) != 3:
         raise SchemaError(f"frame_axes {words} do not span three distinct directions")

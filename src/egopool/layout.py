@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_DATA_PATH",
     "DEFAULT_EPISODES_PATH",
     "DEFAULT_VIDEO_PATH",
+    "TEMPLATE_FIELDS",
     "EpisodeFiles",
     "TaskLayout",
     "display_suffix",
@@ -33,6 +35,7 @@ __all__ = [
     "episode_index_from",
     "find_episode_files",
     "list_task_episodes",
+    "parse_template",
 ]
 
 
@@ -63,6 +66,43 @@ def episode_index_from(chunk: int, file: int, chunks_size: int = DEFAULT_CHUNKS_
 def display_suffix(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> str:
     """UI / upload name suffix ``_ep{f:06d}`` where ``f`` is the 0-based file number (§2)."""
     return f"_ep{episode_chunk_file(index, chunks_size)[1]:06d}"
+
+
+#: info.json template key -> the fields it must use, exactly (file_format.md §3, checklist §12.2).
+TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
+    "data_path": frozenset({"c", "f"}),
+    "episodes_path": frozenset({"c", "f"}),
+    "video_path": frozenset({"c", "f", "image_key", "ext"}),
+}
+
+
+def parse_template(key: str, value: Any, path: str | Path | None = None) -> str:
+    """Check one path template of ``info.json`` (``data_path``, ``video_path``, ``episodes_path``).
+
+    A template is a string using exactly the fields of :data:`TEMPLATE_FIELDS` (e.g.
+    ``data/chunk-{c:03d}/episode-{f:03d}.parquet``) that formats with integers for ``c``/``f``.
+
+    Raises
+    ------
+    FormatError
+        Not a string, an unknown or missing field, or a format spec that does not format;
+        names ``path`` (the info.json) and the key.
+    """
+    need = TEMPLATE_FIELDS[key]
+    hint = "use the spec's template, e.g. " + {"data_path": DEFAULT_DATA_PATH, "episodes_path": DEFAULT_EPISODES_PATH,
+                                               "video_path": DEFAULT_VIDEO_PATH}[key]
+    if not isinstance(value, str) or not value:
+        raise FormatError(f"template {key} is {value!r:.60}, not a path template string", path=path, hint=hint)
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+        value.format(c=0, f=0, image_key="k", ext="mp4")
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+        raise FormatError(f"template {key}={value!r} cannot be formatted ({exc}); it must use exactly the fields "
+                          f"{sorted(need)}", path=path, hint=hint) from None
+    if fields != need:
+        raise FormatError(f"template {key}={value!r} uses fields {sorted(fields)}, it must use exactly {sorted(need)}",
+                          path=path, hint=hint)
+    return value
 
 
 _FIELD_RE = re.compile(r"\{(\w+)(?::[^}]*)?\}")
@@ -114,15 +154,22 @@ class TaskLayout:
 
     @classmethod
     def from_info(cls, root: str | Path, info: Mapping[str, Any]) -> TaskLayout:
-        """Build from an ``info.json`` dict; missing keys fall back to the spec's templates."""
+        """Build from an ``info.json`` dict; missing keys fall back to the spec's templates.
+
+        Raises
+        ------
+        FormatError
+            ``chunks_size`` not a positive integer, or a template that :func:`parse_template`
+            refuses (named with the info.json path).
+        """
+        where = Path(root) / "meta" / "info.json"
         cs = info.get("chunks_size", DEFAULT_CHUNKS_SIZE)
         if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
-            raise FormatError(f"chunks_size must be a positive integer, got {cs!r}",
-                              path=Path(root) / "meta" / "info.json")
-        return cls(Path(root), cs,
-                   str(info.get("data_path", DEFAULT_DATA_PATH)),
-                   str(info.get("video_path", DEFAULT_VIDEO_PATH)),
-                   str(info.get("episodes_path", DEFAULT_EPISODES_PATH)))
+            raise FormatError(f"chunks_size must be a positive integer, got {cs!r:.60}", path=where)
+        defaults = {"data_path": DEFAULT_DATA_PATH, "video_path": DEFAULT_VIDEO_PATH,
+                    "episodes_path": DEFAULT_EPISODES_PATH}
+        tpl = {k: parse_template(k, info[k], where) if k in info else d for k, d in defaults.items()}
+        return cls(Path(root), cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"])
 
     def chunk_file(self, index: int) -> tuple[int, int]:
         """``N -> (chunk, file)`` for this task's ``chunks_size``."""
@@ -193,7 +240,11 @@ class EpisodeFiles:
 
 
 def walk_task_files(root: Path, top: Path) -> Iterable[str]:
-    """Relative POSIX paths of files under ``top``, skipping dot and ``_`` entries (§11)."""
+    """Relative POSIX paths of the non-directory entries under ``top``, skipping dot and ``_`` entries (§11).
+
+    Symlinks are not followed into directories; a symlink, FIFO or other non-regular entry is
+    listed like a file, so that it is reported when its episode is read instead of vanishing.
+    """
     if not top.is_dir():
         return
     stack = [top]
@@ -206,9 +257,13 @@ def walk_task_files(root: Path, top: Path) -> Iterable[str]:
         for e in entries:
             if e.name.startswith(_SKIP_DIR_PREFIXES):
                 continue
-            if e.is_dir(follow_symlinks=False):
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
                 stack.append(Path(e.path))
-            elif e.is_file():
+            else:  # files, and also symlinks, FIFOs...: named by the template, refused when opened
                 yield Path(e.path).relative_to(root).as_posix()
 
 
@@ -219,13 +274,15 @@ def static_prefix(template: str) -> str:
 
 
 def _read_episode_indices(path: Path) -> list[int]:
-    import pyarrow.parquet as pq
+    import pyarrow as pa
 
-    try:
-        table = pq.read_table(path, columns=["episode_index"])
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise FormatError(f"cannot read episode_index column: {exc}", path=path,
-                          hint="the meta/episodes file is corrupt; restore it or run `egopool validate TASK`") from exc
+    from ._safe_read import read_parquet, read_parquet_schema
+
+    hint = "the meta/episodes file is corrupt; restore it or run `egopool validate TASK`"
+    schema = read_parquet_schema(path, what="meta/episodes parquet", hint=hint)
+    if "episode_index" not in schema.names or not pa.types.is_integer(schema.field("episode_index").type):
+        raise FormatError("meta/episodes parquet has no integer episode_index column", path=path, hint=hint)
+    table = read_parquet(path, ["episode_index"], what="meta/episodes parquet", hint=hint)
     return [int(v) for v in table.column("episode_index").to_pylist() if v is not None]
 
 

@@ -27,8 +27,9 @@ from typing import Any
 import av
 import numpy as np
 
-from ..errors import CodecError, StorageError
-from .video import DtsGuard, flush_and_close, mux_frame
+from .._safe_read import loads_json
+from ..errors import CodecError, FormatError, StorageError
+from .video import DtsGuard, flush_and_close, mux_frame, open_media, stream_codec
 
 __all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "hevc12_available",
            "probe_depth", "read_depth_frames"]
@@ -275,7 +276,7 @@ class DepthProbe:
     streams: tuple[tuple[str, str | None], ...]
 
 
-def _depth_stream_kind(name: str, pix: str | None) -> str | None:
+def _depth_stream_kind(name: str | None, pix: str | None) -> str | None:
     if name == "ffv1" and pix in ("gray16le", "gray16be"):
         return "ffv1"
     if name == "hevc" and pix is not None and pix.startswith("gray1"):
@@ -291,23 +292,20 @@ def _pick_depth_stream(container: Any, path: Path) -> tuple[Any, str]:
     FFV1 gray16 wins over HEVC gray12 (it is lossless); the v1.0.14 dual-stream MKV's
     H.264 heatmap is never a depth stream, whatever its position.
     """
-    found = [(s, _depth_stream_kind(s.codec_context.name, s.codec_context.pix_fmt)) for s in container.streams.video]
+    found = [(s, _depth_stream_kind(*stream_codec(s))) for s in container.streams.video]
     for want in ("ffv1", "hevc12", "png16"):
         for s, kind in found:
             if kind == want:
                 return s, kind
-    listed = [(s.codec_context.name, s.codec_context.pix_fmt) for s, _ in found]
+    listed = [stream_codec(s) for s, _ in found]
     raise CodecError(f"no depth stream (FFV1 gray16le, HEVC gray12le or PNG gray16) among video streams {listed}",
                      path=path)
 
 
 def _open_container(path: Path) -> Any:
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise CodecError("depth stream not found", path=path)
-    try:
-        return av.open(str(path))
-    except Exception as exc:
-        raise CodecError(f"cannot open depth video: {exc}", path=path, hint="file missing or corrupt") from exc
+    return open_media(path, "depth video")
 
 
 def probe_depth(path: str | Path) -> DepthProbe:
@@ -327,8 +325,8 @@ def probe_depth(path: str | Path) -> DepthProbe:
         path = png16_frame_paths(path)[0]
     with _open_container(path) as container:
         stream, kind = _pick_depth_stream(container, path)
-        streams = tuple((s.codec_context.name, s.codec_context.pix_fmt) for s in container.streams.video)
-        return DepthProbe(kind, int(stream.index), stream.codec_context.name, stream.codec_context.pix_fmt, streams)
+        streams = tuple(stream_codec(s) for s in container.streams.video)
+        return DepthProbe(kind, int(stream.index), *stream_codec(stream), streams)
 
 
 def _log_params(container: Any, params: Mapping[str, Any] | None, path: Path) -> LogDepthCodec:
@@ -340,8 +338,8 @@ def _log_params(container: Any, params: Mapping[str, Any] | None, path: Path) ->
     comment = container.metadata.get("comment") or container.metadata.get("COMMENT")
     if comment:
         try:
-            own = json.loads(comment)
-        except json.JSONDecodeError:
+            own = loads_json(comment, what="container comment")
+        except FormatError:
             own = None
         if isinstance(own, Mapping) and ("depth_codec" in own or "d_min" in own or "d_max" in own):
             meta = own
@@ -400,5 +398,5 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
                 else:
                     raw = frame.to_ndarray() if frame.format.name == "gray12le" else frame.to_ndarray(format="gray12le")
                     yield codec.decode(raw)
-        except av.error.FFmpegError as exc:
+        except (av.error.FFmpegError, ValueError) as exc:
             raise CodecError(f"cannot decode depth video: {exc}", path=path) from exc

@@ -24,6 +24,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError
+from .video import open_media, stream_codec
 
 __all__ = ["PNG_EXT", "encode_png16", "png16_frame_paths", "read_png16_frame", "read_png16_frames"]
 
@@ -67,11 +68,11 @@ def read_png16_frame(path: str | Path) -> np.ndarray:
     """
     p = Path(path)
     try:
-        with av.open(str(p)) as container:
+        with open_media(p, "PNG depth frame") as container:
             if not container.streams.video:
                 raise CodecError("no image in file", path=p)
             stream = container.streams.video[0]
-            name, pix = stream.codec_context.name, stream.codec_context.pix_fmt
+            name, pix = stream_codec(stream)
             if name != "png" or pix not in ("gray16be", "gray16le"):
                 raise CodecError(f"not a 16-bit grayscale PNG (codec {name}, pixels {pix})", path=p,
                                  hint="legacy PNG depth frames hold uint16 millimetres")
@@ -79,7 +80,7 @@ def read_png16_frame(path: str | Path) -> np.ndarray:
             return np.ascontiguousarray(frame.to_ndarray(format="gray16le"))
     except CodecError:
         raise
-    except (av.error.FFmpegError, StopIteration, OSError) as exc:
+    except (av.error.FFmpegError, StopIteration, OSError, ValueError) as exc:
         raise CodecError(f"cannot decode PNG depth frame: {exc}", path=p) from exc
 
 

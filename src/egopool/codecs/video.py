@@ -7,7 +7,6 @@ the count, this module only encodes and decodes.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -16,10 +15,11 @@ from typing import Any
 import av
 import numpy as np
 
-from ..errors import CodecError, EgopoolError, StorageError
+from .._safe_read import loads_json, regular_file_size
+from ..errors import CodecError, EgopoolError, FormatError, StorageError
 
-__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "read_rgb_frames",
-           "reencode_rgb", "video_info"]
+__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "open_media",
+           "read_rgb_frames", "reencode_rgb", "stream_codec", "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
@@ -207,25 +207,59 @@ class RgbEncoder:
             pass
 
 
-def _open(path: str | Path) -> Any:
+def open_media(path: str | Path, what: str = "video") -> Any:
+    """Open a media file for reading with PyAV: regular files only (a FIFO would block in FFmpeg).
+
+    Raises
+    ------
+    CodecError
+        Missing, not a regular file (directory, FIFO, symlink loop), or FFmpeg cannot open it.
+    """
+    try:
+        regular_file_size(path, what=what)
+    except FormatError as exc:
+        raise CodecError(exc.message, path=path, hint=exc.hint or "the file is missing or corrupt") from None
     try:
         return av.open(str(path))
     except Exception as exc:
-        raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
+        raise CodecError(f"cannot open {what}: {exc}", path=path, hint="the file is missing or corrupt") from exc
+
+
+def _open(path: str | Path) -> Any:
+    return open_media(path, "video")
+
+
+def stream_codec(stream: Any) -> tuple[str | None, str | None]:
+    """``(codec name, pixel format)`` of a PyAV stream; ``(None, None)`` when FFmpeg found no decoder
+    for it (a damaged header leaves the stream without a codec context)."""
+    ctx = getattr(stream, "codec_context", None)
+    if ctx is None:
+        return None, None
+    return getattr(ctx, "name", None), getattr(ctx, "pix_fmt", None)
 
 
 def video_info(path: str | Path) -> dict[str, Any]:
-    """Probe: codec, pix_fmt, width, height, stream count, container comment (parsed JSON when possible)."""
+    """Probe: codec, pix_fmt, width, height, stream count, container comment (parsed JSON when possible).
+
+    Raises
+    ------
+    CodecError
+        Not a readable media file, no video stream, or a first stream without a decoder.
+    """
     with _open(path) as c:
         if not c.streams.video:
             raise CodecError("no video stream", path=path)
         s = c.streams.video[0]
+        name, pix_fmt = stream_codec(s)
+        if name is None:
+            raise CodecError("the video stream has no codec FFmpeg can decode (damaged header)", path=path,
+                             hint="the file is corrupt; restore it from a backup")
         comment = c.metadata.get("comment")
         try:
-            meta = json.loads(comment) if comment else {}
-        except json.JSONDecodeError:
+            meta = loads_json(comment, what="container comment") if comment else {}
+        except FormatError:
             meta = {}
-        return {"codec": s.codec_context.name, "pix_fmt": s.codec_context.pix_fmt, "width": s.codec_context.width,
+        return {"codec": name, "pix_fmt": pix_fmt, "width": s.codec_context.width,
                 "height": s.codec_context.height, "video_streams": len(c.streams.video), "metadata": meta}
 
 
@@ -244,10 +278,13 @@ def read_rgb_frames(path: str | Path) -> Iterator[np.ndarray]:
     with _open(path) as c:
         if not c.streams.video:
             raise CodecError("no video stream", path=path)
+        stream = c.streams.video[0]
+        if stream_codec(stream)[0] is None:
+            raise CodecError("the video stream has no codec FFmpeg can decode (damaged header)", path=path)
         try:
-            for frame in c.decode(c.streams.video[0]):
+            for frame in c.decode(stream):
                 yield frame.to_ndarray(format="rgb24")
-        except av.error.FFmpegError as exc:
+        except (av.error.FFmpegError, ValueError) as exc:
             raise CodecError(f"cannot decode video: {exc}", path=path) from exc
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes
+from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
 
 __all__ = [
@@ -81,10 +82,7 @@ def decode_row(raw: Mapping[str, Any], path: Path | None = None) -> dict[str, An
     for name in JSON_COLUMNS:
         v = out.get(name)
         if isinstance(v, str):
-            try:
-                out[name] = json.loads(v) if v.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise FormatError(f"episodes column {name!r} is not valid JSON: {exc.msg}", path=path) from exc
+            out[name] = loads_json(v, path=path, what=f"episodes column {name!r}") if v.strip() else {}
     return out
 
 
@@ -97,11 +95,7 @@ def read_episode_row(path: str | Path, index: int) -> dict[str, Any]:
         Unreadable parquet, or no row with ``episode_index == index`` in the file.
     """
     path = Path(path)
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:
-        raise FormatError(f"cannot read episodes parquet: {exc}", path=path,
-                          hint="the file is corrupt; restore it from a backup") from exc
+    table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
     if "episode_index" not in table.column_names:
         raise FormatError("episodes parquet has no episode_index column", path=path)
     rows = [r for r in table.to_pylist() if r.get("episode_index") == index]

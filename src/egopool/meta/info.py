@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_json
+from .._safe_read import read_json
 from ..errors import FormatError, LegacyLayoutError
 
 __all__ = [
@@ -92,11 +93,12 @@ def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, A
     LegacyLayoutError
         The directory is the v1.0 per-session layout.
     FormatError
-        File missing, not a JSON object, or wrong ``format``.
+        File missing or not a regular file, not UTF-8, not JSON (or nested deeper than any
+        spec document), not a JSON object, or wrong ``format``.
     """
     task_dir = Path(task_dir)
     path = info_path(task_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         sessions = _legacy_sessions(task_dir)
         if sessions:
             raise LegacyLayoutError(
@@ -111,10 +113,7 @@ def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, A
                               hint="pass the task directory holding data/, videos/, meta/")
         raise FormatError("not a pooled_episodes_v1 task: meta/info.json is missing", path=task_dir,
                           hint="point egopool at the task directory holding data/, videos/, meta/")
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"cannot parse JSON: {exc}", path=path, hint="restore info.json from a backup") from exc
+    info = read_json(path, what="info.json", hint="restore info.json from a backup")
     if not isinstance(info, dict):
         raise FormatError("info.json is not a JSON object", path=path)
     if check_format:

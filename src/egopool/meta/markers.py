@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from .._atomic import atomic_write_json
+from .._safe_read import read_json
+from ..errors import EgopoolError
 
 __all__ = ["clear_recycled", "live_reservations", "read_recycled", "release", "reserve", "stale_reservations",
            "write_recycled"]
@@ -27,10 +28,12 @@ def _marker(task_dir: str | Path) -> Path:
 
 def read_recycled(task_dir: str | Path) -> int | None:
     """N named by a valid marker, else None (a corrupt marker is ignored, §7.5)."""
+    marker = _marker(task_dir)
+    if not marker.exists():
+        return None
     try:
-        obj = json.loads(_marker(task_dir).read_text(encoding="utf-8"))
-        n = obj["episode_index"]
-    except (OSError, ValueError, KeyError, TypeError):
+        n = read_json(marker, what="recycled_episode.json", limit=1 << 20)["episode_index"]
+    except (EgopoolError, KeyError, TypeError, IndexError):
         return None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 

@@ -13,7 +13,6 @@ force matrices.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_json
+from .._safe_read import read_json
 from ..errors import FormatError
 
 __all__ = [
@@ -124,15 +124,11 @@ def stats_columns(info: Mapping[str, Any], schema_names: Iterable[str]) -> list[
 
 
 def read_stats(task_dir: str | Path) -> dict[str, Any]:
-    """Load ``stats.json`` ({} when missing). Raises FormatError on bad JSON."""
+    """Load ``stats.json`` ({} when missing). Raises FormatError on bad JSON or a non-regular file."""
     path = stats_path(task_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {}
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"cannot parse JSON: {exc}", path=path,
-                          hint="run `egopool stats recalc TASK` to rebuild it from data/") from exc
+    obj = read_json(path, what="stats.json", hint="run `egopool stats recalc TASK` to rebuild it from data/")
     if not isinstance(obj, dict):
         raise FormatError("stats.json is not a JSON object", path=path,
                           hint="run `egopool stats recalc TASK` to rebuild it from data/")

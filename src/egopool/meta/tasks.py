@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_bytes
+from .._safe_read import loads_json, read_text
 from ..errors import FormatError
 
 __all__ = ["read_tasks", "tasks_path", "write_tasks_if_missing"]
@@ -23,22 +24,17 @@ def read_tasks(task_dir: str | Path) -> list[dict[str, Any]]:
     Raises
     ------
     FormatError
-        A line is not a complete JSON object (e.g. a pretty-printed, multi-line file).
+        Missing or not a regular file (a FIFO is never opened), not UTF-8 (the line is
+        named), or a line that is not a complete JSON object (e.g. a pretty-printed file).
     """
     path = tasks_path(task_dir)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise FormatError("meta/tasks.jsonl is missing", path=path) from exc
+    lines = read_text(path, what="meta/tasks.jsonl").splitlines()
     out = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"line {i} is not a complete JSON object ({exc.msg})", path=path,
-                              hint="tasks.jsonl must hold one JSON object per line; re-write it on one line") from exc
+        obj = loads_json(line, path=path, what="tasks.jsonl line", line=i,
+                         hint="tasks.jsonl must hold one complete JSON object per line; re-write it on one line")
         if not isinstance(obj, dict):
             raise FormatError(f"line {i} is not a JSON object", path=path)
         out.append(obj)

@@ -15,6 +15,7 @@ subclasses naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
+from .._safe_read import open_parquet, read_parquet, read_parquet_schema
+from ..arrowutil import (IMU, NS_LIST, NS_SCALAR, TRAJECTORY, Physical, int_values_to_numpy, list_column_to_numpy,
+                         list_offsets)
 from . import forces as episode_forces
 from ..codecs import slam as _slam
 from ..codecs.depth import read_depth_frames
@@ -158,11 +160,20 @@ class Trajectory:
 
 
 def _read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
+    return read_parquet(path, columns, what="data parquet",
+                        hint="the file is truncated or corrupt; run `egopool validate TASK`")
+
+
+@contextlib.contextmanager
+def _decoding(column: str, path: Path | None) -> Iterator[None]:
+    """Values that do not decode as the column's kind (ragged rows, nulls where numbers belong)
+    become a SchemaError naming the column and file, never a numpy/pyarrow error."""
     try:
-        return pq.read_table(path, columns=columns)
-    except Exception as exc:  # ArrowInvalid, OSError, ... -> one boundary
-        raise FormatError(f"cannot read parquet: {exc}", path=path,
-                          hint="the file is truncated or corrupt; run `egopool validate TASK`") from exc
+        yield
+    except (ValueError, TypeError, AttributeError, IndexError, pa.ArrowException) as exc:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SchemaError(f"values cannot be decoded ({text})", column=column, path=path,
+                          hint="run `egopool validate TASK` for the full check") from exc
 
 
 class Episode:
@@ -212,12 +223,7 @@ class Episode:
     @property
     def schema(self) -> pa.Schema:
         """The data parquet's schema: which columns this episode really has (§6.7)."""
-        path = self._data_path()
-        try:
-            return pq.read_schema(path)
-        except Exception as exc:
-            raise FormatError(f"cannot read parquet schema: {exc}", path=path,
-                              hint="the file is truncated or corrupt") from exc
+        return read_parquet_schema(self._data_path(), what="data parquet", hint="the file is truncated or corrupt")
 
     @property
     def column_names(self) -> list[str]:
@@ -238,14 +244,40 @@ class Episode:
                               path=self.files.data)
         return _read_table(self._data_path(), names)
 
+    def typed_columns(self, expected: Mapping[str, Physical]) -> pa.Table:
+        """Only the named columns, after checking each is stored as the physical type its kind needs.
+
+        Parameters
+        ----------
+        expected:
+            Column name -> :class:`~egopool.arrowutil.Physical` (e.g. ``NS_SCALAR`` for
+            ``hardware_ns``, ``TRAJECTORY`` for a trajectory).
+
+        Raises
+        ------
+        SchemaError
+            A column is absent, or stored as another type (``hardware_ns`` as ``list<float>``
+            or null type, a ``_ns`` column as int32, a trajectory as ``list<list<float64>>``);
+            names the column and the file.
+        """
+        schema = self.schema
+        for name, want in expected.items():
+            if name not in schema.names:
+                raise SchemaError(f"not in episode {self.index}'s data parquet", column=name, path=self.files.data)
+            typ = schema.field(name).type
+            if not want.matches(typ):
+                raise SchemaError(f"is stored as {typ}, egopool reads it as {want.text}", column=name,
+                                  path=self.files.data, hint="run `egopool validate TASK` for the full check")
+        return _read_table(self._data_path(), list(expected))
+
     @property
     def length(self) -> int:
         """Data rows (from parquet metadata, no data read)."""
-        path = self._data_path()
+        pf = open_parquet(self._data_path(), what="data parquet")
         try:
-            return int(pq.ParquetFile(path).metadata.num_rows)
-        except Exception as exc:
-            raise FormatError(f"cannot read parquet footer: {exc}", path=path) from exc
+            return int(pf.metadata.num_rows)
+        finally:
+            pf.close()
 
     @property
     def streams(self) -> dict[str, Path]:
@@ -293,18 +325,18 @@ class Episode:
         if column not in names:
             raise SchemaError(f"not in episode {self.index} (it has {self.trajectories()})", column=column,
                               path=self.files.data)
-        typ = self.schema.field(column).type
-        if column not in self.trajectories() or not (pa.types.is_list(typ) or pa.types.is_large_list(typ)):
+        if column not in self.trajectories():
             raise SchemaError(f"is not a trajectory column (observation.*slam_trajectory, list<float64>); "
                               f"episode {self.index} has {self.trajectories()}", column=column, path=self.files.data)
         ns_col = column + "_ns"
         has_ns = ns_col in names
         spec, source = self._spec(column)
-        t = self.columns([column, ns_col] if has_ns else [column])
+        t = self.typed_columns({column: TRAJECTORY, ns_col: NS_LIST} if has_ns else {column: TRAJECTORY})
         col = t.column(column)
-        offs = list_offsets(col)
-        flat = np.asarray(pa.chunked_array(col.chunks).combine_chunks().flatten().to_numpy(zero_copy_only=False),
-                          dtype=np.float64) if len(col) else np.zeros(0)
+        with _decoding(column, self.files.data):
+            offs = list_offsets(col)
+            flat = np.asarray(pa.chunked_array(col.chunks, type=col.type).combine_chunks().flatten()
+                              .to_numpy(zero_copy_only=False), dtype=np.float64) if len(col) else np.zeros(0)
         if flat.size % 8 or np.any(offs % 8):
             raise SchemaError("row lengths are not multiples of 8 ([t,x,y,z,qx,qy,qz,qw] per point)", column=column,
                               path=self.files.data)
@@ -313,8 +345,10 @@ class Episode:
         rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         if has_ns:
             nc = t.column(ns_col)
-            host = int_values_to_numpy(nc, flatten=True)
-            if not np.array_equal(np.diff(list_offsets(nc)), counts):
+            with _decoding(ns_col, self.files.data):
+                host = int_values_to_numpy(nc, flatten=True)
+                ns_counts = np.diff(list_offsets(nc))
+            if not np.array_equal(ns_counts, counts):
                 raise SchemaError(f"not in lockstep with {column!r}", column=ns_col, path=self.files.data)
         else:
             host = np.zeros(points.shape[0], dtype=np.int64)
@@ -342,9 +376,16 @@ class Episode:
         SchemaError
             The episode has no IMU, or ``imu_ts_ns`` is not one-to-one with the samples.
         """
-        t = self.columns(["observation.imu", "imu_ts_ns"])
-        samples = list_column_to_numpy(t.column("observation.imu"), depth=2).astype(np.float32, copy=False)
-        ts = int_values_to_numpy(t.column("imu_ts_ns"), flatten=True)
+        t = self.typed_columns({"observation.imu": IMU, "imu_ts_ns": NS_LIST})
+        with _decoding("observation.imu", self.files.data):
+            imu = t.column("observation.imu")
+            samples = (list_column_to_numpy(imu, depth=2) if len(imu) else np.zeros((0, 6))).astype(np.float32,
+                                                                                                  copy=False)
+        if samples.size and samples.shape[1] != 6:
+            raise SchemaError(f"samples have {samples.shape[1]} values, not 6 (gyro xyz, accel xyz)",
+                              column="observation.imu", path=self.files.data)
+        with _decoding("imu_ts_ns", self.files.data):
+            ts = int_values_to_numpy(t.column("imu_ts_ns"), flatten=True)
         if ts.shape[0] != samples.shape[0]:
             raise SchemaError(f"{ts.shape[0]} stamps for {samples.shape[0]} samples", column="imu_ts_ns",
                               path=self.files.data)
@@ -364,12 +405,19 @@ class Episode:
         SchemaError
             No IMU in this episode, or a row whose stamp count differs from its sample count.
         """
-        t = self.columns(["observation.imu", "imu_ts_ns"])
+        t = self.typed_columns({"observation.imu": IMU, "imu_ts_ns": NS_LIST})
         imu, ts = t.column("observation.imu"), t.column("imu_ts_ns")
-        samples = list_column_to_numpy(imu, depth=2) if len(imu) else np.zeros((0, 6), np.float32)
-        flat_ts = int_values_to_numpy(ts, flatten=True)
+        with _decoding("observation.imu", self.files.data):
+            samples = list_column_to_numpy(imu, depth=2) if len(imu) else np.zeros((0, 6), np.float32)
+            imu_counts = np.diff(list_offsets(imu))
+        if samples.size and samples.shape[1] != 6:
+            raise SchemaError(f"samples have {samples.shape[1]} values, not 6 (gyro xyz, accel xyz)",
+                              column="observation.imu", path=self.files.data)
+        with _decoding("imu_ts_ns", self.files.data):
+            flat_ts = int_values_to_numpy(ts, flatten=True)
+            ts_counts = np.diff(list_offsets(ts))
         try:
-            return expand_imu(np.diff(list_offsets(imu)), np.diff(list_offsets(ts)), flat_ts,
+            return expand_imu(imu_counts, ts_counts, flat_ts,
                               samples.reshape(-1, 6) if samples.size else np.zeros((0, 6), np.float32))
         except CodecError as exc:
             raise SchemaError(exc.message, column="imu_ts_ns", path=self.files.data) from exc
@@ -379,8 +427,15 @@ class Episode:
 
         With ``unwrap`` (default), a series truncated to signed 32 bits (early gripper RGB,
         §7.3) is unwrapped with period 2^32 ns; other series are returned as stored.
+
+        Raises
+        ------
+        SchemaError
+            No ``hardware_ns`` column, or it is not stored as int64 (names column and file).
         """
-        hw = int_values_to_numpy(self.columns(["hardware_ns"]).column("hardware_ns"))
+        col = self.typed_columns({"hardware_ns": NS_SCALAR}).column("hardware_ns")
+        with _decoding("hardware_ns", self.files.data):
+            hw = int_values_to_numpy(col)
         return unwrap_ns(hw) if unwrap and looks_truncated32(hw) else hw
 
     def pair_trajectory(self, column: str = "observation.slam_trajectory",

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from ..arrowutil import list_offsets
 from ..codecs.force_matrix import FRAME_VALUES
-from ..errors import SchemaError
+from .._safe_read import open_parquet
+from ..errors import EgopoolError, SchemaError
 from ..schema import ALWAYS_KEY_COLUMNS, KEY_COLUMNS, check_column_name, signal_kind
 from .context import Context
 
@@ -120,9 +121,9 @@ _KIND_TYPES: dict[str, tuple[Any, str]] = {
 
 def _open(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
     try:
-        return pq.ParquetFile(str(path))
-    except Exception as exc:  # ArrowInvalid, OSError, ...: one boundary, never a traceback
-        ctx.report.error(R_PARQUET, path, f"cannot read parquet ({first_line(exc)}): the file is truncated or "
+        return open_parquet(path, what="data parquet")
+    except EgopoolError as exc:  # not a regular file, impossible footer, ArrowInvalid...: one boundary
+        ctx.report.error(R_PARQUET, path, f"cannot read parquet ({exc.message}): the file is truncated or "
                                           f"corrupt; restore it from a backup or delete episode {index}")
         return None
 

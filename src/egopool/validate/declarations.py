@@ -52,7 +52,7 @@ def _axes_problem(axes: Any) -> str | None:
     if not isinstance(axes, Mapping) or set(axes) != {"+X", "+Y", "+Z"}:
         return "frame_axes must be an object with exactly the keys +X, +Y, +Z"
     words = [axes[k] for k in ("+X", "+Y", "+Z")]
-    if any(w not in _WORDS for w in words):
+    if any(not isinstance(w, str) or w not in _WORDS for w in words):
         return f"frame_axes words must be among {sorted(_WORDS)}, got {words}"
     if len({_AXIS_OF[w] for w in words}) != 3:
         return f"frame_axes {words} do not name three different directions"

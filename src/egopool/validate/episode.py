@@ -14,13 +14,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from .._safe_read import loads_json, read_parquet
 from ..codecs.decode_scan import StreamScan, scan_stream
 from ..codecs.depth import probe_depth
 from ..codecs.depth_png import png16_frame_paths
@@ -98,12 +97,13 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
     try:
         if g.meta_is_shard:
             if path not in ctx.shard_tables:
-                ctx.shard_tables[path] = pq.read_table(str(path))
+                ctx.shard_tables[path] = read_parquet(path, what="meta/episodes parquet")
             table = ctx.shard_tables[path]
         else:
-            table = pq.read_table(str(path))
+            table = read_parquet(path, what="meta/episodes parquet")
     except Exception as exc:  # one boundary for every pyarrow failure
-        ctx.report.error(R_META_FILE, path, f"cannot read meta/episodes parquet ({first_line(exc)}): the file is "
+        reason = exc.message if isinstance(exc, EgopoolError) else first_line(exc)
+        ctx.report.error(R_META_FILE, path, f"cannot read meta/episodes parquet ({reason}): the file is "
                                             f"truncated or corrupt; restore it or re-create episode {n}'s row")
         return None
     if "episode_index" not in table.column_names:
@@ -144,10 +144,10 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
             ctx.report.error(R_META_COLS, path, f"meta column {name!r} must be a JSON object string, got {v!r:.40}")
         else:
             try:
-                parsed = json.loads(v)
-            except json.JSONDecodeError as exc:
-                ctx.report.error(R_META_COLS, path, f"meta column {name!r} is not valid JSON ({exc.msg}): it is a "
-                                                    "JSON object string, write it with json.dumps")
+                parsed = loads_json(v, path=path, what=f"meta column {name!r}")
+            except EgopoolError as exc:
+                ctx.report.error(R_META_COLS, path, f"{exc.message}: it is a JSON object string, write it with "
+                                                    "json.dumps")
             else:
                 if not isinstance(parsed, dict):
                     ctx.report.error(R_META_COLS, path, f"meta column {name!r} holds a JSON "

@@ -7,15 +7,14 @@ object per line) and §11 (obsolete ``.stats_state.json``).
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import string
 from pathlib import Path
 from typing import Any
 
+from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError
-from ..layout import TaskLayout
+from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
 from .context import Context
 from .report import Report
@@ -131,9 +130,6 @@ def check_info_keys(ctx: Context) -> None:
         ctx.report.warning(R_INFO, path, "video is false but video_extensions declares streams; set video to true")
 
 
-_TEMPLATE_FIELDS = {"data_path": {"c", "f"}, "episodes_path": {"c", "f"}, "video_path": {"c", "f", "image_key", "ext"}}
-
-
 def check_templates(ctx: Context) -> TaskLayout | None:
     """The path templates (§3, checklist §12.2) must be usable: right fields, and they must format.
 
@@ -142,26 +138,20 @@ def check_templates(ctx: Context) -> TaskLayout | None:
     """
     path = info_path(ctx.root)
     ok = True
-    for key, need in _TEMPLATE_FIELDS.items():
+    for key in TEMPLATE_FIELDS:
         tpl = ctx.info.get(key)
         if tpl is None or not isinstance(tpl, str):
-            continue  # missing / wrong type already reported; the spec default is used
+            continue  # missing / wrong type already reported by check_info_keys
         try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(tpl) if f is not None}
-            tpl.format(c=0, f=0, image_key="k", ext="mp4")
-        except (ValueError, KeyError, IndexError) as exc:
-            ctx.report.error(R_INFO, path, f"template {key}={tpl!r} cannot be formatted ({exc}); "
-                                           f"it must use exactly the fields {sorted(need)}")
-            ok = False
-            continue
-        if fields != need:
-            ctx.report.error(R_INFO, path, f"template {key}={tpl!r} uses fields {sorted(fields)}, it must use "
-                                           f"exactly {sorted(need)} (e.g. the spec's default template)")
+            parse_template(key, tpl, path)
+        except EgopoolError as exc:
+            ctx.report.error(R_INFO, path, f"{exc.message} (e.g. the spec's default template)")
             ok = False
     if not ok:
         return None
+    usable = {k: v for k, v in ctx.info.items() if not (k in TEMPLATE_FIELDS and not isinstance(v, str))}
     try:
-        return TaskLayout.from_info(ctx.root, ctx.info)
+        return TaskLayout.from_info(ctx.root, usable)
     except EgopoolError as exc:
         ctx.report.error(R_INFO, path, exc.message)
         return None
@@ -170,14 +160,14 @@ def check_templates(ctx: Context) -> TaskLayout | None:
 def check_tasks_jsonl(ctx: Context) -> None:
     """``meta/tasks.jsonl``: every line one complete JSON object, single line today (§5, §12.5)."""
     path = ctx.rel("meta", "tasks.jsonl")
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         ctx.report.error(R_TASKS, path, "meta/tasks.jsonl is missing; create it with the single line "
                                         '{"task_index": 0, "task": "<task name>"}')
         return
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        ctx.report.error(R_TASKS, path, f"cannot read as UTF-8 text: {exc}")
+        text = read_text(path, what="meta/tasks.jsonl")
+    except EgopoolError as exc:
+        ctx.report.error(R_TASKS, path, f"cannot read as UTF-8 text: {exc.message}")
         return
     lines = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
@@ -185,9 +175,9 @@ def check_tasks_jsonl(ctx: Context) -> None:
         return
     for i, line in lines:
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            ctx.report.error(R_TASKS, path, f"line {i} is not a complete JSON object ({exc.msg}): tasks.jsonl "
+            obj = loads_json(line, path=path, what="tasks.jsonl line")
+        except EgopoolError as exc:
+            ctx.report.error(R_TASKS, path, f"line {i} is not a complete JSON object ({exc.message}): tasks.jsonl "
                                             "must hold one JSON object per line and must not be pretty-printed "
                                             "(first-line readers break); rewrite it on one line")
             return
@@ -211,15 +201,15 @@ def check_stats(ctx: Context, has_episodes: bool) -> None:
     ``egopool stats recalc``.
     """
     path = ctx.rel("meta", "stats.json")
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         if has_episodes:
             ctx.report.error(R_STATS, path, "meta/stats.json is missing although the task has episodes; "
                                             "run `egopool stats recalc TASK` to rebuild it from data/")
         return
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        ctx.report.error(R_STATS, path, f"cannot parse JSON ({exc}); run `egopool stats recalc TASK`")
+        doc = read_json(path, what="stats.json")
+    except EgopoolError as exc:
+        ctx.report.error(R_STATS, path, f"cannot parse JSON ({exc.message}); run `egopool stats recalc TASK`")
         return
     if not isinstance(doc, dict):
         ctx.report.error(R_STATS, path, "is not a JSON object of blocks; run `egopool stats recalc TASK`")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import EgopoolError
 from ..layout import EpisodeFiles, list_task_episodes, static_prefix, walk_task_files
@@ -102,15 +103,24 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     return report
 
 
+def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
+    """Run one task-level check; a failure inside it is one finding and the other checks still run."""
+    try:
+        return check(ctx)
+    except Exception as exc:  # noqa: BLE001 - a check must never stop the run (issue 12 D)
+        ctx.report.error(R_CHECKLIST, info_path(ctx.root), f"check {check.__name__} could not finish "
+                                                          f"({type(exc).__name__}: {first_line(exc)}); the other "
+                                                          "checks ran, fix the findings they report and run it again")
+        return None
+
+
 def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bool) -> None:
     info = check_info_file(root, report)
     if info is None:
         return
     ctx = Context(root, report, info, decode=not fast)
-    check_info_keys(ctx)
-    check_tasks_jsonl(ctx)
-    check_leftovers(ctx)
-    check_declarations(ctx)
+    for check in (check_info_keys, check_tasks_jsonl, check_leftovers, check_declarations):
+        _guarded(ctx, check)
     ctx.layout = check_templates(ctx)
     if ctx.layout is None:
         check_stats(ctx, has_episodes=False)

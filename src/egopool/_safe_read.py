@@ -1,0 +1,298 @@
+"""The one place egopool reads a file it did not just write: bounded, regular files only.
+
+Every reader of task files (``info.json``, ``stats.json``, ``tasks.jsonl``, ``meta/episodes``
+and data parquets, markers, journals) and of import inputs goes through these helpers, so a
+damaged input gives a one-line :class:`~egopool.errors.FormatError` naming the file, in
+bounded time and memory (issue 12 D):
+
+* only regular files are opened: a FIFO would block forever, a directory or a symlink loop
+  raises an ``OSError`` deep inside a library; the file is opened ``O_NONBLOCK`` and checked
+  with ``fstat`` on the open descriptor, so a FIFO swapped in after a check cannot block;
+* text and JSON files are read up to a size limit and decoded as UTF-8 with the offending
+  line named; a UTF-8 byte order mark is accepted;
+* JSON is parsed with a nesting limit (:data:`MAX_JSON_DEPTH`): a document nested deeper
+  than any ``pooled_episodes_v1`` file is refused instead of raising ``RecursionError`` in
+  the parser or in a later ``json.dumps`` / Rich print;
+* a parquet's footer length (its last 8 bytes) is checked against the file size and
+  :data:`MAX_PARQUET_FOOTER` before pyarrow reads it, so a corrupt length cannot make
+  pyarrow allocate gigabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+from .errors import EgopoolError, FormatError
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_BYTES",
+    "MAX_PARQUET_FOOTER",
+    "check_parquet",
+    "loads_json",
+    "open_parquet",
+    "read_bytes",
+    "read_json",
+    "read_parquet",
+    "read_parquet_schema",
+    "read_text",
+    "regular_file_size",
+]
+
+#: Deepest JSON nesting accepted. The deepest document of the format (a calibration entry
+#: in info.json) nests about 6 levels; 64 leaves room without letting a hostile file
+#: exhaust the recursion of ``json`` or of code that walks the result.
+MAX_JSON_DEPTH = 64
+#: Largest JSON / text meta file read (info.json of a 1000-device rig is well below 1 MiB).
+MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Largest parquet footer (file metadata) accepted. egopool's own footers are a few KiB; a
+#: legacy shard of 1000 rows or a data parquet of thousands of row groups stays far below.
+MAX_PARQUET_FOOTER = 64 * 1024 * 1024
+
+_PARQUET_MAGIC = b"PAR1"
+
+
+def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
+    """An O_RDONLY|O_NONBLOCK descriptor of ``path`` after ``fstat`` says it is a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FormatError(f"{what} is missing", path=path) from None
+    except IsADirectoryError:
+        raise FormatError(f"{what} is a directory, not a file", path=path,
+                          hint="remove the directory or restore the file") from None
+    except OSError as exc:
+        raise FormatError(f"cannot open {what}: {exc.strerror or exc}", path=path,
+                          hint="a symlink loop or an unreadable path; restore the file") from exc
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise FormatError(f"cannot stat {what}: {exc.strerror or exc}", path=path) from exc
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise FormatError(f"{what} is {kind}, not a regular file; egopool does not open it", path=path,
+                          hint="replace it with the regular file the format expects")
+    return fd, st
+
+
+def regular_file_size(path: str | Path, *, what: str = "file") -> int:
+    """Size in bytes of ``path`` when it is a regular file (a symlink to one is fine).
+
+    Raises
+    ------
+    FormatError
+        Missing, a directory, FIFO, socket or device, a symlink loop, or unreadable.
+    """
+    fd, st = _open_regular(Path(path), what)
+    os.close(fd)
+    return int(st.st_size)
+
+
+def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes.
+
+    Raises
+    ------
+    FormatError
+        Not a regular file (see :func:`regular_file_size`), larger than ``limit``, or a read error.
+    """
+    path = Path(path)
+    fd, st = _open_regular(path, what)
+    try:
+        if st.st_size > limit:
+            raise FormatError(f"{what} is {st.st_size} bytes, more than the {limit} egopool reads", path=path,
+                              hint="this is not the file the format expects; restore it")
+        chunks = []
+        total = 0
+        while True:
+            block = os.read(fd, 1 << 20)
+            if not block:
+                break
+            total += len(block)
+            if total > limit:  # the file grew while being read
+                raise FormatError(f"{what} grew beyond {limit} bytes while being read", path=path)
+            chunks.append(block)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FormatError(f"cannot read {what}: {exc.strerror or exc}", path=path) from exc
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> str:
+    """A regular file as UTF-8 text; a leading byte order mark is dropped.
+
+    Raises
+    ------
+    FormatError
+        As :func:`read_bytes`, or bytes that are not UTF-8 (the message names the line).
+    """
+    raw = read_bytes(path, what=what, limit=limit)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise FormatError(f"line {line} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                          path=path, hint=f"{what} must be UTF-8; restore it or re-save it as UTF-8") from None
+
+
+def _depth_exceeds(obj: Any, limit: int) -> bool:
+    """True when ``obj`` nests lists/dicts deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str = "JSON",
+               hint: str | None = None, line: int | None = None) -> Any:
+    """``json.loads`` that raises only :class:`FormatError` and refuses deep nesting.
+
+    Parameters
+    ----------
+    text:
+        The document (a ``str``, or UTF-8 ``bytes``).
+    path, what, hint:
+        Named in the error: the file, what the text is (``"episodes column 'drop_stats'"``),
+        what to do.
+    line:
+        1-based line of ``text`` in its file (for JSON Lines), named in the error.
+
+    Raises
+    ------
+    FormatError
+        Not JSON, not UTF-8, or nesting deeper than :data:`MAX_JSON_DEPTH` levels.
+    """
+    where = f"line {line}: " if line is not None else ""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        obj = None
+        deep = True
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        pos = f" (line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) and line is None else ""
+        raise FormatError(f"{where}{what} is not valid JSON: {msg}{pos}", path=path, hint=hint) from None
+    except (ValueError, TypeError) as exc:  # e.g. an int of more than 4300 digits
+        raise FormatError(f"{where}{what} is not usable JSON: {exc}", path=path, hint=hint) from None
+    else:
+        deep = _depth_exceeds(obj, MAX_JSON_DEPTH)
+    if deep:
+        raise FormatError(f"{where}{what} nests deeper than {MAX_JSON_DEPTH} levels; no pooled_episodes_v1 "
+                          "document does, the file is damaged", path=path, hint=hint)
+    return obj
+
+
+def read_json(path: str | Path, *, what: str = "JSON file", hint: str | None = None,
+              limit: int = MAX_JSON_BYTES) -> Any:
+    """Read a regular UTF-8 JSON file with :func:`read_text` and :func:`loads_json`.
+
+    Raises
+    ------
+    FormatError
+        Missing, not a regular file, too large, not UTF-8, not JSON, or nested too deep.
+    """
+    text = read_text(path, what=what, limit=limit)
+    return loads_json(text, path=path, what=what, hint=hint)
+
+
+def check_parquet(path: str | Path, *, what: str = "parquet file") -> int:
+    """Check a parquet file's envelope before pyarrow reads it; return its size in bytes.
+
+    The last 8 bytes of a parquet file are the footer length (uint32 little endian) and the
+    magic ``PAR1``. The footer must fit in the file after the leading magic and be at most
+    :data:`MAX_PARQUET_FOOTER` bytes.
+
+    Raises
+    ------
+    FormatError
+        Not a regular file, too short, no ``PAR1`` magic, or an impossible footer length.
+    """
+    path = Path(path)
+    fd, st = _open_regular(path, what)
+    try:
+        size = int(st.st_size)
+        if size < 12:
+            raise FormatError(f"{what} is {size} bytes, too short for a parquet file (truncated)", path=path,
+                              hint="restore it from a backup")
+        tail = os.pread(fd, 8, size - 8)
+    except OSError as exc:
+        raise FormatError(f"cannot read {what}: {exc.strerror or exc}", path=path) from exc
+    finally:
+        os.close(fd)
+    if len(tail) != 8 or tail[4:] != _PARQUET_MAGIC:
+        raise FormatError(f"{what} does not end in the parquet magic PAR1 (truncated or not parquet)", path=path,
+                          hint="restore it from a backup")
+    (footer,) = struct.unpack("<I", tail[:4])
+    if footer > size - 12:
+        raise FormatError(f"{what} claims a {footer}-byte footer in a {size}-byte file (corrupt)", path=path,
+                          hint="restore it from a backup")
+    if footer > MAX_PARQUET_FOOTER:
+        raise FormatError(f"{what} claims a {footer}-byte footer, more than the {MAX_PARQUET_FOOTER} egopool reads "
+                          "(corrupt)", path=path, hint="restore it from a backup")
+    return size
+
+
+def _parquet_error(exc: BaseException, path: Path, what: str, hint: str | None) -> FormatError:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return FormatError(f"cannot read {what}: {text}", path=path,
+                       hint=hint or "the file is truncated or corrupt; run `egopool validate TASK`")
+
+
+def open_parquet(path: str | Path, *, what: str = "parquet file", hint: str | None = None) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` after :func:`check_parquet`; errors become FormatError."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    check_parquet(path, what=what)
+    try:
+        return pq.ParquetFile(str(path))
+    except EgopoolError:
+        raise
+    except Exception as exc:  # ArrowInvalid, OSError, ...: one boundary
+        raise _parquet_error(exc, path, what, hint) from exc
+
+
+def read_parquet(path: str | Path, columns: list[str] | None = None, *, what: str = "parquet file",
+                 hint: str | None = None) -> Any:
+    """``pyarrow.parquet.read_table`` after :func:`check_parquet`; errors become FormatError."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    check_parquet(path, what=what)
+    try:
+        return pq.read_table(str(path), columns=columns)
+    except Exception as exc:
+        raise _parquet_error(exc, path, what, hint) from exc
+
+
+def read_parquet_schema(path: str | Path, *, what: str = "parquet file", hint: str | None = None) -> Any:
+    """``pyarrow.parquet.read_schema`` after :func:`check_parquet`; errors become FormatError."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    check_parquet(path, what=what)
+    try:
+        return pq.read_schema(str(path))
+    except Exception as exc:
+        raise _parquet_error(exc, path, what, hint) from exc
