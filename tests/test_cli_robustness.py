@@ -228,13 +228,6 @@ def test_show_with_created_at_stored_as_a_string(tmp_path: Path, capsys) -> None
     assert doc["meta"]["created_at"] == "yesterday" and doc["columns"]["observation.glove"] == "list<element: float>"
 
 
-@pytest.mark.parametrize("n", ["-1", "0"])
-def test_show_rejects_n_below_one(tmp_path: Path, capsys, n: str) -> None:
-    task = _task(tmp_path, episodes=1)
-    line = _one_error(capsys, main(["show", str(task), n]))
-    assert line == f"egopool: error: episode index must be >= 1, got {n} (global N is 1-based: episode-000 is N=1)"
-
-
 @pytest.mark.parametrize("cmd", ["info", "ls", "show"])
 def test_a_file_instead_of_a_task_directory(tmp_path: Path, capsys, cmd: str) -> None:
     f = tmp_path / "afile"

@@ -164,7 +164,7 @@ def _depth_exceeds(obj: Any, limit: int) -> bool:
     return False
 
 
-def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str = "JSON",
+def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str | None = None,
                hint: str | None = None, line: int | None = None) -> Any:
     """``json.loads`` that raises only :class:`FormatError` and refuses deep nesting.
 
@@ -173,8 +173,8 @@ def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str =
     text:
         The document (a ``str``, or UTF-8 ``bytes``).
     path, what, hint:
-        Named in the error: the file, what the text is (``"episodes column 'drop_stats'"``),
-        what to do.
+        Named in the error: the file, what part of it the text is (``"episodes column
+        'drop_stats'"``; None for the whole file), what to do.
     line:
         1-based line of ``text`` in its file (for JSON Lines), named in the error.
 
@@ -184,6 +184,7 @@ def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str =
         Not JSON, not UTF-8, or nesting deeper than :data:`MAX_JSON_DEPTH` levels.
     """
     where = f"line {line}: " if line is not None else ""
+    of = f" of {what}" if what else ""
     try:
         obj = json.loads(text)
     except RecursionError:
@@ -192,13 +193,14 @@ def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str =
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         pos = f" (line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) and line is None else ""
-        raise FormatError(f"{where}{what} is not valid JSON: {msg}{pos}", path=path, hint=hint) from None
+        text = f"{what} is not valid JSON: {msg}" if what else f"cannot parse JSON: {msg}{pos}"
+        raise FormatError(where + text, path=path, hint=hint) from None
     except (ValueError, TypeError) as exc:  # e.g. an int of more than 4300 digits
-        raise FormatError(f"{where}{what} is not usable JSON: {exc}", path=path, hint=hint) from None
+        raise FormatError(f"{where}cannot parse JSON{of}: {exc}", path=path, hint=hint) from None
     else:
         deep = _depth_exceeds(obj, MAX_JSON_DEPTH)
     if deep:
-        raise FormatError(f"{where}{what} nests deeper than {MAX_JSON_DEPTH} levels; no pooled_episodes_v1 "
+        raise FormatError(f"{where}JSON{of} nests deeper than {MAX_JSON_DEPTH} levels; no pooled_episodes_v1 "
                           "document does, the file is damaged", path=path, hint=hint)
     return obj
 
@@ -213,7 +215,7 @@ def read_json(path: str | Path, *, what: str = "JSON file", hint: str | None = N
         Missing, not a regular file, too large, not UTF-8, not JSON, or nested too deep.
     """
     text = read_text(path, what=what, limit=limit)
-    return loads_json(text, path=path, what=what, hint=hint)
+    return loads_json(text, path=path, hint=hint)
 
 
 def check_parquet(path: str | Path, *, what: str = "parquet file") -> int:

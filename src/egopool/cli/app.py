@@ -4,12 +4,16 @@ Every :class:`~egopool.errors.EgopoolError` becomes one line on stderr and exit
 code 1 (2 for usage errors, as click does); never a raw traceback for bad input.
 An :class:`OSError` that escaped every library boundary (disk full, read-only file
 system, a file where a directory belongs) is reported the same way, naming the path.
+A Python warning (e.g. the writer's ``RuntimeWarning`` when the registry is unavailable)
+becomes one ``egopool: warning: ...`` line, never a source line with a file name.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 import typer
 
@@ -88,8 +92,21 @@ def _fit_output() -> None:
         console.width = 4096
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: TextIO | None = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` of the CLI: the message's text on one line, no source location."""
+    text = " ".join(str(message).split()) or category.__name__
+    print(f"egopool: warning: {text}", file=file if file is not None else sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code. ``argv`` defaults to ``sys.argv[1:]``."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _register()
     _fit_output()
     try:

@@ -13,14 +13,15 @@ from rich.table import Table
 from ..gaps import audit_task_gaps, check_rate
 from ..read.reader import open_task
 from .app import app
+from .args import episode_option
 from .output import console, err_console, print_json
 
 
 @app.command("audit-gaps")
 def audit_gaps_cmd(
     task: Path = typer.Argument(..., metavar="TASK", help="Task directory (holds data/, videos/, meta/)."),
-    episode: Optional[list[int]] = typer.Option(None, "--episode", "-e",
-                                                help="Only these global N (repeatable). Default: every episode."),
+    episode: Optional[list[int]] = episode_option("--episode", "-e",
+                                                  help="Only these global N (repeatable). Default: every episode."),
     tolerance: float = typer.Option(0.5, "--tolerance", min=0.0,
                                     help="A step longer than (1 + TOLERANCE) / fps is a gap."),
     fps: Optional[float] = typer.Option(None, "--fps",

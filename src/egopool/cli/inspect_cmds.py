@@ -16,9 +16,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import EgopoolError, LayoutError
+from ..errors import EgopoolError
 from ..read.reader import Episode, open_task
 from .app import app
+from .args import episode_argument
 from .output import console, human_bytes, print_json
 
 
@@ -166,14 +167,12 @@ def _number(v: Any) -> str:
 
 @app.command("show", context_settings={"ignore_unknown_options": True})
 def show_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
-             n: int = typer.Argument(..., metavar="N", help="Global 1-based episode index N."),
+             n: int = episode_argument("Global 1-based episode index N."),
              json_out: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Show one episode: its meta row, columns with types, streams and trajectories.
 
     Parts that cannot be read are listed under problems; the rest is shown.
     """
-    if n < 1:
-        raise LayoutError(f"episode index must be >= 1, got {n}", hint="global N is 1-based: episode-000 is N=1")
     t = open_task(task)
     ep = t.episode(n)
     summary, row = _summary(ep)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._safe_read import read_text
 from ..errors import EgopoolError, FormatError
 from ..layout import list_task_episodes
 from ..schema import ColumnSpec
@@ -31,6 +32,9 @@ __all__ = [
     "camera_calibration",
     "check_fps",
     "default_task_name",
+    "looks_like_header",
+    "plausible_unix_unit",
+    "read_input_lines",
     "nearest_rotation",
     "quaternion_to_rotation",
     "rotation_to_quaternion",
@@ -78,6 +82,57 @@ class ImportResult:
             "synthesised": list(self.synthesised),
             "notes": list(self.notes),
         }
+
+
+#: Unix seconds of 2000-01-01 and 2100-01-01: stamps of real recordings fall between them.
+UNIX_2000_S = 946_684_800
+UNIX_2100_S = 4_102_444_800
+_NAME_RE = re.compile(r"[A-Za-z_#][\w#\[\]()/^.:\- ]*")
+
+
+def read_input_lines(path: Path, what: str) -> list[tuple[int, str]]:
+    """``(1-based line number, stripped text)`` of every non-empty line of a text input file.
+
+    A UTF-8 byte order mark is dropped (editors on Windows write one). Only regular files
+    are read (a FIFO would block).
+
+    Raises
+    ------
+    FormatError
+        Missing (``not found``), not a regular file, too large, or not UTF-8 (the line is named).
+    """
+    if not path.exists() and not path.is_symlink():
+        raise FormatError(f"{what} not found", path=path)
+    text = read_text(path, what=what)
+    return [(no, line.strip()) for no, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def looks_like_header(tokens: Sequence[str]) -> bool:
+    """True when every token is a column name (``timestamp``, ``tx``, ``p_RS_R_x [m]``) and none is a number.
+
+    Only such a first line is skipped as a header; any other line that does not parse is an
+    error naming it, so a damaged first pose is never dropped silently.
+    """
+    if not tokens:
+        return False
+    for tok in tokens:
+        try:
+            float(tok)
+            return False
+        except ValueError:
+            pass
+        if not _NAME_RE.fullmatch(tok):
+            return False
+    return True
+
+
+def plausible_unix_unit(value: float) -> str | None:
+    """The unit in which ``value`` is a Unix time between 2000 and 2100 (``"seconds"``,
+    ``"milliseconds"``, ``"microseconds"``, ``"nanoseconds"``), or None."""
+    for unit, factor in (("seconds", 1.0), ("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9)):
+        if UNIX_2000_S <= abs(value) / factor <= UNIX_2100_S:
+            return unit
+    return None
 
 
 def check_fps(fps: float) -> float:

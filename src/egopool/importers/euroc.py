@@ -26,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from .._safe_read import read_text
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
 from ..write.task_writer import StreamSpec
-from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, task_writer,
-                      window_offsets, with_feature)
+from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, looks_like_header,
+                      plausible_unix_unit, read_input_lines, task_writer, window_offsets, with_feature)
 from ._images import image_header, read_gray
 
 __all__ = ["EurocDataset", "import_euroc", "parse_sensor_yaml", "scan_euroc"]
@@ -71,10 +72,7 @@ def parse_sensor_yaml(path: str | Path) -> dict[str, Any]:
         Unreadable file, or a line that is not ``key: value`` (with its line number).
     """
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormatError(f"cannot read sensor.yaml: {exc}", path=path) from exc
+    lines = read_text(path, what="sensor.yaml").splitlines()
     out: dict[str, Any] = {}
     block: dict[str, Any] | None = None
     pending: tuple[dict[str, Any], str, str, int] | None = None
@@ -113,32 +111,67 @@ def parse_sensor_yaml(path: str | Path) -> dict[str, Any]:
 
 
 # -- CSV ---------------------------------------------------------------------------------------------
+_NS_TOKEN = re.compile(r"-?[0-9]+")
+_INT64_MAX = 2**63 - 1
+#: Smallest median step (ns) between consecutive stamps of a EuRoC stream: 20 µs (50 kHz).
+#: Steps below it mean the stamps are not nanoseconds (milliseconds step by ~5-50 per line).
+_MIN_MEDIAN_STEP_NS = 20_000
+
+
+def _check_ns_units(path: Path, stamps: list[int], lines: list[int]) -> None:
+    """Refuse stamps that cannot be EuRoC nanoseconds: microseconds since the epoch (year 2000-2100
+    as µs), or a median step below 20 µs (milliseconds or seconds counted as integers)."""
+    if not stamps:
+        return
+    unit = plausible_unix_unit(float(stamps[0]))
+    if unit == "microseconds":
+        raise FormatError(f"line {lines[0]}: timestamp {stamps[0]} looks like microseconds since the Unix epoch; "
+                          "EuRoC timestamps are integer nanoseconds", path=path,
+                          hint="multiply the timestamp column by 1000")
+    if len(stamps) > 2:
+        step = float(np.median(np.diff(np.asarray(stamps, dtype=np.int64))))
+        if step < _MIN_MEDIAN_STEP_NS:
+            guess = f"; they look like {unit} since the Unix epoch" if unit and unit != "nanoseconds" else ""
+            raise FormatError(f"line {lines[0]}: timestamps advance by a median of {step:g} per line, which as "
+                              f"nanoseconds is a rate above 50 kHz{guess}; EuRoC timestamps are integer nanoseconds",
+                              path=path, hint="convert the timestamp column to nanoseconds")
+
+
 def _read_csv(path: Path, ncols: int, what: str, *, min_cols: int | None = None) -> tuple[np.ndarray, list[list[str]]]:
-    """Rows of a EuRoC CSV: ``(K,)`` int64 ns stamps and the other fields as text."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FormatError(f"{what} not found", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormatError(f"cannot read {what}: {exc}", path=path) from exc
+    """Rows of a EuRoC CSV: ``(K,)`` int64 ns stamps and the other fields as text.
+
+    ``#`` lines are comments, a UTF-8 byte order mark is accepted, a first line of column
+    names without ``#`` is skipped; every other line must be ``stamp,field,...`` with an
+    integer ns stamp that fits int64, strictly increasing.
+    """
     stamps: list[int] = []
+    lines: list[int] = []
     fields: list[list[str]] = []
     need = min_cols or ncols
-    for no, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+    seen_data = False
+    for no, line in read_input_lines(path, what):
+        if line.startswith("#"):
             continue
         parts = [p.strip() for p in line.split(",")]
+        if not seen_data and looks_like_header(parts):
+            seen_data = True
+            continue
+        seen_data = True
         if len(parts) < need or (min_cols is None and len(parts) != ncols):
             raise FormatError(f"line {no}: expected {ncols} comma-separated fields, got {len(parts)}", path=path)
-        try:
-            ts = int(parts[0])
-        except ValueError:
-            raise FormatError(f"line {no}: timestamp {parts[0]!r} is not an integer ns value", path=path) from None
+        if not _NS_TOKEN.fullmatch(parts[0]):
+            raise FormatError(f"line {no}: timestamp {parts[0][:40]!r} is not an integer ns value", path=path,
+                              hint="EuRoC timestamps are integer nanoseconds")
+        ts = int(parts[0]) if len(parts[0]) <= 20 else -1  # longer never fits int64 (and int() has a digit limit)
+        if not 0 <= ts <= _INT64_MAX:
+            raise FormatError(f"line {no}: timestamp {parts[0][:40]} does not fit int64 nanoseconds (0 to "
+                              f"{_INT64_MAX}, year 2262); EuRoC timestamps are integer nanoseconds", path=path)
         if stamps and ts <= stamps[-1]:
             raise FormatError(f"line {no}: timestamp {ts} does not increase (previous {stamps[-1]})", path=path)
         stamps.append(ts)
+        lines.append(no)
         fields.append(parts[1:ncols])
+    _check_ns_units(path, stamps, lines)
     return np.asarray(stamps, dtype=np.int64), fields
 
 

@@ -29,7 +29,7 @@ from ..errors import FormatError
 from ..schema import slam_trajectory_columns
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, nearest_rotation,
-                      rotation_to_quaternion, task_writer)
+                      read_input_lines, rotation_to_quaternion, task_writer)
 from ._images import DEPTH_MODES, image_header, read_depth_mm, read_rgb
 
 __all__ = ["RgbdFrames", "import_rgbd_frames", "read_intrinsics", "read_pose", "scan_rgbd_frames"]
@@ -40,15 +40,9 @@ MAX_ROTATION_DEFECT = 1e-2
 
 
 def _read_matrix(path: Path, shape: tuple[int, int], what: str) -> np.ndarray:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FormatError(f"{what} file not found", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormatError(f"cannot read {what}: {exc}", path=path) from exc
     rows = []
-    for no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
+    for no, line in read_input_lines(path, f"{what} file"):
+        if line.startswith("#"):
             continue
         try:
             vals = [float(t) for t in line.replace(",", " ").split()]

@@ -2,8 +2,11 @@
 
 TUM format (one pose per line): ``timestamp tx ty tz qx qy qz qw`` with ``timestamp``
 in seconds, position in metres and a unit quaternion xyzw. ``#`` lines are comments;
-a first line of column names without ``#`` is accepted; numbers may use ``e+09``
-notation. The points are stored unchanged as ``[t, x, y, z, qx, qy, qz, qw]``
+a UTF-8 byte order mark is accepted; a first line of column names without ``#`` is
+skipped only when every token is a name (any other unparsable line is an error naming
+it); numbers may use ``e+09`` notation. A stamp that cannot be seconds (after the year
+2286: milliseconds or nanoseconds since the epoch) is refused with its line; poses that
+repeat the previous stamp are kept and reported. The points are stored unchanged as ``[t, x, y, z, qx, qy, qz, qw]``
 (multi_device_storage.md §4.7) and ``_ns`` is the file's timestamp converted exactly
 to ns. Rows are laid on a ``1/fps`` grid starting at the first pose; each row holds the
 poses whose time falls in its window (§5.3), so the row times are synthesised.
@@ -12,6 +15,7 @@ poses whose time falls in its window (§5.3), so the row times are synthesised.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +24,8 @@ import numpy as np
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
-from ._common import (ImportResult, Progress, check_fps, default_task_name, seconds_to_ns, task_writer,
-                      window_offsets)
+from ._common import (ImportResult, Progress, check_fps, default_task_name, looks_like_header, plausible_unix_unit,
+                      read_input_lines, seconds_to_ns, task_writer, window_offsets)
 
 __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 
@@ -29,6 +33,8 @@ __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 MAX_ROWS = 5_000_000
 #: Unix seconds of 2000-01-01: earlier first stamps are not treated as wall-clock time.
 _PLAUSIBLE_UNIX_S = 946_684_800
+#: Largest |stamp| read as seconds (year 2286); beyond it the column is another unit.
+MAX_SECONDS = 1e10
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,15 @@ class TumTrajectory:
         ``(K,)`` int64 timestamps in ns, converted from the decimal text exactly.
     lines:
         ``(K,)`` 1-based line numbers of the poses.
+    duplicates:
+        ``(line, earlier line)`` of every pose whose stamp equals the previous pose's.
     """
 
     path: Path
     points: np.ndarray
     ns: np.ndarray
     lines: np.ndarray
+    duplicates: tuple[tuple[int, int], ...] = ()
 
     @property
     def quaternion_norm_error(self) -> float:
@@ -61,42 +70,32 @@ class TumTrajectory:
         return float(np.max(np.abs(np.linalg.norm(self.points[:, 4:8], axis=1) - 1.0)))
 
 
-def _is_header(tokens: list[str]) -> bool:
-    try:
-        float(tokens[0])
-    except ValueError:
-        return True
-    return False
-
-
 def read_tum(path: str | Path) -> TumTrajectory:
     """Parse a TUM trajectory file.
 
     Raises
     ------
     FormatError
-        Missing/unreadable file, a line without exactly 8 numbers, a non-finite value,
-        a quaternion far from unit length (``|q|`` outside 0.5..1.5: not xyzw data),
-        timestamps that go backwards, or no pose at all. The message names the file
-        and the 1-based line.
+        Missing/unreadable file (or not UTF-8, named by line), a line without exactly 8
+        numbers, a non-finite value, a stamp that is not seconds (``|t| > 1e10``: the
+        message says which unit it looks like), a quaternion far from unit length
+        (``|q|`` outside 0.5..1.5: not xyzw data), timestamps that go backwards, or no
+        pose at all. The message names the file and the 1-based line.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FormatError("TUM trajectory file not found", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormatError(f"cannot read TUM trajectory: {exc}", path=path) from exc
     rows: list[list[float]] = []
     ns: list[int] = []
     lines: list[int] = []
-    for no, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+    duplicates: list[tuple[int, int]] = []
+    seen_data = False
+    for no, line in read_input_lines(path, "TUM trajectory file"):
+        if line.startswith("#"):
             continue
         tokens = line.replace(",", " ").split()
-        if not rows and _is_header(tokens):
+        if not seen_data and looks_like_header(tokens):
+            seen_data = True
             continue  # a column-name line without '#'
+        seen_data = True
         if len(tokens) != 8:
             raise FormatError(f"line {no}: expected 8 values 'timestamp tx ty tz qx qy qz qw', "
                               f"got {len(tokens)}", path=path)
@@ -106,6 +105,12 @@ def read_tum(path: str | Path) -> TumTrajectory:
             raise FormatError(f"line {no}: not a number in {line[:60]!r}", path=path) from None
         if not all(np.isfinite(vals)):
             raise FormatError(f"line {no}: non-finite value in {line[:60]!r}", path=path)
+        if abs(vals[0]) > MAX_SECONDS:
+            unit = plausible_unix_unit(vals[0])
+            guess = f"; it looks like {unit} since the Unix epoch" if unit and unit != "seconds" else ""
+            raise FormatError(f"line {no}: timestamp {tokens[0]} is not in seconds (as seconds it is after the year "
+                              f"2286){guess}; TUM timestamps are seconds", path=path,
+                              hint="convert the first column to seconds (e.g. divide milliseconds by 1000)")
         norm = float(np.linalg.norm(vals[4:8]))
         if not 0.5 <= norm <= 1.5:
             raise FormatError(f"line {no}: quaternion norm {norm:.3g} is not ~1 (columns must be qx qy qz qw)",
@@ -114,13 +119,15 @@ def read_tum(path: str | Path) -> TumTrajectory:
         if ns and t_ns < ns[-1]:
             raise FormatError(f"line {no}: timestamp {tokens[0]} is earlier than line {lines[-1]}'s",
                               path=path, hint="sort the file by time")
+        if ns and t_ns == ns[-1]:
+            duplicates.append((no, lines[-1]))
         rows.append(vals)
         ns.append(t_ns)
         lines.append(no)
     if not rows:
         raise FormatError("no poses in TUM trajectory file", path=path)
     return TumTrajectory(path, np.asarray(rows, dtype=np.float64), np.asarray(ns, dtype=np.int64),
-                         np.asarray(lines, dtype=np.int64))
+                         np.asarray(lines, dtype=np.int64), tuple(duplicates))
 
 
 def _row_edges(first_ns: int, last_ns: int, fps: float, count: int, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +170,7 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     Returns
     -------
     ImportResult
-        One episode; ``counts`` has ``poses`` and ``rows``.
+        One episode; ``counts`` has ``poses``, ``rows`` and ``duplicate_stamps``.
 
     Raises
     ------
@@ -205,5 +212,11 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
             result = ep.finish()
     notes = [f"{len(traj.ns)} poses into {rows} rows; frame {frame!r} as declared by the caller",
              f"largest quaternion norm error in the file: {traj.quaternion_norm_error:.2e} (stored unchanged)"]
+    if traj.duplicates:
+        line, earlier = traj.duplicates[0]
+        dup = (f"{len(traj.duplicates)} pose(s) repeat the previous pose's timestamp (first: line {line} repeats "
+               f"line {earlier}); all were kept, in file order")
+        notes.append(dup)
+        warnings.warn(f"{traj.path}: {dup}", UserWarning, stacklevel=2)
     return ImportResult(tw.task_dir, (result,), tuple(synthesised), tuple(notes),
-                        {"poses": len(traj.ns), "rows": rows})
+                        {"poses": len(traj.ns), "rows": rows, "duplicate_stamps": len(traj.duplicates)})

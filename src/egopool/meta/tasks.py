@@ -33,7 +33,7 @@ def read_tasks(task_dir: str | Path) -> list[dict[str, Any]]:
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        obj = loads_json(line, path=path, what="tasks.jsonl line", line=i,
+        obj = loads_json(line, path=path, line=i,
                          hint="tasks.jsonl must hold one complete JSON object per line; re-write it on one line")
         if not isinstance(obj, dict):
             raise FormatError(f"line {i} is not a JSON object", path=path)

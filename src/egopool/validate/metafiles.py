@@ -175,7 +175,7 @@ def check_tasks_jsonl(ctx: Context) -> None:
         return
     for i, line in lines:
         try:
-            obj = loads_json(line, path=path, what="tasks.jsonl line")
+            obj = loads_json(line, path=path)
         except EgopoolError as exc:
             ctx.report.error(R_TASKS, path, f"line {i} is not a complete JSON object ({exc.message}): tasks.jsonl "
                                             "must hold one JSON object per line and must not be pretty-printed "

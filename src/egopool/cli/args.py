@@ -1,0 +1,69 @@
+"""Command-line values every command parses the same way: the global episode number N.
+
+Every command that takes N (``show TASK N``, ``delete TASK N...``, ``audit-gaps --episode N``,
+and any new one) declares it with :func:`episode_argument` / :func:`episode_option`, or calls
+:func:`parse_episode_n` on the text, so that ``1.0``, ``+1``, ``1e3``, ``01``, `` 1``, ``١``
+(non-ASCII digits) and ``0`` are refused while the command line is parsed, before anything
+happens (issue 12 D).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+
+from ..errors import LayoutError
+
+__all__ = ["MAX_EPISODE_N", "episode_argument", "episode_option", "parse_episode_n"]
+
+#: Largest N accepted: ``episode_index`` is an int64 column (file_format.md §7.1).
+MAX_EPISODE_N = 2**63 - 1
+
+_PLAIN_N = re.compile(r"[1-9][0-9]*")
+_HINT = "global N is 1-based: episode-000 is N=1; `egopool ls TASK` lists them"
+
+
+def parse_episode_n(text: str) -> int:
+    """The global 1-based episode number N from command-line text.
+
+    Only a plain positive decimal integer of ASCII digits without sign, spaces, leading
+    zeros, ``_``, fraction or exponent is N: ``1.0`` or ``01`` could be read as another
+    episode (``episode-001`` is N=2), so they are refused rather than guessed.
+
+    Parameters
+    ----------
+    text:
+        The argument as typed (an ``int`` is accepted too, for callers that already have one).
+
+    Returns
+    -------
+    int
+        N, ``1 <= N <= 2**63 - 1``.
+
+    Raises
+    ------
+    LayoutError
+        Anything else; the CLI prints it as one line and exits 1 before the command runs.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str) or not _PLAIN_N.fullmatch(text) or int(text) > MAX_EPISODE_N:
+        raise LayoutError(f"episode number N must be a plain positive decimal integer (1, 2, 3, ...), got {text!r}",
+                          hint=_HINT)
+    return int(text)
+
+
+def episode_argument(help: str = "Global 1-based episode number N (as `egopool ls` shows).") -> Any:
+    """A Typer ``Argument`` for N, parsed by :func:`parse_episode_n`.
+
+    Declare the parameter as ``int`` (``list[int]`` for ``N...``) and give the command
+    ``context_settings={"ignore_unknown_options": True}`` so that ``-1`` reaches the parser.
+    """
+    return typer.Argument(..., metavar="N", parser=parse_episode_n, help=help)
+
+
+def episode_option(*names: str, help: str = "Only these global N (repeatable).") -> Any:
+    """A Typer ``Option`` for N (repeatable when declared ``list[int] | None``), parsed by :func:`parse_episode_n`."""
+    return typer.Option(None, *names, metavar="N", parser=parse_episode_n, help=help)
