@@ -180,6 +180,7 @@ def test_unknown_frame_is_refused_before_writing(tmp_path):
 
 
 # -- tum -------------------------------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:.*repeat the previous pose's timestamp")
 @pytest.mark.parametrize("name", TUM_FILES)
 def test_tum_points_equal_file(tmp_path, name):
     path = DATA / "evo_trajectories" / name
@@ -330,3 +331,116 @@ def test_cli_import_euroc_human_output(tmp_path, capsys):
     assert main(["import", "euroc", str(EUROC), "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "episode N=1" in text and "20 rows" in text and "cam0 stamps" in text
+
+
+# -- issue 12 C: stamp units, BOM, headers, duplicates -------------------------------------------------------
+RGBDSLAM = DATA / "evo_trajectories" / TUM_FILES[1]
+
+
+def _scaled_tum(src: Path, dst: Path, factor: int) -> Path:
+    """The real file with its first column in another unit (exact decimal arithmetic)."""
+    out = []
+    for line in src.read_text().splitlines():
+        if line.startswith("#"):
+            out.append(line)
+            continue
+        tok = line.split()
+        out.append(" ".join([str(int(Fraction(tok[0]) * factor)), *tok[1:]]))
+    dst.write_text("\n".join(out) + "\n")
+    return dst
+
+
+@pytest.mark.parametrize("factor,unit", [(1000, "milliseconds"), (10**9, "nanoseconds")])
+def test_tum_stamps_in_another_unit_name_the_line_and_unit(tmp_path, factor, unit):
+    f = _scaled_tum(RGBDSLAM, tmp_path / "ms.txt", factor)
+    first = int(Fraction("1305031102.160407") * factor)
+    with pytest.raises(FormatError) as err:
+        import_tum(f, tmp_path / "out", frame="ego_cam_optical")
+    assert err.value.message == (f"line 2: timestamp {first} is not in seconds (as seconds it is after the year 2286); "
+                                 f"it looks like {unit} since the Unix epoch; TUM timestamps are seconds")
+    assert not (tmp_path / "out").exists()
+
+
+def test_tum_with_a_byte_order_mark_keeps_every_pose(tmp_path):
+    lines = [ln for ln in RGBDSLAM.read_text().splitlines() if not ln.startswith("#")][:5]
+    f = tmp_path / "bom.txt"
+    f.write_bytes(b"\xef\xbb\xbf" + ("\n".join(lines) + "\n").encode())
+    result = import_tum(f, tmp_path / "out", frame="ego_cam_optical")
+    traj = open_task(result.task_dir).episode(1).trajectory("observation.ego_slam_trajectory")
+    assert result.counts["poses"] == 5 and traj.host_ns.tolist() == [exact_ns(ln.split()[0]) for ln in lines]
+
+
+@pytest.mark.parametrize("first,message", [
+    ("1.0x 0 0 0 0 0 0 1", "line 1: not a number in '1.0x 0 0 0 0 0 0 1'"),
+    ("t tx ty tz qx qy qz 1", "line 1: not a number in 't tx ty tz qx qy qz 1'"),
+    ("\x00\x01 0 0 0 0 0 0 1", "line 1: not a number in '\\x00\\x01 0 0 0 0 0 0 1'"),
+])
+def test_tum_first_line_is_a_header_only_when_it_is_column_names(tmp_path, first, message):
+    f = tmp_path / "h.txt"
+    f.write_text(first + "\n2.0 0 0 0 0 0 0 1\n")
+    with pytest.raises(FormatError) as err:
+        import_tum(f, tmp_path / "out", frame="ego_cam_optical")
+    assert err.value.message == message
+
+
+def test_tum_invalid_utf8_names_the_line(tmp_path):
+    f = tmp_path / "u.txt"
+    f.write_bytes(b"1.0 0 0 0 0 0 0 1\n2.0 0 0 0 0 0 0 1 \xff\n")
+    with pytest.raises(FormatError, match=r"u\.txt: line 2 is not UTF-8 text \(byte 0xff at offset 36\)"):
+        import_tum(f, tmp_path / "out", frame="ego_cam_optical")
+
+
+def test_tum_duplicate_stamps_are_reported(tmp_path, capsys):
+    """V102.txt (evo's test data) repeats stamps: counted, named by line, warned, every pose kept."""
+    path = DATA / "evo_trajectories" / "V102.txt"
+    data = [(no, ln.split()[0]) for no, ln in enumerate(path.read_text().splitlines(), 1)
+            if ln.strip() and not ln.startswith("#")]
+    dups = [(no, prev) for (prev, a), (no, b) in zip(data, data[1:]) if exact_ns(a) == exact_ns(b)]
+    assert len(dups) == 4 and dups[0] == (433, 432)
+    with pytest.warns(UserWarning, match="4 pose\\(s\\) repeat the previous pose's timestamp \\(first: line 433 "
+                                         "repeats line 432\\)"):
+        result = import_tum(path, tmp_path / "a", frame="ego_cam_optical")
+    assert result.counts["duplicate_stamps"] == 4 and result.counts["poses"] == len(data)
+    assert main(["import", "tum", str(path), "--out", str(tmp_path / "b"), "--frame", "ego_cam_optical"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"egopool: warning: {path}: 4 pose(s) repeat the previous pose's timestamp (first: "
+                                "line 433 repeats line 432); all were kept, in file order"]
+    assert "line 433 repeats line 432" in out
+
+
+def _euroc_with_stamps(tmp_path: Path, fn) -> Path:
+    src = tmp_path / "euroc"
+    shutil.copytree(EUROC, src)
+    for csv in (src / "mav0" / "cam0" / "data.csv", src / "mav0" / "imu0" / "data.csv"):
+        lines = csv.read_text().splitlines()
+        csv.write_text("\n".join([lines[0]] + [",".join([fn(int(ln.split(",")[0])), *ln.split(",")[1:]])
+                                               for ln in lines[1:]]) + "\n")
+    return src
+
+
+@pytest.mark.parametrize("fn,message", [
+    (lambda ns: str(ns // 10**6), "line 2: timestamps advance by a median of 50 per line, which as nanoseconds is a "
+                                  "rate above 50 kHz; they look like milliseconds since the Unix epoch; EuRoC "
+                                  "timestamps are integer nanoseconds"),
+    (lambda ns: str(ns // 10**3), "line 2: timestamp 1403715273262142 looks like microseconds since the Unix epoch; "
+                                  "EuRoC timestamps are integer nanoseconds"),
+    (lambda ns: str(ns * 1000), "line 2: timestamp 1403715273262142976000 does not fit int64 nanoseconds (0 to "
+                                "9223372036854775807, year 2262); EuRoC timestamps are integer nanoseconds"),
+    (lambda ns: f"{ns / 1e9:.6f}", "line 2: timestamp '1403715273.262143' is not an integer ns value"),
+])
+def test_euroc_stamps_in_another_unit_name_the_line(tmp_path, fn, message):
+    src = _euroc_with_stamps(tmp_path, fn)
+    with pytest.raises(FormatError) as err:
+        import_euroc(src, tmp_path / "out")
+    assert err.value.message == message and err.value.path == src / "mav0" / "cam0" / "data.csv"
+    assert not (tmp_path / "out").exists()
+
+
+def test_euroc_bom_and_header_without_hash(tmp_path):
+    src = tmp_path / "euroc"
+    shutil.copytree(EUROC, src)
+    cam = src / "mav0" / "cam0" / "data.csv"
+    lines = cam.read_text().splitlines()
+    cam.write_bytes(b"\xef\xbb\xbf" + ("\n".join(["timestamp [ns],filename", *lines[1:]]) + "\n").encode())
+    result = import_euroc(src, tmp_path / "out")
+    assert result.counts["frames"] == 20
