@@ -32,9 +32,14 @@ PNG_EXT = "png"
 _DIGITS = re.compile(r"(\d+)")
 
 
-def _frame_key(p: Path) -> tuple[float, str]:
+def _frame_key(p: Path) -> tuple[int, int, str, str]:
+    """Order by the last integer in the name, compared as digits (a 400-digit frame number
+    would overflow a float and exceed int()'s digit limit); names without digits last."""
     nums = _DIGITS.findall(p.stem)
-    return (float(int(nums[-1])) if nums else float("inf"), p.name)
+    if not nums:
+        return (1, 0, "", p.name)
+    digits = nums[-1].lstrip("0") or "0"
+    return (0, len(digits), digits, p.name)
 
 
 def png16_frame_paths(path: str | Path) -> list[Path]:

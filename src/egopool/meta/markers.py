@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .._atomic import atomic_write_json
-from .._safe_read import read_json
+from .._safe_read import read_json, read_text
 from ..errors import EgopoolError
 
 __all__ = ["clear_recycled", "live_reservations", "read_recycled", "release", "reserve", "stale_reservations",
@@ -75,8 +75,8 @@ def _reservations(task_dir: str | Path) -> Iterator[tuple[int, Path, int | None]
         except ValueError:
             continue
         try:
-            pid: int | None = int(p.read_text().strip() or 0)
-        except (ValueError, OSError):
+            pid: int | None = int(read_text(p, what="reservation", limit=64).strip() or 0)
+        except (ValueError, EgopoolError):  # not a regular file (a FIFO is never opened), not a pid
             pid = None
         yield n, p, pid
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_json
-from .._safe_read import read_json
-from ..errors import FormatError
+from .._safe_read import read_json, read_parquet
+from ..errors import FormatError, SchemaError
 
 __all__ = [
     "ACTION_BLOCK",
@@ -157,17 +157,31 @@ def needs_recalc(stored: Mapping[str, Any]) -> bool:
     return any(isinstance(v, Mapping) and "count" not in v for k, v in stored.items() if k != "action")
 
 
-def episode_stats(table: Any, info: Mapping[str, Any]) -> dict[str, StatsBlock]:
-    """Blocks of one episode's pyarrow table (rows for sensors, samples for IMU)."""
-    from ..arrowutil import list_column_to_numpy
+def episode_stats(table: Any, info: Mapping[str, Any], path: Path | None = None) -> dict[str, StatsBlock]:
+    """Blocks of one episode's pyarrow table (rows for sensors, samples for IMU).
+
+    Raises
+    ------
+    SchemaError
+        A column that is not numeric rows of equal length (``list<float32>``, IMU
+        ``list<list<float32, 6>>``); names the column and ``path``.
+    """
+    import pyarrow as pa
+
+    from ..arrowutil import FLOAT_VECTOR, IMU, list_column_to_numpy
 
     blocks: dict[str, StatsBlock] = {}
     for col in stats_columns(info, table.column_names):
         arr = table.column(col)
-        if col == "observation.imu":
-            flat = list_column_to_numpy(arr, depth=2)
-        else:
-            flat = list_column_to_numpy(arr, depth=1)
+        want = IMU if col == "observation.imu" else FLOAT_VECTOR
+        if not want.matches(arr.type):
+            raise SchemaError(f"is stored as {arr.type}, stats need {want.text}", column=col, path=path,
+                              hint="run `egopool validate TASK`")
+        try:
+            flat = list_column_to_numpy(arr, depth=2 if col == "observation.imu" else 1)
+        except (ValueError, TypeError, AttributeError, pa.ArrowException) as exc:
+            raise SchemaError(f"rows cannot be summarised ({exc})", column=col, path=path,
+                              hint="run `egopool validate TASK`") from exc
         block = StatsBlock.of(flat)
         if block is not None:
             blocks[col] = block
@@ -198,7 +212,6 @@ def episode_stats_file(path: str | Path, info: Mapping[str, Any]) -> dict[str, S
 
 def recalc_stats(task_dir: str | Path, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Recompute the whole stats document from every data parquet (legacy blocks, §4)."""
-    import pyarrow.parquet as pq
 
     from ..layout import TaskLayout, list_task_episodes
     from .info import read_info
@@ -209,11 +222,8 @@ def recalc_stats(task_dir: str | Path, info: Mapping[str, Any] | None = None) ->
     for g in list_task_episodes(task_dir, layout):
         if g.data is None:
             continue
-        try:
-            table = pq.read_table(g.data)
-        except Exception as exc:
-            raise FormatError(f"cannot read parquet: {exc}", path=g.data) from exc
-        doc = merge_stats(doc, episode_stats(table, info))
+        table = read_parquet(g.data, what="data parquet")
+        doc = merge_stats(doc, episode_stats(table, info, path=g.data))
     doc["action"] = dict(ACTION_BLOCK)
     return doc
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import shutil
@@ -43,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, temp_path_for
+from .._safe_read import read_bytes, read_json, read_parquet
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, OperationError, RegistryError
 from ..layout import TaskLayout, find_episode_files
 from ..meta.info import info_path, read_info, write_info
@@ -80,9 +80,10 @@ def _shards_with(root: Path, layout: TaskLayout, index: int) -> list[Path]:
             continue
         p = root / r
         try:
-            col = pq.read_table(p, columns=["episode_index"]).column("episode_index")
+            col = read_parquet(p, ["episode_index"], what="legacy episodes shard").column("episode_index")
         except Exception as exc:
-            raise FormatError(f"cannot read episode_index column: {exc}", path=p,
+            reason = exc.message if isinstance(exc, EgopoolError) else str(exc)
+            raise FormatError(f"cannot read episode_index column: {reason}", path=p,
                               hint="the legacy episodes shard is corrupt; restore it before deleting") from exc
         if index in col.to_pylist():
             out.append(p)
@@ -237,9 +238,9 @@ def _pending_journals(root: Path) -> list[tuple[int, bool, dict[Path, Path]]]:
         if not _JOURNAL_RE.match(jp.name):
             continue
         try:
-            journal = json.loads(jp.read_text(encoding="utf-8"))
+            journal = read_json(jp, what="delete journal")
             n = int(journal["index"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (FormatError, OSError, ValueError, KeyError, TypeError) as exc:
             raise OperationError(f"unreadable delete journal: {exc}", path=jp,
                                  hint="inspect it and the .deleting-* files it names, then remove it") from exc
         back: dict[Path, Path] = {}
@@ -266,7 +267,7 @@ def _is_shard(path: Path, index: int) -> bool:
     if not (path.name.startswith("file-") and path.suffix == ".parquet" and "episodes" in path.parts):
         return False
     try:
-        values = pq.read_table(path, columns=["episode_index"]).column("episode_index").to_pylist()
+        values = read_parquet(path, ["episode_index"]).column("episode_index").to_pylist()
     except Exception:
         return False
     return any(v != index for v in values)
@@ -355,7 +356,7 @@ def _journal_path(root: Path, index: int, token: str) -> Path:
 
 
 def _without_row(shard: Path, index: int) -> bytes:
-    table = pq.read_table(shard)
+    table = read_parquet(shard, what="legacy episodes shard")
     kept = table.filter(pc.not_equal(table.column("episode_index"), index))
     buf = io.BytesIO()
     pq.write_table(kept, buf, compression="zstd")
@@ -382,7 +383,7 @@ def _rollback(root: Path, journal: dict[str, Any], info_bytes: bytes | None = No
         remove_stale_temps(info_path(root))
         try:
             if info_bytes is not None:
-                if info_path(root).read_bytes() != info_bytes:
+                if read_bytes(info_path(root), what="info.json") != info_bytes:
                     atomic_write_bytes(info_path(root), info_bytes)
             else:
                 info = read_info(root)
@@ -457,8 +458,8 @@ def recover_interrupted_deletes(task_dir: str | Path, registry: Registry | None 
             continue
         remove_stale_temps(jp)
         try:
-            journal = json.loads(jp.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            journal = read_json(jp, what="delete journal")
+        except (FormatError, OSError, ValueError) as exc:
             raise OperationError(f"unreadable delete journal: {exc}", path=jp,
                                  hint="inspect it and the .deleting-* files it names, then remove it") from exc
         n = int(journal["index"])
@@ -493,7 +494,7 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
     jpath = _journal_path(root, n, token)
     key = task_key(root)
     prior = registry.get(key, n) if registry is not None else None
-    info_bytes = info_path(root).read_bytes()
+    info_bytes = read_bytes(info_path(root), what="info.json")
     total = int(read_info(root).get("total_episodes") or 0)
     journal: dict[str, Any] = {
         "index": n, "state": "staging", "registry_status": prior.status if prior else None,

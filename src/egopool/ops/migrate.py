@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import shutil
@@ -41,6 +40,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock
+from .._safe_read import read_json
+from .._safe_read import read_parquet
 from ..errors import EgopoolError, FormatError, OperationError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
@@ -155,9 +156,10 @@ def _new_templates(info: dict[str, Any]) -> dict[str, str]:
 
 def _read_indices(path: Path) -> list[int | None]:
     try:
-        values = pq.read_table(path, columns=["episode_index"]).column("episode_index").to_pylist()
+        values = read_parquet(path, ["episode_index"], what="legacy shard").column("episode_index").to_pylist()
     except Exception as exc:
-        raise FormatError(f"cannot read episode_index column: {exc}", path=path,
+        reason = exc.message if isinstance(exc, EgopoolError) else str(exc)
+        raise FormatError(f"cannot read episode_index column: {reason}", path=path,
                           hint="restore the legacy shard from a backup before migrating") from exc
     return [None if v is None else int(v) for v in values]
 
@@ -294,7 +296,7 @@ def plan_migration(task_dir: str | Path, *, split_episodes: bool = True) -> tupl
 # -- running steps ----------------------------------------------------------------------------------
 def _row_bytes(shard: Path, index: int) -> bytes:
     """N's row of a shard as a one-row parquet: every stored column kept, missing ones defaulted (§6.2)."""
-    table = pq.read_table(shard)
+    table = read_parquet(shard, what="legacy shard")
     rows = table.filter(pc.equal(table.column("episode_index"), index))
     if rows.num_rows == 0:
         raise OperationError(f"no row with episode_index={index}", path=shard)
@@ -403,8 +405,8 @@ def _pending_journal(root: Path) -> Path | None:
         j = d / JOURNAL_NAME
         if j.is_file():
             try:
-                state = json.loads(j.read_text(encoding="utf-8")).get("state")
-            except (OSError, ValueError) as exc:
+                state = read_json(j, what="migration journal").get("state")
+            except (FormatError, OSError, ValueError, AttributeError) as exc:
                 raise OperationError(f"unreadable migration journal: {exc}", path=j,
                                      hint="inspect the backup directory; remove the journal to re-plan") from exc
             if state != "done":
@@ -489,7 +491,7 @@ def migrate_task(task_dir: str | Path, *, split_episodes: bool = True, dry_run: 
             shutil.rmtree(stale, ignore_errors=True)  # a crash while preparing: nothing was changed
         journal = _pending_journal(root)
         if journal is not None:
-            doc = json.loads(journal.read_text(encoding="utf-8"))
+            doc = read_json(journal, what="migration journal")
             steps = [Step.from_dict(d) for d in doc["steps"]]
             report = MigrationReport(root, dry_run, steps, journal.parent, resumed=True, notes=list(doc.get("notes", [])))
             start = int(doc.get("completed", 0))
@@ -500,7 +502,7 @@ def migrate_task(task_dir: str | Path, *, split_episodes: bool = True, dry_run: 
                 return report
             report.backup, steps = _start(root, steps, notes)
             report.steps = steps
-            doc = json.loads((report.backup / JOURNAL_NAME).read_text(encoding="utf-8"))
+            doc = read_json(report.backup / JOURNAL_NAME, what="migration journal")
             journal, start = report.backup / JOURNAL_NAME, 0
         if dry_run:
             return report

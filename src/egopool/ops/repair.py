@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, task_lock
+from .._safe_read import open_parquet, read_parquet, read_parquet_schema
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
@@ -144,8 +145,8 @@ def column_evidence(data_path: str | Path, column: str, *, tolerance: float = 0.
         The parquet cannot be read.
     """
     path = Path(data_path)
+    pf = open_parquet(path, what="data parquet")
     try:
-        pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
         typ = pf.schema_arrow.field(column).type
     except Exception as exc:
@@ -329,7 +330,7 @@ def _lacks_scale(spec: Any, value_type: pa.DataType) -> bool:
 
 def _row_with_specs(meta: Path, specs: dict[str, Any]) -> bytes:
     """The episode's row file with only ``force_matrix_specs`` replaced (added when missing)."""
-    table = pq.read_table(meta)
+    table = read_parquet(meta, what="episodes parquet")
     value = pa.array([json.dumps(specs, ensure_ascii=False, allow_nan=False)],
                      type=EPISODE_COLUMNS["force_matrix_specs"])
     if "force_matrix_specs" in table.column_names:
@@ -343,10 +344,7 @@ def _row_with_specs(meta: Path, specs: dict[str, Any]) -> bytes:
 
 def _inspect(g: EpisodeFiles, tolerance: float) -> EpisodeRepair | None:
     assert g.data is not None and g.meta is not None
-    try:
-        schema = pq.read_schema(g.data)
-    except Exception as exc:
-        raise FormatError(f"cannot read parquet schema: {exc}", path=g.data) from exc
+    schema = read_parquet_schema(g.data, what="data parquet")
     cols = [f for f in schema if f.name.startswith("observation.") and f.name.endswith("_force_matrix")]
     if not cols:
         return None

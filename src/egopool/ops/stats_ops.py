@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from .._atomic import task_lock
-from ..errors import FormatError
+from .._safe_read import read_parquet, read_parquet_schema
+from ..errors import EgopoolError, FormatError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
 from ..meta.stats import ACTION_BLOCK, episode_stats, merge_stats, read_stats, stats_columns, stats_path, write_stats
@@ -98,24 +98,20 @@ def _recompute(root: Path, info: dict[str, Any] | None,
     unreadable: list[tuple[int, FormatError]] = []
     for i, g in enumerate(groups):
         assert g.data is not None
+        hint = f"restore the file or delete episode {g.index}"
         try:
-            cols = stats_columns(info, pq.read_schema(g.data).names)
-            table = pq.read_table(g.data, columns=cols)
-        except Exception as exc:
-            unreadable.append((g.index, FormatError(f"cannot read parquet: {_first_line(exc)}", path=g.data,
-                                                    hint=f"restore the file or delete episode {g.index}")))
+            cols = stats_columns(info, read_parquet_schema(g.data, what="data parquet", hint=hint).names)
+            table = read_parquet(g.data, cols, what="data parquet", hint=hint)
+            blocks = episode_stats(table, info, path=g.data)
+        except EgopoolError as exc:  # unreadable, or a stats column of another type (SchemaError)
+            err = exc if isinstance(exc, FormatError) else FormatError(exc.message, path=exc.path or g.data, hint=hint)
+            unreadable.append((g.index, err))
         else:
-            doc = merge_stats(doc, episode_stats(table, info))
+            doc = merge_stats(doc, blocks)
         if progress is not None:
             progress(i + 1, len(groups), f"episode {g.index}")
     doc["action"] = dict(ACTION_BLOCK)
     return doc, len(groups) - len(unreadable), unreadable
-
-
-def _first_line(exc: BaseException) -> str:
-    """First line of an exception's text (pyarrow's run over several lines)."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float = 1e-7,

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
                                   fz_ratio, resolve_force_matrix_spec)
+from .._safe_read import open_parquet
 from ..errors import FormatError, SchemaError
 
 if TYPE_CHECKING:
@@ -128,10 +129,7 @@ def _stored_rows(ep: Episode, column: str, start: int,
                  stop: int | None) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """Per parquet row group overlapping rows ``[start, stop)``: (first row, row lengths, flat values)."""
     path = ep._data_path()
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:
-        raise FormatError(f"cannot read parquet: {exc}", path=path) from exc
+    pf = open_parquet(path, what="data parquet")
     bounds = _row_group_bounds(pf)
     total = int(bounds[-1])
     stop = total if stop is None else min(int(stop), total)

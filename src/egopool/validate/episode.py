@@ -109,6 +109,11 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
     if "episode_index" not in table.column_names:
         ctx.report.error(R_META_COLS, path, "meta/episodes parquet has no 'episode_index' column")
         return None
+    if not pa.types.is_integer(table.schema.field("episode_index").type):
+        ctx.report.error(R_META_COLS, path, f"meta column 'episode_index' is stored as "
+                                            f"{table.schema.field('episode_index').type}, the spec says int64; "
+                                            f"episode {n}'s row cannot be found, re-create it")
+        return None
     indices = table.column("episode_index").to_pylist()
     if not g.meta_is_shard:
         if table.num_rows != 1:

@@ -24,13 +24,13 @@ for the next writer (RuntimeWarning); recording is never blocked by it.
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_json
+from .._safe_read import read_json
 from ..errors import EgopoolError
 from ..layout import TaskLayout
 from ..meta import markers
@@ -98,10 +98,10 @@ def _replay(task_dir: Path, index: int, layout: TaskLayout) -> bool:
     """Merge N's pending declarations into info.json and rebuild stats.json; False when it failed."""
     pending = pending_path(task_dir, index)
     try:
-        decl = json.loads(pending.read_text(encoding="utf-8"))["info"]
-    except FileNotFoundError:
-        return True
-    except (OSError, ValueError, KeyError, TypeError):
+        if not pending.exists() and not pending.is_symlink():
+            return True
+        decl = read_json(pending, what="pending declarations")["info"]
+    except (EgopoolError, OSError, ValueError, KeyError, TypeError):
         decl = {}  # a pending file is written atomically: unreadable means damaged; stats still rebuilt
     try:
         info = read_info(task_dir)

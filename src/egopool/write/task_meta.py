@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes
-from ..errors import EgopoolError, FormatError, MetaUpdateError
+from .._safe_read import read_bytes, read_parquet, read_parquet_schema
+from ..errors import EgopoolError, MetaUpdateError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import info_path, merge_info, read_info, write_info
 from ..meta.stats import (ACTION_BLOCK, StatsBlock, episode_stats, merge_stats, needs_recalc, read_stats,
@@ -53,11 +53,9 @@ def committed_stats(task_dir: Path, info: Mapping[str, Any], layout: TaskLayout)
     for g in list_task_episodes(task_dir, layout):
         if g.data is None or g.meta is None:
             continue
-        try:
-            table = pq.read_table(g.data, columns=stats_columns(info, pq.read_schema(g.data).names))
-        except Exception as exc:  # pyarrow raises several types for a broken file
-            raise FormatError(f"cannot read parquet: {exc}", path=g.data) from exc
-        doc = merge_stats(doc, episode_stats(table, info))
+        cols = stats_columns(info, read_parquet_schema(g.data, what="data parquet").names)
+        table = read_parquet(g.data, cols, what="data parquet")
+        doc = merge_stats(doc, episode_stats(table, info, path=g.data))
     doc["action"] = dict(ACTION_BLOCK)
     return doc
 
@@ -65,7 +63,7 @@ def committed_stats(task_dir: Path, info: Mapping[str, Any], layout: TaskLayout)
 def _backup(task_dir: Path, path: Path) -> Path:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     dst = task_dir / _BACKUP_DIR / f"stats-unmergeable-{stamp}" / path.relative_to(task_dir)
-    atomic_write_bytes(dst, path.read_bytes())
+    atomic_write_bytes(dst, read_bytes(path, what="stats.json"))
     return dst
 
 
