@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
+from ..arrowutil import FLOAT_VECTOR, NS_SCALAR, int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
                                   fz_ratio, resolve_force_matrix_spec)
 from .._safe_read import open_parquet
@@ -230,7 +230,11 @@ def _ns_column(ep: Episode, column: str) -> np.ndarray | None:
     ns = column + "_ns"
     if ns not in ep.column_names:
         return None
-    return int_values_to_numpy(ep.columns([ns]).column(ns))
+    col = ep.columns([ns]).column(ns)
+    if not NS_SCALAR.matches(col.type):
+        raise SchemaError(f"is stored as {col.type}, egopool reads it as {NS_SCALAR.text}", column=ns,
+                          path=ep.files.data, hint="run `egopool validate TASK` for the full check")
+    return int_values_to_numpy(col)
 
 
 def force_matrix_sampled(ep: Episode, column: str) -> np.ndarray:
@@ -285,9 +289,17 @@ def force_matrix_fz_ratio(ep: Episode, column: str, force_column: str | None = N
     if force_column not in ep.column_names:
         raise SchemaError(f"not in episode {ep.index}; pass force_column=", column=force_column,
                           path=ep.files.data)
-    forces = list_column_to_numpy(ep.columns([force_column]).column(force_column)).astype(np.float64)
+    col = ep.columns([force_column]).column(force_column)
+    if not FLOAT_VECTOR.matches(col.type):
+        raise SchemaError(f"is stored as {col.type}, not [fx, fy, fz] rows ({FLOAT_VECTOR.text})",
+                          column=force_column, path=ep.files.data)
+    try:
+        forces = list_column_to_numpy(col).astype(np.float64)
+    except ValueError as exc:  # ragged rows
+        raise SchemaError(f"expected [fx, fy, fz] rows ({exc})", column=force_column, path=ep.files.data) from exc
     if forces.ndim != 2 or forces.shape[1] != 3:
-        raise SchemaError(f"expected [fx, fy, fz] rows, got shape {forces.shape}", column=force_column)
+        raise SchemaError(f"expected [fx, fy, fz] rows, got shape {forces.shape}", column=force_column,
+                          path=ep.files.data)
     codec = force_matrix_spec(ep, column).codec
     limits = None
     if codec.encoding == "row_diff_quantized":  # what q = 32767 / -32768 decode to (same float32 division)
