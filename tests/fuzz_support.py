@@ -258,9 +258,10 @@ def damage(task: Path, draw: Any, st: Any, kind: str | None = None) -> Damage:
     elif op == "extra_frame":
         (p / "000009.png").write_bytes(draw(st.binary(max_size=100)))
     elif op == "fifo_frame":
+        (p / "000005.png").unlink()
         os.mkfifo(p / "000005.png")
     elif op == "huge_name":
-        (p / ("9" * 400 + ".png")).write_bytes((p / "000000.png").read_bytes())
+        (p / ("9" * 240 + ".png")).write_bytes((p / "000000.png").read_bytes())  # > float range, < NAME_MAX
     return Damage(kind, op, detail)
 
 
