@@ -55,6 +55,9 @@ def main() -> int:
         except fz.Hang as exc:
             failures["hang"].append(str(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - the harness itself; keep going
+            failures["harness"].append(f"{type(exc).__name__}: {exc}"[:300])
+            return
         dt = time.perf_counter() - t0
         if dt > slowest[0]:
             slowest[:] = [dt, f"{dmg.kind} {dmg.op} {dmg.detail}"]

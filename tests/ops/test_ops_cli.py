@@ -35,7 +35,7 @@ def test_delete_json_and_dry_run(tmp_path, capsys):
 def test_delete_bad_input_is_one_line(tmp_path, capsys):
     task = write_task(tmp_path, episodes=1)
     before = snapshot(task)
-    for argv, msg in ((("delete", task, 0), "episode 0 refused: global N is 1-based"),
+    for argv, msg in ((("delete", task, 0), "N must be a plain positive decimal integer (1, 2, 3, ...), got '0'"),
                       (("delete", task, 7), "no episode 7 in task"),
                       (("delete", tmp_path / "nope", 1), "task directory does not exist")):
         code, out, err = run(capsys, *argv)
