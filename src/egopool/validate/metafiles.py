@@ -80,7 +80,7 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
         report.error(R_LAYOUT, exc.path or root, f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
         return None
     except EgopoolError as exc:
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             report.error(R_LAYOUT, path, "not a pooled_episodes_v1 task: meta/info.json is missing; point egopool "
                                          "at a task directory (the one holding data/, videos/, meta/ with "
                                          f"\"format\": \"{FORMAT}\")")
