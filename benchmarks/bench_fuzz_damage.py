@@ -24,6 +24,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from hypothesis.errors import UnsatisfiedAssumption  # noqa: E402
 
 import fuzz_support as fz  # noqa: E402
 
@@ -55,6 +56,8 @@ def main() -> int:
         except fz.Hang as exc:
             failures["hang"].append(str(exc))
             return
+        except UnsatisfiedAssumption:
+            raise  # Hypothesis discards this input (e.g. a parquet with no column to replace)
         except Exception as exc:  # noqa: BLE001 - the harness itself; keep going
             failures["harness"].append(f"{type(exc).__name__}: {exc}"[:300])
             return
