@@ -70,9 +70,13 @@ COMMANDS: dict[str, list[str]] = {
     "delete": ["delete", "--dry-run", "--json", "--no-registry", "{task}", "1", "2"],
     "migrate": ["migrate", "--dry-run", "--json", "--no-registry", "--split-episodes", "{task}"],
     "repair force-scale": ["repair", "force-scale", "--dry-run", "--json", "--no-registry", "{task}"],
+    "pack": ["pack", "{task}", "1", "2", "-o", "{out}", "--no-registry", "--json"],
+    "upload": ["upload", "{task}", "--server", "http://127.0.0.1:9", "--retries", "0", "--timeout", "1",
+               "--no-registry", "--json"],  # nothing listens on port 9: it packs, then fails to connect
 }
-#: Commands that take no task (they write a new one or import another format): covered elsewhere.
-NOT_TASK_COMMANDS = {"demo", "simulate", "import"}
+#: Commands that read no task (they write a new one, import another format, run a server or list
+#: hardware): covered by their own tests.
+NOT_TASK_COMMANDS = {"demo", "simulate", "import", "record", "devices", "serve", "token"}
 
 
 def build_reference(root: Path) -> Path:
@@ -382,9 +386,14 @@ def run_validator(task: Path, out: Outcome) -> None:
 
 
 def run_cli(task: Path, names: list[str], out: Outcome) -> None:
-    """Each command in-process: exit 0 or 1, every stderr line is egopool's own one-line message."""
+    """Each command in-process: exit 0 or 1, every stderr line is egopool's own one-line message.
+
+    ``pack`` writes its zips beside the work directory (``<work>/../packs``), never into the task.
+    """
+    packs = task.parent.parent / "packs"
+    shutil.rmtree(packs, ignore_errors=True)
     for name in names:
-        argv = [a.replace("{task}", str(task)) for a in COMMANDS[name]]
+        argv = [a.replace("{task}", str(task)).replace("{out}", str(packs)) for a in COMMANDS[name]]
         so, se = io.StringIO(), io.StringIO()
         try:
             with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):

@@ -264,17 +264,19 @@ def test_footer_longer_than_the_file(task: Path) -> None:
 # -- every N on the command line is a plain positive decimal integer -------------------------------------------
 @pytest.mark.parametrize("text", ["1.0", "0", "-1", "+1", "01", "1e0", " 1", "1 ", "1_0", "١", "0x1", "",
                                   str(2**63)])
-@pytest.mark.parametrize("cmd", ["delete", "delete --dry-run", "show", "audit-gaps -e"])
+@pytest.mark.parametrize("cmd", ["delete", "delete --dry-run", "show", "audit-gaps -e", "pack", "upload"])
 def test_n_must_be_a_plain_positive_decimal(task: Path, capsys, cmd: str, text: str) -> None:
     before = sorted(p.name for p in task.rglob("*"))
     words = cmd.split()
     argv = [words[0], str(task), *words[1:], text] if words[0] != "audit-gaps" else [*words[:1], str(task),
                                                                                       *words[1:], text]
-    line = one_error(capsys, main([*argv, "--yes"] if words[0] == "delete" else argv))
+    extra = {"delete": ["--yes"], "pack": ["-o", str(task.parent / "zips")],
+             "upload": ["--server", "http://127.0.0.1:9", "--retries", "0"]}.get(words[0], [])
+    line = one_error(capsys, main([*argv, *extra]))
     assert line == (f"egopool: error: episode number N must be a plain positive decimal integer (1, 2, 3, ...), "
                     f"got {text!r} (global N is 1-based: episode-000 is N=1; `egopool ls TASK` lists them)")
     assert sorted(p.name for p in task.rglob("*")) == before
-    assert (task / DATA).exists()
+    assert (task / DATA).exists() and not (task.parent / "zips").exists()
 
 
 def test_parse_episode_n_accepts_plain_integers() -> None:

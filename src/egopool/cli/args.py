@@ -1,6 +1,7 @@
 """Command-line values every command parses the same way: the global episode number N.
 
-Every command that takes N (``show TASK N``, ``delete TASK N...``, ``audit-gaps --episode N``,
+Every command that takes N (``show TASK N``, ``delete TASK N...``, ``pack TASK N...``,
+``upload TASK [N...]``, ``audit-gaps --episode N``,
 and any new one) declares it with :func:`episode_argument` / :func:`episode_option`, or calls
 :func:`parse_episode_n` on the text, so that ``1.0``, ``+1``, ``1e3``, ``01``, `` 1``, ``١``
 (non-ASCII digits) and ``0`` are refused while the command line is parsed, before anything
@@ -55,13 +56,15 @@ def parse_episode_n(text: str) -> int:
     return int(text)
 
 
-def episode_argument(help: str = "Global 1-based episode number N (as `egopool ls` shows).") -> Any:
+def episode_argument(help: str = "Global 1-based episode number N (as `egopool ls` shows).", *,
+                     required: bool = True) -> Any:
     """A Typer ``Argument`` for N, parsed by :func:`parse_episode_n`.
 
-    Declare the parameter as ``int`` (``list[int]`` for ``N...``) and give the command
-    ``context_settings={"ignore_unknown_options": True}`` so that ``-1`` reaches the parser.
+    Declare the parameter as ``int`` (``list[int]`` for ``N...``; ``list[int] | None`` with
+    ``required=False``) and give the command ``context_settings={"ignore_unknown_options": True}``
+    so that ``-1`` reaches the parser.
     """
-    return typer.Argument(..., metavar="N", parser=parse_episode_n, help=help)
+    return typer.Argument(... if required else None, metavar="N", parser=parse_episode_n, help=help)
 
 
 def episode_option(*names: str, help: str = "Only these global N (repeatable).") -> Any:

@@ -17,13 +17,14 @@ from ..errors import EgopoolError
 from ..transfer import pack_episodes, upload_episodes
 from ..transfer.client import UploadOutcome, UploadProgress
 from .app import app
+from .args import episode_argument
 from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
 from .output import console, err_console, human_bytes, print_json
 
 token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 
-_INDICES = typer.Argument(None, metavar="N", help="Global 1-based episode numbers (as `egopool ls` shows).")
+_INDICES = episode_argument("Global 1-based episode numbers (as `egopool ls` shows).", required=False)
 
 
 @contextlib.contextmanager
@@ -46,8 +47,7 @@ def _byte_bar(label: str, enabled: bool) -> Iterator[UploadProgress | None]:
 
 
 @app.command("pack", context_settings={"ignore_unknown_options": True})
-def pack_cmd(task: Path = _TASK, indices: list[int] = typer.Argument(..., metavar="N",
-                                                                       help="Global 1-based episode numbers."),
+def pack_cmd(task: Path = _TASK, indices: list[int] = episode_argument("Global 1-based episode numbers."),
              out: Path = typer.Option(..., "-o", "--out", help="Directory for the zips (created)."),
              reencode_hevc: bool = typer.Option(False, "--reencode-hevc",
                                                 help="Re-encode RGB MP4 to HEVC (hvc1, CRF 30) inside the zip; depth "

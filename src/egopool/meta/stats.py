@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_json
-from .._safe_read import read_json, read_parquet
+from .._safe_read import open_parquet, read_json, read_parquet
 from ..errors import FormatError, SchemaError
 
 __all__ = [
@@ -196,14 +196,13 @@ def episode_stats_file(path: str | Path, info: Mapping[str, Any]) -> dict[str, S
     FormatError
         The parquet cannot be read.
     """
-    import pyarrow.parquet as pq
 
+    pf = open_parquet(path, what="data parquet")
     try:
-        pf = pq.ParquetFile(str(path))
         cols = stats_columns(info, pf.schema_arrow.names)
         blocks: dict[str, StatsBlock] = {}
         for i in range(pf.num_row_groups if cols else 0):
-            for col, block in episode_stats(pf.read_row_group(i, columns=cols), info).items():
+            for col, block in episode_stats(pf.read_row_group(i, columns=cols), info, path=Path(path)).items():
                 blocks[col] = blocks[col].merge(block) if col in blocks else block
     except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
         raise FormatError(f"cannot read parquet: {exc}", path=path) from exc

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pathlib import Path
 
+from .._safe_read import open_parquet
 from ..errors import FormatError
 
 __all__ = ["rewrite_episode_index"]
@@ -42,7 +43,7 @@ def rewrite_episode_index(src: Path, dst: Path, index: int, *, single_row: bool 
         ``src`` cannot be read or has no ``episode_index`` column.
     """
     try:
-        pf = pq.ParquetFile(str(src))
+        pf = open_parquet(src, what="data parquet")
         schema = pf.schema_arrow
         if "episode_index" not in schema.names:
             raise FormatError("no episode_index column", path=src)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import __version__
+from .._safe_read import read_parquet
 from .._atomic import publish, temp_path_for
 from ..codecs.video import reencode_rgb, video_info
 from ..errors import EpisodeNotFoundError, FormatError, LayoutError, StorageError
@@ -164,8 +165,10 @@ def _episode(task_dir: Path, layout: TaskLayout, index: int, groups: dict[int, E
 def _row_slice(path: Path, index: int) -> bytes:
     """N's row of a legacy multi-row shard as a one-row parquet (every stored column kept, §6.1)."""
     try:
-        table = pq.read_table(path)
+        table = read_parquet(path, what="episodes shard")
         kept = table.filter(pc.equal(table.column("episode_index"), index))
+    except FormatError:
+        raise
     except Exception as exc:  # pyarrow raises several types for a broken file
         raise FormatError(f"cannot read episodes shard: {exc}", path=path) from exc
     if kept.num_rows != 1:

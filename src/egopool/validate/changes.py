@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from .._safe_read import open_parquet
 from ..arrowutil import list_offsets
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells
 from ..layout import EpisodeFiles
@@ -53,7 +53,7 @@ def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | 
 
 def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any]) -> None:
     try:
-        pf = pq.ParquetFile(path)
+        pf = open_parquet(path, what="data parquet")  # footer checked first (decisions.md H3)
         schema = pf.schema_arrow
     except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
         return
