@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PARQUET_FOOTER",
     "check_parquet",
     "loads_json",
+    "open_regular",
     "open_parquet",
     "read_bytes",
     "read_json",
@@ -95,6 +96,20 @@ def regular_file_size(path: str | Path, *, what: str = "file") -> int:
     fd, st = _open_regular(Path(path), what)
     os.close(fd)
     return int(st.st_size)
+
+
+def open_regular(path: str | Path, *, what: str = "file") -> Any:
+    """A binary file object for reading ``path``, opened only after ``fstat`` says it is a regular file.
+
+    For copying a file whole (e.g. into an upload zip) without ever blocking on a FIFO.
+
+    Raises
+    ------
+    FormatError
+        Missing, a directory, FIFO, socket or device, a symlink loop, or unreadable.
+    """
+    fd, _ = _open_regular(Path(path), what)
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> bytes:

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import __version__
-from .._safe_read import read_parquet
+from .._safe_read import open_regular, read_parquet
 from .._atomic import publish, temp_path_for
 from ..codecs.video import reencode_rgb, video_info
 from ..errors import EpisodeNotFoundError, FormatError, LayoutError, StorageError
@@ -326,16 +326,20 @@ def _add(zf: zipfile.ZipFile, name: str, src: Path | bytes, tick: Callable[[int]
     zi = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
     zi.compress_type = zipfile.ZIP_DEFLATED if name.endswith((".json", ".jsonl")) else zipfile.ZIP_STORED
     zi.external_attr = 0o100644 << 16  # a regular file, rw-r--r--
+    fh = None
+    if not isinstance(src, bytes):  # opened first: a FIFO or directory is refused before the member starts
+        try:
+            fh = open_regular(src, what="episode file")
+        except FormatError as exc:
+            raise FormatError(f"cannot read: {exc.message}", path=src,
+                              hint="the episode changed while packing, or the file is damaged; run "
+                                   "`egopool validate TASK`") from exc
     with zf.open(zi, "w", force_zip64=True) as dst:
         w = _HashingWriter(dst)
-        if isinstance(src, bytes):
+        if fh is None:
+            assert isinstance(src, bytes)
             w.write(src)
         else:
-            try:
-                fh = open(src, "rb")
-            except OSError as exc:
-                raise FormatError(f"cannot read: {exc.strerror or exc}", path=src,
-                                  hint="the episode changed while packing; run `egopool ls TASK`") from exc
             with fh:
                 while block := fh.read(_BLOCK):
                     w.write(block)
