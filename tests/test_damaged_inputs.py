@@ -141,6 +141,7 @@ def test_data_parquet_symlink_loop(task: Path, capsys) -> None:
     p.symlink_to(p.name)
     episodes = open_task(task).episodes()
     assert [e.index for e in episodes] == [1] and episodes[0].files.data == p
+    assert open_task(task).episode(1).files.data == p  # the per-N lookup sees it too
     with pytest.raises(FormatError) as err:
         episodes[0].table
     assert err.value.path == p and "Too many levels of symbolic links" in err.value.message

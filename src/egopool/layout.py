@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -394,9 +395,21 @@ def _entries(d: Path) -> list[os.DirEntry[str]]:
         return []
 
 
+def _file_like(e: os.DirEntry[str] | Path) -> bool:
+    """An entry that is not a directory (not following symlinks): files, and also symlinks and FIFOs,
+    which :func:`walk_task_files` lists the same way so that a damaged entry is reported when read
+    (decisions.md H1). Never raises (a symlink loop is an entry like any other)."""
+    try:
+        if isinstance(e, Path):
+            return not stat.S_ISDIR(e.lstat().st_mode)
+        return not e.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
 def _has_png(d: str) -> bool:
     """A legacy PNG16 depth directory: it directly holds a (non-dot) ``.png`` file (decisions C4)."""
-    return any(e.name.lower().endswith(".png") and e.is_file() for e in _entries(Path(d)))
+    return any(e.name.lower().endswith(".png") and _file_like(e) for e in _entries(Path(d)))
 
 
 def _resolve(root: Path, template: str, c: int, f: int | None, *, png_dirs: bool = False,
@@ -424,21 +437,21 @@ def _resolve(root: Path, template: str, c: int, f: int | None, *, png_dirs: bool
                 names = [part] + ([part.replace("episode-", "file-")] if "episode-" in part else [])
                 for name in names:
                     p = d / name
-                    if p.is_file() if last else p.is_dir() and (i < static or not p.is_symlink()):
+                    if _file_like(p) if last else p.is_dir() and (i < static or not p.is_symlink()):
                         out.append((p, caps))
                         if last:
                             break  # the episode- name wins over a legacy file- one
                 continue
             if last and prefer and fields == {"ext"} and caps.get("image_key") in prefer:
                 p = d / part.format(ext=prefer[caps["image_key"]])
-                if p.is_file():
+                if _file_like(p):
                     out.append((p, caps))
                     continue
             rx = _template_regex(part, legacy_prefix=True)
             rx_dir = _template_regex(_PNG_DIR_SUFFIX.sub("", part), legacy_prefix=True) if png_dirs and last else None
             for e in sorted(_entries(d), key=lambda e: e.name):
                 m = rx.match(e.name)
-                if last and m and e.is_file():
+                if last and m and _file_like(e):
                     out.append((Path(e.path), {**caps, **m.groupdict()}))
                 elif last and rx_dir is not None and e.is_dir(follow_symlinks=False) and _has_png(e.path):
                     m = m or rx_dir.match(e.name)
