@@ -12,7 +12,7 @@ that reads a task (:data:`fuzz_support.COMMANDS`, 14 invocations). It asserts: n
 no file changed, each input within a time bound (SIGALRM) and the peak RSS of the whole
 run bounded.
 
-Figures (CI, derandomized): 11 kinds × 6 inputs = 66 damaged tasks, about 0.5 s each.
+Figures (CI, derandomized): 11 kinds × 6 inputs = 66 damaged tasks, about 50 s in all.
 The bigger run is ``python benchmarks/bench_fuzz_damage.py --examples 2000``; its figures
 are in benchmarks/README.md.
 """
