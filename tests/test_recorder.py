@@ -11,6 +11,7 @@ from egopool.codecs.video import count_video_frames
 from egopool.devices import Device, Rig, SimulatedRig
 from egopool.recorder import Frame, Recorder
 from egopool.write.task_writer import EpisodeWriter
+from recorder_support import scripted
 
 FPS = 30.0
 P = int(round(1e9 / FPS))
@@ -30,21 +31,9 @@ def _img(v, size=32):
     return np.full((size, size, 3), v, np.uint8)
 
 
-def _scripted(script):
-    """feed() that runs script[tick](rec) for the priming call (tick 0) and each later tick."""
-    calls = {"n": 0}
-
-    def feed(t0, t1, rec):
-        step = script.get(calls["n"])
-        if step is not None:
-            step(rec)
-        calls["n"] += 1
-    return feed
-
-
 def _record(tmp_path, rig, script, rows, **kw):
     rec = Recorder(TaskWriter(tmp_path, "t", fps=FPS), rig, **kw)
-    done = rec.record_virtual(rows / FPS, _scripted(script), host0_ns=10**12)
+    done = rec.record_virtual(rows / FPS, scripted(script), host0_ns=10**12)
     ep = open_task(tmp_path / "t").episode(done.index)
     return done, ep
 
@@ -244,7 +233,7 @@ def test_a_stream_that_never_delivers_fails_and_frees_n(tmp_path):
     tw = TaskWriter(tmp_path, "t")
     rec = Recorder(tw, rig, prime_timeout=0.2)
     with pytest.raises(CodecError, match="d435_depth"):
-        rec.record_virtual(0.5, _scripted({i: (lambda r: [r.push_frame("head_left_rgb", Frame(_img(1))),
+        rec.record_virtual(0.5, scripted({i: (lambda r: [r.push_frame("head_left_rgb", Frame(_img(1))),
                                                           r.push_frame("d435_rgb", Frame(_img(1)))])
                                            for i in range(20)}))
     assert tw.next_episode_index() == 1
@@ -259,7 +248,7 @@ def test_a_bad_sample_is_stored_as_no_sample_and_counted(tmp_path):
               1: lambda r: r.push_sample(f, np.zeros(4, np.float32), ns=9),
               2: lambda r: r.push_sample(f, np.full(3, 2, np.float32), ns=11)}
     with pytest.warns(ValueChangedWarning, match=r"1 sample\(s\) of gripper_left_force .*expects 3 values"):
-        done = rec.record_virtual(4 / FPS, _scripted(script))
+        done = rec.record_virtual(4 / FPS, scripted(script))
     assert done.index == 1 and done.result.length == 4
     assert done.drop_stats["gripper_left_force_rejected_count"] == 1
     t = open_task(tmp_path / "t").episode(1).table
@@ -310,9 +299,9 @@ def test_record_virtual_refuses_non_finite_seconds_before_starting(tmp_path):
     rec = Recorder(TaskWriter(tmp_path, "t"), _rig(UVC))
     for bad in (float("inf"), float("nan"), 0.0, -1.0):
         with pytest.raises(SchemaError, match="seconds"):
-            rec.record_virtual(bad, _scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
+            rec.record_virtual(bad, scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
     # nothing was left running: the next episode records normally as N=1
-    done = rec.record_virtual(0.1, _scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
+    done = rec.record_virtual(0.1, scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
     assert done.index == 1 and done.result.length == 3
 
 
@@ -320,7 +309,7 @@ def test_stop_episode_without_a_running_episode_is_refused(tmp_path):
     rec = Recorder(TaskWriter(tmp_path, "t"), _rig(UVC))
     with pytest.raises(EgopoolError, match="no episode is being recorded"):
         rec.stop_episode()
-    rec.record_virtual(0.1, _scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
+    rec.record_virtual(0.1, scripted({0: lambda r: r.push_frame("head_left_rgb", Frame(_img(1)))}))
     with pytest.raises(EgopoolError, match="no episode is being recorded"):
         rec.stop_episode()  # used to hand back the previous episode's result a second time
 

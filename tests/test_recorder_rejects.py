@@ -24,6 +24,7 @@ from egopool.ops.stats_ops import check_stats
 from egopool.recorder import Frame, Recorder
 from egopool.validate import validate_task
 from egopool.write.checks import check_episode_seconds, max_episode_rows, max_episode_seconds
+from recorder_support import scripted
 
 FPS = 30.0
 GLOVE = "observation.left_glove"
@@ -93,17 +94,9 @@ def _img(v, size=32):
 
 
 def _record(tmp_path, rig, script, rows):
-    calls = {"n": 0}
-
-    def feed(t0, t1, rec):
-        step = script.get(calls["n"])
-        if step is not None:
-            step(rec)
-        calls["n"] += 1
-
     rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
     with pytest.warns(ValueChangedWarning):
-        done = rec.record_virtual(rows / FPS, feed, host0_ns=10**12)
+        done = rec.record_virtual(rows / FPS, scripted(script), host0_ns=10**12)
     return done, open_task(tmp_path / "t").episode(done.index)
 
 

@@ -12,6 +12,7 @@ A source stands for one device of a rig (multi_device_storage.md §4). Its life:
 
 from __future__ import annotations
 
+import abc
 import collections
 import threading
 import time
@@ -77,7 +78,7 @@ class SourceStatus:
     error: str | None = None
 
 
-class Source:
+class Source(abc.ABC):
     """Base of every device source; subclasses implement :meth:`_open`, :meth:`_run` and :meth:`_close`.
 
     Parameters
@@ -196,8 +197,9 @@ class Source:
     def _open(self) -> Device:
         return self.device
 
+    @abc.abstractmethod
     def _run(self, stop: threading.Event) -> None:
-        raise NotImplementedError
+        """The capture loop, on the source's own thread: deliver frames/samples until ``stop`` is set."""
 
     def _close(self) -> None:
         pass
