@@ -817,8 +817,11 @@ class EpisodeWriter:
         with contextlib.suppress(Exception):
             self._pq.close()
         for st in self._streams.values():
-            with contextlib.suppress(Exception):
-                st.encoder.close()
+            try:
+                st.close()  # through the worker: it finishes encoding before the file closes
+            except Exception:  # noqa: BLE001 - keep what the file holds so far
+                with contextlib.suppress(Exception):
+                    st.encoder.close()  # the worker has stopped: only this thread touches it now
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         dest = self.task.task_dir / ".egopool_backup" / f"unfinished-{self.index}-{stamp}"
         try:
