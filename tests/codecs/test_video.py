@@ -77,3 +77,44 @@ def test_corrupt_video_is_a_codec_error_naming_the_file(tmp_path):
         count_video_frames(bad)
     with pytest.raises(CodecError, match="broken.mp4"):
         list(read_rgb_frames(bad))
+
+
+def _decoded_frames_with_time_base(tmp_path, n: int) -> list:
+    """Decoded frames of an MPEG-TS file: time base 1/90000, as a v4l2 camera's is 1/1000000 (not 1/fps)."""
+    import av
+
+    src = tmp_path / "cam.ts"
+    with av.open(str(src), "w", format="mpegts") as out:
+        st = out.add_stream("mpeg2video", rate=30)
+        st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
+        for i in range(n):
+            f = av.VideoFrame.from_ndarray(_smooth(48, 64, i), format="rgb24")
+            f.pts = i
+            for p in st.encode(f):
+                out.mux(p)
+        for p in st.encode():
+            out.mux(p)
+    with av.open(str(src)) as c:
+        frames = list(c.decode(c.streams.video[0]))
+    assert frames[0].time_base.denominator == 90000
+    return frames
+
+
+def test_decoded_frames_of_another_time_base_get_one_pts_per_frame(tmp_path):
+    """A camera's decoded frame keeps its device time base; the encoder must not rescale its
+    frame counter from that base (all pts 0: a 0 s video, or 'Invalid argument' once a frame repeats)."""
+    import av
+
+    frames = _decoded_frames_with_time_base(tmp_path, 6)
+    seq = [frames[0], frames[0], frames[0], *frames[1:]]  # a stalled camera: the recorder repeats its frame
+    path = tmp_path / "v.mp4"
+    enc = RgbEncoder(path, 64, 48, 30.0, preset="ultrafast")
+    for f in seq:
+        enc.encode(f)
+    assert enc.close()["frames"] == len(seq)
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        pts = sorted(p.pts for p in c.demux(s) if p.pts is not None)
+        tb = s.time_base
+    assert len(pts) == len(seq) and len(set(pts)) == len(seq)  # one distinct pts per frame
+    assert [round(float(p * tb) * 30) for p in pts] == list(range(len(seq)))  # at 1/30 s steps

@@ -88,3 +88,75 @@ def test_camera_delivers_at_its_own_rate_between_episodes(tmp_path):
     raw2 = np.asarray(open_task(tmp_path / "cam2").episode(2).table.column("raw_hw_ns"))
     gap_s = (raw2[0] - raw1[-1]) / 1e9
     assert 0.9 < gap_s < 1.6  # the second episode starts at the device's present, not at stale frames
+
+
+def _feed_fifo(path, data: bytes, release) -> None:
+    """A camera that delivers ``data`` (an MPEG-TS stream) into the FIFO ``path``, then stalls with the
+    FIFO still open (the reader blocks in its read) until ``release``."""
+    import os
+
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+        release.wait(60)
+    finally:
+        os.close(fd)
+
+
+def _mpegts(path, n: int) -> bytes:
+    import av
+
+    with av.open(str(path), "w", format="mpegts") as out:
+        st = out.add_stream("mpeg2video", rate=30)
+        st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
+        for i in range(n):
+            f = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * i % 256, np.uint8), format="rgb24")
+            f.pts = i
+            for p in st.encode(f):
+                out.mux(p)
+        for p in st.encode():
+            out.mux(p)
+    return path.read_bytes()
+
+
+def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(tmp_path):
+    """Frames stop but the device stays open (the read blocks): the episode finishes with the last
+    frame repeated (§5.3), close() gives up on the blocked read after its timeout without freeing the
+    device under it, and the capture thread releases it when the read returns."""
+    import os
+    import threading
+
+    fifo = tmp_path / "cam.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+    feeder = threading.Thread(target=_feed_fifo, args=(fifo, _mpegts(tmp_path / "cam.ts", 30), release),
+                              daemon=True)
+    feeder.start()
+    writer = TaskWriter(tmp_path, "stall", fps=30.0)
+    session = RecordingSession(writer, parse_device_specs([f"uvc:file:{fifo}", "sim:glove"]))
+    session.open()
+    cam = session.sources[0]
+    cam.close_timeout = 0.5
+    try:
+        done = session.record_seconds(2.0)  # 1 s of frames, then 1 s of none
+        capture = cam._thread
+    finally:
+        t0 = time.monotonic()
+        session.close()
+        closed_in = time.monotonic() - t0
+        blocked_device = cam._container
+        release.set()  # the blocked read returns (end of file) after close() gave up on it
+        feeder.join(10)
+    assert done.result.length == 60
+    assert done.drop_stats["head_left_rgb_repeated_count"] >= 25  # the frames that never came
+    video = writer.task_dir / "videos" / "chunk-000" / "head_left_rgb" / "episode-000.mp4"
+    import av
+
+    with av.open(str(video)) as c:
+        s = c.streams.video[0]
+        assert s.frames == 60 and abs(float(s.duration * s.time_base) - 2.0) < 0.1
+    assert closed_in < 5.0  # close_timeout, not the default 10 s
+    assert blocked_device is not None  # not freed while the capture thread is inside a read of it
+    capture.join(10)
+    assert not capture.is_alive() and cam._container is None  # released by the capture thread itself
+    assert validate_task(tmp_path / "stall").ok

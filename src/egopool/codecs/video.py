@@ -114,6 +114,7 @@ class RgbEncoder:
         self.width, self.height, self.codec, self.crf = int(width), int(height), codec, int(crf)
         self.preset = preset
         self.frames = 0
+        self._tb = 1 / _rate(fps)  # pts = frame index in this base (a decoded frame may bring another)
         self._guard = DtsGuard()
         pix = "yuv420p" if self.width % 2 == 0 and self.height % 2 == 0 else "yuv444p"
         try:
@@ -183,6 +184,9 @@ class RgbEncoder:
                 frame = av.VideoFrame.from_numpy_buffer(img, format="rgb24")
             except ValueError:  # a row stride PyAV cannot wrap: copy once
                 frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+        # PyAV rescales pts from the frame's time base to the encoder's: a camera frame keeps its
+        # device base (v4l2 1/1000000, MPEG-TS 1/90000), which would turn the frame index into 0
+        frame.time_base = self._tb
         frame.pts = self.frames
         mux_frame(self._out, self._stream, self._guard, frame, self.path)
         self.frames += 1

@@ -93,6 +93,8 @@ class Source(abc.ABC):
 
     #: Whether the source can be replayed on a virtual clock (``feed``), e.g. a recording file.
     replayable = False
+    #: Seconds :meth:`close` waits for the capture thread (a stalled device can block it in a read).
+    close_timeout = 10.0
 
     def __init__(self, device: Device, role: str | None = None, label: str | None = None) -> None:
         self.device, self.role = device, role
@@ -105,6 +107,9 @@ class Source(abc.ABC):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rec: Recorder | None = None
+        self._close_lock = threading.Lock()
+        self._in_run = False  # the capture thread may be inside a read of the device
+        self._orphaned = False  # close() gave up waiting: the capture thread releases the device
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def open(self) -> Device:
@@ -142,6 +147,7 @@ class Source(abc.ABC):
             self._stop = threading.Event()
             if self._state in ("open", "closed"):
                 self._state = "running"
+            self._in_run, self._orphaned = True, False
             self._thread = threading.Thread(target=self._guarded_run, name=f"src-{self.device.kind}", daemon=True)
             self._thread.start()
 
@@ -154,20 +160,33 @@ class Source(abc.ABC):
         except Exception as exc:  # noqa: BLE001 - reported in the status; the recording goes on
             self.error = exc.one_line() if isinstance(exc, DeviceError) else f"{type(exc).__name__}: {exc}"
             self._state = "error"
+        finally:
+            with self._close_lock:
+                self._in_run = False
+                if self._orphaned:
+                    self._close()
 
     def stop(self) -> None:
         """Stop pushing into the recorder (the device keeps running for the next episode)."""
         self._rec = None
 
     def close(self) -> None:
-        """Stop the capture thread and release the device."""
+        """Stop the capture thread and release the device.
+
+        A device that stopped delivering can hold the capture thread in a blocking read: after
+        :attr:`close_timeout` seconds close() returns, and the thread releases the device itself
+        when its read returns (releasing it under the read would free memory FFmpeg still uses).
+        """
         self._rec = None
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10.0)
+            self._thread.join(timeout=self.close_timeout)
             self._thread = None
-        if self._state != "closed":
-            self._close()
+        with self._close_lock:
+            if self._in_run:
+                self._orphaned = True
+            elif self._state != "closed":
+                self._close()
         self._state = "closed"
 
     @property
