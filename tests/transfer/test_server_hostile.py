@@ -100,6 +100,13 @@ def _with_index(table: pa.Table, n: int) -> pa.Table:
     return table.set_column(i, table.schema.field(i), pa.array([n] * table.num_rows, pa.int64()))
 
 
+def _zstd_bomb() -> bytes:
+    """One 32 MiB zero string, zstd-compressed by parquet to a few KiB: the zip's ratio limit never sees it."""
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"blob": pa.array([b"\0" * (32 << 20)], pa.binary())}), buf, compression="zstd")
+    return buf.getvalue()
+
+
 CASES = {
     # name: (status, reason, how to build the body from the good zip)
     "path traversal": (400, "path_traversal", lambda g, t: rebuild_zip(g, t, add=[("../../evil.txt", b"x")])),
@@ -130,6 +137,10 @@ CASES = {
         g, t, replace={ROW: _parquet(_with_index(_table(g, ROW), 3))})),
     "declared 10 GiB (bomb)": (413, "member_too_large", None),
     "compression ratio (bomb)": (413, "compression_ratio", None),
+    "meta row repeated (parquet bomb)": (422, "meta_rows", lambda g, t: rebuild_zip(
+        g, t, replace={ROW: _parquet(_table(g, ROW).take(pa.array([0] * 5000)))})),
+    "compressed page (parquet bomb)": (413, "compression_ratio", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: _zstd_bomb()})),
     "fails validation": (422, "validation", lambda g, t: rebuild_zip(
         g, t, replace={DATA: _parquet(_table(g, DATA).drop(["frame_index"]))})),
 }
