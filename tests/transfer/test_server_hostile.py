@@ -195,6 +195,11 @@ def test_malformed_requests(setup) -> None:
     bad_name = _post(srv, good.read_bytes(), name="../etc")
     assert (bad_name.status_code, bad_name.json()["error"]) == (400, "bad_task_name")
     assert _post(srv, good.read_bytes(), name=".egopool-server").status_code == 400
+    before = store_files(srv.store)
+    for name in ("p" * 300, "pick\nevil", " pick", "pick ", "pick\u202e"):  # too long, control, spaces, bidi
+        resp = _post(srv, good.read_bytes(), name=name)
+        assert (resp.status_code, resp.json()["error"]) == (400, "bad_task_name"), (name, resp.text)
+    assert store_files(srv.store) == before
 
 
 def test_the_good_zip_is_accepted_after_all_that(setup) -> None:
