@@ -170,6 +170,8 @@ def test_hostile_zip_is_refused_and_the_store_is_unchanged(setup, case: str, tmp
     assert resp.json()["message"]
     if reason == "validation":
         assert any("frame_index" in f["message"] for f in resp.json()["findings"])
+        assert any(f["path"] == DATA for f in resp.json()["findings"])  # task-relative: the server's disk unnamed
+    assert ".egopool-server" not in resp.text and str(srv.store) not in resp.text
     assert store_files(srv.store) == before
     for scratch in ("spool", "staging"):
         assert not list((srv.store / ".egopool-server" / scratch).iterdir())

@@ -135,6 +135,17 @@ def _column_values(path: Path, column: str) -> set[int]:
     return out
 
 
+class _StagingPaths:
+    """Text with the server's staging directory cut off: findings name task-relative paths, never the
+    server's own file system."""
+
+    def __init__(self, staging: Path) -> None:
+        self.prefix = str(staging) + os.sep
+
+    def __call__(self, text: str) -> str:
+        return text.replace(self.prefix, "")
+
+
 class Importer:
     """Imports uploads into a :class:`~egopool.server.store.Store` (module docstring).
 
@@ -221,9 +232,11 @@ class Importer:
             report = validate_task(staging)
             if not report.ok:
                 errors = [f for f in report.findings if f.severity == "error"]
+                hide = _StagingPaths(staging)
                 raise UploadRejectedError(422, "validation", f"the episode fails validation: {len(errors)} error(s), "
-                                                             f"first: {errors[0].one_line()}",
-                                          findings=[f.to_dict() for f in report.findings])
+                                                             f"first: {hide(errors[0].one_line())}",
+                                          findings=[{k: hide(v) for k, v in f.to_dict().items()}
+                                                    for f in report.findings])
             validation = {"ok": True, "errors": 0,
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
             length, streams = _facts(staging, n, layout)
