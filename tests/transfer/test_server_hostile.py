@@ -141,6 +141,8 @@ CASES = {
         g, t, replace={ROW: _parquet(_table(g, ROW).take(pa.array([0] * 5000)))})),
     "compressed page (parquet bomb)": (413, "compression_ratio", lambda g, t: rebuild_zip(
         g, t, replace={DATA: _zstd_bomb()})),
+    "another fps": (409, "declaration_conflict", lambda g, t: rebuild_zip(g, t, replace={"meta/info.json": json.dumps(
+        {**json.loads(zipfile.ZipFile(g).read("meta/info.json")), "fps": 1000.0}).encode()})),
     "fails validation": (422, "validation", lambda g, t: rebuild_zip(
         g, t, replace={DATA: _parquet(_table(g, DATA).drop(["frame_index"]))})),
 }

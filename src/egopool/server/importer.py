@@ -62,7 +62,8 @@ __all__ = ["ON_CONFLICT", "ImportResult", "Importer"]
 
 ON_CONFLICT = ("renumber", "reject")
 #: info.json keys the server task owns: never taken from an upload's snapshot.
-_SERVER_OWNED = ("format", "chunks_size", "data_path", "video_path", "episodes_path", "task_name", "total_episodes")
+_SERVER_OWNED = ("format", "chunks_size", "data_path", "video_path", "episodes_path", "task_name", "total_episodes",
+                 "fps", "created_at")
 _PAUSE_ENV = "EGOPOOL_SERVER_PAUSE"
 
 
@@ -123,6 +124,11 @@ def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str]]:
     vdir = staging / "videos" / f"chunk-{c:03d}"
     keys = sorted(p.name for p in vdir.iterdir()) if vdir.is_dir() else []
     return int(rows), keys
+
+
+def _same_fps(a: Any, b: Any) -> bool:
+    """True when two ``fps`` values are the same number (the local writer never changes a task's fps)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)) and float(a) == float(b)
 
 
 def _column_values(path: Path, column: str) -> set[int]:
@@ -396,6 +402,11 @@ class Importer:
         dup = self._duplicate(task, manifest, n, zip_sha256, upload_id)  # again, under the guard
         if dup is not None:
             return dup
+        if fresh is None and not _same_fps(server_info.get("fps"), info.get("fps")):
+            raise UploadRejectedError(409, "declaration_conflict", f"the server task records at fps "
+                                                                   f"{server_info.get('fps')}, the upload at "
+                                                                   f"{info.get('fps')!r}; a task has one fps (§3)",
+                                      hint="upload it under another task name")
         decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
         raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
         cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
