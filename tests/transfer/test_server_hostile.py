@@ -206,6 +206,22 @@ def test_malformed_requests(setup) -> None:
     assert store_files(srv.store) == before
 
 
+def test_form_parts_and_headers_are_bounded(setup) -> None:
+    """64 KiB per field is not a bound when the fields are countless: parts and headers are limited too."""
+    srv, good, _ = setup
+    url = srv.url + "/api/v1/session/upload"
+    before = store_files(srv.store)
+    many = {"name": "pick", "episode_index": "1", **{f"x{i}": "y" * 1000 for i in range(100)}}
+    resp = httpx.post(url, data=many, files={"file": ("e.zip", good.read_bytes(), "application/zip")}, timeout=60)
+    assert (resp.status_code, resp.json()["error"]) == (400, "bad_request") and "form parts" in resp.json()["message"]
+    boundary = "qa"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\nX-Pad: {'p' * (64 << 10)}\r\n\r\n"
+            f"pick\r\n--{boundary}--\r\n").encode()
+    resp = httpx.post(url, content=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert (resp.status_code, resp.json()["error"]) == (400, "bad_request") and "header" in resp.json()["message"]
+    assert store_files(srv.store) == before
+
+
 def test_the_good_zip_is_accepted_after_all_that(setup) -> None:
     srv, good, _ = setup
     resp = _post(srv, good.read_bytes(), f=None)  # episode_index is only a cross-check: optional
