@@ -235,6 +235,19 @@ def test_show_rejects_n_below_one(tmp_path: Path, capsys, n: str) -> None:
     assert line == f"egopool: error: episode index must be >= 1, got {n} (global N is 1-based: episode-000 is N=1)"
 
 
+@pytest.mark.parametrize("n", ["1.0", "1e0", "0x1", "one", "1.5"])
+@pytest.mark.parametrize("cmd", ["show", "delete", "pack"])
+def test_n_must_be_written_as_a_whole_number(tmp_path: Path, capsys, cmd: str, n: str) -> None:
+    """`delete TASK 1.0` deleting episode 1 is a guess; N is written as `egopool ls` shows it."""
+    task = _task(tmp_path, episodes=1)
+    extra = ["-o", str(tmp_path / "zips")] if cmd == "pack" else []
+    rc = main([cmd, str(task), n, *extra])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "is not an episode number" in err and "Traceback" not in out + err
+    assert (task / "data/chunk-000/episode-000.parquet").is_file() and not (tmp_path / "zips").exists()
+    assert main(["show", str(task), " 1"]) == 0  # surrounding spaces are harmless
+
+
 @pytest.mark.parametrize("cmd", ["info", "ls", "show"])
 def test_a_file_instead_of_a_task_directory(tmp_path: Path, capsys, cmd: str) -> None:
     f = tmp_path / "afile"

@@ -20,6 +20,7 @@ from ..errors import EgopoolError, LayoutError
 from ..read.reader import Episode, open_task
 from .app import app
 from .output import console, human_bytes, print_json
+from .params import parse_episode_n
 
 
 def _int_field(row: dict[str, Any], key: str, problems: list[str]) -> int | None:
@@ -166,7 +167,7 @@ def _number(v: Any) -> str:
 
 @app.command("show", context_settings={"ignore_unknown_options": True})
 def show_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
-             n: int = typer.Argument(..., metavar="N", help="Global 1-based episode index N."),
+             n: int = typer.Argument(..., metavar="N", parser=parse_episode_n, help="Global 1-based episode index N."),
              json_out: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Show one episode: its meta row, columns with types, streams and trajectories.
 

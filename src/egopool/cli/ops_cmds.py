@@ -22,6 +22,7 @@ from ..errors import EgopoolError, RegistryError
 from ..ops._common import Progress as ProgressFn
 from .app import app
 from .output import console, err_console, human_bytes, print_json
+from .params import parse_episode_n
 
 stats_app = typer.Typer(help="Rebuild or audit meta/stats.json (file_format.md §4).", no_args_is_help=True)
 repair_app = typer.Typer(help="Repair episode metadata from the data itself.", no_args_is_help=True)
@@ -75,7 +76,7 @@ def _registry_hint() -> Iterator[None]:
 
 @app.command("delete", context_settings={"ignore_unknown_options": True})  # N=-1: our error
 def delete_cmd(task: Path = _TASK,
-               indices: list[int] = typer.Argument(..., metavar="N",
+               indices: list[int] = typer.Argument(..., metavar="N", parser=parse_episode_n,
                                                    help="Global 1-based episode numbers (as `egopool ls` shows)."),
                dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
                yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation on a terminal.")) -> None:

@@ -19,11 +19,12 @@ from ..transfer.client import UploadOutcome, UploadProgress
 from .app import app
 from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
 from .output import console, err_console, human_bytes, print_json
+from .params import parse_episode_n
 
 token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 
-_INDICES = typer.Argument(None, metavar="N", help="Global 1-based episode numbers (as `egopool ls` shows).")
+_INDICES = typer.Argument(None, metavar="N", parser=parse_episode_n, help="Global 1-based episode numbers (as `egopool ls` shows).")
 
 
 @contextlib.contextmanager
@@ -46,7 +47,7 @@ def _byte_bar(label: str, enabled: bool) -> Iterator[UploadProgress | None]:
 
 
 @app.command("pack", context_settings={"ignore_unknown_options": True})
-def pack_cmd(task: Path = _TASK, indices: list[int] = typer.Argument(..., metavar="N",
+def pack_cmd(task: Path = _TASK, indices: list[int] = typer.Argument(..., metavar="N", parser=parse_episode_n,
                                                                        help="Global 1-based episode numbers."),
              out: Path = typer.Option(..., "-o", "--out", help="Directory for the zips (created)."),
              reencode_hevc: bool = typer.Option(False, "--reencode-hevc",
