@@ -226,3 +226,19 @@ def test_the_good_zip_is_accepted_after_all_that(setup) -> None:
     srv, good, _ = setup
     resp = _post(srv, good.read_bytes(), f=None)  # episode_index is only a cross-check: optional
     assert resp.status_code == 200 and resp.json()["episode_index"] == 2
+
+
+def test_an_episode_removed_on_the_server_is_never_confirmed_as_a_duplicate(setup) -> None:
+    """The server's admin deleted pooled episode 1; the client re-sends it (its registry lost): answering
+    "duplicate" would confirm it and --delete-after would drop the last copy."""
+    from egopool.layout import list_task_episodes
+    from egopool.ops import delete_episodes
+
+    srv, _, root = setup
+    assert delete_episodes(srv.store / "pick", [1], registry=False).ok
+    before = store_files(srv.store)
+    report = upload_episodes(root / "pc" / "pick", [1], server=srv.url, registry=False, delete_after=True)
+    (o,) = report.outcomes
+    assert (o.status, o.deleted) == ("failed", None) and "removed" in o.message, o.to_dict()
+    assert 1 in [g.index for g in list_task_episodes(root / "pc" / "pick")]  # the local copy stays
+    assert store_files(srv.store) == before

@@ -13,7 +13,8 @@
    ``episode_index`` column is the truth for N (§9): one value N whose
    ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
 6. the same client (host id) sending the same N again: identical content (episode digest)
-   is a 200 no-op returning the server N it got; different content is 409;
+   is a 200 no-op returning the server N it got, while the store still holds that episode
+   (409 ``episode_removed`` once it was deleted there); different content is 409;
 7. egopool's own validator on the slice (:func:`egopool.validate.validate_task`): any error
    is 422 with the findings;
 8. under the task's import guard and task lock: the slice's declarations must fit the
@@ -313,9 +314,29 @@ class Importer:
                                       f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) already "
                                       f"uploaded a different episode {n} to task {task!r} (server N "
                                       f"{known.episode_index})")
+        files = self._still_held(task, known.episode_index)
+        if files is None:  # a "duplicate" answer confirms the upload: the client may delete its copy
+            raise UploadRejectedError(409, "episode_removed",
+                                      f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) episode {n} "
+                                      f"was pooled as episode {known.episode_index} of task {task!r}, which has "
+                                      "since been removed from the server; it is not confirmed again",
+                                      hint="keep the local copy and ask the server's admin")
         return ImportResult("duplicate", task, known.episode_index, n, manifest.source_host_id,
                             known.episode_index != n, zip_sha256, manifest.episode_digest, upload_id,
-                            self._published_files(task, known.episode_index), known.validation)
+                            files, known.validation)
+
+    def _still_held(self, task: str, index: int) -> dict[str, str] | None:
+        """:meth:`_published_files` of server N, or None when its data or meta file is gone from the store."""
+        task_dir = self.store.root / task
+        if not (task_dir / "meta" / "info.json").is_file():
+            return None
+        try:
+            layout = TaskLayout.from_info(task_dir, read_info(task_dir))
+        except FormatError:
+            return None
+        if not (layout.data_file(index).is_file() and layout.episodes_file(index).is_file()):
+            return None
+        return self._published_files(task, index)
 
     def _published_files(self, task: str, index: int) -> dict[str, str]:
         """sha256 of N's files as the server holds them (the client checks them against its own)."""
