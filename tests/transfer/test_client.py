@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,3 +80,81 @@ def test_token_cli_stores_only_hashes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli(["token", "revoke", "--tokens", str(tokens), "--id", "pc-1"]) == 0
     assert cli(["token", "revoke", "--tokens", str(tokens), "--id", "pc-1"]) == 1
     assert json.loads(tokens.read_text())["tokens"] == []
+
+
+@pytest.mark.parametrize("server", ["http://[::1", "http://", "http://pool.lab:8000/?next=1", "http://:8000"])
+def test_a_malformed_server_url_is_one_error(tmp_path: Path, server: str) -> None:
+    task = write_task(tmp_path, episodes=1)
+    with pytest.raises(TransferError, match="server URL"):
+        upload_episodes(task, server=server)
+
+
+@pytest.mark.parametrize("token", ["egp_abc\ndef", "egp_\u00e4bc", "egp_abc def"])
+def test_a_malformed_token_is_refused_unshown_before_anything_is_sent(tmp_path: Path, token: str) -> None:
+    task = write_task(tmp_path, episodes=1)
+    with pytest.raises(TransferError, match="token") as err:
+        upload_episodes(task, server=f"http://127.0.0.1:{_closed_port()}", token=token, retries=3, backoff=5.0)
+    assert "bc" not in str(err.value) and "def" not in str(err.value)  # a secret is never echoed
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    """Reads the request body, answers ``status`` with ``body`` (a server that is not egopool's)."""
+
+    status, body, ctype = 404, b"<html>Not Found</html>", "text/html"
+    posts: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).posts.append(self.path)
+        self.send_response(self.status)
+        self.send_header("Content-Type", self.ctype)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(handler: type[_Answer]) -> tuple[http.server.ThreadingHTTPServer, str]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+def test_a_server_that_is_not_egopool_stops_the_run_and_nothing_is_deleted(tmp_path: Path) -> None:
+    task = write_task(tmp_path, episodes=3)
+
+    class NotFound(_Answer):
+        posts: list[str] = []
+
+    srv, url = _serve(NotFound)
+    try:
+        report = upload_episodes(task, server=url + "/pool", delete_after=True, retries=0)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert [(o.index, o.status) for o in report.outcomes] == [(1, "failed")]  # 2 and 3 never packed nor sent
+    assert NotFound.posts == ["/pool/api/v1/session/upload"]
+    assert "not an egopool server" in report.outcomes[0].message and "--server" in report.outcomes[0].message
+    assert [g.index for g in list_task_episodes(task)] == [1, 2, 3]
+
+
+def test_a_server_answering_garbage_confirms_nothing_and_nothing_is_deleted(tmp_path: Path) -> None:
+    task = write_task(tmp_path, episodes=2)
+
+    class Garbage(_Answer):
+        status, ctype, posts = 200, "application/json", []
+        body = json.dumps({"status": "imported", "episode_index": 1, "zip_sha256": "0" * 64}).encode()
+
+    srv, url = _serve(Garbage)
+    try:
+        report = upload_episodes(task, server=url, delete_after=True, retries=0)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert [(o.index, o.status, o.deleted) for o in report.outcomes] == [(1, "failed", None), (2, "failed", None)]
+    assert all("not confirmed" in o.message for o in report.outcomes)
+    assert not report.ok
+    assert [g.index for g in list_task_episodes(task)] == [1, 2]
+    assert Registry.for_task(task).uploads("pick") == []

@@ -100,6 +100,13 @@ def _with_index(table: pa.Table, n: int) -> pa.Table:
     return table.set_column(i, table.schema.field(i), pa.array([n] * table.num_rows, pa.int64()))
 
 
+def _zstd_bomb() -> bytes:
+    """One 32 MiB zero string, zstd-compressed by parquet to a few KiB: the zip's ratio limit never sees it."""
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"blob": pa.array([b"\0" * (32 << 20)], pa.binary())}), buf, compression="zstd")
+    return buf.getvalue()
+
+
 CASES = {
     # name: (status, reason, how to build the body from the good zip)
     "path traversal": (400, "path_traversal", lambda g, t: rebuild_zip(g, t, add=[("../../evil.txt", b"x")])),
@@ -130,6 +137,12 @@ CASES = {
         g, t, replace={ROW: _parquet(_with_index(_table(g, ROW), 3))})),
     "declared 10 GiB (bomb)": (413, "member_too_large", None),
     "compression ratio (bomb)": (413, "compression_ratio", None),
+    "meta row repeated (parquet bomb)": (422, "meta_rows", lambda g, t: rebuild_zip(
+        g, t, replace={ROW: _parquet(_table(g, ROW).take(pa.array([0] * 5000)))})),
+    "compressed page (parquet bomb)": (413, "compression_ratio", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: _zstd_bomb()})),
+    "another fps": (409, "declaration_conflict", lambda g, t: rebuild_zip(g, t, replace={"meta/info.json": json.dumps(
+        {**json.loads(zipfile.ZipFile(g).read("meta/info.json")), "fps": 1000.0}).encode()})),
     "fails validation": (422, "validation", lambda g, t: rebuild_zip(
         g, t, replace={DATA: _parquet(_table(g, DATA).drop(["frame_index"]))})),
 }
@@ -159,6 +172,8 @@ def test_hostile_zip_is_refused_and_the_store_is_unchanged(setup, case: str, tmp
     assert resp.json()["message"]
     if reason == "validation":
         assert any("frame_index" in f["message"] for f in resp.json()["findings"])
+        assert any(f["path"] == DATA for f in resp.json()["findings"])  # task-relative: the server's disk unnamed
+    assert ".egopool-server" not in resp.text and str(srv.store) not in resp.text
     assert store_files(srv.store) == before
     for scratch in ("spool", "staging"):
         assert not list((srv.store / ".egopool-server" / scratch).iterdir())
@@ -184,9 +199,46 @@ def test_malformed_requests(setup) -> None:
     bad_name = _post(srv, good.read_bytes(), name="../etc")
     assert (bad_name.status_code, bad_name.json()["error"]) == (400, "bad_task_name")
     assert _post(srv, good.read_bytes(), name=".egopool-server").status_code == 400
+    before = store_files(srv.store)
+    for name in ("p" * 300, "pick\nevil", " pick", "pick ", "pick\u202e"):  # too long, control, spaces, bidi
+        resp = _post(srv, good.read_bytes(), name=name)
+        assert (resp.status_code, resp.json()["error"]) == (400, "bad_task_name"), (name, resp.text)
+    assert store_files(srv.store) == before
+
+
+def test_form_parts_and_headers_are_bounded(setup) -> None:
+    """64 KiB per field is not a bound when the fields are countless: parts and headers are limited too."""
+    srv, good, _ = setup
+    url = srv.url + "/api/v1/session/upload"
+    before = store_files(srv.store)
+    many = {"name": "pick", "episode_index": "1", **{f"x{i}": "y" * 1000 for i in range(100)}}
+    resp = httpx.post(url, data=many, files={"file": ("e.zip", good.read_bytes(), "application/zip")}, timeout=60)
+    assert (resp.status_code, resp.json()["error"]) == (400, "bad_request") and "form parts" in resp.json()["message"]
+    boundary = "qa"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\nX-Pad: {'p' * (64 << 10)}\r\n\r\n"
+            f"pick\r\n--{boundary}--\r\n").encode()
+    resp = httpx.post(url, content=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert (resp.status_code, resp.json()["error"]) == (400, "bad_request") and "header" in resp.json()["message"]
+    assert store_files(srv.store) == before
 
 
 def test_the_good_zip_is_accepted_after_all_that(setup) -> None:
     srv, good, _ = setup
     resp = _post(srv, good.read_bytes(), f=None)  # episode_index is only a cross-check: optional
     assert resp.status_code == 200 and resp.json()["episode_index"] == 2
+
+
+def test_an_episode_removed_on_the_server_is_never_confirmed_as_a_duplicate(setup) -> None:
+    """The server's admin deleted pooled episode 1; the client re-sends it (its registry lost): answering
+    "duplicate" would confirm it and --delete-after would drop the last copy."""
+    from egopool.layout import list_task_episodes
+    from egopool.ops import delete_episodes
+
+    srv, _, root = setup
+    assert delete_episodes(srv.store / "pick", [1], registry=False).ok
+    before = store_files(srv.store)
+    report = upload_episodes(root / "pc" / "pick", [1], server=srv.url, registry=False, delete_after=True)
+    (o,) = report.outcomes
+    assert (o.status, o.deleted) == ("failed", None) and "removed" in o.message, o.to_dict()
+    assert 1 in [g.index for g in list_task_episodes(root / "pc" / "pick")]  # the local copy stays
+    assert store_files(srv.store) == before

@@ -8,10 +8,13 @@
 3. every member streamed into a staging task directory and checked against the manifest
    (:func:`~egopool.server.zipcheck.extract_verified`) — 400;
 4. ``info.json.format == "pooled_episodes_v1"`` and the §9 path templates — 422;
-5. the data parquet's ``episode_index`` column is the truth for N (§9): one value N whose
+5. the parquet footers are checked for bombs (:func:`~egopool.server.zipcheck.check_parquet_bounds`:
+   decoded/compressed ratio, the meta file's single row) — 413/422; the data parquet's
+   ``episode_index`` column is the truth for N (§9): one value N whose
    ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
 6. the same client (host id) sending the same N again: identical content (episode digest)
-   is a 200 no-op returning the server N it got; different content is 409;
+   is a 200 no-op returning the server N it got, while the store still holds that episode
+   (409 ``episode_removed`` once it was deleted there); different content is 409;
 7. egopool's own validator on the slice (:func:`egopool.validate.validate_task`): any error
    is 422 with the findings;
 8. under the task's import guard and task lock: the slice's declarations must fit the
@@ -54,13 +57,14 @@ from .db import EpisodeRow
 from .publish import Publication, publish_episode, recover_journals
 from .renumber import rewrite_episode_index
 from .store import Store
-from .zipcheck import Limits, extract_verified, inspect_zip
+from .zipcheck import Limits, check_parquet_bounds, extract_verified, inspect_zip
 
 __all__ = ["ON_CONFLICT", "ImportResult", "Importer"]
 
 ON_CONFLICT = ("renumber", "reject")
 #: info.json keys the server task owns: never taken from an upload's snapshot.
-_SERVER_OWNED = ("format", "chunks_size", "data_path", "video_path", "episodes_path", "task_name", "total_episodes")
+_SERVER_OWNED = ("format", "chunks_size", "data_path", "video_path", "episodes_path", "task_name", "total_episodes",
+                 "fps", "created_at")
 _PAUSE_ENV = "EGOPOOL_SERVER_PAUSE"
 
 
@@ -123,6 +127,11 @@ def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str]]:
     return int(rows), keys
 
 
+def _same_fps(a: Any, b: Any) -> bool:
+    """True when two ``fps`` values are the same number (the local writer never changes a task's fps)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)) and float(a) == float(b)
+
+
 def _column_values(path: Path, column: str) -> set[int]:
     pf = pq.ParquetFile(str(path))
     if column not in pf.schema_arrow.names:
@@ -131,6 +140,17 @@ def _column_values(path: Path, column: str) -> set[int]:
     for batch in pf.iter_batches(columns=[column], batch_size=65536):
         out.update(v for v in batch.column(0).to_pylist())
     return out
+
+
+class _StagingPaths:
+    """Text with the server's staging directory cut off: findings name task-relative paths, never the
+    server's own file system."""
+
+    def __init__(self, staging: Path) -> None:
+        self.prefix = str(staging) + os.sep
+
+    def __call__(self, text: str) -> str:
+        return text.replace(self.prefix, "")
 
 
 class Importer:
@@ -219,9 +239,11 @@ class Importer:
             report = validate_task(staging)
             if not report.ok:
                 errors = [f for f in report.findings if f.severity == "error"]
+                hide = _StagingPaths(staging)
                 raise UploadRejectedError(422, "validation", f"the episode fails validation: {len(errors)} error(s), "
-                                                             f"first: {errors[0].one_line()}",
-                                          findings=[f.to_dict() for f in report.findings])
+                                                             f"first: {hide(errors[0].one_line())}",
+                                          findings=[{k: hide(v) for k, v in f.to_dict().items()}
+                                                    for f in report.findings])
             validation = {"ok": True, "errors": 0,
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
             length, streams = _facts(staging, n, layout)
@@ -256,6 +278,8 @@ class Importer:
             raise UploadRejectedError(422, "unknown_format", f"meta/info.json: {exc.message}") from exc
         data = staging / "data" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
         row = staging / "meta" / "episodes" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
+        check_parquet_bounds(data, self.limits)
+        check_parquet_bounds(row, self.limits, rows=1)
         try:
             values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
         except Exception as exc:  # pyarrow raises several types for a broken file
@@ -290,9 +314,29 @@ class Importer:
                                       f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) already "
                                       f"uploaded a different episode {n} to task {task!r} (server N "
                                       f"{known.episode_index})")
+        files = self._still_held(task, known.episode_index)
+        if files is None:  # a "duplicate" answer confirms the upload: the client may delete its copy
+            raise UploadRejectedError(409, "episode_removed",
+                                      f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) episode {n} "
+                                      f"was pooled as episode {known.episode_index} of task {task!r}, which has "
+                                      "since been removed from the server; it is not confirmed again",
+                                      hint="keep the local copy and ask the server's admin")
         return ImportResult("duplicate", task, known.episode_index, n, manifest.source_host_id,
                             known.episode_index != n, zip_sha256, manifest.episode_digest, upload_id,
-                            self._published_files(task, known.episode_index), known.validation)
+                            files, known.validation)
+
+    def _still_held(self, task: str, index: int) -> dict[str, str] | None:
+        """:meth:`_published_files` of server N, or None when its data or meta file is gone from the store."""
+        task_dir = self.store.root / task
+        if not (task_dir / "meta" / "info.json").is_file():
+            return None
+        try:
+            layout = TaskLayout.from_info(task_dir, read_info(task_dir))
+        except FormatError:
+            return None
+        if not (layout.data_file(index).is_file() and layout.episodes_file(index).is_file()):
+            return None
+        return self._published_files(task, index)
 
     def _published_files(self, task: str, index: int) -> dict[str, str]:
         """sha256 of N's files as the server holds them (the client checks them against its own)."""
@@ -379,6 +423,11 @@ class Importer:
         dup = self._duplicate(task, manifest, n, zip_sha256, upload_id)  # again, under the guard
         if dup is not None:
             return dup
+        if fresh is None and not _same_fps(server_info.get("fps"), info.get("fps")):
+            raise UploadRejectedError(409, "declaration_conflict", f"the server task records at fps "
+                                                                   f"{server_info.get('fps')}, the upload at "
+                                                                   f"{info.get('fps')!r}; a task has one fps (§3)",
+                                      hint="upload it under another task name")
         decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
         raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
         cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}

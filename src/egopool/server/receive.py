@@ -20,6 +20,7 @@ from ..errors import UploadRejectedError
 __all__ = ["MultipartSpool"]
 
 _FIELD_LIMIT = 64 << 10
+_MAX_PARTS = 16  # name, episode_index, the zip, and room for a client's extras
 
 
 class MultipartSpool:
@@ -37,7 +38,8 @@ class MultipartSpool:
     Raises
     ------
     UploadRejectedError
-        400 not multipart, a malformed body, several file parts, a field over 64 KiB;
+        400 not multipart, a malformed body, several file parts, a field over 64 KiB, more than
+        16 parts (python-multipart bounds each header);
         413 the body exceeds ``max_bytes``.
     """
 
@@ -53,6 +55,7 @@ class MultipartSpool:
         self.received = 0
         self.file_bytes = 0
         self.file_parts = 0
+        self.parts = 0
         self.ended = False
         self._hash = hashlib.sha256()
         self._fh: IO[bytes] | None = None
@@ -70,6 +73,10 @@ class MultipartSpool:
 
     # -- parser callbacks ------------------------------------------------------------------------
     def _part_begin(self) -> None:
+        self.parts += 1
+        if self.parts > _MAX_PARTS:
+            raise UploadRejectedError(400, "bad_request", f"the upload has more than {_MAX_PARTS} form parts; §9 "
+                                                          "needs name, episode_index and the zip")
         self._headers, self._part_name, self._part_is_file = {}, None, False
         self._part_text = bytearray()
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import FormatError, UploadRejectedError
 from ..transfer.manifest import MANIFEST_NAME, Arcname, Manifest, MemberRecord, parse_arcname
 
-__all__ = ["Limits", "ZipPlan", "extract_verified", "inspect_zip"]
+__all__ = ["Limits", "ZipPlan", "check_parquet_bounds", "extract_verified", "inspect_zip"]
 
 _BLOCK = 1 << 20
 
@@ -250,3 +250,36 @@ def extract_verified(path: Path, plan: ZipPlan, dest: Path, limits: Limits) -> d
                                                         f"the manifest says {want.size} bytes {want.sha256[:12]}...")
             out[name] = MemberRecord(name, size, got, want.source_sha256, want.reencoded)
     return out
+
+
+def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None) -> None:
+    """Refuse a parquet bomb from its footer alone, before any page of it is decoded.
+
+    Compressed pages (zstd, gzip) expand like a zip bomb and the zip's own ratio limit never
+    sees them: the column chunks' declared uncompressed size may be at most ``max_ratio``
+    times the file (files up to ``ratio_floor_bytes`` decoded are exempt). ``rows``: the
+    row count the file must hold (1 for the §6.1 single-row ``meta/episodes`` file), so
+    a row file repeating its row millions of times (dictionary encoded: a few KiB on
+    disk, GiB decoded) is refused before the validator reads it whole.
+
+    Raises
+    ------
+    UploadRejectedError
+        422 ``validation`` an unreadable footer, ``meta_rows`` another row count; 413 ``compression_ratio``.
+    """
+    import pyarrow.parquet as pq
+
+    name = "/".join(path.parts[-4:])
+    try:
+        meta = pq.ParquetFile(str(path)).metadata
+    except Exception as exc:  # pyarrow raises several types for a broken footer
+        raise _reject(422, "validation", f"{name}: cannot read the parquet footer ({exc})") from exc
+    if rows is not None and meta.num_rows != rows:
+        raise _reject(422, "meta_rows", f"{name} holds {meta.num_rows} rows; a per-episode meta file holds "
+                                         f"exactly {rows} (file_format.md §6.1)")
+    declared = sum(meta.row_group(i).column(j).total_uncompressed_size
+                   for i in range(meta.num_row_groups) for j in range(meta.num_columns))
+    size = path.stat().st_size
+    if declared > limits.ratio_floor_bytes and declared > limits.max_ratio * max(size, 1):
+        raise _reject(413, "compression_ratio", f"{name} expands {declared / max(size, 1):.0f}x when decoded, "
+                                                f"limit {limits.max_ratio:.0f}x (parquet bomb?)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import tempfile
 import time
 import uuid
@@ -119,6 +120,31 @@ class UploadReport:
         """JSON report (``egopool upload --json``)."""
         return {"task": str(self.task_dir), "server": self.server, "ok": self.ok,
                 "outcomes": [o.to_dict() for o in self.outcomes]}
+
+
+_TOKEN_RE = re.compile(r"^[\x21-\x7e]+$")  # one HTTP header token: printable ASCII, no space
+
+
+def _base_url(server: str) -> str:
+    """``server`` without a trailing '/', checked: http(s), a host, a valid port, no query.
+
+    Raises
+    ------
+    TransferError
+        Anything else (before anything is packed or sent).
+    """
+    base = server.rstrip("/")
+    hint = "pass the server's base URL, e.g. --server http://pool.lab:8000"
+    if not base.startswith(("http://", "https://")):
+        raise TransferError(f"server URL {server!r} must start with http:// or https://", hint=hint)
+    try:
+        url = httpx.URL(base)
+        url.port  # noqa: B018  (parses the port)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise TransferError(f"server URL {server!r} is not a valid URL ({exc})", hint=hint) from None
+    if not url.host or url.query or url.fragment or "?" in base or "#" in base:
+        raise TransferError(f"server URL {server!r} needs a host and no query or fragment", hint=hint)
+    return base
 
 
 def _multipart(task: str, f: int, zip_path: Path, sent: Callable[[int], None]) -> tuple[str, int, Callable[[], Iterator[bytes]]]:
@@ -239,14 +265,16 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     LayoutError, EpisodeNotFoundError
         An N < 1 or one the task does not have (and never uploaded); checked before anything is sent.
     TransferError
-        401/403 from the server (nothing further is sent). A network failure that outlasts the
+        A malformed server URL or token (before anything is sent); 401/403 from the server
+        (nothing further is sent). A network failure that outlasts the
         retries ends the run with that episode ``failed`` (the next run resumes there); an
         episode that cannot be packed is ``failed`` and the others go on.
     """
     root = Path(task_dir)
-    base = server.rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise TransferError(f"server URL {server!r} must start with http:// or https://")
+    base = _base_url(server)
+    if token is not None and not _TOKEN_RE.match(token):
+        raise TransferError("the token holds spaces, line breaks or non-ASCII characters (not shown)",
+                            hint="put only the token `egopool token add` printed into --token-file / EGOPOOL_TOKEN")
     info = read_info(root)
     layout = TaskLayout.from_info(root, info)
     reg = registry if isinstance(registry, Registry) else Registry.for_task(root) if registry is True \
@@ -317,6 +345,10 @@ def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord 
         raise TransferError(f"the server refused the token ({resp.status_code}: {answer.get('message', '')})",
                             status=resp.status_code, hint="pass a token with scope upload:<task> or upload:* "
                                                           "(--token-file or EGOPOOL_TOKEN)")
+    if resp.status_code in (404, 405) and "error" not in answer:  # no egopool route there: a wrong --server
+        raise TransferError(f"{base}{UPLOAD_PATH} answered HTTP {resp.status_code}: not an egopool server",
+                            status=resp.status_code, hint="check --server: the base URL of `egopool serve`, "
+                                                          "e.g. http://pool.lab:8000")
     if resp.status_code != 200:
         return UploadOutcome(n, "failed", None, answer, f"HTTP {resp.status_code} {answer.get('error', '')}: "
                                                         f"{answer.get('message', '')}", attempts, seconds)

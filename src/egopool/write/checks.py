@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -152,8 +153,13 @@ def check_finite_values(column: str, value: np.ndarray, row: int) -> None:
                           hint="write the last valid sample or 0 for a missing reading")
 
 
+_NAME_MAX = 255  # bytes of one directory name (ext4, APFS, NTFS)
+
+
 def check_task_name(name: Any) -> str:
-    """A task name is one directory name: not empty, no ``/`` or ``\\``, not starting with ``.`` or ``_`` (§1).
+    """A task name is one directory name: not empty, no ``/`` or ``\\``, not starting with ``.`` or ``_`` (§1),
+    no leading/trailing whitespace, no control or invisible format character (line breaks, bidi
+    overrides: names people cannot read back), at most 255 bytes in UTF-8.
 
     Chinese and other non-ASCII names are allowed (file_format.md §1 "可含中文").
 
@@ -167,6 +173,13 @@ def check_task_name(name: Any) -> str:
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name or name.startswith((".", "_")):
         raise EgopoolError(f"invalid task name {name!r}",
                            hint="a task name is a single directory name, Chinese allowed, no '/' or leading '.'/'_'")
+    if name != name.strip() or any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in name):
+        raise EgopoolError(f"invalid task name {name!r}: leading/trailing spaces or a control character",
+                           hint="use letters, digits, '_', '-' (Chinese allowed); no line breaks, tabs or "
+                                "invisible characters")
+    if len(name.encode("utf-8")) > _NAME_MAX:
+        raise EgopoolError(f"invalid task name {name[:40]!r}...: {len(name.encode('utf-8'))} bytes in UTF-8, "
+                           f"a directory name holds at most {_NAME_MAX}", hint="use a shorter task name")
     return name
 
 
