@@ -1,4 +1,7 @@
-"""``egopool import rgbd-frames|tum|euroc``: bring recordings from other layouts into a task."""
+"""``egopool import rgbd-frames|tum|euroc``: bring recordings from other layouts into a task.
+
+``import lerobot|aria`` attach to the same group from ``interop_import_cmds``.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +10,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import EgopoolError
 from ..frames import FRAMES
 from ..importers import ImportResult, import_euroc, import_rgbd_frames, import_tum
 from .app import app
 from ..codecs.depth import DEPTH_CODECS
-from .output import changed_values_to_stderr, console, err_console, print_json
+from .output import changed_values_to_stderr, console, print_json, progress_bar
 
 import_app = typer.Typer(help="Import recordings from other layouts (RGB-D frame folders, TUM trajectories, "
-                              "EuRoC/ASL) into a pooled_episodes_v1 task.", no_args_is_help=True)
+                              "EuRoC/ASL, LeRobot v3.0, Project Aria) into a pooled_episodes_v1 task.",
+                         no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
 _OUT_HELP = "Recordings root; the task is written to OUT/TASK."
@@ -39,14 +42,7 @@ def _need_frame(frame: str | None, what: str, path: Path) -> str:
 
 @contextmanager
 def _progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    with changed_values_to_stderr(), \
-            Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                     transient=True, disable=quiet or not err_console.is_terminal) as bar:
-        job = bar.add_task(label, total=None)
-
-        def tick(done: int, total: int) -> None:
-            bar.update(job, completed=done, total=total)
-
+    with changed_values_to_stderr(), progress_bar(label, quiet) as tick:
         yield tick
 
 

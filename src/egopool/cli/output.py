@@ -6,10 +6,11 @@ import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 console = Console()
 err_console = Console(stderr=True)
@@ -54,3 +55,16 @@ def changed_values_to_stderr() -> Iterator[None]:
                     print(f"egopool: warning: {text}", file=sys.stderr)
             else:  # anything else keeps Python's own handling, outside the recording context
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
+    """A Rich progress bar on stderr, driven by ``tick(done, total)``; hidden for --json or a non-terminal."""
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                  transient=True, disable=quiet or not err_console.is_terminal) as bar:
+        job = bar.add_task(label, total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(job, completed=done, total=total)
+
+        yield tick

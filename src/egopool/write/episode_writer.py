@@ -26,6 +26,7 @@ from . import checks
 from .._atomic import atomic_write_json, publish, task_lock, temp_path_for
 from ..codecs.depth import DepthEncoder, LogDepthCodec, check_depth_codec, hevc12_available
 from ..codecs.video import RgbEncoder
+from ..codecs.video_copy import VideoCopy, VideoSource, check_copy_frames
 from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
 from ..meta.drop_stats import changed_value_notes, clipped_key, encode_failed_key, rejected_key, saturated_key
@@ -86,6 +87,10 @@ class StreamSpec:
     preset:
         x264 / x265 speed preset (None: the encoder's default, docs/decisions.md #11, R12);
         recorded in the episode's ``video_codec``.
+    source:
+        RGB only: copy this encoded H.264/HEVC video (or a time window of it) as the stream
+        instead of encoding frames (stream copy, :mod:`egopool.codecs.video_copy`). Rows pass
+        no image for it; at finish it must hold exactly one frame per row.
     """
 
     image_key: str
@@ -97,6 +102,7 @@ class StreamSpec:
     master_slot: str | None = None
     depth_params: LogDepthCodec | None = None
     preset: str | None = None
+    source: VideoSource | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("rgb", "depth"):
@@ -110,12 +116,14 @@ class StreamSpec:
             checks.check_positive_number(self.fps, f"stream {self.image_key!r}: fps")
         if self.kind == "depth" and self.codec is not None:
             check_depth_codec(self.codec)
+        if self.source is not None and self.kind != "rgb":
+            raise SchemaError(f"stream {self.image_key!r}: only RGB streams can be copied from a source video")
 
     def codec_ext(self) -> tuple[str, str]:
         """``(codec, file extension)`` this stream is written with (hevc12 depth falls back to ffv1/mkv
         when libx265 lacks gray12le)."""
         if self.kind == "rgb":
-            return self.codec or "h264", "mp4"
+            return ("copy" if self.source is not None else self.codec or "h264"), "mp4"
         codec = self.codec or "hevc12"
         if codec == "hevc12" and not hevc12_available():
             codec = "ffv1"
@@ -185,7 +193,7 @@ def _int64(value: Any) -> int:
 @dataclass
 class _Stream:
     spec: StreamSpec
-    encoder: RgbEncoder | DepthEncoder
+    encoder: RgbEncoder | DepthEncoder | VideoCopy
     temp: Path
     final: Path
     last: Any = None
@@ -296,13 +304,17 @@ class EpisodeWriter:
         with StorageError.guard(final.parent, action="cannot create the video directory"):
             final.parent.mkdir(parents=True, exist_ok=True)
         temp = temp_path_for(final)
-        if st.kind == "rgb":
+        if st.source is not None:
+            enc: RgbEncoder | DepthEncoder | VideoCopy = VideoCopy(temp, st.source, fps)
+        elif st.kind == "rgb":
             preset = {"preset": st.preset} if st.preset else {}
-            enc: RgbEncoder | DepthEncoder = RgbEncoder(temp, st.width, st.height, fps, codec=codec, **preset)
+            enc = RgbEncoder(temp, st.width, st.height, fps, codec=codec, **preset)
         else:
             preset = {"preset": st.preset} if st.preset else {}
             enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params, **preset)
-        worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) if self.encoder_threads else None
+        copied = isinstance(enc, VideoCopy)  # nothing to encode: no thread
+        worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) \
+            if self.encoder_threads and not copied else None
         self._streams[st.image_key] = _Stream(st, enc, temp, final, worker=worker)
 
     # -- rows --------------------------------------------------------------------------------------
@@ -505,6 +517,10 @@ class EpisodeWriter:
         fresh: set[str] = set()
         for key, st in self._streams.items():
             frame = images.get(key)
+            if isinstance(st.encoder, VideoCopy):
+                if frame is not None:
+                    st.encoder.check(frame)  # refuses: a copied stream takes no frames
+                continue
             if frame is not None:
                 try:
                     frames[key] = st.encoder.check(frame)
@@ -519,6 +535,8 @@ class EpisodeWriter:
                                  "carry every declared stream")
             frames[key] = st.last
         for key, st in list(self._streams.items()):
+            if key not in frames:  # copied from its source file
+                continue
             try:
                 st.encode(frames[key])
             except BaseException as exc:
@@ -631,6 +649,8 @@ class EpisodeWriter:
                 self._drop_unseen_columns()
             video_codec: dict[str, Any] = {}
             for key, st in list(self._streams.items()):
+                if isinstance(st.encoder, VideoCopy):  # a copy must hold one frame per row (§7.3)
+                    check_copy_frames(key, st.encoder, self._rows)
                 try:
                     video_codec[key] = st.close()  # an encoder thread reports its failure here at the latest
                 except Exception as exc:

@@ -1,0 +1,141 @@
+"""``egopool export lerobot|rerun|tum``: hand a task to other tools in their own formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..interop.lerobot_export import LeRobotExport, export_lerobot
+from ..interop.rerun import RerunExport, export_rerun
+from ..interop.tum import CLOCKS, export_tum
+from .app import app
+from .output import console, print_json, progress_bar
+
+export_app = typer.Typer(help="Export a task to other tools' formats: a LeRobot v3.0 dataset, a Rerun .rrd "
+                              "recording, TUM trajectory files.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+_TASK = typer.Argument(..., metavar="TASK", help="Task directory.")
+_JSON = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def _print_mapping(result: LeRobotExport) -> None:
+    plan = result.plan
+    table = Table(title=f"LeRobot features ({plan.fps} fps, {len(plan.jobs)} episodes, "
+                        f"{sum(j.length for j in plan.jobs)} frames)")
+    table.add_column("LeRobot feature")
+    table.add_column("dtype / shape")
+    table.add_column("from")
+    for name, feat in plan.features.items():
+        src = plan.mapping()["features"].get(name, {}).get("from", [])
+        table.add_row(name, f"{feat['dtype']} {feat['shape']}", ", ".join(src) or "-")
+    console.print(table)
+    for r in plan.renamed:
+        console.print(f"[cyan]renamed[/cyan] {r['from']} -> {r['to']} ({r['why']})")
+    for d in plan.dropped:
+        console.print(f"[yellow]dropped[/yellow] {d['source']}: {d['reason']}")
+    console.print("episodes: " + ", ".join(f"N={j.index} -> {j.episode_index}" for j in plan.jobs))
+
+
+@export_app.command("lerobot")
+def lerobot_cmd(
+    task: Path = _TASK,
+    out: Path = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT))."),
+    episodes: list[int] = typer.Option(None, "--episodes", "-e", metavar="N",
+                                       help="Global N to export (repeat; default all), in ascending N."),
+    state: list[str] = typer.Option(None, "--state", metavar="COL",
+                                    help="Columns concatenated (float32) into observation.state (repeat, in order)."),
+    action: list[str] = typer.Option(None, "--action", metavar="COL",
+                                     help="Columns concatenated (float32) into action (repeat, in order); default: "
+                                          "the pooled [0.0] placeholder."),
+    repo_id: str | None = typer.Option(None, "--repo-id", help="repo_id recorded in the mapping "
+                                                                "(default local/<task>)."),
+    depth: bool = typer.Option(True, "--depth/--no-depth",
+                               help="Depth streams as observation.depth.<key> uint16 mm [H, W] per frame."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT once the new one is complete."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the mapping only; write nothing."),
+    json_out: bool = _JSON,
+) -> None:
+    """Export a task as a LeRobot v3.0 dataset: frames, videos (copied when LeRobot can decode them), stats.
+
+    Every column or stream that is dropped or renamed is printed and written to OUT/egopool_mapping.json
+    (which `egopool import lerobot` reads back). LeRobot's timestamp is frame_index / fps; the pooled
+    timestamp is kept as pooled_timestamp.
+    """
+    with progress_bar("exporting episodes", json_out or dry_run) as tick:
+        result = export_lerobot(task, out, episodes=episodes or None, state=state or (), action=action or (),
+                                depth=depth, repo_id=repo_id, dry_run=dry_run, overwrite=overwrite, progress=tick)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    _print_mapping(result)
+    if result.out is None:
+        console.print("dry run: nothing written")
+        return
+    copied = sum(len(p.copied) for p in result.parts)
+    total = len(result.parts) * len(result.plan.streams)
+    console.print(f"wrote {result.out} ({len(result.parts)} episodes; videos copied without re-encoding: "
+                  f"{copied} of {total}); mapping: {result.out / 'egopool_mapping.json'}")
+
+
+@export_app.command("tum")
+def tum_cmd(
+    task: Path = _TASK,
+    index: int = typer.Argument(..., metavar="N", help="Global episode number N (1-based)."),
+    columns: list[str] = typer.Argument(None, metavar="[COLUMN]...",
+                                        help="Trajectory columns (default: every observation.*slam_trajectory)."),
+    clock: str = typer.Option("host", "--clock", help="host: the _ns column (host monotonic ns) in seconds; "
+                                                      "sensor: the points' own t (SLAM sensor clock)."),
+    out: Path = typer.Option(Path("."), "--out", "-o", help="Directory for <task>_N<N>_<signal>_<clock>.txt."),
+    json_out: bool = _JSON,
+) -> None:
+    """Write one TUM file (timestamp tx ty tz qx qy qz qw) per trajectory of episode N.
+
+    Sorted by time with unique stamps and unit quaternions; points without a stamp, lost points
+    (non-finite values, zero quaternion) and repeated stamps are skipped and counted.
+    """
+    if clock not in CLOCKS:
+        raise typer.BadParameter(f"must be one of {', '.join(CLOCKS)}", param_hint="--clock")
+    results = export_tum(task, index, columns or None, out_dir=out, clock=clock)
+    if json_out:
+        print_json([r.to_dict() for r in results])
+        return
+    for r in results:
+        console.print(f"{r.column}: {r.written} of {r.points} poses -> {r.path} (frame {r.frame}, clock {r.clock}); "
+                      f"skipped: {r.unstamped} without a stamp, {r.lost} lost, {r.duplicates} repeated stamps"
+                      + (f"; {r.renormalised} quaternions renormalised" if r.renormalised else ""))
+
+
+def print_rerun(result: RerunExport) -> None:
+    """Human summary of a Rerun export: entities and row counts, then what could not be shown."""
+    table = Table(title=f"Rerun recording {result.path}" if result.path else "Rerun viewer")
+    table.add_column("entity")
+    table.add_column("rows", justify="right")
+    for entity, rows in result.entities.items():
+        table.add_row(entity, str(rows))
+    console.print(table)
+    for note in result.notes:
+        console.print(f"[yellow]note[/yellow] {note}")
+
+
+@export_app.command("rerun")
+def rerun_cmd(
+    task: Path = _TASK,
+    indices: list[int] = typer.Argument(None, metavar="[N]...", help="Global N (default: every episode)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The .rrd file to write (open it with `rerun FILE.rrd`)."),
+    stride: int = typer.Option(1, "--stride", min=1, help="Log every K-th depth frame and force matrix "
+                                                          "(stored raw in the .rrd)."),
+    json_out: bool = _JSON,
+) -> None:
+    """Write episodes as a Rerun recording: videos (stored MP4, no re-encode), depth with pinholes,
+    trajectories as transforms in their own frame_axes, IMU / forces / glove / gripper state as scalars,
+    force matrices as tensors, hand pose as points; timelines frame_index, wall_time and the device clocks."""
+    with progress_bar("logging episodes", json_out) as tick:
+        result = export_rerun(task, out, indices or None, stride=stride, progress=tick)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    print_rerun(result)
+    console.print(f"wrote {result.path}; open it with `rerun {result.path}`")

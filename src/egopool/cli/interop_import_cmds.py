@@ -1,0 +1,49 @@
+"""``egopool import lerobot|aria``: LeRobot v3.0 datasets and Project Aria recordings into a task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..interop.lerobot_import import import_lerobot
+from .import_cmds import _OUT_HELP, _progress, _report, import_app
+
+
+@import_app.command("lerobot")
+def lerobot_cmd(
+    directory: Path = typer.Argument(..., metavar="DIR", help="LeRobot v3.0 dataset root (meta/, data/, videos/)."),
+    task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
+    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    episodes: list[int] = typer.Option(None, "--episode", "-e", metavar="E",
+                                       help="LeRobot episode_index to import (repeat; default all)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Import a local LeRobot v3.0 dataset: one pooled episode per LeRobot episode, N from the task's next.
+
+    H.264/HEVC videos are stream-copied per episode, others (LeRobot's default AV1) re-encoded as H.264.
+    A dataset written by `egopool export lerobot` returns under its pooled names (egopool_mapping.json).
+    """
+    with _progress("importing frames", json_out) as tick:
+        result = import_lerobot(directory, out, task=task, progress=tick, episodes=episodes or None)
+    _report(result, json_out)
+
+
+@import_app.command("aria")
+def aria_cmd(
+    recording: Path | None = typer.Argument(None, metavar="[RECORDING.vrs]",
+                                            help="Project Aria (Gen1) VRS recording; leave out to import --mps alone."),
+    task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
+    mps: Path | None = typer.Option(None, "--mps", metavar="DIR",
+                                    help="MPS output folder: trajectory/, hand_tracking/, eye_gaze/."),
+    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    fps: float = typer.Option(30.0, "--fps", help="Row rate without a VRS (with one: the RGB camera's rate)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Import a Project Aria recording: RGB and SLAM cameras as streams, both IMUs with their own device
+    stamps; with --mps, the closed-loop trajectory (ego SLAM), hand tracking (hand pose) and eye gaze."""
+    from ..interop.aria import import_aria
+
+    with _progress("importing frames", json_out) as tick:
+        result = import_aria(recording, out, task=task, mps_dir=mps, fps=fps, progress=tick)
+    _report(result, json_out)

@@ -1,0 +1,441 @@
+"""``egopool export lerobot TASK OUT``: a task as a LeRobot v3.0 dataset (mapping: :mod:`.lerobot_plan`).
+
+::
+
+    from egopool.interop import export_lerobot
+    result = export_lerobot("recordings/pick_cup", "lerobot/pick_cup", state=["observation.gripper_state"])
+
+Each episode is exported by :func:`export_episode`, a function of the task and its N (plus
+its fixed place in the dataset) that writes only that episode's files and returns its
+metadata; :func:`export_lerobot` merges the results into ``meta/``. Every file goes to a
+dot-temp directory beside OUT that is renamed into place at the end, so a failed export
+leaves no partial dataset (an existing OUT is replaced only with ``overwrite``).
+
+Videos: an H.264/HEVC stream whose frames sit exactly at ``i / fps`` is copied byte for byte
+(lerobot decodes both); any other stream is decoded and re-encoded (H.264, yuv420p).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .._atomic import fsync_dir
+from ..arrowutil import list_column_to_numpy
+from ..codecs.depth import read_depth_frames
+from ..codecs.video import RgbEncoder, read_rgb_frames
+from ..codecs.video_copy import COPYABLE_CODECS, packet_times
+from ..errors import EgopoolError, SchemaError, StorageError
+from ..read.reader import Episode, open_task
+from . import lerobot_format as fmt
+from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
+
+__all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_lerobot"]
+
+_BATCH_ROWS = 256
+_COPY_PIX_FMTS = ("yuv420p", "yuvj420p")
+_MAPPING_FILE = "egopool_mapping.json"
+#: Progress callback ``(episodes done, episodes total)``.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EpisodePart:
+    """What :func:`export_episode` wrote for one episode (merged by :func:`export_lerobot`).
+
+    Attributes
+    ----------
+    index, episode_index:
+        Pooled N and LeRobot 0-based episode index.
+    length:
+        Frames.
+    from_index:
+        Global index of its first frame.
+    data_file:
+        ``(chunk_index, file_index)`` of its data parquet.
+    videos:
+        LeRobot feature -> ``(chunk_index, file_index, from_timestamp, to_timestamp)``.
+    copied:
+        Video features copied without re-encoding.
+    stats:
+        Feature -> statistics block (:mod:`.lerobot_format`).
+    """
+
+    index: int
+    episode_index: int
+    length: int
+    from_index: int
+    data_file: tuple[int, int]
+    videos: dict[str, tuple[int, int, float, float]]
+    copied: tuple[str, ...]
+    stats: dict[str, dict[str, np.ndarray]] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class LeRobotExport:
+    """Result of :func:`export_lerobot`.
+
+    Attributes
+    ----------
+    out:
+        The dataset root (None for a dry run).
+    plan:
+        The mapping (features, renamed and dropped columns, episodes).
+    parts:
+        One :class:`EpisodePart` per exported episode (empty for a dry run).
+    """
+
+    out: Path | None
+    plan: LeRobotPlan
+    parts: tuple[EpisodePart, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: the mapping, the output, frames and which videos were copied."""
+        return {"out": str(self.out) if self.out else None, "dry_run": self.out is None,
+                "episodes": len(self.plan.jobs), "frames": sum(j.length for j in self.plan.jobs),
+                "videos_copied": {p.index: list(p.copied) for p in self.parts},
+                "mapping": self.plan.mapping()}
+
+
+def _sample_rows(length: int) -> np.ndarray:
+    """Frames sampled for image statistics (lerobot's rule: about length^0.75, at least 100 or all)."""
+    n = length if length < 100 else max(100, min(int(length ** 0.75), 10_000))
+    return np.unique(np.round(np.linspace(0, length - 1, n)).astype(np.int64))
+
+
+def _thumb(frame: np.ndarray) -> np.ndarray:
+    """Every k-th pixel so the larger side is about 150 (lerobot samples stats on small images)."""
+    k = max(1, max(frame.shape[:2]) // 150)
+    return frame[::k, ::k]
+
+
+def _copyable(path: Path, length: int, fps: int) -> bool:
+    """H.264/HEVC yuv420p with exactly ``length`` frames at ``i / fps`` (what lerobot looks up)."""
+    try:
+        times, info = packet_times(path)
+    except EgopoolError:
+        return False
+    if info["codec"] not in COPYABLE_CODECS or info["pix_fmt"] not in _COPY_PIX_FMTS or len(times) != length:
+        return False
+    return bool(np.all(np.abs(times - np.arange(length) / fps) < 1e-6))
+
+
+def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int) -> tuple[bool, np.ndarray]:
+    """Copy or re-encode one RGB stream; returns (copied, sampled thumbnails for stats)."""
+    src = ep.stream_path(s.key)
+    rows = set(_sample_rows(length).tolist())
+    thumbs: list[np.ndarray] = []
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    copied = _copyable(src, length, fps)
+    if copied:
+        shutil.copyfile(src, dst)
+        for i, frame in enumerate(read_rgb_frames(src)):
+            if i in rows:
+                thumbs.append(_thumb(frame))
+        return True, np.stack(thumbs)
+    enc = RgbEncoder(dst, s.width, s.height, fps, codec="h264")
+    try:
+        n = 0
+        for n, frame in enumerate(ep.video(s.key), start=1):
+            enc.encode(frame)
+            if n - 1 in rows:
+                thumbs.append(_thumb(frame))
+        enc.close()
+    except BaseException:
+        enc.abort()
+        raise
+    if n != length:
+        raise SchemaError(f"stream {s.key!r} has {n} frames for {length} rows (one per row, file_format.md §7.3)",
+                          path=src)
+    return False, np.stack(thumbs)
+
+
+def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarray:
+    """``(rows, *shape)`` values of a copied or concatenated feature from one record batch."""
+    parts = []
+    for src in col.sources:
+        arr = batch.column(batch.schema.get_field_index(src))
+        pooled = col.pooled[src]
+        if pooled["storage"] == "string":
+            return np.asarray(arr.to_pylist(), dtype=object)
+        if pooled["storage"] == "scalar":
+            parts.append(arr.to_numpy(zero_copy_only=False).reshape(rows, 1))
+            continue
+        n = int(pooled["length"])
+        try:
+            vals = list_column_to_numpy(arr)
+        except Exception as exc:  # noqa: BLE001 - ragged rows: named below
+            raise SchemaError(f"rows are not all {n} values: {exc}", column=src) from exc
+        if vals.shape != (rows, n):
+            raise SchemaError(f"rows hold {vals.shape[1:] or '?'} values, the declared shape needs {n}", column=src)
+        parts.append(vals)
+    if col.kind == "concat":
+        return np.concatenate([p.astype(np.float32) for p in parts], axis=1)
+    shape = col.feature["shape"]
+    return parts[0].reshape((rows,) if shape == [1] else (rows, *shape))
+
+
+def _depth_iter(ep: Episode, key: str) -> Iterator[np.ndarray]:
+    path = ep.stream_path(key)
+    params = (ep.meta.get("video_codec") or {}).get(key)
+    return iter(read_depth_frames(path, params if isinstance(params, Mapping) else None))
+
+
+def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePart:
+    """Write one episode's data parquet and videos under ``root`` (a dataset directory being built).
+
+    Parameters
+    ----------
+    job:
+        The episode (task, N) and its fixed place in the dataset.
+    plan:
+        The export mapping (:func:`~egopool.interop.lerobot_plan.plan_export`).
+    root:
+        Dataset root being built; only this episode's files are written.
+
+    Returns
+    -------
+    EpisodePart
+        Its length, files, copied videos and per-feature statistics.
+
+    Raises
+    ------
+    SchemaError
+        A row of a fixed-shape column with another element count, or a stream whose frame
+        count differs from the rows.
+    CodecError, FormatError
+        A file of the episode cannot be read.
+    """
+    ep = open_task(job.task_dir).episode(job.index)
+    length, fps = ep.length, plan.fps
+    if length != job.length:
+        raise EgopoolError(f"episode {job.index} changed while exporting ({job.length} -> {length} rows)",
+                           path=job.task_dir)
+    c, f = fmt.chunk_file(job.episode_index)
+    data_path = root / fmt.DATA_PATH.format(chunk_index=c, file_index=f)
+    data_path.parent.mkdir(parents=True, exist_ok=True)
+    features = plan.features
+    data_feats = {n: v for n, v in features.items() if v["dtype"] != "video"}
+    schema = pa.schema([pa.field(n, fmt.arrow_type(v)) for n, v in data_feats.items()])
+    need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources} | {"frame_index"})
+    values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
+    sample = set(_sample_rows(length).tolist())
+    depth_thumbs: dict[str, list[np.ndarray]] = {}
+    depth_iters = {col.name: _depth_iter(ep, col.sources[0].removeprefix("videos/"))
+                   for col in plan.columns if col.kind == "depth"}
+    done = 0
+    with pq.ParquetWriter(str(data_path), schema, compression="zstd") as writer:
+        for batch in pq.ParquetFile(str(ep.files.data)).iter_batches(batch_size=_BATCH_ROWS, columns=need):
+            rows = batch.num_rows
+            arrays: dict[str, np.ndarray] = {}
+            for col in plan.columns:
+                if col.kind == "depth":
+                    frames = []
+                    for i in range(rows):
+                        try:
+                            frame = next(depth_iters[col.name])
+                        except StopIteration:
+                            raise SchemaError(f"stream {col.sources[0]} has fewer frames than the {length} rows",
+                                              path=job.task_dir) from None
+                        frames.append(frame)
+                        if done + i in sample:
+                            depth_thumbs.setdefault(col.name, []).append(_thumb(frame))
+                    arrays[col.name] = np.stack(frames)
+                else:
+                    arrays[col.name] = _column_values(col, batch, rows)
+            fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
+            arrays["timestamp"] = (fi / fps).astype(np.float32)
+            arrays["frame_index"] = fi.astype(np.int64)
+            arrays["episode_index"] = np.full(rows, job.episode_index, np.int64)
+            arrays["index"] = np.arange(job.from_index + done, job.from_index + done + rows, dtype=np.int64)
+            arrays["task_index"] = np.zeros(rows, np.int64)
+            writer.write_batch(pa.record_batch([fmt.feature_array(arrays[n], data_feats[n]) for n in data_feats],
+                                               schema=schema))
+            for n in values:
+                if data_feats[n]["dtype"] != "string" and not n.startswith("observation.depth."):
+                    values[n].append(arrays[n])
+            done += rows
+    for name, it in depth_iters.items():
+        if next(it, None) is not None:
+            raise SchemaError(f"{name}: the depth stream has more frames than the {length} rows", path=job.task_dir)
+    stats = {n: fmt.feature_stats(np.concatenate(v)) for n, v in values.items() if v}
+    stats["episode_index"] = fmt.feature_stats(np.full(length, job.episode_index, np.int64))
+    stats["index"] = fmt.feature_stats(np.arange(job.from_index, job.from_index + length, dtype=np.int64))
+    for name, thumbs in depth_thumbs.items():
+        stats[name] = fmt.image_stats(np.stack(thumbs), (1, 1, 1), 1.0)
+    videos: dict[str, tuple[int, int, float, float]] = {}
+    copied: list[str] = []
+    for s in plan.streams:
+        dst = root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=c, file_index=f)
+        was_copied, sampled = _export_video(ep, s, dst, length, fps)
+        if was_copied:
+            copied.append(s.name)
+        stats[s.name] = fmt.image_stats(sampled, (3, 1, 1), 255.0)
+        videos[s.name] = (c, f, 0.0, length / fps)
+    return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats)
+
+
+def _episodes_table(plan: LeRobotPlan, parts: Sequence[EpisodePart]) -> pa.Table:
+    cols: dict[str, list[Any]] = {"episode_index": [], "tasks": [], "length": [], "data/chunk_index": [],
+                                  "data/file_index": [], "dataset_from_index": [], "dataset_to_index": []}
+    for s in plan.streams:
+        for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
+            cols[f"videos/{s.name}/{k}"] = []
+    stat_names = list(parts[0].stats)
+    for name in stat_names:
+        for key in parts[0].stats[name]:
+            cols[f"stats/{name}/{key}"] = []
+    cols.update({"meta/episodes/chunk_index": [], "meta/episodes/file_index": [],
+                 "egopool/pooled_episode_index": [], "egopool/created_at": []})
+    for p in parts:
+        cols["episode_index"].append(p.episode_index)
+        cols["tasks"].append([plan.task_text])
+        cols["length"].append(p.length)
+        cols["data/chunk_index"].append(p.data_file[0])
+        cols["data/file_index"].append(p.data_file[1])
+        cols["dataset_from_index"].append(p.from_index)
+        cols["dataset_to_index"].append(p.from_index + p.length)
+        for s in plan.streams:
+            vc, vf, t0, t1 = p.videos[s.name]
+            for k, v in zip(("chunk_index", "file_index", "from_timestamp", "to_timestamp"), (vc, vf, t0, t1),
+                            strict=True):
+                cols[f"videos/{s.name}/{k}"].append(v)
+        for name in stat_names:
+            for key, block in p.stats[name].items():
+                arr = np.asarray(block)
+                cols[f"stats/{name}/{key}"].append(arr.astype(np.int64 if key == "count" else np.float64).tolist())
+        cols["meta/episodes/chunk_index"].append(0)
+        cols["meta/episodes/file_index"].append(0)
+        cols["egopool/pooled_episode_index"].append(p.index)
+        cols["egopool/created_at"].append(plan.created_at.get(p.index))
+    return pa.table(cols)
+
+
+def _info(plan: LeRobotPlan, parts: Sequence[EpisodePart], copied_info: Mapping[str, dict[str, Any]]) -> dict:
+    feats = plan.features
+    for s in plan.streams:
+        feats[s.name]["info"] = copied_info[s.name]
+    total = sum(p.length for p in parts)
+    return {"codebase_version": fmt.CODEBASE_VERSION, "robot_type": None, "total_episodes": len(parts),
+            "total_frames": total, "total_tasks": 1, "chunks_size": 1000, "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 200, "fps": plan.fps, "splits": {"train": f"0:{len(parts)}"},
+            "data_path": fmt.DATA_PATH, "video_path": fmt.VIDEO_PATH if plan.streams else None, "features": feats}
+
+
+def _video_feature_info(root: Path, s: StreamMap, fps: int) -> dict[str, Any]:
+    _, info = packet_times(root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=0, file_index=0))
+    return {"video.height": int(info["height"]), "video.width": int(info["width"]), "video.codec": info["codec"],
+            "video.pix_fmt": info["pix_fmt"], "video.is_depth_map": False, "video.fps": fps, "video.channels": 3,
+            "has_audio": False}
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=4, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
+    old: Path | None = None
+    if out.exists():
+        if not overwrite:
+            raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
+        old = out.parent / f".{out.name}.old.{uuid.uuid4().hex[:8]}.tmp"
+        out.rename(old)
+    try:
+        staging.rename(out)
+    except BaseException:
+        if old is not None:
+            old.rename(out)
+        raise
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int] | None = None,
+                   state: Sequence[str] = (), action: Sequence[str] = (), depth: bool = True,
+                   repo_id: str | None = None, dry_run: bool = False, overwrite: bool = False,
+                   progress: Progress | None = None) -> LeRobotExport:
+    """Export a task (or some of its episodes) as a LeRobot v3.0 dataset at ``out``.
+
+    Parameters
+    ----------
+    task:
+        Source task directory.
+    out:
+        Dataset root to create (``LeRobotDataset(repo_id, root=out)`` loads it).
+    episodes:
+        Global N to export (default all), in ascending N -> LeRobot episodes 0, 1, ...
+    state, action:
+        Columns concatenated into ``observation.state`` / ``action`` (float32, flattened).
+    depth:
+        Export depth streams as ``observation.depth.<key>`` uint16 mm ``[H, W]`` (default True).
+    repo_id:
+        Recorded in the mapping (default ``local/<task dir name>``).
+    dry_run:
+        Compute and return the mapping only; nothing is written.
+    overwrite:
+        Replace an existing ``out`` (atomically, once the new dataset is complete).
+    progress:
+        Called with ``(episodes done, total)``.
+
+    Returns
+    -------
+    LeRobotExport
+        The mapping and one :class:`EpisodePart` per episode.
+
+    Raises
+    ------
+    EgopoolError
+        ``out`` exists without ``overwrite``; the task cannot be exported (see
+        :func:`~egopool.interop.lerobot_plan.plan_export`).
+    StorageError
+        The output cannot be written (nothing is left behind).
+    """
+    plan = plan_export(open_task(task), episodes=episodes, state=state, action=action, depth=depth,
+                       repo_id=repo_id)
+    if dry_run:
+        return LeRobotExport(None, plan)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
+    with StorageError.guard(out, action="cannot write the LeRobot dataset"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
+        staging.mkdir()
+        try:
+            parts = []
+            for job in plan.jobs:
+                parts.append(export_episode(job, plan, staging))
+                if progress is not None:
+                    progress(len(parts), len(plan.jobs))
+            _write_meta(plan, parts, staging)
+            _publish_dir(staging, out, overwrite)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return LeRobotExport(out, plan, tuple(parts))
+
+
+def _write_meta(plan: LeRobotPlan, parts: Sequence[EpisodePart], root: Path) -> None:
+    """``meta/`` from the merged episode parts, and the mapping file."""
+    meta = root / "meta"
+    (meta / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
+    pq.write_table(_episodes_table(plan, parts), meta / "episodes" / "chunk-000" / "file-000.parquet")
+    fmt.write_tasks(meta / "tasks.parquet", [plan.task_text])
+    stats = {name: fmt.aggregate_stats([p.stats[name] for p in parts]) for name in parts[0].stats}
+    _write_json(meta / "stats.json", fmt.stats_to_json(stats))
+    video_info = {s.name: _video_feature_info(root, s, plan.fps) for s in plan.streams}
+    _write_json(meta / "info.json", _info(plan, parts, video_info))
+    _write_json(root / _MAPPING_FILE, plan.mapping())
+    with contextlib.suppress(OSError):
+        fsync_dir(meta)

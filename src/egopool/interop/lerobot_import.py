@@ -1,0 +1,433 @@
+"""``egopool import lerobot DIR --task NAME``: a local LeRobot v3.0 dataset -> a pooled task.
+
+One pooled episode per LeRobot episode (N from the task's next free number, 1 for a new
+task), in ``episode_index`` order. Per episode:
+
+* video features -> RGB streams; H.264/HEVC segments are stream-copied out of LeRobot's
+  multi-episode MP4 (each episode starts on a key frame: lerobot encodes episodes separately),
+  other codecs (lerobot's default AV1) are decoded and re-encoded as H.264;
+* image features (PNG in the parquet) -> RGB streams;
+* numeric features -> columns of the same element shape (declared in ``info.features``);
+* egopool's ``observation.depth.<key>`` (uint16 mm) -> depth streams, stored as lossless FFV1
+  (file_format.md §8 fallback) so the millimetres come back exactly;
+* ``timestamp`` -> the pooled ``timestamp``; ``index``/``episode_index``/``task_index``/``frame_index``
+  are LeRobot bookkeeping and are not stored (N and ``frame_index`` are the writer's).
+
+A dataset exported by egopool carries ``egopool_mapping.json``: its columns, streams, depth
+and ``observation.state``/``action`` parts then return under their pooled names and
+declarations, with their hardware stamps and ``created_at`` (so ``wall_time`` is recomputed
+exactly, decision 6), which makes export + import lossless for the exported columns.
+Other datasets get the generic names of :func:`pooled_name` and the renames are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..codecs.video_copy import COPYABLE_CODECS, VideoSource, packet_times
+from ..errors import CodecError, EgopoolError, FormatError
+from ..schema import KEY_COLUMNS, ColumnSpec, check_column_name, key_column, signal_kind, status_column, vector_column
+from ..write.task_writer import StreamSpec
+from ..importers._common import ImportResult, Progress, task_writer
+from . import lerobot_format as fmt
+
+__all__ = ["LeRobotDatasetInfo", "import_lerobot", "pooled_name", "scan_lerobot"]
+
+_BOOKKEEPING = ("index", "episode_index", "task_index", "frame_index")
+#: Pooled sources passed to ``add_frame`` itself.
+_PASSED = ("timestamp", "hardware_ns")
+#: Pooled sources not stored: the writer writes them (``wall_time = created_at + timestamp``, the
+#: ``action`` placeholder, N and frame numbers).
+_WRITTEN_BY_WRITER = ("action", "wall_time", "episode_index", "frame_index", "task_index")
+_MAPPING_FILE = "egopool_mapping.json"
+#: LeRobot names that cannot be pooled column names as they are (multi_device_storage.md §2.4).
+_AVOID_KINDS = {"slam_trajectory", "slam_trajectory_ns", "force_matrix", "force_matrix_ns", "hand_pose"}
+
+
+def pooled_name(feature: str) -> str:
+    """The pooled column name of a LeRobot feature of a dataset not exported by egopool.
+
+    Lowercase ASCII segments of ``[a-z0-9_]`` under ``observation.`` (§2.4): ``observation.state``
+    stays; ``action`` -> ``observation.action`` (the pooled ``action`` column is the spec's
+    ``[0.0]`` placeholder, file_format.md §7.2); ``next.reward`` -> ``observation.next_reward``.
+    A name ending in a reserved suffix of another kind gets ``_lerobot`` appended.
+    """
+    name = feature.lower()
+    if not name.startswith("observation."):
+        name = "observation." + name.replace(".", "_")
+    head, _, rest = name.partition(".")
+    segs = [re.sub(r"[^a-z0-9_]", "_", s) or "x" for s in rest.split(".")]
+    name = ".".join([head, *segs])
+    if name.startswith("observation.images."):
+        name = "observation.image_" + name.removeprefix("observation.images.")
+    if signal_kind(name) in _AVOID_KINDS:
+        name += "_lerobot"
+    return name
+
+
+def _stream_key(feature: str) -> str:
+    key = feature.removeprefix("observation.images.").removeprefix("observation.image.")
+    key = re.sub(r"[^\w\-]", "_", key).strip("._") or "camera"
+    return key
+
+
+@dataclass(frozen=True)
+class LeRobotDatasetInfo:
+    """What :func:`scan_lerobot` found in a LeRobot v3 dataset directory."""
+
+    root: Path
+    info: dict[str, Any]
+    episodes: list[dict[str, Any]]
+    tasks: dict[int, str]
+    mapping: dict[str, Any] | None
+
+    @property
+    def fps(self) -> float:
+        """Frames per second (LeRobot's integer fps)."""
+        return float(self.info["fps"])
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """``info.features``."""
+        return dict(self.info["features"])
+
+
+def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
+    """Read a LeRobot v3.x dataset's metadata (``info.json``, tasks, ``meta/episodes``, an egopool mapping).
+
+    Raises
+    ------
+    FormatError
+        Not a LeRobot v3 dataset, or its metadata cannot be read (the message names the file).
+    """
+    root = Path(root)
+    info = fmt.read_info(root)
+    paths = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    if not paths:
+        raise FormatError("no meta/episodes/chunk-*/file-*.parquet", path=root,
+                          hint="a LeRobot v3.0 dataset lists its episodes there")
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        try:
+            table = pq.read_table(p, columns=[c for c in pq.read_schema(p).names if not c.startswith("stats/")])
+        except Exception as exc:  # noqa: BLE001 - pyarrow errors at one boundary
+            raise FormatError(f"cannot read LeRobot episodes: {exc}", path=p) from exc
+        rows += table.to_pylist()
+    rows.sort(key=lambda r: int(r["episode_index"]))
+    mapping = None
+    mpath = root / _MAPPING_FILE
+    if mpath.exists():
+        try:
+            mapping = json.loads(mpath.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FormatError(f"cannot read the egopool mapping: {exc}", path=mpath,
+                              hint="delete it to import the dataset with generic names") from exc
+    return LeRobotDatasetInfo(root, info, rows, fmt.read_tasks(root), mapping)
+
+
+# -- columns ------------------------------------------------------------------------------------------
+@dataclass
+class _Col:
+    """One LeRobot data feature and the pooled column(s) it becomes.
+
+    ``parts`` splits the feature's flattened values, in order: ``(pooled name, element count,
+    ColumnSpec)``; the spec is None for values passed to ``add_frame`` itself (``timestamp``,
+    ``hardware_ns``) or not stored (the pooled ``action`` placeholder, written by the writer).
+    """
+
+    feature: str
+    parts: list[tuple[str, int, ColumnSpec | None]]
+
+    @property
+    def specs(self) -> list[ColumnSpec]:
+        """The ColumnSpecs to declare for this feature."""
+        return [spec for _, _, spec in self.parts if spec is not None]
+
+
+def _spec_from_pooled(name: str, pooled: Mapping[str, Any]) -> ColumnSpec | None:
+    storage, dtype = pooled.get("storage"), pooled.get("dtype")
+    feature = pooled.get("feature")
+    if name in KEY_COLUMNS:
+        return key_column(name)
+    if name.startswith("status."):
+        return status_column(name.removeprefix("status."))
+    if storage == "scalar":
+        return ColumnSpec(name, "scalar", str(dtype), None, feature or {"dtype": dtype, "shape": [1]},
+                          kind=signal_kind(name) or "vector", sparse=True)
+    if storage == "string":
+        return ColumnSpec(name, "string", "str", None, feature or {"dtype": "string", "shape": [1]},
+                          kind="vector", sparse=True)
+    if storage == "list":
+        shape = list((feature or {}).get("shape") or [pooled["length"]])
+        extra = {k: v for k, v in (feature or {}).items() if k not in ("dtype", "shape")}
+        return vector_column(name, shape, str(dtype), sparse=name != "observation.left_hand_pose"
+                             and name != "observation.right_hand_pose", **extra)
+    return None
+
+
+def _generic_spec(name: str, feat: Mapping[str, Any]) -> ColumnSpec:
+    dtype = str(feat["dtype"])
+    shape = [int(s) for s in feat["shape"]]
+    check_column_name(name)
+    if dtype == "string":
+        return ColumnSpec(name, "string", "str", None, {"dtype": "string", "shape": [1]}, sparse=True)
+    if shape == [1]:
+        return ColumnSpec(name, "scalar", dtype, None, {"dtype": dtype, "shape": [1]},
+                          kind=signal_kind(name) or "vector", sparse=True)
+    return vector_column(name, shape, dtype)
+
+
+def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[_Col], dict[str, tuple[str, str]]]:
+    """Data features -> pooled columns; and video/image/depth features -> (stream key, kind)."""
+    mapped = (ds.mapping or {}).get("features", {})
+    cols: list[_Col] = []
+    streams: dict[str, tuple[str, str]] = {}
+    for name, feat in ds.features.items():
+        dtype = feat.get("dtype")
+        m = mapped.get(name)
+        if dtype in ("video", "image"):
+            src = (m or {}).get("from") or []
+            key = src[0].removeprefix("videos/") if src and src[0].startswith("videos/") else _stream_key(name)
+            streams[name] = (key, dtype)
+            continue
+        if name in _BOOKKEEPING:
+            continue
+        if m is not None and m.get("how") == "depth":
+            streams[name] = (next(iter(m["pooled"])), "depth")
+            continue
+        if m is not None and m.get("how") in ("column", "concat"):
+            parts: list[tuple[str, int, ColumnSpec | None]] = []
+            for src in m["from"]:
+                pooled = m["pooled"][src]
+                own = src in _PASSED or src in _WRITTEN_BY_WRITER
+                spec = None if own else _spec_from_pooled(src, pooled)
+                if spec is None and not own:
+                    raise FormatError(f"mapping entry for {src!r} has unknown storage {pooled.get('storage')!r}",
+                                      path=ds.root / _MAPPING_FILE)
+                parts.append((src, int(pooled.get("length") or 1), spec))
+            cols.append(_Col(name, parts))
+            continue
+        if name == "timestamp":
+            if not any(src == "timestamp" for c in cols for src, _, _ in c.parts) and not any(
+                    (mapped.get(n) or {}).get("from") == ["timestamp"] for n in ds.features):
+                cols.append(_Col(name, [("timestamp", 1, None)]))
+            continue
+        target = pooled_name(name)
+        if target != name:
+            notes.append(f"{name} -> {target}")
+        spec = _generic_spec(target, feat)
+        cols.append(_Col(name, [(target, int(math.prod(feat["shape"])), spec)]))
+    return cols, streams
+
+
+# -- rows and frames ---------------------------------------------------------------------------------
+def _episode_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], names: Sequence[str]) -> pa.Table:
+    path = ds.root / str(ds.info.get("data_path") or fmt.DATA_PATH).format(
+        chunk_index=int(ep["data/chunk_index"]), file_index=int(ep["data/file_index"]))
+    e = int(ep["episode_index"])
+    try:
+        table = pq.read_table(path, columns=list(names) + ["episode_index", "frame_index"],
+                              filters=[("episode_index", "=", e)])
+    except Exception as exc:  # noqa: BLE001 - pyarrow/OS errors at one boundary
+        raise FormatError(f"cannot read episode {e}: {exc}", path=path) from exc
+    table = table.sort_by("frame_index")
+    if table.num_rows != int(ep["length"]):
+        raise FormatError(f"episode {e} has {table.num_rows} rows, meta/episodes says {ep['length']}", path=path)
+    return table
+
+
+def _values(table: pa.Table, name: str, rows: int) -> np.ndarray:
+    col = table.column(name)
+    typ = col.type
+    if pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        flat = col.combine_chunks()
+        while pa.types.is_fixed_size_list(flat.type) or pa.types.is_list(flat.type):
+            flat = flat.flatten()
+        return np.asarray(flat.to_numpy(zero_copy_only=False)).reshape(rows, -1)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return np.asarray(col.to_pylist(), dtype=object).reshape(rows, 1)
+    return np.asarray(col.to_numpy(zero_copy_only=False)).reshape(rows, 1)
+
+
+def _video_path(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], feature: str) -> tuple[Path, float, float]:
+    tmpl = str(ds.info.get("video_path") or fmt.VIDEO_PATH)
+    path = ds.root / tmpl.format(video_key=feature, chunk_index=int(ep[f"videos/{feature}/chunk_index"]),
+                                 file_index=int(ep[f"videos/{feature}/file_index"]))
+    return path, float(ep[f"videos/{feature}/from_timestamp"]), float(ep[f"videos/{feature}/to_timestamp"])
+
+
+def _decode_window(path: Path, start: float, end: float, fps: float) -> Iterator[np.ndarray]:
+    """RGB uint8 frames whose pts lie in ``[start, end)`` (half a frame of tolerance), decoded."""
+    half = 0.5 / fps
+    try:
+        with av.open(str(path)) as c:
+            s = c.streams.video[0]
+            tb = float(s.time_base or 0.0) or 1.0 / 90_000
+            if start > 0:
+                c.seek(int(max(0.0, start - half) / tb), stream=s, backward=True, any_frame=False)
+            for frame in c.decode(s):
+                t = float(frame.pts * tb) if frame.pts is not None else float(frame.time or 0.0)
+                if t >= end - half:
+                    break
+                if t >= start - half:
+                    yield frame.to_ndarray(format="rgb24")
+    except av.error.FFmpegError as exc:
+        raise CodecError(f"cannot decode video: {exc}", path=path) from exc
+
+
+def _png(cell: Any) -> np.ndarray:
+    from PIL import Image
+
+    data = cell.get("bytes") if isinstance(cell, Mapping) else cell
+    if data is None:
+        raise FormatError("an image cell holds no bytes (LeRobot images are embedded PNGs)")
+    with Image.open(BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+# -- import ------------------------------------------------------------------------------------------
+def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progress: Progress | None = None,
+                   episodes: Sequence[int] | None = None) -> ImportResult:
+    """Import a local LeRobot v3.0 dataset as pooled episodes of task ``root/task``.
+
+    Parameters
+    ----------
+    directory:
+        The dataset root (``meta/info.json``, ``data/``, ``videos/``).
+    root:
+        Recordings root; the task directory is ``root / task`` (created, or appended to).
+    task:
+        Task name.
+    progress:
+        Called with ``(rows done, rows total)``.
+    episodes:
+        LeRobot ``episode_index`` values to import (default all).
+
+    Returns
+    -------
+    ImportResult
+        The written episodes; ``synthesised`` says which times were made up; ``notes`` the
+        renames, re-encoded videos and dropped features.
+
+    Raises
+    ------
+    FormatError
+        Not a LeRobot v3.x dataset, unreadable metadata, an episode whose rows disagree with
+        ``meta/episodes``.
+    CodecError
+        A video that cannot be copied or decoded.
+    SchemaError
+        A feature the pooled format cannot hold (e.g. an unknown dtype).
+    """
+    ds = scan_lerobot(directory)
+    chosen = [e for e in ds.episodes if episodes is None or int(e["episode_index"]) in set(episodes)]
+    if not chosen:
+        raise EgopoolError("no episode to import", path=ds.root,
+                           hint=f"the dataset has episodes {[int(e['episode_index']) for e in ds.episodes]}")
+    notes: list[str] = []
+    cols, streams = _plan_columns(ds, notes)
+    if notes:
+        notes = ["renamed " + ", ".join(notes)]
+    fps = ds.fps
+    mapping = ds.mapping or {}
+    created = {int(e["episode_index"]): e.get("created_at") for e in mapping.get("episodes", [])}
+    decl = dict(mapping.get("declarations") or {})
+    synthesised: list[str] = []
+    if not any(src == "hardware_ns" for c in cols for src, _, _ in c.parts):
+        synthesised.append("hardware_ns = 0 (unknown): LeRobot stores no device clock")
+    if not created:
+        synthesised.append("created_at / wall_time: the import time (LeRobot stores no absolute time)")
+    if len(set(ds.tasks.values())) > 1:
+        notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}")
+    data_names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
+    total = sum(int(e["length"]) for e in chosen)
+    done = 0
+    copied = reencoded = 0
+    now = time.time()
+    results = []
+    with task_writer(root, task, fps) as tw:
+        for ep in chosen:
+            e = int(ep["episode_index"])
+            table = _episode_rows(ds, ep, data_names)
+            n = table.num_rows
+            stream_specs: list[StreamSpec] = []
+            frame_iters: dict[str, Iterator[np.ndarray]] = {}
+            for name, (key, kind) in streams.items():
+                feat = ds.features[name]
+                if kind == "depth":
+                    h, w = (int(s) for s in feat["shape"])
+                    stream_specs.append(StreamSpec(key, "depth", w, h, codec="ffv1"))  # lossless: exact mm
+                    frames = _values(table, name, n).reshape(n, h, w).astype(np.uint16)
+                    frame_iters[key] = iter(list(frames))
+                elif kind == "image":
+                    cells = table.column(name).to_pylist()
+                    first = _png(cells[0])
+                    stream_specs.append(StreamSpec(key, "rgb", first.shape[1], first.shape[0]))
+                    frame_iters[key] = (_png(c) for c in cells)
+                else:
+                    path, t0, t1 = _video_path(ds, ep, name)
+                    _, vinfo = packet_times(path)
+                    w, h = int(vinfo["width"]), int(vinfo["height"])
+                    if vinfo["codec"] in COPYABLE_CODECS:
+                        stream_specs.append(StreamSpec(key, "rgb", w, h, source=VideoSource(path, t0, t1)))
+                        copied += 1
+                    else:
+                        stream_specs.append(StreamSpec(key, "rgb", w, h))
+                        frame_iters[key] = _decode_window(path, t0, t1, fps)
+                        reencoded += 1
+            specs = [s for c in cols for s in c.specs]
+            values = {c.feature: _values(table, c.feature, n) for c in cols}
+            with tw.begin_episode(specs, stream_specs, created_at=float(created.get(e) or now),
+                                  calibration=decl.get("calibration"), devices=decl.get("devices") or (),
+                                  device_names=decl.get("device_names"), sensors=decl.get("sensors"),
+                                  sensor_dim=decl.get("sensor_dim")) as writer:
+                for i in range(n):
+                    row: dict[str, Any] = {}
+                    ts: float | None = None
+                    hw = 0
+                    for c in cols:
+                        v = values[c.feature][i]
+                        off = 0
+                        for src, width, spec in c.parts:
+                            part = v[off:off + width]
+                            off += width
+                            if src == "timestamp":
+                                ts = float(part[0])
+                            elif src == "hardware_ns":
+                                hw = int(part[0])
+                            elif spec is not None:
+                                row[spec.name] = part[0] if spec.storage in ("scalar", "string") else part
+                    images = {}
+                    for key, it in frame_iters.items():
+                        try:
+                            images[key] = next(it)
+                        except StopIteration:
+                            raise CodecError(f"stream {key!r} of episode {e} has fewer frames than its {n} rows",
+                                             path=ds.root) from None
+                    writer.add_frame(row, timestamp=ts, hardware_ns=hw, images=images)
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+                results.append(writer.finish())
+    if reencoded:
+        notes.append(f"{reencoded} episode videos decoded and re-encoded as H.264 (not H.264/HEVC in LeRobot)")
+    if copied:
+        notes.append(f"{copied} episode videos stream-copied (no re-encode)")
+    written = tuple(results)
+    return ImportResult(tw.task_dir, written, tuple(synthesised), tuple(notes),
+                        {"episodes": len(written), "rows": done, "videos_copied": copied,
+                         "videos_reencoded": reencoded})
+

@@ -1,0 +1,377 @@
+"""What a task becomes in a LeRobot v3.0 dataset: the feature mapping of ``egopool export lerobot``.
+
+The plan is computed from the episodes' own schemas and streams (multi_device_storage.md
+§6.7: an episode's parquet says which columns it has) before anything is written; ``--dry-run``
+prints it and stops. Every pooled column and stream is either exported (same name, or renamed
+with the reason) or dropped with the reason; the plan is written as ``egopool_mapping.json``
+beside the dataset and is what ``egopool import lerobot`` reads to restore the pooled names.
+
+Rules (docs/decisions.md I1):
+
+* LeRobot ``timestamp`` = ``frame_index / fps`` (the clock of the video frames, which lerobot
+  looks up by it); the pooled ``timestamp`` goes to ``pooled_timestamp``. ``episode_index`` is
+  0-based and contiguous in N order; N is kept in the mapping and in ``meta/episodes``.
+* Fixed-shape columns (scalars, ``status.*`` strings, vectors and matrices declared with a
+  ``shape``) keep their name and element shape. Variable-length columns (IMU samples,
+  trajectories and their ``_ns``) and force matrices (187500 values a row) are dropped.
+* ``--state`` / ``--action`` columns are concatenated, flattened, as float32 into
+  ``observation.state`` / ``action`` (they must be float32 or small integers, which float32
+  holds exactly); without ``--action`` the pooled ``action`` placeholder is exported as is.
+* RGB streams -> ``observation.images.<key>`` video features; depth streams -> ``observation.depth.<key>``
+  uint16 ``[H, W]`` mm per frame in the data parquet (lerobot 0.4 has no depth video feature).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .. import __version__
+from ..codecs.video import video_info
+from ..errors import EgopoolError, SchemaError
+from ..read.reader import Episode, Task
+from ..schema import signal_kind
+
+__all__ = ["ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+
+#: Column kinds whose rows hold a variable number of items (multi_device_storage.md §4.6, §7.2).
+_VARIABLE_KINDS = {"slam_trajectory", "slam_trajectory_ns", "imu", "imu_ts"}
+#: Element dtypes float32 holds exactly (allowed in observation.state / action).
+_STATE_DTYPES = {"float32", "float16", "int8", "int16", "uint8", "uint16", "bool"}
+_HANDLED_KEYS = {"episode_index", "frame_index", "timestamp", "task_index"}
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """One exported non-video LeRobot feature and where its values come from.
+
+    Attributes
+    ----------
+    name:
+        LeRobot feature name.
+    sources:
+        Pooled columns (several for ``observation.state`` / ``action``; a depth feature
+        names its stream).
+    kind:
+        ``"column"`` (copied), ``"concat"`` (state/action), ``"depth"``.
+    feature:
+        The LeRobot feature (``dtype``, ``shape``, ``names``[, ``info``]).
+    pooled:
+        What import needs to restore each source: its pooled storage, dtype, element count
+        and ``info.features`` declaration.
+    """
+
+    name: str
+    sources: tuple[str, ...]
+    kind: str
+    feature: dict[str, Any]
+    pooled: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamMap:
+    """One RGB stream exported as a LeRobot video feature."""
+
+    name: str
+    key: str
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """The work of one episode: a function of (task, N) plus where its rows go in the dataset.
+
+    ``episode_index`` (0-based) and ``from_index`` (its first global frame) are fixed before any
+    episode is written, so episodes can be exported independently and merged afterwards.
+    """
+
+    task_dir: Path
+    index: int
+    episode_index: int
+    from_index: int
+    length: int
+
+
+@dataclass
+class LeRobotPlan:
+    """The whole mapping of an export (JSON form: :meth:`mapping`)."""
+
+    task_dir: Path
+    task_name: str
+    task_text: str
+    repo_id: str
+    fps: int
+    columns: list[ColumnMap]
+    streams: list[StreamMap]
+    dropped: list[dict[str, str]]
+    renamed: list[dict[str, str]]
+    jobs: list[EpisodeJob]
+    created_at: dict[int, float]
+    declarations: dict[str, Any]
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """LeRobot ``info.features`` in file order: data features, videos, then the frame keys."""
+        from .lerobot_format import DEFAULT_FEATURES
+
+        out: dict[str, dict[str, Any]] = {c.name: dict(c.feature) for c in self.columns}
+        for s in self.streams:
+            out[s.name] = {"dtype": "video", "shape": [s.height, s.width, 3],
+                           "names": ["height", "width", "channels"]}
+        out.update({k: dict(v) for k, v in DEFAULT_FEATURES.items()})
+        return out
+
+    def mapping(self) -> dict[str, Any]:
+        """The JSON document written as ``egopool_mapping.json`` (and printed by ``--dry-run``)."""
+        return {
+            "egopool_version": __version__, "source_task": str(self.task_dir), "task_name": self.task_name,
+            "repo_id": self.repo_id, "fps": self.fps,
+            "episodes": [{"pooled_episode_index": j.index, "episode_index": j.episode_index, "length": j.length,
+                          "dataset_from_index": j.from_index, "created_at": self.created_at.get(j.index)}
+                         for j in self.jobs],
+            "features": {c.name: {"from": list(c.sources), "how": c.kind, "pooled": c.pooled} for c in self.columns}
+                        | {s.name: {"from": [f"videos/{s.key}"], "how": "video", "pooled": {}} for s in self.streams}
+                        | {"timestamp": {"from": [], "how": "frame_index / fps", "pooled": {}}},
+            "renamed": list(self.renamed), "dropped": list(self.dropped),
+            "declarations": self.declarations,
+        }
+
+
+def _arrow_dtype(typ: pa.DataType) -> str | None:
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return "string"
+    if pa.types.is_boolean(typ):
+        return "bool"
+    try:
+        return str(np.dtype(typ.to_pandas_dtype()))
+    except (NotImplementedError, TypeError):
+        return None
+
+
+def _value_type(typ: pa.DataType) -> pa.DataType | None:
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return typ.value_type
+    return None
+
+
+def _column_map(name: str, typ: pa.DataType, feat: Any) -> tuple[ColumnMap | None, str | None]:
+    """The export of one common column, or the reason it is dropped."""
+    kind = signal_kind(name) or ("imu_ts" if name == "imu_ts_ns" else None)
+    if name == "observation.imu":
+        kind = "imu"
+    if kind in _VARIABLE_KINDS:
+        return None, "a variable number of items per row (LeRobot features have one fixed shape)"
+    if kind == "force_matrix":
+        return None, "a (250, 250, 3) force matrix per row (750 KB as float32); not exported"
+    inner = _value_type(typ)
+    if inner is None:
+        dtype = _arrow_dtype(typ)
+        if dtype is None:
+            return None, f"arrow type {typ} has no LeRobot dtype"
+        pooled: dict[str, Any] = {"storage": "string" if dtype == "string" else "scalar", "dtype": dtype,
+                                  "length": None, "feature": dict(feat) if isinstance(feat, Mapping) else None}
+        return ColumnMap(name, (name,), "column", {"dtype": dtype, "shape": [1], "names": None},
+                         {name: pooled}), None
+    if _value_type(inner) is not None:
+        return None, "a list of lists per row (variable length)"
+    dtype = _arrow_dtype(inner)
+    shape = feat.get("shape") if isinstance(feat, Mapping) else None
+    if dtype is None or dtype == "string":
+        return None, f"arrow type {typ} has no LeRobot dtype"
+    if not (isinstance(shape, list) and shape and all(isinstance(s, int) and s > 0 for s in shape)):
+        return None, "no element shape declared in info.json features"
+    pooled = {"storage": "list", "dtype": dtype, "length": int(math.prod(shape)), "feature": dict(feat)}
+    return ColumnMap(name, (name,), "column", {"dtype": dtype, "shape": [int(s) for s in shape], "names": None},
+                     {name: pooled}), None
+
+
+def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], common: set[str],
+            task_dir: Path) -> ColumnMap:
+    names: list[str] = []
+    pooled: dict[str, dict[str, Any]] = {}
+    for col in cols:
+        cm = cmaps.get(col)
+        if col not in common:
+            raise SchemaError(f"is not in every exported episode, so it cannot be part of {target}", column=col,
+                              path=task_dir, hint="`egopool show TASK N` lists an episode's columns")
+        if cm is None:
+            raise SchemaError(f"cannot be part of {target}: not a fixed-length numeric column", column=col,
+                              path=task_dir)
+        feat = cm.feature
+        if feat["dtype"] not in _STATE_DTYPES:
+            raise SchemaError(f"is {feat['dtype']}; {target} is float32, which cannot hold it exactly", column=col,
+                              path=task_dir, hint="export it as its own feature (leave it out of --state/--action)")
+        n = int(math.prod(feat["shape"]))
+        names += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
+        pooled[col] = cm.pooled[col]
+    return ColumnMap(target, tuple(cols), "concat", {"dtype": "float32", "shape": [len(names)], "names": names},
+                     pooled)
+
+
+def _stream_kind(path: Path) -> tuple[str, int, int]:
+    """``("rgb"|"depth", width, height)`` of a stream file (the reader's rule: gray or several
+    video streams = depth; a directory = a PNG16 depth sequence)."""
+    if path.is_dir():
+        from ..codecs.depth import read_depth_frames
+
+        first = next(iter(read_depth_frames(path)))
+        return "depth", int(first.shape[1]), int(first.shape[0])
+    probe = video_info(path)
+    depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
+    return ("depth" if depth else "rgb"), int(probe["width"]), int(probe["height"])
+
+
+def _integer_fps(task: Task) -> int:
+    fps = task.info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
+        raise EgopoolError(f"info.json fps is {fps!r}", path=task.path / "meta" / "info.json")
+    if abs(fps - round(fps)) > 1e-9:
+        raise EgopoolError(f"LeRobot v3 needs an integer fps; the task records at {fps} fps",
+                           path=task.path / "meta" / "info.json",
+                           hint="LeRobot looks frames up by frame_index / fps; a task at a fractional rate "
+                                "cannot be exported without retiming every frame")
+    return int(round(fps))
+
+
+def _select(task: Task, episodes: Sequence[int] | None) -> list[Episode]:
+    if episodes:
+        if len(set(episodes)) != len(episodes):
+            raise EgopoolError(f"episode numbers repeat in {list(episodes)}", hint="name each N once")
+        chosen = [task.episode(n) for n in sorted(episodes)]
+    else:
+        chosen = task.episodes()
+    if not chosen:
+        raise EgopoolError("the task has no episode to export", path=task.path)
+    for ep in chosen:
+        if ep.files.data is None or ep.files.meta is None:
+            raise EgopoolError(f"episode {ep.index} is incomplete (data parquet or meta/episodes row missing)",
+                               path=task.path, hint="run `egopool validate TASK`; export complete episodes only")
+    return chosen
+
+
+def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Sequence[str] = (),
+                action: Sequence[str] = (), depth: bool = True, repo_id: str | None = None) -> LeRobotPlan:
+    """Compute the mapping of a LeRobot export (nothing is written).
+
+    Parameters
+    ----------
+    task:
+        The source task.
+    episodes:
+        Global N to export (default: every episode), exported in ascending N.
+    state, action:
+        Pooled columns concatenated (flattened, in this order) into ``observation.state`` /
+        ``action`` (float32).
+    depth:
+        Export depth streams as ``observation.depth.<key>`` (uint16 mm ``[H, W]``); False drops them.
+    repo_id:
+        LeRobot ``repo_id`` recorded in the mapping (default ``local/<task name>``).
+
+    Raises
+    ------
+    EgopoolError
+        No episode, an incomplete episode, repeated N, a fractional fps.
+    EpisodeNotFoundError
+        An N that is not in the task.
+    SchemaError
+        A ``--state`` / ``--action`` column that is missing in an episode, not fixed-length
+        numeric, or of a dtype float32 cannot hold exactly; a column named in both.
+    """
+    fps = _integer_fps(task)
+    chosen = _select(task, episodes)
+    both = set(state) & set(action)
+    if both:
+        raise SchemaError("is named in both --state and --action", column=sorted(both)[0], path=task.path)
+    schemas = [ep.schema for ep in chosen]
+    names = [list(s.names) for s in schemas]
+    common = set(names[0]).intersection(*map(set, names[1:]))
+    raw_features = task.info.get("features")
+    features: Mapping[str, Any] = raw_features if isinstance(raw_features, Mapping) else {}
+    dropped: list[dict[str, str]] = []
+    renamed: list[dict[str, str]] = [
+        {"from": "timestamp", "to": "pooled_timestamp",
+         "why": "LeRobot's timestamp is frame_index / fps, the clock of the video frames"},
+        {"from": "episode_index", "to": "episode_index (0-based)",
+         "why": "LeRobot numbers episodes 0.. contiguously; N is in egopool_mapping.json and meta/episodes"}]
+    seen_somewhere = sorted(set().union(*map(set, names)) - common)
+    for col in seen_somewhere:
+        have = [ep.index for ep, n in zip(chosen, names, strict=True) if col in n]
+        dropped.append({"source": col, "reason": f"only in episodes {have}; LeRobot features are the same for "
+                                                 "every episode"})
+    cmaps: dict[str, ColumnMap] = {}
+    for col in names[0]:
+        if col not in common or col in _HANDLED_KEYS:
+            continue
+        cm, why = _column_map(col, schemas[0].field(col).type, features.get(col))
+        if cm is not None:
+            cmaps[col] = cm
+        elif why is not None:
+            dropped.append({"source": col, "reason": why})
+    columns: list[ColumnMap] = []
+    if state:
+        columns.append(_concat("observation.state", state, cmaps, common, task.path))
+    if action:
+        columns.append(_concat("action", action, cmaps, common, task.path))
+        dropped.append({"source": "action", "reason": "the pooled placeholder [0.0]; --action columns replace it"})
+    for col in state:
+        renamed.append({"from": col, "to": "observation.state", "why": "--state"})
+    for col in action:
+        renamed.append({"from": col, "to": "action", "why": "--action"})
+    taken = set(state) | set(action) | ({"action"} if action else set())
+    columns.append(ColumnMap("pooled_timestamp", ("timestamp",), "column",
+                             {"dtype": "float32", "shape": [1], "names": None},
+                             {"timestamp": {"storage": "scalar", "dtype": "float32", "length": None, "feature": None}}))
+    columns += [cm for col, cm in cmaps.items() if col not in taken]
+    streams, depth_cols = _plan_streams(chosen, depth, dropped)
+    columns += depth_cols
+    if repo_id is None:
+        repo_id = f"local/{task.path.name}"
+    jobs, start = [], 0
+    for e, ep in enumerate(chosen):
+        n_rows = ep.length
+        jobs.append(EpisodeJob(task.path, ep.index, e, start, n_rows))
+        start += n_rows
+    created = {ep.index: float(ep.meta.get("created_at", 0.0)) for ep in chosen}
+    tasks = task.tasks
+    text = str(tasks[0].get("task")) if tasks and isinstance(tasks[0], Mapping) else task.name
+    decl: dict[str, Any] = {k: task.info[k] for k in ("calibration", "devices", "device_names", "sensors", "sensor_dim")
+            if k in task.info}
+    return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
+                       created, decl)
+
+
+def _plan_streams(chosen: Sequence[Episode], depth: bool,
+                  dropped: list[dict[str, str]]) -> tuple[list[StreamMap], list[ColumnMap]]:
+    keys = [set(ep.streams) for ep in chosen]
+    common = set(keys[0]).intersection(*keys[1:])
+    for key in sorted(set().union(*keys) - common):
+        have = [ep.index for ep, k in zip(chosen, keys, strict=True) if key in k]
+        dropped.append({"source": f"videos/{key}", "reason": f"only in episodes {have}"})
+    streams: list[StreamMap] = []
+    depth_cols: list[ColumnMap] = []
+    for key in sorted(common):
+        kinds = {_stream_kind(ep.stream_path(key)) for ep in chosen}
+        if len(kinds) != 1:
+            dropped.append({"source": f"videos/{key}", "reason": f"kind or size differs between episodes: "
+                                                                 f"{sorted(kinds)}"})
+            continue
+        kind, w, h = kinds.pop()
+        if kind == "rgb":
+            streams.append(StreamMap(f"observation.images.{key}", key, w, h))
+        elif depth:
+            feat = {"dtype": "uint16", "shape": [h, w], "names": ["height", "width"],
+                    "info": {"unit": "mm", "no_depth": 0, "egopool_stream": key}}
+            depth_cols.append(ColumnMap(f"observation.depth.{key}", (f"videos/{key}",), "depth", feat,
+                                        {key: {"storage": "depth", "dtype": "uint16", "length": None,
+                                               "feature": None}}))
+        else:
+            dropped.append({"source": f"videos/{key}", "reason": "depth stream; --no-depth"})
+    return streams, depth_cols
+

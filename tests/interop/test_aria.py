@@ -1,0 +1,127 @@
+"""``egopool import aria``: the bundled AEA VRS and MPS sample import, validate, and match projectaria-tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from egopool import open_task
+from egopool.arrowutil import list_column_to_numpy
+from egopool.cli.app import main
+from egopool.errors import FormatError
+from egopool.interop.aria import ARIA_TO_MEDIAPIPE, import_aria
+from egopool.validate import validate_task
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+VRS = DATA / "aria_aea_recording" / "recording.vrs"
+MPS = DATA / "aria_mps_sample"
+
+
+def _provider():
+    pytest.importorskip("projectaria_tools")
+    from projectaria_tools.core import data_provider
+
+    return data_provider.create_vrs_data_provider(str(VRS))
+
+
+@pytest.fixture(scope="module")
+def aea(tmp_path_factory):
+    p = _provider()
+    root = tmp_path_factory.mktemp("aria")
+    return p, import_aria(VRS, root, task="aea")
+
+
+@pytest.mark.extra("interop")
+def test_vrs_counts_equal_projectaria_tools(aea):
+    p, result = aea
+    task = open_task(result.task_dir)
+    assert not validate_task(task.path).errors
+    ep = task.episode(1)
+    n_rgb = p.get_num_data(p.get_stream_id_from_label("camera-rgb"))
+    assert ep.length == n_rgb == 8
+    table = ep.table
+    for slot, label in (("aria_slam_left", "camera-slam-left"), ("aria_slam_right", "camera-slam-right")):
+        sid = p.get_stream_id_from_label(label)
+        stamps = [p.get_image_data_by_index(sid, i)[1].capture_timestamp_ns for i in range(p.get_num_data(sid))]
+        stored = table.column(f"observation.{slot}_frame_ns").to_pylist()
+        assert sorted(set(stored)) == stamps and len(stamps) == 4  # every SLAM frame, each at its own stamp
+        assert len(list(ep.video(slot))) == ep.length
+    rgb_id = p.get_stream_id_from_label("camera-rgb")
+    assert table.column("hardware_ns").to_pylist() == [
+        p.get_image_data_by_index(rgb_id, i)[1].capture_timestamp_ns for i in range(n_rgb)]
+    imu = ep.imu_samples()
+    right = p.get_stream_id_from_label("imu-right")
+    assert len(imu) == p.get_num_data(right) == 400
+    first = p.get_imu_data_by_index(right, 0)
+    assert imu.ts_ns[0] == first.capture_timestamp_ns
+    np.testing.assert_allclose(imu.values[0], [*first.gyro_radsec, *first.accel_msec2], rtol=1e-6)
+    left = p.get_stream_id_from_label("imu-left")
+    left_ts = list_column_to_numpy(table.column("observation.imu_left"), depth=2)
+    assert left_ts.shape == (p.get_num_data(left), 6) == (319, 6)
+    frame0 = next(iter(ep.video("aria_rgb"))).astype(float)
+    src = p.get_image_data_by_index(rgb_id, 0)[0].to_numpy_array().astype(float)
+    assert frame0.shape == src.shape and np.abs(frame0 - src).mean() < 4.0
+    assert "head_stereo" in ep.meta["calibration"] and ep.meta["calibration"]["head_stereo"]["resolution"] == [640, 480]
+
+
+@pytest.mark.extra("interop")
+def test_mps_alone_imports_trajectory_gaze_and_hands(tmp_path):
+    pytest.importorskip("projectaria_tools")
+    from projectaria_tools.core import mps
+
+    poses = mps.read_closed_loop_trajectory(str(MPS / "trajectory" / "closed_loop_trajectory.csv"))
+    result = import_aria(None, tmp_path, task="mps", mps_dir=MPS, fps=30.0)
+    task = open_task(result.task_dir)
+    assert not validate_task(task.path).errors
+    ep = task.episode(1)
+    tr = ep.trajectory("observation.ego_slam_trajectory")
+    assert len(tr.points) == len(poses) == result.counts["trajectory_points"] == 2000
+    assert tr.frame == "forward_left_up" and tr.frame_axes == {"+X": "forward", "+Y": "left", "+Z": "up"}
+    assert tr.host_ns[0] == round(poses[0].tracking_timestamp.total_seconds() * 1e6) * 1000
+    world = np.stack([np.asarray(p.transform_world_device.to_matrix())[:3, 3] for p in poses])
+    np.testing.assert_allclose(np.linalg.norm(np.diff(tr.positions, axis=0), axis=1),
+                               np.linalg.norm(np.diff(world, axis=0), axis=1), atol=1e-9)  # a rotation only
+    np.testing.assert_allclose(tr.positions[:, 2], world[:, 2], atol=1e-12)                 # about gravity
+    from egopool.importers import quaternion_to_rotation
+
+    fwd = quaternion_to_rotation(tr.quaternions[0])[:, 2]  # the device's +Z at the first pose
+    assert fwd[0] > 0.99 and abs(fwd[1]) < 1e-9
+    table = ep.table
+    gaze_ns = table.column("observation.eye_gaze_ns").to_numpy()
+    assert np.count_nonzero(gaze_ns) == result.counts["gaze_samples"] > 0
+    assert task.info["features"]["observation.eye_gaze"]["names"][0] == "yaw"
+    # the sample's hand tracking is on another stretch of the device clock than its trajectory: counted
+    assert result.counts["left_hand_samples"] == 0 and any("left hand: 3 of 3" in n for n in result.notes)
+    assert ep.meta["created_at"] == pytest.approx(poses[0].utc_timestamp.total_seconds())
+
+
+def test_aria_to_mediapipe_covers_every_joint_once():
+    kept = [a for a in ARIA_TO_MEDIAPIPE if a >= 0]
+    assert ARIA_TO_MEDIAPIPE[0] == 5 and sorted(kept) == list(range(20))  # wrist first; palm centre (20) left out
+
+
+@pytest.mark.extra("interop")
+def test_mps_of_another_recording_is_refused_and_nothing_written(tmp_path, capsys):
+    _provider()
+    with pytest.raises(FormatError, match="not computed from this recording"):
+        import_aria(VRS, tmp_path / "rec", task="both", mps_dir=MPS)
+    assert not (tmp_path / "rec" / "both").exists()
+    assert main(["import", "aria", "--task", "x", "--out", str(tmp_path / "rec")]) == 1
+    assert "pass RECORDING.vrs and/or --mps DIR" in capsys.readouterr().err
+    assert main(["import", "aria", str(MPS / "eye_gaze" / "summary.json"), "--task", "x",
+                 "--out", str(tmp_path / "rec")]) == 1
+    err = capsys.readouterr().err
+    assert "summary.json" in err and err.count("\n") == 1
+
+
+@pytest.mark.extra("interop")
+def test_cli_import_aria_json(tmp_path, capsys):
+    _provider()
+    assert main(["import", "aria", "--mps", str(MPS), "--task", "m", "--out", str(tmp_path), "--fps", "10",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["counts"]["trajectory_points"] == 2000 and doc["episodes"][0]["episode_index"] == 1
+    assert any("grid" in s for s in doc["synthesised"])

@@ -1,0 +1,156 @@
+"""``egopool export lerobot``: the real lerobot package loads the export and every frame matches the reader."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from egopool import StreamSpec, TaskWriter, open_task, vector_column
+from egopool.arrowutil import list_column_to_numpy
+from egopool.cli.app import main
+from egopool.errors import EgopoolError, SchemaError
+from egopool.interop import export_lerobot
+
+from .lerobot_env import lerobot_dataset_class
+
+STATE = {"demo_task": ["observation.right_hand_pose"],
+         "sim_task": ["observation.gripper_state", "observation.gripper_left_force"]}
+
+
+def _column(table, name, length):
+    col = table.column(name)
+    if str(col.type).startswith(("list", "fixed_size_list")):
+        return list_column_to_numpy(col).reshape(length, -1)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _check_against_reader(task, out, result):
+    LeRobotDataset = lerobot_dataset_class()
+    ds = LeRobotDataset("local/test", root=out, video_backend="pyav")
+    episodes = task.episodes()
+    plan = result.plan
+    assert ds.meta.info["codebase_version"] == "v3.0" and ds.fps == plan.fps == int(task.info["fps"])
+    assert ds.num_episodes == len(episodes) and len(ds) == sum(e.length for e in episodes)
+    raw = ds.hf_dataset.data  # lerobot's own loaded table (its torch transform turns float64 into float32)
+    start = 0
+    for e, ep in enumerate(episodes):
+        table = ep.table
+        n = ep.length
+        videos = {s.name: list(ep.video(s.key)) for s in plan.streams}
+        depths = {c.name: list(ep.depth(c.sources[0].removeprefix("videos/")))
+                  for c in plan.columns if c.kind == "depth"}
+        assert all(len(v) == n for v in (*videos.values(), *depths.values()))
+        items = [ds[start + fi] for fi in range(n)]  # every frame through lerobot (videos decoded per item)
+        for fi, item in enumerate(items):
+            assert (int(item["episode_index"]), int(item["frame_index"]), int(item["index"])) == (e, fi, start + fi)
+            assert float(item["timestamp"]) == pytest.approx(fi / plan.fps, abs=1e-6)
+            assert item["task"] == plan.task_text
+            for name, frames in videos.items():
+                got = item[name].numpy().transpose(1, 2, 0) * 255.0
+                assert np.abs(got - frames[fi]).max() <= 1.0 + 1e-3, (name, fi)
+            for name, frames in depths.items():
+                np.testing.assert_array_equal(item[name].numpy(), frames[fi])
+        for col in plan.columns:
+            if col.kind == "depth":
+                continue
+            got_raw = raw.column(col.name).slice(start, n)
+            if col.kind == "concat":
+                want = np.concatenate([_column(table, s, n).astype(np.float32) for s in col.sources], axis=1)
+            else:
+                want = _column(table, col.sources[0], n)
+            if col.feature["dtype"] == "string":
+                assert got_raw.to_pylist() == list(want)
+                assert [it[col.name] for it in items] == list(want)
+                continue
+            got = np.asarray(got_raw.to_pylist()).reshape(want.shape)
+            np.testing.assert_array_equal(got, want, err_msg=col.name)
+            if col.feature["dtype"] != "float64":  # exact through lerobot's torch items too
+                item_vals = np.stack([it[col.name].numpy() for it in items]).reshape(want.shape)
+                np.testing.assert_array_equal(item_vals, want, err_msg=col.name)
+        start += n
+    return ds
+
+
+@pytest.mark.extra("interop")
+@pytest.mark.parametrize("which", ["demo_task", "sim_task"])
+def test_lerobot_loads_the_export_and_every_frame_matches(request, which, tmp_path):
+    task = request.getfixturevalue(which)
+    out = tmp_path / "lerobot"
+    result = export_lerobot(task.path, out, state=STATE[which])
+    assert {p.index: set(p.copied) for p in result.parts} == {
+        ep.index: {s.name for s in result.plan.streams} for ep in task.episodes()}  # H.264 at i/fps: copied
+    ds = _check_against_reader(task, out, result)
+    assert ds.meta.features["observation.state"]["names"][0].startswith(STATE[which][0])
+    mapping = json.loads((out / "egopool_mapping.json").read_text())
+    dropped = {d["source"] for d in mapping["dropped"]}
+    assert "observation.imu" in dropped and "observation.ego_slam_trajectory" in dropped
+    assert [e["pooled_episode_index"] for e in mapping["episodes"]] == [1, 2]
+    stats = json.loads((out / "meta" / "stats.json").read_text())
+    total = sum(e.length for e in task.episodes())
+    assert stats["observation.state"]["count"] == [total]
+    state = np.concatenate([np.asarray(ds.hf_dataset.data.column("observation.state").to_pylist())])
+    np.testing.assert_allclose(stats["observation.state"]["mean"], state.mean(axis=0), rtol=1e-6, atol=1e-6)
+    assert np.asarray(stats[result.plan.streams[0].name]["mean"]).shape == (3, 1, 1)
+    rows = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    assert rows.column("dataset_to_index").to_pylist()[-1] == total
+
+
+@pytest.mark.extra("interop")
+def test_stream_lerobot_cannot_take_as_is_is_reencoded(tmp_path):
+    """An odd-sized RGB stream is yuv444p (4:2:0 needs even sizes): re-encoded, then within codec tolerance."""
+    tw = TaskWriter(tmp_path, "odd", fps=15.0)
+    ep = tw.begin_episode([vector_column("observation.gripper_state", [3])], [StreamSpec("cam_rgb", "rgb", 33, 25)])
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 255, (25, 33, 3), dtype=np.uint8)
+    for i in range(12):
+        ep.add_frame({"observation.gripper_state": [i, 0, 1]}, hardware_ns=i + 1,
+                     images={"cam_rgb": np.roll(base, i, axis=1)})
+    ep.finish()
+    task = open_task(tmp_path / "odd")
+    out = tmp_path / "lr"
+    result = export_lerobot(task.path, out)
+    assert result.parts[0].copied == ()
+    LeRobotDataset = lerobot_dataset_class()
+    ds = LeRobotDataset("local/odd", root=out, video_backend="pyav")
+    frames = list(task.episode(1).video("cam_rgb"))
+    diffs = [np.abs(ds[i]["observation.images.cam_rgb"].numpy().transpose(1, 2, 0) * 255 - frames[i]).mean()
+             for i in range(12)]
+    assert len(ds) == 12 and max(diffs) < 12.0  # a lossy second encode of random pixels
+
+
+def test_dry_run_writes_nothing_and_cli_prints_the_mapping(sim_task, tmp_path, capsys):
+    out = tmp_path / "x"
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not out.exists() and doc["dry_run"] and doc["frames"] == 42
+    assert "observation.depth.stereo_depth" in doc["mapping"]["features"]
+    assert {"from": "timestamp", "to": "pooled_timestamp"}.items() <= doc["mapping"]["renamed"][0].items()
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "--no-depth", "-e", "2", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "dropped videos/stereo_depth: depth stream; --no-depth" in text and "N=2 -> 0" in text
+
+
+def test_refusals_are_one_line_and_leave_nothing(sim_task, tmp_path, capsys):
+    out = tmp_path / "x"
+    with pytest.raises(SchemaError, match="float32, which cannot hold it exactly"):
+        export_lerobot(sim_task.path, out, state=["observation.gripper_left_force_ns"])
+    with pytest.raises(SchemaError, match="not a fixed-length numeric column"):
+        export_lerobot(sim_task.path, out, action=["observation.imu"])
+    out.mkdir()
+    assert main(["export", "lerobot", str(sim_task.path), str(out)]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [out] and not list(out.iterdir())
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "-e", "9"]) == 1
+    assert "no episode 9" in capsys.readouterr().err
+
+
+def test_fractional_fps_is_refused(tmp_path):
+    tw = TaskWriter(tmp_path, "ntsc", fps=29.97)
+    ep = tw.begin_episode([vector_column("observation.gripper_state", [3])])
+    ep.add_frame({"observation.gripper_state": [0, 0, 0]})
+    ep.finish()
+    with pytest.raises(EgopoolError, match="integer fps"):
+        export_lerobot(tmp_path / "ntsc", tmp_path / "out")

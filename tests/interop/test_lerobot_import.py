@@ -1,0 +1,140 @@
+"""``egopool import lerobot``: datasets written by lerobot's own writer, and export -> import round trips."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from egopool import open_task
+from egopool.arrowutil import list_column_to_numpy
+from egopool.cli.app import main
+from egopool.errors import FormatError
+from egopool.interop import export_lerobot
+from egopool.interop.lerobot_import import import_lerobot, pooled_name
+from egopool.validate import validate_task
+
+from .lerobot_env import lerobot_dataset_class
+
+FEATURES = {
+    "observation.state": {"dtype": "float32", "shape": (4,), "names": ["j0", "j1", "j2", "grip"]},
+    "action": {"dtype": "float32", "shape": (2,), "names": None},
+    # a shape-(1,) feature is left out: lerobot 0.4.4's writer cannot write one under numpy >= 2.4
+    # (datasets calls float() on a 1-element array); the import of scalar features is covered by the
+    # export -> import round trip below
+    "next.success": {"dtype": "float32", "shape": (2,), "names": ["p", "q"]},
+    "observation.images.wrist": {"dtype": "video", "shape": (48, 64, 3), "names": ["height", "width", "channels"]},
+}
+
+
+def _frame(e: int, i: int) -> dict:
+    rng = np.random.default_rng(100 * e + i)
+    img = np.zeros((48, 64, 3), np.uint8)
+    img[:, : 8 + 2 * i] = (40 * e + 20, 120, 200 - 5 * i)
+    img += rng.integers(0, 8, img.shape, dtype=np.uint8)
+    return {"observation.state": np.array([i, e, 0.5 * i, -1.0], np.float32), "action": np.array([e, i], np.float32),
+            "next.success": np.array([0.1 * i, 1 - 0.1 * i], np.float32), "observation.images.wrist": img,
+            "task": "stack the cups" if e == 0 else "unstack the cups"}
+
+
+def _lerobot_dataset(root, vcodec: str, lengths=(12, 9, 15)):
+    LeRobotDataset = lerobot_dataset_class()
+    ds = LeRobotDataset.create("local/own", fps=15, features=FEATURES, root=root, vcodec=vcodec,
+                               video_backend="pyav")
+    for e, n in enumerate(lengths):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+    ds.finalize()
+    return LeRobotDataset("local/own", root=root, video_backend="pyav")
+
+
+@pytest.mark.extra("interop")
+@pytest.mark.parametrize("vcodec", ["h264", "libsvtav1"])  # copied segments / AV1 (lerobot's default) re-encoded
+def test_dataset_written_by_lerobot_imports_and_validates(tmp_path, vcodec):
+    ds = _lerobot_dataset(tmp_path / "lr", vcodec)
+    result = import_lerobot(tmp_path / "lr", tmp_path / "rec", task="own")
+    assert [e.index for e in result.episodes] == [1, 2, 3] and [e.length for e in result.episodes] == [12, 9, 15]
+    assert result.counts["videos_copied" if vcodec == "h264" else "videos_reencoded"] == 3
+    report = validate_task(result.task_dir)
+    assert not report.errors, [f.message for f in report.errors]
+    task = open_task(result.task_dir)
+    start = 0
+    for e, ep in enumerate(task.episodes()):
+        t = ep.table
+        n = ep.length
+        items = [ds[start + i] for i in range(n)]
+        np.testing.assert_array_equal(list_column_to_numpy(t.column("observation.state")),
+                                      np.stack([it["observation.state"].numpy() for it in items]))
+        np.testing.assert_array_equal(list_column_to_numpy(t.column("observation.action")),
+                                      np.stack([it["action"].numpy() for it in items]))
+        np.testing.assert_array_equal(list_column_to_numpy(t.column("observation.next_success")),
+                                      np.stack([it["next.success"].numpy() for it in items]))
+        np.testing.assert_allclose(t.column("timestamp").to_numpy(), np.arange(n) / 15, atol=1e-6)
+        assert t.column("hardware_ns").to_pylist() == [0] * n
+        frames = list(ep.video("wrist"))
+        assert len(frames) == n
+        for i, it in enumerate(items):  # lerobot's decode vs ours: same bitstream (copy) or one re-encode
+            diff = np.abs(it["observation.images.wrist"].numpy().transpose(1, 2, 0) * 255 - frames[i])
+            assert diff.mean() < (1.0 if vcodec == "h264" else 6.0), (e, i, diff.mean())
+        start += n
+    assert any("next.success -> observation.next_success" in n for n in result.notes)
+    assert task.info["features"]["observation.state"] == {"dtype": "float32", "shape": [4]}
+
+
+def _table_values(table, name):
+    col = table.column(name)
+    if str(col.type).startswith("list"):
+        return list_column_to_numpy(col)
+    return col.to_numpy(zero_copy_only=False)
+
+
+@pytest.mark.extra("interop")
+@pytest.mark.parametrize("which", ["demo_task", "sim_task"])
+def test_export_then_import_is_lossless_for_the_exported_columns(request, which, tmp_path):
+    src = request.getfixturevalue(which)
+    state = ["observation.gripper_state", "observation.gripper_left_force"] if which == "sim_task" else []
+    export = export_lerobot(src.path, tmp_path / "lr", state=state)
+    result = import_lerobot(tmp_path / "lr", tmp_path / "rec", task="back")
+    back = open_task(result.task_dir)
+    assert not validate_task(back.path).errors
+    exported = {s for c in export.plan.columns if c.kind in ("column", "concat") for s in c.sources}
+    exported -= {"action"} if state else set()
+    assert state == [] or set(state) <= exported
+    for a, b in zip(src.episodes(), back.episodes(), strict=True):
+        ta, tb = a.table, b.table
+        for name in sorted(exported | {"wall_time", "frame_index"}):
+            np.testing.assert_array_equal(_table_values(tb, name), _table_values(ta, name), err_msg=name)
+            assert tb.schema.field(name).type == ta.schema.field(name).type, name
+            if name in src.info["features"]:
+                assert back.info["features"][name] == src.info["features"][name], name
+        for s in export.plan.streams:
+            for fa, fb in zip(a.video(s.key), b.video(s.key), strict=True):
+                np.testing.assert_array_equal(fa, fb)
+        for c in (c for c in export.plan.columns if c.kind == "depth"):
+            key = c.sources[0].removeprefix("videos/")
+            for da, db in zip(a.depth(key), b.depth(key), strict=True):
+                np.testing.assert_array_equal(da, db)
+        assert b.meta["created_at"] == a.meta["created_at"]
+        assert b.meta["calibration"] == a.meta["calibration"]
+
+
+def test_cli_import_of_a_missing_or_foreign_directory_is_one_line(tmp_path, capsys):
+    assert main(["import", "lerobot", str(tmp_path), "--task", "x", "--out", str(tmp_path / "rec")]) == 1
+    err = capsys.readouterr().err
+    assert "not a LeRobot dataset" in err and err.count("\n") == 1
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v2.1", "fps": 30, "features": {}}))
+    with pytest.raises(FormatError, match="only LeRobot v3.x"):
+        import_lerobot(tmp_path, tmp_path / "rec", task="x")
+    assert not (tmp_path / "rec").exists()
+
+
+@pytest.mark.parametrize(("feature", "column"), [
+    ("observation.state", "observation.state"), ("action", "observation.action"),
+    ("next.reward", "observation.next_reward"), ("observation.Effort-L", "observation.effort_l"),
+    ("observation.gripper_slam_trajectory", "observation.gripper_slam_trajectory_lerobot"),
+])
+def test_generic_names_follow_the_column_grammar(feature, column):
+    assert pooled_name(feature) == column

@@ -1,0 +1,116 @@
+"""``egopool export rerun`` / ``view``: the .rrd is read back with rerun's own dataframe API."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from egopool.arrowutil import list_column_to_numpy
+from egopool.cli.app import main
+from egopool.interop.rerun import export_rerun, view_axes
+
+#: rerun.components.ViewCoordinates axis codes (Up=1, Down=2, Right=3, Left=4, Forward=5, Back=6).
+_CODE = {"up": 1, "down": 2, "right": 3, "left": 4, "forward": 5, "backward": 6}
+
+
+def _rd():
+    pytest.importorskip("rerun")
+    import rerun.dataframe as rd
+
+    return rd
+
+
+def _read(rec, index, entity):
+    return rec.view(index=index, contents=entity).select().read_all()
+
+
+@pytest.mark.extra("interop")
+def test_sim_recording_reads_back_with_rerun(sim_task, tmp_path):
+    rd = _rd()
+    out = tmp_path / "sim.rrd"
+    result = export_rerun(sim_task.path, out)
+    rec = rd.load_recording(str(out))
+    paths = {c.entity_path for c in rec.schema().component_columns()}
+    for ep in sim_task.episodes():
+        root = f"/episode_{ep.index}"
+        expect = {f"{root}/cameras/{k}" for k in ("stereo_left", "stereo_right", "gripper_rgb", "gripper_2_rgb")}
+        expect |= {f"{root}/depth/stereo_depth", f"{root}/imu/gyro", f"{root}/imu/accel", f"{root}/hands/left",
+                   f"{root}/hands/right", f"{root}/signals/gripper_state", f"{root}/signals/left_glove",
+                   f"{root}/force_matrix/gripper_left_force_matrix"}
+        expect |= {f"{root}/world/{c.removeprefix('observation.')}/pose" for c in ep.trajectories()}
+        assert expect <= paths, sorted(expect - paths)
+        n = ep.length
+        table = ep.table
+        # one video frame reference a row, pointing at the stored MP4's own frame times
+        video = _read(rec, "frame_index", f"{root}/cameras/stereo_left")
+        assert video.num_rows == n
+        ts = video.column(f"{root}/cameras/stereo_left:VideoFrameReference:timestamp").to_pylist()
+        assert [t[0] for t in ts] == [round(i * 1e9 / 30) for i in range(n)]
+        # depth: every row, the stored millimetres
+        depth = _read(rec, "frame_index", f"{root}/depth/stereo_depth")
+        assert depth.num_rows == n
+        frames = list(ep.depth("stereo_depth"))
+        buf = depth.column(f"{root}/depth/stereo_depth:DepthImage:buffer").to_pylist()
+        for k in (0, n // 2, n - 1):
+            got = np.frombuffer(bytes(buf[k][0]), dtype="<u2").reshape(frames[k].shape)
+            np.testing.assert_array_equal(got, frames[k])
+        assert depth.column(f"{root}/depth/stereo_depth:DepthImage:meter").to_pylist()[0] == [1000.0]
+        # IMU: one row per sample on the device clock
+        imu = ep.imu_samples()
+        gyro = _read(rec, "imu_ts_ns", f"{root}/imu/gyro")
+        assert gyro.num_rows == len(imu) > n
+        np.testing.assert_allclose(np.asarray(gyro.column(f"{root}/imu/gyro:Scalars:scalars").to_pylist()),
+                                   imu.sorted().values[:, :3], rtol=1e-6)
+        # a row signal
+        gs = _read(rec, "frame_index", f"{root}/signals/gripper_state")
+        np.testing.assert_allclose(
+            np.asarray(gs.column(f"{root}/signals/gripper_state:Scalars:scalars").to_pylist()),
+            list_column_to_numpy(table.column("observation.gripper_state")), rtol=1e-6)
+        # trajectories: one transform per stamped point on the host clock, in their own frame
+        for col in ep.trajectories():
+            tr = ep.trajectory(col)
+            entity = f"{root}/world/{col.removeprefix('observation.')}"
+            pose = _read(rec, "host_ns", entity + "/pose")
+            assert pose.num_rows == len(np.unique(tr.host_ns[tr.host_ns != 0]))
+            vc = rec.view(index="frame_index", contents=entity).select_static().read_all()
+            axes = vc.column(f"{entity}:ViewCoordinates:xyz").to_pylist()[0][0]
+            assert axes == [_CODE[tr.frame_axes[k]] for k in ("+X", "+Y", "+Z")]
+    assert result.entities["episode_1/depth/stereo_depth"] == sim_task.episode(1).length
+
+
+@pytest.mark.extra("interop")
+def test_demo_view_without_display_writes_rrd_and_says_where(demo_task, tmp_path, monkeypatch, capsys):
+    rd = _rd()
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["view", str(demo_task.path), "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    out = tmp_path / f"{demo_task.path.name}_N2.rrd"
+    assert doc["path"] == str(out.relative_to(tmp_path)) and out.exists() and doc["episodes"] == [2]
+    rec = rd.load_recording(str(out))
+    ep = demo_task.episode(2)
+    depth = _read(rec, "frame_index", "/episode_2/depth/d435_depth")
+    assert depth.num_rows == ep.length
+    pinhole = depth.column("/episode_2/depth/d435_depth:Pinhole:resolution").to_pylist()[0][0]
+    assert pinhole == [640.0, 480.0]
+    hand = _read(rec, "frame_index", "/episode_2/hands/right")
+    assert hand.num_rows == ep.length  # the demo's right hand has joints in every row
+    assert "/episode_1/depth/d435_depth" not in {c.entity_path for c in rec.schema().component_columns()}
+    assert main(["view", str(demo_task.path), "2"]) == 0
+    assert "no display: wrote" in capsys.readouterr().out
+
+
+def test_view_coordinates_come_from_direction_words():
+    assert view_axes({"+X": "down", "+Y": "left", "+Z": "forward"}) == "DLF"
+    assert view_axes({"+X": "right", "+Y": "down", "+Z": "forward"}) == "RDF"
+
+
+def test_export_rerun_bad_input_is_one_line(sim_task, tmp_path, capsys):
+    assert main(["export", "rerun", str(sim_task.path), "5", "-o", str(tmp_path / "x.rrd")]) == 1
+    err = capsys.readouterr().err
+    assert "no episode 5" in err and err.count("\n") == 1
+    assert main(["export", "rerun", str(sim_task.path), "-o", str(tmp_path / "x.rrd"), "--stride", "0"]) == 2
+    assert not (tmp_path / "x.rrd").exists()
