@@ -92,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code. ``argv`` defaults to ``sys.argv[1:]``."""
     _register()
     _fit_output()
+    from .ray_option import optional_ray_value
+
     try:
-        rc = app(args=list(argv) if argv is not None else None, standalone_mode=False)
+        rc = app(args=optional_ray_value(sys.argv[1:] if argv is None else argv), standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1
