@@ -9,7 +9,27 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = ["FLOAT_VECTOR", "IMU", "NS_LIST", "NS_SCALAR", "TRAJECTORY", "Physical", "int_values_to_numpy",
-           "list_column_to_numpy", "list_offsets", "numpy_to_list_array"]
+           "list_column_to_numpy", "list_offsets", "numpy_dtype", "numpy_to_list_array"]
+
+
+def numpy_dtype(typ: pa.DataType) -> np.dtype:
+    """The numpy dtype of a primitive arrow type (``int64`` -> ``int64``, ``float`` -> ``float32``).
+
+    ``DataType.to_pandas_dtype()`` imports pandas in pyarrow < 26, which egopool does not
+    depend on (the ``keypoints`` extra's venv has pyarrow 25); an empty array's
+    ``to_numpy`` gives the same dtype without it.
+
+    Nested and string types give ``object``, as ``to_pandas_dtype`` does.
+
+    Raises
+    ------
+    TypeError
+        pyarrow cannot convert ``typ`` to numpy at all.
+    """
+    try:
+        return np.asarray(pa.array([], type=typ).to_numpy(zero_copy_only=False)).dtype
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
+        raise TypeError(f"no numpy dtype for arrow type {typ}") from exc
 
 
 def _combine(col: Any) -> pa.Array:

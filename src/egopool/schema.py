@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .arrowutil import numpy_dtype
 from .errors import EgopoolError, SchemaError
 from .frames import frame_axes as _frame_axes
 
@@ -314,7 +315,7 @@ def key_column(name: str) -> ColumnSpec:
         typ = KEY_COLUMNS[name]
     except KeyError:
         raise SchemaError("not a frame-key column of §7.1", column=name) from None
-    return ColumnSpec(name, "scalar", np.dtype(typ.to_pandas_dtype()).name, kind="key",
+    return ColumnSpec(name, "scalar", numpy_dtype(typ).name, kind="key",
                       sparse=name not in ALWAYS_KEY_COLUMNS)
 
 

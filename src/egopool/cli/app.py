@@ -109,8 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     _register()
     _fit_output()
+    from .ray_option import optional_ray_value
+
     try:
-        rc = app(args=list(argv) if argv is not None else None, standalone_mode=False)
+        rc = app(args=optional_ray_value(sys.argv[1:] if argv is None else argv), standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1

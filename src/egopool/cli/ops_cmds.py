@@ -23,6 +23,7 @@ from ..ops._common import Progress as ProgressFn
 from .app import app
 from .args import episode_argument
 from .output import console, err_console, human_bytes, print_json
+from .ray_option import RAY_OPTION, executor_for
 
 stats_app = typer.Typer(help="Rebuild or audit meta/stats.json (file_format.md §4).", no_args_is_help=True)
 repair_app = typer.Typer(help="Repair episode metadata from the data itself.", no_args_is_help=True)
@@ -113,13 +114,14 @@ def delete_cmd(task: Path = _TASK,
 
 
 @stats_app.command("recalc")
-def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON,
+                     ray: str | None = RAY_OPTION) -> None:
     """Rebuild meta/stats.json from every data parquet (legacy blocks without count, §4).
 
-    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one.
+    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one. With --ray each episode's blocks come from its own Ray task; they are merged here and written under the task lock.
     """
-    with _progress("recomputing") as cb:
-        report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb)
+    with _progress("recomputing") as cb, executor_for(ray) as executor:
+        report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb, executor=executor)
     if json_out:
         print_json(report.to_dict())
         return
@@ -135,14 +137,14 @@ def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = 
 
 
 @stats_app.command("check")
-def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON) -> None:
+def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON, ray: str | None = RAY_OPTION) -> None:
     """Compare stats.json with a fresh recomputation from data/; exit 1 when a block differs.
 
     After deletes the two are expected to differ: stats.json is not rolled back (§4). An episode whose data
     cannot be read is reported as skipped with its error; the others are still compared (exit 1).
     """
-    with _progress("checking") as cb:
-        report = ops.check_stats(task, progress=cb)
+    with _progress("checking") as cb, executor_for(ray) as executor:
+        report = ops.check_stats(task, progress=cb, executor=executor)
     if json_out:
         print_json(report.to_dict())
     elif report.ok:

@@ -11,20 +11,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..validate import Report, validate_task
 from .app import app
 from .output import err_console, print_json
+from .ray_option import RAY_OPTION, executor_for
 
 
-def _validate_all(tasks: list[Path], show_progress: bool, fast: bool) -> list[Report]:
+def _validate_all(tasks: list[Path], show_progress: bool, fast: bool, ray: str | None = None) -> list[Report]:
     reports: list[Report] = []
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True,
-                  disable=not (show_progress and err_console.is_terminal)) as bar:
+                  disable=not (show_progress and err_console.is_terminal)) as bar, executor_for(ray) as executor:
         for task in tasks:
             job = bar.add_task(f"validating {task.name or task}", total=None)
 
             def tick(done: int, total: int, job: Any = job) -> None:
                 bar.update(job, completed=done, total=total)
 
-            reports.append(validate_task(task, progress=tick, fast=fast))
+            reports.append(validate_task(task, progress=tick, fast=fast, executor=executor))
             bar.remove_task(job)
     return reports
 
@@ -43,6 +44,7 @@ def validate_cmd(
     fast: bool = typer.Option(False, "--fast",
                               help="Count video frames without decoding them (much faster; a damaged frame "
                                    "payload goes unnoticed)."),
+    ray: str | None = RAY_OPTION,
 ) -> None:
     """Check tasks against the pooled_episodes_v1 spec (file_format.md §12, multi_device_storage.md §8).
 
@@ -50,9 +52,10 @@ def validate_cmd(
     Every frame of every stream is decoded, as a reader would (--fast only counts them).
 
     Read-only: nothing is written. Exit code 0 when no finding is an error, else 1.
+    With --ray, every episode is checked by its own Ray task; the report is the same.
     Warnings (legacy layouts that readers tolerate) do not fail a task.
     """
-    reports = _validate_all(tasks, show_progress=not json_out, fast=fast)
+    reports = _validate_all(tasks, show_progress=not json_out, fast=fast, ray=ray)
     ok = all(r.ok for r in reports)
     if json_out:
         print_json({

@@ -9,6 +9,7 @@ accumulator differs from it — after deletes it is expected to differ.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,15 @@ import numpy as np
 from .._atomic import task_lock
 from .._safe_read import read_parquet, read_parquet_schema
 from ..errors import EgopoolError, FormatError
-from ..layout import TaskLayout, list_task_episodes
+from ..jobs.executor import Executor, LocalExecutor
+from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.info import read_info
-from ..meta.stats import ACTION_BLOCK, episode_stats, merge_stats, read_stats, stats_columns, stats_path, write_stats
+from ..meta.stats import (ACTION_BLOCK, StatsBlock, episode_stats, read_stats, stats_columns, stats_path, tree_merge,
+                          write_stats)
 from ._common import Progress, backup_copy, new_backup_dir, rel
 
-__all__ = ["BlockDiff", "StatsCheckReport", "StatsRecalcReport", "check_stats", "compare_stats", "compute_stats",
-           "recalc_task_stats"]
+__all__ = ["BlockDiff", "EpisodeBlocks", "StatsCheckReport", "StatsRecalcReport", "check_stats", "compare_stats",
+           "compute_stats", "episode_blocks", "recalc_task_stats"]
 
 _FIELDS = ("mean", "std", "min", "max")
 
@@ -58,13 +61,121 @@ class BlockDiff:
                 "detail": self.detail}
 
 
+#: What identifies the bytes a unit read: (data path, inode, size, mtime ns) of the data parquet
+#: and the path of the commit row. An atomic replace gives a new inode.
+Signature = tuple[str, int, int, int, str]
+
+
+@dataclass(frozen=True)
+class _StatsInput:
+    """What every per-episode unit of a stats job shares (sent once to a Ray cluster)."""
+
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EpisodeBlocks:
+    """One unit's result: the data file's identity, its stats blocks, or why it could not be read.
+
+    Attributes
+    ----------
+    signature:
+        (data path, inode, size, mtime ns, row path), taken *before* reading (None when the
+        file could not be stat-ed), so a file replaced meanwhile is seen as changed.
+    blocks:
+        ``{column: StatsBlock}`` ({} when unreadable).
+    error:
+        ``(message, path)`` of an unreadable data parquet, else None (plain strings: they
+        cross process boundaries unchanged).
+    """
+
+    signature: Signature | None
+    blocks: dict[str, StatsBlock]
+    error: tuple[str, str] | None = None
+
+
+def _signature(g: EpisodeFiles) -> Signature | None:
+    assert g.data is not None and g.meta is not None
+    try:
+        st = os.stat(g.data)
+    except OSError:
+        return None
+    return (str(g.data), st.st_ino, st.st_size, st.st_mtime_ns, str(g.meta))
+
+
+def episode_blocks(shared: _StatsInput, g: EpisodeFiles) -> EpisodeBlocks:
+    """One unit of a stats job: the stats blocks of one committed episode's data parquet.
+
+    Only the stats columns are read (DESIGN §4). Runs in-process or as a Ray task and never
+    raises for an unreadable file: the error is returned and the caller names every such
+    episode.
+    """
+    assert g.data is not None
+    sig = _signature(g)
+    hint = f"restore the file or delete episode {g.index}"
+    try:
+        cols = stats_columns(shared.info, read_parquet_schema(g.data, what="data parquet", hint=hint).names)
+        table = read_parquet(g.data, cols, what="data parquet", hint=hint)
+        blocks = episode_stats(table, shared.info, path=g.data)
+    except EgopoolError as exc:  # unreadable, or a stats column of another type (SchemaError)
+        return EpisodeBlocks(sig, {}, (exc.message, str(exc.path or g.data)))
+    return EpisodeBlocks(sig, blocks)
+
+
+def _committed(root: Path, info: dict[str, Any]) -> list[EpisodeFiles]:
+    # committed episodes only (data parquet + meta/episodes row, decisions.md #5): an episode whose
+    # data is published but whose row is not yet written merges its own blocks when it commits.
+    # Absolute paths: a Ray worker does not share the caller's working directory.
+    root = Path(os.path.abspath(root))
+    return [g for g in list_task_episodes(root, TaskLayout.from_info(root, info))
+            if g.data is not None and g.meta is not None]
+
+
+def _blocks_of(root: Path, info: dict[str, Any], executor: Executor[Any, Any, Any] | None,
+               progress: Progress | None) -> dict[int, EpisodeBlocks]:
+    groups = _committed(root, info)
+    cb = None if progress is None else (lambda done, total: progress(done, total, "episodes"))
+    results = (executor or LocalExecutor()).map(episode_blocks, _StatsInput(info), groups, progress=cb)
+    return {g.index: r for g, r in zip(groups, results)}
+
+
+def _document(per_episode: dict[int, EpisodeBlocks]) -> tuple[dict[str, Any], int, list[tuple[int, FormatError]]]:
+    """(doc, episodes read, [(N, error)] of those that could not be): the tree merge in ascending N."""
+    readable = [n for n in sorted(per_episode) if per_episode[n].error is None]
+    merged = tree_merge(per_episode[n].blocks for n in readable)
+    doc: dict[str, Any] = {col: block.to_dict() for col, block in merged.items()}
+    doc["action"] = dict(ACTION_BLOCK)
+    unreadable = []
+    for n in sorted(per_episode):
+        err = per_episode[n].error
+        if err is not None:
+            unreadable.append((n, FormatError(err[0], path=err[1], hint=f"restore the file or delete episode {n}")))
+    return doc, len(readable), unreadable
+
+
+def _raise_unreadable(unreadable: list[tuple[int, FormatError]]) -> None:
+    if unreadable:
+        exc = unreadable[0][1]
+        raise FormatError(f"cannot read the data of episode(s) {', '.join(str(i) for i, _ in unreadable)}: "
+                          f"{exc.message}", path=exc.path,
+                          hint="restore the file(s) or delete the episode(s) before recomputing stats")
+
+
 def compute_stats(task_dir: str | Path, info: dict[str, Any] | None = None,
-                  progress: Progress | None = None) -> tuple[dict[str, Any], int]:
+                  progress: Progress | None = None, *,
+                  executor: Executor[Any, Any, Any] | None = None) -> tuple[dict[str, Any], int]:
     """Recompute the stats document from every committed episode's data parquet (only the stats columns are read).
 
     An episode counts when it has both its data parquet and its ``meta/episodes`` row
     (the commit record, decisions.md #5); one still being published merges its own
-    blocks when it commits, so counting its data here would count it twice.
+    blocks when it commits, so counting its data here would count it twice. The
+    per-episode blocks are merged as a balanced tree in ascending N
+    (:func:`~egopool.meta.stats.tree_merge`): the same bits in-process and on Ray.
+
+    Parameters
+    ----------
+    executor:
+        Where the per-episode units run (:mod:`egopool.jobs`); in-process by default.
 
     Returns
     -------
@@ -77,41 +188,11 @@ def compute_stats(task_dir: str | Path, info: dict[str, Any] | None = None,
     FormatError
         ``info.json`` cannot be read, or data parquets cannot (every such episode is named).
     """
-    doc, n, unreadable = _recompute(Path(task_dir), info, progress)
-    if unreadable:
-        exc = unreadable[0][1]
-        raise FormatError(f"cannot read the data of episode(s) {', '.join(str(i) for i, _ in unreadable)}: "
-                          f"{exc.message}", path=exc.path,
-                          hint="restore the file(s) or delete the episode(s) before recomputing stats")
-    return doc, n
-
-
-def _recompute(root: Path, info: dict[str, Any] | None,
-               progress: Progress | None) -> tuple[dict[str, Any], int, list[tuple[int, FormatError]]]:
-    """:func:`compute_stats` over the episodes that read, plus ``(N, error)`` of those that do not."""
+    root = Path(task_dir)
     info = info if info is not None else read_info(root)
-    # committed episodes only (data parquet + meta/episodes row, decisions.md #5): an episode whose
-    # data is published but whose row is not yet written merges its own blocks when it commits
-    groups = [g for g in list_task_episodes(root, TaskLayout.from_info(root, info))
-              if g.data is not None and g.meta is not None]
-    doc: dict[str, Any] = {}
-    unreadable: list[tuple[int, FormatError]] = []
-    for i, g in enumerate(groups):
-        assert g.data is not None
-        hint = f"restore the file or delete episode {g.index}"
-        try:
-            cols = stats_columns(info, read_parquet_schema(g.data, what="data parquet", hint=hint).names)
-            table = read_parquet(g.data, cols, what="data parquet", hint=hint)
-            blocks = episode_stats(table, info, path=g.data)
-        except EgopoolError as exc:  # unreadable, or a stats column of another type (SchemaError)
-            err = exc if isinstance(exc, FormatError) else FormatError(exc.message, path=exc.path or g.data, hint=hint)
-            unreadable.append((g.index, err))
-        else:
-            doc = merge_stats(doc, blocks)
-        if progress is not None:
-            progress(i + 1, len(groups), f"episode {g.index}")
-    doc["action"] = dict(ACTION_BLOCK)
-    return doc, len(groups) - len(unreadable), unreadable
+    doc, n, unreadable = _document(_blocks_of(root, info, executor, progress))
+    _raise_unreadable(unreadable)
+    return doc, n
 
 
 def compare_stats(stored: dict[str, Any], fresh: dict[str, Any], *, rtol: float = 1e-7,
@@ -224,11 +305,13 @@ class StatsCheckReport:
                 "skipped": self.skipped}
 
 
-def check_stats(task_dir: str | Path, *, progress: Progress | None = None) -> StatsCheckReport:
+def check_stats(task_dir: str | Path, *, progress: Progress | None = None,
+                executor: Executor[Any, Any, Any] | None = None) -> StatsCheckReport:
     """Compare ``stats.json`` with a fresh recomputation from ``data/`` (read-only).
 
     An episode whose data parquet cannot be read is listed in ``skipped`` with its error
-    and the others are still compared (the report is then not ok).
+    and the others are still compared (the report is then not ok). ``executor`` runs the
+    per-episode units (in-process by default, :mod:`egopool.jobs`).
 
     Raises
     ------
@@ -237,7 +320,7 @@ def check_stats(task_dir: str | Path, *, progress: Progress | None = None) -> St
     """
     root = Path(task_dir)
     stored = read_stats(root)
-    fresh, n, unreadable = _recompute(root, None, progress)
+    fresh, n, unreadable = _document(_blocks_of(root, read_info(root), executor, progress))
     skipped = [{"episode_index": i, "reason": "unreadable", "error": exc.one_line()} for i, exc in unreadable]
     return StatsCheckReport(root, n, sorted(set(stored) | set(fresh)), compare_stats(stored, fresh), skipped)
 
@@ -269,28 +352,42 @@ class StatsRecalcReport:
                 "changes": [d.to_dict() for d in self.changes]}
 
 
-def recalc_task_stats(task_dir: str | Path, *, dry_run: bool = False,
-                      progress: Progress | None = None) -> StatsRecalcReport:
+def recalc_task_stats(task_dir: str | Path, *, dry_run: bool = False, progress: Progress | None = None,
+                      executor: Executor[Any, Any, Any] | None = None) -> StatsRecalcReport:
     """Rebuild ``stats.json`` from every data parquet (file_format.md §4 legacy path).
 
-    Runs under the task lock, so no episode finishing meanwhile is lost. The previous
-    file is copied to ``.egopool_backup/stats-recalc-<time>/meta/stats.json`` first;
-    the new one is written atomically. Nothing is written when nothing differs.
+    The per-episode blocks are computed first, without the lock (in-process or one Ray
+    task per episode, ``executor``); then, under the task lock, the committed episodes are
+    listed again: an episode committed meanwhile, or whose data file changed (another
+    inode, size or mtime), is computed again there, one deleted meanwhile is dropped,
+    and the blocks are tree-merged in ascending N (docs/decisions.md K5). So a long job
+    never blocks a recorder, and no episode finishing meanwhile is lost or counted twice.
+    The previous file is copied to ``.egopool_backup/stats-recalc-<time>/meta/stats.json``
+    first; the new one is written atomically. Nothing is written when nothing differs.
 
     Raises
     ------
     FormatError
-        ``info.json`` or a data parquet cannot be read.
+        ``info.json`` cannot be read, or data parquets cannot (every such episode is named;
+        nothing is written).
+    EgopoolError
+        From the executor: the Ray cluster failed (see :class:`~egopool.jobs.RayExecutor`).
     """
     root = Path(task_dir)
     info = read_info(root)
+    per_episode = _blocks_of(root, info, executor, progress)
     with task_lock(root):
+        info_now = read_info(root)
+        if info_now.get("sensors") != info.get("sensors"):  # other stats columns: every episode again
+            per_episode = {}
+        per_episode = _reconcile(root, info_now, per_episode)
+        fresh, n, unreadable = _document(per_episode)
+        _raise_unreadable(unreadable)
         exists = stats_path(root).is_file()
         try:
             stored, readable = read_stats(root), True
         except FormatError:  # unparsable stats.json: exactly what recalc is for
             stored, readable = {}, False
-        fresh, n = compute_stats(root, info, progress=progress)
         changes = compare_stats(stored, fresh, rtol=0.0, atol=0.0)
         if not readable:
             changes.insert(0, BlockDiff("*", "block", None, None, "stats.json is not valid JSON"))
@@ -302,3 +399,15 @@ def recalc_task_stats(task_dir: str | Path, *, dry_run: bool = False,
         write_stats(root, fresh)
         report.written = True
     return report
+
+
+def _reconcile(root: Path, info: dict[str, Any], per_episode: dict[int, EpisodeBlocks]) -> dict[int, EpisodeBlocks]:
+    """Under the lock: the blocks of exactly the episodes committed now, recomputing what changed."""
+    shared = _StatsInput(info)
+    out = {}
+    for g in _committed(root, info):
+        have = per_episode.get(g.index)
+        sig = _signature(g)
+        ok = have is not None and sig is not None and have.signature == sig
+        out[g.index] = have if ok and have is not None else episode_blocks(shared, g)
+    return out

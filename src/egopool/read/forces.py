@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..arrowutil import FLOAT_VECTOR, NS_SCALAR, int_values_to_numpy, list_column_to_numpy, list_offsets
+from ..arrowutil import FLOAT_VECTOR, NS_SCALAR, int_values_to_numpy, list_column_to_numpy, list_offsets, numpy_dtype
 from ..codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, ResolvedForceMatrixSpec, fz_plane_sums,
                                   fz_ratio, resolve_force_matrix_spec)
 from .._safe_read import open_parquet
@@ -107,7 +107,7 @@ def force_matrix_spec(ep: Episode, column: str) -> ResolvedForceMatrixSpec:
     specs = ep.meta.get("force_matrix_specs") if ep.files.meta is not None else None
     files = {"force_matrix_specs": ep.files.meta, "info.features": ep.task.path / "meta" / "info.json",
              "data": ep.files.data}
-    return resolve_force_matrix_spec(column, stored_dtype=value_type.to_pandas_dtype(),
+    return resolve_force_matrix_spec(column, stored_dtype=numpy_dtype(value_type),
                                      episode_specs=specs if isinstance(specs, dict) else None,
                                      features=ep.task.info.get("features", {}), files=files)
 

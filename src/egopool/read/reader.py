@@ -39,6 +39,7 @@ from ..codecs.timebase import (PAIRED_BY_ROW, PAIRED_BY_STAMPS, SAME_CLOCK_NS, I
 from ..codecs.video import read_rgb_frames, video_info
 from ..errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
 from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
+from ..keypoints.mirror import EpisodeKeypoints, episode_mirror_dir, read_episode_keypoints
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
@@ -592,6 +593,15 @@ class Episode:
             raise SchemaError(f"stream {key!r} is a depth stream ({probe.get('codec')} {probe.get('pix_fmt')}), "
                               "not an RGB video", path=path, hint=f"use ep.depth({key!r}) for uint16 mm frames")
         return read_rgb_frames(path)
+
+    def keypoints(self, root: str | Path | None = None) -> EpisodeKeypoints:
+        """What the keypoints mirror ``<root>/<task>/episode_{N:06d}/`` holds (file_format.md §10).
+
+        Members (2-D pixels, 3-D world landmarks in m, labels) are None when their file does not
+        exist; rows are keyed by ``frame_index``. ``root`` defaults to ``keypoints_output`` beside
+        the recordings root (:mod:`egopool.keypoints.mirror`). Raises FormatError for a broken file.
+        """
+        return read_episode_keypoints(episode_mirror_dir(self.task.path, self.index, root))
 
     def depth(self, key: str) -> Iterator[np.ndarray]:
         """Decode a depth stream: iterator of uint16 mm ``(H, W)`` frames, holes = 0 (§8).

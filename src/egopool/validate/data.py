@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..arrowutil import list_offsets
+from ..arrowutil import list_offsets, numpy_dtype
 from ..codecs.force_matrix import FRAME_VALUES
 from .._safe_read import open_parquet
 from ..errors import EgopoolError, SchemaError
@@ -98,7 +98,7 @@ def _leaf_name(t: pa.DataType) -> str:
     if pa.types.is_string(leaf) or pa.types.is_large_string(leaf):
         return "string"
     try:
-        return str(np.dtype(leaf.to_pandas_dtype()).name)
+        return str(numpy_dtype(leaf).name)
     except (NotImplementedError, TypeError):
         return str(leaf)
 

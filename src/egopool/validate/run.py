@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError
-from ..layout import EpisodeFiles, list_task_episodes, static_prefix, walk_task_files
+from ..errors import EgopoolError, OperationError
+from ..jobs.executor import Executor, LocalExecutor
+from ..layout import EpisodeFiles, TaskLayout, list_task_episodes, static_prefix, walk_task_files
 from ..meta.info import info_path
 from .context import Context
 from .data import first_line
@@ -15,9 +19,9 @@ from .declarations import check_declarations, check_stream_declarations
 from .episode import check_episode
 from .metafiles import (check_info_file, check_info_keys, check_leftovers, check_stats, check_tasks_jsonl,
                         check_templates)
-from .report import Report
+from .report import Finding, Report
 
-__all__ = ["ProgressCallback", "validate_task"]
+__all__ = ["ProgressCallback", "check_episode_unit", "episode_units", "validate_task"]
 
 #: ``progress(done, total)`` is called after each episode is checked.
 ProgressCallback = Callable[[int, int], None]
@@ -27,7 +31,8 @@ R_NUMBERING = "file_format.md §2"
 R_CHECKLIST = "file_format.md §12"
 
 
-def validate_task(path: str | Path, *, progress: ProgressCallback | None = None, fast: bool = False) -> Report:
+def validate_task(path: str | Path, *, progress: ProgressCallback | None = None, fast: bool = False,
+                  executor: Executor[Any, Any, Any] | None = None) -> Report:
     """Check a task directory against file_format.md §12 and multi_device_storage.md §8.1/§8.2.
 
     Read-only: nothing is written anywhere (no lock is taken, no file is created).
@@ -86,16 +91,28 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     fast:
         Count the frames of every stream without decoding them (the demuxer alone): much
         faster, but a frame whose payload is damaged goes unnoticed.
+    executor:
+        Where the per-episode checks run (:mod:`egopool.jobs`): in-process by default, or one
+        Ray task per episode (the episodes of one legacy ``meta/episodes`` shard form one
+        unit). Task-level checks run here; the findings come out in the same order either way.
 
     Returns
     -------
     Report
         ``report.ok`` is True when no finding has severity ``"error"``.
+
+    Raises
+    ------
+    OperationError
+        Only from a Ray ``executor`` that could not finish (the cluster was lost): then
+        there is no verdict on the task at all.
     """
     root = Path(path)
     report = Report(task=str(path))
     try:
-        _run(root, report, progress, fast)
+        _run(root, report, progress, fast, executor or LocalExecutor())
+    except OperationError:  # the executor failed (a Ray cluster lost): no verdict on the task at all
+        raise
     except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
         report.error(R_CHECKLIST, root, f"the validator stopped early on an unexpected problem "
                                         f"({type(exc).__name__}: {first_line(exc)}); fix the findings above and "
@@ -114,7 +131,8 @@ def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
         return None
 
 
-def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bool) -> None:
+def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bool,
+         executor: Executor[Any, Any, Any]) -> None:
     info = check_info_file(root, report)
     if info is None:
         return
@@ -134,18 +152,104 @@ def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bo
         return
     check_stats(ctx, has_episodes=bool(groups))
     report.episodes = len(groups)
-    for i, g in enumerate(groups, 1):
-        try:
-            check_episode(ctx, g)
-        except Exception as exc:  # keep checking the other episodes
-            report.error(R_CHECKLIST, g.data or g.meta or root,
-                         f"episode {g.index} could not be fully checked ({type(exc).__name__}: "
-                         f"{first_line(exc)})")
-        if progress is not None:
-            progress(i, len(groups))
+    _check_episodes(ctx, groups, progress, executor)
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
+
+
+@dataclass(frozen=True)
+class _EpisodeInput:
+    """What every per-episode unit shares (sent once to a Ray cluster)."""
+
+    root: Path
+    info: dict[str, Any]
+    layout: TaskLayout
+    decode: bool
+
+
+@dataclass
+class _UnitResult:
+    """Findings of one unit and the stream kinds its videos probed as (for the task-level checks)."""
+
+    findings: list[Finding]
+    depth_keys: set[str]
+    rgb_keys: set[str]
+    episodes: int
+
+
+def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles]) -> _UnitResult:
+    """One unit of a validation job: every per-episode check of the groups in ``unit``.
+
+    A unit is one episode, or every episode whose row sits in the same legacy multi-row
+    shard (so the shard is read and reported once). Runs in-process or as a Ray task;
+    never raises for a broken episode (each problem is a finding).
+    """
+    ctx = Context(shared.root, Report(task=str(shared.root)), shared.info, shared.layout, decode=shared.decode)
+    for g in unit:
+        try:
+            check_episode(ctx, g)
+        except Exception as exc:  # keep checking the other episodes
+            ctx.report.error(R_CHECKLIST, g.data or g.meta or shared.root,
+                             f"episode {g.index} could not be fully checked ({type(exc).__name__}: "
+                             f"{first_line(exc)})")
+    return _UnitResult(ctx.report.findings, ctx.depth_keys, ctx.rgb_keys, len(unit))
+
+
+def episode_units(groups: list[EpisodeFiles]) -> list[list[EpisodeFiles]]:
+    """Groups in ascending N, one unit each, except that the episodes of one legacy shard share a unit."""
+    units: list[list[EpisodeFiles]] = []
+    by_shard: dict[Path, list[EpisodeFiles]] = {}
+    for g in groups:
+        if g.meta_is_shard and g.meta is not None:
+            if g.meta in by_shard:
+                by_shard[g.meta].append(g)
+                continue
+            by_shard[g.meta] = [g]
+            units.append(by_shard[g.meta])
+        else:
+            units.append([g])
+    return units
+
+
+def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: ProgressCallback | None,
+                    executor: Executor[Any, Any, Any]) -> None:
+    assert ctx.layout is not None
+    units = episode_units(groups)
+    sizes = [0]
+    for u in units:
+        sizes.append(sizes[-1] + len(u))
+
+    def tick(done: int, total: int) -> None:
+        if progress is not None:  # units finish in any order on Ray: report episodes of the first `done` units
+            progress(sizes[done], len(groups))
+
+    # units see absolute paths (a Ray worker does not share the caller's working directory);
+    # findings name files under the task path as the caller gave it
+    absolute = Path(os.path.abspath(ctx.root))
+    layout = dataclasses.replace(ctx.layout, root=absolute)
+    units = [[_absolute(g) for g in u] for u in units]
+    results = executor.map(check_episode_unit, _EpisodeInput(absolute, ctx.info, layout, ctx.decode), units,
+                           progress=tick if progress is not None else None)
+    for r in results:
+        ctx.report.extend(_as_given(f, absolute, ctx.root) for f in r.findings)
+        ctx.depth_keys |= r.depth_keys
+        ctx.rgb_keys |= r.rgb_keys
+
+
+def _absolute(g: EpisodeFiles) -> EpisodeFiles:
+    def ab(p: Path | None) -> Path | None:
+        return None if p is None else Path(os.path.abspath(p))
+
+    return dataclasses.replace(g, data=ab(g.data), meta=ab(g.meta),
+                               videos={k: Path(os.path.abspath(v)) for k, v in g.videos.items()})
+
+
+def _as_given(f: Finding, absolute: Path, given: Path) -> Finding:
+    head = str(absolute)
+    if f.path == head or f.path.startswith(head + os.sep):
+        return dataclasses.replace(f, path=str(given / os.path.relpath(f.path, head)) if f.path != head else str(given))
+    return f
 
 
 def _check_watermark(ctx: Context, groups: list[EpisodeFiles]) -> None:

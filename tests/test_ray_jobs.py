@@ -1,0 +1,254 @@
+"""Collection-wide jobs on a real local two-node Ray cluster (the ``ray`` extra, docs/scale.md).
+
+A task of 240 writer-made episodes (a few of them broken, so validation has findings) is
+validated and its stats recomputed in-process and with one Ray task per episode; the results
+must be equal (findings in the same order, stats documents bit for bit). Then a Ray worker is
+SIGKILLed while it runs a unit: Ray retries the unit and the result is still equal. The
+cluster is one module fixture (``ray.cluster_utils.Cluster``, two raylets on 127.0.0.2, one
+CPU each) and is shut down at the end; no Ray process outlives the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from egopool import StreamSpec, TaskWriter, imu_columns, vector_column
+from egopool.cli.ray_option import optional_ray_value
+from egopool.meta.stats import stats_path
+from egopool.ops import compute_stats, recalc_task_stats
+from egopool.validate import validate_task
+
+EPISODES = 240
+#: Ray replaces 127.0.0.1/localhost in an address by the machine's outward IP and then looks for a
+#: raylet there, so the test cluster sits on another loopback address: nothing leaves this machine.
+LOOPBACK = "127.0.0.2"
+GLOVE = "observation.right_glove"
+
+
+def test_ray_option_takes_an_optional_address() -> None:
+    assert optional_ray_value(["validate", "--ray", "t1", "t2"]) == ["validate", "--ray=", "t1", "t2"]
+    assert optional_ray_value(["validate", "t1", "--ray"]) == ["validate", "t1", "--ray="]
+    assert optional_ray_value(["validate", "--ray", "--json", "t"]) == ["validate", "--ray=", "--json", "t"]
+    for addr in ("127.0.0.1:6379", "head-node.lan:6379", "auto", "local", "ray://10.0.0.1:10001", "[::1]:6379"):
+        assert optional_ray_value(["validate", "--ray", addr, "t"]) == ["validate", "--ray", addr, "t"]
+    assert optional_ray_value(["validate", "--", "--ray"]) == ["validate", "--", "--ray"]
+
+
+def build_task(root: Path) -> Path:
+    """240 episodes: glove + IMU (two stats blocks), a tiny video on every 20th, three broken episodes."""
+    tw = TaskWriter(root, "collection", fps=30.0, registry=False)
+    rng = np.random.default_rng(10)
+    for k in range(EPISODES):
+        imu, imu_ts = imu_columns()
+        video = k % 20 == 0
+        ep = tw.begin_episode(columns=[vector_column(GLOVE, [4]), imu, imu_ts], sensors=["right_glove"], sensor_dim=4,
+                              streams=[StreamSpec("cam", "rgb", 32, 24)] if video else [])
+        for i in range(4 + k % 5):
+            ep.add_frame({GLOVE: rng.normal(size=4).astype(np.float32) * (1 + k % 7),
+                          "observation.imu": rng.normal(size=(1 + i % 3, 6)).astype(np.float32),
+                          "imu_ts_ns": np.arange(1 + i % 3, dtype=np.int64) + 10 * i},
+                         images={"cam": rng.integers(0, 255, (24, 32, 3), np.uint8)} if video else None)
+        ep.finish()
+    task = root / "collection"
+    layout_data = task / "data" / "chunk-000"
+    (task / "meta" / "episodes" / "chunk-000" / "episode-010.parquet").unlink()      # N=11: no commit row
+    (layout_data / "episode-100.parquet").write_bytes(b"truncated")                   # N=101: unreadable data
+    t = pq.read_table(layout_data / "episode-200.parquet")                            # N=201: frame_index gap
+    fi = t.column("frame_index").to_numpy().copy()
+    fi[-1] += 5
+    pq.write_table(t.set_column(t.schema.get_field_index("frame_index"), "frame_index", [fi]),
+                   layout_data / "episode-200.parquet", compression="zstd")
+    return task
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": LOOPBACK,
+                                                      "include_dashboard": False,
+                                                      "object_store_memory": 80 * 1024 ** 2})
+    try:
+        c.add_node(num_cpus=1, node_ip_address=LOOPBACK, object_store_memory=80 * 1024 ** 2)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_task(tmp_path_factory.mktemp("ray"))
+
+
+@pytest.fixture(scope="module")
+def in_process(collection: Path) -> dict:
+    return {"report": validate_task(collection)}
+
+
+def readable_copy(collection: Path, dst: Path) -> Path:
+    """The collection without N=101 (unreadable data: stats refuse it), as `egopool delete` would leave it."""
+    if not dst.exists():
+        shutil.copytree(collection, dst)
+        (dst / "data" / "chunk-000" / "episode-100.parquet").unlink()
+        (dst / "meta" / "episodes" / "chunk-000" / "episode-100.parquet").unlink()
+    return dst
+
+
+def ray_executor(cluster):
+    from egopool.jobs import RayExecutor
+
+    return RayExecutor(cluster.address)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (our cluster's raylets and their workers), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, stack = set(), [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.add(c)
+            stack.append(c)
+    return out
+
+
+def _running(unit: str) -> list[int]:
+    """Our cluster's workers whose process title says they are executing ``unit`` right now."""
+    found = []
+    for pid in _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                title = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("ray::") and unit in title:
+            found.append(pid)
+    return found
+
+
+def run_with_a_worker_killed(job, unit: str) -> tuple[object, int]:
+    """Run ``job()`` in a thread; SIGKILL the first worker seen executing ``unit``; return (result, pid)."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = job()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            box["error"] = exc
+
+    th = threading.Thread(target=target)
+    th.start()
+    killed = 0
+    deadline = time.monotonic() + 120
+    while th.is_alive() and not killed and time.monotonic() < deadline:
+        pids = _running(unit)
+        if pids:
+            os.kill(pids[0], signal.SIGKILL)
+            killed = pids[0]
+        time.sleep(0.002)
+    th.join(180)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["result"], killed
+
+
+@pytest.mark.extra("ray")
+def test_validate_on_ray_equals_in_process(cluster, collection, in_process) -> None:
+    with ray_executor(cluster) as ex:
+        import ray
+
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2 and ray.cluster_resources()["CPU"] == 2
+        report = validate_task(collection, executor=ex)
+    ref = in_process["report"]
+    assert report.episodes == ref.episodes == EPISODES
+    assert report.findings == ref.findings
+    bad = {f.path.rsplit("/", 1)[-1] for f in ref.errors}
+    assert {"episode-010.parquet", "episode-100.parquet", "episode-200.parquet"} <= bad
+    assert not report.ok
+
+
+@pytest.mark.extra("ray")
+def test_stats_on_ray_equal_in_process_bit_for_bit(cluster, collection, in_process, tmp_path) -> None:
+    ok_task = readable_copy(collection, tmp_path / "collection")
+    local_doc, n_local = compute_stats(ok_task)
+    with ray_executor(cluster) as ex:
+        ray_doc, n_ray = compute_stats(ok_task, executor=ex)
+        report = recalc_task_stats(ok_task, executor=ex)
+    assert n_ray == n_local == EPISODES - 2 and ray_doc == local_doc
+    assert report.written and json.loads(stats_path(ok_task).read_text()) == local_doc
+    assert local_doc[GLOVE]["count"] == sum(4 + k % 5 for k in range(EPISODES) if k not in (10, 100))
+    again = recalc_task_stats(ok_task)          # in-process finds nothing to change
+    assert not again.written and again.changes == []
+
+
+@pytest.mark.extra("ray")
+def test_a_killed_worker_is_retried_and_the_result_is_equal(cluster, collection, in_process) -> None:
+    with ray_executor(cluster) as ex:
+        report, killed = run_with_a_worker_killed(lambda: validate_task(collection, executor=ex),
+                                                  "check_episode_unit")
+        assert killed, "no worker was seen running a validation unit"
+        assert report.findings == in_process["report"].findings and report.episodes == EPISODES
+
+    ok_task = readable_copy(collection, collection.parent / "stats_kill")
+    local_doc, _ = compute_stats(ok_task)
+    with ray_executor(cluster) as ex:
+        (doc, n), killed = run_with_a_worker_killed(lambda: compute_stats(ok_task, executor=ex), "episode_blocks")
+    assert killed and doc == local_doc and n == EPISODES - 2
+
+
+@pytest.mark.extra("ray")
+def test_cli_validate_and_stats_recalc_with_ray_address(cluster, collection, in_process, tmp_path) -> None:
+    pytest.importorskip("ray")
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    cmd = [sys.executable, "-m", "egopool"]
+    local = subprocess.run([*cmd, "validate", str(collection), "--json"], capture_output=True, text=True, env=env)
+    remote = subprocess.run([*cmd, "validate", "--ray", cluster.address, str(collection), "--json"],
+                            capture_output=True, text=True, env=env)
+    assert local.returncode == remote.returncode == 1, remote.stderr
+    assert json.loads(remote.stdout) == json.loads(local.stdout)
+    assert json.loads(local.stdout)["tasks"][0]["episodes"] == EPISODES
+
+    ok_task = readable_copy(collection, tmp_path / "collection")
+    r = subprocess.run([*cmd, "stats", "recalc", str(ok_task), "--ray", cluster.address, "--json"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["episodes"] == EPISODES - 2
+    assert json.loads(stats_path(ok_task).read_text()) == compute_stats(ok_task)[0]
+
+
+def test_without_ray_installed_or_reachable_the_cli_says_so_in_one_line(collection, capsys) -> None:
+    from egopool.cli.app import main
+
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        assert main(["validate", "--ray", str(collection)]) == 1
+        assert "pip install 'egopool[ray]'" in capsys.readouterr().err
+        return
+    code = main(["validate", "--ray", f"{LOOPBACK}:1", str(collection)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("egopool: error: cannot reach the Ray cluster at 127.0.0.2:1: ")
+    assert err.count("\n") == 1 and "does not answer" in err
