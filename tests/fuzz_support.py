@@ -73,6 +73,17 @@ COMMANDS: dict[str, list[str]] = {
     "pack": ["pack", "{task}", "1", "2", "-o", "{out}", "--no-registry", "--json"],
     "upload": ["upload", "{task}", "--server", "http://127.0.0.1:9", "--retries", "0", "--timeout", "1",
                "--no-registry", "--json"],  # nothing listens on port 9: it packs, then fails to connect
+    # exports write under {out} only (beside the work directory); without the interop extra they
+    # must still end in egopool's one-line message
+    "export lerobot": ["export", "lerobot", "{task}", "{out}/lerobot", "--json"],
+    "export rerun": ["export", "rerun", "{task}", "1", "2", "-o", "{out}/task.rrd", "--json"],
+    "export tum": ["export", "tum", "{task}", "1", "-o", "{out}/tum", "--json"],
+    "view": ["view", "{task}", "2", "--no-spawn", "-o", "{out}/view.rrd", "--json"],
+    "plot": ["plot", "{task}", "1", "2", "-o", "{out}/episode.png", "--json"],
+    # extraction needs the keypoints venv (MediaPipe): in the core venv it is refused in one line
+    "keypoints extract": ["keypoints", "extract", "{task}", "1", "--mirror-root", "{out}/kp", "--json"],
+    "keypoints backfill": ["keypoints", "backfill", "{task}", "--dry-run", "--no-registry",
+                           "--mirror-root", "{out}/kp", "--json"],
 }
 #: Commands that read no task (they write a new one, import another format, run a server or list
 #: hardware): covered by their own tests.

@@ -32,7 +32,6 @@ import pyarrow.parquet as pq
 
 from .._atomic import fsync_dir
 from ..arrowutil import list_column_to_numpy
-from ..codecs.depth import read_depth_frames
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
@@ -186,9 +185,7 @@ def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarr
 
 
 def _depth_iter(ep: Episode, key: str) -> Iterator[np.ndarray]:
-    path = ep.stream_path(key)
-    params = (ep.meta.get("video_codec") or {}).get(key)
-    return iter(read_depth_frames(path, params if isinstance(params, Mapping) else None))
+    return iter(ep.depth(key))
 
 
 def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePart:

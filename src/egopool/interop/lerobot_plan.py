@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from .. import __version__
 from ..codecs.video import video_info
-from ..errors import EgopoolError, SchemaError
+from ..errors import EgopoolError, FormatError, SchemaError
 from ..read.reader import Episode, Task
 from ..schema import signal_kind
 
@@ -113,7 +113,7 @@ class LeRobotPlan:
     dropped: list[dict[str, str]]
     renamed: list[dict[str, str]]
     jobs: list[EpisodeJob]
-    created_at: dict[int, float]
+    created_at: dict[int, float | None]
     declarations: dict[str, Any]
 
     @property
@@ -338,13 +338,30 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
         n_rows = ep.length
         jobs.append(EpisodeJob(task.path, ep.index, e, start, n_rows))
         start += n_rows
-    created = {ep.index: float(ep.meta.get("created_at", 0.0)) for ep in chosen}
+    created = {ep.index: _created_at(ep) for ep in chosen}
     tasks = task.tasks
     text = str(tasks[0].get("task")) if tasks and isinstance(tasks[0], Mapping) else task.name
     decl: dict[str, Any] = {k: task.info[k] for k in ("calibration", "devices", "device_names", "sensors", "sensor_dim")
             if k in task.info}
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
                        created, decl)
+
+
+def _created_at(ep: Episode) -> float | None:
+    """The row's ``created_at`` (Unix s, §6.2), None when the row has none.
+
+    Raises
+    ------
+    FormatError
+        It is not a finite number (a damaged row).
+    """
+    v = ep.meta.get("created_at")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise FormatError(f"episode {ep.index}: created_at is {v!r}, not Unix seconds", path=ep.files.meta,
+                          hint="run `egopool validate` on the task, or leave the episode out with --episodes")
+    return float(v)
 
 
 def _plan_streams(chosen: Sequence[Episode], depth: bool,

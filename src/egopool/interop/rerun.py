@@ -32,7 +32,7 @@ import numpy as np
 
 from .._atomic import temp_path_for
 from ..arrowutil import list_column_to_numpy
-from ..errors import EgopoolError, StorageError
+from ..errors import CodecError, EgopoolError, StorageError
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
 
@@ -161,9 +161,15 @@ class _Logger:
                 self.depth(key)
                 continue
             entity = self.path("cameras", key)
-            asset = rr.AssetVideo(path=str(path))
+            try:
+                asset = rr.AssetVideo(path=str(path))
+                ts = np.asarray(asset.read_frame_timestamps_nanos(), dtype=np.int64)
+            except Exception as exc:  # rerun's own parser: RuntimeError "MP4 error: ...", or worse
+                raise CodecError(f"rerun cannot read stream {key!r} ({type(exc).__name__}: "
+                                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})", path=path,
+                                 hint="run `egopool validate` on the task; restore the file or leave the episode "
+                                      "out") from exc
             self.rec.log(entity, asset, static=True)
-            ts = np.asarray(asset.read_frame_timestamps_nanos(), dtype=np.int64)
             n = min(len(ts), len(self.frames))
             if len(ts) != len(self.frames):
                 self.notes.append(f"{key}: {len(ts)} video frames for {len(self.frames)} rows")
@@ -185,6 +191,9 @@ class _Logger:
         shape = None
         n = 0
         for i, frame in enumerate(self.ep.depth(key)):
+            if i >= len(self.frames):  # more frames than rows (§8: one per row): the extra have no time
+                self.notes.append(f"{key}: depth frames beyond the {len(self.frames)} rows not logged")
+                break
             shape = frame.shape
             if i % self.stride:
                 continue
