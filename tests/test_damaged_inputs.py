@@ -280,6 +280,33 @@ def test_n_must_be_a_plain_positive_decimal(task: Path, capsys, cmd: str, text: 
     assert (task / DATA).exists() and not (task.parent / "zips").exists()
 
 
+_N_ERROR = ("egopool: error: episode number N must be a plain positive decimal integer (1, 2, 3, ...), got {!r} "
+            "(global N is 1-based: episode-000 is N=1; `egopool ls TASK` lists them)")
+
+
+@pytest.mark.parametrize("text", ["1.0", "-1", "01", "+1", "1e0", str(2**63), "99999999999999999999"])
+@pytest.mark.parametrize("cmd", ["export tum {t} {n}", "export rerun {t} {n} -o {o}/x.rrd", "view {t} {n} -o {o}/x.rrd",
+                                 "plot {t} {n} -o {o}/x.png", "keypoints extract {t} {n}",
+                                 "keypoints backfill {t} {n}", "export lerobot {t} {o}/lr -e {n}",
+                                 "export lerobot {t} {o}/lr --dry-run --episodes {n}"])
+def test_n_is_parsed_the_same_on_the_newer_commands(task: Path, capsys, cmd: str, text: str) -> None:
+    """Found by qa12: these took N as a Typer int (``export tum T 1.0`` wrote episode 1's files,
+    ``keypoints backfill T 01`` rewrote episode 1's parquet)."""
+    out = task.parent / "out"
+    before = sorted(p.name for p in task.rglob("*"))
+    argv = [w.format(t=task, n=text, o=out) for w in cmd.split()]
+    assert one_error(capsys, main(argv)) == _N_ERROR.format(text)
+    assert sorted(p.name for p in task.rglob("*")) == before and not out.exists()
+
+
+@pytest.mark.parametrize("text", ["1.0", "-1", "01", "+1", str(2**63)])
+def test_lerobot_episode_index_is_a_plain_integer(tmp_path: Path, capsys, text: str) -> None:
+    argv = ["import", "lerobot", str(tmp_path), "--task", "x", "--out", str(tmp_path / "rec"), "-e", text]
+    assert one_error(capsys, main(argv)) == (f"egopool: error: LeRobot episode_index E must be a plain non-negative "
+                                             f"decimal integer (0, 1, 2, ...), got {text!r} (E is 0-based as in the "
+                                             f"dataset's meta/episodes)")
+
+
 def test_parse_episode_n_accepts_plain_integers() -> None:
     assert [parse_episode_n(t) for t in ("1", "42", "1001", str(2**63 - 1))] == [1, 42, 1001, 2**63 - 1]
     assert parse_episode_n(7) == 7

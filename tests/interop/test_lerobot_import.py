@@ -10,7 +10,7 @@ import pytest
 from egopool import open_task
 from egopool.arrowutil import list_column_to_numpy
 from egopool.cli.app import main
-from egopool.errors import FormatError
+from egopool.errors import EgopoolError, FormatError
 from egopool.interop import export_lerobot
 from egopool.interop.lerobot_import import import_lerobot, pooled_name
 from egopool.validate import validate_task
@@ -138,3 +138,16 @@ def test_cli_import_of_a_missing_or_foreign_directory_is_one_line(tmp_path, caps
 ])
 def test_generic_names_follow_the_column_grammar(feature, column):
     assert pooled_name(feature) == column
+
+
+def test_an_episode_index_the_dataset_lacks_is_refused_before_writing(sim_task, tmp_path, capsys):
+    """Found by qa12: ``-e 0 -e 7`` on a 2-episode dataset imported episode 0 and dropped 7 without a word."""
+    export_lerobot(sim_task.path, tmp_path / "lr")
+    rec = tmp_path / "rec"
+    with pytest.raises(EgopoolError) as err:
+        import_lerobot(tmp_path / "lr", rec, task="back", episodes=[0, 7, 9])
+    assert err.value.message == "no episode_index 7, 9 in the dataset"
+    assert err.value.hint == "the dataset has episodes [0, 1]"
+    assert not rec.exists()
+    assert main(["import", "lerobot", str(tmp_path / "lr"), "--task", "back", "--out", str(rec), "-e", "1"]) == 0
+    assert [ep.length for ep in open_task(rec / "back").episodes()] == [sim_task.episode(2).length]

@@ -1,7 +1,8 @@
 """Command-line values every command parses the same way: the global episode number N.
 
 Every command that takes N (``show TASK N``, ``delete TASK N...``, ``pack TASK N...``,
-``upload TASK [N...]``, ``audit-gaps --episode N``,
+``upload TASK [N...]``, ``audit-gaps --episode N``, ``export lerobot|rerun|tum``, ``view``, ``plot``,
+``keypoints extract|backfill``,
 and any new one) declares it with :func:`episode_argument` / :func:`episode_option`, or calls
 :func:`parse_episode_n` on the text, so that ``1.0``, ``+1``, ``1e3``, ``01``, `` 1``, ``١``
 (non-ASCII digits) and ``0`` are refused while the command line is parsed, before anything
@@ -17,12 +18,14 @@ import typer
 
 from ..errors import LayoutError
 
-__all__ = ["MAX_EPISODE_N", "episode_argument", "episode_option", "parse_episode_n"]
+__all__ = ["MAX_EPISODE_N", "episode_argument", "episode_option", "parse_episode_n", "parse_lerobot_index",
+           "lerobot_index_option"]
 
 #: Largest N accepted: ``episode_index`` is an int64 column (file_format.md §7.1).
 MAX_EPISODE_N = 2**63 - 1
 
 _PLAIN_N = re.compile(r"[1-9][0-9]*")
+_PLAIN_INDEX = re.compile(r"0|[1-9][0-9]*")
 _HINT = "global N is 1-based: episode-000 is N=1; `egopool ls TASK` lists them"
 
 
@@ -70,3 +73,25 @@ def episode_argument(help: str = "Global 1-based episode number N (as `egopool l
 def episode_option(*names: str, help: str = "Only these global N (repeatable).") -> Any:
     """A Typer ``Option`` for N (repeatable when declared ``list[int] | None``), parsed by :func:`parse_episode_n`."""
     return typer.Option(None, *names, metavar="N", parser=parse_episode_n, help=help)
+
+
+def parse_lerobot_index(text: str) -> int:
+    """A LeRobot ``episode_index`` E (0-based) from command-line text: ``0`` or a plain N.
+
+    Raises
+    ------
+    LayoutError
+        ``1.0``, ``01``, ``-1``, ``+1``, more than ``2**63 - 1`` and anything else that is not a plain
+        non-negative decimal integer.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str) or not _PLAIN_INDEX.fullmatch(text) or int(text) > MAX_EPISODE_N:
+        raise LayoutError(f"LeRobot episode_index E must be a plain non-negative decimal integer (0, 1, 2, ...), "
+                          f"got {text!r}", hint="E is 0-based as in the dataset's meta/episodes")
+    return int(text)
+
+
+def lerobot_index_option(*names: str, help: str) -> Any:
+    """A repeatable Typer ``Option`` for a LeRobot episode_index E, parsed by :func:`parse_lerobot_index`."""
+    return typer.Option(None, *names, metavar="E", parser=parse_lerobot_index, help=help)

@@ -11,6 +11,7 @@ from ..interop.lerobot_export import LeRobotExport, export_lerobot
 from ..interop.rerun import RerunExport, export_rerun
 from ..interop.tum import CLOCKS, export_tum
 from .app import app
+from .args import episode_argument, episode_option
 from .output import console, print_json, progress_bar
 
 export_app = typer.Typer(help="Export a task to other tools' formats: a LeRobot v3.0 dataset, a Rerun .rrd "
@@ -43,8 +44,8 @@ def _print_mapping(result: LeRobotExport) -> None:
 def lerobot_cmd(
     task: Path = _TASK,
     out: Path = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT))."),
-    episodes: list[int] = typer.Option(None, "--episodes", "-e", metavar="N",
-                                       help="Global N to export (repeat; default all), in ascending N."),
+    episodes: list[int] = episode_option("--episodes", "-e",
+                                         help="Global N to export (repeat; default all), in ascending N."),
     state: list[str] = typer.Option(None, "--state", metavar="COL",
                                     help="Columns concatenated (float32) into observation.state (repeat, in order)."),
     action: list[str] = typer.Option(None, "--action", metavar="COL",
@@ -80,10 +81,10 @@ def lerobot_cmd(
                   f"{copied} of {total}); mapping: {result.out / 'egopool_mapping.json'}")
 
 
-@export_app.command("tum")
+@export_app.command("tum", context_settings={"ignore_unknown_options": True})
 def tum_cmd(
     task: Path = _TASK,
-    index: int = typer.Argument(..., metavar="N", help="Global episode number N (1-based)."),
+    index: int = episode_argument("Global episode number N (1-based)."),
     columns: list[str] = typer.Argument(None, metavar="[COLUMN]...",
                                         help="Trajectory columns (default: every observation.*slam_trajectory)."),
     clock: str = typer.Option("host", "--clock", help="host: the _ns column (host monotonic ns) in seconds; "
@@ -120,10 +121,10 @@ def print_rerun(result: RerunExport) -> None:
         console.print(f"[yellow]note[/yellow] {note}")
 
 
-@export_app.command("rerun")
+@export_app.command("rerun", context_settings={"ignore_unknown_options": True})
 def rerun_cmd(
     task: Path = _TASK,
-    indices: list[int] = typer.Argument(None, metavar="[N]...", help="Global N (default: every episode)."),
+    indices: list[int] = episode_argument("Global N (default: every episode).", required=False),
     out: Path = typer.Option(..., "--out", "-o", help="The .rrd file to write (open it with `rerun FILE.rrd`)."),
     stride: int = typer.Option(1, "--stride", min=1, help="Log every K-th depth frame and force matrix "
                                                           "(stored raw in the .rrd)."),

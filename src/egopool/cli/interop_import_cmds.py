@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..interop.lerobot_import import import_lerobot
+from .args import lerobot_index_option
 from .import_cmds import _OUT_HELP, _progress, _report, import_app
 
 
@@ -15,8 +16,8 @@ def lerobot_cmd(
     directory: Path = typer.Argument(..., metavar="DIR", help="LeRobot v3.0 dataset root (meta/, data/, videos/)."),
     task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
-    episodes: list[int] = typer.Option(None, "--episode", "-e", metavar="E",
-                                       help="LeRobot episode_index to import (repeat; default all)."),
+    episodes: list[int] = lerobot_index_option("--episode", "-e",
+                                               help="LeRobot episode_index to import (repeat; default all)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a local LeRobot v3.0 dataset: one pooled episode per LeRobot episode, N from the task's next.

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ..keypoints import ExtractOptions, backfill_hand_pose, extract_keypoints
 from .app import app
+from .args import episode_argument
 from .ops_cmds import _DRY, _JSON, _REG, _TASK, _progress, _registry_hint
 from .output import console, print_json
 from .ray_option import RAY_OPTION, executor_for
@@ -17,13 +18,13 @@ keypoints_app = typer.Typer(help="Hand keypoints: MediaPipe extraction into keyp
                                  "observation.<side>_hand_pose (file_format.md §10, §7.2).", no_args_is_help=True)
 app.add_typer(keypoints_app, name="keypoints")
 
-_INDICES = typer.Argument(None, metavar="[N]...", help="Global 1-based episode numbers (default: every episode).")
+_INDICES = episode_argument("Global 1-based episode numbers (default: every episode).", required=False)
 _MIRROR = typer.Option(None, "--mirror-root", metavar="DIR",
                        help="The keypoints_output directory (default: beside the recordings root, or "
                             "$EGOPOOL_KEYPOINTS_ROOT).")
 
 
-@keypoints_app.command("extract")
+@keypoints_app.command("extract", context_settings={"ignore_unknown_options": True})
 def extract_cmd(task: Path = _TASK, indices: list[int] = _INDICES,
                 stream: str = typer.Option(None, "--stream", metavar="KEY",
                                            help="RGB stream to read (default: the ego trajectory's source slot, "
@@ -59,7 +60,7 @@ def extract_cmd(task: Path = _TASK, indices: list[int] = _INDICES,
         raise typer.Exit(1)
 
 
-@keypoints_app.command("backfill")
+@keypoints_app.command("backfill", context_settings={"ignore_unknown_options": True})
 def backfill_cmd(task: Path = _TASK, indices: list[int] = _INDICES, mirror_root: Path = _MIRROR,
                  dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
     """Write hand_pose_3d of the mirror into observation.left_hand_pose / right_hand_pose of the data parquet.

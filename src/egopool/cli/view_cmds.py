@@ -8,14 +8,15 @@ import typer
 
 from ..interop.rerun import view_episode
 from .app import app
+from .args import episode_argument
 from .export_cmds import print_rerun
 from .output import console, print_json
 
 
-@app.command("view")
+@app.command("view", context_settings={"ignore_unknown_options": True})
 def view_cmd(
     task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
-    index: int = typer.Argument(..., metavar="N", help="Global episode number N (1-based)."),
+    index: int = episode_argument("Global episode number N (1-based)."),
     out: Path | None = typer.Option(None, "--out", "-o",
                                     help="The .rrd written when there is no display (default <task>_N<N>.rrd)."),
     spawn: bool | None = typer.Option(None, "--spawn/--no-spawn",
@@ -35,10 +36,10 @@ def view_cmd(
         console.print("sent to the Rerun viewer")
 
 
-@app.command("plot")
+@app.command("plot", context_settings={"ignore_unknown_options": True})
 def plot_cmd(
     task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
-    indices: list[int] = typer.Argument(..., metavar="N...", help="Global episode numbers N (1-based)."),
+    indices: list[int] = episode_argument("Global episode numbers N (1-based)."),
     out: Path = typer.Option(Path("episode.png"), "--out", "-o",
                              help="PNG to write; several N get _N<n> before the suffix."),
     json_out: bool = typer.Option(False, "--json", help="Print the written paths as JSON."),

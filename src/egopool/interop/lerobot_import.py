@@ -314,7 +314,8 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     progress:
         Called with ``(rows done, rows total)``.
     episodes:
-        LeRobot ``episode_index`` values to import (default all).
+        LeRobot ``episode_index`` values to import (default all); one the dataset does not have is
+        refused before anything is written (``EgopoolError`` listing the dataset's episodes).
 
     Returns
     -------
@@ -334,6 +335,10 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     """
     ds = scan_lerobot(directory)
     chosen = [e for e in ds.episodes if episodes is None or int(e["episode_index"]) in set(episodes)]
+    missing = sorted(set(episodes or ()) - {int(e["episode_index"]) for e in chosen})
+    if missing:
+        raise EgopoolError(f"no episode_index {', '.join(map(str, missing))} in the dataset", path=ds.root,
+                           hint=f"the dataset has episodes {[int(e['episode_index']) for e in ds.episodes]}")
     if not chosen:
         raise EgopoolError("no episode to import", path=ds.root,
                            hint=f"the dataset has episodes {[int(e['episode_index']) for e in ds.episodes]}")
