@@ -7,7 +7,7 @@ file (truncation, flipped or spliced bytes, garbage, a directory / FIFO / symlin
 dangling symlink in its place, a JSON value replaced by a random or hostile one, a parquet
 column of another physical type, a dropped column, a lying footer length, a renamed codec)
 and runs the whole reader API on every episode, ``validate_task`` and every CLI command
-that reads a task (:data:`fuzz_support.COMMANDS`, 14 invocations). It asserts: no exception outside
+that reads a task (:data:`fuzz_support.COMMANDS`, 23 invocations). It asserts: no exception outside
 ``egopool.EgopoolError``, exit code 0/1 with only one-line ``egopool:`` messages on stderr,
 no file changed, each input within a time bound (SIGALRM) and the peak RSS of the whole
 run bounded.
@@ -34,7 +34,7 @@ EXAMPLES_PER_KIND = 6
 #: Largest growth of the process's peak RSS over one kind's inputs (MB): a 4 GiB footer or a
 #: decompression bomb read into memory would exceed it by far.
 MAX_RSS_GROWTH_MB = 500
-#: Time bound of one damaged task (readers + validator + 14 commands; under 1 s normally).
+#: Time bound of one damaged task (readers + validator + 23 commands; a few s normally).
 SECONDS_PER_INPUT = 60
 
 

@@ -300,3 +300,56 @@ def test_a_tick_that_fails_is_a_left_out_row_and_recording_goes_on(tmp_path, mon
     ts = open_task(tmp_path / "t").episode(done.index).table.column("timestamp").to_pylist()
     assert ts == pytest.approx([0, 1 / FPS, 3 / FPS, 4 / FPS])  # the tick's time stays free (§7.3)
     assert _errors(validate_task(tmp_path / "t")) == []
+
+
+# -- an array in another axis order is refused, not scrambled by a flat reshape (found by qa12) ------------------
+
+def test_transposed_force_matrix_imu_and_trajectory_are_rejected_not_scrambled(tmp_path):
+    rig = Rig("main")
+    rig.add(GRIPPER)
+    rig.add(S80, role="ego")
+    fm = np.zeros((250, 250, 3), np.float32)
+    fm[0, 0, 2] = 5.0  # one fz cell; (3, 250, 250) would have put it at [166, 166, 2]
+    imu = np.arange(24, dtype=np.float32).reshape(4, 6)
+    traj = np.tile(np.array([0.1, 1, 2, 3, 0, 0, 0, 1.0]), (4, 1))
+    slots = ("gripper_rgb", "stereo_left", "stereo_right")
+    frames = lambda r, k: [r.push_frame(s, Frame(_img(k), 100 + k, 100 + k)) for s in slots]  # noqa: E731
+    script = {0: lambda r: frames(r, 0),
+              1: lambda r: [frames(r, 1), r.push_sample(FORCE + "_matrix", fm.transpose(2, 0, 1).copy(), 10),
+                            r.push_points("observation.imu", imu.T.copy(), [1, 2, 3, 4]),
+                            r.push_points("observation.imu", np.arange(42, dtype=np.float32).reshape(6, 7)),
+                            r.push_points("observation.slam_trajectory", traj.T.copy())],
+              2: lambda r: [frames(r, 2), r.push_sample(FORCE + "_matrix", fm, 20),
+                            r.push_points("observation.imu", imu, [5, 6, 7, 8]),
+                            r.push_points("observation.slam_trajectory", traj, [9, 10, 11, 12])]}
+    done, ep = _record(tmp_path, rig, script, rows=3)
+    assert done.result.length == 3
+    assert done.drop_stats["gripper_left_force_matrix_rejected_count"] == 1
+    assert done.drop_stats["imu_rejected_count"] == 4 + 7
+    assert done.drop_stats["slam_trajectory_rejected_count"] == 4
+    m = ep.force_matrices(FORCE + "_matrix")
+    assert not m[1].any() and m[2][0, 0, 2] == 5.0 and np.count_nonzero(m[2]) == 1
+    assert ep.table.column("observation.imu").to_pylist()[1:] == [[], imu.tolist()]
+    assert [len(p) for p in ep.table.column("observation.slam_trajectory").to_pylist()] == [0, 0, 32]
+
+
+def test_the_writer_api_refuses_an_element_in_another_axis_order(tmp_path):
+    from egopool import StreamSpec, imu_columns
+    from egopool.schema import force_matrix_column, vector_column
+
+    glove = vector_column("observation.left_glove", [16, 8])
+    fm = force_matrix_column("observation.gripper_left_force_matrix", scale=10)
+    ep = TaskWriter(tmp_path, "t", registry=False).begin_episode([*imu_columns(), glove, fm],
+                                                                 [StreamSpec("cam", "rgb", width=16, height=16)])
+    img = {"cam": np.zeros((16, 16, 3), np.uint8)}
+    for value, what in [({"observation.imu": np.zeros((6, 4), np.float32), "imu_ts_ns": [1, 2, 3, 4]}, "Kx6"),
+                        ({"observation.left_glove": np.zeros((8, 16), np.float32)}, "16x8"),
+                        ({fm.name: np.zeros((750, 250), np.float32)}, "250x250x3")]:
+        with pytest.raises(SchemaError, match=rf"expects items of shape \({what}\), got an array of shape"):
+            ep.add_frame(value, hardware_ns=1, images=img)
+    for ok in [{"observation.left_glove": np.ones((16, 8), np.float32)}, {"observation.left_glove": np.ones(128)},
+               {"observation.left_glove": np.ones((1, 16, 8))}, {fm.name: np.ones((250, 750))},
+               {fm.name: np.ones(187500)}, {"observation.imu": np.ones((1, 2, 6)), "imu_ts_ns": [[1], [2]]}]:
+        ep.add_frame(ok, hardware_ns=1, images=img)
+    result = ep.finish()
+    assert result.length == 6

@@ -216,6 +216,7 @@ class ColumnSpec:
             re-raised as SchemaError with the same text.
         """
         changed = 0
+        self._check_shape(value)
         if self.encode is not None:
             try:
                 value, changed = self.encode(value)
@@ -239,6 +240,37 @@ class ColumnSpec:
         if self.length is not None and flat.size != self.length:
             raise SchemaError(f"expects {self.length} values per row, got {flat.size}", column=self.name)
         return flat, changed
+
+    def _check_shape(self, value: Any) -> None:
+        """Refuse an array whose axes do not match the declared element shape (a transposed force matrix,
+        IMU rows ``(6, K)``, trajectory points ``(8, K)``), which a flat reshape would scramble silently.
+
+        A flat value (one axis after dropping axes of size 1) is the stored form and is left to the
+        length checks; so is anything that is not a regular array.
+        """
+        if self.storage in ("scalar", "string") or self.feature is None:
+            return
+        item = [int(n) for n in self.feature.get("shape") or () if isinstance(n, int) and n != 1]
+        if self.storage == "list_list" or (self.storage == "list" and self.length is None):
+            item = item[-1:] if item and item[-1] > 1 else []  # one item per point/sample, any count
+        if not item:
+            return
+        try:
+            shape = [n for n in np.shape(value) if n != 1]
+        except (TypeError, ValueError):
+            return
+        if len(shape) < 2:
+            return
+        fixed = self.storage == "list" and self.length is not None
+        if fixed:
+            ok = shape == item or (self.kind == "force_matrix" and shape == [item[0], item[1] * item[2]])
+        else:
+            ok = shape[-1] == item[-1]
+        if not ok:
+            want = "x".join(map(str, item)) if fixed else f"Kx{item[-1]}"
+            raise SchemaError(f"expects items of shape ({want}), got an array of shape {tuple(np.shape(value))}; "
+                              "its values would be stored in another order", column=self.name,
+                              hint="pass the element in its declared shape (or flat in C order)")
 
     def to_arrow(self, values: list[Any]) -> pa.Array:
         """Build the arrow array of a row group from normalised row values."""

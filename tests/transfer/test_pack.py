@@ -169,6 +169,18 @@ def test_refusals_name_the_episode(tmp_path: Path) -> None:
         pack_episodes(task, [2], tmp_path / "o")
 
 
+def test_an_episode_whose_video_is_missing_is_not_packed(tmp_path: Path) -> None:
+    """Found by qa12: a missing (or directory) video gave a zip without the stream and exit 0."""
+    task = write_task(tmp_path, episodes=2)
+    (video,) = list_task_episodes(task)[0].videos.values()
+    video.unlink()
+    video.mkdir()  # a directory in place of the file is missing too
+    with pytest.raises(FormatError) as err:
+        pack_episodes(task, [2, 1], tmp_path / "o")
+    assert err.value.message == "episode 1: video_codec lists stream(s) ['cam'] but their video file is missing"
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_pack_json_and_error_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     task = write_task(tmp_path, episodes=2)
     assert cli(["pack", str(task), "1", "2", "-o", str(tmp_path / "z"), "--json"]) == 0

@@ -40,6 +40,7 @@ from .._atomic import publish, temp_path_for
 from ..codecs.video import reencode_rgb, video_info
 from ..errors import EpisodeNotFoundError, FormatError, LayoutError, StorageError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..meta.episodes import read_episode_row
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
 from ..registry import Registry, derived_host_id, sha256_file, task_key
 from .manifest import MANIFEST_NAME, Manifest, MemberRecord, video_arcname
@@ -159,6 +160,12 @@ def _episode(task_dir: Path, layout: TaskLayout, index: int, groups: dict[int, E
             raise FormatError(f"episode {index}: stream {key!r} is a legacy PNG16 depth sequence, which the "
                               "upload zip grammar (§9) cannot carry", path=p,
                               hint="re-encode it into a depth video before uploading")
+    codecs = read_episode_row(g.meta, index).get("video_codec")
+    missing = sorted(k for k in codecs if k not in g.videos) if isinstance(codecs, dict) else []
+    if missing:  # a zip without them is an incomplete episode the server refuses after the upload
+        raise FormatError(f"episode {index}: video_codec lists stream(s) {missing} but their video file is missing",
+                          path=task_dir, hint="restore the video(s) or delete the episode; `egopool validate TASK` "
+                                              "shows what is missing")
     return g
 
 
