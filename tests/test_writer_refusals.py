@@ -288,3 +288,26 @@ def test_episode_index_types_and_non_trajectory_and_depth_streams(tmp_path: Path
     assert [f.shape for f in e.video("cam")] == [(H, W, 3)]
     with pytest.raises(EgopoolError, match="task name must be a str"):
         TaskWriter(tmp_path, os.fsencode("t"), registry=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"calibration": [1]}, "calibration must be an object, got list '[1]'"),
+    ({"calibration": {"head_stereo": [1]}}, "calibration must be an object of device -> calibration objects"),
+    ({"devices": "x"}, "devices must be a list of objects, got str 'x'"),
+    ({"devices": [1]}, "devices must be a list of objects, got list '[1]'"),
+    ({"device_names": [1]}, "device_names must be an object, got list '[1]'"),
+    ({"device_names": {"cam": 3}}, "device_names must be an object of slot -> name strings"),
+    ({"sensors": "left_glove"}, "sensors must be a list of sensor names, got str 'left_glove'"),
+    ({"sensor_dim": [256]}, "sensor_dim must be an integer >= 1, got list '[256]'"),
+    ({"sensor_dim": True}, "sensor_dim must be an integer >= 1, got bool 'True'"),
+    ({"info_extra": "x"}, "info_extra must be an object, got str 'x'"),
+])
+def test_declarations_of_the_wrong_json_type_are_refused_before_anything_is_written(tmp_path, kwargs, message):
+    """Found by qa12: TypeError/ValueError from begin_episode, or sensors="left_glove" declared as one sensor per
+    letter in info.json."""
+    tw = TaskWriter(tmp_path, "t", registry=False)
+    with pytest.raises(SchemaError) as err:
+        tw.begin_episode(**kwargs)
+    assert err.value.message.startswith(message)
+    assert not (tmp_path / "t" / "data").exists() and tw.next_episode_index() == 1
+    tw.begin_episode(sensors=(s for s in ["left_glove"]), devices=iter([{"key": "k"}])).abort()  # generators: fine

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from egopool import open_task
@@ -151,3 +156,79 @@ def test_an_episode_index_the_dataset_lacks_is_refused_before_writing(sim_task, 
     assert not rec.exists()
     assert main(["import", "lerobot", str(tmp_path / "lr"), "--task", "back", "--out", str(rec), "-e", "1"]) == 0
     assert [ep.length for ep in open_task(rec / "back").episodes()] == [sim_task.episode(2).length]
+
+
+def _nest(p):
+    p.write_text("[" * 5000 + "]" * 5000)
+
+
+def _fifo(p):
+    p.unlink()
+    os.mkfifo(p)
+
+
+def _edit_json(name, edit):
+    def do(p):
+        doc = json.loads(p.read_text())
+        edit(doc)
+        p.write_text(json.dumps(doc))
+    return do
+
+
+def _drop_data_column(p):
+    t = pq.read_table(p)
+    pq.write_table(t.drop([c for c in t.column_names if c.startswith("observation.gripper_state")]), p)
+
+
+def _same_episode_index(p):
+    t = pq.read_table(p)
+    i = t.column_names.index("episode_index")
+    pq.write_table(t.set_column(i, "episode_index", pa.array([0] * t.num_rows, pa.int64())), p)
+
+
+_FIRST_DATA = "data/chunk-000/file-000.parquet"
+_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+DAMAGED_LEROBOT = {  # found by qa12: each was a traceback (RecursionError, TypeError, ...) or a hang (FIFO)
+    "info nested": ("meta/info.json", _nest, "meta/info.json: JSON nests deeper than 64 levels"),
+    "info FIFO": ("meta/info.json", _fifo, "meta/info.json: LeRobot info.json is a FIFO, not a regular file"),
+    "fps text": ("meta/info.json", _edit_json("info", lambda d: d.update(fps="30")),
+                 "meta/info.json: info.json fps is '30', not a number > 0"),
+    "features list": ("meta/info.json", _edit_json("info", lambda d: d.update(features=[1])),
+                      "meta/info.json: info.json features is a list, not an object"),
+    "data_path field": ("meta/info.json", _edit_json("info", lambda d: d.update(data_path="data/{x}.parquet")),
+                        "meta/info.json: info.json data_path 'data/{x}.parquet' is not a path template"),
+    "mapping nested": ("egopool_mapping.json", _nest, "egopool_mapping.json: JSON nests deeper than 64 levels"),
+    "mapping FIFO": ("egopool_mapping.json", _fifo, "egopool_mapping.json: the egopool mapping is a FIFO"),
+    "mapping list": ("egopool_mapping.json", lambda p: p.write_text("[1]"),
+                     "egopool_mapping.json: not an egopool mapping (not a JSON object)"),
+    "mapping devices": ("egopool_mapping.json", _edit_json("m", lambda d: d.update(declarations={"devices": "x"})),
+                        "egopool_mapping.json: cannot use the egopool mapping: devices must be a list of objects"),
+    "pandas metadata": ("meta/tasks.parquet", lambda p: pq.write_table(
+        pq.read_table(p).replace_schema_metadata({"pandas": "[" * 5000}), p), "meta/tasks.parquet: "),
+    "episodes FIFO": (_EPISODES, _fifo, "LeRobot episodes parquet is a FIFO"),
+    "episode twice": (_EPISODES, _same_episode_index, "meta/episodes: episode_index 0 has more than one row"),
+    "data FIFO": (_FIRST_DATA, _fifo, "LeRobot data parquet of episode 0 is a FIFO"),
+    "data column": (_FIRST_DATA, _drop_data_column,
+                    "LeRobot data parquet of episode 0 lacks column(s) ['observation.gripper_state']"),
+    "video FIFO": ("videos/observation.images.gripper_rgb/chunk-000/file-000.mp4", _fifo, "video is a FIFO"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_LEROBOT))
+def test_a_damaged_lerobot_dataset_is_one_line_and_writes_nothing(sim_task, tmp_path_factory, tmp_path, capsys, case):
+    src = tmp_path_factory.getbasetemp() / "lerobot_clean"
+    if not src.exists():
+        export_lerobot(sim_task.path, src)
+    lr = tmp_path / "lr"
+    shutil.copytree(src, lr)
+    rel, damage, message = DAMAGED_LEROBOT[case]
+    damage(lr / rel)
+    signal.alarm(60)  # a FIFO opened for reading would block forever
+    try:
+        rc = main(["import", "lerobot", str(lr), "--task", "x", "--out", str(tmp_path / "rec")])
+    finally:
+        signal.alarm(0)
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1 and err.startswith("egopool: error: "), err
+    assert message in err
+    assert not (tmp_path / "rec" / "x").exists()

@@ -16,7 +16,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError
-from .video import DtsGuard, encoding_errors
+from .video import DtsGuard, encoding_errors, open_media
 
 __all__ = ["COPYABLE_CODECS", "VideoCopy", "VideoSource", "check_copy_frames", "packet_times", "remux_segment"]
 
@@ -45,10 +45,7 @@ class VideoSource:
 
 
 def _open(path: Path) -> Any:
-    try:
-        return av.open(str(path))
-    except Exception as exc:  # noqa: BLE001 - any FFmpeg failure: one boundary
-        raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
+    return open_media(path)  # regular files only: a FIFO would block inside FFmpeg
 
 
 def packet_times(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._safe_read import loads_json, read_json, read_parquet
 from ..errors import FormatError
 
 __all__ = [
@@ -223,21 +224,50 @@ def read_tasks(root: Path) -> dict[int, str]:
         The file is missing, unreadable, or names no task text.
     """
     path = root / "meta" / "tasks.parquet"
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow/OS errors at one boundary
-        raise FormatError(f"cannot read LeRobot tasks: {exc}", path=path,
-                          hint="a LeRobot v3.0 dataset has meta/tasks.parquet") from exc
+    table = read_parquet(path, what="LeRobot tasks", hint="a LeRobot v3.0 dataset has meta/tasks.parquet")
     names = table.column_names
     text_col = next((c for c in ("__index_level_0__", "task") if c in names), None)
-    meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}") or b"{}")
-    for idx in meta.get("index_columns") or []:
+    meta = loads_json((table.schema.metadata or {}).get(b"pandas", b"{}") or b"{}", path=path,
+                      what="the pandas schema metadata")
+    index_columns = meta.get("index_columns") if isinstance(meta, dict) else None
+    for idx in index_columns if isinstance(index_columns, list) else []:
         if isinstance(idx, str) and idx in names:
             text_col = idx
     if text_col is None or "task_index" not in names:
         raise FormatError(f"tasks.parquet has columns {names}, no task text and task_index", path=path)
-    return {int(i): str(t) for i, t in zip(table.column("task_index").to_pylist(),
-                                           table.column(text_col).to_pylist(), strict=True)}
+    try:
+        return {int(i): str(t) for i, t in zip(table.column("task_index").to_pylist(),
+                                               table.column(text_col).to_pylist(), strict=True)}
+    except (TypeError, ValueError) as exc:  # a null or non-integer task_index
+        raise FormatError(f"tasks.parquet task_index is not an integer column ({exc})", path=path) from None
+
+
+def _check_info(info: Mapping[str, Any], path: Path) -> None:
+    """The parts of info.json the importer relies on have their LeRobot types (one line naming the key)."""
+    fps = info["fps"]
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not np.isfinite(fps) or fps <= 0:
+        raise FormatError(f"info.json fps is {fps!r}, not a number > 0", path=path)
+    feats = info["features"]
+    if not isinstance(feats, dict):
+        raise FormatError(f"info.json features is a {type(feats).__name__}, not an object", path=path)
+    for name, feat in feats.items():
+        shape = feat.get("shape") if isinstance(feat, dict) else None
+        if not isinstance(feat, dict) or not isinstance(feat.get("dtype"), str) or not isinstance(shape, list) \
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31 for n in shape):
+            raise FormatError(f"info.json feature {name!r} is {str(feat)[:80]}, not {{dtype: str, shape: [int, ...]}}",
+                              path=path)
+    for key, fields in (("data_path", {"chunk_index": 0, "file_index": 0}),
+                        ("video_path", {"video_key": "v", "chunk_index": 0, "file_index": 0})):
+        tmpl = info.get(key)
+        if tmpl is None:
+            continue
+        try:
+            if not isinstance(tmpl, str):
+                raise TypeError(f"a {type(tmpl).__name__}")
+            tmpl.format(**fields)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
+            raise FormatError(f"info.json {key} {str(tmpl)[:80]!r} is not a path template of "
+                              f"{{{'}, {'.join(fields)}}} ({type(exc).__name__}: {exc})", path=path) from None
 
 
 def read_info(root: Path) -> dict[str, Any]:
@@ -250,13 +280,10 @@ def read_info(root: Path) -> dict[str, Any]:
         have another layout; lerobot's converter upgrades them).
     """
     path = root / "meta" / "info.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise FormatError("no meta/info.json: not a LeRobot dataset", path=root,
-                          hint="pass the dataset's root directory (holding meta/, data/, videos/)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"cannot read LeRobot info.json: {exc}", path=path) from exc
+                          hint="pass the dataset's root directory (holding meta/, data/, videos/)")
+    info = read_json(path, what="LeRobot info.json")
     if not isinstance(info, dict):
         raise FormatError("info.json is not a JSON object", path=path)
     version = str(info.get("codebase_version", ""))
@@ -266,4 +293,5 @@ def read_info(root: Path) -> dict[str, Any]:
     for key in ("fps", "features"):
         if key not in info:
             raise FormatError(f"info.json lacks {key!r}", path=path)
+    _check_info(info, path)
     return info

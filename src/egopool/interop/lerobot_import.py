@@ -22,7 +22,6 @@ Other datasets get the generic names of :func:`pooled_name` and the renames are 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -37,9 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._safe_read import read_json, read_parquet, read_parquet_schema
+from ..codecs.video import open_media
 from ..codecs.video_copy import COPYABLE_CODECS, VideoSource, packet_times
-from ..errors import CodecError, EgopoolError, FormatError
+from ..errors import CodecError, EgopoolError, FormatError, SchemaError
 from ..schema import KEY_COLUMNS, ColumnSpec, check_column_name, key_column, signal_kind, status_column, vector_column
+from ..write.checks import check_declaration_types
 from ..write.task_writer import StreamSpec
 from ..importers._common import ImportResult, Progress, task_writer
 from . import lerobot_format as fmt
@@ -120,22 +122,41 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
         raise FormatError("no meta/episodes/chunk-*/file-*.parquet", path=root,
                           hint="a LeRobot v3.0 dataset lists its episodes there")
     rows: list[dict[str, Any]] = []
+    what = "LeRobot episodes parquet"
     for p in paths:
-        try:
-            table = pq.read_table(p, columns=[c for c in pq.read_schema(p).names if not c.startswith("stats/")])
-        except Exception as exc:  # noqa: BLE001 - pyarrow errors at one boundary
-            raise FormatError(f"cannot read LeRobot episodes: {exc}", path=p) from exc
-        rows += table.to_pylist()
+        names = read_parquet_schema(p, what=what).names
+        for row in read_parquet(p, [c for c in names if not c.startswith("stats/")], what=what).to_pylist():
+            bad = next((k for k in _EPISODE_KEYS if not _plain_int(row.get(k))), None)
+            if bad is not None:
+                raise FormatError(f"a row has {bad} = {row.get(bad)!r}, not an integer >= 0", path=p,
+                                  hint="a LeRobot v3.0 episodes row has episode_index, length, data/chunk_index "
+                                       "and data/file_index")
+            rows.append(row)
     rows.sort(key=lambda r: int(r["episode_index"]))
+    repeated = sorted({r["episode_index"] for r, nxt in zip(rows, rows[1:]) if r["episode_index"] == nxt["episode_index"]})
+    if repeated:
+        raise FormatError(f"episode_index {', '.join(map(str, repeated[:5]))} has more than one row",
+                          path=root / "meta" / "episodes", hint="each LeRobot episode has one meta/episodes row")
     mapping = None
     mpath = root / _MAPPING_FILE
-    if mpath.exists():
-        try:
-            mapping = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise FormatError(f"cannot read the egopool mapping: {exc}", path=mpath,
-                              hint="delete it to import the dataset with generic names") from exc
+    if mpath.exists() or mpath.is_symlink():
+        hint = "delete it to import the dataset with generic names"
+        mapping = read_json(mpath, what="the egopool mapping", hint=hint)
+        kinds = {"features": dict, "episodes": list, "declarations": dict}
+        bad = [k for k, t in kinds.items() if not isinstance(mapping, dict) or not isinstance(mapping.get(k, t()), t)]
+        if bad:
+            raise FormatError("not an egopool mapping (" + ("not a JSON object" if not isinstance(mapping, dict)
+                                                            else f"{bad[0]!r} is not a {kinds[bad[0]].__name__}")
+                              + ")", path=mpath, hint=hint)
     return LeRobotDatasetInfo(root, info, rows, fmt.read_tasks(root), mapping)
+
+
+#: Keys of a ``meta/episodes`` row the importer reads, each an integer >= 0.
+_EPISODE_KEYS = ("episode_index", "length", "data/chunk_index", "data/file_index")
+
+
+def _plain_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 # -- columns ------------------------------------------------------------------------------------------
@@ -238,11 +259,17 @@ def _episode_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], names: Sequence
     path = ds.root / str(ds.info.get("data_path") or fmt.DATA_PATH).format(
         chunk_index=int(ep["data/chunk_index"]), file_index=int(ep["data/file_index"]))
     e = int(ep["episode_index"])
+    what = f"LeRobot data parquet of episode {e}"
+    have = read_parquet_schema(path, what=what).names  # a FIFO, loop or lying footer: one line
+    missing = [n for n in [*names, "episode_index", "frame_index"] if n not in have]
+    if missing:
+        raise FormatError(f"{what} lacks column(s) {missing[:5]} that info.json declares", path=path)
     try:
         table = pq.read_table(path, columns=list(names) + ["episode_index", "frame_index"],
                               filters=[("episode_index", "=", e)])
     except Exception as exc:  # noqa: BLE001 - pyarrow/OS errors at one boundary
-        raise FormatError(f"cannot read episode {e}: {exc}", path=path) from exc
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FormatError(f"cannot read episode {e}: {first}", path=path) from exc
     table = table.sort_by("frame_index")
     if table.num_rows != int(ep["length"]):
         raise FormatError(f"episode {e} has {table.num_rows} rows, meta/episodes says {ep['length']}", path=path)
@@ -264,16 +291,22 @@ def _values(table: pa.Table, name: str, rows: int) -> np.ndarray:
 
 def _video_path(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], feature: str) -> tuple[Path, float, float]:
     tmpl = str(ds.info.get("video_path") or fmt.VIDEO_PATH)
-    path = ds.root / tmpl.format(video_key=feature, chunk_index=int(ep[f"videos/{feature}/chunk_index"]),
-                                 file_index=int(ep[f"videos/{feature}/file_index"]))
-    return path, float(ep[f"videos/{feature}/from_timestamp"]), float(ep[f"videos/{feature}/to_timestamp"])
+    keys = [f"videos/{feature}/{k}" for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+    c, f, t0, t1 = (ep.get(k) for k in keys)
+    bad = next((k for k, v in zip(keys, (c, f, t0, t1)) if isinstance(v, bool) or not isinstance(v, (int, float))
+                or not math.isfinite(v)), None)
+    if bad is not None or not (_plain_int(c) and _plain_int(f)):
+        raise FormatError(f"episode {ep['episode_index']}: meta/episodes {bad or keys[0]} is "
+                          f"{ep.get(bad or keys[0])!r}, not a number", path=ds.root / "meta" / "episodes")
+    path = ds.root / tmpl.format(video_key=feature, chunk_index=c, file_index=f)
+    return path, float(t0), float(t1)
 
 
 def _decode_window(path: Path, start: float, end: float, fps: float) -> Iterator[np.ndarray]:
     """RGB uint8 frames whose pts lie in ``[start, end)`` (half a frame of tolerance), decoded."""
     half = 0.5 / fps
     try:
-        with av.open(str(path)) as c:
+        with open_media(path) as c:
             s = c.streams.video[0]
             tb = float(s.time_base or 0.0) or 1.0 / 90_000
             if start > 0:
@@ -343,13 +376,26 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         raise EgopoolError("no episode to import", path=ds.root,
                            hint=f"the dataset has episodes {[int(e['episode_index']) for e in ds.episodes]}")
     notes: list[str] = []
-    cols, streams = _plan_columns(ds, notes)
+    try:
+        cols, streams = _plan_columns(ds, notes)
+        mapping = ds.mapping or {}
+        created = {int(e["episode_index"]): e.get("created_at") for e in mapping.get("episodes", [])}
+        for v in created.values():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"created_at {v!r} is not a number")
+        decl = dict(mapping.get("declarations") or {})
+        check_declaration_types(decl.get("devices") or (), decl.get("device_names"), decl.get("calibration"),
+                                decl.get("sensors"), decl.get("sensor_dim"), None)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, SchemaError) as exc:  # a hand-edited mapping
+        src = ds.root / (_MAPPING_FILE if ds.mapping is not None else "meta/info.json")
+        why = exc.one_line() if isinstance(exc, SchemaError) else f"{type(exc).__name__}: {exc}"
+        raise FormatError(f"cannot use {'the egopool mapping' if ds.mapping is not None else 'the features'}: {why}",
+                          path=src,
+                          hint="delete egopool_mapping.json to import with generic names"
+                          if ds.mapping is not None else None) from None
     if notes:
         notes = ["renamed " + ", ".join(notes)]
     fps = ds.fps
-    mapping = ds.mapping or {}
-    created = {int(e["episode_index"]): e.get("created_at") for e in mapping.get("episodes", [])}
-    decl = dict(mapping.get("declarations") or {})
     synthesised: list[str] = []
     if not any(src == "hardware_ns" for c in cols for src, _, _ in c.parts):
         synthesised.append("hardware_ns = 0 (unknown): LeRobot stores no device clock")

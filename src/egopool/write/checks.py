@@ -33,7 +33,8 @@ from ..meta.info import info_path, merge_info
 from ..meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
 from ..schema import ColumnSpec
 
-__all__ = ["check_column_declarations", "check_episode_seconds", "check_feature_declarations", "check_finite_values",
+__all__ = ["check_column_declarations", "check_declaration_types", "check_episode_seconds", "check_feature_declarations",
+           "check_finite_values",
            "check_json_value", "check_positive_number", "check_stream_declarations", "check_task_meta_mergeable",
            "check_task_name", "max_episode_rows", "max_episode_seconds"]
 
@@ -133,6 +134,39 @@ def check_json_value(value: Any, what: str) -> None:
         raise SchemaError(f"{what} holds NaN or Infinity, which JSON cannot store ({exc})") from exc
     except TypeError as exc:
         raise SchemaError(f"{what} is not JSON-serialisable ({exc})") from exc
+
+
+def check_declaration_types(devices: Any, device_names: Any, calibration: Any, sensors: Any, sensor_dim: Any,
+                            info_extra: Any) -> None:
+    """The declarations of :meth:`TaskWriter.begin_episode` have the JSON types of multi_device_storage.md §6.4
+    and file_format.md §3: ``devices`` a list of objects, ``device_names`` an object of strings, ``calibration``
+    an object of objects (one per device), ``sensors`` a list of names, ``sensor_dim`` an integer >= 1,
+    ``info_extra`` an object. None stands for "none" where the parameter allows it.
+
+    Raises
+    ------
+    SchemaError
+        Naming the declaration and what it got (a str for ``sensors`` would become one sensor per letter).
+    """
+    def refuse(what: str, want: str, got: Any) -> SchemaError:
+        return SchemaError(f"{what} must be {want}, got {type(got).__name__} {str(got)[:60]!r}")
+
+    if isinstance(devices, (str, bytes, Mapping)) or not isinstance(devices, Iterable) \
+            or not all(isinstance(d, Mapping) for d in devices):
+        raise refuse("devices", "a list of objects", devices)
+    for what, value in (("device_names", device_names), ("calibration", calibration), ("info_extra", info_extra)):
+        if value is not None and not isinstance(value, Mapping):
+            raise refuse(what, "an object", value)
+    if device_names and not all(isinstance(k, str) and isinstance(v, str) for k, v in device_names.items()):
+        raise refuse("device_names", "an object of slot -> name strings", device_names)
+    if calibration and not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in calibration.items()):
+        raise refuse("calibration", "an object of device -> calibration objects", calibration)
+    if sensors is not None and (isinstance(sensors, (str, bytes, Mapping)) or not isinstance(sensors, Iterable)
+                                or not all(isinstance(x, str) for x in sensors)):
+        raise refuse("sensors", "a list of sensor names", sensors)
+    if sensor_dim is not None and (isinstance(sensor_dim, bool) or not isinstance(sensor_dim, (int, np.integer))
+                                   or sensor_dim < 1):
+        raise refuse("sensor_dim", "an integer >= 1", sensor_dim)
 
 
 def check_finite_values(column: str, value: np.ndarray, row: int) -> None:

@@ -17,7 +17,7 @@ its public names are re-exported here.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +214,8 @@ class TaskWriter:
         SchemaError
             Duplicate columns, a lockstep column without its partner, duplicate image_keys;
             a column or stream the task declares differently (multi_device_storage.md §6.7);
-            NaN / Infinity in ``created_at`` or a declaration.
+            NaN / Infinity in ``created_at`` or a declaration, a declaration of the wrong JSON type
+            (:func:`~egopool.write.checks.check_declaration_types`).
         FormatError
             ``info.json`` / ``stats.json`` could not take the episode at finish (run
             ``egopool stats recalc TASK``); nothing is recorded.
@@ -223,6 +224,10 @@ class TaskWriter:
         """
         if created_at is not None:
             checks.check_positive_number(created_at, "created_at")
+        listed = [list(v) if isinstance(v, Iterable) and not isinstance(v, (str, bytes, Mapping)) else v
+                  for v in (devices, sensors)]  # a generator is read once
+        devices, sensors = listed
+        checks.check_declaration_types(devices, device_names, calibration, sensors, sensor_dim, info_extra)
         for what, value in (("devices", list(devices)), ("device_names", dict(device_names or {})),
                             ("calibration", dict(calibration or {})), ("info_extra", dict(info_extra or {}))):
             checks.check_json_value(value, what)
