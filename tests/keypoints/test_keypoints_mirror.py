@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -78,12 +80,32 @@ def test_a_broken_mirror_file_is_a_format_error_naming_it(tmp_path):
     d = tmp_path / "episode_000004"
     write_episode_keypoints(d, p2, p3, {})
     (d / HAND_POSE_3D).write_bytes(b"not parquet")
-    with pytest.raises(FormatError, match="hand_pose_3d/chunk-000.parquet: cannot read parquet"):
+    with pytest.raises(FormatError, match="hand_pose_3d/chunk-000.parquet: keypoints parquet is 11 bytes, "
+                                          "too short for a parquet file"):
         read_episode_keypoints(d)
+    (d / HAND_POSE_3D).unlink()
+    os.mkfifo(d / HAND_POSE_3D)  # found by qa12: pq.read_table blocked on it forever
+    with pytest.raises(FormatError, match="hand_pose_3d/chunk-000.parquet: keypoints parquet is a FIFO"):
+        read_episode_keypoints(d)
+    (d / HAND_POSE_3D).unlink()
+    write_episode_keypoints(d, p2, p3, {})
     t = pq.read_table(d / HAND_POSE_2D)
     pq.write_table(t.set_column(0, "frame_index", pa.array(np.arange(10)[::-1].copy())), d / HAND_POSE_2D)
     with pytest.raises(FormatError, match="frame_index is not strictly increasing"):
         read_episode_keypoints(d)
+
+
+def test_nested_mirror_metadata_is_no_metadata(tmp_path):
+    """Found by qa12: a RecursionError from json.loads of the schema metadata."""
+    p2, p3 = reference_mirror(10)
+    d = tmp_path / "episode_000001"
+    write_episode_keypoints(d, p2, p3, {"stream": "cam"})
+    for rel in (HAND_POSE_2D, AUTO_LABELS, HAND_POSE_3D):
+        t = pq.read_table(d / rel)
+        key = next(iter(t.schema.metadata))
+        pq.write_table(t.replace_schema_metadata({key: "[" * 100_000 + "]" * 100_000}), d / rel)
+    kp = read_episode_keypoints(d)
+    assert kp.metadata == {} and kp.hand_pose_3d.world["right"].shape == (10, 21, 3)
 
 
 def test_inconsistent_poses_are_refused_before_writing(tmp_path):

@@ -54,6 +54,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import fsync_dir, temp_path_for
+from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
 
 __all__ = [
@@ -293,18 +294,15 @@ def _read_chunks(directory: Path) -> tuple[pa.Table | None, Path | None]:
 
 
 def _read(path: Path) -> pa.Table:
-    try:
-        return pq.read_table(path)
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise FormatError(f"cannot read parquet: {exc}", path=path,
-                          hint="re-run `egopool keypoints extract` for this episode") from exc
+    # regular files only, footer checked first: a FIFO or a lying footer is one line (issue 12 D)
+    return read_parquet(path, what="keypoints parquet", hint="re-run `egopool keypoints extract` for this episode")
 
 
 def _metadata(table: pa.Table) -> dict[str, Any]:
     raw = (table.schema.metadata or {}).get(META_KEY)
     try:
-        obj = json.loads(raw) if raw else {}
-    except (ValueError, UnicodeDecodeError):
+        obj = loads_json(raw) if raw else {}
+    except FormatError:  # not JSON, not UTF-8 or nested too deep: no metadata
         return {}
     return obj if isinstance(obj, dict) else {}
 
