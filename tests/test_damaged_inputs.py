@@ -334,3 +334,20 @@ def test_warnings_are_one_line(tmp_path: Path, capsys) -> None:
         f"egopool: warning: episode 1 is published but not in the registry: {root}/pipeline.db: registry operation "
         "failed: file is not a database (check that the recordings root is writable and pipeline.db is not corrupt)"]
     assert pq.read_table(root / "freiburg1_xyz-rgbdslam" / DATA).num_rows > 0
+
+
+# -- the tokens file of `egopool serve` / `token list` (found by qa12) -------------------------------------------
+@pytest.mark.parametrize("damage,message", [
+    (lambda p: os.mkfifo(p), "tokens file is a FIFO, not a regular file"),       # `token list` blocked forever
+    (lambda p: p.mkdir(), "tokens file is a directory, not a regular file"),     # said "not found"
+    (lambda p: p.write_text(NEST), "JSON nests deeper than 64 levels"),           # RecursionError
+    (lambda p: p.write_bytes(b'{"tokens": ["\xff"]}'), "line 1 is not UTF-8 text"),
+    (lambda p: p.write_text('{"tokens": [{"id": "a", "sha256": "x", "scopes": "read"}]}'),
+     "tokens file entries need id, sha256 and scopes (scopes must be a list)"),  # said "unknown token scope 'r'"
+])
+def test_a_damaged_tokens_file_is_one_line(tmp_path: Path, capsys, damage, message: str) -> None:
+    p = tmp_path / "tokens.json"
+    damage(p)
+    with deadline(30):
+        line = one_error(capsys, main(["token", "list", "--tokens", str(p)]))
+    assert line.startswith(f"egopool: error: {p}: {message}")

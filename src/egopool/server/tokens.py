@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_bytes
+from .._safe_read import read_json
 from ..errors import FormatError
 
 __all__ = ["READ", "Token", "TokenStore", "add_token", "hash_token", "new_token", "parse_scope", "revoke_token"]
@@ -100,14 +101,14 @@ class Token:
 
 
 def _load(path: Path) -> list[Token]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return []
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"cannot read the tokens file: {exc}", path=path) from exc
+    # regular files only (a FIFO blocked `token list`), nesting bounded (RecursionError): one line
+    doc = read_json(path, what="tokens file", hint="create it with `egopool token add --tokens FILE ...`")
     try:
         entries = doc["tokens"]
+        if any(isinstance(e, dict) and isinstance(e.get("scopes"), str) for e in entries):
+            raise TypeError("scopes must be a list")
         out = [Token(str(e["id"]), str(e["sha256"]), tuple(parse_scope(str(s)) for s in e["scopes"]),
                      float(e.get("created_at", 0.0))) for e in entries]
     except FormatError as exc:
@@ -176,7 +177,7 @@ class TokenStore:
         self._stamp: tuple[float, int] | None = None
         self._by_hash: dict[str, Token] = {}
         if self.path is not None:
-            if not self.path.is_file():
+            if not self.path.exists() and not self.path.is_symlink():  # a FIFO or directory: _load names it
                 raise FormatError("tokens file not found", path=self.path,
                                   hint="create it with `egopool token add --tokens FILE --id NAME --scope ...`")
             self._reload()
