@@ -444,3 +444,42 @@ def test_euroc_bom_and_header_without_hash(tmp_path):
     cam.write_bytes(b"\xef\xbb\xbf" + ("\n".join(["timestamp [ns],filename", *lines[1:]]) + "\n").encode())
     result = import_euroc(src, tmp_path / "out")
     assert result.counts["frames"] == 20
+
+
+@pytest.mark.parametrize("stamp", ["-1e10", "9.5e9", "-9300000000.5"])
+def test_tum_stamps_beyond_int64_ns_are_one_line(tmp_path, stamp):
+    """Found by qa12: |t| <= 1e10 s passed the unit check, then int64 ns overflowed (OverflowError)."""
+    f = tmp_path / "big.txt"
+    f.write_text(f"{stamp} 1 2 3 0 0 0 1\n")
+    with pytest.raises(FormatError) as err:
+        import_tum(f, tmp_path / "out", frame="ego_cam_optical")
+    assert err.value.message == (f"line 1: timestamp {stamp} s is beyond what int64 nanoseconds hold "
+                                 "(|t| < 9.22e9 s, the year 2262)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("importer", ["rgbd-frames", "euroc"])
+def test_an_image_that_is_a_fifo_is_refused_not_waited_for(tmp_path, importer):
+    """Found by qa12: Pillow opened a FIFO colour/cam0 image and blocked forever."""
+    import os
+    import signal
+
+    src = tmp_path / "src"
+    shutil.copytree(SEVEN if importer == "rgbd-frames" else EUROC, src)
+    image = (src / "frame-000001.color.jpg" if importer == "rgbd-frames"
+             else sorted((src / "mav0/cam0/data").iterdir())[1])
+    image.unlink()
+    os.mkfifo(image)
+    signal.alarm(60)
+    try:
+        with pytest.raises(FormatError) as err:
+            if importer == "rgbd-frames":
+                import_rgbd_frames(src, tmp_path / "out", frame="ego_cam_optical")
+            else:
+                import_euroc(src, tmp_path / "out")
+    finally:
+        signal.alarm(0)
+    expected = ("image file is a FIFO, not a regular file" if importer == "rgbd-frames"
+                else "image listed in cam0/data.csv is missing")  # EuRoC lists regular files only
+    assert err.value.path == image and err.value.message.startswith(expected)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.parquet"))

@@ -151,7 +151,7 @@ def seconds_to_ns(token: str, *, path: Path, line: int) -> int:
     Raises
     ------
     FormatError
-        Not a finite number; names the file and 1-based line.
+        Not a finite number, or beyond the int64 ns range; names the file and 1-based line.
     """
     try:
         d = Decimal(token)
@@ -159,7 +159,11 @@ def seconds_to_ns(token: str, *, path: Path, line: int) -> int:
         raise FormatError(f"line {line}: timestamp {token!r} is not a number", path=path) from None
     if not d.is_finite():
         raise FormatError(f"line {line}: timestamp {token!r} is not finite", path=path)
-    return int((d * _NS).to_integral_value(rounding=ROUND_HALF_EVEN))
+    ns = int((d * _NS).to_integral_value(rounding=ROUND_HALF_EVEN))
+    if not -(2**63) <= ns < 2**63:  # an OverflowError traceback further on (found by qa12)
+        raise FormatError(f"line {line}: timestamp {token} s is beyond what int64 nanoseconds hold "
+                          "(|t| < 9.22e9 s, the year 2262)", path=path)
+    return ns
 
 
 def window_offsets(sample_ns: np.ndarray, edges_ns: np.ndarray) -> np.ndarray:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from .._safe_read import open_regular
 from ..errors import FormatError
 
 __all__ = ["DEPTH_MODES", "image_header", "read_depth_mm", "read_gray", "read_rgb"]
@@ -15,13 +18,18 @@ __all__ = ["DEPTH_MODES", "image_header", "read_depth_mm", "read_gray", "read_rg
 DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I")
 
 
-def _open(path: Path) -> Image.Image:
-    try:
-        return Image.open(path)
-    except FileNotFoundError:
-        raise FormatError("image file not found", path=path) from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise FormatError(f"not a readable image: {exc}", path=path) from exc
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[Image.Image]:
+    """The image, opened only when ``path`` is a regular file (a FIFO blocked Pillow forever)."""
+    if not path.exists() and not path.is_symlink():
+        raise FormatError("image file not found", path=path)
+    with open_regular(path, what="image file") as fh:
+        try:
+            im = Image.open(fh)
+        except (UnidentifiedImageError, OSError) as exc:
+            raise FormatError(f"not a readable image: {exc}", path=path) from exc
+        with im:
+            yield im
 
 
 def image_header(path: Path) -> tuple[int, int, str]:
