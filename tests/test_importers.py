@@ -483,3 +483,20 @@ def test_an_image_that_is_a_fifo_is_refused_not_waited_for(tmp_path, importer):
                 else "image listed in cam0/data.csv is missing")  # EuRoC lists regular files only
     assert err.value.path == image and err.value.message.startswith(expected)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_euroc_imu_value_beyond_float32_names_the_file(tmp_path):
+    """Found by qa12: a numpy overflow warning, then the writer's "row 0 holds inf" message naming no file."""
+    src = tmp_path / "src"
+    shutil.copytree(EUROC, src)
+    csv = src / "mav0/imu0/data.csv"
+    lines = csv.read_text().splitlines()
+    lines[2] = lines[2].rsplit(",", 1)[0] + ",1e300"
+    csv.write_text("\n".join(lines) + "\n")
+    with pytest.raises(FormatError) as err:
+        import_euroc(src, tmp_path / "out")
+    stamp = lines[2].split(",")[0]
+    assert err.value.path == csv
+    assert err.value.message == f"imu0 row with timestamp {stamp} holds 1e+300, beyond float32 (the stored IMU type)"
+    csv.write_text("")
+    assert "imu0/data.csv has no samples: no IMU columns" in import_euroc(src, tmp_path / "out").notes

@@ -262,6 +262,11 @@ def scan_euroc(directory: str | Path) -> EurocDataset:
     if imu_csv.exists():
         imu_ns, rows = _read_csv(imu_csv, 7, "imu0/data.csv")
         imu = _floats(imu_csv, rows, imu_ns, "imu0")
+        too_big = np.abs(imu) > np.finfo(np.float32).max  # stored as float32 (§7.2): Infinity otherwise
+        if too_big.any():
+            bad = int(np.argwhere(too_big)[0][0])
+            raise FormatError(f"imu0 row with timestamp {int(imu_ns[bad])} holds {imu[too_big][0]:g}, beyond float32 "
+                              "(the stored IMU type)", path=imu_csv)
     else:
         imu_ns, imu = np.zeros(0, np.int64), np.zeros((0, 6))
     gt_csv = mav / "state_groundtruth_estimate0" / "data.csv"
@@ -384,7 +389,8 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
     notes = [f"{total} cam0 frames {ds.width}x{ds.height} at {fps:g} fps; rows follow cam0 stamps (real)",
              f"IMU: {imu_in} of {len(ds.imu_ns)} samples fall in the frames' windows and were attached"]
     if not len(ds.imu_ns):
-        notes[-1] = "no imu0/data.csv: no IMU columns"
+        notes[-1] = ("imu0/data.csv has no samples: no IMU columns" if (ds.mav / "imu0" / "data.csv").exists()
+                     else "no imu0/data.csv: no IMU columns")
     if len(ds.gt_ns) and not use_gt:
         notes.append("ground truth present but not imported: pass --frame to declare its world frame")
     elif use_gt:
