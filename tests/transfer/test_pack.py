@@ -190,3 +190,28 @@ def test_cli_pack_json_and_error_exit(tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli(["pack", str(task), "0", "-o", str(tmp_path / "z")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1-based" in err
+
+
+def test_per_n_commands_do_not_scan_the_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by qa12 (issue 12 F): pack / upload / keypoints with N enumerated the whole task first
+    (pack N on 3,000 episodes: +215 ms of scan; now 16 ms, the same as on a 1-episode task)."""
+    import egopool.keypoints.extract as kx
+    import egopool.transfer.client as tc
+    import egopool.transfer.pack as tp
+    from egopool.meta.info import read_info
+    from egopool.transfer import upload_episodes
+
+    task = write_task(tmp_path, episodes=3)
+
+    def scan(*a: object, **k: object) -> None:
+        raise AssertionError("a per-N command enumerated the task")
+
+    monkeypatch.setattr(kx, "list_task_episodes", scan)
+    monkeypatch.setattr(tc, "list_task_episodes", scan)
+    assert not hasattr(tp, "list_task_episodes")
+    assert [g.index for g in kx.select_episodes(task, read_info(task), [3, 2])] == [2, 3]
+    assert pack_episodes(task, [2], tmp_path / "o", registry=False)[0].path.name == "pick_chunk-000_ep000001.zip"
+    report = upload_episodes(task, [3], server="http://127.0.0.1:9", registry=False, retries=0, timeout=1)
+    assert [(o.index, o.status) for o in report.outcomes] == [(3, "failed")]  # packed, then nothing listens
+    with pytest.raises(EpisodeNotFoundError):
+        kx.select_episodes(task, read_info(task), [4])

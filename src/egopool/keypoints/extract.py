@@ -26,7 +26,7 @@ from .._atomic import task_lock
 from ..codecs.video import read_rgb_frames
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, SchemaError
 from ..jobs.executor import Executor, LocalExecutor
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.info import read_info
 from .mirror import JOINTS, SIDES, HandPose2D, HandPose3D, default_mirror_root, episode_mirror_dir, \
     write_episode_keypoints
@@ -291,15 +291,16 @@ def select_episodes(root: Path, info: Mapping[str, Any], indices: Sequence[int] 
     EpisodeNotFoundError
         A given N has no committed episode.
     """
-    groups = [g for g in list_task_episodes(root, TaskLayout.from_info(root, info))
-              if g.data is not None and g.meta is not None]
+    layout = TaskLayout.from_info(root, info)
     if indices is None or len(indices) == 0:
-        return groups
-    by_n = {g.index: g for g in groups}
-    for n in indices:
-        if n not in by_n:
-            raise EpisodeNotFoundError(root, int(n))
-    return [by_n[n] for n in sorted(set(int(n) for n in indices))]
+        return [g for g in list_task_episodes(root, layout) if g.data is not None and g.meta is not None]
+    chosen = []
+    for n in sorted(set(int(n) for n in indices)):  # N's own paths: no scan of the task (issue 12 F)
+        g = find_episode_files(root, layout, n, info.get("video_extensions")) if n >= 1 else None
+        if g is None or g.data is None or g.meta is None:
+            raise EpisodeNotFoundError(root, n)
+        chosen.append(g)
+    return chosen
 
 
 def extract_keypoints(task_dir: str | Path, indices: Sequence[int] | None = None, *,

@@ -40,7 +40,7 @@ import httpx
 
 from .. import __version__
 from ..errors import CodecError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, TransferError
-from ..layout import TaskLayout, list_task_episodes
+from ..layout import TaskLayout, find_episode_files, list_task_episodes
 from ..meta.info import read_info
 from ..ops import delete_episodes
 from ..registry import Registry, UploadRecord, task_key
@@ -280,7 +280,12 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     reg = registry if isinstance(registry, Registry) else Registry.for_task(root) if registry is True \
         else Registry(registry) if registry else None
     key = task_key(root)
-    groups = {g.index: g for g in list_task_episodes(root, layout)}
+    if indices is None:
+        groups = {g.index: g for g in list_task_episodes(root, layout)}
+    else:  # N's own paths: no scan of the task (issue 12 F)
+        found = (find_episode_files(root, layout, n, info.get("video_extensions"))
+                 for n in dict.fromkeys(indices) if isinstance(n, int) and not isinstance(n, bool) and n >= 1)
+        groups = {g.index: g for g in found if g is not None}
     done = {u.episode_index: u for u in reg.uploads(key) if u.server == base} if reg is not None else {}
     if indices is None:
         wanted = sorted(set(n for n, g in groups.items() if g.complete) | (set(done) & set(groups)))

@@ -39,7 +39,7 @@ from .._safe_read import open_regular, read_parquet
 from .._atomic import publish, temp_path_for
 from ..codecs.video import reencode_rgb, video_info
 from ..errors import EpisodeNotFoundError, FormatError, LayoutError, StorageError
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, TaskLayout, find_episode_files
 from ..meta.episodes import read_episode_row
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
 from ..registry import Registry, derived_host_id, sha256_file, task_key
@@ -144,11 +144,11 @@ def _check_templates(task_dir: Path, info: dict[str, Any]) -> None:
                               hint="run `egopool migrate TASK --split-episodes` to switch to the v1.1.2 names first")
 
 
-def _episode(task_dir: Path, layout: TaskLayout, index: int, groups: dict[int, EpisodeFiles]) -> EpisodeFiles:
+def _episode(task_dir: Path, layout: TaskLayout, index: int, info: dict[str, Any]) -> EpisodeFiles:
     if isinstance(index, bool) or not isinstance(index, int) or index < 1:
         raise LayoutError(f"episode {index!r} refused: global N is 1-based (episode-000 is N=1)",
                           hint="pass the global N shown by `egopool ls TASK`")
-    g = groups.get(index)
+    g = find_episode_files(task_dir, layout, index, info.get("video_extensions"))  # N's own paths (issue 12 F)
     if g is None:
         raise EpisodeNotFoundError(task_dir, index)
     if not g.complete:
@@ -250,8 +250,7 @@ def pack_episodes(task_dir: str | Path, indices: Sequence[int], out_dir: str | P
     info = read_info(root)
     _check_templates(root, info)
     layout = TaskLayout.from_info(root, info)
-    groups = {g.index: g for g in list_task_episodes(root, layout)}
-    chosen = [_episode(root, layout, n, groups) for n in dict.fromkeys(indices)]
+    chosen = [_episode(root, layout, n, info) for n in dict.fromkeys(indices)]
     if not chosen:
         raise LayoutError("no episode given", hint="pass one or more global N, e.g. `egopool pack TASK 3 -o DIR`")
     if host_id is None:
