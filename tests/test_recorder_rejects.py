@@ -353,3 +353,22 @@ def test_the_writer_api_refuses_an_element_in_another_axis_order(tmp_path):
         ep.add_frame(ok, hardware_ns=1, images=img)
     result = ep.finish()
     assert result.length == 6
+
+
+def test_record_and_start_episode_refuse_what_float32_cannot_time_before_recording(tmp_path, capsys):
+    """Found by qa12: `egopool record --fps 1000 --seconds 20000` started recording (it would have stopped at
+    4.55 h); Recorder.start_episode(max_ticks) did not check either."""
+    from egopool.cli.app import main
+
+    rc = main(["record", str(tmp_path / "rec" / "t"), "--device", "sim:glove", "--fps", "1000", "--seconds", "20000"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.strip().splitlines() == [
+        "egopool: error: --seconds = 20000 at 1000 fps is 20000000 rows, but float32 timestamps (file_format.md "
+        "§7.1) tell rows apart only for the first 16384 s (4.55 h, 16384000 rows) of an episode (record at most "
+        "16384 s per episode, or lower the fps)"]
+    assert not (tmp_path / "rec").exists()
+    tw = TaskWriter(tmp_path, "t", fps=500.0, registry=False)
+    rec = Recorder(tw, _rig(UVC))
+    with pytest.raises(SchemaError, match=r"max_ticks / fps = 33000 at 500 fps"):
+        rec.start_episode(max_ticks=500 * 33000)
+    assert not rec._active and not (tmp_path / "t" / "data").exists() and tw.next_episode_index() == 1

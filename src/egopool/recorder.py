@@ -629,10 +629,14 @@ class Recorder:
         Raises
         ------
         SchemaError
-            The rig would rename columns of this task (:meth:`Rig.check_task`).
+            The rig would rename columns of this task (:meth:`Rig.check_task`), or ``max_ticks``
+            rows are more than float32 ``timestamp`` can time at this fps
+            (:func:`~egopool.write.checks.check_episode_seconds`); nothing is started.
         EgopoolError
             An episode is already running.
         """
+        if max_ticks is not None:  # refused before recording, as record_virtual does (issue 12 A)
+            check_episode_seconds(max_ticks / self.fps, self.fps, "max_ticks / fps")
         self._begin(realtime=True)
         self._max_ticks = max_ticks
         self._ticks_done = threading.Event()

@@ -28,6 +28,7 @@ from rich.table import Table
 from ..errors import DeviceError, EgopoolError
 from ..sources import RecordingSession, list_devices, parse_device_specs
 from ..sources.session import DeviceLine
+from ..write.checks import check_episode_seconds
 from ..write.task_writer import TaskWriter
 from .app import app
 from .output import console, err_console, print_json
@@ -169,6 +170,8 @@ def record_cmd(
     task = task.expanduser()
     if not task.name or task.name in (".", ".."):
         raise EgopoolError(f"{task}: not a task directory name", hint="e.g. recordings/pick_cup")
+    if seconds is not None:  # float32 timestamps, before any device opens (found by qa12: it recorded)
+        check_episode_seconds(seconds, fps, "--seconds")
     writer = TaskWriter(task.parent if str(task.parent) else Path("."), task.name, fps=fps)
     session = RecordingSession(writer, parse_device_specs(device), program=program)
     session.check_conflicts()  # §5.1 before anything opens
