@@ -154,3 +154,16 @@ def test_fractional_fps_is_refused(tmp_path):
     ep.finish()
     with pytest.raises(EgopoolError, match="integer fps"):
         export_lerobot(tmp_path / "ntsc", tmp_path / "out")
+
+
+def test_an_fps_that_rounds_to_zero_is_refused(tmp_path):
+    """Found by qa12: info.json fps 1e-300 passed the integer check and made a 0-fps LeRobot dataset."""
+    tw = TaskWriter(tmp_path, "slow", fps=30.0)
+    ep = tw.begin_episode([vector_column("observation.gripper_state", [3])])
+    ep.add_frame({"observation.gripper_state": [0, 0, 0]})
+    ep.finish()
+    info = tmp_path / "slow" / "meta" / "info.json"
+    info.write_text(info.read_text().replace('"fps": 30.0', '"fps": 1e-300').replace('"fps": 30', '"fps": 1e-300'))
+    assert '"fps": 1e-300' in info.read_text()
+    with pytest.raises(EgopoolError, match="LeRobot v3 needs an integer fps; the task records at 1e-300 fps"):
+        export_lerobot(tmp_path / "slow", tmp_path / "out", dry_run=True)

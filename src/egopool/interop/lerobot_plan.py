@@ -232,7 +232,7 @@ def _integer_fps(task: Task) -> int:
     fps = task.info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
         raise EgopoolError(f"info.json fps is {fps!r}", path=task.path / "meta" / "info.json")
-    if abs(fps - round(fps)) > 1e-9:
+    if abs(fps - round(fps)) > 1e-9 or round(fps) < 1:  # 1e-300 fps was exported as a 0-fps dataset (qa12)
         raise EgopoolError(f"LeRobot v3 needs an integer fps; the task records at {fps} fps",
                            path=task.path / "meta" / "info.json",
                            hint="LeRobot looks frames up by frame_index / fps; a task at a fractional rate "
