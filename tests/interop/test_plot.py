@@ -35,3 +35,12 @@ def test_plot_of_a_missing_episode_is_one_line(sim_task, tmp_path, capsys):
     assert main(["plot", str(sim_task.path), "3", "-o", str(tmp_path / "x.png")]) == 1
     err = capsys.readouterr().err
     assert "no episode 3" in err and err.count("\n") == 1 and not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.extra("interop")
+def test_an_n_given_twice_is_drawn_once(sim_task, tmp_path, capsys):
+    """Found by qa12: `plot T 2 2` drew episode 2 twice into the same sim_N2.png."""
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(sim_task.path), "2", "2", "-o", str(tmp_path / "x.png"), "--json"]) == 0
+    assert capsys.readouterr().out.split() == ["[", f'"{tmp_path / "x.png"}"', "]"]
+    _check_png(tmp_path / "x.png")

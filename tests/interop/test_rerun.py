@@ -114,3 +114,12 @@ def test_export_rerun_bad_input_is_one_line(sim_task, tmp_path, capsys):
     assert "no episode 5" in err and err.count("\n") == 1
     assert main(["export", "rerun", str(sim_task.path), "-o", str(tmp_path / "x.rrd"), "--stride", "0"]) == 2
     assert not (tmp_path / "x.rrd").exists()
+
+
+@pytest.mark.extra("interop")
+def test_an_n_given_twice_is_logged_once(sim_task, tmp_path):
+    """Found by qa12: `export rerun T 2 2` logged every entity of episode 2 twice."""
+    _rd()
+    once = export_rerun(sim_task.path, tmp_path / "once.rrd", [2], stride=5)
+    twice = export_rerun(sim_task.path, tmp_path / "twice.rrd", [2, 2], stride=5)
+    assert twice.entities == once.entities and len(once.entities) > 10

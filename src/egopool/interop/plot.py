@@ -226,7 +226,8 @@ def plot_episode(ep: Episode) -> bytes:
 
 
 def plot_episodes(task: str | Path, indices: Sequence[int], out: str | Path) -> list[Path]:
-    """Write one PNG sheet per episode N; several N get ``_N<n>`` before the suffix of ``out``.
+    """Write one PNG sheet per episode N; several N get ``_N<n>`` before the suffix of ``out``
+    (an N given twice is drawn once).
 
     Raises
     ------
@@ -237,7 +238,7 @@ def plot_episodes(task: str | Path, indices: Sequence[int], out: str | Path) -> 
     """
     t = open_task(task)
     out = Path(out)
-    eps = [t.episode(n) for n in indices]
+    eps = [t.episode(n) for n in dict.fromkeys(indices)]  # an N given twice is drawn once
     paths = []
     for ep in eps:
         path = out if len(eps) == 1 else out.with_name(f"{out.stem}_N{ep.index}{out.suffix or '.png'}")

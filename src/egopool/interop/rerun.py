@@ -348,8 +348,8 @@ def _save(rec: Any, out: Path, log: Callable[[], Any]) -> Any:
 
 
 def _indices(task: Task, indices: Sequence[int] | None) -> list[int]:
-    if indices:
-        return [task.episode(n).index for n in indices]
+    if indices:  # an N given twice is logged once (found by qa12: its entities were logged twice)
+        return [task.episode(n).index for n in dict.fromkeys(indices)]
     found = [ep.index for ep in task.episodes()]
     if not found:
         raise EgopoolError("the task has no episode", path=task.path)
