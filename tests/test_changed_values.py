@@ -72,7 +72,7 @@ def _force_episode(tw, frames, scale=1000):
 def test_saturated_force_cells_are_counted_warned_and_reported(tmp_path):
     tw = TaskWriter(tmp_path, "umi", registry=False)
     ep = _force_episode(tw, [_block_frame(), np.zeros((250, 250, 3), np.float32) + 0.001])
-    with pytest.warns(ValueChangedWarning, match=r"101 force-matrix cell\(s\) of gripper_left_force_matrix exceeded"):
+    with pytest.warns(ValueChangedWarning, match=r"101 force-matrix cell\(s\) of gripper_left_force_matrix were beyond"):
         result = ep.finish()
     assert result.drop_stats["gripper_left_force_matrix_saturated_count"] == 101
     e = open_task(tmp_path / "umi").episode(result.index)
@@ -237,3 +237,26 @@ def test_stats_check_treats_a_count_0_block_without_data_as_equal(tmp_path):
     doc["observation.left_glove"] = {"count": 0, "mean": [0.0], "std": [1.0], "min": [0.0], "max": [0.0]}
     write_stats(tmp_path / "t", doc)
     assert check_stats(tmp_path / "t").ok
+
+
+def test_row_flat_raw_cells_beyond_float32_are_counted_reported_and_left_out_of_the_self_check(tmp_path):
+    """Found by qa12: the note said "int16 range" for a float32 column, validate found nothing in the data and the
+    Σfz ratio was inf."""
+    tw = TaskWriter(tmp_path, "raw", registry=False)
+    cols = [force_matrix_column(FM, "row_flat_raw", 1), scalar_ns_column(FM + "_ns"),
+            vector_column(FORCE, [3]), scalar_ns_column(FORCE + "_ns")]
+    ep = tw.begin_episode(columns=cols)
+    frame = np.zeros((250, 250, 3))
+    frame[0, 0, 2], frame[1, 1, 2] = 1e39, 5.0
+    ep.add_frame({FM: frame, FM + "_ns": 1000, FORCE: [0, 0, 5], FORCE + "_ns": 1000})
+    ep.add_frame({FM: np.where(frame > 1e30, 0.0, frame), FM + "_ns": 1001, FORCE: [0, 0, 5], FORCE + "_ns": 1001})
+    with pytest.warns(ValueChangedWarning, match=r"1 force-matrix cell\(s\) of gripper_left_force_matrix were beyond "
+                                                 r"what the column's encoding holds .*row_flat_raw: the float32 range"):
+        result = ep.finish()
+    assert result.drop_stats["gripper_left_force_matrix_saturated_count"] == 1
+    e = open_task(tmp_path / "raw").episode(result.index)
+    assert np.isinf(e.force_matrices(FM)[0][0, 0, 2])
+    ratio = force_matrix_fz_ratio(e, FM)
+    assert np.isnan(ratio[0]) and ratio[1] == pytest.approx(1.0)
+    found = _warnings(validate_task(tmp_path / "raw"), "1 cell(s) (first row 0) are Infinity/NaN in row_flat_raw")
+    assert found and "the writer counted 1 cell(s) beyond float32" in found[0].message

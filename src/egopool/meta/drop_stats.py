@@ -95,9 +95,10 @@ def changed_value_notes(drop_stats: Mapping[str, Any], episode: int | None = Non
                        "stream's previous frame)")
         elif key.endswith("_saturated_count"):
             what = key[: -len("_saturated_count")]
-            out.append(f"{pre}{n:g} force-matrix cell(s) of {what} exceeded the int16 range at the column's scale "
-                       "(file_format.md §7.2.1) and were stored saturated at ±32767/scale; record with a smaller "
-                       "scale or row_flat_raw (float32) to keep them")
+            out.append(f"{pre}{n:g} force-matrix cell(s) of {what} were beyond what the column's encoding holds "
+                       "(file_format.md §7.2.1; row_diff_quantized: the int16 range at its scale, stored saturated "
+                       "at ±32767/scale; row_flat_raw: the float32 range, stored as ±Infinity); record with a "
+                       "smaller scale or row_flat_raw (float32) to keep them")
         elif key.endswith("_clipped_count"):
             what = key[: -len("_clipped_count")]
             out.append(f"{pre}{n:g} depth pixel(s) of {what} were outside the 12-bit log code's range and were "

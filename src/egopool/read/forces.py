@@ -278,7 +278,8 @@ def force_matrix_fz_ratio(ep: Episode, column: str, force_column: str | None = N
         sample is missing (``*_ns == 0``, empty/zero row), force fz is 0, or an int16
         (``row_diff_quantized``) matrix holds cells at the int16 limits: saturated at its
         scale, so its Σfz is only a bound and would pass for the historical truncation
-        toward zero (file_format.md §7.2.1; docs/decisions.md #22).
+        toward zero (file_format.md §7.2.1; docs/decisions.md #22), or a ``row_flat_raw``
+        matrix holds ±Infinity / NaN cells (beyond float32).
 
     Raises
     ------
@@ -311,6 +312,8 @@ def force_matrix_fz_ratio(ep: Episode, column: str, force_column: str | None = N
         ok = np.any(flat != 0, axis=1)
         if limits is not None:
             ok &= ~np.any((flat == limits[0]) | (flat == limits[1]), axis=1)
+        else:  # row_flat_raw: a cell beyond float32 is stored as ±Infinity, its Σfz is no reading (qa12)
+            ok &= np.isfinite(flat).all(axis=1)
         nonzero.append(ok)
     fz_sum = np.concatenate(sums) if sums else np.zeros(0)
     valid = np.concatenate(nonzero) if nonzero else np.zeros(0, dtype=bool)

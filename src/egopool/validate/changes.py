@@ -57,8 +57,12 @@ def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapp
         schema = pf.schema_arrow
     except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
         return
-    cols = [f.name for f in schema if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix"
-            and pa.types.is_list(f.type) and pa.types.is_int16(f.type.value_type)]
+    fm = [f for f in schema if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix"
+          and pa.types.is_list(f.type)]
+    cols = [f.name for f in fm if pa.types.is_int16(f.type.value_type)]
+    raw = [f.name for f in fm if pa.types.is_float32(f.type.value_type)]
+    if raw:
+        _non_finite_raw_cells(ctx, pf, path, raw, drop)
     if not cols:
         return
     codec = ForceMatrixCodec("row_diff_quantized", 1.0)
@@ -101,3 +105,33 @@ def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapp
                            f"column {name!r}: {cells[name]} cell(s) in {rows[name]} row(s) (first row {first[name]}) "
                            f"are at the int16 limits 32767/-32768 of row_diff_quantized; {trace}; the Σfz self-check "
                            "leaves those rows out (a saturated sum is a bound, not the historical truncation)")
+
+
+def _non_finite_raw_cells(ctx: Context, pf: Any, path: Path, cols: list[str], drop: Mapping[str, Any]) -> None:
+    """``row_flat_raw`` (float32) force matrices: cells beyond float32 were stored as ±Infinity (found by qa12)."""
+    cells = dict.fromkeys(cols, 0)
+    first: dict[str, int] = {}
+    base = 0
+    try:
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=cols):
+            for name in cols:
+                arr = batch.column(name)
+                values = arr.flatten().to_numpy(zero_copy_only=False)
+                bad = ~np.isfinite(values)
+                if bad.any():
+                    offsets = list_offsets(arr) - list_offsets(arr)[0]
+                    cells[name] += int(bad.sum())
+                    row = int(np.searchsorted(offsets, int(np.flatnonzero(bad)[0]), side="right")) - 1
+                    first.setdefault(name, base + row)
+            base += batch.num_rows
+    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+        return
+    for name in cols:
+        if not cells[name]:
+            continue
+        counted = drop.get(saturated_key(name))
+        trace = (f"the writer counted {counted} cell(s) beyond float32 in drop_stats" if counted
+                 else "drop_stats does not count them")
+        ctx.report.warning(_RULES["_saturated_count"], path,
+                           f"column {name!r}: {cells[name]} cell(s) (first row {first[name]}) are Infinity/NaN in "
+                           f"row_flat_raw (float32); {trace}; the Σfz self-check leaves those rows out")
