@@ -372,3 +372,22 @@ def test_record_and_start_episode_refuse_what_float32_cannot_time_before_recordi
     with pytest.raises(SchemaError, match=r"max_ticks / fps = 33000 at 500 fps"):
         rec.start_episode(max_ticks=500 * 33000)
     assert not rec._active and not (tmp_path / "t" / "data").exists() and tw.next_episode_index() == 1
+
+
+def test_a_huge_array_for_a_fixed_length_column_is_refused_before_it_is_copied():
+    """Found by qa12: 5e7 values pushed as a glove frame were converted (a 200 MB float32 copy) before the
+    length check refused them."""
+    import tracemalloc
+
+    from egopool.schema import vector_column
+
+    glove = vector_column("observation.left_glove", [16, 16])
+    big = np.zeros(50_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchemaError, match="expects 256 values per row, got 50000000"):
+            glove.normalise(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

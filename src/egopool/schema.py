@@ -248,6 +248,9 @@ class ColumnSpec:
         A flat value (one axis after dropping axes of size 1) is the stored form and is left to the
         length checks; so is anything that is not a regular array.
         """
+        if self.storage == "list" and self.length is not None and isinstance(value, np.ndarray) \
+                and value.size != self.length:  # before any conversion copies a huge array (found by qa12)
+            raise SchemaError(f"expects {self.length} values per row, got {value.size}", column=self.name)
         if self.storage in ("scalar", "string") or self.feature is None:
             return
         item = [int(n) for n in self.feature.get("shape") or () if isinstance(n, int) and n != 1]
