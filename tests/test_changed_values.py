@@ -258,5 +258,6 @@ def test_row_flat_raw_cells_beyond_float32_are_counted_reported_and_left_out_of_
     assert np.isinf(e.force_matrices(FM)[0][0, 0, 2])
     ratio = force_matrix_fz_ratio(e, FM)
     assert np.isnan(ratio[0]) and ratio[1] == pytest.approx(1.0)
-    found = _warnings(validate_task(tmp_path / "raw"), "1 cell(s) (first row 0) are Infinity/NaN in row_flat_raw")
-    assert found and "the writer counted 1 cell(s) beyond float32" in found[0].message
+    found = _warnings(validate_task(tmp_path / "raw"), "1 cell(s) in 1 row(s) (first row 0) are Infinity/NaN in "
+                                                        "row_flat_raw")
+    assert found and "the writer counted 1 saturated cell(s)" in found[0].message

@@ -7,7 +7,8 @@ Warnings, not errors: the files are valid, but a reader should know that
   stream left out, rows left out; :mod:`egopool.meta.drop_stats`);
 * an int16 force-matrix column holds cells at the int16 limits (32767 / −32768): they
   may have been saturated (file_format.md §7.2.1), whoever wrote the file, so a Σfz over
-  those rows is only a bound. Detected from the data itself.
+  those rows is only a bound; a float32 (``row_flat_raw``) one holds ±Infinity / NaN cells
+  (beyond float32). Detected from the data itself.
 """
 
 from __future__ import annotations
@@ -52,19 +53,19 @@ def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | 
 
 
 def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any]) -> None:
+    """Cells a force-matrix column could not hold, found in the data: int16 cells at the limits
+    (``row_diff_quantized``), ±Infinity / NaN cells (``row_flat_raw`` float32)."""
     try:
         pf = open_parquet(path, what="data parquet")  # footer checked first (decisions.md H3)
         schema = pf.schema_arrow
     except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
         return
-    fm = [f for f in schema if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix"
-          and pa.types.is_list(f.type)]
-    cols = [f.name for f in fm if pa.types.is_int16(f.type.value_type)]
-    raw = [f.name for f in fm if pa.types.is_float32(f.type.value_type)]
-    if raw:
-        _non_finite_raw_cells(ctx, pf, path, raw, drop)
-    if not cols:
+    raw = {f.name: pa.types.is_float32(f.type.value_type) for f in schema
+           if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix" and pa.types.is_list(f.type)
+           and (pa.types.is_int16(f.type.value_type) or pa.types.is_float32(f.type.value_type))}
+    if not raw:
         return
+    cols = list(raw)
     codec = ForceMatrixCodec("row_diff_quantized", 1.0)
     cells = dict.fromkeys(cols, 0)
     rows = dict.fromkeys(cols, 0)
@@ -84,11 +85,16 @@ def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapp
                     stored = values  # every row holds a frame: no copy
                 else:
                     stored = np.concatenate([values[int(offsets[i]): int(offsets[i]) + FRAME_VALUES] for i in full])
-                q = codec.decode_quantized(stored).reshape(full.size, FRAME_VALUES)
-                # max/min first: counting only pays where a row reaches a limit at all
-                hit = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
+                if raw[name]:  # row_flat_raw: a cell beyond float32 was stored as ±Infinity
+                    bad = ~np.isfinite(stored.reshape(full.size, FRAME_VALUES))
+                    hit = np.flatnonzero(bad.any(axis=1))
+                    per_row = bad[hit].sum(axis=1)
+                else:
+                    q = codec.decode_quantized(stored).reshape(full.size, FRAME_VALUES)
+                    # max/min first: counting only pays where a row reaches a limit at all
+                    hit = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
+                    per_row = saturated_cells(q[hit]) if hit.size else np.zeros(0)
                 if hit.size:
-                    per_row = saturated_cells(q[hit])
                     cells[name] += int(per_row.sum())
                     rows[name] += int(hit.size)
                     first.setdefault(name, base + int(full[hit[0]]))
@@ -99,39 +105,11 @@ def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapp
         if not cells[name]:
             continue
         counted = drop.get(saturated_key(name))
+        what = ("are Infinity/NaN in row_flat_raw (float32, beyond its range)" if raw[name]
+                else "are at the int16 limits 32767/-32768 of row_diff_quantized")
         trace = (f"the writer counted {counted} saturated cell(s) in drop_stats" if counted
                  else "drop_stats does not count them, so they may be saturated readings")
         ctx.report.warning(_RULES["_saturated_count"], path,
                            f"column {name!r}: {cells[name]} cell(s) in {rows[name]} row(s) (first row {first[name]}) "
-                           f"are at the int16 limits 32767/-32768 of row_diff_quantized; {trace}; the Σfz self-check "
-                           "leaves those rows out (a saturated sum is a bound, not the historical truncation)")
-
-
-def _non_finite_raw_cells(ctx: Context, pf: Any, path: Path, cols: list[str], drop: Mapping[str, Any]) -> None:
-    """``row_flat_raw`` (float32) force matrices: cells beyond float32 were stored as ±Infinity (found by qa12)."""
-    cells = dict.fromkeys(cols, 0)
-    first: dict[str, int] = {}
-    base = 0
-    try:
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=cols):
-            for name in cols:
-                arr = batch.column(name)
-                values = arr.flatten().to_numpy(zero_copy_only=False)
-                bad = ~np.isfinite(values)
-                if bad.any():
-                    offsets = list_offsets(arr) - list_offsets(arr)[0]
-                    cells[name] += int(bad.sum())
-                    row = int(np.searchsorted(offsets, int(np.flatnonzero(bad)[0]), side="right")) - 1
-                    first.setdefault(name, base + row)
-            base += batch.num_rows
-    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
-        return
-    for name in cols:
-        if not cells[name]:
-            continue
-        counted = drop.get(saturated_key(name))
-        trace = (f"the writer counted {counted} cell(s) beyond float32 in drop_stats" if counted
-                 else "drop_stats does not count them")
-        ctx.report.warning(_RULES["_saturated_count"], path,
-                           f"column {name!r}: {cells[name]} cell(s) (first row {first[name]}) are Infinity/NaN in "
-                           f"row_flat_raw (float32); {trace}; the Σfz self-check leaves those rows out")
+                           f"{what}; {trace}; the Σfz self-check leaves those rows out (a saturated sum is a bound, "
+                           "not the historical truncation)")
