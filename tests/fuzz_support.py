@@ -85,6 +85,17 @@ COMMANDS: dict[str, list[str]] = {
     "keypoints backfill": ["keypoints", "backfill", "{task}", "--dry-run", "--no-registry",
                            "--mirror-root", "{out}/kp", "--json"],
 }
+#: Commands that take seconds per run (video export, rendering): each damaged input runs half of
+#: them in turn (:func:`commands_for`), so every one still meets every file kind three times.
+SLOW_COMMANDS = ("export lerobot", "export rerun", "view", "plot")
+
+
+def commands_for(i: int) -> list[str]:
+    """The commands run on the ``i``-th damaged input of a kind: every fast one, half of the slow ones."""
+    slow = SLOW_COMMANDS[i % 2::2]
+    return sorted(name for name in COMMANDS if name not in SLOW_COMMANDS or name in slow)
+
+
 #: Commands that read no task (they write a new one, import another format, run a server or list
 #: hardware): covered by their own tests.
 NOT_TASK_COMMANDS = {"demo", "simulate", "import", "record", "devices", "serve", "token"}

@@ -12,7 +12,8 @@ that reads a task (:data:`fuzz_support.COMMANDS`, 23 invocations). It asserts: n
 no file changed, each input within a time bound (SIGALRM) and the peak RSS of the whole
 run bounded.
 
-Figures (CI, derandomized): 11 kinds × 6 inputs = 66 damaged tasks, about 50 s in all.
+Figures (CI, derandomized): 11 kinds × 6 inputs = 66 damaged tasks; with the interop extra about
+2.5 CPU-minutes (50 s before the export, view and plot commands joined).
 The bigger run is ``python benchmarks/bench_fuzz_damage.py --examples 2000``; its figures
 are in benchmarks/README.md.
 """
@@ -35,7 +36,7 @@ EXAMPLES_PER_KIND = 6
 #: decompression bomb read into memory would exceed it by far.
 MAX_RSS_GROWTH_MB = 500
 #: Time bound of one damaged task (readers + validator + 23 commands; a few s normally).
-SECONDS_PER_INPUT = 60
+SECONDS_PER_INPUT = 180
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_damaged_task(reference: Path, tmp_path: Path, kind: str) -> None:
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(st.data())
     def one(data: st.DataObject) -> None:
-        dmg, out = fz.check_one(reference, tmp_path / "work", data.draw, st, sorted(fz.COMMANDS),
+        dmg, out = fz.check_one(reference, tmp_path / "work", data.draw, st, fz.commands_for(len(seen)),
                                 seconds=SECONDS_PER_INPUT, kind=kind)
         seen.append(dmg.op)
         assert out.failures == [], f"{dmg}: {out.failures}"
