@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from PIL import Image
 from egopool import EgopoolError, FormatError, SchemaError, open_task
 from egopool.cli.app import main
 from egopool.importers import import_euroc, import_rgbd_frames, import_tum, rotation_to_quaternion
+from egopool.importers.tum import read_tum
 
 DATA = Path(__file__).parent / "data"
 SEVEN = DATA / "sevenscenes_tsdf_fusion"
@@ -500,3 +502,30 @@ def test_euroc_imu_value_beyond_float32_names_the_file(tmp_path):
     assert err.value.message == f"imu0 row with timestamp {stamp} holds 1e+300, beyond float32 (the stored IMU type)"
     csv.write_text("")
     assert "imu0/data.csv has no samples: no IMU columns" in import_euroc(src, tmp_path / "out").notes
+
+
+# qa12: relative-millisecond stamps are noted; numbers are plain ASCII (not 1_0, Arabic-Indic digits)
+def _tum_file(tmp_path, body):
+    p = tmp_path / "t.txt"; p.write_text(body); return p
+
+def test_tum_relative_ms_stamps_are_noted(tmp_path):
+    p = _tum_file(tmp_path, "".join(f"{t} 0 0 0 0 0 0 1\n" for t in (0, 33, 66)))
+    with pytest.warns(UserWarning, match="median 33 s apart"):
+        res = import_tum(p, tmp_path / "out", frame="tum_fr1_world", task="t", fps=30)
+    assert res.counts["rows"] == 1981 and any("divide the first column by 1000" in n for n in res.notes)
+
+def test_tum_fractional_stamps_are_not_noted(tmp_path):
+    p = _tum_file(tmp_path, "".join(f"{t} 0 0 0 0 0 0 1\n" for t in (0.0, 0.033, 0.066)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = import_tum(p, tmp_path / "out", frame="tum_fr1_world", task="t", fps=30)
+    assert not any("divide" in n for n in res.notes)
+
+@pytest.mark.parametrize("tok", ["1_0", "\u0661", "0x10", "１"])
+def test_tum_numbers_are_plain_ascii(tmp_path, tok):
+    p = _tum_file(tmp_path, f"0 {tok} 0 0 0 0 0 1\n")
+    with pytest.raises(FormatError, match="line 1: not a number"):
+        read_tum(p)
+    p = _tum_file(tmp_path, f"{tok} 0 0 0 0 0 0 1\n")
+    with pytest.raises(FormatError, match="line 1"):
+        read_tum(p)

@@ -36,6 +36,7 @@ __all__ = [
     "plausible_unix_unit",
     "read_input_lines",
     "nearest_rotation",
+    "plain_number",
     "quaternion_to_rotation",
     "rotation_to_quaternion",
     "seconds_to_ns",
@@ -142,6 +143,28 @@ def check_fps(fps: float) -> float:
     return float(fps)
 
 
+#: A number as text files of this field write it: ASCII digits, optional sign, fraction and exponent;
+#: ``nan`` / ``inf`` so that a non-finite value is named as such rather than as "not a number".
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)",
+                           re.IGNORECASE)
+
+
+def plain_number(token: str) -> float:
+    """A text value of a TUM / EuRoC file as float64.
+
+    Stricter than ``float()``: ``1_305`` and non-ASCII digits (``١٢``) are refused, since no
+    tool of this field writes them and accepting them would guess at damaged text.
+
+    Raises
+    ------
+    ValueError
+        ``token`` is not such a number (callers name the file and line).
+    """
+    if not _PLAIN_NUMBER.fullmatch(token):
+        raise ValueError(f"not a number: {token!r}")
+    return float(token)
+
+
 def seconds_to_ns(token: str, *, path: Path, line: int) -> int:
     """Decimal seconds text (``1305031098.6659``, ``1.403715529112143517e+09``) -> exact int ns.
 
@@ -154,6 +177,8 @@ def seconds_to_ns(token: str, *, path: Path, line: int) -> int:
         Not a finite number, or beyond the int64 ns range; names the file and 1-based line.
     """
     try:
+        if not _PLAIN_NUMBER.fullmatch(token):
+            raise InvalidOperation
         d = Decimal(token)
     except InvalidOperation:
         raise FormatError(f"line {line}: timestamp {token!r} is not a number", path=path) from None

@@ -32,7 +32,8 @@ from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, looks_like_header,
-                      plausible_unix_unit, read_input_lines, task_writer, window_offsets, with_feature)
+                      plain_number, plausible_unix_unit, read_input_lines, task_writer, window_offsets,
+                      with_feature)
 from ._images import image_header, read_gray
 
 __all__ = ["EurocDataset", "import_euroc", "parse_sensor_yaml", "scan_euroc"]
@@ -177,12 +178,12 @@ def _read_csv(path: Path, ncols: int, what: str, *, min_cols: int | None = None)
 
 def _floats(path: Path, rows: list[list[str]], stamps: np.ndarray, what: str) -> np.ndarray:
     try:
-        arr = np.asarray([[float(v) for v in r] for r in rows], dtype=np.float64)
+        arr = np.asarray([[plain_number(v) for v in r] for r in rows], dtype=np.float64)
     except ValueError:
         for r, ts in zip(rows, stamps):
             for v in r:
                 try:
-                    float(v)
+                    plain_number(v)
                 except ValueError:
                     raise FormatError(f"{what} row with timestamp {ts}: {v!r} is not a number", path=path) from None
         raise

@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
-from ._common import (ImportResult, Progress, check_fps, default_task_name, looks_like_header, plausible_unix_unit,
-                      read_input_lines, seconds_to_ns, task_writer, window_offsets)
+from ._common import (ImportResult, Progress, check_fps, default_task_name, looks_like_header, plain_number,
+                      plausible_unix_unit, read_input_lines, seconds_to_ns, task_writer, window_offsets)
 
 __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 
@@ -100,7 +100,7 @@ def read_tum(path: str | Path) -> TumTrajectory:
             raise FormatError(f"line {no}: expected 8 values 'timestamp tx ty tz qx qy qz qw', "
                               f"got {len(tokens)}", path=path)
         try:
-            vals = [float(t) for t in tokens]
+            vals = [plain_number(t) for t in tokens]
         except ValueError:
             raise FormatError(f"line {no}: not a number in {line[:60]!r}", path=path) from None
         if not all(np.isfinite(vals)):
@@ -218,5 +218,25 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
                f"line {earlier}); all were kept, in file order")
         notes.append(dup)
         warnings.warn(f"{traj.path}: {dup}", UserWarning, stacklevel=2)
+    unit = _whole_second_steps(traj)
+    if unit is not None:
+        notes.append(unit)
+        warnings.warn(f"{traj.path}: {unit}", UserWarning, stacklevel=2)
     return ImportResult(tw.task_dir, (result,), tuple(synthesised), tuple(notes),
                         {"poses": len(traj.ns), "rows": rows, "duplicate_stamps": len(traj.duplicates)})
+
+
+def _whole_second_steps(traj: TumTrajectory) -> str | None:
+    """A note when every stamp is a whole number and poses are >= 1 s apart (relative milliseconds?).
+
+    TUM stamps are seconds; relative millisecond stamps (0, 33, 66...) read as seconds turn
+    3 poses into a 66 s episode. They stay seconds (a slow keyframe trajectory looks the
+    same), but the user is told.
+    """
+    if len(traj.ns) < 3 or np.any(traj.ns % 1_000_000_000):
+        return None
+    step_s = float(np.median(np.diff(traj.ns))) / 1e9
+    if step_s < 1.0:
+        return None
+    return (f"every timestamp is a whole number and poses are a median {step_s:g} s apart: read as seconds "
+            "(TUM); if they are milliseconds, divide the first column by 1000 and import again")
