@@ -10,8 +10,10 @@ raylets on 127.0.0.2, one CPU each), shut down at the end; no Ray process outliv
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -217,6 +219,48 @@ def test_cli_validate_and_stats_recalc_with_ray_address(ray_cluster, collection,
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["episodes"] == EPISODES - 2
     assert json.loads(stats_path(ok_task).read_text()) == compute_stats(ok_task)[0]
+
+
+def test_every_egopool_error_survives_pickling_as_a_ray_result_does() -> None:
+    """A unit's error reaches the driver pickled: same class, message and fields, whatever ``__init__`` takes."""
+    from egopool import errors
+
+    made = [errors.EpisodeNotFoundError("/t/pick", 7), errors.MetaUpdateError(3, "stats.json not written", path="/t"),
+            errors.UploadRejectedError(409, "duplicate", "episode exists", findings=[{"code": "x"}]),
+            errors.SchemaError("rows differ", column="observation.x", path="/t/d.parquet", hint="fix it"),
+            errors.OperationError("lost", details=["a", "b"]), errors.TransferError("refused", status=503),
+            errors.StorageError("cannot write", path="/t/x", hint="free space")]
+    classes = {c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.EgopoolError)}
+    made += [c("plain message", path="/p") for c in classes if "__init__" not in vars(c) or c is errors.EgopoolError]
+    assert {type(e) for e in made} == classes  # every class of the hierarchy is tried
+    for exc in made:
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and back.args == exc.args and vars(back) == vars(exc)
+        assert back.one_line() == exc.one_line() == str(back)
+    assert pickle.loads(pickle.dumps(made[0])).index == 7 and isinstance(made[0], FileNotFoundError)
+
+
+@pytest.mark.extra("ray")
+def test_an_error_of_a_unit_reaches_the_driver_as_itself(ray_cluster, tmp_path) -> None:
+    """An episode removed after the export was planned: the Ray unit's EpisodeNotFoundError, not Ray's wrapper."""
+    from egopool.errors import EpisodeNotFoundError
+    from egopool.interop import lerobot_export
+    from egopool.interop.lerobot_plan import plan_export
+    from egopool.read.reader import open_task
+
+    tw = TaskWriter(tmp_path, "gone", fps=10.0, registry=False)
+    for _ in range(2):
+        ep = tw.begin_episode(columns=[vector_column(GLOVE, [4])], sensors=["right_glove"], sensor_dim=4)
+        for _ in range(3):
+            ep.add_frame({GLOVE: np.zeros(4, np.float32)})
+        ep.finish()
+    plan = plan_export(open_task(tmp_path / "gone"))
+    for part in ("data", "meta/episodes"):  # N=2 deleted meanwhile, as `egopool delete` leaves it
+        (tmp_path / "gone" / part / "chunk-000" / "episode-001.parquet").unlink()
+    shared = lerobot_export._ExportInput(plan, tmp_path / "staging")
+    with ray_executor(ray_cluster) as ex, pytest.raises(EpisodeNotFoundError) as err:
+        ex.map(lerobot_export.export_episode_unit, shared, plan.jobs)
+    assert err.value.index == 2 and str(err.value).startswith(f"{tmp_path / 'gone'}: no episode 2 in task")
 
 
 def test_without_ray_installed_or_reachable_the_cli_says_so_in_one_line(collection, capsys) -> None:
