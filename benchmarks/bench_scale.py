@@ -13,12 +13,18 @@ times, as wall-clock medians of ``--repeat`` runs:
 * speed-up = in-process / Ray, and the Ray overhead per episode = Ray wall time minus the
   in-process time divided by the CPUs Ray used (what perfect scaling would take), per episode.
 
+With ``--export E`` (needs the ``interop`` extra's PyAV only, not lerobot): ``egopool simulate --rig
+full --episodes E --seconds S --scale 4`` (not timed), then ``export_lerobot`` of the task
+in-process — the baseline — and with one Ray task per episode (``executor=RayExecutor``),
+interleaved, medians of ``--repeat``; both datasets are asserted byte-identical file by file.
+
 With ``--keypoints`` (run it with the keypoints venv: ``.venv-keypoints/bin/python``; needs
 mediapipe), MediaPipe Hands runs on the bundled real hand video (621 frames, scaled to
 640x360 like the demo, decoded beforehand so only the detector is timed): frames/s and
 frames per CPU-second in one process (≈ per core), for model_complexity 1 (default) and 0.
 
     python benchmarks/bench_scale.py                    # --episodes 2000 --rows 30 --repeat 3 --cpus 2
+    python benchmarks/bench_scale.py --episodes 0 --export 6 --export-seconds 5
     .venv-keypoints/bin/python benchmarks/bench_scale.py --keypoints --episodes 0
 """
 
@@ -128,6 +134,61 @@ def bench_jobs(args: argparse.Namespace) -> None:
         print(f"ray.init (local instance, once): {t_init:.2f} s")
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def bench_export(args: argparse.Namespace) -> None:
+    import contextlib
+    import io
+    import shutil
+
+    import ray
+
+    from egopool.cli.app import main as egopool_main
+    from egopool.interop import export_lerobot
+    from egopool.jobs import RayExecutor
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert egopool_main(["simulate", "--rig", "full", "--episodes", str(args.export), "--seconds",
+                                 str(args.export_seconds), "--scale", "4", "--out", f"{tmp}/rec"]) == 0
+        task = Path(tmp) / "rec" / "sim_full"
+        print(f"\nsimulated {args.export} full-rig episodes of {args.export_seconds} s in {time.perf_counter() - t0:.1f} s")
+        out = Path(tmp) / "out"
+
+        def run(executor: object = None) -> float:
+            shutil.rmtree(out, ignore_errors=True)
+            t = time.perf_counter()
+            export_lerobot(task, out, executor=executor)  # type: ignore[arg-type]
+            return time.perf_counter() - t
+
+        run()  # page cache warm for both contenders
+        local_files = _tree(out)
+        ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+                 object_store_memory=200 * 1024 ** 2)
+        t_local: list[float] = []
+        t_ray: list[float] = []
+        try:
+            with RayExecutor() as ex:
+                run(ex)  # workers started and warm
+                for _ in range(args.repeat):
+                    t_local.append(run())
+                    t_ray.append(run(ex))
+                assert _tree(out) == local_files, "the Ray export differs from the in-process one"
+        finally:
+            ray.shutdown()
+        rows = sum(1 for _ in (task / "data").rglob("*.parquet"))
+        a, b = statistics.median(t_local), statistics.median(t_ray)
+        size = sum(len(v) for v in local_files.values()) / 1e6
+        print(f"bench_scale.py --export ({rows} episodes x {args.export_seconds} s full rig, scale 4: 4 RGB streams "
+              f"copied + depth decoded; {len(local_files)} files, {size:.1f} MB, byte-identical; Ray with "
+              f"{args.cpus} CPUs on this machine)")
+        print(f"{'export lerobot':<28}{'in-process s':>14}{'Ray s':>10}{'speed-up':>10}{'s/ep in':>10}{'s/ep Ray':>10}")
+        print(f"{'':<28}{a:>14.2f}{b:>10.2f}{a / b:>9.2f}x{a / rows:>10.2f}{b / rows:>10.2f}")
+
+
 def bench_keypoints(args: argparse.Namespace) -> None:
     import av
 
@@ -156,10 +217,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--export", type=int, default=0, metavar="E",
+                    help="also time export lerobot of E simulated full-rig episodes, in-process vs Ray")
+    ap.add_argument("--export-seconds", type=float, default=5.0, help="seconds per simulated episode (--export)")
     ap.add_argument("--keypoints", action="store_true", help="also time MediaPipe Hands (keypoints venv)")
     args = ap.parse_args()
     if args.episodes:
         bench_jobs(args)
+    if args.export:
+        bench_export(args)
     if args.keypoints:
         bench_keypoints(args)
 

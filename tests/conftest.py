@@ -36,3 +36,31 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
             report.outcome = "failed"
             report.longrepr = f"extra {name!r} is required here (EGOPOOL_REQUIRE_EXTRAS) but its test skipped: {report.longrepr}"
             return
+
+
+#: Ray replaces 127.0.0.1/localhost in an address by the machine's outward IP and then looks for a
+#: raylet there, so the test cluster sits on another loopback address: nothing leaves this machine.
+RAY_LOOPBACK = "127.0.0.2"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local two-node Ray cluster (``ray.cluster_utils.Cluster``: two raylets on 127.0.0.2, one CPU each).
+
+    One per test module that asks for it; shut down at the module's end, so no Ray process
+    outlives it. Skips without the ``ray`` extra.
+    """
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": RAY_LOOPBACK,
+                                                      "include_dashboard": False,
+                                                      "object_store_memory": 80 * 1024 ** 2})
+    try:
+        c.add_node(num_cpus=1, node_ip_address=RAY_LOOPBACK, object_store_memory=80 * 1024 ** 2)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()

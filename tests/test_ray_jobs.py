@@ -4,14 +4,16 @@ A task of 240 writer-made episodes (a few of them broken, so validation has find
 validated and its stats recomputed in-process and with one Ray task per episode; the results
 must be equal (findings in the same order, stats documents bit for bit). Then a Ray worker is
 SIGKILLed while it runs a unit: Ray retries the unit and the result is still equal. The
-cluster is one module fixture (``ray.cluster_utils.Cluster``, two raylets on 127.0.0.2, one
-CPU each) and is shut down at the end; no Ray process outlives the module.
+cluster is the module fixture ``ray_cluster`` (tests/conftest.py: ``ray.cluster_utils.Cluster``, two
+raylets on 127.0.0.2, one CPU each), shut down at the end; no Ray process outlives the module.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -31,9 +33,7 @@ from egopool.ops import compute_stats, recalc_task_stats
 from egopool.validate import validate_task
 
 EPISODES = 240
-#: Ray replaces 127.0.0.1/localhost in an address by the machine's outward IP and then looks for a
-#: raylet there, so the test cluster sits on another loopback address: nothing leaves this machine.
-LOOPBACK = "127.0.0.2"
+LOOPBACK = "127.0.0.2"  # conftest.RAY_LOOPBACK: where the ray_cluster fixture's raylets listen
 GLOVE = "observation.right_glove"
 
 
@@ -74,24 +74,6 @@ def build_task(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": LOOPBACK,
-                                                      "include_dashboard": False,
-                                                      "object_store_memory": 80 * 1024 ** 2})
-    try:
-        c.add_node(num_cpus=1, node_ip_address=LOOPBACK, object_store_memory=80 * 1024 ** 2)
-        c.wait_for_nodes()
-        yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
-
-
-@pytest.fixture(scope="module")
 def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_task(tmp_path_factory.mktemp("ray"))
 
@@ -110,10 +92,10 @@ def readable_copy(collection: Path, dst: Path) -> Path:
     return dst
 
 
-def ray_executor(cluster):
+def ray_executor(ray_cluster):
     from egopool.jobs import RayExecutor
 
-    return RayExecutor(cluster.address)
+    return RayExecutor(ray_cluster.address)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -176,8 +158,8 @@ def run_with_a_worker_killed(job, unit: str) -> tuple[object, int]:
 
 
 @pytest.mark.extra("ray")
-def test_validate_on_ray_equals_in_process(cluster, collection, in_process) -> None:
-    with ray_executor(cluster) as ex:
+def test_validate_on_ray_equals_in_process(ray_cluster, collection, in_process) -> None:
+    with ray_executor(ray_cluster) as ex:
         import ray
 
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2 and ray.cluster_resources()["CPU"] == 2
@@ -191,10 +173,10 @@ def test_validate_on_ray_equals_in_process(cluster, collection, in_process) -> N
 
 
 @pytest.mark.extra("ray")
-def test_stats_on_ray_equal_in_process_bit_for_bit(cluster, collection, in_process, tmp_path) -> None:
+def test_stats_on_ray_equal_in_process_bit_for_bit(ray_cluster, collection, in_process, tmp_path) -> None:
     ok_task = readable_copy(collection, tmp_path / "collection")
     local_doc, n_local = compute_stats(ok_task)
-    with ray_executor(cluster) as ex:
+    with ray_executor(ray_cluster) as ex:
         ray_doc, n_ray = compute_stats(ok_task, executor=ex)
         report = recalc_task_stats(ok_task, executor=ex)
     assert n_ray == n_local == EPISODES - 2 and ray_doc == local_doc
@@ -205,8 +187,8 @@ def test_stats_on_ray_equal_in_process_bit_for_bit(cluster, collection, in_proce
 
 
 @pytest.mark.extra("ray")
-def test_a_killed_worker_is_retried_and_the_result_is_equal(cluster, collection, in_process) -> None:
-    with ray_executor(cluster) as ex:
+def test_a_killed_worker_is_retried_and_the_result_is_equal(ray_cluster, collection, in_process) -> None:
+    with ray_executor(ray_cluster) as ex:
         report, killed = run_with_a_worker_killed(lambda: validate_task(collection, executor=ex),
                                                   "check_episode_unit")
         assert killed, "no worker was seen running a validation unit"
@@ -214,29 +196,71 @@ def test_a_killed_worker_is_retried_and_the_result_is_equal(cluster, collection,
 
     ok_task = readable_copy(collection, collection.parent / "stats_kill")
     local_doc, _ = compute_stats(ok_task)
-    with ray_executor(cluster) as ex:
+    with ray_executor(ray_cluster) as ex:
         (doc, n), killed = run_with_a_worker_killed(lambda: compute_stats(ok_task, executor=ex), "episode_blocks")
     assert killed and doc == local_doc and n == EPISODES - 2
 
 
 @pytest.mark.extra("ray")
-def test_cli_validate_and_stats_recalc_with_ray_address(cluster, collection, in_process, tmp_path) -> None:
+def test_cli_validate_and_stats_recalc_with_ray_address(ray_cluster, collection, in_process, tmp_path) -> None:
     pytest.importorskip("ray")
     env = {**os.environ, "RAY_ADDRESS": ""}
     cmd = [sys.executable, "-m", "egopool"]
     local = subprocess.run([*cmd, "validate", str(collection), "--json"], capture_output=True, text=True, env=env)
-    remote = subprocess.run([*cmd, "validate", "--ray", cluster.address, str(collection), "--json"],
+    remote = subprocess.run([*cmd, "validate", "--ray", ray_cluster.address, str(collection), "--json"],
                             capture_output=True, text=True, env=env)
     assert local.returncode == remote.returncode == 1, remote.stderr
     assert json.loads(remote.stdout) == json.loads(local.stdout)
     assert json.loads(local.stdout)["tasks"][0]["episodes"] == EPISODES
 
     ok_task = readable_copy(collection, tmp_path / "collection")
-    r = subprocess.run([*cmd, "stats", "recalc", str(ok_task), "--ray", cluster.address, "--json"],
+    r = subprocess.run([*cmd, "stats", "recalc", str(ok_task), "--ray", ray_cluster.address, "--json"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["episodes"] == EPISODES - 2
     assert json.loads(stats_path(ok_task).read_text()) == compute_stats(ok_task)[0]
+
+
+def test_every_egopool_error_survives_pickling_as_a_ray_result_does() -> None:
+    """A unit's error reaches the driver pickled: same class, message and fields, whatever ``__init__`` takes."""
+    from egopool import errors
+
+    made = [errors.EpisodeNotFoundError("/t/pick", 7), errors.MetaUpdateError(3, "stats.json not written", path="/t"),
+            errors.UploadRejectedError(409, "duplicate", "episode exists", findings=[{"code": "x"}]),
+            errors.SchemaError("rows differ", column="observation.x", path="/t/d.parquet", hint="fix it"),
+            errors.OperationError("lost", details=["a", "b"]), errors.TransferError("refused", status=503),
+            errors.StorageError("cannot write", path="/t/x", hint="free space")]
+    classes = {c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.EgopoolError)}
+    made += [c("plain message", path="/p") for c in classes if "__init__" not in vars(c) or c is errors.EgopoolError]
+    assert {type(e) for e in made} == classes  # every class of the hierarchy is tried
+    for exc in made:
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and back.args == exc.args and vars(back) == vars(exc)
+        assert back.one_line() == exc.one_line() == str(back)
+    assert pickle.loads(pickle.dumps(made[0])).index == 7 and isinstance(made[0], FileNotFoundError)
+
+
+@pytest.mark.extra("ray")
+def test_an_error_of_a_unit_reaches_the_driver_as_itself(ray_cluster, tmp_path) -> None:
+    """An episode removed after the export was planned: the Ray unit's EpisodeNotFoundError, not Ray's wrapper."""
+    from egopool.errors import EpisodeNotFoundError
+    from egopool.interop import lerobot_export
+    from egopool.interop.lerobot_plan import plan_export
+    from egopool.read.reader import open_task
+
+    tw = TaskWriter(tmp_path, "gone", fps=10.0, registry=False)
+    for _ in range(2):
+        ep = tw.begin_episode(columns=[vector_column(GLOVE, [4])], sensors=["right_glove"], sensor_dim=4)
+        for _ in range(3):
+            ep.add_frame({GLOVE: np.zeros(4, np.float32)})
+        ep.finish()
+    plan = plan_export(open_task(tmp_path / "gone"))
+    for part in ("data", "meta/episodes"):  # N=2 deleted meanwhile, as `egopool delete` leaves it
+        (tmp_path / "gone" / part / "chunk-000" / "episode-001.parquet").unlink()
+    shared = lerobot_export._ExportInput(plan, tmp_path / "staging")
+    with ray_executor(ray_cluster) as ex, pytest.raises(EpisodeNotFoundError) as err:
+        ex.map(lerobot_export.export_episode_unit, shared, plan.jobs)
+    assert err.value.index == 2 and str(err.value).startswith(f"{tmp_path / 'gone'}: no episode 2 in task")
 
 
 def test_without_ray_installed_or_reachable_the_cli_says_so_in_one_line(collection, capsys) -> None:

@@ -35,6 +35,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CodecError",
@@ -76,6 +77,15 @@ class EgopoolError(Exception):
         self.hint = hint
         super().__init__(self.one_line())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle without calling ``__init__`` again (subclasses take other arguments).
+
+        A unit that raises on a Ray worker comes back to the driver pickled; without this an
+        :class:`EpisodeNotFoundError` (``__init__(task_dir, index)``) could not be rebuilt and
+        the driver saw Ray's "failed to deserialize exception" instead of the error.
+        """
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
     def one_line(self) -> str:
         """The message as the CLI prints it: ``<path>: <message> (<hint>)``."""
         text = self.message
@@ -84,6 +94,14 @@ class EgopoolError(Exception):
         if self.hint:
             text = f"{text} ({self.hint})"
         return text
+
+
+def _rebuild(cls: type[EgopoolError], args: tuple[Any, ...], state: dict[str, Any]) -> EgopoolError:
+    """Unpickle an :class:`EgopoolError`: the same class, ``args`` and attributes, ``__init__`` not called."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class FormatError(EgopoolError):

@@ -121,6 +121,21 @@ def test_row_count_mismatch_is_refused_and_nothing_changes(task, capsys):
     assert code == 1 and "episode 3: refused: the mirror has 39 rows, the data parquet 40" in " ".join(out.split())
 
 
+def test_a_broken_mirror_file_refuses_its_episode_and_the_others_go_on(task, capsys):
+    """Episode 1's hand_pose_3d is not a parquet file: episode 1 refused with the file named, 2 still written."""
+    broken = episode_mirror_dir(task, 1) / "hand_pose_3d" / "chunk-000.parquet"
+    broken.write_bytes(b"not parquet")
+    data1 = egopool.open_task(task).layout.data_file(1)
+    before = data1.read_bytes()
+    code = main(["keypoints", "backfill", str(task), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and not doc["ok"]
+    (e1, e2) = doc["episodes"]
+    assert (e1["episode_index"], e1["status"], e2["episode_index"], e2["status"]) == (1, "refused", 2, "written")
+    assert e1["reason"].startswith(f"{broken}: ") and "parquet" in e1["reason"]  # the file and what is wrong
+    assert data1.read_bytes() == before
+
+
 def test_missing_mirror_for_a_requested_episode_fails(task, capsys):
     code = main(["keypoints", "backfill", str(task), "3", "--json"])
     doc = json.loads(capsys.readouterr().out)

@@ -13,6 +13,7 @@ from ..interop.tum import CLOCKS, export_tum
 from .app import app
 from .args import episode_argument, episode_option
 from .output import console, print_json, progress_bar
+from .ray_option import RAY_OPTION, executor_for
 
 export_app = typer.Typer(help="Export a task to other tools' formats: a LeRobot v3.0 dataset, a Rerun .rrd "
                               "recording, TUM trajectory files.", no_args_is_help=True)
@@ -57,17 +58,22 @@ def lerobot_cmd(
                                help="Depth streams as observation.depth.<key> uint16 mm [H, W] per frame."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT once the new one is complete."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the mapping only; write nothing."),
+    ray: str = RAY_OPTION,
     json_out: bool = _JSON,
 ) -> None:
     """Export a task as a LeRobot v3.0 dataset: frames, videos (copied when LeRobot can decode them), stats.
 
     Every column or stream that is dropped or renamed is printed and written to OUT/egopool_mapping.json
     (which `egopool import lerobot` reads back). LeRobot's timestamp is frame_index / fps; the pooled
-    timestamp is kept as pooled_timestamp.
+    timestamp is kept as pooled_timestamp. With --ray each episode (its data parquet, videos and statistics) is
+    written by its own Ray task and meta/ is assembled here: the same files as without --ray (TASK and OUT must
+    be on a file system every node sees). --dry-run does not start Ray.
     """
-    with progress_bar("exporting episodes", json_out or dry_run) as tick:
+    with progress_bar("exporting episodes", json_out or dry_run) as tick, \
+            executor_for(None if dry_run else ray) as executor:
         result = export_lerobot(task, out, episodes=episodes or None, state=state or (), action=action or (),
-                                depth=depth, repo_id=repo_id, dry_run=dry_run, overwrite=overwrite, progress=tick)
+                                depth=depth, repo_id=repo_id, dry_run=dry_run, overwrite=overwrite, progress=tick,
+                                executor=executor)
     if json_out:
         print_json(result.to_dict())
         return

@@ -56,6 +56,12 @@ def extract_cmd(task: Path = _TASK, indices: list[int] = _INDICES,
         console.print(f"{len(report.episodes)} episode(s), {report.frames} frames, a hand in "
                       f"{100 * report.hand_rate:.1f} % of them, {report.frames_per_cpu_second:.1f} frames per "
                       f"CPU-second ({report.executor}); mirror: {report.mirror_root}")
+        handless = [e for e in report.episodes if e.ok and e.frames and not e.hand_frames]
+        if handless:
+            streams = ", ".join(sorted({e.stream for e in handless}))
+            console.print(f"[yellow]no hand in any frame of episode(s) {', '.join(str(e.index) for e in handless)} "
+                          f"(stream {streams}): if that camera does not see the hands, pick the one that does with "
+                          "--stream KEY[/yellow]")
     if not report.ok:
         raise typer.Exit(1)
 

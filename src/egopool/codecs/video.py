@@ -97,6 +97,11 @@ class RgbEncoder:
         ``"h264"`` (libx264) or ``"hevc"`` (libx265, tag hvc1).
     crf:
         Constant rate factor (lower = better quality, larger files).
+    params:
+        Extra encoder parameters, ``key=value:key=value`` (``x264-params`` / ``x265-params``),
+        e.g. ``"mbtree=0"``: x264's macroblock-tree rate control makes the same frames encode
+        to different bytes from run to run (decision K8); an export that must be reproducible
+        turns it off.
 
     Raises
     ------
@@ -107,7 +112,7 @@ class RgbEncoder:
     """
 
     def __init__(self, path: str | Path, width: int, height: int, fps: float, *, codec: str = "h264",
-                 crf: int = 23, preset: str = "veryfast") -> None:
+                 crf: int = 23, preset: str = "veryfast", params: str | None = None) -> None:
         if codec not in RGB_CODECS:
             raise CodecError(f"unknown RGB codec {codec!r}", hint=f"use one of {sorted(RGB_CODECS)}")
         self.path = Path(path)
@@ -127,10 +132,11 @@ class RgbEncoder:
             raise CodecError(f"cannot open RGB encoder {RGB_CODECS[codec]}: {exc}", path=path) from exc
         self._stream.width, self._stream.height, self._stream.pix_fmt = self.width, self.height, pix
         if codec == "hevc":
-            self._stream.options = {"crf": str(crf), "preset": preset, "x265-params": "log-level=error"}
+            x265 = "log-level=error" + (f":{params}" if params else "")
+            self._stream.options = {"crf": str(crf), "preset": preset, "x265-params": x265}
             self._stream.codec_tag = "hvc1"
         else:
-            self._stream.options = {"crf": str(crf), "preset": preset}
+            self._stream.options = {"crf": str(crf), "preset": preset, **({"x264-params": params} if params else {})}
         self.pix_fmt = pix
 
     def check(self, image: np.ndarray | av.VideoFrame) -> np.ndarray | av.VideoFrame:

@@ -7,9 +7,13 @@
 
 Each episode is exported by :func:`export_episode`, a function of the task and its N (plus
 its fixed place in the dataset) that writes only that episode's files and returns its
-metadata; :func:`export_lerobot` merges the results into ``meta/``. Every file goes to a
-dot-temp directory beside OUT that is renamed into place at the end, so a failed export
-leaves no partial dataset (an existing OUT is replaced only with ``overwrite``).
+metadata; :func:`export_lerobot` merges the results into ``meta/``. The episodes run through
+an :class:`~egopool.jobs.Executor`: in a loop in this process (default), or one Ray task per
+episode (``executor=RayExecutor(...)``, ``--ray``) writing into the same directory on a shared
+file system; the driver alone writes ``meta/`` from the parts in episode order, so both give
+the same files (docs/decisions.md K8). Every file goes to a dot-temp directory beside OUT
+that is renamed into place at the end, so a failed export leaves no partial dataset (an
+existing OUT is replaced only with ``overwrite``).
 
 Videos: an H.264/HEVC stream whose frames sit exactly at ``i / fps`` is copied byte for byte
 (lerobot decodes both); any other stream is decoded and re-encoded (H.264, yuv420p).
@@ -18,7 +22,9 @@ Videos: an H.264/HEVC stream whose frames sit exactly at ``i / fps`` is copied b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,15 +41,22 @@ from ..arrowutil import list_column_to_numpy
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
+from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
 from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
-__all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_lerobot"]
+__all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
 
 _BATCH_ROWS = 256
 _COPY_PIX_FMTS = ("yuv420p", "yuvj420p")
 _MAPPING_FILE = "egopool_mapping.json"
+#: x264 without macroblock-tree rate control: with it the same frames give other bytes from run to
+#: run (in one process, one thread); without it a re-encoded video is the same in every export (K8).
+_REPRODUCIBLE_X264 = "mbtree=0"
+#: CRF of a re-encoded video: 3 below the recorder's 23 makes up for mbtree=0 (about the quality
+#: and size x264 gives with mbtree at 23) and for the second generation of loss.
+_REENCODE_CRF = 20
 #: Progress callback ``(episodes done, episodes total)``.
 Progress = Callable[[int, int], None]
 
@@ -142,7 +155,7 @@ def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int) -
             if i in rows:
                 thumbs.append(_thumb(frame))
         return True, np.stack(thumbs)
-    enc = RgbEncoder(dst, s.width, s.height, fps, codec="h264")
+    enc = RgbEncoder(dst, s.width, s.height, fps, codec="h264", crf=_REENCODE_CRF, params=_REPRODUCIBLE_X264)
     try:
         n = 0
         for n, frame in enumerate(ep.video(s.key), start=1):
@@ -282,6 +295,24 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats)
 
 
+@dataclass(frozen=True)
+class _ExportInput:
+    """What every episode unit shares (sent once to a Ray cluster): the plan and the staging root."""
+
+    plan: LeRobotPlan
+    root: Path
+
+
+def export_episode_unit(shared: _ExportInput, job: EpisodeJob) -> EpisodePart:
+    """One unit of an export job, in-process or as a Ray task: :func:`export_episode` of ``job``.
+
+    :func:`export_lerobot` passes absolute paths (a Ray worker has its own working directory);
+    the unit writes only its episode's files under ``shared.root`` and returns its
+    :class:`EpisodePart` to the driver, which writes ``meta/`` (errors: :func:`export_episode`).
+    """
+    return export_episode(job, shared.plan, shared.root)
+
+
 def _episodes_table(plan: LeRobotPlan, parts: Sequence[EpisodePart]) -> pa.Table:
     cols: dict[str, list[Any]] = {"episode_index": [], "tasks": [], "length": [], "data/chunk_index": [],
                                   "data/file_index": [], "dataset_from_index": [], "dataset_to_index": []}
@@ -361,7 +392,8 @@ def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
 def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int] | None = None,
                    state: Sequence[str] = (), action: Sequence[str] = (), depth: bool = True,
                    repo_id: str | None = None, dry_run: bool = False, overwrite: bool = False,
-                   progress: Progress | None = None) -> LeRobotExport:
+                   progress: Progress | None = None,
+                   executor: Executor[Any, Any, Any] | None = None) -> LeRobotExport:
     """Export a task (or some of its episodes) as a LeRobot v3.0 dataset at ``out``.
 
     Parameters
@@ -384,6 +416,10 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         Replace an existing ``out`` (atomically, once the new dataset is complete).
     progress:
         Called with ``(episodes done, total)``.
+    executor:
+        Runs :func:`export_episode_unit` per episode: in-process (default) or a
+        :class:`~egopool.jobs.RayExecutor` (one Ray task per episode; ``task`` and ``out``
+        must be on a file system every node sees under the same path). The files are the same.
 
     Returns
     -------
@@ -397,6 +433,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         :func:`~egopool.interop.lerobot_plan.plan_export`).
     StorageError
         The output cannot be written (nothing is left behind).
+    OperationError
+        From a Ray ``executor``: the cluster could not finish (nothing is left behind).
     """
     plan = plan_export(open_task(task), episodes=episodes, state=state, action=action, depth=depth,
                        repo_id=repo_id)
@@ -410,11 +448,10 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         staging = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
         staging.mkdir()
         try:
-            parts = []
-            for job in plan.jobs:
-                parts.append(export_episode(job, plan, staging))
-                if progress is not None:
-                    progress(len(parts), len(plan.jobs))
+            # a Ray worker has its own working directory: units see absolute paths (K4)
+            jobs = [dataclasses.replace(j, task_dir=Path(os.path.abspath(j.task_dir))) for j in plan.jobs]
+            shared = _ExportInput(plan, Path(os.path.abspath(staging)))
+            parts = (executor or LocalExecutor()).map(export_episode_unit, shared, jobs, progress=progress)
             _write_meta(plan, parts, staging)
             _publish_dir(staging, out, overwrite)
         except BaseException:

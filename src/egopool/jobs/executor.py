@@ -46,6 +46,8 @@ UnitProgress = Callable[[int, int], None]
 #: ``--ray`` without an ADDRESS: let ``ray.init()`` find the cluster (``RAY_ADDRESS``, the
 #: latest ``ray start`` on this machine) or start a private local one.
 RAY_DEFAULT_ADDRESS = ""
+#: Seconds a failing ``map`` waits for its cancelled units to stop (force-cancel kills their workers).
+CANCEL_WAIT_S = 30.0
 
 
 class Executor(Generic[S, U, R]):
@@ -208,10 +210,21 @@ class RayExecutor(Executor[S, U, R]):
         return results
 
     def _cancel(self, pending: dict[Any, int]) -> None:
+        """Cancel the units still pending and wait (up to :data:`CANCEL_WAIT_S`) until they stopped.
+
+        A unit still running after ``map`` raised could write after the driver cleaned up
+        (an export's staging directory, a mirror's temps): the wait makes ``map`` return
+        only when its units no longer run.
+        """
         for ref in pending:
             try:
                 self._ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - best effort: the job is failing anyway
+                pass
+        if pending:
+            try:
+                self._ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_WAIT_S)
+            except Exception:  # noqa: BLE001 - best effort, as above
                 pass
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import publish, task_lock, temp_path_for
-from ..errors import EgopoolError
+from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import stats_columns
@@ -315,7 +315,7 @@ def backfill_hand_pose(task_dir: str | Path, indices: Sequence[int] | None = Non
     Raises
     ------
     FormatError
-        ``info.json`` or a mirror file unreadable.
+        ``info.json`` unreadable (a broken mirror file refuses its episode only).
     EpisodeNotFoundError
         A given N does not exist.
     """
@@ -331,16 +331,21 @@ def backfill_hand_pose(task_dir: str | Path, indices: Sequence[int] | None = Non
     report = BackfillReport(root, mroot, dry_run)
     explicit = bool(indices)
     for i, g in enumerate(groups):
-        kp = read_episode_keypoints(episode_mirror_dir(root, g.index, mroot))
-        if kp.hand_pose_3d is None:
-            if explicit:
-                report.episodes.append(EpisodeBackfill(g.index, "missing", reason=f"no {kp.directory}/hand_pose_3d; "
-                                                       "run `egopool keypoints extract` first"))
-        else:
-            with task_lock(root):
-                kp = read_episode_keypoints(kp.directory)  # the extractor renames under the lock: read it again
-                assert kp.hand_pose_3d is not None
-                report.episodes.append(_one(root, g, kp.hand_pose_3d, dry_run, reg))
+        try:
+            kp = read_episode_keypoints(episode_mirror_dir(root, g.index, mroot))
+            if kp.hand_pose_3d is None:
+                if explicit:
+                    report.episodes.append(EpisodeBackfill(g.index, "missing",
+                                                           reason=f"no {kp.directory}/hand_pose_3d; "
+                                                                  "run `egopool keypoints extract` first"))
+            else:
+                with task_lock(root):
+                    kp = read_episode_keypoints(kp.directory)  # the extractor renames under the lock: read it again
+                    if kp.hand_pose_3d is None:
+                        raise FormatError("hand_pose_3d disappeared while back-filling", path=kp.directory)
+                    report.episodes.append(_one(root, g, kp.hand_pose_3d, dry_run, reg))
+        except FormatError as exc:  # this episode's mirror is broken: refuse it, go on with the others
+            report.episodes.append(EpisodeBackfill(g.index, "refused", reason=exc.one_line()))
         if progress is not None:
             progress(i + 1, len(groups), f"episode {g.index}")
     touched = [e for e in report.episodes if e.status == "written"]
