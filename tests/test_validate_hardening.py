@@ -233,3 +233,12 @@ def test_validator_agrees_with_the_reader_on_randomly_damaged_streams(videos: Pa
         assert bool(flagged) == bad, (seed, key, got, raised, [f.one_line() for f in flagged])
         shutil.rmtree(task)
     assert reader_failed >= 3  # the damages do reach the readers
+
+
+@pytest.mark.parametrize("fps, severity", [(1e-300, "warning"), (1e23, "warning"), (-30, "error"), (0, "error")])
+def test_an_implausible_fps_is_reported(tmp_path: Path, fps: float, severity: str) -> None:
+    """info.json fps 1e-300 or 1e23 used to validate ok (found by qa12): float32 timestamps cannot time such rows."""
+    task = _rows_task(tmp_path, rows=3)
+    edit_json(task / "meta/info.json", lambda d: d.update(fps=fps))
+    found = [f for f in validate_task(task).findings if "fps" in f.message and "info.json" in f.path]
+    assert [f.severity for f in found] == [severity], found

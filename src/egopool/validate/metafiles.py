@@ -96,6 +96,12 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
     return info
 
 
+#: Row rates (Hz) a recording of this format can have: below 0.01 Hz a float32 ``timestamp`` step
+#: is over 100 s per row, above 100 kHz two rows are 10 µs apart (float32 cannot tell rows apart
+#: after about 2 minutes).
+PLAUSIBLE_FPS = (0.01, 100_000.0)
+
+
 def check_info_keys(ctx: Context) -> None:
     """Every MUST key of file_format.md §3 present with the right JSON type and sane values."""
     path = info_path(ctx.root)
@@ -117,8 +123,13 @@ def check_info_keys(ctx: Context) -> None:
     if isinstance(cs, int) and not isinstance(cs, bool) and cs < 1:
         ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}")
     fps = info.get("fps")
-    if isinstance(fps, (int, float)) and not isinstance(fps, bool) and not fps > 0:
-        ctx.report.error(R_INFO, path, f"fps must be > 0, got {fps}")
+    if isinstance(fps, (int, float)) and not isinstance(fps, bool):
+        if not (fps > 0 and math.isfinite(fps)):
+            ctx.report.error(R_INFO, path, f"fps must be a finite number > 0, got {fps}")
+        elif not PLAUSIBLE_FPS[0] <= fps <= PLAUSIBLE_FPS[1]:
+            ctx.report.warning(R_INFO, path, f"fps = {fps:g} rows per second is outside {PLAUSIBLE_FPS[0]:g}-"
+                                             f"{PLAUSIBLE_FPS[1]:g}: float32 timestamps (§7.1) cannot time such "
+                                             "rows usefully; set the recording's real frame rate")
     te = info.get("total_episodes")
     if isinstance(te, int) and not isinstance(te, bool) and te < 0:
         ctx.report.error(R_INFO, path, f"total_episodes must be >= 0, got {te}")
