@@ -351,3 +351,17 @@ def test_a_damaged_tokens_file_is_one_line(tmp_path: Path, capsys, damage, messa
     with deadline(30):
         line = one_error(capsys, main(["token", "list", "--tokens", str(p)]))
     assert line.startswith(f"egopool: error: {p}: {message}")
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "record"])
+@pytest.mark.parametrize("fps, says", [("nan", "nan rows per second: give a finite rate from 1 to 1000"),
+                                       ("inf", "inf rows per second"), ("0.5", "0.5 rows per second"),
+                                       ("1e9", "1e9 rows per second"), ("x", "'x' is not a number")])
+def test_record_fps_must_be_a_finite_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str], cmd: str, fps: str,
+                                          says: str) -> None:
+    """`--fps nan` used to be told "should be <= 1000" (found by qa12); nothing is created."""
+    argv = ["simulate", "--out", str(tmp_path / "o")] if cmd == "simulate" else ["record", str(tmp_path / "o" / "t"),
+                                                                                  "--device", "sim:glove"]
+    rc = main([*argv, "--fps", fps, "--seconds", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and not (tmp_path / "o").exists()

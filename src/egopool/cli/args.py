@@ -11,6 +11,7 @@ happens (issue 12 D).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -95,3 +96,31 @@ def parse_lerobot_index(text: str) -> int:
 def lerobot_index_option(*names: str, help: str) -> Any:
     """A repeatable Typer ``Option`` for a LeRobot episode_index E, parsed by :func:`parse_lerobot_index`."""
     return typer.Option(None, *names, metavar="E", parser=parse_lerobot_index, help=help)
+
+
+#: Row rates ``record`` and ``simulate`` take (Hz): a live rig or its simulation.
+RECORD_FPS = (1.0, 1000.0)
+
+
+def parse_record_fps(text: str) -> float:
+    """``--fps`` of ``record`` / ``simulate``: a finite number of rows per second in :data:`RECORD_FPS`.
+
+    Raises
+    ------
+    typer.BadParameter
+        Not a number, not finite (``nan`` used to be told "should be <= 1000"), or out of range.
+    """
+    try:
+        fps = float(text)
+    except (TypeError, ValueError):
+        raise typer.BadParameter(f"{text!r} is not a number of rows per second (e.g. 30)") from None
+    lo, hi = RECORD_FPS
+    if not math.isfinite(fps) or not lo <= fps <= hi:
+        raise typer.BadParameter(f"{text} rows per second: give a finite rate from {lo:g} to {hi:g}")
+    return fps
+
+
+def record_fps_option(default: float = 30.0) -> Any:
+    """The ``--fps`` Typer option of ``record`` / ``simulate`` (parsed by :func:`parse_record_fps`)."""
+    return typer.Option(default, "--fps", metavar="HZ", parser=parse_record_fps,
+                        help="Task frame rate (rows per second).")

@@ -31,6 +31,7 @@ from ..sources.session import DeviceLine
 from ..write.checks import check_episode_seconds
 from ..write.task_writer import TaskWriter
 from .app import app
+from .args import record_fps_option
 from .output import console, err_console, print_json
 
 _DEVICE_HELP = ("A device, in opening order (repeat the option): uvc:/dev/video0[?size=1280x720&fps=30&pix=mjpeg], "
@@ -155,7 +156,7 @@ def record_cmd(
                                          help="Finish each episode after this many seconds."),
     episodes: int | None = typer.Option(None, "--episodes", "-n", min=1, help="Stop after this many finished "
                                         "episodes (default: until q / Ctrl-C in a terminal, else 1)."),
-    fps: float = typer.Option(30.0, "--fps", min=1.0, max=1000.0, help="Task frame rate (rows per second)."),
+    fps: float = record_fps_option(),
     program: str = typer.Option("main", "--program", help="Declaration style of gloves: main or lite (§6.4)."),
     fast: bool = typer.Option(False, "--fast", help="Record as fast as possible on a virtual clock (recordings with "
                               "realtime=0 and simulated devices only), until the recordings end or --seconds."),

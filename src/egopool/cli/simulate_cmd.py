@@ -13,6 +13,7 @@ from ..errors import EgopoolError
 from ..recorder import Recorder
 from ..write.task_writer import TaskWriter
 from .app import app
+from .args import record_fps_option
 from ..codecs.depth import DEPTH_CODECS
 from ..write.checks import check_episode_seconds
 from .output import changed_values_to_stderr, console, err_console, print_json
@@ -20,9 +21,8 @@ from .output import changed_values_to_stderr, console, err_console, print_json
 _RIG_HELP = ("Device combination: full = Appendix B (ego S80C + 2 UMI grippers + 2 USB gloves); "
              "d435x2 = two D435 (d435_rgb, d435_rgb_2); uvc3 = three UVC cameras; gripper_d405 = D405_head as "
              "ego + gripper + BLE glove; lite_gloves = lite program, BLE + USB glove + UVC.")
-#: Bounds of the flags: the recorder's queues are sized in rows (fps / 2), and an episode
-#: longer than a day is a typo, not a simulation.
-_MAX_FPS = 1000.0
+#: Bound of --seconds (the fps bounds are cli.args.RECORD_FPS: the recorder's queues are sized in
+#: rows, fps / 2): an episode longer than a day is a typo, not a simulation.
 _MAX_SECONDS = 86400.0
 
 
@@ -35,7 +35,7 @@ def simulate_cmd(
     out: Path = typer.Option(Path("data/recordings"), "--out", "-o", help="Recordings root (the task is a "
                              "directory inside it)."),
     task: str | None = typer.Option(None, "--task", "-t", help="Task name (default: sim_<rig>)."),
-    fps: float = typer.Option(30.0, "--fps", min=1.0, max=_MAX_FPS, help="Task frame rate (rows per second)."),
+    fps: float = record_fps_option(),
     scale: int = typer.Option(1, "--scale", min=1, help="Divide every frame size by this for quick runs."),
     realtime: bool = typer.Option(False, "--realtime/--fast", help="Tick against the wall clock (ticks the writer "
                                   "cannot keep up with are skipped and counted) or on a virtual clock as fast as "
