@@ -123,10 +123,11 @@ def check_info_keys(ctx: Context) -> None:
     if isinstance(cs, int) and not isinstance(cs, bool) and cs < 1:
         ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}")
     fps = info.get("fps")
-    if isinstance(fps, (int, float)) and not isinstance(fps, bool):
-        if not (fps > 0 and math.isfinite(fps)):
-            ctx.report.error(R_INFO, path, f"fps must be a finite number > 0, got {fps}")
-        elif not PLAUSIBLE_FPS[0] <= fps <= PLAUSIBLE_FPS[1]:
+    # NaN / Infinity are not JSON: the non-finite check reports them once
+    if isinstance(fps, (int, float)) and not isinstance(fps, bool) and not math.isnan(fps):
+        if not fps > 0:
+            ctx.report.error(R_INFO, path, f"fps must be > 0, got {fps}")
+        elif math.isfinite(fps) and not PLAUSIBLE_FPS[0] <= fps <= PLAUSIBLE_FPS[1]:
             ctx.report.warning(R_INFO, path, f"fps = {fps:g} rows per second is outside {PLAUSIBLE_FPS[0]:g}-"
                                              f"{PLAUSIBLE_FPS[1]:g}: float32 timestamps (§7.1) cannot time such "
                                              "rows usefully; set the recording's real frame rate")
