@@ -56,7 +56,8 @@ def lerobot_cmd(
                                                                 "(default local/<task>)."),
     depth: bool = typer.Option(True, "--depth/--no-depth",
                                help="Depth streams as observation.depth.<key> uint16 mm [H, W] per frame."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT once the new one is complete."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT (an earlier LeRobot dataset) "
+                                                              "once the new one is complete."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the mapping only; write nothing."),
     ray: str = RAY_OPTION,
     json_out: bool = _JSON,

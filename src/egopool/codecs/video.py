@@ -23,6 +23,8 @@ __all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encodi
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
+#: Hint of a video that opens but does not decode.
+_DAMAGED = "the video is damaged or truncated: restore it from a backup (`egopool validate TASK` finds them)"
 
 
 @contextlib.contextmanager
@@ -295,7 +297,7 @@ def read_rgb_frames(path: str | Path) -> Iterator[np.ndarray]:
             for frame in c.decode(stream):
                 yield frame.to_ndarray(format="rgb24")
         except (av.error.FFmpegError, ValueError) as exc:
-            raise CodecError(f"cannot decode video: {exc}", path=path) from exc
+            raise CodecError(f"cannot decode video: {exc}", path=path, hint=_DAMAGED) from exc
 
 
 def reencode_rgb(src: str | Path, dst: str | Path, *, codec: str = "hevc", crf: int = 30,
@@ -340,7 +342,7 @@ def reencode_rgb(src: str | Path, dst: str | Path, *, codec: str = "hevc", crf: 
                 enc.encode(frame.to_ndarray(format="rgb24"))
         except av.error.FFmpegError as exc:
             enc.abort()
-            raise CodecError(f"cannot decode video: {exc}", path=src) from exc
+            raise CodecError(f"cannot decode video: {exc}", path=src, hint=_DAMAGED) from exc
         except BaseException:
             enc.abort()
             raise

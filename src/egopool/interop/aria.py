@@ -24,8 +24,14 @@ device clock (ns), which becomes ``hardware_ns``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,15 +91,58 @@ def _quat_xyzw(m: np.ndarray) -> np.ndarray:
     return rotation_to_quaternion(m)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@contextlib.contextmanager
+def _native_log() -> Iterator[list[str]]:
+    """Collect what projectaria-tools' C++ code prints on file descriptor 2 (its logger and its
+    CSV parse errors) instead of showing it: the lines are judged by the caller (truncated VRS,
+    unparsable MPS file), so a failure stays one egopool line."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            lines += [ln for ln in (_ANSI.sub("", raw).strip() for raw in text.splitlines()) if ln]
+
+
+def _read_csv(path: Path, reader: Callable[[str], Any], what: str) -> list[Any]:
+    """Every row of an MPS CSV through projectaria-tools, or a FormatError quoting its complaint.
+
+    projectaria-tools returns what it parsed up to a bad line (or nothing) and prints why; a
+    result with fewer entries than the file's data rows is refused (a truncated or foreign file).
+    """
+    with _native_log() as log:
+        try:
+            rows = list(reader(str(path)))
+        except RuntimeError as exc:
+            raise FormatError(f"projectaria-tools cannot read the {what}: {exc}", path=path,
+                              hint="pass the MPS output folder as MPS wrote it") from None
+    expected = _csv_rows(path)
+    if len(rows) != expected or not rows:
+        why = next((ln for ln in reversed(log) if "Failed to parse" in ln or "line" in ln), None)
+        got = f"{len(rows)} of its {expected} rows" if expected else "no rows"
+        raise FormatError(f"projectaria-tools reads {got} from the {what}" + (f": {why}" if why else ""), path=path,
+                          hint="the file is truncated or not an MPS output; pass the MPS folder as MPS wrote it")
+    return rows
+
+
 def _read_mps(directory: Path) -> _Mps:
     _, mps, _ = _pat()
     traj_path = directory / "trajectory" / "closed_loop_trajectory.csv"
-    if not traj_path.exists():
+    if not traj_path.is_file():
         raise FormatError("no trajectory/closed_loop_trajectory.csv", path=directory,
                           hint="pass the MPS output folder (trajectory/, hand_tracking/, eye_gaze/)")
-    poses = mps.read_closed_loop_trajectory(str(traj_path))
-    if not poses:
-        raise FormatError("the closed-loop trajectory is empty", path=traj_path)
+    poses = _read_csv(traj_path, mps.read_closed_loop_trajectory, "closed-loop trajectory")
     ns = np.array([round(p.tracking_timestamp.total_seconds() * 1e6) * 1000 for p in poses], dtype=np.int64)
     mats = np.stack([np.asarray(p.transform_world_device.to_matrix()) for p in poses])
     gravity = np.asarray(poses[0].gravity_world, dtype=np.float64).reshape(3)
@@ -110,7 +159,7 @@ def _read_mps(directory: Path) -> _Mps:
     hands: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     hpath = directory / "hand_tracking" / "hand_tracking_results_v2.csv"
     if hpath.exists():
-        results = mps.hand_tracking.read_hand_tracking_results(str(hpath))
+        results = _read_csv(hpath, mps.hand_tracking.read_hand_tracking_results, "hand tracking results")
         for side in ("left", "right"):
             stamps, joints = [], []
             for r in results:
@@ -128,7 +177,7 @@ def _read_mps(directory: Path) -> _Mps:
     gaze_ns, gaze = np.zeros(0, np.int64), np.zeros((0, 7))
     gpath = directory / "eye_gaze" / "generalized_eye_gaze.csv"
     if gpath.exists():
-        g = mps.read_eyegaze(str(gpath))
+        g = _read_csv(gpath, mps.read_eyegaze, "eye gaze")
         gaze_ns = np.array([round(e.tracking_timestamp.total_seconds() * 1e6) * 1000 for e in g], dtype=np.int64)
         gaze = np.array([[e.yaw, e.pitch, e.yaw_low, e.yaw_high, e.pitch_low, e.pitch_high, e.depth] for e in g],
                         dtype=np.float64).reshape(-1, 7)
@@ -215,9 +264,13 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
         vrs = Path(vrs)
         if not vrs.is_file():
             raise FormatError("no such VRS file", path=vrs)
-        provider = data_provider.create_vrs_data_provider(str(vrs))
-        if provider is None:
-            raise FormatError("projectaria-tools cannot open it as an Aria recording", path=vrs)
+        provider = _open_vrs(data_provider, vrs)
+        missing = [label for label in (*_SLOTS, "imu-right", "imu-left")
+                   if provider.get_stream_id_from_label(label) is None]
+        if missing:
+            raise FormatError(f"the recording has no {', '.join(missing)} stream (an Aria Gen1 recording has "
+                              f"{', '.join((*_SLOTS, 'imu-right', 'imu-left'))})", path=vrs,
+                              hint="record with a profile that keeps the RGB and SLAM cameras and both IMUs")
         rgb_id = provider.get_stream_id_from_label("camera-rgb")
         fps = float(provider.get_nominal_rate_hz(rgb_id))
         n = int(provider.get_num_data(rgb_id))
@@ -401,9 +454,30 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
     return ImportResult(tw.task_dir, (result,), tuple(synth), tuple(notes), counts)
 
 
+def _open_vrs(data_provider: Any, vrs: Path) -> Any:
+    """projectaria-tools' data provider of ``vrs``; a file it cannot open, or one it reads only in
+    part (records beyond the end of a truncated file are dropped), is refused."""
+    with _native_log() as log:
+        try:
+            provider = data_provider.create_vrs_data_provider(str(vrs))
+        except RuntimeError as exc:
+            provider = None
+            log.append(str(exc))  # the captured lines follow it when the block ends
+    damage = next((ln for ln in log if re.search(r"beyond the end of the file|truncated|Index incomplete", ln)),
+                  None)
+    if provider is None or damage is not None:
+        why = damage or next((ln for ln in reversed(log) if "ERROR" in ln), None) or (log[0] if log else "")
+        why = re.sub(r"^(\[[^\]]*\])+:?\s*", "", why)
+        raise FormatError("projectaria-tools cannot read it as a whole Aria recording" + (f": {why}" if why else ""),
+                          path=vrs, hint="it is truncated or damaged: copy the whole .vrs again"
+                          if damage else "pass an Aria (Gen1) .vrs recording")
+    return provider
+
+
 def _csv_rows(path: Path) -> int:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return max(0, sum(1 for _ in csv.reader(fh)) - 1)
+    """Data rows of a CSV file (header and blank lines excluded)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return max(0, sum(1 for row in csv.reader(fh) if row) - 1)
 
 
 def mps_csv_rows(directory: str | Path) -> dict[str, int]:

@@ -44,6 +44,7 @@ from ..errors import EgopoolError, SchemaError, StorageError
 from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
+from ._checks import check_output_dir
 from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
@@ -413,7 +414,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
     dry_run:
         Compute and return the mapping only; nothing is written.
     overwrite:
-        Replace an existing ``out`` (atomically, once the new dataset is complete).
+        Replace an existing ``out`` (atomically, once the new dataset is complete); it must be
+        an earlier LeRobot dataset (``meta/info.json``) or empty.
     progress:
         Called with ``(episodes done, total)``.
     executor:
@@ -429,10 +431,11 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
     Raises
     ------
     EgopoolError
-        ``out`` exists without ``overwrite``; the task cannot be exported (see
-        :func:`~egopool.interop.lerobot_plan.plan_export`).
+        ``out`` exists without ``overwrite``, or with ``overwrite`` is not an earlier LeRobot
+        export (no ``meta/info.json``, not empty); ``out`` is, is in or holds the task; the task
+        cannot be exported (see :func:`~egopool.interop.lerobot_plan.plan_export`).
     StorageError
-        The output cannot be written (nothing is left behind).
+        The output cannot be written, or is a file (nothing is left behind).
     OperationError
         From a Ray ``executor``: the cluster could not finish (nothing is left behind).
     """
@@ -440,9 +443,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
                        repo_id=repo_id)
     if dry_run:
         return LeRobotExport(None, plan)
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
+    out = check_output_dir(out, plan.task_dir, what="a LeRobot dataset", overwrite=overwrite,
+                           marker="meta/info.json")
     with StorageError.guard(out, action="cannot write the LeRobot dataset"):
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"

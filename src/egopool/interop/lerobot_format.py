@@ -277,7 +277,8 @@ def read_info(root: Path) -> dict[str, Any]:
     ------
     FormatError
         Missing or unreadable, not an object, or another codebase version (v2.x datasets
-        have another layout; lerobot's converter upgrades them).
+        have another layout; lerobot's converter upgrades them); ``fps`` not a positive number;
+        a feature without a ``dtype`` string and a ``shape`` list of positive ints.
     """
     path = root / "meta" / "info.json"
     if not path.exists() and not path.is_symlink():

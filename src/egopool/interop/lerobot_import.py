@@ -148,6 +148,7 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
             raise FormatError("not an egopool mapping (" + ("not a JSON object" if not isinstance(mapping, dict)
                                                             else f"{bad[0]!r} is not a {kinds[bad[0]].__name__}")
                               + ")", path=mpath, hint=hint)
+        _check_mapping(mapping, mpath)
     return LeRobotDatasetInfo(root, info, rows, fmt.read_tasks(root), mapping)
 
 
@@ -157,6 +158,30 @@ _EPISODE_KEYS = ("episode_index", "length", "data/chunk_index", "data/file_index
 
 def _plain_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _check_mapping(mapping: Any, path: Path) -> None:
+    """``egopool_mapping.json`` has the shape :meth:`LeRobotPlan.mapping` writes (else one FormatError)."""
+    hint = "it is not the file `egopool export lerobot` wrote: delete it to import with generic names"
+    feats = mapping.get("features", {}) if isinstance(mapping, dict) else None
+    if not isinstance(feats, dict):
+        raise FormatError("the egopool mapping has no \"features\" object", path=path, hint=hint)
+    for name, m in feats.items():
+        ok = (isinstance(m, dict) and isinstance(m.get("how"), str) and isinstance(m.get("pooled"), dict)
+              and isinstance(m.get("from"), list) and all(isinstance(x, str) for x in m["from"]))
+        if ok and m["how"] in ("column", "concat"):
+            ok = bool(m["from"]) and all(isinstance(m["pooled"].get(x), dict) for x in m["from"])
+        if ok and m["how"] == "depth":
+            ok = len(m["pooled"]) == 1 and all(isinstance(k, str) and k for k in m["pooled"])
+        if not ok:
+            raise FormatError(f"the egopool mapping's entry for feature {name!r} is not "
+                              "{\"from\": [pooled columns], \"how\": ..., \"pooled\": {column: {...}}}", path=path,
+                              hint=hint)
+    eps = mapping.get("episodes", [])
+    if not isinstance(eps, list) or not all(isinstance(e, dict) and isinstance(e.get("episode_index"), int)
+                                            for e in eps):
+        raise FormatError("the egopool mapping's \"episodes\" is not a list of {\"episode_index\": int, ...}",
+                          path=path, hint=hint)
 
 
 # -- columns ------------------------------------------------------------------------------------------
@@ -331,6 +356,52 @@ def _png(cell: Any) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
+def _preflight(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], names: Sequence[str],
+               videos: Sequence[str]) -> None:
+    """Check every chosen episode's files before the first episode is written (decisions.md I7).
+
+    Each data file must hold the episode's ``length`` rows and every feature column; each video
+    must demux, with ``length`` frames in the episode's ``[from_timestamp, to_timestamp)``
+    window. A damaged or missing file then stops the import before anything is written.
+    """
+    schemas: dict[Path, set[str]] = {}
+    counts: dict[Path, dict[int, int]] = {}
+    times: dict[Path, np.ndarray] = {}
+    fix = "restore it, or import the other episodes (--episode E)"
+    tmpl = str(ds.info.get("data_path") or fmt.DATA_PATH)
+    for ep in chosen:
+        e = int(ep["episode_index"])  # scan_lerobot checked the row's integers
+        path = ds.root / tmpl.format(chunk_index=int(ep["data/chunk_index"]), file_index=int(ep["data/file_index"]))
+        if path not in schemas:
+            if not path.exists() and not path.is_symlink():
+                raise FormatError(f"episode {e}'s data file is missing", path=path, hint=fix)
+            what = f"LeRobot data parquet of episode {e}"
+            schemas[path] = set(read_parquet_schema(path, what=what, hint=fix).names)
+            if "episode_index" not in schemas[path]:
+                raise FormatError("the data file has no column 'episode_index'", path=path, hint=fix)
+            idx = read_parquet(path, ["episode_index"], what=what, hint=fix).column("episode_index").to_numpy()
+            u, c = np.unique(idx, return_counts=True)
+            counts[path] = dict(zip(u.tolist(), c.tolist(), strict=True))
+        lacking = [n for n in [*names, "frame_index"] if n not in schemas[path]]
+        if lacking:
+            raise FormatError(f"the data file has no column {lacking[0]!r} that info.json declares", path=path,
+                              hint=fix)
+        if counts[path].get(e, 0) != int(ep["length"]):
+            raise FormatError(f"episode {e} has {counts[path].get(e, 0)} rows, meta/episodes says {ep['length']}",
+                              path=path, hint=fix)
+        for name in videos:
+            vpath, t0, t1 = _video_path(ds, ep, name)
+            if vpath not in times:
+                if not vpath.exists() and not vpath.is_symlink():
+                    raise FormatError(f"episode {e}'s video {name!r} is missing", path=vpath, hint=fix)
+                times[vpath] = packet_times(vpath)[0]
+            half = 0.5 / ds.fps
+            got = int(np.count_nonzero((times[vpath] >= t0 - half) & (times[vpath] < t1 - half)))
+            if got != int(ep["length"]):
+                raise FormatError(f"episode {e}'s video {name!r} holds {got} frames in [{t0:g}, {t1:g}) s for "
+                                  f"{ep['length']} rows (truncated or damaged)", path=vpath, hint=fix)
+
+
 # -- import ------------------------------------------------------------------------------------------
 def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progress: Progress | None = None,
                    episodes: Sequence[int] | None = None) -> ImportResult:
@@ -359,8 +430,10 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     Raises
     ------
     FormatError
-        Not a LeRobot v3.x dataset, unreadable metadata, an episode whose rows disagree with
-        ``meta/episodes``.
+        Not a LeRobot v3.x dataset, unreadable metadata or ``egopool_mapping.json``; a chosen
+        episode whose data or video file is missing, unreadable or holds another number of rows
+        or frames than ``meta/episodes`` says (checked for every episode before the first is
+        written, so nothing is imported).
     CodecError
         A video that cannot be copied or decoded.
     SchemaError
@@ -404,6 +477,7 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     if len(set(ds.tasks.values())) > 1:
         notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}")
     data_names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
+    _preflight(ds, chosen, data_names, [n for n, (_, kind) in streams.items() if kind == "video"])
     total = sum(int(e["length"]) for e in chosen)
     done = 0
     copied = reencoded = 0

@@ -33,10 +33,10 @@ import numpy as np
 import pyarrow as pa
 
 from .. import __version__
-from ..codecs.video import video_info
 from ..errors import EgopoolError, FormatError, SchemaError
 from ..read.reader import Episode, Task
 from ..schema import signal_kind
+from ._checks import episode_streams
 
 __all__ = ["ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
 
@@ -192,40 +192,42 @@ def _column_map(name: str, typ: pa.DataType, feat: Any) -> tuple[ColumnMap | Non
                      {name: pooled}), None
 
 
-def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], common: set[str],
-            task_dir: Path) -> ColumnMap:
-    names: list[str] = []
+def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], chosen: Sequence[Episode],
+            names: Sequence[Sequence[str]], task_dir: Path) -> ColumnMap:
+    flag = "--state" if target == "observation.state" else "--action"
+    parts: list[str] = []
     pooled: dict[str, dict[str, Any]] = {}
     for col in cols:
         cm = cmaps.get(col)
-        if col not in common:
-            raise SchemaError(f"is not in every exported episode, so it cannot be part of {target}", column=col,
-                              path=task_dir, hint="`egopool show TASK N` lists an episode's columns")
+        have = [ep.index for ep, n in zip(chosen, names, strict=True) if col in n]
+        if cols.count(col) > 1:
+            raise SchemaError(f"is named {cols.count(col)} times in {flag}", column=col, path=task_dir,
+                              hint="name each column once")
+        if not have:
+            raise SchemaError(f"no exported episode has this column ({flag})", column=col, path=task_dir,
+                              hint="`egopool show TASK N` lists an episode's columns")
+        if len(have) < len(chosen):
+            raise SchemaError(f"only episodes {have} have it, so it cannot be part of {target}", column=col,
+                              path=task_dir, hint=f"export only those episodes (--episodes N) or leave it out of {flag}")
+        if col in _HANDLED_KEYS:
+            raise SchemaError(f"is LeRobot's own {col if col != 'timestamp' else 'pooled_timestamp'} feature, "
+                              f"not a signal for {target}", column=col, path=task_dir, hint=f"leave it out of {flag}")
         if cm is None:
             raise SchemaError(f"cannot be part of {target}: not a fixed-length numeric column", column=col,
-                              path=task_dir)
+                              path=task_dir, hint=f"leave it out of {flag}; `egopool export lerobot --dry-run` "
+                                                  "says what becomes of it")
         feat = cm.feature
+        if feat["dtype"] == "string":
+            raise SchemaError(f"holds text, not numbers: it cannot be part of {target}", column=col, path=task_dir,
+                              hint=f"leave it out of {flag} (it is exported as its own string feature)")
         if feat["dtype"] not in _STATE_DTYPES:
             raise SchemaError(f"is {feat['dtype']}; {target} is float32, which cannot hold it exactly", column=col,
-                              path=task_dir, hint="export it as its own feature (leave it out of --state/--action)")
+                              path=task_dir, hint=f"leave it out of {flag} (it is exported as its own feature)")
         n = int(math.prod(feat["shape"]))
-        names += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
+        parts += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
         pooled[col] = cm.pooled[col]
-    return ColumnMap(target, tuple(cols), "concat", {"dtype": "float32", "shape": [len(names)], "names": names},
+    return ColumnMap(target, tuple(cols), "concat", {"dtype": "float32", "shape": [len(parts)], "names": parts},
                      pooled)
-
-
-def _stream_kind(path: Path) -> tuple[str, int, int]:
-    """``("rgb"|"depth", width, height)`` of a stream file (the reader's rule: gray or several
-    video streams = depth; a directory = a PNG16 depth sequence)."""
-    if path.is_dir():
-        from ..codecs.depth import read_depth_frames
-
-        first = next(iter(read_depth_frames(path)))
-        return "depth", int(first.shape[1]), int(first.shape[0])
-    probe = video_info(path)
-    depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
-    return ("depth" if depth else "rgb"), int(probe["width"]), int(probe["height"])
 
 
 def _integer_fps(task: Task) -> int:
@@ -316,9 +318,9 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
             dropped.append({"source": col, "reason": why})
     columns: list[ColumnMap] = []
     if state:
-        columns.append(_concat("observation.state", state, cmaps, common, task.path))
+        columns.append(_concat("observation.state", list(state), cmaps, chosen, names, task.path))
     if action:
-        columns.append(_concat("action", action, cmaps, common, task.path))
+        columns.append(_concat("action", list(action), cmaps, chosen, names, task.path))
         dropped.append({"source": "action", "reason": "the pooled placeholder [0.0]; --action columns replace it"})
     for col in state:
         renamed.append({"from": col, "to": "observation.state", "why": "--state"})
@@ -366,7 +368,8 @@ def _created_at(ep: Episode) -> float | None:
 
 def _plan_streams(chosen: Sequence[Episode], depth: bool,
                   dropped: list[dict[str, str]]) -> tuple[list[StreamMap], list[ColumnMap]]:
-    keys = [set(ep.streams) for ep in chosen]
+    found = [episode_streams(ep) for ep in chosen]
+    keys = [set(f) for f in found]
     common = set(keys[0]).intersection(*keys[1:])
     for key in sorted(set().union(*keys) - common):
         have = [ep.index for ep, k in zip(chosen, keys, strict=True) if key in k]
@@ -374,7 +377,7 @@ def _plan_streams(chosen: Sequence[Episode], depth: bool,
     streams: list[StreamMap] = []
     depth_cols: list[ColumnMap] = []
     for key in sorted(common):
-        kinds = {_stream_kind(ep.stream_path(key)) for ep in chosen}
+        kinds = {f[key] for f in found}
         if len(kinds) != 1:
             dropped.append({"source": f"videos/{key}", "reason": f"kind or size differs between episodes: "
                                                                  f"{sorted(kinds)}"})

@@ -24,6 +24,7 @@ from ..errors import EgopoolError, StorageError
 from ..gaps import audit_episode_gaps
 from ..read.reader import Episode, open_task
 from ..schema import signal_kind
+from ._checks import check_output_file, episode_streams
 
 __all__ = ["SHEET_PX", "plot_episode", "plot_episodes"]
 
@@ -76,19 +77,8 @@ def _frames(ep: Episode, key: str, depth: bool) -> tuple[np.ndarray, np.ndarray]
 
 
 def _stream_kinds(ep: Episode) -> tuple[list[str], list[str]]:
-    from ..codecs.video import video_info
-
-    rgb: list[str] = []
-    depth: list[str] = []
-    for key in sorted(ep.streams):
-        path = ep.stream_path(key)
-        if path.is_dir():
-            depth.append(key)
-            continue
-        probe = video_info(path)
-        (depth if str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
-         else rgb).append(key)
-    return rgb, depth
+    streams = episode_streams(ep)
+    return ([k for k, v in streams.items() if v[0] == "rgb"], [k for k, v in streams.items() if v[0] == "depth"])
 
 
 def plot_episode(ep: Episode) -> bytes:
@@ -229,21 +219,29 @@ def plot_episodes(task: str | Path, indices: Sequence[int], out: str | Path) -> 
     """Write one PNG sheet per episode N; several N get ``_N<n>`` before the suffix of ``out``
     (an N given twice is drawn once).
 
+    Every sheet is drawn before the first is written, so a damaged episode among good ones
+    leaves no PNG at all (each file is written atomically).
+
     Raises
     ------
     EpisodeNotFoundError
         An N that is not in the task.
+    EgopoolError
+        ``out`` is in the task directory.
+    FormatError, CodecError
+        A file of an episode cannot be read (a stream its meta row describes is missing, a
+        damaged video or parquet).
     StorageError
-        A PNG cannot be written.
+        A PNG cannot be written (``out`` is a directory, under a file, no permission).
     """
     t = open_task(task)
     out = Path(out)
     eps = [t.episode(n) for n in dict.fromkeys(indices)]  # an N given twice is drawn once
-    paths = []
-    for ep in eps:
-        path = out if len(eps) == 1 else out.with_name(f"{out.stem}_N{ep.index}{out.suffix or '.png'}")
-        data = plot_episode(ep)
+    paths = [out if len(eps) == 1 else out.with_name(f"{out.stem}_N{ep.index}{out.suffix or '.png'}") for ep in eps]
+    for path in paths:
+        check_output_file(path, t.path, what="the plot", example="episode.png")
+    sheets = [plot_episode(ep) for ep in eps]
+    for path, data in zip(paths, sheets, strict=True):
         with StorageError.guard(path, action="cannot write the plot"):
             atomic_write_bytes(path, data)
-        paths.append(path)
     return paths

@@ -35,6 +35,7 @@ from ..arrowutil import list_column_to_numpy
 from ..errors import CodecError, EgopoolError, StorageError
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
+from ._checks import check_output_file, episode_streams
 
 __all__ = ["RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
 
@@ -152,14 +153,11 @@ class _Logger:
     # -- streams ---------------------------------------------------------------------------------
     def streams(self) -> None:
         rr = self.rr
-        from ..codecs.video import video_info
-
-        for key, path in sorted(self.ep.streams.items()):
-            path = self.ep.stream_path(key)
-            probe: dict[str, Any] = video_info(path) if path.is_file() else {"pix_fmt": "gray16", "video_streams": 1}
-            if path.is_dir() or str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1:
+        for key, (kind, width, height) in episode_streams(self.ep).items():
+            if kind == "depth":
                 self.depth(key)
                 continue
+            path = self.ep.stream_path(key)
             entity = self.path("cameras", key)
             try:
                 asset = rr.AssetVideo(path=str(path))
@@ -176,7 +174,7 @@ class _Logger:
             self.rec.send_columns(entity, indexes=self.row_times(np.arange(n)),
                                   columns=rr.VideoFrameReference.columns_nanos(ts[:n]))
             self.count(entity, n)
-            self._pinhole(entity, key, int(probe["width"]), int(probe["height"]))
+            self._pinhole(entity, key, width, height)
 
     def _pinhole(self, entity: str, key: str, width: int, height: int) -> None:
         found = _pinhole(self.rr, self.ep, width, height)
@@ -336,7 +334,11 @@ def _save(rec: Any, out: Path, log: Callable[[], Any]) -> Any:
     out.parent.mkdir(parents=True, exist_ok=True)
     temp = temp_path_for(out)
     try:
-        rec.save(str(temp))
+        try:
+            rec.save(str(temp))
+        except RuntimeError as exc:  # rerun reports a file it cannot create as a RuntimeError
+            raise StorageError(f"cannot write the Rerun recording: {exc}", path=out,
+                               hint="choose a location you can write to") from exc
         result = log()
         rec.flush()
         rec.disconnect()
@@ -379,15 +381,18 @@ def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | Non
     EpisodeNotFoundError
         An N that is not in the task.
     EgopoolError
-        ``stride < 1``; rerun-sdk missing (``pip install 'egopool[interop]'``).
+        ``stride < 1``; rerun-sdk missing (``pip install 'egopool[interop]'``); ``out`` is in the
+        task directory.
+    FormatError
+        An episode's meta row describes a stream whose file is missing.
     StorageError
-        ``out`` cannot be written.
+        ``out`` cannot be written (a directory, under a file, no permission).
     """
     if stride < 1:
         raise EgopoolError(f"stride must be >= 1, got {stride}")
     t = open_task(task)
     chosen = _indices(t, indices)
-    out = Path(out)
+    out = check_output_file(out, t.path, what="the Rerun recording", example=f"{t.path.name}.rrd")
     rec = _recording(t)
     with StorageError.guard(out, action="cannot write the Rerun recording"):
         entities, notes = _save(rec, out, lambda: _log_episodes(rec, t, chosen, stride, progress))
@@ -409,6 +414,8 @@ def view_episode(task: str | Path, index: int, *, out: str | Path | None = None,
     ------
     EpisodeNotFoundError
         No episode N.
+    EgopoolError, FormatError, StorageError
+        As :func:`export_rerun` (a bad ``out``, a stream file the meta row describes missing).
     """
     t = open_task(task)
     n = t.episode(index).index

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_bytes
-from ..errors import EgopoolError, SchemaError
+from ..errors import EgopoolError, SchemaError, StorageError
 from ..read.reader import Episode, Trajectory, open_task
+from ._checks import check_output_dir
 
 __all__ = ["CLOCKS", "TumExport", "export_tum", "format_ns", "tum_text"]
 
@@ -189,6 +190,10 @@ def export_tum(task: str | Path, index: int, columns: Sequence[str] | None = Non
         A column that is not a trajectory of this episode; ``clock="host"`` for a trajectory
         without a ``_ns`` column (nothing to stamp it with: use ``clock="sensor"``); an
         episode without any trajectory.
+    EgopoolError
+        ``out_dir`` is in (or holds) the task directory.
+    StorageError
+        A file cannot be written (``out_dir`` is a file, no permission).
     """
     if clock not in CLOCKS:
         raise EgopoolError(f"unknown clock {clock!r}", hint=f"use one of {list(CLOCKS)}")
@@ -205,7 +210,7 @@ def export_tum(task: str | Path, index: int, columns: Sequence[str] | None = Non
                 raise SchemaError(f"has no {tr.column}_ns column in episode {index}: no host stamps",
                                   column=tr.column, path=ep.files.data,
                                   hint="export with --clock sensor (the points' own t)")
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, t.path, what="TUM files")
     results = []
     for tr in trajs:
         clock_name = "host_monotonic (the _ns column)" if clock == "host" else f"sensor t ({tr.spec.get('time')})"
@@ -213,7 +218,8 @@ def export_tum(task: str | Path, index: int, columns: Sequence[str] | None = Non
                   f"frame {tr.frame} frame_axes {tr.frame_axes}", f"clock: {clock_name}"]
         text, counts = tum_text(tr, clock, header)
         path = out / _file_name(t.name, index, tr.column, clock)
-        atomic_write_bytes(path, text.encode("utf-8"))
+        with StorageError.guard(path, action="cannot write the TUM file"):
+            atomic_write_bytes(path, text.encode("utf-8"))
         results.append(TumExport(tr.column, path, len(tr.points), counts["written"], counts["unstamped"],
                                  counts["lost"], counts["duplicates"], counts["renormalised"], clock, tr.frame,
                                  dict(tr.frame_axes)))
