@@ -92,6 +92,8 @@ def _quat_xyzw(m: np.ndarray) -> np.ndarray:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: What VRS logs when it reads a file only in part (a truncated copy).
+_VRS_DAMAGE = re.compile(r"records are beyond the end of the file|Index incomplete|record #\d+ truncated")
 
 
 @contextlib.contextmanager
@@ -463,8 +465,7 @@ def _open_vrs(data_provider: Any, vrs: Path) -> Any:
         except RuntimeError as exc:
             provider = None
             log.append(str(exc))  # the captured lines follow it when the block ends
-    damage = next((ln for ln in log if re.search(r"beyond the end of the file|truncated|Index incomplete", ln)),
-                  None)
+    damage = next((ln for ln in log if _VRS_DAMAGE.search(ln)), None)
     if provider is None or damage is not None:
         why = damage or next((ln for ln in reversed(log) if "ERROR" in ln), None) or (log[0] if log else "")
         why = re.sub(r"^(\[[^\]]*\])+:?\s*", "", why)
