@@ -353,3 +353,23 @@ def test_mps_folder_with_a_truncated_or_foreign_csv_is_refused(tmp_path, capsys)
         f"{mps / 'trajectory'}: no trajectory/closed_loop_trajectory.csv (pass the MPS output folder (trajectory/, "
         "hand_tracking/, eye_gaze/))")
     assert not rec.exists()
+
+
+# -- TUM of a column that is not a trajectory; a place no file can be created --------------------------------
+def test_tum_of_a_column_that_is_not_a_trajectory(sim_task, tmp_path, capsys):
+    data = sim_task.path / "data" / "chunk-000" / "episode-000.parquet"
+    has = "['observation.ego_slam_trajectory', 'observation.gripper_2_slam_trajectory', 'observation.slam_trajectory']"
+    for col in ("observation.gripper_state", "observation.ego_slam_trajectory_ns"):
+        assert one_line(capsys, main(["export", "tum", str(sim_task.path), "1", col, "--out", str(tmp_path)])) == (
+            f"{data}: column {col!r}: is not a trajectory column (observation.*slam_trajectory, list<float64>); "
+            f"episode 1 has {has}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.extra("interop")
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc (a directory nobody can write in)")
+def test_rerun_into_a_directory_nobody_can_write(sim_task, capsys):
+    pytest.importorskip("rerun")
+    msg = one_line(capsys, main(["export", "rerun", str(sim_task.path), "1", "-o", "/proc/egopool_qa9.rrd"]))
+    assert msg.startswith("/proc/egopool_qa9.rrd: cannot write the Rerun recording: Failed to create file /proc/."
+                          "egopool_qa9.rrd.") and msg.endswith("(choose a location you can write to)")
