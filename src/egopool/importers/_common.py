@@ -351,12 +351,24 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
     episode was finished, the fresh directory (``info.json``, ``tasks.jsonl``, the
     abort marker) is deleted, so a failed import leaves nothing behind. Episodes must
     be written with ``with tw.begin_episode(...) as ep:`` so an exception aborts them.
+
+    Raises
+    ------
+    EgopoolError
+        The task exists at another fps than ``fps`` (nothing is written: its ``info.json``
+        fps would otherwise be rewritten under its earlier episodes).
     """
     root = Path(root)
     root_fresh = not root.exists()
     task_dir = root / task
     fresh = not task_dir.exists()
     tw = TaskWriter(root, task, fps=fps)
+    had = None if fresh else tw.info.get("fps")
+    if isinstance(had, (int, float)) and not isinstance(had, bool) and abs(float(had) - float(fps)) > 1e-9:
+        # appending at another rate would rewrite the task's fps under its earlier episodes (found by qa9)
+        raise EgopoolError(f"task {task!r} records at {float(had):g} fps; this import is at {float(fps):g} fps",
+                           path=task_dir / "meta" / "info.json",
+                           hint="import into a new task (--task NEW_NAME); a task has one fps")
     try:
         yield tw
     except BaseException:

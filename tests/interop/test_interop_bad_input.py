@@ -373,3 +373,15 @@ def test_rerun_into_a_directory_nobody_can_write(sim_task, capsys):
     msg = one_line(capsys, main(["export", "rerun", str(sim_task.path), "1", "-o", "/proc/egopool_qa9.rrd"]))
     assert msg.startswith("/proc/egopool_qa9.rrd: cannot write the Rerun recording: Failed to create file /proc/."
                           "egopool_qa9.rrd.") and msg.endswith("(choose a location you can write to)")
+
+
+def test_import_into_a_task_at_another_fps_is_refused(lerobot_export, plain_tasks, tmp_path, capsys):
+    """Appending 30 fps episodes to a 10 fps task rewrote the task's fps under its earlier episodes."""
+    root = tmp_path / "rec"
+    shutil.copytree(plain_tasks[0].path, root / "ten")
+    before = tree(root)
+    assert one_line(capsys, main(["import", "lerobot", str(lerobot_export), "--task", "ten", "--out", str(root)])) == (
+        f"{root / 'ten' / 'meta' / 'info.json'}: task 'ten' records at 10 fps; this import is at 30 fps "
+        "(import into a new task (--task NEW_NAME); a task has one fps)")
+    assert open_task(root / "ten").info["fps"] == 10.0 and [e.index for e in open_task(root / "ten").episodes()] == [1, 2]
+    assert set(tree(root)) - set(before) <= {"pipeline.db", "ten/meta/episodes/.lock"}
