@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -385,3 +386,17 @@ def test_import_into_a_task_at_another_fps_is_refused(lerobot_export, plain_task
         "(import into a new task (--task NEW_NAME); a task has one fps)")
     assert open_task(root / "ten").info["fps"] == 10.0 and [e.index for e in open_task(root / "ten").episodes()] == [1, 2]
     assert set(tree(root)) - set(before) <= {"pipeline.db", "ten/meta/episodes/.lock"}
+
+
+@pytest.mark.extra("interop")
+def test_view_spawn_without_a_display_is_one_line(sim_task, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("rerun")
+    if sys.platform in ("darwin", "win32"):
+        pytest.skip("a desktop session always has a display")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert one_line(capsys, main(["view", str(sim_task.path), "1", "--spawn"])) == (
+        "--spawn: no display here (DISPLAY and WAYLAND_DISPLAY are unset), the Rerun viewer cannot open "
+        "(leave out --spawn: `egopool view TASK N` then writes an .rrd to open where a display exists)")
+    assert list(tmp_path.iterdir()) == []

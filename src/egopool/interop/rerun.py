@@ -22,6 +22,7 @@ it was stored with.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -415,17 +416,46 @@ def view_episode(task: str | Path, index: int, *, out: str | Path | None = None,
     EpisodeNotFoundError
         No episode N.
     EgopoolError, FormatError, StorageError
-        As :func:`export_rerun` (a bad ``out``, a stream file the meta row describes missing).
+        As :func:`export_rerun` (a bad ``out``, a stream file the meta row describes missing);
+        with ``spawn``, no display (Linux without ``DISPLAY``/``WAYLAND_DISPLAY``), or a viewer
+        that cannot be started or does not take the recording.
     """
     t = open_task(task)
     n = t.episode(index).index
     if spawn is None:
         spawn = has_display()
+    elif spawn and not has_display():
+        raise EgopoolError("--spawn: no display here (DISPLAY and WAYLAND_DISPLAY are unset), the Rerun viewer "
+                           "cannot open", hint="leave out --spawn: `egopool view TASK N` then writes an .rrd to open where a display "
+                                "exists")
     if not spawn:
         dest = Path(out) if out is not None else Path(f"{t.path.name}_N{n}.rrd")
         return export_rerun(t.path, dest, [n], stride=stride)
     rec = _recording(t)
-    rec.spawn()
+    _spawn_viewer(rec)
     entities, notes = _log_episodes(rec, t, [n], stride, None)
-    rec.flush()
+    try:
+        rec.flush()
+    except RuntimeError as exc:  # the viewer died (no display) or never listened
+        raise EgopoolError(f"the Rerun viewer did not take the recording: {str(exc).splitlines()[0]}",
+                           hint=_NO_VIEWER_HINT) from None
     return RerunExport(None, (n,), entities, tuple(notes))
+
+
+_NO_VIEWER_HINT = "write an .rrd instead (`egopool view TASK N --no-spawn`) and open it where a display exists"
+
+
+def _spawn_viewer(rec: Any) -> None:
+    """Start the Rerun viewer for ``rec``. rerun-sdk looks for its ``rerun`` executable on PATH
+    only; the one installed beside this Python (a venv that is not activated) is used too."""
+    here = Path(sys.executable).parent
+    path = os.environ.get("PATH", "")
+    if shutil.which("rerun") is None and shutil.which("rerun", path=str(here)) is not None:
+        os.environ["PATH"] = os.pathsep.join([str(here), path]) if path else str(here)
+    try:
+        rec.spawn()
+    except RuntimeError as exc:
+        raise EgopoolError(f"cannot start the Rerun viewer: {str(exc).splitlines()[0]}",
+                           hint=_NO_VIEWER_HINT) from None
+    finally:
+        os.environ["PATH"] = path
