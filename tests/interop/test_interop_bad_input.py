@@ -347,7 +347,8 @@ def test_mps_folder_with_a_truncated_or_foreign_csv_is_refused(tmp_path, capsys)
     gaze = mps / "eye_gaze" / "generalized_eye_gaze.csv"
     gaze.write_text("x,y\n1,2\n")
     assert one_line(capsys, main(["import", "aria", "--mps", str(mps), "--task", "m", "--out", str(rec)])) == (
-        f"{gaze}: projectaria-tools reads 0 of its 1 rows from the eye gaze: Failed to parse eye gaze file: Extra column "
+        f"{gaze}: projectaria-tools reads 0 of its 1 rows from the eye gaze: Failed to parse eye gaze file: Extra "
+        "column "
         f"\"x\" in header of file \"{gaze}\". {hint}")
     assert one_line(capsys, main(["import", "aria", "--mps", str(mps / "trajectory"), "--task", "m", "--out",
                                   str(rec)])) == (
@@ -384,7 +385,8 @@ def test_import_into_a_task_at_another_fps_is_refused(lerobot_export, plain_task
     assert one_line(capsys, main(["import", "lerobot", str(lerobot_export), "--task", "ten", "--out", str(root)])) == (
         f"{root / 'ten' / 'meta' / 'info.json'}: task 'ten' records at 10 fps; this import is at 30 fps "
         "(import into a new task (--task NEW_NAME); a task has one fps)")
-    assert open_task(root / "ten").info["fps"] == 10.0 and [e.index for e in open_task(root / "ten").episodes()] == [1, 2]
+    kept = open_task(root / "ten")
+    assert kept.info["fps"] == 10.0 and [e.index for e in kept.episodes()] == [1, 2]
     assert set(tree(root)) - set(before) <= {"pipeline.db", "ten/meta/episodes/.lock"}
 
 

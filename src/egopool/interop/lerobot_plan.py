@@ -208,7 +208,8 @@ def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], ch
                               hint="`egopool show TASK N` lists an episode's columns")
         if len(have) < len(chosen):
             raise SchemaError(f"only episodes {have} have it, so it cannot be part of {target}", column=col,
-                              path=task_dir, hint=f"export only those episodes (--episodes N) or leave it out of {flag}")
+                              path=task_dir,
+                              hint=f"export only those episodes (--episodes N) or leave it out of {flag}")
         if col in _HANDLED_KEYS:
             raise SchemaError(f"is LeRobot's own {col if col != 'timestamp' else 'pooled_timestamp'} feature, "
                               f"not a signal for {target}", column=col, path=task_dir, hint=f"leave it out of {flag}")
@@ -284,7 +285,9 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
         An N that is not in the task.
     SchemaError
         A ``--state`` / ``--action`` column that is missing in an episode, not fixed-length
-        numeric, or of a dtype float32 cannot hold exactly; a column named in both.
+        numeric, or of a dtype float32 cannot hold exactly; a column named in both, or twice.
+    FormatError
+        A stream an episode's meta row describes has no file (:func:`._checks.episode_streams`).
     """
     fps = _integer_fps(task)
     chosen = _select(task, episodes)

@@ -426,7 +426,8 @@ def view_episode(task: str | Path, index: int, *, out: str | Path | None = None,
         spawn = has_display()
     elif spawn and not has_display():
         raise EgopoolError("--spawn: no display here (DISPLAY and WAYLAND_DISPLAY are unset), the Rerun viewer "
-                           "cannot open", hint="leave out --spawn: `egopool view TASK N` then writes an .rrd to open where a display "
+                           "cannot open",
+                           hint="leave out --spawn: `egopool view TASK N` then writes an .rrd to open where a display "
                                 "exists")
     if not spawn:
         dest = Path(out) if out is not None else Path(f"{t.path.name}_N{n}.rrd")
