@@ -271,6 +271,7 @@ _N_COMMANDS = {  # argv around N ({t}: the task, {o}: a scratch directory beside
     "view": "view {t} N -o {o}/v.rrd", "plot": "plot {t} 1 N -o {o}/p.png",
     "export rerun": "export rerun {t} N -o {o}/x.rrd", "export tum": "export tum {t} N --out {o}",
     "export lerobot -e": "export lerobot {t} {o}/lr -e 1 --episodes N",
+    "keypoints extract": "keypoints extract {t} N", "keypoints backfill": "keypoints backfill {t} 1 N --dry-run",
 }
 
 
