@@ -377,15 +377,13 @@ def _preflight(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], name
                 raise FormatError(f"episode {e}'s data file is missing", path=path, hint=fix)
             what = f"LeRobot data parquet of episode {e}"
             schemas[path] = set(read_parquet_schema(path, what=what, hint=fix).names)
-            if "episode_index" not in schemas[path]:
-                raise FormatError("the data file has no column 'episode_index'", path=path, hint=fix)
+            missing = [n for n in [*names, "episode_index", "frame_index"] if n not in schemas[path]]
+            if missing:
+                raise FormatError(f"{what} lacks column(s) {missing[:5]} that info.json declares", path=path,
+                                  hint=fix)
             idx = read_parquet(path, ["episode_index"], what=what, hint=fix).column("episode_index").to_numpy()
             u, c = np.unique(idx, return_counts=True)
             counts[path] = dict(zip(u.tolist(), c.tolist(), strict=True))
-        lacking = [n for n in [*names, "frame_index"] if n not in schemas[path]]
-        if lacking:
-            raise FormatError(f"the data file has no column {lacking[0]!r} that info.json declares", path=path,
-                              hint=fix)
         if counts[path].get(e, 0) != int(ep["length"]):
             raise FormatError(f"episode {e} has {counts[path].get(e, 0)} rows, meta/episodes says {ep['length']}",
                               path=path, hint=fix)
