@@ -30,12 +30,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
     if not report.skipped:
         return
     required = _required()
-    for mark in item.iter_markers("extra"):
-        name = mark.args[0]
-        if "all" in required or name in required:
-            report.outcome = "failed"
-            report.longrepr = f"extra {name!r} is required here (EGOPOOL_REQUIRE_EXTRAS) but its test skipped: {report.longrepr}"
-            return
+    names = [mark.args[0] for mark in item.iter_markers("extra")]
+    # a test of several extras (interop and ray) must run when every one of them is required
+    if names and ("all" in required or all(name in required for name in names)):
+        report.outcome = "failed"
+        report.longrepr = (f"extra {', '.join(map(repr, names))} is required here (EGOPOOL_REQUIRE_EXTRAS) but its test "
+                           f"skipped: {report.longrepr}")
 
 
 #: Ray replaces 127.0.0.1/localhost in an address by the machine's outward IP and then looks for a
