@@ -79,3 +79,90 @@ def test_record_in_a_terminal(tmp_path):
     assert t.episode(1).table.num_rows == rows >= 25
     assert markers.read_recycled(task) is None
     assert sorted(t.info["cameras"]) == ["gripper_rgb", "head_left_rgb"]
+
+
+def _mpegts(path, n: int) -> bytes:
+    """An MPEG-TS stream of ``n`` 64x48 frames at 30 fps (what a camera FIFO delivers)."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w", format="mpegts") as out:
+        st = out.add_stream("mpeg2video", rate=30)
+        st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
+        for i in range(n):
+            f = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * i % 256, np.uint8), format="rgb24")
+            f.pts = i
+            for p in st.encode(f):
+                out.mux(p)
+        for p in st.encode():
+            out.mux(p)
+    return path.read_bytes()
+
+
+def test_enter_before_the_first_row_discards_the_episode(tmp_path):
+    """A camera that has not delivered its first frame yet (here: a FIFO camera that stalls): Enter
+    ends the episode before its first row. It is discarded with one clear line, no N is taken or
+    recycled, the summary says so, the next episode gets the next N and the command exits 0."""
+    import threading
+
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test (apt-get install -y tmux; .ci/run installs it)")
+    fifo = tmp_path / "cam.fifo"
+    os.mkfifo(fifo)
+    data = _mpegts(tmp_path / "cam.ts", 120)
+    half = len(data) // 2 // 188 * 188  # whole TS packets
+    more, release = threading.Event(), threading.Event()
+
+    def camera():  # 2 s of frames, a stall until `more`, 2 s more, then open and silent until `release`
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            os.write(fd, data[:half])
+            more.wait(60)
+            os.write(fd, data[half:])
+            release.wait(60)
+        except BrokenPipeError:  # the recorder is gone (a failed run): the assertions below say why
+            pass
+        finally:
+            os.close(fd)
+
+    feeder = threading.Thread(target=camera, daemon=True)
+    feeder.start()
+    task = tmp_path / "rec" / "slow_cam"
+    session = f"egopool-rec0-{os.getpid()}"
+    env = f"COLUMNS=160 LINES=50 PYTHONPATH={os.pathsep.join(sys.path)}"
+    cmd = (f"cd {tmp_path} && {env} {sys.executable} -m egopool record {task} "
+           f"--device 'uvc:file:{fifo}' --device sim:glove; echo EXIT=$?; sleep 60")
+    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd)
+    try:
+        _wait_for(session, r"recording episode N=1 .* [1-9]\d* rows")
+        time.sleep(2.5)  # the camera stalls (its read blocks): rows repeat its last frame
+        _tmux("send-keys", "-t", session, "Enter")
+        _wait_for(session, r"episode 1: \d+ rows")
+        _wait_for(session, r"Enter: next episode")
+        _tmux("send-keys", "-t", session, "Enter")  # the camera is still silent: no row can be built
+        _wait_for(session, r"(?s)Enter: next episode.*recording episode N=…")
+        _tmux("send-keys", "-t", session, "Enter")
+        _wait_for(session, r"no rows recorded, episode discarded")
+        assert markers.read_recycled(task) is None  # no N was taken, none is recycled
+        _wait_for(session, r"(?s)discarded.*Enter: next episode")
+        more.set()
+        _tmux("send-keys", "-t", session, "Enter")
+        _wait_for(session, r"recording episode N=2 .* [1-9]\d* rows")
+        time.sleep(0.5)
+        _tmux("send-keys", "-t", session, "Enter")
+        _wait_for(session, r"episode 2: \d+ rows")
+        release.set()  # the camera's FIFO closes: its capture thread ends
+        _wait_for(session, r"(?s)episode 2: .*Enter: next episode")
+        _tmux("send-keys", "-t", session, "q")
+        end = _wait_for(session, r"EXIT=\d+")
+    finally:
+        more.set()
+        release.set()
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        feeder.join(10)
+    assert "EXIT=0" in end and "Traceback" not in end and "None" not in end
+    assert re.search(r"│\s*-\s*│\s*discarded \(no rows\)\s*│\s*0\s*│", end)
+    assert re.search(r"│\s*1\s*│\s*finished", end) and re.search(r"│\s*2\s*│\s*finished", end)
+    t = open_task(task)
+    assert [ep.index for ep in t.episodes()] == [1, 2]
+    assert markers.read_recycled(task) is None

@@ -592,7 +592,7 @@ class Recorder:
         self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)
         self._writer_thread.start()
 
-    def _end(self, abort: bool) -> RecordedEpisode | None:
+    def _end(self, abort: bool, discard_empty: bool = False) -> RecordedEpisode | None:
         self._aborting = abort
         self._wq.put(_STOP)
         assert self._writer_thread is not None
@@ -612,6 +612,8 @@ class Recorder:
                                hint=kept[0] if kept else None) from err
         if abort:
             return None
+        if self._result is None and discard_empty and self._episode is None:
+            return None  # no row reached the writer: no N was taken, nothing is on disk
         if self._result is None:
             raise CodecError("the episode has no rows: no tick had a frame of every stream "
                              f"(silent: {self._silent_streams()})")
@@ -701,13 +703,19 @@ class Recorder:
         error); True when it did within ``timeout`` seconds."""
         return self._ticks_done.wait(timeout)
 
-    def stop_episode(self) -> RecordedEpisode:
+    def stop_episode(self, *, discard_empty: bool = False) -> RecordedEpisode | None:
         """Stop ticking, let the write thread drain, publish the episode.
+
+        Parameters
+        ----------
+        discard_empty:
+            When no row was written yet (stopped before every stream delivered its first
+            frame), return None instead of raising: nothing was written and no N was taken.
 
         Raises
         ------
         CodecError
-            No row was ever built (a stream never delivered a frame).
+            No row was ever built (a stream never delivered a frame) and ``discard_empty`` is False.
         EgopoolError
             Writing failed (the episode was aborted and its N freed), or no episode is
             being recorded.
@@ -717,8 +725,8 @@ class Recorder:
         self._stop.set()
         if self._tick_thread is not None:
             self._tick_thread.join()
-        out = self._end(abort=False)
-        assert out is not None
+        out = self._end(abort=False, discard_empty=discard_empty)
+        assert out is not None or discard_empty
         return out
 
     def abort_episode(self) -> None:

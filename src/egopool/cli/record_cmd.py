@@ -203,9 +203,13 @@ def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds:
         while limit is None or sum(1 for e in done if e["status"] == "finished") < limit:
             action = _one_episode(session, display, keys, seconds, json_out)
             done.append(action["summary"])
-            line = (f"episode {action['summary']['episode_index']}: {action['summary']['length']} rows, "
-                    f"{action['summary']['ticks_skipped']} ticks skipped" if action["summary"]["status"] == "finished"
-                    else f"episode aborted; N={action['summary']['episode_index']} is recycled for the next one")
+            e = action["summary"]
+            if e["status"] == "finished":
+                line = f"episode {e['episode_index']}: {e['length']} rows, {e['ticks_skipped']} ticks skipped"
+            elif e["status"] == "discarded":
+                line = "no rows recorded, episode discarded (it ended before every device delivered a frame)"
+            else:
+                line = f"episode aborted; N={e['episode_index']} is recycled for the next one"
             if not json_out:
                 err_console.print(line)
             if action["quit"]:
@@ -254,11 +258,17 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                     break
     except KeyboardInterrupt:
         quit_after = True
+    discarded = {"quit": quit_after, "summary": {"episode_index": None, "status": "discarded", "length": 0,
+                                                 "ticks_skipped": 0}}
     if abort:
         n = session.abort_episode()
+        if n is None:  # aborted before its first row: no N was taken, none is recycled
+            return discarded
         return {"quit": quit_after, "summary": {"episode_index": n, "status": "aborted", "length": 0,
                                                 "ticks_skipped": 0}}
-    ep = session.finish_episode()
+    ep = session.finish_or_discard()
+    if ep is None:  # finished before every device delivered its first frame: nothing was written
+        return discarded
     return {"quit": quit_after, "summary": _episode_summary(ep, session.writer.fps)}
 
 
@@ -270,6 +280,9 @@ def _print_summary(summary: dict[str, Any], fps: float) -> None:
     for e in summary["episodes"]:
         if e["status"] == "aborted":
             table.add_row(str(e["episode_index"]), "aborted (N recycled)", "0", "-", "-", "-", "-")
+            continue
+        if e["status"] == "discarded":
+            table.add_row("-", "discarded (no rows)", "0", "-", "-", "-", "-")
             continue
         table.add_row(str(e["episode_index"]), "finished", str(e["length"]), f"{e['length'] / fps:.2f}",
                       str(e["ticks_skipped"]), str(sum(e["repeated"].values())), str(sum(e["dropped"].values())))

@@ -137,12 +137,29 @@ class RecordingSession:
         Raises
         ------
         EgopoolError
+            The episode could not be written (see :meth:`Recorder.stop_episode`), or it has
+            no row (see :meth:`finish_or_discard`).
+        """
+        done = self._finish(discard_empty=False)
+        assert done is not None
+        return done
+
+    def finish_or_discard(self) -> RecordedEpisode | None:
+        """As :meth:`finish_episode`, but an episode stopped before its first row (a stream had not
+        delivered its first frame yet) is discarded: returns None, nothing was written, no N taken.
+
+        Raises
+        ------
+        EgopoolError
             The episode could not be written (see :meth:`Recorder.stop_episode`).
         """
+        return self._finish(discard_empty=True)
+
+    def _finish(self, discard_empty: bool) -> RecordedEpisode | None:
         rec = self._recorder()
         for src in self.sources:
             src.stop()
-        return rec.stop_episode()
+        return rec.stop_episode(discard_empty=discard_empty)
 
     def record_seconds(self, seconds: float) -> RecordedEpisode:
         """Record one episode of ``round(seconds × fps)`` ticks in real time; Ctrl-C aborts it.
