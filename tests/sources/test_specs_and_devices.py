@@ -52,7 +52,25 @@ def test_conflicts_are_refused_before_any_device_opens(tmp_path, capsys):
                "--device", "sim:glove", "--device", "sim:glove", "--seconds", "1"])
     err = capsys.readouterr().err
     assert rc == 1 and "third glove" in err and "/dev/video97" not in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "t2").exists() or not any((tmp_path / "t2").rglob("*.parquet"))
+    assert not (tmp_path / "t2").exists()
+
+
+@pytest.mark.parametrize("specs, named, fix", [
+    (["sim:glove", "uvc:/dev/video0?size=big"], "'uvc:/dev/video0?size=big'", "like 1280x720"),
+    (["sim:glove", "uvc:/dev/video0?fps=30&fps=60"], "'uvc:/dev/video0?fps=30&fps=60'", "give each option once"),
+    (["sim:glove", "sim:glove-left", "sim:robot"], "'sim:robot'", "use one of"),
+    (["uvc:lavfi:testsrc2=size=64x48", "uvc:lavfi:testsrc2=size=64x48"], "is given twice", "drop the repeated"),
+    (["sim:glove", "uvc:/dev/video97"], "/dev/video97", "egopool devices"),  # parses, cannot be opened
+])
+def test_a_bad_device_leaves_nothing_on_disk(tmp_path, capsys, specs, named, fix):
+    """Every spec is parsed, the rig checked and every device opened before the task is created:
+    a bad --device is one line naming it and the fix, and no (empty) task folder is left behind."""
+    args = [a for spec in specs for a in ("--device", spec)]
+    rc = main(["record", str(tmp_path / "rec" / "t"), *args, "--seconds", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and named in err and fix in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "rec").exists()
 
 
 def test_record_command_lavfi_json(tmp_path, capsys):

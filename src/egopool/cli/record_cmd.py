@@ -28,7 +28,7 @@ from rich.table import Table
 from ..errors import DeviceError, EgopoolError
 from ..sources import RecordingSession, list_devices, parse_device_specs
 from ..sources.session import DeviceLine
-from ..write.checks import check_episode_seconds
+from ..write.checks import check_episode_seconds, check_task_name
 from ..write.task_writer import TaskWriter
 from .app import app
 from .args import record_fps_option
@@ -171,17 +171,22 @@ def record_cmd(
     task = task.expanduser()
     if not task.name or task.name in (".", ".."):
         raise EgopoolError(f"{task}: not a task directory name", hint="e.g. recordings/pick_cup")
+    check_task_name(task.name)
     if seconds is not None:  # float32 timestamps, before any device opens (found by qa12: it recorded)
         check_episode_seconds(seconds, fps, "--seconds")
-    writer = TaskWriter(task.parent if str(task.parent) else Path("."), task.name, fps=fps)
-    session = RecordingSession(writer, parse_device_specs(device), program=program)
-    session.check_conflicts()  # §5.1 before anything opens
+    root = task.parent if str(task.parent) else Path(".")
+    # Every spec parsed, the combination checked (§5.1) and every device opened before the task
+    # is created: a bad --device or a missing camera leaves nothing on disk.
+    session = RecordingSession(lambda: TaskWriter(root, task.name, fps=fps), parse_device_specs(device),
+                               program=program)
+    session.check_conflicts()
+    if fast and not session.replayable:
+        raise DeviceError("--fast needs recordings played with realtime=0 (and simulated devices) only",
+                          hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
     done: list[dict[str, Any]] = []
     with _opened(session):
+        writer = session.writer
         if fast:
-            if not session.replayable:
-                raise DeviceError("--fast needs recordings played with realtime=0 (and simulated devices) only",
-                                  hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
             for _ in range(episodes or 1):  # without --seconds: until the recordings played to their end
                 ep = session.record_fast(seconds)
                 done.append(_episode_summary(ep, session.writer.fps))

@@ -90,9 +90,13 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
                           hint=f"use one of {', '.join(k + ':...' for k in KINDS)}")
     target, _, query = rest.partition("?")
     try:
-        opts = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
         raise DeviceError(f"--device {spec!r}: options must look like ?size=1280x720&fps=30") from None
+    opts = dict(pairs)
+    if len(opts) < len(pairs):
+        twice = sorted({k for k, _ in pairs if sum(1 for k2, _ in pairs if k2 == k) > 1})
+        raise DeviceError(f"--device {spec!r}: option(s) {twice} given twice", hint="give each option once")
     unknown = set(opts) - _OPTIONS[kind]
     if unknown:
         raise DeviceError(f"--device {spec!r}: unknown option(s) {sorted(unknown)}",
