@@ -30,7 +30,7 @@ def test_specs_build_the_right_sources():
     ("uvc:/dev/video0?size=big", "size must look like 1280x720"),
     ("uvc:/dev/video0?fps=-3", "fps must be > 0"),
     ("uvc:/dev/video0?zoom=2", "unknown option(s) ['zoom']"),
-    ("uvc:/dev/video0?role=left", "role must be 'ego'"),
+    ("uvc:/dev/video0?role=left", "role must be 'ego' or 'none'"),
     ("sim:robot", "unknown simulated device 'robot'"),
     ("realsense-bag:", "no recording named"),
     ("realsense:1234?depth=png", "depth must be 'ffv1' or 'hevc12'"),
@@ -71,6 +71,27 @@ def test_a_bad_device_leaves_nothing_on_disk(tmp_path, capsys, specs, named, fix
     assert rc == 1 and named in err and fix in err, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "rec").exists()
+
+
+def test_s80m_can_be_a_non_ego_device(tmp_path, capsys):
+    """sim:s80m / sim:s80c are the ego camera unless role=none: then the S80M keeps its global stereo
+    slots (§4.4) and writes no ego trajectory (§4.7); beside a gripper it is refused (§5.1)."""
+    (s80m,) = parse_device_specs(["sim:s80m?role=none"])
+    assert s80m.role is None and s80m.device.kind == "s80m"
+    rc = main(["record", str(tmp_path / "rec" / "s80"), "--device", "sim:s80m?role=none&size=160x100",
+               "--device", "sim:glove", "--seconds", "1", "--json"])
+    assert rc == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["episodes"][0]["length"] == 30
+    info = json.loads((tmp_path / "rec" / "s80" / "meta" / "info.json").read_text())
+    assert info["devices"][0] == {"key": "s80m:sim-1", "kind": "s80m", "name": "S80M",
+                                  "slots": ["stereo_left", "stereo_right", "stereo_depth"]}
+    assert sorted(info["cameras"]) == ["stereo_left", "stereo_right"] and "observation.imu" in info["features"]
+    assert not any("ego" in k for k in info["features"])
+    rc = main(["record", str(tmp_path / "rec" / "s80g"), "--device", "sim:s80m?role=none", "--device", "sim:gripper",
+               "--seconds", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "standalone S80M (§5.1)" in err and "as the ego camera" in err
+    assert not (tmp_path / "rec" / "s80g").exists()
 
 
 def test_record_command_lavfi_json(tmp_path, capsys):

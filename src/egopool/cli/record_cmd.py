@@ -37,7 +37,7 @@ from .output import console, err_console, print_json
 _DEVICE_HELP = ("A device, in opening order (repeat the option): uvc:/dev/video0[?size=1280x720&fps=30&pix=mjpeg], "
                 "uvc:lavfi:testsrc2=size=1280x720:rate=30, realsense:SERIAL[?size=..&fps=..&depth=ffv1], "
                 "realsense-bag:FILE[?realtime=0], sim:glove|glove-left|glove-right|ble-glove|gripper|s80c|d435|uvc; "
-                "name=NAME and role=ego on any.")
+                "name=NAME and role=ego|none on any (sim:s80c/s80m are the ego camera unless role=none).")
 
 
 class _Keys:

@@ -14,8 +14,9 @@
 =================================  ==========================================================
 
 Options: ``size=WxH``, ``fps=F``, ``pix=FMT`` (camera pixel format or ``mjpeg``),
-``name=NAME`` (user name, ``device_names``; the slot base of a RealSense), ``role=ego``,
-``key=uvc:...`` (a camera's stable key),
+``name=NAME`` (user name, ``device_names``; the slot base of a RealSense), ``role=ego`` (the
+ego camera, §4.7) or ``role=none`` (not the ego camera: ``sim:s80m`` / ``sim:s80c`` are the
+ego camera unless told so), ``key=uvc:...`` (a camera's stable key),
 ``depth=ffv1`` (lossless depth), ``realtime=0`` (a recording as fast as possible), ``side=left``.
 """
 
@@ -102,8 +103,10 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
         raise DeviceError(f"--device {spec!r}: unknown option(s) {sorted(unknown)}",
                           hint=f"{kind} takes {', '.join(sorted(_OPTIONS[kind]))}")
     role = opts.get("role") or None
-    if role not in (None, "ego"):
-        raise DeviceError(f"--device {spec!r}: role must be 'ego', got {role!r}")
+    if role not in (None, "ego", "none"):
+        raise DeviceError(f"--device {spec!r}: role must be 'ego' or 'none', got {role!r}")
+    no_role = role == "none"
+    role = None if no_role else role
     w, h = _size(spec, opts["size"]) if "size" in opts else (None, None)
     fps = _number(spec, "fps", opts["fps"]) if "fps" in opts else None
     name = opts.get("name") or None
@@ -144,7 +147,7 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
     if side not in (None, "left", "right"):
         raise DeviceError(f"--device {spec!r}: side must be 'left' or 'right', got {side!r}")
     dev, default_role = sim_device(target, counts[stem], width=w, height=h, name=name, side=side)
-    return SimSource(dev, role or default_role, seed=counts[stem], label=spec)
+    return SimSource(dev, None if no_role else role or default_role, seed=counts[stem], label=spec)
 
 
 def parse_device_specs(specs: list[str]) -> list[Source]:
