@@ -37,7 +37,7 @@ def _color(k: int) -> np.ndarray:
     return np.stack([(x * 4 + k) % 256, (y * 5) % 256, np.full_like(x, 80 + k)], -1).astype(np.uint8)
 
 
-def _record(path, n: int = N) -> None:
+def _record(path, n: int = N, serial: str = "130322270123") -> None:
     """A D405 recording of ``n`` colour + depth frames at 30 fps, paced like a camera."""
     rs = pytest.importorskip("pyrealsense2")
     dev = rs.software_device()
@@ -58,7 +58,7 @@ def _record(path, n: int = N) -> None:
     extr = rs.extrinsics()
     extr.rotation, extr.translation = [1, 0, 0, 0, 1, 0, 0, 0, 1], [0.015, 0.0, 0.0]
     dp.register_extrinsics_to(cp, extr)
-    dev.register_info(rs.camera_info.serial_number, "130322270123")
+    dev.register_info(rs.camera_info.serial_number, serial)
     dev.register_info(rs.camera_info.name, "Intel RealSense D405")
     recorder = rs.recorder(str(path), dev)
     depth_s.open(dp)
@@ -174,3 +174,39 @@ def test_record_command_plays_a_recording_as_fast_as_possible(tmp_path, recordin
     assert ep["length"] == N and ep["repeated"] == {} and ep["ticks_skipped"] == 0
     rc = main(["record", str(tmp_path / "rec" / "rs"), "--device", f"realsense-bag:{recording}", "--fast"])
     assert rc == 1 and "--fast needs recordings played with realtime=0" in capsys.readouterr().err
+
+
+def test_recordings_with_the_same_file_name_in_two_folders(tmp_path, recording):
+    """front/d405.db3 and wrist/d405.db3: keyed apart until open (d435:d405, d435:d405-2), then by their
+    cameras' serials; two recordings of one camera, or one file given twice, are refused by name."""
+    import shutil
+
+    (tmp_path / "front").mkdir()
+    (tmp_path / "wrist").mkdir()
+    front, wrist = tmp_path / "front" / "d405.db3", tmp_path / "wrist" / "d405.db3"
+    shutil.copy(recording, front)
+    _record(wrist, n=10, serial="130322270999")
+    sources = parse_device_specs([f"realsense-bag:{front}?realtime=0&depth=ffv1",
+                                  f"realsense-bag:{wrist}?realtime=0&depth=ffv1"])
+    assert [s.device.key for s in sources] == ["d435:d405", "d435:d405-2"]
+    session = RecordingSession(TaskWriter(tmp_path, "two", fps=30.0), sources)
+    rig = session.open()
+    try:
+        assert [(d.key, d.slots) for d in rig.devices] == [
+            ("d435:130322270123", ("d435_rgb", "d435_depth")), ("d435:130322270999", ("d435_rgb_2", "d435_depth_2"))]
+        done = session.record_fast(0.5)
+    finally:
+        session.close()
+    assert done.result.length == 15 and validate_task(tmp_path / "two").ok
+    # two recordings of the same camera (one serial): refused once open, naming both, nothing written
+    other = tmp_path / "wrist" / "again.db3"
+    shutil.copy(recording, other)
+    session = RecordingSession(lambda: TaskWriter(tmp_path, "same", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{other}"]))
+    with pytest.raises(ConflictError, match="are the same device d435:130322270123") as err:
+        session.open()
+    assert str(front) in str(err.value) and str(other) in str(err.value) and "two recordings of one camera" in \
+        str(err.value)
+    assert not (tmp_path / "same").exists() and all(s.status().state == "closed" for s in session.sources)
+    with pytest.raises(DeviceError, match="is already given as"):
+        parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{tmp_path / 'wrist' / '..' / 'front' / 'd405.db3'}"])

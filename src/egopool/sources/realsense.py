@@ -114,6 +114,9 @@ class RealSenseSource(Source):
         ``None`` (the writer's 12-bit log HEVC) or ``"ffv1"`` (lossless mm).
     name, role:
         User name (also the slot base: ``D405_head`` -> ``D405_head_rgb``, §4.3), ``"ego"`` or None.
+    key:
+        Device key until the device is open (default ``d435:<serial>``, for a recording
+        ``d435:<file stem>``); once open, a device that reports its serial is ``d435:<serial>``.
 
     Raises
     ------
@@ -124,12 +127,12 @@ class RealSenseSource(Source):
     def __init__(self, serial: str | None = None, *, file: str | os.PathLike[str] | None = None,
                  width: int = 640, height: int = 480, fps: float = 30.0, realtime: bool = True,
                  depth_codec: str | None = None, name: str | None = None, role: str | None = None,
-                 label: str | None = None) -> None:
+                 label: str | None = None, key: str | None = None) -> None:
         self.serial, self.file = serial, Path(file) if file is not None else None
         self.req = (int(width), int(height), float(fps))
         self.realtime = bool(realtime)
         self.replayable = self.file is not None and not self.realtime
-        key = f"d435:{serial}" if serial else f"d435:{self.file.stem if self.file else 'first'}"
+        key = key or (f"d435:{serial}" if serial else f"d435:{self.file.stem if self.file else 'first'}")
         dev = Device("d435", key, name, int(width), int(height), float(fps), depth_codec=depth_codec)
         super().__init__(dev, role, label or (f"realsense-bag:{file}" if file else f"realsense:{serial}"))
         self._rs: Any = None

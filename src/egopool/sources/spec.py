@@ -18,10 +18,16 @@ Options: ``size=WxH``, ``fps=F``, ``pix=FMT`` (camera pixel format or ``mjpeg``)
 ego camera, §4.7) or ``role=none`` (not the ego camera: ``sim:s80m`` / ``sim:s80c`` are the
 ego camera unless told so), ``key=uvc:...`` (a camera's stable key),
 ``depth=ffv1`` (lossless depth), ``realtime=0`` (a recording as fast as possible), ``side=left``.
+
+Recordings are keyed ``d435:<file stem>`` until they are open (then ``d435:<serial>`` when the
+recording names its camera); two recordings with the same stem are numbered ``d435:<stem>-2``...,
+the same file given twice is refused.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from urllib.parse import parse_qsl
 
 from ..errors import DeviceError
@@ -135,8 +141,12 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
         if not target:
             raise DeviceError(f"--device {spec!r}: no recording named", hint="e.g. realsense-bag:session.db3")
         realtime = _flag(spec, "realtime", opts["realtime"]) if "realtime" in opts else True
+        counts = counts if counts is not None else {}
+        stem = f"bag:{Path(target).stem}"  # same-named recordings in different folders: numbered keys
+        counts[stem] = counts.get(stem, 0) + 1
+        key = f"d435:{Path(target).stem}" + (f"-{counts[stem]}" if counts[stem] > 1 else "")
         return RealSenseSource(file=target, realtime=realtime, depth_codec=depth, name=name, role=role,
-                               label=spec)
+                               label=spec, key=key)
     if target not in SIM_KINDS:
         raise DeviceError(f"--device {spec!r}: unknown simulated device {target!r}",
                           hint=f"use one of {', '.join('sim:' + k for k in SIM_KINDS)}")
@@ -151,6 +161,22 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
 
 
 def parse_device_specs(specs: list[str]) -> list[Source]:
-    """Every ``--device`` of a command line, in order (see :func:`parse_device_spec`)."""
+    """Every ``--device`` of a command line, in order (see :func:`parse_device_spec`).
+
+    Raises
+    ------
+    DeviceError
+        A spec is malformed (see :func:`parse_device_spec`), or one recording file is given twice.
+    """
     counts: dict[str, int] = {}
-    return [parse_device_spec(s, counts=counts) for s in specs]
+    sources = [parse_device_spec(s, counts=counts) for s in specs]
+    files: dict[Path, Source] = {}
+    for src in sources:
+        path = getattr(src, "file", None)
+        if path is None:
+            continue
+        other = files.setdefault(Path(os.path.abspath(path)), src)
+        if other is not src:
+            raise DeviceError(f"--device {src.label!r}: the recording {str(path)!r} is already given as "
+                              f"--device {other.label!r}", hint="give each recording once")
+    return sources
