@@ -210,3 +210,24 @@ def test_recordings_with_the_same_file_name_in_two_folders(tmp_path, recording):
     assert not (tmp_path / "same").exists() and all(s.status().state == "closed" for s in session.sources)
     with pytest.raises(DeviceError, match="is already given as"):
         parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{tmp_path / 'wrist' / '..' / 'front' / 'd405.db3'}"])
+
+
+def test_a_recording_closed_before_its_end_does_not_hang(tmp_path):
+    """realtime=0 playback waits for room in its frame queue; closed before the recording's end (--fast
+    --seconds shorter than the recording), the SDK callback waiting there must give up, or the SDK's
+    sensor stop (which waits for it) hangs forever."""
+    import threading
+
+    path = tmp_path / "long.db3"
+    _record(path, n=90)  # 180 frames: more than the source's queue of 64
+    session = RecordingSession(TaskWriter(tmp_path, "short", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        done = session.record_fast(0.5)
+    finally:
+        closer = threading.Thread(target=session.close, daemon=True)
+        closer.start()
+        closer.join(20)
+    assert not closer.is_alive(), "close() hangs on the SDK callback waiting for room in the queue"
+    assert done.result.length == 15 and validate_task(tmp_path / "short").ok

@@ -139,6 +139,7 @@ class RealSenseSource(Source):
         self._device: Any = None
         self._sensors: list[Any] = []
         self._q: queue.Queue[_RsFrame | None] = queue.Queue(maxsize=64)
+        self._closing = threading.Event()
         self._started = False
         self.dropped_in_sdk = 0
         self.depth_scale = 0.001
@@ -154,6 +155,7 @@ class RealSenseSource(Source):
     # -- open --------------------------------------------------------------------------------------
     def _open(self) -> Device:
         rs = self._rs = rs_module()
+        self._closing.clear()
         ctx = rs.context()
         try:
             if self.file is not None:
@@ -167,14 +169,17 @@ class RealSenseSource(Source):
                 found = [d for d in devs if self.serial is None or d.get_info(rs.camera_info.serial_number) == self.serial]
                 if not found:
                     seen = [d.get_info(rs.camera_info.serial_number) for d in devs]
-                    raise DeviceError(f"no RealSense camera with serial {self.serial!r} (connected: {seen or 'none'})",
-                                      hint="list cameras with `egopool devices`")
+                    what = (f"no RealSense camera with serial {self.serial!r} (connected: {', '.join(seen)})" if seen
+                            else "no RealSense camera is connected")
+                    raise DeviceError(f"{self.label}: {what}", hint="plug it in, or list cameras with `egopool devices`")
                 dev = found[0]
                 self.serial = dev.get_info(rs.camera_info.serial_number)
         except DeviceError:
             raise
         except RuntimeError as exc:  # pyrealsense2's one error type
-            raise DeviceError(f"cannot open RealSense {self.label}: {exc}", path=self.file) from exc
+            hint = ("is it a RealSense recording, a .bag from RealSense Viewer or a .db3 from the SDK's recorder?"
+                    if self.file is not None else "is another program using the camera?")
+            raise DeviceError(f"cannot open RealSense {self.label}: {exc}", path=self.file, hint=hint) from exc
         self._device = dev
         self.model = dev.get_info(rs.camera_info.name) if dev.supports(rs.camera_info.name) else "RealSense"
         if self.file is not None and dev.supports(rs.camera_info.serial_number):
@@ -272,7 +277,12 @@ class RealSenseSource(Source):
         except RuntimeError:
             return
         if self.replayable:
-            self._q.put(item)
+            while not self._closing.is_set():  # close() stops the sensors, which waits for this callback
+                try:
+                    self._q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
         else:
             try:
                 self._q.put_nowait(item)
@@ -418,6 +428,7 @@ class RealSenseSource(Source):
         return self._exhausted and not self._virtual
 
     def _close(self) -> None:
+        self._closing.set()  # an SDK callback waiting for room in the queue gives up: stop() waits for it
         for sensor in self._sensors:
             for op in (sensor.stop, sensor.close):
                 try:
