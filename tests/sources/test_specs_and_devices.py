@@ -61,6 +61,8 @@ def test_conflicts_are_refused_before_any_device_opens(tmp_path, capsys):
     (["sim:glove", "sim:glove-left", "sim:robot"], "'sim:robot'", "use one of"),
     (["uvc:lavfi:testsrc2=size=64x48", "uvc:lavfi:testsrc2=size=64x48"], "is given twice", "drop the repeated"),
     (["sim:glove", "uvc:/dev/video97"], "/dev/video97", "egopool devices"),  # parses, cannot be opened
+    (["sim:glove", "sim:gripper?size=100000x100000"], "'sim:gripper?size=100000x100000'", "at most 8192x8192"),
+    (["uvc:lavfi:testsrc2?fps=1e9"], "'uvc:lavfi:testsrc2?fps=1e9'", "at most 1000"),
 ])
 def test_a_bad_device_leaves_nothing_on_disk(tmp_path, capsys, specs, named, fix):
     """Every spec is parsed, the rig checked and every device opened before the task is created:

@@ -139,12 +139,12 @@ class RecordingSession:
                 src.open()
                 opened.append(src)
             self._check_unique_keys()  # as opened: two recordings of one camera carry its one serial
-            if self._writer is None:
-                assert self._make_writer is not None
-                self._writer = self._make_writer()
             rig = Rig(self.program)
             for src in self.sources:
                 src.bind(rig.add(src.device, role=src.role), rig)
+            if self._writer is None:  # only now: a device that failed to open or bind left nothing on disk
+                assert self._make_writer is not None
+                self._writer = self._make_writer()
             rig.check_task(self.writer.info)
             self.recorder = Recorder(self.writer, rig, **self.recorder_kwargs)
         except BaseException:

@@ -38,6 +38,10 @@ from .simulated import SIM_KINDS, SimSource, sim_device
 __all__ = ["INPUT_FORMATS", "KINDS", "parse_device_spec", "parse_device_specs"]
 
 KINDS = ("uvc", "realsense", "realsense-bag", "sim")
+#: Largest frame side a ``size=`` may ask for (px; 8K, the top level of H.264 / HEVC).
+MAX_SIDE = 8192
+#: Largest ``fps=`` (frames/s), as ``egopool record --fps``.
+MAX_FPS = 1000.0
 #: FFmpeg input formats a ``uvc:`` target may name first (``uvc:lavfi:...``).
 INPUT_FORMATS = ("lavfi", "v4l2", "video4linux2", "avfoundation", "dshow", "x11grab", "gdigrab", "file")
 _OPTIONS = {
@@ -55,6 +59,9 @@ def _size(spec: str, value: str) -> tuple[int, int]:
         raise DeviceError(f"--device {spec!r}: size must look like 1280x720, got {value!r}") from None
     if w <= 0 or h <= 0:
         raise DeviceError(f"--device {spec!r}: size must be positive, got {value!r}")
+    if w > MAX_SIDE or h > MAX_SIDE:
+        raise DeviceError(f"--device {spec!r}: size must be at most {MAX_SIDE}x{MAX_SIDE}, got {value!r}",
+                          hint="use a mode `egopool devices` lists")
     return w, h
 
 
@@ -65,6 +72,8 @@ def _number(spec: str, key: str, value: str) -> float:
         raise DeviceError(f"--device {spec!r}: {key} must be a number, got {value!r}") from None
     if not v > 0 or v != v or v == float("inf"):
         raise DeviceError(f"--device {spec!r}: {key} must be > 0, got {value!r}")
+    if v > MAX_FPS:
+        raise DeviceError(f"--device {spec!r}: {key} must be at most {MAX_FPS:g}, got {value!r}")
     return v
 
 
