@@ -173,7 +173,7 @@ def test_record_command_plays_a_recording_as_fast_as_possible(tmp_path, recordin
     (ep,) = out["episodes"]
     assert ep["length"] == N and ep["repeated"] == {} and ep["ticks_skipped"] == 0
     rc = main(["record", str(tmp_path / "rec" / "rs"), "--device", f"realsense-bag:{recording}", "--fast"])
-    assert rc == 1 and "--fast needs recordings played with realtime=0" in capsys.readouterr().err
+    assert rc == 1 and "--fast needs a recording played with realtime=0" in capsys.readouterr().err
 
 
 def test_recordings_with_the_same_file_name_in_two_folders(tmp_path, recording):
@@ -212,22 +212,36 @@ def test_recordings_with_the_same_file_name_in_two_folders(tmp_path, recording):
         parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{tmp_path / 'wrist' / '..' / 'front' / 'd405.db3'}"])
 
 
-def test_a_recording_closed_before_its_end_does_not_hang(tmp_path):
-    """realtime=0 playback waits for room in its frame queue; closed before the recording's end (--fast
-    --seconds shorter than the recording), the SDK callback waiting there must give up, or the SDK's
-    sensor stop (which waits for it) hangs forever."""
+
+def test_fast_episodes_go_on_through_a_recording_and_close_before_its_end(tmp_path, recording):
+    """--fast with several episodes: each goes on from the recording's next frame at its own start
+    (no frame lost or repeated between episodes), the last one ends with the recording, and then there
+    is none (None, nothing written). Closed before its end, the SDK callback waiting for room in the
+    full frame queue gives up, or the SDK's sensor stop (which waits for it) would hang forever."""
     import threading
 
+    session = RecordingSession(TaskWriter(tmp_path, "eps", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{recording}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        first, second, third = (session.record_fast(0.5) for _ in range(3))
+    finally:
+        session.close()
+    assert (first.result.length, second.result.length, third) == (15, N - 15, None)
+    t = open_task(tmp_path / "eps")
+    raw = np.concatenate([np.asarray(t.episode(n).table.column("raw_hw_ns"), np.int64) for n in (1, 2)])
+    np.testing.assert_allclose(raw, [round((5000.0 + k * 1000.0 / 30) * 1e6) for k in range(N)], atol=2)
+
     path = tmp_path / "long.db3"
-    _record(path, n=90)  # 180 frames: more than the source's queue of 64
+    _record(path, n=120)  # 240 frames: more than the source's queue of 64 are left after two episodes
     session = RecordingSession(TaskWriter(tmp_path, "short", fps=30.0),
                                parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
     session.open()
     try:
-        done = session.record_fast(0.5)
+        done = [session.record_fast(1.0) for _ in range(2)]
     finally:
         closer = threading.Thread(target=session.close, daemon=True)
         closer.start()
         closer.join(20)
     assert not closer.is_alive(), "close() hangs on the SDK callback waiting for room in the queue"
-    assert done.result.length == 15 and validate_task(tmp_path / "short").ok
+    assert [d.result.length for d in done] == [30, 30] and validate_task(tmp_path / "short").ok

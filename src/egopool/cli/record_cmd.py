@@ -181,22 +181,34 @@ def record_cmd(
                                program=program)
     session.check_conflicts()
     if fast and not session.replayable:
-        raise DeviceError("--fast needs recordings played with realtime=0 (and simulated devices) only",
-                          hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
+        raise DeviceError("--fast needs a recording played with realtime=0, and no live device (simulated "
+                          "devices may join)", hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
     done: list[dict[str, Any]] = []
+    interrupted = False
     with _opened(session):
         writer = session.writer
         if fast:
-            for _ in range(episodes or 1):  # without --seconds: until the recordings played to their end
-                ep = session.record_fast(seconds)
-                done.append(_episode_summary(ep, session.writer.fps))
+            try:
+                for _ in range(episodes or 1):  # without --seconds: until the recordings played to their end
+                    ep = session.record_fast(seconds)
+                    if ep is None:
+                        err_console.print(f"the recordings played to their end after {len(done)} episode(s)",
+                                          markup=False, highlight=False)
+                        break
+                    done.append(_episode_summary(ep, session.writer.fps))
+            except KeyboardInterrupt:  # the episode being recorded is discarded (its N recycled)
+                interrupted = True
         else:
             _record_live(session, done, seconds, episodes, json_out)
     summary = {"task": str(writer.task_dir), "devices": [s.label for s in session.sources], "episodes": done}
     if json_out:
         print_json(summary)
-        return
-    _print_summary(summary, fps)
+    else:
+        _print_summary(summary, fps)
+    if interrupted:
+        err_console.print(f"the episode being recorded was discarded; {len(done)} episode(s) are in "
+                          f"{writer.task_dir}", markup=False, highlight=False)
+        raise KeyboardInterrupt
 
 
 def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds: float | None,

@@ -148,7 +148,7 @@ class RealSenseSource(Source):
         self._counter0 = 0
         self._held: _RsFrame | None = None
         self._depths: collections.deque[_RsFrame] = collections.deque(maxlen=4)
-        self._virtual: collections.deque[tuple[int, Any, Any]] = collections.deque()
+        self._virtual: collections.deque[tuple[int, _RsFrame, _RsFrame | None]] = collections.deque()  # device ns
         self._vt0: tuple[int, int] | None = None
         self._exhausted = False
 
@@ -395,7 +395,13 @@ class RealSenseSource(Source):
         """
         rgb_slot, depth_slot = self._slots()
         self._start_sensors()
-        while not self._exhausted and (not self._virtual or self._virtual[-1][0] <= t1):
+
+        def host(dev_ns: int) -> int:
+            if self._vt0 is None:  # half a period inside the window: rounding never moves a frame to the next tick
+                self._vt0 = (t1 - int(5e8 / (self.device.fps or 30.0)), dev_ns)
+            return self._vt0[0] + (dev_ns - self._vt0[1])
+
+        while not self._exhausted and (not self._virtual or host(self._virtual[-1][0]) <= t1):
             f = self._next(2.0)
             if f is False:
                 continue
@@ -403,18 +409,19 @@ class RealSenseSource(Source):
                 self._exhausted = True
                 self._state = "ended"
             for color, depth in self._pair(f):  # type: ignore[arg-type]
-                dev_ns = int(round(color.ts_ms * 1e6))
-                if self._vt0 is None:  # half a period inside the window: rounding never moves a frame to the next tick
-                    self._vt0 = (t1 - int(5e8 / (self.device.fps or 30.0)), dev_ns)
-                host = self._vt0[0] + (dev_ns - self._vt0[1])
-                cf, df = self._frames_of(color, depth, host)
-                self._virtual.append((host, cf, df))
-        while self._virtual and self._virtual[0][0] <= t1:
-            _, cf, df = self._virtual.popleft()
+                self._virtual.append((int(round(color.ts_ms * 1e6)), color, depth))
+        while self._virtual and host(self._virtual[0][0]) <= t1:
+            dev_ns, color, depth = self._virtual.popleft()
+            cf, df = self._frames_of(color, depth, host(dev_ns))
             self.delivered()
             rec.push_frame(rgb_slot, cf)
             if df is not None:
                 rec.push_frame(depth_slot, df)
+
+    def restart_clock(self) -> None:
+        """The next :meth:`feed` window starts a new virtual clock: the recording goes on from its next
+        frame at the start of the next episode (``record --fast`` with several episodes)."""
+        self._vt0 = None
 
     def duration(self) -> float | None:
         """Length of a recording in seconds (None for a live camera)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..devices.rig import Rig
-from ..errors import ConflictError, DeviceError, EgopoolError
+from ..errors import CodecError, ConflictError, DeviceError, EgopoolError
 from ..meta import markers
 from ..recorder import RecordedEpisode, Recorder
 from ..write.task_writer import TaskWriter
@@ -229,10 +229,15 @@ class RecordingSession:
         rec.abort_episode()
         return index if index is not None and markers.read_recycled(self.writer.task_dir) == index else None
 
-    def record_fast(self, seconds: float | None = None) -> RecordedEpisode:
+    def record_fast(self, seconds: float | None = None) -> RecordedEpisode | None:
         """Record one episode on a virtual clock, as fast as the writer allows (recordings with
         ``realtime=0`` and simulated devices only): ``seconds`` long, or (None) until every
-        recording played to its end.
+        recording played to its end. An episode ends early when the recordings end.
+
+        Returns
+        -------
+        RecordedEpisode or None
+            None when the recordings had already played to their end (nothing was written).
 
         Raises
         ------
@@ -260,8 +265,20 @@ class RecordingSession:
                     src.feed(t0, t1, r)  # type: ignore[attr-defined]
 
         recordings = [s for s in self.sources if s.replayable]
-        ended = (lambda: all(s.exhausted for s in recordings)) if seconds is None else None  # type: ignore[attr-defined]
-        return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
+        for r in recordings:
+            r.restart_clock()  # type: ignore[attr-defined]
+
+        def ended() -> bool:
+            return all(s.exhausted for s in recordings)  # type: ignore[attr-defined]
+
+        if ended():
+            return None
+        try:
+            return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
+        except CodecError:
+            if ended():  # nothing was left to play: no row, no N taken
+                return None
+            raise
 
     def status(self) -> tuple[dict[str, Any], list[DeviceLine]]:
         """``(episode counters, one line per device)`` for the live display (any thread)."""
