@@ -166,3 +166,63 @@ def test_enter_before_the_first_row_discards_the_episode(tmp_path):
     t = open_task(task)
     assert [ep.index for ep in t.episodes()] == [1, 2]
     assert markers.read_recycled(task) is None
+
+
+def test_ctrl_c_between_episodes_quits_with_the_summary(tmp_path):
+    """Ctrl-C during an episode finishes it; Ctrl-C while waiting for the next one quits with the summary
+    of what was recorded (exit 0), never a silent exit 130."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test (apt-get install -y tmux; .ci/run installs it)")
+    task = tmp_path / "rec" / "ctrl_c"
+    session = f"egopool-recc-{os.getpid()}"
+    env = f"COLUMNS=160 LINES=50 PYTHONPATH={os.pathsep.join(sys.path)}"
+    cmd = (f"cd {tmp_path} && {env} {sys.executable} -m egopool record {task} "
+           f"--device 'uvc:lavfi:testsrc2=size=160x120:rate=30' --device sim:glove; echo EXIT=$?; sleep 60")
+    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd)
+    try:
+        _wait_for(session, r"recording episode N=1 .* [1-9]\d* rows")
+        _tmux("send-keys", "-t", session, "Enter")
+        _wait_for(session, r"(?s)episode 1: \d+ rows.*Enter: next episode")
+        _tmux("send-keys", "-t", session, "C-c")
+        end = _wait_for(session, r"EXIT=\d+")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert "EXIT=0" in end and "Traceback" not in end
+    assert re.search(r"1\s+episode\(s\) recorded", end) and re.search(r"│\s*1\s*│\s*finished", end)
+    assert [ep.index for ep in open_task(task).episodes()] == [1]
+
+
+def test_ctrl_c_while_a_camera_opens(tmp_path):
+    """Ctrl-C while a camera is opening (here it opened and sends nothing: FFmpeg retries its interrupted
+    read) ends the command at once: 'egopool: interrupted', exit 130, no task folder."""
+    import errno
+    import signal
+
+    fifo = tmp_path / "silent.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "record", str(tmp_path / "rec" / "t"), "--device",
+                             f"uvc:file:{fifo}", "--device", "sim:glove", "--seconds", "1"],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fd = None
+    try:
+        deadline = time.monotonic() + 60
+        while fd is None:  # the camera is being opened once the FIFO has its reader
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO and time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if fd is not None:
+            os.close(fd)
+    assert time.monotonic() - t0 < 5.0  # not the 10 s open timeout
+    assert proc.returncode == 130 and err.strip() == "egopool: interrupted", err
+    assert not (tmp_path / "rec").exists()

@@ -160,3 +160,38 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     capture.join(10)
     assert not capture.is_alive() and cam._container is None  # released by the capture thread itself
     assert validate_task(tmp_path / "stall").ok
+
+
+def test_a_camera_that_opens_but_never_delivers_is_given_up(tmp_path):
+    """The device opens but sends nothing (FFmpeg retries its interrupted read, so neither av.open's
+    timeout nor Ctrl-C would end it): open() gives up after open_timeout with a DeviceError naming the
+    camera, and the open left behind ends (closing what it opened) once the device answers."""
+    import os
+    import threading
+
+    fifo = tmp_path / "silent.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+
+    def silent_camera():
+        fd = os.open(fifo, os.O_WRONLY)  # waits for the reader, then sends nothing until released
+        release.wait(30)
+        os.close(fd)
+
+    feeder = threading.Thread(target=silent_camera, daemon=True)
+    feeder.start()
+    (cam,) = parse_device_specs([f"uvc:file:{fifo}"])
+    cam.open_timeout = 1.0
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeviceError, match="delivered nothing within 1 s") as err:
+            cam.open()
+        assert time.monotonic() - t0 < 5.0 and str(fifo) in str(err.value)
+    finally:
+        release.set()
+        feeder.join(10)
+    deadline = time.monotonic() + 10
+    while any(t.name == "src-uvc-open" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "src-uvc-open" for t in threading.enumerate())
+    assert cam.status().state == "closed"

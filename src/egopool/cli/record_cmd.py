@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import select
+import signal
 import sys
 import threading
 import time
@@ -236,20 +237,24 @@ def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds:
             if interactive and seconds is None:
                 if not json_out:
                     err_console.print("Enter: next episode · q: quit")
-                while True:
-                    k = keys.get(0.2)
-                    if k == "enter":
-                        break
-                    if k == "q":
-                        return
+                try:
+                    while True:
+                        k = keys.get(0.2)
+                        if k == "enter":
+                            break
+                        if k == "q":
+                            return
+                except KeyboardInterrupt:  # Ctrl-C between episodes quits, with the summary
+                    return
 
 
 def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seconds: float | None,
                  json_out: bool) -> dict[str, Any]:
     rec = session.recorder
     assert rec is not None
-    session.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))) if seconds is not None else None)
-    quit_after = False
+    with _sigint_deferred() as interrupted:  # starting: a Ctrl-C now ends the episode right after
+        session.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))) if seconds is not None else None)
+    quit_after = bool(interrupted)
     abort = False
     live = Live(display.render(keys.enabled), console=err_console, refresh_per_second=4,
                 transient=False) if not json_out and err_console.is_terminal else contextlib.nullcontext()
@@ -259,7 +264,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                 k = keys.get(0.25) if keys.enabled else (time.sleep(0.25) or None)
                 if isinstance(live, Live):
                     live.update(display.render(keys.enabled))
-                if k == "enter":
+                if k == "enter" or quit_after:
                     break
                 if k == "a":
                     abort = True
@@ -275,18 +280,33 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                     break
     except KeyboardInterrupt:
         quit_after = True
-    discarded = {"quit": quit_after, "summary": {"episode_index": None, "status": "discarded", "length": 0,
-                                                 "ticks_skipped": 0}}
-    if abort:
-        n = session.abort_episode()
-        if n is None:  # aborted before its first row: no N was taken, none is recycled
-            return discarded
-        return {"quit": quit_after, "summary": {"episode_index": n, "status": "aborted", "length": 0,
-                                                "ticks_skipped": 0}}
-    ep = session.finish_or_discard()
-    if ep is None:  # finished before every device delivered its first frame: nothing was written
-        return discarded
-    return {"quit": quit_after, "summary": _episode_summary(ep, session.writer.fps)}
+    # Publishing (or discarding) is not cut short by another Ctrl-C: it only asks to quit afterwards.
+    with _sigint_deferred() as interrupted:
+        if abort:
+            n = session.abort_episode()
+            summary = {"episode_index": n, "status": "aborted", "length": 0, "ticks_skipped": 0}
+        else:
+            ep = session.finish_or_discard()
+            summary = _episode_summary(ep, session.writer.fps) if ep is not None else {}
+        if not summary or summary["episode_index"] is None:
+            # ended before every device delivered its first frame: nothing was written, no N taken
+            summary = {"episode_index": None, "status": "discarded", "length": 0, "ticks_skipped": 0}
+    return {"quit": quit_after or bool(interrupted), "summary": summary}
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[list[int]]:
+    """While inside, Ctrl-C (SIGINT) is recorded in the yielded list instead of raising KeyboardInterrupt
+    (main thread only; elsewhere signals cannot be handled and nothing changes)."""
+    hits: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield hits
+        return
+    old = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    try:
+        yield hits
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _print_summary(summary: dict[str, Any], fps: float) -> None:
