@@ -35,10 +35,12 @@ from .app import app
 from .args import record_fps_option
 from .output import console, err_console, print_json
 
-_DEVICE_HELP = ("A device, in opening order (repeat the option): uvc:/dev/video0[?size=1280x720&fps=30&pix=mjpeg], "
-                "uvc:lavfi:testsrc2=size=1280x720:rate=30, realsense:SERIAL[?size=..&fps=..&depth=ffv1], "
-                "realsense-bag:FILE[?realtime=0], sim:glove|glove-left|glove-right|ble-glove|gripper|s80c|d435|uvc; "
-                "name=NAME and role=ego|none on any (sim:s80c/s80m are the ego camera unless role=none).")
+_DEVICE_HELP = ("A device, in opening order (repeat the option): KIND:TARGET[?opt=val&...], "
+                "KIND:TARGET one of uvc:/dev/video0, uvc:lavfi:testsrc2 (an FFmpeg input format first), realsense:SERIAL, "
+                "realsense-bag:FILE, sim:glove, sim:glove-left, sim:glove-right, sim:ble-glove, sim:gripper, "
+                "sim:s80c, sim:s80m, sim:d435, sim:uvc; options size=1280x720, fps=30, pix=mjpeg, name=NAME, "
+                "role=ego or role=none (sim:s80c / sim:s80m are the ego camera unless role=none), key=uvc:ID, "
+                "depth=ffv1, realtime=0 (recordings, with --fast), side=left|right.")
 
 
 class _Keys:
