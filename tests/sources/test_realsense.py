@@ -209,7 +209,7 @@ def test_recordings_with_the_same_file_name_in_two_folders(tmp_path, recording):
         str(err.value)
     assert not (tmp_path / "same").exists() and all(s.status().state == "closed" for s in session.sources)
     with pytest.raises(DeviceError, match="is already given as"):
-        parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{tmp_path / 'wrist' / '..' / 'front' / 'd405.db3'}"])
+        parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{tmp_path}/wrist/../front/d405.db3"])
 
 
 

@@ -171,7 +171,8 @@ class RealSenseSource(Source):
                     seen = [d.get_info(rs.camera_info.serial_number) for d in devs]
                     what = (f"no RealSense camera with serial {self.serial!r} (connected: {', '.join(seen)})" if seen
                             else "no RealSense camera is connected")
-                    raise DeviceError(f"{self.label}: {what}", hint="plug it in, or list cameras with `egopool devices`")
+                    raise DeviceError(f"{self.label}: {what}",
+                                      hint="plug it in, or list cameras with `egopool devices`")
                 dev = found[0]
                 self.serial = dev.get_info(rs.camera_info.serial_number)
         except DeviceError:
