@@ -127,3 +127,21 @@ def test_ffmpeg_mode_listings_are_parsed():
         ("yuyv422", False, ["640x480", "1280x720"]), ("mjpeg", True, ["640x480", "1920x1080"])]
     dshow = parse_mode_lines("dshow", ["[dshow @ 0x1]   vcodec=mjpeg  min s=1280x720 fps=5 max s=1280x720 fps=30"])
     assert dshow == [{"pix_fmt": "mjpeg", "compressed": True, "sizes": ["1280x720"], "fps": [5.0, 30.0]}]
+
+
+def test_a_camera_silent_at_the_next_episode_stops_the_recording_with_the_summary(tmp_path, capsys):
+    """Episode 2 cannot start (the 0.05 fps camera sends its next frame only after the 5 s prime
+    timeout): it is discarded with the reason, nothing is written for it, and without a terminal the
+    command stops with the summary (JSON) and a one-line error naming the silent stream, exit 1."""
+    rc = main(["record", str(tmp_path / "rec" / "t"), "--device", "uvc:lavfi:testsrc2=size=64x48:rate=0.05",
+               "--device", "sim:glove", "--seconds", "1", "--episodes", "2", "--json"])
+    out, err = capsys.readouterr()
+    episodes = json.loads(out)["episodes"]
+    assert rc == 1 and [e["status"] for e in episodes] == ["finished", "discarded"]
+    assert episodes[0]["episode_index"] == 1 and episodes[1]["episode_index"] is None
+    assert "no frame from ['head_left_rgb'] within 5.0 s" in episodes[1]["reason"]
+    assert err.startswith("egopool: error: recording stopped, no frame from ['head_left_rgb']") and \
+        len(err.splitlines()) == 1
+    from egopool import open_task
+
+    assert [ep.index for ep in open_task(tmp_path / "rec" / "t").episodes()] == [1]

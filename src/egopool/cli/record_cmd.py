@@ -188,6 +188,7 @@ def record_cmd(
                           "devices may join)", hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
     done: list[dict[str, Any]] = []
     interrupted = False
+    stopped_by: str | None = None
     with _opened(session):
         writer = session.writer
         if fast:
@@ -202,12 +203,15 @@ def record_cmd(
             except KeyboardInterrupt:  # the episode being recorded is discarded (its N recycled)
                 interrupted = True
         else:
-            _record_live(session, done, seconds, episodes, json_out)
+            stopped_by = _record_live(session, done, seconds, episodes, json_out)
     summary = {"task": str(writer.task_dir), "devices": [s.label for s in session.sources], "episodes": done}
     if json_out:
         print_json(summary)
     else:
         _print_summary(summary, fps)
+    if stopped_by is not None:
+        raise DeviceError(f"recording stopped, {stopped_by}", hint="check the device (`egopool devices`); the "
+                          "episodes above are recorded")
     if interrupted:
         err_console.print(f"the episode being recorded was discarded; {len(done)} episode(s) are in "
                           f"{writer.task_dir}", markup=False, highlight=False)
@@ -215,7 +219,9 @@ def record_cmd(
 
 
 def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds: float | None,
-                 episodes: int | None, json_out: bool) -> None:
+                 episodes: int | None, json_out: bool) -> str | None:
+    """Record episodes until the limit, q or Ctrl-C; returns why a device stopped the recording
+    (no terminal to ask the operator), else None."""
     display = _Display(session)
     with _Keys() as keys:
         interactive = keys.enabled
@@ -227,15 +233,17 @@ def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds:
             if e["status"] == "finished":
                 line = f"episode {e['episode_index']}: {e['length']} rows, {e['ticks_skipped']} ticks skipped"
             elif e["status"] == "discarded":
-                line = "no rows recorded, episode discarded (it ended before every device delivered a frame)"
+                line = f"no rows recorded, episode discarded ({e['reason']})"
             else:
                 line = f"episode aborted; N={e['episode_index']} is recycled for the next one"
             if not json_out:
                 err_console.print(line)
+            if action["silent"]:
+                return str(e["reason"])
             if action["quit"]:
-                return
+                return None
             if limit is not None and sum(1 for e in done if e["status"] == "finished") >= limit:
-                return
+                return None
             if interactive and seconds is None:
                 if not json_out:
                     err_console.print("Enter: next episode · q: quit")
@@ -245,9 +253,10 @@ def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds:
                         if k == "enter":
                             break
                         if k == "q":
-                            return
+                            return None
                 except KeyboardInterrupt:  # Ctrl-C between episodes quits, with the summary
-                    return
+                    return None
+    return None
 
 
 def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seconds: float | None,
@@ -274,7 +283,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                 if k == "q":
                     quit_after = True
                     break
-                if seconds is not None and rec.wait_ticks(0):
+                if rec.wait_ticks(0):  # --seconds reached, or the episode could not go on (see below)
                     break
                 video = [s for s in session.sources if s.reg is not None and s.reg.rgb_slots]
                 if video and all(s.ended or s.status().state == "error" for s in video):
@@ -292,8 +301,11 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
             summary = _episode_summary(ep, session.writer.fps) if ep is not None else {}
         if not summary or summary["episode_index"] is None:
             # ended before every device delivered its first frame: nothing was written, no N taken
-            summary = {"episode_index": None, "status": "discarded", "length": 0, "ticks_skipped": 0}
-    return {"quit": quit_after or bool(interrupted), "summary": summary}
+            summary = {"episode_index": None, "status": "discarded", "length": 0, "ticks_skipped": 0,
+                       "reason": rec.discard_reason or "it ended before every device delivered a frame"}
+    # a device that stays silent would fail every next episode too: without a terminal, stop
+    silent = summary["status"] == "discarded" and rec.discard_reason is not None and not keys.enabled
+    return {"quit": quit_after or bool(interrupted), "silent": silent, "summary": summary}
 
 
 @contextlib.contextmanager
