@@ -35,6 +35,18 @@ def _wait_for(session: str, pattern: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"{pattern!r} never appeared; screen:\n{_screen(session)}")
 
 
+def _record_in_tmux(name: str, cwd, args: str) -> str:
+    """Start ``egopool record ARGS`` in a detached 160x50 tmux session; returns the session name. The
+    shell prints ``EXIT=<code>`` when the command ends."""
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed for this test (apt-get install -y tmux; .ci/run installs it)")
+    session = f"egopool-{name}-{os.getpid()}"
+    env = f"COLUMNS=160 LINES=50 PYTHONPATH={os.pathsep.join(sys.path)}"
+    cmd = f"cd {cwd} && {env} {sys.executable} -m egopool record {args}; echo EXIT=$?; sleep 60"
+    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd)
+    return session
+
+
 def _rows(screen: str) -> int:
     found = re.findall(r"recording episode N=\S+\s+[\d.]+ s\s+(\d+) rows", screen)
     assert found, screen
@@ -42,15 +54,9 @@ def _rows(screen: str) -> int:
 
 
 def test_record_in_a_terminal(tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for this test (apt-get install -y tmux; .ci/run installs it)")
     task = tmp_path / "rec" / "pick_cup"
-    session = f"egopool-rec-{os.getpid()}"
-    env = f"COLUMNS=160 LINES=50 PYTHONPATH={os.pathsep.join(sys.path)}"
-    cmd = (f"cd {tmp_path} && {env} {sys.executable} -m egopool record {task} "
-           f"--device 'uvc:lavfi:testsrc2=size=320x240:rate=30' --device sim:glove --device 'sim:gripper?size=320x240'; "
-           "echo EXIT=$?; sleep 60")
-    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd)
+    session = _record_in_tmux("rec", tmp_path, f"{task} --device 'uvc:lavfi:testsrc2=size=320x240:rate=30' "
+                              "--device sim:glove --device 'sim:gripper?size=320x240'")
     try:
         first = _wait_for(session, r"(?s)recording episode N=1 .* (\d+) rows.*sim:gripper")
         assert "uvc:lavfi:testsrc2" in first and "sim:glove" in first and "head_left_rgb" in first
@@ -81,35 +87,15 @@ def test_record_in_a_terminal(tmp_path):
     assert sorted(t.info["cameras"]) == ["gripper_rgb", "head_left_rgb"]
 
 
-def _mpegts(path, n: int) -> bytes:
-    """An MPEG-TS stream of ``n`` 64x48 frames at 30 fps (what a camera FIFO delivers)."""
-    import av
-    import numpy as np
-
-    with av.open(str(path), "w", format="mpegts") as out:
-        st = out.add_stream("mpeg2video", rate=30)
-        st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
-        for i in range(n):
-            f = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * i % 256, np.uint8), format="rgb24")
-            f.pts = i
-            for p in st.encode(f):
-                out.mux(p)
-        for p in st.encode():
-            out.mux(p)
-    return path.read_bytes()
-
-
-def test_enter_before_the_first_row_discards_the_episode(tmp_path):
+def test_enter_before_the_first_row_discards_the_episode(tmp_path, mpegts_stream):
     """A camera that has not delivered its first frame yet (here: a FIFO camera that stalls): Enter
     ends the episode before its first row. It is discarded with one clear line, no N is taken or
     recycled, the summary says so, the next episode gets the next N and the command exits 0."""
     import threading
 
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for this test (apt-get install -y tmux; .ci/run installs it)")
     fifo = tmp_path / "cam.fifo"
     os.mkfifo(fifo)
-    data = _mpegts(tmp_path / "cam.ts", 120)
+    data = mpegts_stream(tmp_path / "cam.ts", 120)
     half = len(data) // 2 // 188 * 188  # whole TS packets
     more, release = threading.Event(), threading.Event()
 
@@ -128,11 +114,7 @@ def test_enter_before_the_first_row_discards_the_episode(tmp_path):
     feeder = threading.Thread(target=camera, daemon=True)
     feeder.start()
     task = tmp_path / "rec" / "slow_cam"
-    session = f"egopool-rec0-{os.getpid()}"
-    env = f"COLUMNS=160 LINES=50 PYTHONPATH={os.pathsep.join(sys.path)}"
-    cmd = (f"cd {tmp_path} && {env} {sys.executable} -m egopool record {task} "
-           f"--device 'uvc:file:{fifo}' --device sim:glove; echo EXIT=$?; sleep 60")
-    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd)
+    session = _record_in_tmux("rec0", tmp_path, f"{task} --device 'uvc:file:{fifo}' --device sim:glove")
     try:
         _wait_for(session, r"recording episode N=1 .* [1-9]\d* rows")
         time.sleep(2.5)  # the camera stalls (its read blocks): rows repeat its last frame
@@ -171,14 +153,9 @@ def test_enter_before_the_first_row_discards_the_episode(tmp_path):
 def test_ctrl_c_between_episodes_quits_with_the_summary(tmp_path):
     """Ctrl-C during an episode finishes it; Ctrl-C while waiting for the next one quits with the summary
     of what was recorded (exit 0), never a silent exit 130."""
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is needed for this test (apt-get install -y tmux; .ci/run installs it)")
     task = tmp_path / "rec" / "ctrl_c"
-    session = f"egopool-recc-{os.getpid()}"
-    env = f"COLUMNS=160 LINES=50 PYTHONPATH={os.pathsep.join(sys.path)}"
-    cmd = (f"cd {tmp_path} && {env} {sys.executable} -m egopool record {task} "
-           f"--device 'uvc:lavfi:testsrc2=size=160x120:rate=30' --device sim:glove; echo EXIT=$?; sleep 60")
-    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd)
+    session = _record_in_tmux("recc", tmp_path, f"{task} --device 'uvc:lavfi:testsrc2=size=160x120:rate=30' "
+                              "--device sim:glove")
     try:
         _wait_for(session, r"recording episode N=1 .* [1-9]\d* rows")
         _tmux("send-keys", "-t", session, "Enter")
