@@ -37,10 +37,10 @@ from .output import console, err_console, print_json
 
 _DEVICE_HELP = ("A device, in opening order (repeat the option): KIND:TARGET[?opt=val&...], "
                 "KIND:TARGET one of uvc:/dev/video0, uvc:lavfi:testsrc2 (an FFmpeg input format first), "
-                "realsense:SERIAL, realsense-bag:FILE, sim:glove, sim:glove-left, sim:glove-right, sim:ble-glove, sim:gripper, "
-                "sim:s80c, sim:s80m, sim:d435, sim:uvc; options size=1280x720, fps=30, pix=mjpeg, name=NAME, "
-                "role=ego or role=none (sim:s80c / sim:s80m are the ego camera unless role=none), key=uvc:ID, "
-                "depth=ffv1, realtime=0 (recordings, with --fast), side=left|right.")
+                "realsense:SERIAL, realsense-bag:FILE, sim:glove, sim:glove-left, sim:glove-right, sim:ble-glove, "
+                "sim:gripper, sim:s80c, sim:s80m, sim:d435, sim:uvc; options size=1280x720, fps=30, pix=mjpeg, "
+                "name=NAME, role=ego or role=none (sim:s80c / sim:s80m are the ego camera unless role=none), "
+                "key=uvc:ID, depth=ffv1, realtime=0 (recordings, with --fast), side=left|right.")
 
 
 class _Keys:
