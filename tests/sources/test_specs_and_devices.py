@@ -34,6 +34,8 @@ def test_specs_build_the_right_sources():
     ("sim:robot", "unknown simulated device 'robot'"),
     ("realsense-bag:", "no recording named"),
     ("realsense:1234?depth=png", "depth must be 'ffv1' or 'hevc12'"),
+    ("sim:d435?name=x%00y", "name 'x\\x00y' has control characters"),
+    ("sim:d435?name=%20head", "name ' head' has control characters or spaces at its ends"),
 ])
 def test_bad_specs_name_the_spec(spec, message):
     with pytest.raises(DeviceError) as err:

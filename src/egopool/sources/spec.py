@@ -27,6 +27,7 @@ the same file given twice is refused.
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -125,6 +126,10 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
     w, h = _size(spec, opts["size"]) if "size" in opts else (None, None)
     fps = _number(spec, "fps", opts["fps"]) if "fps" in opts else None
     name = opts.get("name") or None
+    if name is not None and (name != name.strip() or any(unicodedata.category(ch) in ("Cc", "Cf", "Cs")
+                                                         for ch in name)):
+        raise DeviceError(f"--device {spec!r}: name {name!r} has control characters or spaces at its ends",
+                          hint="name the device with visible characters (Chinese allowed)")
     if kind == "uvc":
         fmt = None
         head, colon, tail = target.partition(":")
