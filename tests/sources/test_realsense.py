@@ -245,3 +245,18 @@ def test_fast_episodes_go_on_through_a_recording_and_close_before_its_end(tmp_pa
         closer.join(20)
     assert not closer.is_alive(), "close() hangs on the SDK callback waiting for room in the queue"
     assert [d.result.length for d in done] == [30, 30] and validate_task(tmp_path / "short").ok
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99])
+def test_a_truncated_recording_is_one_line_and_leaves_nothing(tmp_path, capsys, keep):
+    from egopool.cli.app import main
+
+    pytest.importorskip("pyrealsense2")
+    data = ROS1_BAG.read_bytes()
+    cut = tmp_path / "cut.bag"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    rc = main(["record", str(tmp_path / "rec" / "t"), "--device", f"realsense-bag:{cut}", "--device", "sim:glove",
+               "--seconds", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1 and str(cut) in err and "A copy cut short" in err
+    assert not (tmp_path / "rec").exists()

@@ -178,7 +178,8 @@ class RealSenseSource(Source):
         except DeviceError:
             raise
         except RuntimeError as exc:  # pyrealsense2's one error type
-            hint = ("is it a RealSense recording, a .bag from RealSense Viewer or a .db3 from the SDK's recorder?"
+            hint = ("is it a whole RealSense recording (a .bag from RealSense Viewer, a .db3 from the SDK's recorder)? "
+                    "A copy cut short cannot be opened"
                     if self.file is not None else "is another program using the camera?")
             raise DeviceError(f"cannot open RealSense {self.label}: {exc}", path=self.file, hint=hint) from exc
         self._device = dev
