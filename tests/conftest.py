@@ -64,3 +64,27 @@ def ray_cluster():
         if ray.is_initialized():
             ray.shutdown()
         c.shutdown()
+
+
+@pytest.fixture
+def mpegts_stream():
+    """``make(path, n) -> bytes``: an MPEG-TS stream of ``n`` 64x48 frames at 30 fps, what a test feeds a
+    camera FIFO (``uvc:file:<fifo>``) with; frame i is grey level 8·i mod 256."""
+
+    def make(path, n: int) -> bytes:
+        import av
+        import numpy as np
+
+        with av.open(str(path), "w", format="mpegts") as out:
+            st = out.add_stream("mpeg2video", rate=30)
+            st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
+            for i in range(n):
+                f = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * i % 256, np.uint8), format="rgb24")
+                f.pts = i
+                for p in st.encode(f):
+                    out.mux(p)
+            for p in st.encode():
+                out.mux(p)
+        return path.read_bytes()
+
+    return make

@@ -311,3 +311,16 @@ def test_declarations_of_the_wrong_json_type_are_refused_before_anything_is_writ
     assert err.value.message.startswith(message)
     assert not (tmp_path / "t" / "data").exists() and tw.next_episode_index() == 1
     tw.begin_episode(sensors=(s for s in ["left_glove"]), devices=iter([{"key": "k"}])).abort()  # generators: fine
+
+
+def test_a_task_keeps_its_fps(tmp_path: Path) -> None:
+    """A task has one fps (file_format.md §3): a writer at another fps is refused before it writes
+    anything (its rows would be 1/fps apart on another clock, and the server refuses such a slice)."""
+    _glove_episode(TaskWriter(tmp_path, "t", fps=30.0, registry=False)).finish()
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*"))
+    with pytest.raises(SchemaError) as err:
+        TaskWriter(tmp_path, "t", fps=60.0, registry=False)
+    assert str(err.value) == (f"{tmp_path}/t: the task records at 30 fps, not 60 (a task has one fps, "
+                              "file_format.md §3) (use --fps 30, or record into a new task)")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*")) == before
+    assert TaskWriter(tmp_path, "t", fps=30.0, registry=False).fps == 30.0

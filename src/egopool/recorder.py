@@ -199,6 +199,9 @@ class Recorder:
         self._active = False
         # per-episode state, reset by _begin()
         self._error: BaseException | None = None
+        self._unprimed: CodecError | None = None
+        #: Why the last episode was discarded without rows (a stream silent past ``prime_timeout``), or None.
+        self.discard_reason: str | None = None
         self._result: EpisodeResult | None = None
         self._final_stats: dict[str, int | float] = {}
         self._notes: list[str] = []
@@ -575,6 +578,8 @@ class Recorder:
         self._chain = _Chain()
         self._wq = queue.Queue(maxsize=self._wq_rows)
         self._error = None
+        self._unprimed = None
+        self.discard_reason = None
         self._result = None
         self._final_stats = {}
         self._notes = []
@@ -592,7 +597,7 @@ class Recorder:
         self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)
         self._writer_thread.start()
 
-    def _end(self, abort: bool) -> RecordedEpisode | None:
+    def _end(self, abort: bool, discard_empty: bool = False) -> RecordedEpisode | None:
         self._aborting = abort
         self._wq.put(_STOP)
         assert self._writer_thread is not None
@@ -600,6 +605,10 @@ class Recorder:
         self._active = False
         for line in self._notes:  # from this (the caller's) thread, so callers can catch them
             warnings.warn(line, ValueChangedWarning, stacklevel=3)
+        if self._error is not None and self._error is self._unprimed and self._episode is None and \
+                (abort or discard_empty):  # a stream never delivered: nothing was written, no N taken
+            self.discard_reason = self._unprimed.one_line()
+            return None
         if self._error is not None:
             err = self._error
             kept = [n for n in self._notes if "are kept in" in n]
@@ -612,6 +621,8 @@ class Recorder:
                                hint=kept[0] if kept else None) from err
         if abort:
             return None
+        if self._result is None and discard_empty and self._episode is None:
+            return None  # no row reached the writer: no N was taken, nothing is on disk
         if self._result is None:
             raise CodecError("the episode has no rows: no tick had a frame of every stream "
                              f"(silent: {self._silent_streams()})")
@@ -657,8 +668,9 @@ class Recorder:
             if t0 is None:
                 if not self._primed():
                     if now - start > self._prime_timeout:
-                        self._error = CodecError(f"no frame from {self._silent_streams()} within "
-                                                 f"{self._prime_timeout} s; cannot start the episode")
+                        self._error = self._unprimed = CodecError(
+                            f"no frame from {self._silent_streams()} within {self._prime_timeout} s; cannot start "
+                            "the episode")
                         self._ticks_done.set()
                         return
                     next_due += self.period
@@ -701,13 +713,21 @@ class Recorder:
         error); True when it did within ``timeout`` seconds."""
         return self._ticks_done.wait(timeout)
 
-    def stop_episode(self) -> RecordedEpisode:
+    def stop_episode(self, *, discard_empty: bool = False) -> RecordedEpisode | None:
         """Stop ticking, let the write thread drain, publish the episode.
+
+        Parameters
+        ----------
+        discard_empty:
+            When no row was written yet (stopped before every stream delivered its first
+            frame, or a stream delivered none within ``prime_timeout``), return None instead of
+            raising: nothing was written and no N was taken; :attr:`discard_reason` then names
+            the silent streams when the prime timeout ended the episode (else None).
 
         Raises
         ------
         CodecError
-            No row was ever built (a stream never delivered a frame).
+            No row was ever built (a stream never delivered a frame) and ``discard_empty`` is False.
         EgopoolError
             Writing failed (the episode was aborted and its N freed), or no episode is
             being recorded.
@@ -717,8 +737,8 @@ class Recorder:
         self._stop.set()
         if self._tick_thread is not None:
             self._tick_thread.join()
-        out = self._end(abort=False)
-        assert out is not None
+        out = self._end(abort=False, discard_empty=discard_empty)
+        assert out is not None or discard_empty
         return out
 
     def abort_episode(self) -> None:

@@ -103,23 +103,7 @@ def _feed_fifo(path, data: bytes, release) -> None:
         os.close(fd)
 
 
-def _mpegts(path, n: int) -> bytes:
-    import av
-
-    with av.open(str(path), "w", format="mpegts") as out:
-        st = out.add_stream("mpeg2video", rate=30)
-        st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
-        for i in range(n):
-            f = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 8 * i % 256, np.uint8), format="rgb24")
-            f.pts = i
-            for p in st.encode(f):
-                out.mux(p)
-        for p in st.encode():
-            out.mux(p)
-    return path.read_bytes()
-
-
-def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(tmp_path):
+def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(tmp_path, mpegts_stream):
     """Frames stop but the device stays open (the read blocks): the episode finishes with the last
     frame repeated (§5.3), close() gives up on the blocked read after its timeout without freeing the
     device under it, and the capture thread releases it when the read returns."""
@@ -129,7 +113,7 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     fifo = tmp_path / "cam.fifo"
     os.mkfifo(fifo)
     release = threading.Event()
-    feeder = threading.Thread(target=_feed_fifo, args=(fifo, _mpegts(tmp_path / "cam.ts", 30), release),
+    feeder = threading.Thread(target=_feed_fifo, args=(fifo, mpegts_stream(tmp_path / "cam.ts", 30), release),
                               daemon=True)
     feeder.start()
     writer = TaskWriter(tmp_path, "stall", fps=30.0)
@@ -160,3 +144,38 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     capture.join(10)
     assert not capture.is_alive() and cam._container is None  # released by the capture thread itself
     assert validate_task(tmp_path / "stall").ok
+
+
+def test_a_camera_that_opens_but_never_delivers_is_given_up(tmp_path):
+    """The device opens but sends nothing (FFmpeg retries its interrupted read, so neither av.open's
+    timeout nor Ctrl-C would end it): open() gives up after open_timeout with a DeviceError naming the
+    camera, and the open left behind ends (closing what it opened) once the device answers."""
+    import os
+    import threading
+
+    fifo = tmp_path / "silent.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+
+    def silent_camera():
+        fd = os.open(fifo, os.O_WRONLY)  # waits for the reader, then sends nothing until released
+        release.wait(30)
+        os.close(fd)
+
+    feeder = threading.Thread(target=silent_camera, daemon=True)
+    feeder.start()
+    (cam,) = parse_device_specs([f"uvc:file:{fifo}"])
+    cam.open_timeout = 1.0
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeviceError, match="delivered nothing within 1 s") as err:
+            cam.open()
+        assert time.monotonic() - t0 < 5.0 and str(fifo) in str(err.value)
+    finally:
+        release.set()
+        feeder.join(10)
+    deadline = time.monotonic() + 10
+    while any(t.name == "src-uvc-open" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "src-uvc-open" for t in threading.enumerate())
+    assert cam.status().state == "closed"

@@ -37,7 +37,7 @@ def _color(k: int) -> np.ndarray:
     return np.stack([(x * 4 + k) % 256, (y * 5) % 256, np.full_like(x, 80 + k)], -1).astype(np.uint8)
 
 
-def _record(path, n: int = N) -> None:
+def _record(path, n: int = N, serial: str = "130322270123") -> None:
     """A D405 recording of ``n`` colour + depth frames at 30 fps, paced like a camera."""
     rs = pytest.importorskip("pyrealsense2")
     dev = rs.software_device()
@@ -58,7 +58,7 @@ def _record(path, n: int = N) -> None:
     extr = rs.extrinsics()
     extr.rotation, extr.translation = [1, 0, 0, 0, 1, 0, 0, 0, 1], [0.015, 0.0, 0.0]
     dp.register_extrinsics_to(cp, extr)
-    dev.register_info(rs.camera_info.serial_number, "130322270123")
+    dev.register_info(rs.camera_info.serial_number, serial)
     dev.register_info(rs.camera_info.name, "Intel RealSense D405")
     recorder = rs.recorder(str(path), dev)
     depth_s.open(dp)
@@ -173,4 +173,90 @@ def test_record_command_plays_a_recording_as_fast_as_possible(tmp_path, recordin
     (ep,) = out["episodes"]
     assert ep["length"] == N and ep["repeated"] == {} and ep["ticks_skipped"] == 0
     rc = main(["record", str(tmp_path / "rec" / "rs"), "--device", f"realsense-bag:{recording}", "--fast"])
-    assert rc == 1 and "--fast needs recordings played with realtime=0" in capsys.readouterr().err
+    assert rc == 1 and "--fast needs a recording played with realtime=0" in capsys.readouterr().err
+
+
+def test_recordings_with_the_same_file_name_in_two_folders(tmp_path, recording):
+    """front/d405.db3 and wrist/d405.db3: keyed apart until open (d435:d405, d435:d405-2), then by their
+    cameras' serials; two recordings of one camera, or one file given twice, are refused by name."""
+    import shutil
+
+    (tmp_path / "front").mkdir()
+    (tmp_path / "wrist").mkdir()
+    front, wrist = tmp_path / "front" / "d405.db3", tmp_path / "wrist" / "d405.db3"
+    shutil.copy(recording, front)
+    _record(wrist, n=10, serial="130322270999")
+    sources = parse_device_specs([f"realsense-bag:{front}?realtime=0&depth=ffv1",
+                                  f"realsense-bag:{wrist}?realtime=0&depth=ffv1"])
+    assert [s.device.key for s in sources] == ["d435:d405", "d435:d405-2"]
+    session = RecordingSession(TaskWriter(tmp_path, "two", fps=30.0), sources)
+    rig = session.open()
+    try:
+        assert [(d.key, d.slots) for d in rig.devices] == [
+            ("d435:130322270123", ("d435_rgb", "d435_depth")), ("d435:130322270999", ("d435_rgb_2", "d435_depth_2"))]
+        done = session.record_fast(0.5)
+    finally:
+        session.close()
+    assert done.result.length == 15 and validate_task(tmp_path / "two").ok
+    # two recordings of the same camera (one serial): refused once open, naming both, nothing written
+    other = tmp_path / "wrist" / "again.db3"
+    shutil.copy(recording, other)
+    session = RecordingSession(lambda: TaskWriter(tmp_path, "same", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{other}"]))
+    with pytest.raises(ConflictError, match="are the same device d435:130322270123") as err:
+        session.open()
+    assert str(front) in str(err.value) and str(other) in str(err.value) and "two recordings of one camera" in \
+        str(err.value)
+    assert not (tmp_path / "same").exists() and all(s.status().state == "closed" for s in session.sources)
+    with pytest.raises(DeviceError, match="is already given as"):
+        parse_device_specs([f"realsense-bag:{front}", f"realsense-bag:{tmp_path}/wrist/../front/d405.db3"])
+
+
+
+def test_fast_episodes_go_on_through_a_recording_and_close_before_its_end(tmp_path, recording):
+    """--fast with several episodes: each goes on from the recording's next frame at its own start
+    (no frame lost or repeated between episodes), the last one ends with the recording, and then there
+    is none (None, nothing written). Closed before its end, the SDK callback waiting for room in the
+    full frame queue gives up, or the SDK's sensor stop (which waits for it) would hang forever."""
+    import threading
+
+    session = RecordingSession(TaskWriter(tmp_path, "eps", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{recording}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        first, second, third = (session.record_fast(0.5) for _ in range(3))
+    finally:
+        session.close()
+    assert (first.result.length, second.result.length, third) == (15, N - 15, None)
+    t = open_task(tmp_path / "eps")
+    raw = np.concatenate([np.asarray(t.episode(n).table.column("raw_hw_ns"), np.int64) for n in (1, 2)])
+    np.testing.assert_allclose(raw, [round((5000.0 + k * 1000.0 / 30) * 1e6) for k in range(N)], atol=2)
+
+    path = tmp_path / "long.db3"
+    _record(path, n=120)  # 240 frames: more than the source's queue of 64 are left after two episodes
+    session = RecordingSession(TaskWriter(tmp_path, "short", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        done = [session.record_fast(1.0) for _ in range(2)]
+    finally:
+        closer = threading.Thread(target=session.close, daemon=True)
+        closer.start()
+        closer.join(20)
+    assert not closer.is_alive(), "close() hangs on the SDK callback waiting for room in the queue"
+    assert [d.result.length for d in done] == [30, 30] and validate_task(tmp_path / "short").ok
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99])
+def test_a_truncated_recording_is_one_line_and_leaves_nothing(tmp_path, capsys, keep):
+    from egopool.cli.app import main
+
+    pytest.importorskip("pyrealsense2")
+    data = ROS1_BAG.read_bytes()
+    cut = tmp_path / "cut.bag"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    rc = main(["record", str(tmp_path / "rec" / "t"), "--device", f"realsense-bag:{cut}", "--device", "sim:glove",
+               "--seconds", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1 and str(cut) in err and "A copy cut short" in err
+    assert not (tmp_path / "rec").exists()

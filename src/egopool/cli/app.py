@@ -107,11 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    _register()
-    _fit_output()
-    from .ray_option import optional_ray_value
-
     try:
+        _register()
+        _fit_output()
+        from .ray_option import optional_ray_value
+
         rc = app(args=optional_ray_value(sys.argv[1:] if argv is None else argv), standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
@@ -136,7 +136,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as exc:  # last resort: users do hit full disks and read-only mounts
         print(f"egopool: error: {StorageError.from_os_error(exc, action='failed').one_line()}", file=sys.stderr)
         return 1
-    # without standalone mode, click and typer return an explicit typer.Exit's code
+    # without standalone mode, click and typer return an explicit typer.Exit's code; typer turns
+    # Ctrl-C into a silent Exit(130) (no command of egopool exits 130 itself)
+    if rc == 130:
+        print("egopool: interrupted", file=sys.stderr)
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import select
+import signal
 import sys
 import threading
 import time
@@ -28,16 +29,18 @@ from rich.table import Table
 from ..errors import DeviceError, EgopoolError
 from ..sources import RecordingSession, list_devices, parse_device_specs
 from ..sources.session import DeviceLine
-from ..write.checks import check_episode_seconds
+from ..write.checks import check_episode_seconds, check_task_name
 from ..write.task_writer import TaskWriter
 from .app import app
 from .args import record_fps_option
 from .output import console, err_console, print_json
 
-_DEVICE_HELP = ("A device, in opening order (repeat the option): uvc:/dev/video0[?size=1280x720&fps=30&pix=mjpeg], "
-                "uvc:lavfi:testsrc2=size=1280x720:rate=30, realsense:SERIAL[?size=..&fps=..&depth=ffv1], "
-                "realsense-bag:FILE[?realtime=0], sim:glove|glove-left|glove-right|ble-glove|gripper|s80c|d435|uvc; "
-                "name=NAME and role=ego on any.")
+_DEVICE_HELP = ("A device, in opening order (repeat the option): KIND:TARGET[?opt=val&...], "
+                "KIND:TARGET one of uvc:/dev/video0, uvc:lavfi:testsrc2 (an FFmpeg input format first), "
+                "realsense:SERIAL, realsense-bag:FILE, sim:glove, sim:glove-left, sim:glove-right, sim:ble-glove, "
+                "sim:gripper, sim:s80c, sim:s80m, sim:d435, sim:uvc; options size=1280x720, fps=30, pix=mjpeg, "
+                "name=NAME, role=ego or role=none (sim:s80c / sim:s80m are the ego camera unless role=none), "
+                "key=uvc:ID, depth=ffv1, realtime=0 (recordings, with --fast), side=left|right.")
 
 
 class _Keys:
@@ -171,31 +174,54 @@ def record_cmd(
     task = task.expanduser()
     if not task.name or task.name in (".", ".."):
         raise EgopoolError(f"{task}: not a task directory name", hint="e.g. recordings/pick_cup")
+    check_task_name(task.name)
     if seconds is not None:  # float32 timestamps, before any device opens (found by qa12: it recorded)
         check_episode_seconds(seconds, fps, "--seconds")
-    writer = TaskWriter(task.parent if str(task.parent) else Path("."), task.name, fps=fps)
-    session = RecordingSession(writer, parse_device_specs(device), program=program)
-    session.check_conflicts()  # §5.1 before anything opens
+    root = task.parent if str(task.parent) else Path(".")
+    # Every spec parsed, the combination checked (§5.1) and every device opened before the task
+    # is created: a bad --device or a missing camera leaves nothing on disk.
+    session = RecordingSession(lambda: TaskWriter(root, task.name, fps=fps), parse_device_specs(device),
+                               program=program)
+    session.check_conflicts()
+    if fast and not session.replayable:
+        raise DeviceError("--fast needs a recording played with realtime=0, and no live device (simulated "
+                          "devices may join)", hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
     done: list[dict[str, Any]] = []
+    interrupted = False
+    stopped_by: str | None = None
     with _opened(session):
+        writer = session.writer
         if fast:
-            if not session.replayable:
-                raise DeviceError("--fast needs recordings played with realtime=0 (and simulated devices) only",
-                                  hint="add ?realtime=0 to realsense-bag: devices, or drop --fast")
-            for _ in range(episodes or 1):  # without --seconds: until the recordings played to their end
-                ep = session.record_fast(seconds)
-                done.append(_episode_summary(ep, session.writer.fps))
+            try:
+                for _ in range(episodes or 1):  # without --seconds: until the recordings played to their end
+                    ep = session.record_fast(seconds)
+                    if ep is None:
+                        err_console.print(f"the recordings played to their end after {len(done)} episode(s)",
+                                          markup=False, highlight=False)
+                        break
+                    done.append(_episode_summary(ep, session.writer.fps))
+            except KeyboardInterrupt:  # the episode being recorded is discarded (its N recycled)
+                interrupted = True
         else:
-            _record_live(session, done, seconds, episodes, json_out)
+            stopped_by = _record_live(session, done, seconds, episodes, json_out)
     summary = {"task": str(writer.task_dir), "devices": [s.label for s in session.sources], "episodes": done}
     if json_out:
         print_json(summary)
-        return
-    _print_summary(summary, fps)
+    else:
+        _print_summary(summary, fps)
+    if stopped_by is not None:
+        raise DeviceError(f"recording stopped, {stopped_by}", hint="check the device (`egopool devices`); the "
+                          "episodes above are recorded")
+    if interrupted:
+        err_console.print(f"the episode being recorded was discarded; {len(done)} episode(s) are in "
+                          f"{writer.task_dir}", markup=False, highlight=False)
+        raise KeyboardInterrupt
 
 
 def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds: float | None,
-                 episodes: int | None, json_out: bool) -> None:
+                 episodes: int | None, json_out: bool) -> str | None:
+    """Record episodes until the limit, q or Ctrl-C; returns why a device stopped the recording
+    (no terminal to ask the operator), else None."""
     display = _Display(session)
     with _Keys() as keys:
         interactive = keys.enabled
@@ -203,32 +229,43 @@ def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds:
         while limit is None or sum(1 for e in done if e["status"] == "finished") < limit:
             action = _one_episode(session, display, keys, seconds, json_out)
             done.append(action["summary"])
-            line = (f"episode {action['summary']['episode_index']}: {action['summary']['length']} rows, "
-                    f"{action['summary']['ticks_skipped']} ticks skipped" if action["summary"]["status"] == "finished"
-                    else f"episode aborted; N={action['summary']['episode_index']} is recycled for the next one")
+            e = action["summary"]
+            if e["status"] == "finished":
+                line = f"episode {e['episode_index']}: {e['length']} rows, {e['ticks_skipped']} ticks skipped"
+            elif e["status"] == "discarded":
+                line = f"no rows recorded, episode discarded ({e['reason']})"
+            else:
+                line = f"episode aborted; N={e['episode_index']} is recycled for the next one"
             if not json_out:
                 err_console.print(line)
+            if action["silent"]:
+                return str(e["reason"])
             if action["quit"]:
-                return
+                return None
             if limit is not None and sum(1 for e in done if e["status"] == "finished") >= limit:
-                return
+                return None
             if interactive and seconds is None:
                 if not json_out:
                     err_console.print("Enter: next episode · q: quit")
-                while True:
-                    k = keys.get(0.2)
-                    if k == "enter":
-                        break
-                    if k == "q":
-                        return
+                try:
+                    while True:
+                        k = keys.get(0.2)
+                        if k == "enter":
+                            break
+                        if k == "q":
+                            return None
+                except KeyboardInterrupt:  # Ctrl-C between episodes quits, with the summary
+                    return None
+    return None
 
 
 def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seconds: float | None,
                  json_out: bool) -> dict[str, Any]:
     rec = session.recorder
     assert rec is not None
-    session.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))) if seconds is not None else None)
-    quit_after = False
+    with _sigint_deferred() as interrupted:  # starting: a Ctrl-C now ends the episode right after
+        session.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))) if seconds is not None else None)
+    quit_after = bool(interrupted)
     abort = False
     live = Live(display.render(keys.enabled), console=err_console, refresh_per_second=4,
                 transient=False) if not json_out and err_console.is_terminal else contextlib.nullcontext()
@@ -238,7 +275,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                 k = keys.get(0.25) if keys.enabled else (time.sleep(0.25) or None)
                 if isinstance(live, Live):
                     live.update(display.render(keys.enabled))
-                if k == "enter":
+                if k == "enter" or quit_after:
                     break
                 if k == "a":
                     abort = True
@@ -246,7 +283,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                 if k == "q":
                     quit_after = True
                     break
-                if seconds is not None and rec.wait_ticks(0):
+                if rec.wait_ticks(0):  # --seconds reached, or the episode could not go on (see below)
                     break
                 video = [s for s in session.sources if s.reg is not None and s.reg.rgb_slots]
                 if video and all(s.ended or s.status().state == "error" for s in video):
@@ -254,12 +291,36 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                     break
     except KeyboardInterrupt:
         quit_after = True
-    if abort:
-        n = session.abort_episode()
-        return {"quit": quit_after, "summary": {"episode_index": n, "status": "aborted", "length": 0,
-                                                "ticks_skipped": 0}}
-    ep = session.finish_episode()
-    return {"quit": quit_after, "summary": _episode_summary(ep, session.writer.fps)}
+    # Publishing (or discarding) is not cut short by another Ctrl-C: it only asks to quit afterwards.
+    with _sigint_deferred() as interrupted:
+        if abort:
+            n = session.abort_episode()
+            summary = {"episode_index": n, "status": "aborted", "length": 0, "ticks_skipped": 0}
+        else:
+            ep = session.finish_or_discard()
+            summary = _episode_summary(ep, session.writer.fps) if ep is not None else {}
+        if not summary or summary["episode_index"] is None:
+            # ended before every device delivered its first frame: nothing was written, no N taken
+            summary = {"episode_index": None, "status": "discarded", "length": 0, "ticks_skipped": 0,
+                       "reason": rec.discard_reason or "it ended before every device delivered a frame"}
+    # a device that stays silent would fail every next episode too: without a terminal, stop
+    silent = summary["status"] == "discarded" and rec.discard_reason is not None and not keys.enabled
+    return {"quit": quit_after or bool(interrupted), "silent": silent, "summary": summary}
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[list[int]]:
+    """While inside, Ctrl-C (SIGINT) is recorded in the yielded list instead of raising KeyboardInterrupt
+    (main thread only; elsewhere signals cannot be handled and nothing changes)."""
+    hits: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield hits
+        return
+    old = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    try:
+        yield hits
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _print_summary(summary: dict[str, Any], fps: float) -> None:
@@ -270,6 +331,9 @@ def _print_summary(summary: dict[str, Any], fps: float) -> None:
     for e in summary["episodes"]:
         if e["status"] == "aborted":
             table.add_row(str(e["episode_index"]), "aborted (N recycled)", "0", "-", "-", "-", "-")
+            continue
+        if e["status"] == "discarded":
+            table.add_row("-", "discarded (no rows)", "0", "-", "-", "-", "-")
             continue
         table.add_row(str(e["episode_index"]), "finished", str(e["length"]), f"{e['length'] / fps:.2f}",
                       str(e["ticks_skipped"]), str(sum(e["repeated"].values())), str(sum(e["dropped"].values())))

@@ -20,6 +20,7 @@ they are paced by their pts (``pace=True``, the default for them) and arrive lik
 from __future__ import annotations
 
 import dataclasses
+import errno
 import sys
 import threading
 import time
@@ -95,6 +96,9 @@ class CameraSource(Source):
         (from :meth:`open`) The input cannot be opened or has no video stream.
     """
 
+    #: Seconds :meth:`open` waits for the device to open and deliver its first data.
+    open_timeout = 10.0
+
     def __init__(self, target: str, *, input_format: str | None = None, width: int | None = None,
                  height: int | None = None, fps: float | None = None, pixel_format: str | None = None,
                  key: str | None = None, name: str | None = None, role: str | None = None,
@@ -117,8 +121,12 @@ class CameraSource(Source):
         opts = _open_options(self.input_format, width, height, fps, pix)
         opts.update(self.options)
         try:
-            container = av.open(self.target, format=self.input_format, options=opts, timeout=10.0)
+            container = self._open_container(opts)
+        except DeviceError:
+            raise
         except Exception as exc:  # av.error.* and OSError: the one boundary of this source
+            if getattr(exc, "errno", None) == errno.EINTR:  # Ctrl-C while the device was opening
+                raise KeyboardInterrupt from exc
             raise DeviceError(f"cannot open camera {self.target!r} (format {self.input_format or 'probe'}): {exc}",
                               hint="list cameras with `egopool devices`") from exc
         if not container.streams.video:
@@ -137,6 +145,48 @@ class CameraSource(Source):
         self.pix_fmt, self.codec = cc.pix_fmt, cc.name
         return dataclasses.replace(self.device, width=int(cc.width), height=int(cc.height),
                                    fps=actual_fps if actual_fps and actual_fps > 0 else None)
+
+    def _open_container(self, opts: dict[str, str]) -> Any:
+        """``av.open`` on a helper thread, waited for here: FFmpeg retries a device read interrupted
+        by a signal, so a camera that opens but never delivers (a stalled device, a silent FIFO)
+        would hold the caller past Ctrl-C and past av.open's own timeout. After :attr:`open_timeout`
+        seconds, or on Ctrl-C, the open is given up; the helper closes what it opens after that."""
+        lock = threading.Lock()
+        out: dict[str, Any] = {}
+        given_up = False
+
+        def opener() -> None:
+            try:
+                c = av.open(self.target, format=self.input_format, options=opts, timeout=self.open_timeout)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                out["error"] = exc
+                return
+            with lock:
+                if given_up:
+                    c.close()
+                else:
+                    out["container"] = c
+
+        helper = threading.Thread(target=opener, name="src-uvc-open", daemon=True)
+        helper.start()
+        deadline = time.monotonic() + self.open_timeout
+        try:
+            while helper.is_alive():
+                helper.join(0.1)
+                if helper.is_alive() and time.monotonic() > deadline:
+                    raise DeviceError(f"camera {self.target!r} opened but delivered nothing within "
+                                      f"{self.open_timeout:g} s", hint="is it connected and streaming? list cameras "
+                                      "with `egopool devices`")
+        except BaseException:
+            with lock:
+                given_up = True
+                late = out.pop("container", None)
+            if late is not None:
+                late.close()
+            raise
+        if "error" in out:
+            raise out["error"]
+        return out["container"]
 
     @property
     def mode(self) -> dict[str, Any]:

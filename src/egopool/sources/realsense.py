@@ -114,6 +114,9 @@ class RealSenseSource(Source):
         ``None`` (the writer's 12-bit log HEVC) or ``"ffv1"`` (lossless mm).
     name, role:
         User name (also the slot base: ``D405_head`` -> ``D405_head_rgb``, §4.3), ``"ego"`` or None.
+    key:
+        Device key until the device is open (default ``d435:<serial>``, for a recording
+        ``d435:<file stem>``); once open, a device that reports its serial is ``d435:<serial>``.
 
     Raises
     ------
@@ -124,18 +127,19 @@ class RealSenseSource(Source):
     def __init__(self, serial: str | None = None, *, file: str | os.PathLike[str] | None = None,
                  width: int = 640, height: int = 480, fps: float = 30.0, realtime: bool = True,
                  depth_codec: str | None = None, name: str | None = None, role: str | None = None,
-                 label: str | None = None) -> None:
+                 label: str | None = None, key: str | None = None) -> None:
         self.serial, self.file = serial, Path(file) if file is not None else None
         self.req = (int(width), int(height), float(fps))
         self.realtime = bool(realtime)
         self.replayable = self.file is not None and not self.realtime
-        key = f"d435:{serial}" if serial else f"d435:{self.file.stem if self.file else 'first'}"
+        key = key or (f"d435:{serial}" if serial else f"d435:{self.file.stem if self.file else 'first'}")
         dev = Device("d435", key, name, int(width), int(height), float(fps), depth_codec=depth_codec)
         super().__init__(dev, role, label or (f"realsense-bag:{file}" if file else f"realsense:{serial}"))
         self._rs: Any = None
         self._device: Any = None
         self._sensors: list[Any] = []
         self._q: queue.Queue[_RsFrame | None] = queue.Queue(maxsize=64)
+        self._closing = threading.Event()
         self._started = False
         self.dropped_in_sdk = 0
         self.depth_scale = 0.001
@@ -144,13 +148,14 @@ class RealSenseSource(Source):
         self._counter0 = 0
         self._held: _RsFrame | None = None
         self._depths: collections.deque[_RsFrame] = collections.deque(maxlen=4)
-        self._virtual: collections.deque[tuple[int, Any, Any]] = collections.deque()
+        self._virtual: collections.deque[tuple[int, _RsFrame, _RsFrame | None]] = collections.deque()  # device ns
         self._vt0: tuple[int, int] | None = None
         self._exhausted = False
 
     # -- open --------------------------------------------------------------------------------------
     def _open(self) -> Device:
         rs = self._rs = rs_module()
+        self._closing.clear()
         ctx = rs.context()
         try:
             if self.file is not None:
@@ -164,14 +169,19 @@ class RealSenseSource(Source):
                 found = [d for d in devs if self.serial is None or d.get_info(rs.camera_info.serial_number) == self.serial]
                 if not found:
                     seen = [d.get_info(rs.camera_info.serial_number) for d in devs]
-                    raise DeviceError(f"no RealSense camera with serial {self.serial!r} (connected: {seen or 'none'})",
-                                      hint="list cameras with `egopool devices`")
+                    what = (f"no RealSense camera with serial {self.serial!r} (connected: {', '.join(seen)})" if seen
+                            else "no RealSense camera is connected")
+                    raise DeviceError(f"{self.label}: {what}",
+                                      hint="plug it in, or list cameras with `egopool devices`")
                 dev = found[0]
                 self.serial = dev.get_info(rs.camera_info.serial_number)
         except DeviceError:
             raise
         except RuntimeError as exc:  # pyrealsense2's one error type
-            raise DeviceError(f"cannot open RealSense {self.label}: {exc}", path=self.file) from exc
+            hint = ("is it a whole RealSense recording (a .bag from RealSense Viewer, a .db3 from the SDK's recorder)? "
+                    "A copy cut short cannot be opened"
+                    if self.file is not None else "is another program using the camera?")
+            raise DeviceError(f"cannot open RealSense {self.label}: {exc}", path=self.file, hint=hint) from exc
         self._device = dev
         self.model = dev.get_info(rs.camera_info.name) if dev.supports(rs.camera_info.name) else "RealSense"
         if self.file is not None and dev.supports(rs.camera_info.serial_number):
@@ -269,7 +279,12 @@ class RealSenseSource(Source):
         except RuntimeError:
             return
         if self.replayable:
-            self._q.put(item)
+            while not self._closing.is_set():  # close() stops the sensors, which waits for this callback
+                try:
+                    self._q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
         else:
             try:
                 self._q.put_nowait(item)
@@ -382,7 +397,13 @@ class RealSenseSource(Source):
         """
         rgb_slot, depth_slot = self._slots()
         self._start_sensors()
-        while not self._exhausted and (not self._virtual or self._virtual[-1][0] <= t1):
+
+        def host(dev_ns: int) -> int:
+            if self._vt0 is None:  # half a period inside the window: rounding never moves a frame to the next tick
+                self._vt0 = (t1 - int(5e8 / (self.device.fps or 30.0)), dev_ns)
+            return self._vt0[0] + (dev_ns - self._vt0[1])
+
+        while not self._exhausted and (not self._virtual or host(self._virtual[-1][0]) <= t1):
             f = self._next(2.0)
             if f is False:
                 continue
@@ -390,18 +411,19 @@ class RealSenseSource(Source):
                 self._exhausted = True
                 self._state = "ended"
             for color, depth in self._pair(f):  # type: ignore[arg-type]
-                dev_ns = int(round(color.ts_ms * 1e6))
-                if self._vt0 is None:  # half a period inside the window: rounding never moves a frame to the next tick
-                    self._vt0 = (t1 - int(5e8 / (self.device.fps or 30.0)), dev_ns)
-                host = self._vt0[0] + (dev_ns - self._vt0[1])
-                cf, df = self._frames_of(color, depth, host)
-                self._virtual.append((host, cf, df))
-        while self._virtual and self._virtual[0][0] <= t1:
-            _, cf, df = self._virtual.popleft()
+                self._virtual.append((int(round(color.ts_ms * 1e6)), color, depth))
+        while self._virtual and host(self._virtual[0][0]) <= t1:
+            dev_ns, color, depth = self._virtual.popleft()
+            cf, df = self._frames_of(color, depth, host(dev_ns))
             self.delivered()
             rec.push_frame(rgb_slot, cf)
             if df is not None:
                 rec.push_frame(depth_slot, df)
+
+    def restart_clock(self) -> None:
+        """The next :meth:`feed` window starts a new virtual clock: the recording goes on from its next
+        frame at the start of the next episode (``record --fast`` with several episodes)."""
+        self._vt0 = None
 
     def duration(self) -> float | None:
         """Length of a recording in seconds (None for a live camera)."""
@@ -415,6 +437,7 @@ class RealSenseSource(Source):
         return self._exhausted and not self._virtual
 
     def _close(self) -> None:
+        self._closing.set()  # an SDK callback waiting for room in the queue gives up: stop() waits for it
         for sensor in self._sensors:
             for op in (sensor.stop, sensor.close):
                 try:

@@ -9,6 +9,9 @@
     done = session.finish_episode()   # or session.abort_episode() -> the recycled N (§7.5)
     session.close()
 
+``writer`` may also be a callable that makes the TaskWriter: it is called once every device
+opened, so a device that cannot be opened (or a refused combination) leaves nothing on disk.
+
 The rig is planned twice: once from the devices as requested, to refuse forbidden
 combinations (multi_device_storage.md §5.1) before anything opens, and once from the devices
 as opened (the mode a camera really delivers is what ``cameras`` declares), in the same
@@ -18,11 +21,12 @@ order, so the slots and column names are the same (§2.3).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..devices.rig import Rig
-from ..errors import DeviceError, EgopoolError
+from ..errors import CodecError, ConflictError, DeviceError, EgopoolError
 from ..meta import markers
 from ..recorder import RecordedEpisode, Recorder
 from ..write.task_writer import TaskWriter
@@ -58,7 +62,8 @@ class RecordingSession:
     Parameters
     ----------
     writer:
-        The task to record into.
+        The task to record into, or a callable returning it; the callable is called by
+        :meth:`open` once every device opened (nothing is created on disk before).
     sources:
         Unopened sources in opening order (§2.3: the order decides ``gripper_2_``, ``_2``...).
     program:
@@ -69,29 +74,61 @@ class RecordingSession:
     Raises
     ------
     ConflictError
-        (from :meth:`open`) The combination is forbidden (§5.1); nothing was opened.
+        (from :meth:`open`) The combination is forbidden (§5.1), or two ``--device`` specs
+        are the same device (one key, §5.2 rule 3); nothing was opened (or it was closed again).
     DeviceError
         (from :meth:`open`) A device could not be opened; those already opened are closed again.
     """
 
-    def __init__(self, writer: TaskWriter, sources: list[Source], *, program: str = "main",
-                 recorder_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, writer: TaskWriter | Callable[[], TaskWriter], sources: list[Source], *,
+                 program: str = "main", recorder_kwargs: dict[str, Any] | None = None) -> None:
         if not sources:
             raise DeviceError("no device to record", hint="add --device KIND:TARGET (see egopool record --help)")
-        self.writer, self.sources, self.program = writer, list(sources), program
+        self._make_writer = None if isinstance(writer, TaskWriter) else writer
+        self._writer = writer if isinstance(writer, TaskWriter) else None
+        self.sources, self.program = list(sources), program
         self.recorder_kwargs = dict(recorder_kwargs or {})
         self.rig: Rig | None = None
         self.recorder: Recorder | None = None
         self._started = 0.0
         self._last: dict[str, tuple[float, int, int]] = {}
 
+    @property
+    def writer(self) -> TaskWriter:
+        """The task being recorded into (made by :meth:`open` when a callable was given).
+
+        Raises
+        ------
+        DeviceError
+            The session was given a callable and is not open yet.
+        """
+        if self._writer is None:
+            raise DeviceError("the session is not open", hint="call open() first")
+        return self._writer
+
     def check_conflicts(self) -> Rig:
         """Plan the rig from the devices as requested; raises ConflictError / SchemaError (§5.1, §2.4)
         without opening anything."""
+        self._check_unique_keys()
         plan = Rig(self.program)
         for src in self.sources:
             plan.add(src.device, role=src.role)
         return plan
+
+    def _check_unique_keys(self) -> None:
+        """Two specs naming one device (the same key) are refused with both specs named (§5.2 rule 3:
+        the key says which device wrote what)."""
+        seen: dict[str, Source] = {}
+        for src in self.sources:
+            other = seen.setdefault(src.device.key, src)
+            if other is src:
+                continue
+            if other.label == src.label:
+                raise ConflictError(f"--device {src.label!r} is given twice", hint="a device is recorded once; "
+                                    "drop the repeated --device")
+            raise ConflictError(f"--device {other.label!r} and --device {src.label!r} are the same device "
+                                f"{src.device.key} (§5.2 rule 3: a device key names one device)",
+                                hint=_same_key_hint(src))
 
     def open(self) -> Rig:
         """Refuse conflicts, open every device in order, register them as opened, build the recorder."""
@@ -101,9 +138,13 @@ class RecordingSession:
             for src in self.sources:
                 src.open()
                 opened.append(src)
+            self._check_unique_keys()  # as opened: two recordings of one camera carry its one serial
             rig = Rig(self.program)
             for src in self.sources:
                 src.bind(rig.add(src.device, role=src.role), rig)
+            if self._writer is None:  # only now: a device that failed to open or bind left nothing on disk
+                assert self._make_writer is not None
+                self._writer = self._make_writer()
             rig.check_task(self.writer.info)
             self.recorder = Recorder(self.writer, rig, **self.recorder_kwargs)
         except BaseException:
@@ -137,12 +178,29 @@ class RecordingSession:
         Raises
         ------
         EgopoolError
+            The episode could not be written (see :meth:`Recorder.stop_episode`), or it has
+            no row (see :meth:`finish_or_discard`).
+        """
+        done = self._finish(discard_empty=False)
+        assert done is not None
+        return done
+
+    def finish_or_discard(self) -> RecordedEpisode | None:
+        """As :meth:`finish_episode`, but an episode stopped before its first row (a stream had not
+        delivered its first frame yet) is discarded: returns None, nothing was written, no N taken.
+
+        Raises
+        ------
+        EgopoolError
             The episode could not be written (see :meth:`Recorder.stop_episode`).
         """
+        return self._finish(discard_empty=True)
+
+    def _finish(self, discard_empty: bool) -> RecordedEpisode | None:
         rec = self._recorder()
         for src in self.sources:
             src.stop()
-        return rec.stop_episode()
+        return rec.stop_episode(discard_empty=discard_empty)
 
     def record_seconds(self, seconds: float) -> RecordedEpisode:
         """Record one episode of ``round(seconds × fps)`` ticks in real time; Ctrl-C aborts it.
@@ -171,10 +229,15 @@ class RecordingSession:
         rec.abort_episode()
         return index if index is not None and markers.read_recycled(self.writer.task_dir) == index else None
 
-    def record_fast(self, seconds: float | None = None) -> RecordedEpisode:
+    def record_fast(self, seconds: float | None = None) -> RecordedEpisode | None:
         """Record one episode on a virtual clock, as fast as the writer allows (recordings with
         ``realtime=0`` and simulated devices only): ``seconds`` long, or (None) until every
-        recording played to its end.
+        recording played to its end. An episode ends early when the recordings end.
+
+        Returns
+        -------
+        RecordedEpisode or None
+            None when the recordings had already played to their end (nothing was written).
 
         Raises
         ------
@@ -202,8 +265,20 @@ class RecordingSession:
                     src.feed(t0, t1, r)  # type: ignore[attr-defined]
 
         recordings = [s for s in self.sources if s.replayable]
-        ended = (lambda: all(s.exhausted for s in recordings)) if seconds is None else None  # type: ignore[attr-defined]
-        return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
+        for r in recordings:
+            r.restart_clock()  # type: ignore[attr-defined]
+
+        def ended() -> bool:
+            return all(s.exhausted for s in recordings)  # type: ignore[attr-defined]
+
+        if ended():
+            return None
+        try:
+            return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
+        except CodecError:
+            if ended():  # nothing was left to play: no row, no N taken
+                return None
+            raise
 
     def status(self) -> tuple[dict[str, Any], list[DeviceLine]]:
         """``(episode counters, one line per device)`` for the live display (any thread)."""
@@ -243,3 +318,11 @@ class RecordingSession:
         if self.recorder is None:
             raise DeviceError("the session is not open", hint="call open() first")
         return self.recorder
+
+
+def _same_key_hint(src: Source) -> str:
+    if src.device.kind in ("d435", "d405") and getattr(src, "file", None) is not None:
+        return "two recordings of one camera cannot be two devices of a rig; record them into separate episodes"
+    if src.device.kind == "uvc":
+        return "give each camera its own key: ?key=uvc:NAME"
+    return "drop the repeated --device"

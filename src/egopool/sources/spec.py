@@ -14,13 +14,21 @@
 =================================  ==========================================================
 
 Options: ``size=WxH``, ``fps=F``, ``pix=FMT`` (camera pixel format or ``mjpeg``),
-``name=NAME`` (user name, ``device_names``; the slot base of a RealSense), ``role=ego``,
-``key=uvc:...`` (a camera's stable key),
+``name=NAME`` (user name, ``device_names``; the slot base of a RealSense), ``role=ego`` (the
+ego camera, §4.7) or ``role=none`` (not the ego camera: ``sim:s80m`` / ``sim:s80c`` are the
+ego camera unless told so), ``key=uvc:...`` (a camera's stable key),
 ``depth=ffv1`` (lossless depth), ``realtime=0`` (a recording as fast as possible), ``side=left``.
+
+Recordings are keyed ``d435:<file stem>`` until they are open (then ``d435:<serial>`` when the
+recording names its camera); two recordings with the same stem are numbered ``d435:<stem>-2``...,
+the same file given twice is refused.
 """
 
 from __future__ import annotations
 
+import os
+import unicodedata
+from pathlib import Path
 from urllib.parse import parse_qsl
 
 from ..errors import DeviceError
@@ -31,6 +39,10 @@ from .simulated import SIM_KINDS, SimSource, sim_device
 __all__ = ["INPUT_FORMATS", "KINDS", "parse_device_spec", "parse_device_specs"]
 
 KINDS = ("uvc", "realsense", "realsense-bag", "sim")
+#: Largest frame side a ``size=`` may ask for (px; 8K, the top level of H.264 / HEVC).
+MAX_SIDE = 8192
+#: Largest ``fps=`` (frames/s), as ``egopool record --fps``.
+MAX_FPS = 1000.0
 #: FFmpeg input formats a ``uvc:`` target may name first (``uvc:lavfi:...``).
 INPUT_FORMATS = ("lavfi", "v4l2", "video4linux2", "avfoundation", "dshow", "x11grab", "gdigrab", "file")
 _OPTIONS = {
@@ -48,6 +60,9 @@ def _size(spec: str, value: str) -> tuple[int, int]:
         raise DeviceError(f"--device {spec!r}: size must look like 1280x720, got {value!r}") from None
     if w <= 0 or h <= 0:
         raise DeviceError(f"--device {spec!r}: size must be positive, got {value!r}")
+    if w > MAX_SIDE or h > MAX_SIDE:
+        raise DeviceError(f"--device {spec!r}: size must be at most {MAX_SIDE}x{MAX_SIDE}, got {value!r}",
+                          hint="use a mode `egopool devices` lists")
     return w, h
 
 
@@ -58,6 +73,8 @@ def _number(spec: str, key: str, value: str) -> float:
         raise DeviceError(f"--device {spec!r}: {key} must be a number, got {value!r}") from None
     if not v > 0 or v != v or v == float("inf"):
         raise DeviceError(f"--device {spec!r}: {key} must be > 0, got {value!r}")
+    if v > MAX_FPS:
+        raise DeviceError(f"--device {spec!r}: {key} must be at most {MAX_FPS:g}, got {value!r}")
     return v
 
 
@@ -90,19 +107,29 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
                           hint=f"use one of {', '.join(k + ':...' for k in KINDS)}")
     target, _, query = rest.partition("?")
     try:
-        opts = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
         raise DeviceError(f"--device {spec!r}: options must look like ?size=1280x720&fps=30") from None
+    opts = dict(pairs)
+    if len(opts) < len(pairs):
+        twice = sorted({k for k, _ in pairs if sum(1 for k2, _ in pairs if k2 == k) > 1})
+        raise DeviceError(f"--device {spec!r}: option(s) {twice} given twice", hint="give each option once")
     unknown = set(opts) - _OPTIONS[kind]
     if unknown:
         raise DeviceError(f"--device {spec!r}: unknown option(s) {sorted(unknown)}",
                           hint=f"{kind} takes {', '.join(sorted(_OPTIONS[kind]))}")
     role = opts.get("role") or None
-    if role not in (None, "ego"):
-        raise DeviceError(f"--device {spec!r}: role must be 'ego', got {role!r}")
+    if role not in (None, "ego", "none"):
+        raise DeviceError(f"--device {spec!r}: role must be 'ego' or 'none', got {role!r}")
+    no_role = role == "none"
+    role = None if no_role else role
     w, h = _size(spec, opts["size"]) if "size" in opts else (None, None)
     fps = _number(spec, "fps", opts["fps"]) if "fps" in opts else None
     name = opts.get("name") or None
+    if name is not None and (name != name.strip() or any(unicodedata.category(ch) in ("Cc", "Cf", "Cs")
+                                                         for ch in name)):
+        raise DeviceError(f"--device {spec!r}: name {name!r} has control characters or spaces at its ends",
+                          hint="name the device with visible characters (Chinese allowed)")
     if kind == "uvc":
         fmt = None
         head, colon, tail = target.partition(":")
@@ -128,8 +155,12 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
         if not target:
             raise DeviceError(f"--device {spec!r}: no recording named", hint="e.g. realsense-bag:session.db3")
         realtime = _flag(spec, "realtime", opts["realtime"]) if "realtime" in opts else True
+        counts = counts if counts is not None else {}
+        stem = f"bag:{Path(target).stem}"  # same-named recordings in different folders: numbered keys
+        counts[stem] = counts.get(stem, 0) + 1
+        key = f"d435:{Path(target).stem}" + (f"-{counts[stem]}" if counts[stem] > 1 else "")
         return RealSenseSource(file=target, realtime=realtime, depth_codec=depth, name=name, role=role,
-                               label=spec)
+                               label=spec, key=key)
     if target not in SIM_KINDS:
         raise DeviceError(f"--device {spec!r}: unknown simulated device {target!r}",
                           hint=f"use one of {', '.join('sim:' + k for k in SIM_KINDS)}")
@@ -140,10 +171,26 @@ def parse_device_spec(spec: str, *, counts: dict[str, int] | None = None) -> Sou
     if side not in (None, "left", "right"):
         raise DeviceError(f"--device {spec!r}: side must be 'left' or 'right', got {side!r}")
     dev, default_role = sim_device(target, counts[stem], width=w, height=h, name=name, side=side)
-    return SimSource(dev, role or default_role, seed=counts[stem], label=spec)
+    return SimSource(dev, None if no_role else role or default_role, seed=counts[stem], label=spec)
 
 
 def parse_device_specs(specs: list[str]) -> list[Source]:
-    """Every ``--device`` of a command line, in order (see :func:`parse_device_spec`)."""
+    """Every ``--device`` of a command line, in order (see :func:`parse_device_spec`).
+
+    Raises
+    ------
+    DeviceError
+        A spec is malformed (see :func:`parse_device_spec`), or one recording file is given twice.
+    """
     counts: dict[str, int] = {}
-    return [parse_device_spec(s, counts=counts) for s in specs]
+    sources = [parse_device_spec(s, counts=counts) for s in specs]
+    files: dict[Path, Source] = {}
+    for src in sources:
+        path = getattr(src, "file", None)
+        if path is None:
+            continue
+        other = files.setdefault(Path(os.path.abspath(path)), src)
+        if other is not src:
+            raise DeviceError(f"--device {src.label!r}: the recording {str(path)!r} is already given as "
+                              f"--device {other.label!r}", hint="give each recording once")
+    return sources

@@ -16,6 +16,7 @@ its public names are re-exported here.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from .. import __version__
 from . import checks
 from .._atomic import task_lock
 from .episode_writer import EpisodeResult, EpisodeWriter, StreamSpec
-from ..errors import FormatError, LegacyLayoutError, RegistryError, StorageError
+from ..errors import FormatError, LegacyLayoutError, RegistryError, SchemaError, StorageError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import info_path, new_info, read_info, write_info
@@ -37,8 +38,9 @@ from ..schema import ColumnSpec
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter"]
 
 
-def _refuse_foreign(task_dir: Path) -> None:
-    """Refuse, before anything is written, a directory that is not (or not yet) a pooled task.
+def _refuse_foreign(task_dir: Path, fps: float) -> None:
+    """Refuse, before anything is written, a directory that is not (or not yet) a pooled task,
+    or a task recorded at another fps.
 
     An existing ``info.json`` must parse and say ``pooled_episodes_v1``; a directory
     without one must not be the legacy v1.0 per-session layout (file_format.md §1,
@@ -50,9 +52,15 @@ def _refuse_foreign(task_dir: Path) -> None:
         ``info.json`` unreadable or another ``format``.
     LegacyLayoutError
         ``<task>_NNNNNN`` session directories and no ``info.json``.
+    SchemaError
+        The task's ``fps`` is another one: a task has one fps (file_format.md §3), its rows are
+        ``1/fps`` apart and the pooling server refuses a slice at another fps.
     """
     if info_path(task_dir).exists():
-        read_info(task_dir)
+        old = read_info(task_dir).get("fps")
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and not math.isclose(old, fps, rel_tol=1e-9):
+            raise SchemaError(f"the task records at {old:g} fps, not {fps:g} (a task has one fps, file_format.md §3)",
+                              path=task_dir, hint=f"use --fps {old:g}, or record into a new task")
     elif task_dir.is_dir():
         try:
             read_info(task_dir)
@@ -87,6 +95,8 @@ class TaskWriter:
     ------
     FormatError
         The existing task is not ``pooled_episodes_v1`` (nothing is written).
+    SchemaError
+        The existing task records at another ``fps`` (nothing is written).
     LegacyLayoutError
         The directory is the legacy v1.0 per-session layout (nothing is written).
     """
@@ -97,7 +107,7 @@ class TaskWriter:
         self.task_name = checks.check_task_name(task_name)
         self.task_dir = Path(root) / task_name
         self.app_version = app_version or __version__
-        _refuse_foreign(self.task_dir)
+        _refuse_foreign(self.task_dir, self.fps)
         self.registry: Registry | None = (
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
