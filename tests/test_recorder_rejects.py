@@ -11,11 +11,13 @@ import errno
 import json
 import math
 
+import time
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from egopool import EgopoolError, SchemaError, TaskWriter, ValueChangedWarning, open_task
+from egopool import EgopoolError, SchemaError, StreamSpec, TaskWriter, ValueChangedWarning, open_task
 from egopool.write import episode_writer as ew
 from egopool.codecs.depth import DepthEncoder
 from egopool.devices import Device, Rig, SimulatedRig
@@ -193,6 +195,8 @@ def test_a_stream_whose_encoder_fails_is_left_out_and_the_episode_published(tmp_
     done, ep = _record(tmp_path, rig, script, rows=6)
     assert done.result.length == 6
     assert done.drop_stats["d435_depth_encode_failed_count"] == 1
+    # its later frames are not "bad samples" (found by h11b: each was counted as rejected, "no declared stream")
+    assert not any(k.startswith("d435_depth") and k.endswith("_rejected_count") for k in done.drop_stats), done.drop_stats
     assert sorted(ep.streams) == ["d435_rgb", "head_left_rgb"]
     assert not list((tmp_path / "t" / "videos").rglob("*d435_depth*"))
     assert _errors(validate_task(tmp_path / "t")) == []
@@ -391,3 +395,26 @@ def test_a_huge_array_for_a_fixed_length_column_is_refused_before_it_is_copied()
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20
+
+
+def test_frames_of_a_dropped_stream_are_not_counted_as_bad_samples(tmp_path, monkeypatch):
+    """Found by h11b: after a stream's encoder failed, each later frame handed for it was counted as a
+    rejected sample ("no declared stream"), a misleading reason; only the drop is recorded."""
+    real = DepthEncoder.encode
+    calls = {"n": 0}
+
+    def failing(self, depth):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise EgopoolError("simulated encoder failure")
+        return real(self, depth)
+
+    monkeypatch.setattr(DepthEncoder, "encode", failing)
+    ep = TaskWriter(tmp_path, "t", fps=30.0).begin_episode(streams=[StreamSpec("cam_depth", "depth", 32, 32)])
+    for i in range(6):
+        ep.add_frame({}, hardware_ns=i + 1, images={"cam_depth": np.full((32, 32), 1000, np.uint16)}, reject_bad=True)
+        time.sleep(0.2)  # the encoder thread meets frame 2 before row 3 is handed over: rows 3-6 follow the drop
+    ep.finish()
+    assert ep.drop_stats.get("cam_depth_encode_failed_count") == 1
+    assert not [k for k in ep.drop_stats if k.endswith("_rejected_count")], dict(ep.drop_stats)
+

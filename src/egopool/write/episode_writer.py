@@ -504,7 +504,8 @@ class EpisodeWriter:
         if self._broken is not None:
             raise EgopoolError(f"episode {self.index}: an earlier write failed ({self._broken}); "
                                "its streams are no longer in step with its rows", hint="abort() the episode")
-        unknown = set(images) - set(self._streams)
+        # frames of a stream dropped for its encoder (reject_bad) are expected, not bad samples
+        unknown = set(images) - set(self._streams) - {k for k in images if encode_failed_key(str(k)) in self.drop_stats}
         if unknown:
             if not reject_bad or reject is None:
                 raise CodecError(f"images for undeclared streams {sorted(unknown)}",
