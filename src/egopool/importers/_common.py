@@ -23,6 +23,7 @@ import numpy as np
 from .._safe_read import read_text
 from ..errors import EgopoolError, FormatError
 from ..layout import list_task_episodes
+from ..meta.info import info_path, read_info
 from ..schema import ColumnSpec
 from ..write.task_writer import EpisodeResult, TaskWriter
 
@@ -362,13 +363,14 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
     root_fresh = not root.exists()
     task_dir = root / task
     fresh = not task_dir.exists()
-    tw = TaskWriter(root, task, fps=fps)
-    had = None if fresh else tw.info.get("fps")
+    # TaskWriter refuses another fps too; an import's rate comes from its source, so its way out is a
+    # new task, not another --fps (found by qa9)
+    had = None if fresh or not info_path(task_dir).is_file() else read_info(task_dir).get("fps")
     if isinstance(had, (int, float)) and not isinstance(had, bool) and abs(float(had) - float(fps)) > 1e-9:
-        # appending at another rate would rewrite the task's fps under its earlier episodes (found by qa9)
         raise EgopoolError(f"task {task!r} records at {float(had):g} fps; this import is at {float(fps):g} fps",
                            path=task_dir / "meta" / "info.json",
                            hint="import into a new task (--task NEW_NAME); a task has one fps")
+    tw = TaskWriter(root, task, fps=fps)
     try:
         yield tw
     except BaseException:
