@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from .. import __version__
+from ..arrowutil import numpy_dtype
 from ..errors import EgopoolError, FormatError, SchemaError
 from ..read.reader import Episode, Task
 from ..schema import signal_kind
@@ -150,8 +150,8 @@ def _arrow_dtype(typ: pa.DataType) -> str | None:
     if pa.types.is_boolean(typ):
         return "bool"
     try:
-        return str(np.dtype(typ.to_pandas_dtype()))
-    except (NotImplementedError, TypeError):
+        return str(numpy_dtype(typ))  # not to_pandas_dtype(): it imports pandas under pyarrow < 26
+    except TypeError:
         return None
 
 

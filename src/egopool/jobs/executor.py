@@ -26,6 +26,7 @@ a local recorder can work on one task at once.
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 import socket
@@ -50,12 +51,13 @@ RAY_DEFAULT_ADDRESS = ""
 CANCEL_WAIT_S = 30.0
 
 
-class Executor(Generic[S, U, R]):
+class Executor(abc.ABC, Generic[S, U, R]):
     """Runs ``fn(shared, unit)`` for every unit; results in unit order. Use as a context manager."""
 
     #: Shown in reports: ``"in-process"`` or ``"ray"``.
     name = "executor"
 
+    @abc.abstractmethod
     def map(self, fn: Callable[[S, U], R], shared: S, units: Sequence[U], *,
             progress: UnitProgress | None = None) -> list[R]:
         """Run ``fn`` on every unit.
@@ -83,7 +85,6 @@ class Executor(Generic[S, U, R]):
         OperationError
             A unit's worker died more often than the retries allow, or Ray failed.
         """
-        raise NotImplementedError
 
     def close(self) -> None:
         """Release what the executor holds (the Ray connection)."""
