@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,10 +198,6 @@ def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarr
     return parts[0].reshape((rows,) if shape == [1] else (rows, *shape))
 
 
-def _depth_iter(ep: Episode, key: str) -> Iterator[np.ndarray]:
-    return iter(ep.depth(key))
-
-
 def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePart:
     """Write one episode's data parquet and videos under ``root`` (a dataset directory being built).
 
@@ -242,7 +238,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
     sample = set(_sample_rows(length).tolist())
     depth_thumbs: dict[str, list[np.ndarray]] = {}
-    depth_iters = {col.name: _depth_iter(ep, col.sources[0].removeprefix("videos/"))
+    depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
                    for col in plan.columns if col.kind == "depth"}
     done = 0
     with pq.ParquetWriter(str(data_path), schema, compression="zstd") as writer:
