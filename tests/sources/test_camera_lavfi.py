@@ -146,6 +146,52 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     assert validate_task(tmp_path / "stall").ok
 
 
+def test_a_camera_that_stalls_resumes_at_its_own_rate_not_in_a_burst(tmp_path, mpegts_stream):
+    """A paced input (a FIFO) stalls for 2 s, then sends 2 s more of frames at once: they arrive at
+    30 fps from the moment it resumes, as a camera's would, so an episode started 0.5 s later
+    records fresh frames; in a burst they would all be gone before it began (no frame: unprimed)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "cam.fifo"
+    os.mkfifo(fifo)
+    data = mpegts_stream(tmp_path / "cam.ts", 90)
+    third = len(data) // 3 // 188 * 188  # whole TS packets
+    more, release = threading.Event(), threading.Event()
+
+    def camera():
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            os.write(fd, data[:third])
+            more.wait(60)
+            os.write(fd, data[third:])
+            release.wait(60)
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(fd)
+
+    feeder = threading.Thread(target=camera, daemon=True)
+    feeder.start()
+    writer = TaskWriter(tmp_path, "resume", fps=30.0)
+    session = RecordingSession(writer, parse_device_specs([f"uvc:file:{fifo}"]))
+    session.open()
+    try:
+        first = session.record_seconds(1.0)
+        time.sleep(2.0)  # the stall
+        more.set()
+        time.sleep(0.5)
+        second = session.record_seconds(1.0)
+    finally:
+        release.set()
+        session.close()
+        feeder.join(10)
+    assert (first.index, second.index) == (1, 2)
+    assert second.result.length == 30
+    assert second.drop_stats.get("head_left_rgb_repeated_count", 0) <= 8  # fresh frames, not the last one repeated
+    assert validate_task(tmp_path / "resume").ok
+
+
 def test_a_camera_that_opens_but_never_delivers_is_given_up(tmp_path):
     """The device opens but sends nothing (FFmpeg retries its interrupted read, so neither av.open's
     timeout nor Ctrl-C would end it): open() gives up after open_timeout with a DeviceError naming the

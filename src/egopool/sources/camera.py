@@ -15,6 +15,8 @@ conversion and no copy; the encoder converts once (docs/decisions.md R10).
 
 Inputs that are not capture devices (``lavfi``, files) deliver as fast as they can decode, so
 they are paced by their pts (``pace=True``, the default for them) and arrive like a camera's.
+A paced input that stalls (a FIFO whose writer paused) resumes at its own rate from the next
+frame: what arrives after the stall is not replayed in a burst, as a camera would not.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from ..recorder import Frame
 from .base import Source
 
 __all__ = ["CAPTURE_FORMATS", "CameraSource", "default_input_format"]
+
+#: A paced input more than this far behind its pts clock (s) stalled; pacing restarts from that frame.
+_RESYNC_S = 0.5
 
 #: FFmpeg input formats that are live capture devices (they pace themselves).
 CAPTURE_FORMATS = ("v4l2", "video4linux2", "avfoundation", "dshow", "x11grab", "gdigrab", "kmsgrab")
@@ -212,6 +217,8 @@ class CameraSource(Source):
                         if t0_wall is None:
                             t0_wall, pts0 = time.monotonic(), pts_s
                         delay = t0_wall + (pts_s - pts0) - time.monotonic()
+                        if delay < -_RESYNC_S:  # the input stalled: resume at its own rate, not in a burst
+                            t0_wall, delay = t0_wall - delay, 0.0
                         if delay > 0 and stop.wait(delay):
                             return
                         arrival = time.monotonic_ns()
