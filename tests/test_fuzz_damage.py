@@ -29,7 +29,7 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from egopool.cli.app import _register, app
+from egopool.cli.app import app, register_commands
 
 EXAMPLES_PER_KIND = 6
 #: Largest growth of the process's peak RSS over one kind's inputs (MB): a 4 GiB footer or a
@@ -50,7 +50,7 @@ def _peak_rss_mb() -> float:
 
 def test_every_task_command_is_fuzzed() -> None:
     """A new CLI command must be added to fuzz_support.COMMANDS (or NOT_TASK_COMMANDS with a reason)."""
-    _register()
+    register_commands()
     group = typer.main.get_command(app)
     names = set(group.commands)  # type: ignore[attr-defined]
     covered = {argv[0] for argv in fz.COMMANDS.values()} | fz.NOT_TASK_COMMANDS

@@ -1,27 +1,81 @@
 """egopool: read, write, validate and maintain ``pooled_episodes_v1`` recordings.
 
-The public surface is re-exported here; implementation modules are internal.
+The public surface is re-exported here; implementation modules are internal. The names are
+imported on first use (PEP 562), so ``import egopool`` and the ``egopool`` command start at once
+(a Ctrl-C in the first half second is the CLI's "interrupted", not a traceback from an import).
 """
 
 from __future__ import annotations
 
+import importlib
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up
+
 __version__ = "0.1.0"
 
-from .errors import (CodecError, ConflictError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError,
-                     LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning)
-from .codecs.timebase import TrajectoryPairing
-from .layout import (EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from,
-                     find_episode_files, list_task_episodes)
-from .read.reader import Episode, Task, Trajectory, open_task
-from .schema import (ColumnSpec, hand_pose_column, imu_columns, key_column, scalar_ns_column, slam_trajectory_columns,
-                     status_column, vector_column)
-from .write.task_writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWriter
+#: public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "CodecError": ".errors",
+    "ConflictError": ".errors",
+    "EgopoolError": ".errors",
+    "EpisodeNotFoundError": ".errors",
+    "FormatError": ".errors",
+    "LayoutError": ".errors",
+    "LegacyLayoutError": ".errors",
+    "LockError": ".errors",
+    "MetaUpdateError": ".errors",
+    "SchemaError": ".errors",
+    "StorageError": ".errors",
+    "ValueChangedWarning": ".errors",
+    "TrajectoryPairing": ".codecs.timebase",
+    "EpisodeFiles": ".layout",
+    "TaskLayout": ".layout",
+    "display_suffix": ".layout",
+    "episode_chunk_file": ".layout",
+    "episode_index_from": ".layout",
+    "find_episode_files": ".layout",
+    "list_task_episodes": ".layout",
+    "Episode": ".read.reader",
+    "Task": ".read.reader",
+    "Trajectory": ".read.reader",
+    "open_task": ".read.reader",
+    "ColumnSpec": ".schema",
+    "hand_pose_column": ".schema",
+    "imu_columns": ".schema",
+    "key_column": ".schema",
+    "scalar_ns_column": ".schema",
+    "slam_trajectory_columns": ".schema",
+    "status_column": ".schema",
+    "vector_column": ".schema",
+    "EpisodeResult": ".write.task_writer",
+    "EpisodeWriter": ".write.task_writer",
+    "StreamSpec": ".write.task_writer",
+    "TaskWriter": ".write.task_writer",
+}
 
-__all__ = sorted([
-    "CodecError", "ColumnSpec", "ConflictError", "EgopoolError", "Episode", "EpisodeFiles", "EpisodeNotFoundError",
-    "EpisodeResult", "EpisodeWriter", "FormatError", "LayoutError", "LegacyLayoutError", "LockError", "MetaUpdateError",
-    "SchemaError", "StorageError", "StreamSpec", "Task", "TaskLayout", "TaskWriter", "Trajectory", "TrajectoryPairing",
-    "__version__", "display_suffix", "episode_chunk_file", "episode_index_from", "find_episode_files", "hand_pose_column", "imu_columns", "key_column",
-    "list_task_episodes", "open_task", "scalar_ns_column", "slam_trajectory_columns", "status_column",
-    "ValueChangedWarning", "vector_column",
-])
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'egopool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from .errors import (CodecError, ConflictError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError,
+                         LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning)
+    from .codecs.timebase import TrajectoryPairing
+    from .layout import (EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from,
+                         find_episode_files, list_task_episodes)
+    from .read.reader import Episode, Task, Trajectory, open_task
+    from .schema import (ColumnSpec, hand_pose_column, imu_columns, key_column, scalar_ns_column, slam_trajectory_columns,
+                         status_column, vector_column)
+    from .write.task_writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWriter
+
+__all__ = sorted([*_EXPORTS, "__version__"])

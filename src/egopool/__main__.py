@@ -1,5 +1,5 @@
 """``python -m egopool`` == the ``egopool`` console script."""
 
-from .cli.app import entry
+from .cli.entry import entry
 
 entry()

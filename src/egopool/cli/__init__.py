@@ -1,5 +1,4 @@
-"""The ``egopool`` command line (thin: one library call per command, STYLE habit 15)."""
+"""The ``egopool`` command line (thin: one library call per command, STYLE habit 15).
 
-from .app import app, main
-
-__all__ = ["app", "main"]
+:func:`egopool.cli.app.main` runs it in-process; :func:`egopool.cli.entry.entry` is the console script.
+"""

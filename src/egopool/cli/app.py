@@ -72,8 +72,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """Read, write, validate and maintain pooled_episodes_v1 robot/egocentric recordings."""
 
 
-def _register() -> None:
-    """Import every ``egopool.cli.*_cmd`` / ``*_cmds`` module; each attaches its commands to ``app``."""
+def register_commands() -> None:
+    """Import every ``egopool.cli.*_cmd`` / ``*_cmds`` module; each attaches its commands to ``app``
+    (idempotent: :func:`main` calls it, the console script calls it first)."""
     import importlib
     import pkgutil
 
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        _register()
+        register_commands()
         _fit_output()
         from .ray_option import optional_ray_value
 
@@ -141,8 +142,3 @@ def _main(argv: Sequence[str] | None) -> int:
     if rc == 130:
         print("egopool: interrupted", file=sys.stderr)
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
-
-
-def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
