@@ -452,3 +452,31 @@ def test_corrupt_files_raise_egopool_errors_naming_the_file(tmp_path, what):
     for call in calls:
         with pytest.raises(EgopoolError, match=target.name):
             call()
+
+
+def test_remove_if_unused_takes_back_only_an_empty_task_this_writer_created(tmp_path):
+    """A recording session that ended before its first episode leaves no empty task (record's
+    Ctrl-C before the first row); a task that existed before, or holds anything beyond the files a
+    new task starts with, is kept."""
+    fresh = TaskWriter(tmp_path, "fresh")
+    assert (tmp_path / "fresh" / "meta" / "info.json").is_file()
+    assert fresh.remove_if_unused() is True and not (tmp_path / "fresh").exists()
+    assert tmp_path.is_dir()  # the recordings root stays
+
+    (tmp_path / "existing").mkdir()
+    assert TaskWriter(tmp_path, "existing").remove_if_unused() is False
+    assert (tmp_path / "existing" / "meta" / "info.json").is_file()
+
+    used = TaskWriter(tmp_path, "used")
+    ep = used.begin_episode(columns=[vector_column("observation.right_glove", [4])])
+    ep.add_frame({"observation.right_glove": np.ones(4, np.float32)})
+    ep.finish()
+    assert used.remove_if_unused() is False
+    assert [e.index for e in open_task(tmp_path / "used").episodes()] == [1]
+
+    aborted = TaskWriter(tmp_path, "aborted")  # an aborted episode leaves its N recycled: kept
+    ep = aborted.begin_episode(columns=[vector_column("observation.right_glove", [4])])
+    ep.add_frame({"observation.right_glove": np.ones(4, np.float32)})
+    ep.abort()
+    assert (tmp_path / "aborted" / "meta" / "recycled_episode.json").is_file()
+    assert aborted.remove_if_unused() is False and (tmp_path / "aborted" / "meta" / "info.json").is_file()

@@ -8,24 +8,17 @@ would surface as an import machinery traceback, or wrapped in another error, not
 
 from __future__ import annotations
 
-import signal
 import sys
+
+from .._sigint import sigint_deferred
 
 
 def entry() -> None:
     """Load the CLI, run it on ``sys.argv`` and exit with its code (130 after Ctrl-C)."""
-    interrupted: list[int] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
-    except ValueError:  # not the main thread (embedded): nothing to hold back
-        previous = None
-    try:
+    with sigint_deferred() as interrupted:
         from .app import main, register_commands
 
         register_commands()
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
     if interrupted:
         print("egopool: interrupted", file=sys.stderr)
         sys.exit(130)

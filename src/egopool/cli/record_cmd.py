@@ -14,7 +14,6 @@ import contextlib
 import os
 import queue
 import select
-import signal
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from .._sigint import sigint_deferred
 from ..errors import DeviceError, EgopoolError
 from ..sources import RecordingSession, list_devices, parse_device_specs
 from ..sources.session import DeviceLine
@@ -143,11 +143,17 @@ def _episode_summary(done: Any, fps: float) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _opened(session: RecordingSession) -> Iterator[RecordingSession]:
+    """Open every device; on the way out close them and, when the run created the task and
+    recorded no episode into it (Ctrl-C before the first row, a device that never delivered),
+    remove the empty task again."""
     session.open()
     try:
         yield session
     finally:
         session.close()
+        if session.has_writer and session.writer.remove_if_unused():
+            err_console.print(f"no episode was recorded; the new task {session.writer.task_dir} was not kept",
+                              markup=False, highlight=False)
 
 
 @app.command("record")
@@ -263,7 +269,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
                  json_out: bool) -> dict[str, Any]:
     rec = session.recorder
     assert rec is not None
-    with _sigint_deferred() as interrupted:  # starting: a Ctrl-C now ends the episode right after
+    with sigint_deferred() as interrupted:  # starting: a Ctrl-C now ends the episode right after
         session.start_episode(max_ticks=max(1, int(round(seconds * rec.fps))) if seconds is not None else None)
     quit_after = bool(interrupted)
     abort = False
@@ -292,7 +298,7 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
     except KeyboardInterrupt:
         quit_after = True
     # Publishing (or discarding) is not cut short by another Ctrl-C: it only asks to quit afterwards.
-    with _sigint_deferred() as interrupted:
+    with sigint_deferred() as interrupted:
         if abort:
             n = session.abort_episode()
             summary = {"episode_index": n, "status": "aborted", "length": 0, "ticks_skipped": 0}
@@ -306,21 +312,6 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
     # a device that stays silent would fail every next episode too: without a terminal, stop
     silent = summary["status"] == "discarded" and rec.discard_reason is not None and not keys.enabled
     return {"quit": quit_after or bool(interrupted), "silent": silent, "summary": summary}
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[list[int]]:
-    """While inside, Ctrl-C (SIGINT) is recorded in the yielded list instead of raising KeyboardInterrupt
-    (main thread only; elsewhere signals cannot be handled and nothing changes)."""
-    hits: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield hits
-        return
-    old = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
-    try:
-        yield hits
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def _print_summary(summary: dict[str, Any], fps: float) -> None:

@@ -106,6 +106,11 @@ class RecordingSession:
             raise DeviceError("the session is not open", hint="call open() first")
         return self._writer
 
+    @property
+    def has_writer(self) -> bool:
+        """True once the task writer exists (given, or made by :meth:`open`)."""
+        return self._writer is not None
+
     def check_conflicts(self) -> Rig:
         """Plan the rig from the devices as requested; raises ConflictError / SchemaError (§5.1, §2.4)
         without opening anything."""

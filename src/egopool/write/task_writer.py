@@ -17,6 +17,7 @@ its public names are re-exported here.
 from __future__ import annotations
 
 import math
+import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -111,6 +112,7 @@ class TaskWriter:
         self.registry: Registry | None = (
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
+        self._created_here = not self.task_dir.exists()
         with StorageError.guard(self.task_dir, action="cannot write the task"):
             self._create()
 
@@ -129,6 +131,25 @@ class TaskWriter:
             # One full scan per writer; later allocations probe paths only (O(1) in task size).
             groups = list_task_episodes(self.task_dir, self.layout)
             self._scanned_max = groups[-1].index if groups else 0
+
+    def remove_if_unused(self) -> bool:
+        """Remove the task directory again when this writer created it and nothing else was ever
+        written into it: exactly the files a new task starts with (``meta/info.json``,
+        ``meta/tasks.jsonl``, the lock anchor), so a recording session that ended before its first
+        episode leaves no empty task behind. Returns True when it was removed.
+
+        A task that existed before, or holds any other file (an episode, a recycled N, another
+        recorder's reservation), is left as it is.
+        """
+        if not self._created_here or not self.task_dir.is_dir():
+            return False
+        skeleton = {"meta/info.json", "meta/tasks.jsonl", "meta/episodes/.lock"}
+        with task_lock(self.task_dir):
+            files = {p.relative_to(self.task_dir).as_posix() for p in self.task_dir.rglob("*") if not p.is_dir()}
+            if not files <= skeleton:
+                return False
+            shutil.rmtree(self.task_dir)
+        return True
 
     @property
     def info(self) -> dict[str, Any]:
