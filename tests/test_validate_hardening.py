@@ -242,3 +242,47 @@ def test_an_implausible_fps_is_reported(tmp_path: Path, fps: float, severity: st
     edit_json(task / "meta/info.json", lambda d: d.update(fps=fps))
     found = [f for f in validate_task(task).findings if "fps" in f.message and "info.json" in f.path]
     assert [f.severity for f in found] == [severity], found
+
+
+META = "meta/episodes/chunk-000/episode-000.parquet"
+
+
+@pytest.mark.parametrize("created_at, rule, severity, says", [
+    (1e300, "file_format.md §7.3", "error", "moves in steps of 1.49e+284 s there, not finer than a row (1/30 s)"),
+    (1.79e18, "file_format.md §7.3", "error", "it looks like nanoseconds since 1970 (1790000000 s): store seconds "
+                                              "(divide by 1e9)"),
+    (1.79e12, "file_format.md §6.2", "warning", "it looks like milliseconds since 1970 (1790000000 s): store "
+                                                "seconds (divide by 1000)"),
+    (-5.0, "file_format.md §6.2", "warning", "is not a Unix time in seconds between 2000-01-01 and 2100-01-01"),
+    (5e9, "file_format.md §6.2", "warning", "is not a Unix time in seconds between 2000-01-01 and 2100-01-01"),
+])
+def test_an_implausible_episode_created_at_is_reported(tmp_path: Path, created_at: float, rule: str,
+                                                       severity: str, says: str) -> None:
+    """An episode row's created_at of 1e300 (or ms, ns, negative) used to validate ok (found by QA): it is
+    Unix seconds (§6.2) and wall_time = created_at + timestamp (§7.3) must still tell rows apart."""
+    task = _rows_task(tmp_path, rows=3)
+    assert validate_task(task).findings == []
+    rewrite_parquet(task / META, lambda t: set_column(t, "created_at", [created_at]))
+    report = validate_task(task)
+    assert [(f.rule, f.severity, f.path) for f in report.findings] == [(rule, severity, str(task / META))], \
+        [f.one_line() for f in report.findings]
+    message = report.findings[0].message
+    assert message.startswith(f"meta column created_at = {created_at:g}") and says in message, message
+
+
+def test_created_at_before_v1_3_17_is_judged_by_its_range_only(tmp_path: Path) -> None:
+    """Before collector v1.3.17 wall_time was not built on created_at (decision 10): 1e300 is a warning."""
+    task = _rows_task(tmp_path, rows=3)
+    edit_json(task / "meta/info.json", lambda d: d.update(app_version="1.3.16"))
+    rewrite_parquet(task / META, lambda t: set_column(t, "created_at", [1e300]))
+    f = _only(validate_task(task), "file_format.md §6.2", "warning")
+    assert f.message.startswith("meta column created_at = 1e+300 is not a Unix time in seconds")
+
+
+@pytest.mark.parametrize("created_at, says", [(1.79e12, "milliseconds"), (-1.0, None)])
+def test_an_implausible_task_created_at_is_a_warning(tmp_path: Path, created_at: float, says: str | None) -> None:
+    task = _rows_task(tmp_path, rows=3)
+    edit_json(task / "meta/info.json", lambda d: d.update(created_at=created_at))
+    f = _only(validate_task(task), "file_format.md §3", "warning")
+    assert f.path.endswith("info.json") and f.message.startswith(f"created_at = {created_at:g} is not a Unix time")
+    assert (f"it looks like {says}" in f.message) if says else ("looks like" not in f.message)

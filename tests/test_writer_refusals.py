@@ -324,3 +324,15 @@ def test_a_task_keeps_its_fps(tmp_path: Path) -> None:
                               "file_format.md §3) (use --fps 30, or record into a new task)")
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*")) == before
     assert TaskWriter(tmp_path, "t", fps=30.0, registry=False).fps == 30.0
+
+
+@pytest.mark.parametrize("created_at", [1e300, 1.79e18])
+def test_created_at_that_wall_time_cannot_build_on_is_refused(tmp_path: Path, created_at: float) -> None:
+    """1e300 (or ns since 1970) used to be accepted and published wall_time that never increases (§7.3)."""
+    tw = TaskWriter(tmp_path, "t", registry=False)
+    with pytest.raises(SchemaError, match=r"not finer than a row \(1/30 s\), so it cannot increase row by row"):
+        tw.begin_episode(created_at=created_at)
+    assert not list((tmp_path / "t").glob("data/**/*.parquet"))
+    ep = tw.begin_episode(created_at=1.79e12)  # milliseconds: representable, the validator warns
+    ep.add_frame({})
+    assert ep.finish().index == 1

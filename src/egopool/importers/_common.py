@@ -34,7 +34,6 @@ __all__ = [
     "check_fps",
     "default_task_name",
     "looks_like_header",
-    "plausible_unix_unit",
     "read_input_lines",
     "nearest_rotation",
     "plain_number",
@@ -86,9 +85,6 @@ class ImportResult:
         }
 
 
-#: Unix seconds of 2000-01-01 and 2100-01-01: stamps of real recordings fall between them.
-UNIX_2000_S = 946_684_800
-UNIX_2100_S = 4_102_444_800
 _NAME_RE = re.compile(r"[A-Za-z_#][\w#\[\]()/^.:\- ]*")
 
 
@@ -126,15 +122,6 @@ def looks_like_header(tokens: Sequence[str]) -> bool:
         if not _NAME_RE.fullmatch(tok):
             return False
     return True
-
-
-def plausible_unix_unit(value: float) -> str | None:
-    """The unit in which ``value`` is a Unix time between 2000 and 2100 (``"seconds"``,
-    ``"milliseconds"``, ``"microseconds"``, ``"nanoseconds"``), or None."""
-    for unit, factor in (("seconds", 1.0), ("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9)):
-        if UNIX_2000_S <= abs(value) / factor <= UNIX_2100_S:
-            return unit
-    return None
 
 
 def check_fps(fps: float) -> float:

@@ -20,6 +20,7 @@ and are reordered to xyzw. ``sensor.yaml`` becomes ``calibration.head_stereo`` (
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,10 @@ from .._safe_read import read_text
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
+from ..unix_time import plausible_unix_unit
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, looks_like_header,
-                      plain_number, plausible_unix_unit, read_input_lines, task_writer, window_offsets,
+                      plain_number, read_input_lines, task_writer, window_offsets,
                       with_feature)
 from ._images import image_header, read_gray
 
@@ -365,10 +367,12 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
     task = task if task is not None else default_task_name(ds.mav.parent if ds.mav.name == "mav0" else ds.mav)
     total = len(ds.cam_ns)
     t0 = int(ds.cam_ns[0])
+    # relative stamps (a recording starting near 0) are no wall-clock time (docs/decisions.md V5)
+    created = t0 / 1e9 if plausible_unix_unit(t0 / 1e9) == "seconds" else time.time()
     with task_writer(out, task, fps) as tw:
         with tw.begin_episode(columns=columns, streams=[StreamSpec(_SLOT, "rgb", ds.width, ds.height)],
                               devices=[device], device_names={_SLOT: device["name"]},
-                              calibration=_calibration(ds, fps), created_at=t0 / 1e9) as ep:
+                              calibration=_calibration(ds, fps), created_at=created) as ep:
             for i in range(total):
                 values: dict[str, Any] = {}
                 if len(ds.imu_ns):
@@ -402,5 +406,7 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
         notes.append("cam1 present but not imported (rows follow cam0 only)")
     counts = {"frames": total, "imu_samples": imu_in, "imu_outside": len(ds.imu_ns) - imu_in,
               "gt_points": gt_in, "gt_outside": (len(ds.gt_ns) - gt_in) if use_gt else 0}
-    return ImportResult(tw.task_dir, (result,), ("none: row timestamps and hardware_ns are the cam0 stamps",),
-                        tuple(notes), counts)
+    synthesised = ["none: row timestamps and hardware_ns are the cam0 stamps"]
+    if created != t0 / 1e9:
+        synthesised = ["created_at/wall_time: import time (the cam0 stamps are not Unix time)"]
+    return ImportResult(tw.task_dir, (result,), tuple(synthesised), tuple(notes), counts)

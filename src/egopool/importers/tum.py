@@ -24,15 +24,14 @@ import numpy as np
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
+from ..unix_time import plausible_unix_unit
 from ._common import (ImportResult, Progress, check_fps, default_task_name, looks_like_header, plain_number,
-                      plausible_unix_unit, read_input_lines, seconds_to_ns, task_writer, window_offsets)
+                      read_input_lines, seconds_to_ns, task_writer, window_offsets)
 
 __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 
 #: Rows one import may create (46 h at 30 fps): beyond it the file's time span is suspect.
 MAX_ROWS = 5_000_000
-#: Unix seconds of 2000-01-01: earlier first stamps are not treated as wall-clock time.
-_PLAUSIBLE_UNIX_S = 946_684_800
 #: Largest |stamp| read as seconds (year 2286); beyond it the column is another unit.
 MAX_SECONDS = 1e10
 
@@ -194,7 +193,8 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
         raise FormatError(exc.message, path=traj.path, hint=exc.hint) from None
     rows = len(edges) - 1
     first_s = first / 1e9
-    created = first_s if first_s >= _PLAUSIBLE_UNIX_S else time.time()
+    # only a 2000-2100 first stamp is wall-clock time (docs/decisions.md V5)
+    created = first_s if plausible_unix_unit(first_s) == "seconds" else time.time()
     task = task if task is not None else default_task_name(traj.path)
     synthesised = [f"row timestamps: a 1/{fps:g} s grid from the first pose (the file has poses, not frames); "
                    "hardware_ns = the grid on the file's clock"]

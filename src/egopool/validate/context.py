@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,13 @@ class Context:
         """``info.video_extensions`` (empty when missing or malformed)."""
         v = self.info.get("video_extensions")
         return v if isinstance(v, dict) else {}
+
+    @property
+    def fps(self) -> float | None:
+        """``info.fps`` (Hz) when it is a finite number > 0, else None (reported by the info checks)."""
+        f = self.info.get("fps")
+        ok = isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) and f > 0
+        return float(f) if ok else None
 
     @property
     def wall_time_rule(self) -> bool:

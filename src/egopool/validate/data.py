@@ -66,6 +66,8 @@ class DataSummary:
     rows:
         Row count. ``first_frame`` / ``last_frame``: ``frame_index`` of the first and
         last row (None when unreadable or empty).
+    max_timestamp:
+        Largest ``|timestamp|`` (s) when every one is finite, else None.
     columns:
         Column name -> arrow type.
     """
@@ -73,6 +75,7 @@ class DataSummary:
     rows: int
     first_frame: int | None = None
     last_frame: int | None = None
+    max_timestamp: float | None = None
     columns: dict[str, pa.DataType] = field(default_factory=dict)
 
 
@@ -397,6 +400,7 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
                                                "non-finite value(s)); times are finite seconds, never NaN/inf")
                 finite = False
     if "timestamp" in vals and finite:
+        summary.max_timestamp = float(np.abs(vals["timestamp"].astype(np.float64)).max())
         _check_timestamp(ctx, path, vals["timestamp"])
     if "wall_time" in vals and "timestamp" in vals and ctx.wall_time_rule and finite:
         _check_wall_time(ctx, path, vals["wall_time"], vals["timestamp"])

@@ -4,7 +4,8 @@
 * legacy names (``file-NNN``, §2) and multi-row shards (§6.1): warnings pointing at ``egopool migrate``;
 * the meta row: exactly one row with ``episode_index`` = N (§2, §6.1), the 11 columns of
   §6.2 with their dtypes, JSON columns that parse, ``length`` = data rows and
-  ``start``/``end_frame_index`` = first/last ``frame_index`` (§6.2);
+  ``start``/``end_frame_index`` = first/last ``frame_index`` (§6.2), ``created_at`` a 2000–2100
+  Unix time in seconds on which ``wall_time = created_at + timestamp`` can be stored (§6.2, §7.3);
 * ``force_matrix_specs`` per force matrix column (§7.2.1, multi_device_storage.md §8.1.4)
   and ``slam_specs`` frames (§7.2);
 * every video: image_key in ``video_extensions`` with the same extension (§8), readable,
@@ -28,6 +29,7 @@ from ..errors import EgopoolError
 from ..layout import EpisodeFiles
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
+from ..unix_time import created_at_problem
 from .changes import check_value_changes
 from .context import Context
 from .data import DataSummary, check_data, first_line
@@ -64,6 +66,8 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
     _legacy_names(ctx, g)
     data = check_data(ctx, g.data, n) if g.data is not None else None
     row = _check_meta_row(ctx, g) if g.meta is not None else None
+    if row is not None:
+        _check_created_at(ctx, g, row, data)
     if data is not None and row is not None:
         _cross_check(ctx, g, data, row)
     rows = data.rows if data is not None else None
@@ -171,6 +175,26 @@ def _leaf_dtype(t: pa.DataType) -> str:
 
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _check_created_at(ctx: Context, g: EpisodeFiles, row: dict[str, Any], data: DataSummary | None) -> None:
+    """``created_at`` is Unix seconds (§6.2) and ``wall_time = created_at + timestamp`` (§7.3, docs/decisions.md
+    V5): an error when float64 cannot hold that sum strictly increasing (only where the v1.3.17 rule applies,
+    decision 10), a warning when it is no 2000–2100 time in seconds (like the fps range of info.json)."""
+    v = row.get("created_at")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return  # null or another type: the dtype check reports the column
+    fps = ctx.fps if ctx.wall_time_rule else None
+    seconds = data.max_timestamp if data is not None and data.max_timestamp is not None else 0.0
+    found = created_at_problem(v, fps=fps, seconds=seconds)
+    if found is None:
+        return
+    severity, message = found
+    assert g.meta is not None
+    if severity == "error":
+        ctx.report.error(R_ROWS, g.meta, f"meta column {message}")
+    else:
+        ctx.report.warning(R_META_COLS, g.meta, f"meta column {message}")
 
 
 def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
+from ..unix_time import created_at_problem
 from .context import Context
 from .report import Report
 
@@ -131,6 +132,11 @@ def check_info_keys(ctx: Context) -> None:
             ctx.report.warning(R_INFO, path, f"fps = {fps:g} rows per second is outside {PLAUSIBLE_FPS[0]:g}-"
                                              f"{PLAUSIBLE_FPS[1]:g}: float32 timestamps (§7.1) cannot time such "
                                              "rows usefully; set the recording's real frame rate")
+    created = info.get("created_at")
+    if isinstance(created, (int, float)) and not isinstance(created, bool) and math.isfinite(created):
+        found = created_at_problem(created)  # the task's creation time: no wall_time is built on it
+        if found is not None:
+            ctx.report.warning(R_INFO, path, found[1])
     te = info.get("total_episodes")
     if isinstance(te, int) and not isinstance(te, bool) and te < 0:
         ctx.report.error(R_INFO, path, f"total_episodes must be >= 0, got {te}")

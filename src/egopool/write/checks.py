@@ -1,7 +1,8 @@
 """What the writer checks before it records anything, so that it never publishes what its own validator rejects.
 
 * numbers that end up in JSON (``fps``, ``created_at``, declarations) are finite: JSON has
-  no NaN / Infinity (file_format.md §3, §4);
+  no NaN / Infinity (file_format.md §3, §4); ``wall_time = created_at + timestamp`` can be
+  stored strictly increasing (§7.3);
 * a column or stream that the task already declares keeps its declaration: same
   ``dtype`` / ``shape`` / ``encoding`` (multi_device_storage.md §6.2, §6.7: ``features`` is
   a union where the latest episode wins, so a changed declaration would silently
@@ -32,8 +33,9 @@ from ..errors import EgopoolError, FormatError, SchemaError
 from ..meta.info import info_path, merge_info
 from ..meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
 from ..schema import ColumnSpec
+from ..unix_time import created_at_problem
 
-__all__ = ["check_column_declarations", "check_declaration_types", "check_episode_seconds", "check_feature_declarations",
+__all__ = ["check_column_declarations", "check_created_at", "check_declaration_types", "check_episode_seconds", "check_feature_declarations",
            "check_finite_values",
            "check_json_value", "check_positive_number", "check_stream_declarations", "check_task_meta_mergeable",
            "check_task_name", "max_episode_rows", "max_episode_seconds"]
@@ -55,6 +57,26 @@ def check_positive_number(value: Any, what: str) -> float:
     x = float(value)
     if not math.isfinite(x) or x <= 0:
         raise SchemaError(f"{what} must be finite and > 0, got {value!r}")
+    return x
+
+
+def check_created_at(created_at: Any, fps: float) -> float:
+    """``created_at`` (episode start, Unix s) as a float when ``wall_time`` can be built on it.
+
+    A number > 0 on which float64 ``wall_time = created_at + timestamp`` (file_format.md §7.3)
+    stays finite and steps finer than a row (``1/fps`` s) for the longest episode at ``fps``.
+    Values outside 2000–2100 that pass are the validator's warning, not a refusal (an
+    import may carry an older or synthetic clock; docs/decisions.md V5).
+
+    Raises
+    ------
+    SchemaError
+        Not a finite number > 0, or one ``wall_time`` cannot build on (1e18: nanoseconds).
+    """
+    x = check_positive_number(created_at, "created_at")
+    found = created_at_problem(x, fps=fps, seconds=max_episode_seconds(fps))
+    if found is not None and found[0] == "error":
+        raise SchemaError(found[1])
     return x
 
 

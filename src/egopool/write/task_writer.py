@@ -246,7 +246,8 @@ class TaskWriter:
             Duplicate columns, a lockstep column without its partner, duplicate image_keys;
             a column or stream the task declares differently (multi_device_storage.md §6.7);
             NaN / Infinity in ``created_at`` or a declaration, a declaration of the wrong JSON type
-            (:func:`~egopool.write.checks.check_declaration_types`).
+            (:func:`~egopool.write.checks.check_declaration_types`); a ``created_at`` <= 0 or one on
+            which float64 ``wall_time`` cannot tell rows apart (:func:`~egopool.write.checks.check_created_at`).
         FormatError
             ``info.json`` / ``stats.json`` could not take the episode at finish (run
             ``egopool stats recalc TASK``); nothing is recorded.
@@ -254,7 +255,7 @@ class TaskWriter:
             The task directory cannot be written (read-only, disk full).
         """
         if created_at is not None:
-            checks.check_positive_number(created_at, "created_at")
+            checks.check_created_at(created_at, self.fps)
         listed = [list(v) if isinstance(v, Iterable) and not isinstance(v, (str, bytes, Mapping)) else v
                   for v in (devices, sensors)]  # a generator is read once
         devices, sensors = listed
