@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -19,6 +20,7 @@ from egopool import EgopoolError, FormatError, SchemaError, open_task
 from egopool.cli.app import main
 from egopool.importers import import_euroc, import_rgbd_frames, import_tum, rotation_to_quaternion
 from egopool.importers.tum import read_tum
+from egopool.validate import validate_task
 
 DATA = Path(__file__).parent / "data"
 SEVEN = DATA / "sevenscenes_tsdf_fusion"
@@ -436,6 +438,20 @@ def test_euroc_stamps_in_another_unit_name_the_line(tmp_path, fn, message):
         import_euroc(src, tmp_path / "out")
     assert err.value.message == message and err.value.path == src / "mav0" / "cam0" / "data.csv"
     assert not (tmp_path / "out").exists()
+
+
+def test_euroc_relative_stamps_get_the_import_time_as_created_at(tmp_path):
+    """Stamps from 0 (a relative clock) used to become created_at = 0 s, which the writer refused;
+    created_at is a 2000-2100 Unix time (decisions.md V5), so the import time stands in, and says so."""
+    first = int(_csv(EUROC / "mav0" / "cam0" / "data.csv")[0][0])
+    src = _euroc_with_stamps(tmp_path, lambda ns: str(ns - first))
+    before = time.time()
+    result = import_euroc(src, tmp_path / "out")
+    ep = open_task(result.task_dir).episode(1)
+    assert before <= ep.meta["created_at"] <= time.time()
+    assert result.synthesised == ("created_at/wall_time: import time (the cam0 stamps are not Unix time)",)
+    assert ep.table.column("hardware_ns").to_pylist()[0] == 0
+    assert validate_task(result.task_dir).findings == []
 
 
 def test_euroc_bom_and_header_without_hash(tmp_path):
