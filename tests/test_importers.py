@@ -221,7 +221,7 @@ def test_tum_bad_lines(tmp_path):
     bad.write_text("timestamp tx ty tz qx qy qz qw\n1.0 0 0 0 0 0 0 0.1\n")
     with pytest.raises(FormatError, match="line 2: quaternion norm"):
         import_tum(bad, tmp_path / "out", frame="ego_cam_optical")
-    with pytest.raises(FormatError, match="not found"):
+    with pytest.raises(FormatError, match="TUM trajectory file is missing"):
         import_tum(tmp_path / "missing.txt", tmp_path / "out", frame="ego_cam_optical")
     bad.write_text("1.0 0 0 0 0 0 0 1\n9e9 0 0 0 0 0 0 1\n")
     with pytest.raises(FormatError, match=r"t\.txt: poses span 9e\+09 s"):
@@ -476,10 +476,27 @@ def test_tum_stamps_beyond_int64_ns_are_one_line(tmp_path, stamp):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("importer", ["rgbd-frames", "euroc"])
-def test_an_image_that_is_a_fifo_is_refused_not_waited_for(tmp_path, importer):
-    """Found by qa12: Pillow opened a FIFO colour/cam0 image and blocked forever."""
+def _make_special(path: Path, kind: str, monkeypatch) -> None:
+    """Put a FIFO, a directory or a listening-less Unix socket at ``path`` (which must not exist)."""
     import os
+    import socket
+
+    if kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:  # bound relative to its folder: AF_UNIX paths are limited to 108 bytes
+        monkeypatch.chdir(path.parent)
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(path.name)
+        sock.close()  # the socket file stays
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "directory", "socket"])
+@pytest.mark.parametrize("importer", ["rgbd-frames", "euroc"])
+def test_an_image_that_is_no_regular_file_is_named_not_waited_for(tmp_path, monkeypatch, importer, kind):
+    """Found by qa12: Pillow opened a FIFO colour/cam0 image and blocked forever; then EuRoC called a FIFO,
+    directory or socket in cam0/data "missing" (found by QA): it says what the path is."""
     import signal
 
     src = tmp_path / "src"
@@ -487,7 +504,7 @@ def test_an_image_that_is_a_fifo_is_refused_not_waited_for(tmp_path, importer):
     image = (src / "frame-000001.color.jpg" if importer == "rgbd-frames"
              else sorted((src / "mav0/cam0/data").iterdir())[1])
     image.unlink()
-    os.mkfifo(image)
+    _make_special(image, kind, monkeypatch)
     signal.alarm(60)
     try:
         with pytest.raises(FormatError) as err:
@@ -497,10 +514,39 @@ def test_an_image_that_is_a_fifo_is_refused_not_waited_for(tmp_path, importer):
                 import_euroc(src, tmp_path / "out")
     finally:
         signal.alarm(0)
-    expected = ("image file is a FIFO, not a regular file" if importer == "rgbd-frames"
-                else "image listed in cam0/data.csv is missing")  # EuRoC lists regular files only
-    assert err.value.path == image and err.value.message.startswith(expected)
+    what = "image file" if importer == "rgbd-frames" else "image listed in cam0/data.csv"
+    assert err.value.path == image
+    assert err.value.message == f"{what} is a {kind}, not a regular file; egopool does not open it"
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_euroc_fifo_image_is_one_cli_line_naming_it(tmp_path, capsys):
+    import os
+
+    src = tmp_path / "src"
+    shutil.copytree(EUROC, src)
+    image = sorted((src / "mav0/cam0/data").iterdir())[3]
+    image.unlink()
+    os.mkfifo(image)
+    assert main(["import", "euroc", str(src), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(image) in err and "is a FIFO, not a regular file" in err, err
+
+
+def test_euroc_cam0_data_folder_that_is_a_fifo_is_named(tmp_path):
+    import os
+
+    src = tmp_path / "src"
+    shutil.copytree(EUROC, src)
+    folder = src / "mav0/cam0/data"
+    first = sorted(folder.iterdir())[0].name
+    shutil.rmtree(folder)
+    os.mkfifo(folder)
+    with pytest.raises(FormatError) as err:
+        import_euroc(src, tmp_path / "out")
+    assert err.value.path == folder / first
+    assert err.value.message == (f"image listed in cam0/data.csv cannot be opened: its folder {folder} is a FIFO, "
+                                 "not a directory")
 
 
 def test_euroc_imu_value_beyond_float32_names_the_file(tmp_path):

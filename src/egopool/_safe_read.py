@@ -58,18 +58,54 @@ MAX_PARQUET_FOOTER = 64 * 1024 * 1024
 _PARQUET_MAGIC = b"PAR1"
 
 
+def _kind(mode: int) -> str:
+    """What a non-regular file is, for messages ("a FIFO")."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _not_regular(path: Path, what: str, mode: int) -> FormatError:
+    return FormatError(f"{what} is {_kind(mode)}, not a regular file; egopool does not open it", path=path,
+                       hint="replace it with the regular file the format expects")
+
+
+def _open_failed(path: Path, what: str, exc: OSError) -> FormatError:
+    """Why ``os.open`` refused: a socket (ENXIO) or a directory is named as such, as is a FIFO or
+    file standing where a parent directory belongs (ENOTDIR); anything else keeps the OS's words."""
+    try:
+        mode: int | None = os.stat(path).st_mode  # stat never blocks, not even on a FIFO
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        return _not_regular(path, what, mode)
+    if isinstance(exc, NotADirectoryError):
+        for parent in path.parents:
+            try:
+                pmode = os.stat(parent).st_mode
+            except OSError:
+                continue
+            if not stat.S_ISDIR(pmode):
+                return FormatError(f"{what} cannot be opened: its folder {parent} is {_kind(pmode)}, not a directory",
+                                   path=path, hint="restore the folder the format expects")
+    return FormatError(f"cannot open {what}: {exc.strerror or exc}", path=path,
+                       hint="a symlink loop or an unreadable path; restore the file")
+
+
 def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
     """An O_RDONLY|O_NONBLOCK descriptor of ``path`` after ``fstat`` says it is a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise FormatError(f"{what} is missing", path=path) from None
-    except IsADirectoryError:
-        raise FormatError(f"{what} is a directory, not a file", path=path,
-                          hint="remove the directory or restore the file") from None
     except OSError as exc:
-        raise FormatError(f"cannot open {what}: {exc.strerror or exc}", path=path,
-                          hint="a symlink loop or an unreadable path; restore the file") from exc
+        raise _open_failed(path, what, exc) from exc
     try:
         st = os.fstat(fd)
     except OSError as exc:
@@ -77,11 +113,7 @@ def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
         raise FormatError(f"cannot stat {what}: {exc.strerror or exc}", path=path) from exc
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                or stat.S_ISBLK(st.st_mode) else "not a regular file")
-        raise FormatError(f"{what} is {kind}, not a regular file; egopool does not open it", path=path,
-                          hint="replace it with the regular file the format expects")
+        raise _not_regular(path, what, st.st_mode)
     return fd, st
 
 

@@ -97,10 +97,9 @@ def read_input_lines(path: Path, what: str) -> list[tuple[int, str]]:
     Raises
     ------
     FormatError
-        Missing (``not found``), not a regular file, too large, or not UTF-8 (the line is named).
+        Missing (``is missing``), not a regular file (``is a FIFO``...), too large, or not UTF-8
+        (the line is named).
     """
-    if not path.exists() and not path.is_symlink():
-        raise FormatError(f"{what} not found", path=path)
     text = read_text(path, what=what)
     return [(no, line.strip()) for no, line in enumerate(text.splitlines(), start=1) if line.strip()]
 

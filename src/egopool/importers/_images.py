@@ -20,9 +20,8 @@ DEPTH_MODES = ("I;16", "I;16B", "I;16L", "I")
 
 @contextlib.contextmanager
 def _open(path: Path) -> Iterator[Image.Image]:
-    """The image, opened only when ``path`` is a regular file (a FIFO blocked Pillow forever)."""
-    if not path.exists() and not path.is_symlink():
-        raise FormatError("image file not found", path=path)
+    """The image, opened only when ``path`` is a regular file (a FIFO blocked Pillow forever); a missing
+    file or a FIFO, directory or socket in its place is a FormatError naming it (``_safe_read``)."""
     with open_regular(path, what="image file") as fh:
         try:
             im = Image.open(fh)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .._safe_read import read_text
+from .._safe_read import read_text, regular_file_size
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
@@ -253,9 +253,8 @@ def scan_euroc(directory: str | Path) -> EurocDataset:
     if not len(cam_ns):
         raise FormatError("no frames listed", path=cam_csv)
     images = tuple(mav / "cam0" / "data" / r[0] for r in cam_rows)
-    for img in images:
-        if not img.is_file():
-            raise FormatError("image listed in cam0/data.csv is missing", path=img)
+    for img in images:  # missing, or a FIFO / directory / socket named as such (never opened blocking)
+        regular_file_size(img, what="image listed in cam0/data.csv")
     w, h, _ = image_header(images[0])
     for img in images[1:]:
         iw, ih, _ = image_header(img)
