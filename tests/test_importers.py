@@ -440,6 +440,20 @@ def test_euroc_stamps_in_another_unit_name_the_line(tmp_path, fn, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_import_into_a_task_at_another_fps_says_to_import_into_a_new_task(tmp_path, capsys):
+    """TaskWriter's one fps check (decisions.md R18) with the importers' way out: a new task, not --fps."""
+    path = DATA / "evo_trajectories" / TUM_FILES[1]
+    import_tum(path, tmp_path, frame="ego_cam_optical", task="t", fps=30)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["import", "tum", str(path), "--out", str(tmp_path), "--task", "t", "--fps", "10",
+                 "--frame", "ego_cam_optical"]) == 1
+    assert capsys.readouterr().err == (f"egopool: error: {tmp_path / 't'}: the task records at 30 fps, not 10 "
+                                       "(a task has one fps, file_format.md §3) (import into a new task (--task "
+                                       "NEW_NAME))\n")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert open_task(tmp_path / "t").info["fps"] == 30.0
+
+
 def test_euroc_relative_stamps_get_the_import_time_as_created_at(tmp_path):
     """Stamps from 0 (a relative clock) used to become created_at = 0 s, which the writer refused;
     created_at is a 2000-2100 Unix time (decisions.md V5), so the import time stands in, and says so."""

@@ -324,6 +324,10 @@ def test_a_task_keeps_its_fps(tmp_path: Path) -> None:
                               "file_format.md §3) (use --fps 30, or record into a new task)")
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*")) == before
     assert TaskWriter(tmp_path, "t", fps=30.0, registry=False).fps == 30.0
+    with pytest.raises(SchemaError) as err:  # the one check; the caller says what to do instead
+        TaskWriter(tmp_path, "t", fps=60.0, registry=False, fps_hint="import into a new task (--task NEW_NAME)")
+    assert err.value.hint == "import into a new task (--task NEW_NAME)"
+    assert err.value.message == "the task records at 30 fps, not 60 (a task has one fps, file_format.md §3)"
 
 
 @pytest.mark.parametrize("created_at", [1e300, 1.79e18])

@@ -373,8 +373,8 @@ def test_import_into_a_task_at_another_fps_is_refused(lerobot_export, plain_task
     shutil.copytree(plain_tasks[0].path, root / "ten")
     before = tree(root)
     assert one_line(capsys, main(["import", "lerobot", str(lerobot_export), "--task", "ten", "--out", str(root)])) == (
-        f"{root / 'ten' / 'meta' / 'info.json'}: task 'ten' records at 10 fps; this import is at 30 fps "
-        "(import into a new task (--task NEW_NAME); a task has one fps)")
+        f"{root / 'ten'}: the task records at 10 fps, not 30 (a task has one fps, file_format.md §3) "
+        "(import into a new task (--task NEW_NAME))")
     kept = open_task(root / "ten")
     assert kept.info["fps"] == 10.0 and [e.index for e in kept.episodes()] == [1, 2]
     assert set(tree(root)) - set(before) <= {"pipeline.db", "ten/meta/episodes/.lock"}

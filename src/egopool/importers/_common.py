@@ -23,7 +23,6 @@ import numpy as np
 from .._safe_read import read_text
 from ..errors import EgopoolError, FormatError
 from ..layout import list_task_episodes
-from ..meta.info import info_path, read_info
 from ..schema import ColumnSpec
 from ..write.task_writer import EpisodeResult, TaskWriter
 
@@ -341,22 +340,16 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
 
     Raises
     ------
-    EgopoolError
+    SchemaError
         The task exists at another fps than ``fps`` (nothing is written: its ``info.json``
-        fps would otherwise be rewritten under its earlier episodes).
+        fps would otherwise be rewritten under its earlier episodes; TaskWriter's check).
     """
     root = Path(root)
     root_fresh = not root.exists()
     task_dir = root / task
     fresh = not task_dir.exists()
-    # TaskWriter refuses another fps too; an import's rate comes from its source, so its way out is a
-    # new task, not another --fps (found by qa9)
-    had = None if fresh or not info_path(task_dir).is_file() else read_info(task_dir).get("fps")
-    if isinstance(had, (int, float)) and not isinstance(had, bool) and abs(float(had) - float(fps)) > 1e-9:
-        raise EgopoolError(f"task {task!r} records at {float(had):g} fps; this import is at {float(fps):g} fps",
-                           path=task_dir / "meta" / "info.json",
-                           hint="import into a new task (--task NEW_NAME); a task has one fps")
-    tw = TaskWriter(root, task, fps=fps)
+    # an import's rate comes from its source, so its way out is a new task, not another --fps (qa9)
+    tw = TaskWriter(root, task, fps=fps, fps_hint="import into a new task (--task NEW_NAME)")
     try:
         yield tw
     except BaseException:

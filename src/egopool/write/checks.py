@@ -35,8 +35,8 @@ from ..meta.stats import StatsBlock, needs_recalc, read_stats, stats_path
 from ..schema import ColumnSpec
 from ..unix_time import created_at_problem
 
-__all__ = ["check_column_declarations", "check_created_at", "check_declaration_types", "check_episode_seconds", "check_feature_declarations",
-           "check_finite_values",
+__all__ = ["check_column_declarations", "check_created_at", "check_declaration_types", "check_episode_seconds",
+           "check_feature_declarations", "check_finite_values",
            "check_json_value", "check_positive_number", "check_stream_declarations", "check_task_meta_mergeable",
            "check_task_name", "max_episode_rows", "max_episode_seconds"]
 

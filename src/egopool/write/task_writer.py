@@ -39,7 +39,7 @@ from ..schema import ColumnSpec
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter"]
 
 
-def _refuse_foreign(task_dir: Path, fps: float) -> None:
+def _refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
     """Refuse, before anything is written, a directory that is not (or not yet) a pooled task,
     or a task recorded at another fps.
 
@@ -55,13 +55,14 @@ def _refuse_foreign(task_dir: Path, fps: float) -> None:
         ``<task>_NNNNNN`` session directories and no ``info.json``.
     SchemaError
         The task's ``fps`` is another one: a task has one fps (file_format.md §3), its rows are
-        ``1/fps`` apart and the pooling server refuses a slice at another fps.
+        ``1/fps`` apart and the pooling server refuses a slice at another fps. ``fps_hint`` is
+        the way out the caller offers (None: ``use --fps <task fps>, or record into a new task``).
     """
     if info_path(task_dir).exists():
         old = read_info(task_dir).get("fps")
         if isinstance(old, (int, float)) and not isinstance(old, bool) and not math.isclose(old, fps, rel_tol=1e-9):
             raise SchemaError(f"the task records at {old:g} fps, not {fps:g} (a task has one fps, file_format.md §3)",
-                              path=task_dir, hint=f"use --fps {old:g}, or record into a new task")
+                              path=task_dir, hint=fps_hint or f"use --fps {old:g}, or record into a new task")
     elif task_dir.is_dir():
         try:
             read_info(task_dir)
@@ -91,6 +92,10 @@ class TaskWriter:
         Record finished episodes in the local registry ``<root>/pipeline.db`` and take its
         watermark into account when numbering (DESIGN §1). True (default): the registry
         beside the task; a path or :class:`~egopool.registry.Registry`: that one; False: none.
+    fps_hint:
+        What the refusal of an existing task at another fps tells the user to do (default:
+        ``use --fps <task fps>, or record into a new task``; an import, whose rate comes from
+        its source, says to import into a new task).
 
     Raises
     ------
@@ -103,12 +108,12 @@ class TaskWriter:
     """
 
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None,
-                 registry: bool | str | Path | Registry = True) -> None:
+                 registry: bool | str | Path | Registry = True, fps_hint: str | None = None) -> None:
         self.fps = checks.check_positive_number(fps, "fps")
         self.task_name = checks.check_task_name(task_name)
         self.task_dir = Path(root) / task_name
         self.app_version = app_version or __version__
-        _refuse_foreign(self.task_dir, self.fps)
+        _refuse_foreign(self.task_dir, self.fps, fps_hint)
         self.registry: Registry | None = (
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
