@@ -47,12 +47,15 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     * ``§2``: ``episode_index`` column and meta row = N implied by the path;
       ``total_episodes`` below the highest N (warning); legacy ``file-`` names (warning);
     * ``§3``: every MUST key of ``info.json`` with its JSON type, usable path
-      templates, ``action`` declared; ``§3.1``: SLAM ``frame`` / ``frame_axes``
+      templates, ``action`` declared, ``fps`` and ``created_at`` in a plausible range
+      (warnings); ``§3.1``: SLAM ``frame`` / ``frame_axes``
       (missing ``frame`` = legacy frame, a warning);
     * ``§4``: stats blocks; a block without ``count`` is a warning ("run
       ``egopool stats recalc``", as checklist §12.4 allows); ``§5``: tasks.jsonl;
     * ``§6.1`` / ``§6.2``: one meta row per episode with the 11 columns, their dtypes,
-      JSON columns that parse, ``length`` / ``start_frame_index`` / ``end_frame_index``;
+      JSON columns that parse, ``length`` / ``start_frame_index`` / ``end_frame_index``,
+      ``created_at`` a 2000–2100 Unix time in seconds (warning naming ms / ns; an error,
+      ``§7.3``, when float64 ``wall_time = created_at + timestamp`` cannot increase row by row);
     * ``§7`` (unreadable parquet), ``§7.1`` (key columns, dtypes, ``frame_index``
       0..n-1), ``§7.2`` (``action``, IMU samples of 6 with one ``imu_ts_ns`` each),
       ``§7.2.1`` (force matrix rows, ``force_matrix_specs``), ``§7.3`` (one video frame
