@@ -534,6 +534,26 @@ def test_an_image_that_is_no_regular_file_is_named_not_waited_for(tmp_path, monk
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.parquet"))
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "regular file", "missing"])
+@pytest.mark.parametrize("importer", ["rgbd-frames", "euroc"])
+def test_a_source_folder_that_is_no_directory_is_named(tmp_path, monkeypatch, importer, kind):
+    """The folder given to an importer: missing, or a FIFO / file in its place, said as such (rgbd-frames
+    said "not a directory" for a missing folder, EuRoC "no mav0/cam0 folder" for a FIFO)."""
+    src = tmp_path / "src"
+    if kind == "regular file":
+        src.write_text("x")
+    elif kind != "missing":
+        _make_special(src, kind, monkeypatch)
+    with pytest.raises(FormatError) as err:
+        if importer == "rgbd-frames":
+            import_rgbd_frames(src, tmp_path / "out", frame="ego_cam_optical")
+        else:
+            import_euroc(src, tmp_path / "out")
+    what = "rgbd-frames folder" if importer == "rgbd-frames" else "EuRoC folder"
+    assert err.value.path == src
+    assert err.value.message == (f"{what} is missing" if kind == "missing" else f"{what} is a {kind}, not a directory")
+
+
 def test_euroc_fifo_image_is_one_cli_line_naming_it(tmp_path, capsys):
     import os
 

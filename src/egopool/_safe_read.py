@@ -43,6 +43,7 @@ __all__ = [
     "read_parquet_schema",
     "read_text",
     "regular_file_size",
+    "require_directory",
 ]
 
 #: Deepest JSON nesting accepted. The deepest document of the format (a calibration entry
@@ -115,6 +116,27 @@ def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
         os.close(fd)
         raise _not_regular(path, what, st.st_mode)
     return fd, st
+
+
+def require_directory(path: str | Path, *, what: str = "directory", hint: str | None = None) -> Path:
+    """``path`` when it is a directory (a symlink to one is fine), checked with ``stat`` (never blocks).
+
+    Raises
+    ------
+    FormatError
+        Missing, or a regular file, FIFO, socket or device (named: "is a FIFO, not a directory").
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FormatError(f"{what} is missing", path=path, hint=hint) from None
+    except OSError as exc:
+        raise FormatError(f"cannot open {what}: {exc.strerror or exc}", path=path, hint=hint) from exc
+    if not stat.S_ISDIR(mode):
+        kind = "a regular file" if stat.S_ISREG(mode) else _kind(mode)
+        raise FormatError(f"{what} is {kind}, not a directory", path=path, hint=hint)
+    return path
 
 
 def regular_file_size(path: str | Path, *, what: str = "file") -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .._safe_read import read_text, regular_file_size
+from .._safe_read import read_text, regular_file_size, require_directory
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
@@ -228,12 +228,11 @@ class EurocDataset:
 
 
 def _find_mav(root: Path) -> Path:
+    require_directory(root, what="EuRoC folder", hint="pass the folder that holds mav0/")
     if (root / "mav0").is_dir():
         return root / "mav0"
     if (root / "cam0").is_dir():
         return root
-    if not root.exists():
-        raise FormatError("directory not found", path=root)
     raise FormatError("no mav0/cam0 folder (not an ASL/EuRoC layout)", path=root,
                       hint="pass the folder that holds mav0/")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._safe_read import require_directory
 from ..codecs.depth import check_depth_codec
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
@@ -138,9 +139,7 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
         a missing/malformed ``camera-intrinsics.txt``, images of different sizes, or a
         depth image that is not 16-bit.
     """
-    root = Path(directory)
-    if not root.is_dir():
-        raise FormatError("not a directory", path=root, hint="pass the folder holding frame-NNNNNN.* files")
+    root = require_directory(directory, what="rgbd-frames folder", hint="pass the folder holding frame-NNNNNN.* files")
     found: dict[int, dict[str, Path]] = {}
     for p in root.iterdir():
         m = _FRAME_RE.match(p.name)
