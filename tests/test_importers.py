@@ -567,7 +567,8 @@ def test_euroc_fifo_image_is_one_cli_line_naming_it(tmp_path, capsys):
     assert err.count("\n") == 1 and str(image) in err and "is a FIFO, not a regular file" in err, err
 
 
-def test_euroc_cam0_data_folder_that_is_a_fifo_is_named(tmp_path):
+@pytest.mark.parametrize("kind", ["FIFO", "regular file"])
+def test_euroc_cam0_data_folder_that_is_no_directory_is_named(tmp_path, kind):
     import os
 
     src = tmp_path / "src"
@@ -575,12 +576,15 @@ def test_euroc_cam0_data_folder_that_is_a_fifo_is_named(tmp_path):
     folder = src / "mav0/cam0/data"
     first = sorted(folder.iterdir())[0].name
     shutil.rmtree(folder)
-    os.mkfifo(folder)
+    if kind == "FIFO":
+        os.mkfifo(folder)
+    else:
+        folder.write_bytes(b"x")
     with pytest.raises(FormatError) as err:
         import_euroc(src, tmp_path / "out")
     assert err.value.path == folder / first
-    assert err.value.message == (f"image listed in cam0/data.csv cannot be opened: its folder {folder} is a FIFO, "
-                                 "not a directory")
+    assert err.value.message == (f"image listed in cam0/data.csv cannot be opened: its folder {folder} is a "
+                                 f"{kind}, not a directory")
 
 
 def test_euroc_imu_value_beyond_float32_names_the_file(tmp_path):

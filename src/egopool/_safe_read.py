@@ -60,7 +60,9 @@ _PARQUET_MAGIC = b"PAR1"
 
 
 def _kind(mode: int) -> str:
-    """What a non-regular file is, for messages ("a FIFO")."""
+    """What a file is, for messages ("a FIFO")."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -69,7 +71,7 @@ def _kind(mode: int) -> str:
         return "a socket"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
-    return "not a regular file"
+    return "a special file"
 
 
 def _not_regular(path: Path, what: str, mode: int) -> FormatError:
@@ -134,8 +136,7 @@ def require_directory(path: str | Path, *, what: str = "directory", hint: str | 
     except OSError as exc:
         raise FormatError(f"cannot open {what}: {exc.strerror or exc}", path=path, hint=hint) from exc
     if not stat.S_ISDIR(mode):
-        kind = "a regular file" if stat.S_ISREG(mode) else _kind(mode)
-        raise FormatError(f"{what} is {kind}, not a directory", path=path, hint=hint)
+        raise FormatError(f"{what} is {_kind(mode)}, not a directory", path=path, hint=hint)
     return path
 
 
