@@ -614,6 +614,20 @@ def test_tum_relative_ms_stamps_are_noted(tmp_path):
         res = import_tum(p, tmp_path / "out", frame="tum_fr1_world", task="t", fps=30)
     assert res.counts["rows"] == 1981 and any("divide the first column by 1000" in n for n in res.notes)
 
+@pytest.mark.parametrize("t0", [5e9, -1.3e9, 1.3e9])
+def test_tum_created_at_is_the_first_stamp_only_between_2000_and_2100(tmp_path, t0):
+    """created_at is a 2000-2100 Unix time (decisions.md V5): stamps of 2128 or 1928 are not wall-clock time."""
+    p = _tum_file(tmp_path, "".join(f"{t0 + k / 10:.1f} 0 0 0 0 0 0 1\n" for k in range(3)))
+    before = time.time()
+    res = import_tum(p, tmp_path / "out", frame="tum_fr1_world", task="t", fps=30)
+    created = open_task(res.task_dir).episode(1).meta["created_at"]
+    if t0 == 1.3e9:
+        assert created == t0 and not any("import time" in s for s in res.synthesised)
+    else:
+        assert before <= created <= time.time() and any("import time" in s for s in res.synthesised)
+    assert validate_task(res.task_dir).findings == []
+
+
 def test_tum_fractional_stamps_are_not_noted(tmp_path):
     p = _tum_file(tmp_path, "".join(f"{t} 0 0 0 0 0 0 1\n" for t in (0.0, 0.033, 0.066)))
     with warnings.catch_warnings():

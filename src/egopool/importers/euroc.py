@@ -31,7 +31,7 @@ from .._safe_read import read_text, regular_file_size, require_directory
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
-from ..unix_time import plausible_unix_unit
+from ..unix_time import UNIX_2000_S, UNIX_2100_S, plausible_unix_unit
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, looks_like_header,
                       plain_number, read_input_lines, task_writer, window_offsets,
@@ -366,7 +366,7 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
     total = len(ds.cam_ns)
     t0 = int(ds.cam_ns[0])
     # relative stamps (a recording starting near 0) are no wall-clock time (docs/decisions.md V5)
-    created = t0 / 1e9 if plausible_unix_unit(t0 / 1e9) == "seconds" else time.time()
+    created = t0 / 1e9 if UNIX_2000_S <= t0 / 1e9 <= UNIX_2100_S else time.time()
     with task_writer(out, task, fps) as tw:
         with tw.begin_episode(columns=columns, streams=[StreamSpec(_SLOT, "rgb", ds.width, ds.height)],
                               devices=[device], device_names={_SLOT: device["name"]},

@@ -139,7 +139,8 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
         a missing/malformed ``camera-intrinsics.txt``, images of different sizes, or a
         depth image that is not 16-bit.
     """
-    root = require_directory(directory, what="rgbd-frames folder", hint="pass the folder holding frame-NNNNNN.* files")
+    root = require_directory(directory, what="rgbd-frames folder",
+                             hint="pass the folder holding frame-NNNNNN.* files")
     found: dict[int, dict[str, Path]] = {}
     for p in root.iterdir():
         m = _FRAME_RE.match(p.name)

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
-from ..unix_time import plausible_unix_unit
+from ..unix_time import UNIX_2000_S, UNIX_2100_S, plausible_unix_unit
 from ._common import (ImportResult, Progress, check_fps, default_task_name, looks_like_header, plain_number,
                       read_input_lines, seconds_to_ns, task_writer, window_offsets)
 
@@ -194,7 +194,7 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     rows = len(edges) - 1
     first_s = first / 1e9
     # only a 2000-2100 first stamp is wall-clock time (docs/decisions.md V5)
-    created = first_s if plausible_unix_unit(first_s) == "seconds" else time.time()
+    created = first_s if UNIX_2000_S <= first_s <= UNIX_2100_S else time.time()
     task = task if task is not None else default_task_name(traj.path)
     synthesised = [f"row timestamps: a 1/{fps:g} s grid from the first pose (the file has poses, not frames); "
                    "hardware_ns = the grid on the file's clock"]
