@@ -37,6 +37,7 @@ __all__ = [
     "plausible_unix_unit",
     "read_input_lines",
     "nearest_rotation",
+    "refuse_other_fps",
     "plain_number",
     "quaternion_to_rotation",
     "rotation_to_quaternion",
@@ -344,6 +345,26 @@ def default_task_name(source: Path) -> str:
     return stem or "imported"
 
 
+def refuse_other_fps(root: str | Path, task: str, fps: float) -> None:
+    """Refuse, reading only, an import at ``fps`` into an existing task recorded at another fps.
+
+    TaskWriter refuses another fps too; an import's rate comes from its source, so its way out
+    is a new task, not another ``--fps`` (found by qa9). Importers that check their input at
+    length first call this before, so the refusal does not come after the long check.
+
+    Raises
+    ------
+    EgopoolError
+        The task's ``info.json`` says another fps (naming it and the fix).
+    """
+    task_dir = Path(root) / task
+    had = read_info(task_dir).get("fps") if info_path(task_dir).is_file() else None
+    if isinstance(had, (int, float)) and not isinstance(had, bool) and abs(float(had) - float(fps)) > 1e-9:
+        raise EgopoolError(f"task {task!r} records at {float(had):g} fps; this import is at {float(fps):g} fps",
+                           path=task_dir / "meta" / "info.json",
+                           hint="import into a new task (--task NEW_NAME); a task has one fps")
+
+
 @contextlib.contextmanager
 def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]:
     """A :class:`TaskWriter` whose task skeleton is removed again if the import fails.
@@ -363,13 +384,7 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
     root_fresh = not root.exists()
     task_dir = root / task
     fresh = not task_dir.exists()
-    # TaskWriter refuses another fps too; an import's rate comes from its source, so its way out is a
-    # new task, not another --fps (found by qa9)
-    had = None if fresh or not info_path(task_dir).is_file() else read_info(task_dir).get("fps")
-    if isinstance(had, (int, float)) and not isinstance(had, bool) and abs(float(had) - float(fps)) > 1e-9:
-        raise EgopoolError(f"task {task!r} records at {float(had):g} fps; this import is at {float(fps):g} fps",
-                           path=task_dir / "meta" / "info.json",
-                           hint="import into a new task (--task NEW_NAME); a task has one fps")
+    refuse_other_fps(root, task, fps)
     tw = TaskWriter(root, task, fps=fps)
     try:
         yield tw
