@@ -117,8 +117,10 @@ def _is_list(typ: pa.DataType) -> bool:
     return pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
 
 
-def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[str, Any] | None = None) -> np.ndarray:
-    """Column ``name`` as ``(rows, k)`` (k = the flattened element count; object array for strings).
+def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[str, Any] | None = None, *,
+           episode: int | None = None) -> np.ndarray:
+    """Column ``name`` of one episode's rows as ``(rows, k)`` (k = the flattened element count; object
+    array for strings). ``path`` and ``episode`` are named in errors.
 
     Raises
     ------
@@ -131,13 +133,14 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             return np.asarray(col.to_pylist(), dtype=object).reshape(rows, 1)
         return np.asarray(col.to_numpy(zero_copy_only=False)).reshape(rows, 1)
+    where = "" if episode is None else f"episode {episode} "
     arr: Any = col.combine_chunks()
     row_of = np.arange(len(arr))  # the row of each element of the current list level
     per_row = np.zeros(rows, np.int64)
     while _is_list(arr.type):
         if arr.null_count:
             i = int(row_of[np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0]])
-            raise FormatError(f"column {name!r} row {i} holds a null list", path=path, hint=FIX)
+            raise FormatError(f"{where}row {i}: column {name!r} holds a null list", path=path, hint=FIX)
         fixed = pa.types.is_fixed_size_list(arr.type)
         lengths = (np.full(len(arr), arr.type.list_size, np.int64) if fixed
                    else arr.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64))
@@ -150,7 +153,8 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
     bad = np.flatnonzero(per_row != want)
     if bad.size:
         i = int(bad[0])
-        raise FormatError(f"column {name!r} row {i} holds {int(per_row[i])} values, not {want}", path=path, hint=FIX)
+        raise FormatError(f"{where}row {i}: column {name!r} holds {int(per_row[i])} values, not {want}", path=path,
+                          hint=FIX)
     return np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(rows, want)
 
 
@@ -311,7 +315,7 @@ def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[_C
     path = data_path(ds, ep)
     table = episode_rows(ds, ep, names)
     n = table.num_rows
-    vals = {c.feature: values(table, c.feature, n, path, ds.features.get(c.feature)) for c in cols}
+    vals = {c.feature: values(table, c.feature, n, path, ds.features.get(c.feature), episode=e) for c in cols}
     specs = {s.name: s for c in cols for s in c.specs}
     stats_cols = {f"observation.{s}" for s in sensors} | {"observation.imu"}
     last: float | None = None
@@ -340,7 +344,7 @@ def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[_C
         feat = ds.features[name]
         if kind == "depth":
             h, w = (int(s) for s in feat["shape"])
-            frames = values(table, name, n, path, feat)
+            frames = values(table, name, n, path, feat, episode=e)
             if frames.shape[1] != h * w:
                 raise FormatError(f"column {name!r} holds {frames.shape[1]} values per row, not {h}x{w} depth",
                                   path=path, hint=FIX)
