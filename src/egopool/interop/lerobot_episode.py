@@ -33,8 +33,8 @@ from . import lerobot_format as fmt
 if TYPE_CHECKING:
     from .lerobot_import import LeRobotDatasetInfo, _Col
 
-__all__ = ["check_episodes", "data_path", "decode_window", "episode_rows", "png_frame", "row_values",
-           "video_path", "values"]
+__all__ = ["FIX", "check_episodes", "data_path", "decode_window", "episode_rows", "plain_int", "png_frame",
+           "row_values", "type_problem", "values", "video_path"]
 
 #: What to do about a damaged episode (every check's hint).
 FIX = "restore it, or import the other episodes (--episode E)"
