@@ -123,9 +123,10 @@ def test_deep_json_outside_a_task_names_its_file_and_no_pooled_format(tmp_path: 
     path = files[where]
     path.write_text(NEST)
     if where == "egopool mapping":  # read after the episodes list
-        (lerobot / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
-        pq.write_table(pa.table({"episode_index": [0], "length": [1], "data/chunk_index": [0],
-                                 "data/file_index": [0]}), lerobot / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+        episodes = lerobot / "meta" / "episodes" / "chunk-000"
+        episodes.mkdir(parents=True)
+        pq.write_table(pa.table({"episode_index": [0], "length": [1], "data/chunk_index": [0], "data/file_index": [0]}),
+                       episodes / "file-000.parquet")
     argv = (["token", "list", "--tokens", str(path)] if where == "tokens file"
             else ["import", "lerobot", str(lerobot), "--task", "x", "--out", str(tmp_path / "rec")])
     line = one_error(capsys, main(argv))

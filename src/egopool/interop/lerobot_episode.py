@@ -1,4 +1,5 @@
-"""One LeRobot v3 episode's rows and frames, and the check of every chosen episode before an import writes.
+"""A scanned LeRobot v3 dataset, one episode's rows and frames, and the check of every chosen episode
+before ``egopool import lerobot`` writes.
 
 ``egopool import lerobot`` imports all chosen episodes or none (docs/decisions.md I8): before
 the first episode is written, :func:`check_episodes` reads each episode the way the import
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import av
 import numpy as np
@@ -27,17 +29,54 @@ from .._safe_read import read_parquet, read_parquet_schema
 from ..codecs.video import open_media
 from ..codecs.video_copy import COPYABLE_CODECS, VideoSource, check_segment, packet_times
 from ..errors import CodecError, EgopoolError, FormatError
+from ..schema import ColumnSpec
 from ..write.checks import check_finite_values
 from . import lerobot_format as fmt
 
-if TYPE_CHECKING:
-    from .lerobot_import import LeRobotDatasetInfo, _Col
-
-__all__ = ["FIX", "check_episodes", "data_path", "decode_window", "episode_rows", "plain_int", "png_frame",
-           "row_values", "type_problem", "values", "video_path"]
+__all__ = ["FIX", "FeatureColumns", "LeRobotDatasetInfo", "check_episodes", "data_path", "decode_window",
+           "episode_rows", "plain_int", "png_frame", "row_values", "type_problem", "values", "video_path"]
 
 #: What to do about a damaged episode (every check's hint).
 FIX = "restore it, or import the other episodes (--episode E)"
+
+
+@dataclass(frozen=True)
+class LeRobotDatasetInfo:
+    """What :func:`~egopool.interop.lerobot_import.scan_lerobot` found in a LeRobot v3 dataset directory."""
+
+    root: Path
+    info: dict[str, Any]
+    episodes: list[dict[str, Any]]
+    tasks: dict[int, str]
+    mapping: dict[str, Any] | None
+
+    @property
+    def fps(self) -> float:
+        """Frames per second (LeRobot's integer fps)."""
+        return float(self.info["fps"])
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """``info.features``."""
+        return dict(self.info["features"])
+
+
+@dataclass
+class FeatureColumns:
+    """One LeRobot data feature and the pooled column(s) it becomes.
+
+    ``parts`` splits the feature's flattened values, in order: ``(pooled name, element count,
+    ColumnSpec)``; the spec is None for values passed to ``add_frame`` itself (``timestamp``,
+    ``hardware_ns``) or not stored (the pooled ``action`` placeholder, written by the writer).
+    """
+
+    feature: str
+    parts: list[tuple[str, int, ColumnSpec | None]]
+
+    @property
+    def specs(self) -> list[ColumnSpec]:
+        """The ColumnSpecs to declare for this feature."""
+        return [spec for _, _, spec in self.parts if spec is not None]
 
 
 def plain_int(v: Any) -> bool:
@@ -158,7 +197,8 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
     return np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(rows, want)
 
 
-def row_values(cols: Sequence[_Col], vals: Mapping[str, np.ndarray], i: int) -> tuple[dict[str, Any], float | None, int]:
+def row_values(cols: Sequence[FeatureColumns], vals: Mapping[str, np.ndarray],
+               i: int) -> tuple[dict[str, Any], float | None, int]:
     """Row ``i`` as the writer takes it: ``(column values, timestamp s or None, hardware_ns)``."""
     row: dict[str, Any] = {}
     ts: float | None = None
@@ -221,7 +261,8 @@ def _window_frames(path: Path, start: float, end: float, fps: float) -> Iterator
                 yield frame
 
 
-def decode_window(path: Path, start: float, end: float, fps: float, *, episode: int, feature: str) -> Iterator[np.ndarray]:
+def decode_window(path: Path, start: float, end: float, fps: float, *, episode: int,
+                  feature: str) -> Iterator[np.ndarray]:
     """RGB uint8 ``(H, W, 3)`` frames of ``path`` in ``[start, end)`` s (see :func:`_window_frames`).
 
     Raises
@@ -308,7 +349,7 @@ def _check_files(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], na
                                   f"{ep['length']} rows (truncated or damaged)", path=vpath, hint=FIX)
 
 
-def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[_Col],
+def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[FeatureColumns],
                 streams: Mapping[str, tuple[str, str]], names: Sequence[str], sensors: Sequence[str]) -> None:
     """Every row of ``ep`` through what the writer checks, every PNG and depth frame decoded."""
     e = int(ep["episode_index"])
@@ -387,7 +428,7 @@ def _check_video(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], name: str) -> No
                          f"{ep['length']} rows (damaged)", path=path, hint=FIX)
 
 
-def check_episodes(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], cols: Sequence[_Col],
+def check_episodes(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], cols: Sequence[FeatureColumns],
                    streams: Mapping[str, tuple[str, str]], sensors: Sequence[str] = (),
                    progress: Callable[[int], None] | None = None) -> None:
     """Check every chosen episode the way the import reads it, before the first is written (decisions.md I8).

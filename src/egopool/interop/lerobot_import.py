@@ -26,7 +26,6 @@ import math
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,8 @@ from ..write.checks import check_declaration_types
 from ..write.task_writer import StreamSpec
 from ..importers._common import ImportResult, Progress, refuse_other_fps, task_writer
 from . import lerobot_format as fmt
-from .lerobot_episode import (FIX, check_episodes, data_path, decode_window, episode_rows, plain_int, png_frame,
-                              row_values, values, video_path)
+from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
+                              episode_rows, plain_int, png_frame, row_values, values, video_path)
 
 __all__ = ["LeRobotDatasetInfo", "import_lerobot", "pooled_name", "scan_lerobot"]
 
@@ -81,27 +80,6 @@ def _stream_key(feature: str) -> str:
     key = feature.removeprefix("observation.images.").removeprefix("observation.image.")
     key = re.sub(r"[^\w\-]", "_", key).strip("._") or "camera"
     return key
-
-
-@dataclass(frozen=True)
-class LeRobotDatasetInfo:
-    """What :func:`scan_lerobot` found in a LeRobot v3 dataset directory."""
-
-    root: Path
-    info: dict[str, Any]
-    episodes: list[dict[str, Any]]
-    tasks: dict[int, str]
-    mapping: dict[str, Any] | None
-
-    @property
-    def fps(self) -> float:
-        """Frames per second (LeRobot's integer fps)."""
-        return float(self.info["fps"])
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        """``info.features``."""
-        return dict(self.info["features"])
 
 
 def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
@@ -178,24 +156,6 @@ def _check_mapping(mapping: Any, path: Path) -> None:
 
 
 # -- columns ------------------------------------------------------------------------------------------
-@dataclass
-class _Col:
-    """One LeRobot data feature and the pooled column(s) it becomes.
-
-    ``parts`` splits the feature's flattened values, in order: ``(pooled name, element count,
-    ColumnSpec)``; the spec is None for values passed to ``add_frame`` itself (``timestamp``,
-    ``hardware_ns``) or not stored (the pooled ``action`` placeholder, written by the writer).
-    """
-
-    feature: str
-    parts: list[tuple[str, int, ColumnSpec | None]]
-
-    @property
-    def specs(self) -> list[ColumnSpec]:
-        """The ColumnSpecs to declare for this feature."""
-        return [spec for _, _, spec in self.parts if spec is not None]
-
-
 def _spec_from_pooled(name: str, pooled: Mapping[str, Any]) -> ColumnSpec | None:
     storage, dtype = pooled.get("storage"), pooled.get("dtype")
     feature = pooled.get("feature")
@@ -229,10 +189,10 @@ def _generic_spec(name: str, feat: Mapping[str, Any]) -> ColumnSpec:
     return vector_column(name, shape, dtype)
 
 
-def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[_Col], dict[str, tuple[str, str]]]:
+def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[FeatureColumns], dict[str, tuple[str, str]]]:
     """Data features -> pooled columns; and video/image/depth features -> (stream key, kind)."""
     mapped = (ds.mapping or {}).get("features", {})
-    cols: list[_Col] = []
+    cols: list[FeatureColumns] = []
     streams: dict[str, tuple[str, str]] = {}
     for name, feat in ds.features.items():
         dtype = feat.get("dtype")
@@ -257,18 +217,18 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[_Col],
                     raise FormatError(f"mapping entry for {src!r} has unknown storage {pooled.get('storage')!r}",
                                       path=ds.root / _MAPPING_FILE)
                 parts.append((src, int(pooled.get("length") or 1), spec))
-            cols.append(_Col(name, parts))
+            cols.append(FeatureColumns(name, parts))
             continue
         if name == "timestamp":
             if not any(src == "timestamp" for c in cols for src, _, _ in c.parts) and not any(
                     (mapped.get(n) or {}).get("from") == ["timestamp"] for n in ds.features):
-                cols.append(_Col(name, [("timestamp", 1, None)]))
+                cols.append(FeatureColumns(name, [("timestamp", 1, None)]))
             continue
         target = pooled_name(name)
         if target != name:
             notes.append(f"{name} -> {target}")
         spec = _generic_spec(target, feat)
-        cols.append(_Col(name, [(target, int(math.prod(feat["shape"])), spec)]))
+        cols.append(FeatureColumns(name, [(target, int(math.prod(feat["shape"])), spec)]))
     return cols, streams
 
 
