@@ -295,3 +295,39 @@ def test_an_episode_whose_video_does_not_decode_imports_nothing(small_lerobot, t
     # the undamaged episodes still import on their own
     assert main(["import", "lerobot", str(lr), "--task", "t", "--out", str(rec), "-e", "0", "-e", "1"]) == 0
     assert [e.length for e in open_task(rec / "t").episodes()] == ([4] if before else []) + [4, 5]
+
+
+@pytest.mark.extra("interop")
+def test_image_features_import_and_a_damaged_png_imports_nothing(tmp_path, capsys):
+    """PNG image features (lerobot ``use_videos=False``) become RGB streams; one PNG that does not decode in
+    the 2nd episode stops the import before the 1st is written, naming the file, episode, row and column."""
+    LeRobotDataset = lerobot_dataset_class()
+    feats = {"observation.state": {"dtype": "float32", "shape": (2,), "names": None},
+             "observation.images.top": {"dtype": "image", "shape": (24, 32, 3), "names": ["height", "width", "channels"]}}
+    lr = tmp_path / "lr"
+    ds = LeRobotDataset.create("local/img", fps=10, features=feats, root=lr, use_videos=False, video_backend="pyav")
+    for e in range(2):
+        for i in range(5):
+            ds.add_frame({"observation.state": np.array([i, e], np.float32), "task": "look",
+                          "observation.images.top": np.full((24, 32, 3), 40 * i + 20 * e, np.uint8)})
+        ds.save_episode()
+    ds.finalize()
+    result = import_lerobot(lr, tmp_path / "rec", task="img")
+    for e, ep in enumerate(open_task(result.task_dir).episodes()):
+        frames = np.stack(list(ep.video("top")))
+        assert frames.shape == (5, 24, 32, 3)
+        np.testing.assert_allclose(frames.mean(axis=(1, 2, 3)), [40 * i + 20 * e for i in range(5)], atol=3)
+    data = lr / "data/chunk-000/file-000.parquet"
+    t = pq.read_table(data)
+    cells = t.column("observation.images.top").to_pylist()
+    cells[5 + 2] = {"bytes": b"\x89PNG\r\n\x1a\n" + bytes(40), "path": None}  # episode 1, row 2
+    col = t.schema.get_field_index("observation.images.top")
+    pq.write_table(t.set_column(col, "observation.images.top", pa.array(cells, t.schema.field(col).type)), data)
+    rec = tmp_path / "rec2"
+    capsys.readouterr()
+    assert main(["import", "lerobot", str(lr), "--task", "img", "--out", str(rec)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"egopool: error: {data}: episode 1 row 2: column 'observation.images.top': the image does "
+                          "not decode (") and err.count("\n") == 1, err
+    assert err.endswith("(restore it, or import the other episodes (--episode E))\n")
+    assert not rec.exists()

@@ -282,26 +282,30 @@ def _decode_error(exc: av.error.FFmpegError, path: Path, episode: int, feature: 
     return CodecError(f"episode {episode}'s video {feature!r} does not decode ({why})", path=path, hint=FIX)
 
 
-def png_frame(cell: Any, *, path: Path | None = None, column: str = "", row: int = 0) -> np.ndarray:
+def png_frame(cell: Any, *, path: Path | None = None, column: str = "", row: int = 0,
+              episode: int | None = None) -> np.ndarray:
     """An image feature's cell (``{"bytes": PNG}``) as RGB uint8 ``(H, W, 3)``.
 
     Raises
     ------
     FormatError
-        No bytes, or bytes PIL cannot decode (naming the data file, the column and the row).
+        No bytes, or bytes PIL cannot decode (naming the data file, episode, row and column).
     """
     from PIL import Image, UnidentifiedImageError
 
+    where = f"{'' if episode is None else f'episode {episode} '}row {row}: column {column!r}"
     data = cell.get("bytes") if isinstance(cell, Mapping) else cell
     if data is None:
-        raise FormatError(f"column {column!r} row {row}: an image cell holds no bytes (LeRobot images are "
-                          "embedded PNGs)", path=path, hint=FIX)
+        raise FormatError(f"{where}: an image cell holds no bytes (LeRobot images are embedded PNGs)", path=path,
+                          hint=FIX)
     try:
         with Image.open(BytesIO(data)) as im:
             return np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise FormatError(f"column {column!r} row {row}: the image does not decode ({exc})", path=path,
-                          hint=FIX) from None
+    except UnidentifiedImageError:
+        why = "not an image PIL can read"
+    except (OSError, ValueError, SyntaxError) as exc:  # a truncated or corrupt PNG
+        why = str(exc)
+    raise FormatError(f"{where}: the image does not decode ({why})", path=path, hint=FIX)
 
 
 def _check_files(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], names: Sequence[str],
@@ -394,9 +398,9 @@ def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[Fe
         elif kind == "image":
             size = None
             for i, cell in enumerate(table.column(name).to_pylist()):
-                im = png_frame(cell, path=path, column=name, row=i)
+                im = png_frame(cell, path=path, column=name, row=i, episode=e)
                 if size is not None and im.shape != size:
-                    raise FormatError(f"column {name!r} row {i}: a {im.shape[1]}x{im.shape[0]} image in a "
+                    raise FormatError(f"episode {e} row {i}: column {name!r}: a {im.shape[1]}x{im.shape[0]} image in a "
                                       f"{size[1]}x{size[0]} stream", path=path, hint=FIX)
                 size = im.shape
 

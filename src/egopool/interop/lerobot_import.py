@@ -342,9 +342,10 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                     frame_iters[key] = iter(list(frames))
                 elif kind == "image":
                     cells = table.column(name).to_pylist()
-                    first = png_frame(cells[0], path=dpath, column=name)
+                    first = png_frame(cells[0], path=dpath, column=name, episode=e)
                     stream_specs.append(StreamSpec(key, "rgb", first.shape[1], first.shape[0]))
-                    frame_iters[key] = (png_frame(c, path=dpath, column=name, row=i) for i, c in enumerate(cells))
+                    frame_iters[key] = (png_frame(c, path=dpath, column=name, row=i, episode=e)
+                                        for i, c in enumerate(cells))
                 else:
                     path, t0, t1 = video_path(ds, ep, name)
                     _, vinfo = packet_times(path)
