@@ -75,8 +75,8 @@ def _nest_info(t: Path) -> None:
 def test_nested_info_json(task: Path, capsys, cmd: str) -> None:
     _nest_info(task)
     line = one_error(capsys, main([*cmd.split(), str(task), *(["1"] if cmd == "show" else [])]))
-    assert line == (f"egopool: error: {task}/meta/info.json: JSON nests deeper than 64 levels; no pooled_episodes_v1 "
-                    "document does, the file is damaged (restore info.json from a backup)")
+    assert line == (f"egopool: error: {task}/meta/info.json: JSON nests deeper than 64 levels, more than egopool "
+                    "reads: the file is damaged (restore info.json from a backup)")
     with pytest.raises(FormatError, match="nests deeper than 64 levels"):
         open_task(task)
 
@@ -86,13 +86,13 @@ def test_nested_json_in_a_meta_row(task: Path, capsys) -> None:
     assert main(["ls", "--json", str(task)]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["problems"] == ["meta row unreadable: JSON of episodes column 'drop_stats' nests deeper than 64 "
-                                   "levels; no pooled_episodes_v1 document does, the file is damaged"]
+                                   "levels, more than egopool reads: the file is damaged"]
     assert main(["show", str(task), "1"]) == 0
     assert "problem: meta row unreadable: JSON of episodes column 'drop_stats' nests deeper" in capsys.readouterr().out
     report = validate_task(task)
     assert [f.message for f in report.errors] == [
-        "JSON of meta column 'drop_stats' nests deeper than 64 levels; no pooled_episodes_v1 document does, the "
-        "file is damaged: it is a JSON object string, write it with json.dumps"]
+        "JSON of meta column 'drop_stats' nests deeper than 64 levels, more than egopool reads: the file is "
+        "damaged: it is a JSON object string, write it with json.dumps"]
 
 
 def test_nested_stats_json(task: Path, capsys) -> None:
@@ -106,10 +106,34 @@ def test_nested_tasks_jsonl(task: Path) -> None:
     (task / "meta/tasks.jsonl").write_text(NEST + "\n")
     with pytest.raises(FormatError) as err:
         open_task(task).tasks
-    assert err.value.one_line() == (f"{task}/meta/tasks.jsonl: line 1: JSON nests deeper than 64 levels; no "
-                                    "pooled_episodes_v1 document does, the file is damaged (tasks.jsonl must hold "
+    assert err.value.one_line() == (f"{task}/meta/tasks.jsonl: line 1: JSON nests deeper than 64 levels, more "
+                                    "than egopool reads: the file is damaged (tasks.jsonl must hold "
                                     "one complete JSON object per line; re-write it on one line)")
 
+
+
+@pytest.mark.parametrize("where", ["tokens file", "LeRobot info.json", "egopool mapping"])
+def test_deep_json_outside_a_task_names_its_file_and_no_pooled_format(tmp_path: Path, capsys, where: str) -> None:
+    """Found by QA: a deep LeRobot info.json or tokens file was called a "pooled_episodes_v1 document"."""
+    lerobot = tmp_path / "lr"
+    (lerobot / "meta").mkdir(parents=True)
+    (lerobot / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v3.0", "fps": 10, "features": {}}))
+    files = {"tokens file": tmp_path / "tokens.json", "LeRobot info.json": lerobot / "meta" / "info.json",
+             "egopool mapping": lerobot / "egopool_mapping.json"}
+    path = files[where]
+    path.write_text(NEST)
+    if where == "egopool mapping":  # read after the episodes list
+        episodes = lerobot / "meta" / "episodes" / "chunk-000"
+        episodes.mkdir(parents=True)
+        pq.write_table(pa.table({"episode_index": [0], "length": [1], "data/chunk_index": [0], "data/file_index": [0]}),
+                       episodes / "file-000.parquet")
+    argv = (["token", "list", "--tokens", str(path)] if where == "tokens file"
+            else ["import", "lerobot", str(lerobot), "--task", "x", "--out", str(tmp_path / "rec")])
+    line = one_error(capsys, main(argv))
+    assert line.startswith(f"egopool: error: {path}: JSON nests deeper than 64 levels, more than egopool reads: "
+                           "the file is damaged"), line
+    assert "pooled_episodes_v1" not in line
+    assert not (tmp_path / "rec").exists()
 
 # -- tasks.jsonl: invalid UTF-8, a directory, a FIFO ----------------------------------------------------------
 def test_tasks_jsonl_invalid_utf8(task: Path) -> None:

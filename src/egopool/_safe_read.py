@@ -270,8 +270,9 @@ def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str |
     else:
         deep = _depth_exceeds(obj, MAX_JSON_DEPTH)
     if deep:
-        raise FormatError(f"{where}JSON{of} nests deeper than {MAX_JSON_DEPTH} levels; no pooled_episodes_v1 "
-                          "document does, the file is damaged", path=path, hint=hint)
+        # no claim about what the document should be: this reads LeRobot, tokens and migration files too
+        raise FormatError(f"{where}JSON{of} nests deeper than {MAX_JSON_DEPTH} levels, more than egopool reads: "
+                          "the file is damaged", path=path, hint=hint)
     return obj
 
 

@@ -259,6 +259,46 @@ def _damage_episode_window(root: Path) -> str:
 
 
 FIX = "(restore it, or import the other episodes (--episode E))"
+TYPE_FIX = "(restore the data file, or correct the feature in meta/info.json)"
+
+
+def _episode1_column(name: str, make):
+    """Replace column ``name`` of episode 1's data file by ``make(old column)``."""
+    def damage(root: Path) -> None:
+        import pyarrow.parquet as pq
+
+        p = root / "data/chunk-000/file-001.parquet"
+        t = pq.read_table(p)
+        pq.write_table(t.set_column(t.schema.get_field_index(name), name, make(t.column(name))), p)
+    return damage
+
+
+def _as_strings(col):
+    import pyarrow as pa
+
+    return pa.array([str(v) for v in col.to_pylist()], pa.string())
+
+
+def _as_int64(col):
+    import pyarrow as pa
+
+    return pa.array([int(v * 1000) for v in col.to_pylist()], pa.int64())
+
+
+def _row3_short(col):
+    import pyarrow as pa
+
+    rows = col.to_pylist()
+    rows[3] = rows[3][:2]
+    return pa.array(rows, pa.list_(pa.float32()))
+
+
+def _row5_repeats(col):
+    import pyarrow as pa
+
+    rows = col.to_pylist()
+    rows[5] = rows[4]
+    return pa.array(rows, pa.float32())
 CASES = {
     "data file missing": (lambda r: (r / "data/chunk-000/file-001.parquet").unlink(),
                           "data/chunk-000/file-001.parquet", f"episode 1's data file is missing {FIX}"),
@@ -280,6 +320,17 @@ CASES = {
                     "no meta/episodes/chunk-*/file-*.parquet (a LeRobot v3.0 dataset lists its episodes there)"),
     "no data at all": (lambda r: shutil.rmtree(r / "data"), "data/chunk-000/file-000.parquet",
                        f"episode 0's data file is missing {FIX}"),
+    # found by QA: a column of another type than info.json says was an error without the file (or imported)
+    "state as strings": (_episode1_column("observation.gripper_state", _as_strings), "data/chunk-000/file-001.parquet",
+                         f"column 'observation.gripper_state' holds string, not the float32 info.json declares "
+                         f"{TYPE_FIX}"),
+    "timestamp int64": (_episode1_column("pooled_timestamp", _as_int64), "data/chunk-000/file-001.parquet",
+                        f"column 'pooled_timestamp' holds int64, not the float32 info.json declares {TYPE_FIX}"),
+    "a short row": (_episode1_column("observation.gripper_state", _row3_short), "data/chunk-000/file-001.parquet",
+                    f"episode 1 row 3: column 'observation.gripper_state' holds 2 values, not 3 {FIX}"),
+    "timestamp repeats": (_episode1_column("pooled_timestamp", _row5_repeats), "data/chunk-000/file-001.parquet",
+                          "episode 1 row 5: timestamp 0.13333334028720856 is not finite, >= 0 and strictly increasing "
+                          f"in float32 (previous 0.13333334028720856) {FIX}"),
 }
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from egopool import open_task
+from egopool import TaskWriter, open_task
 from egopool.arrowutil import list_column_to_numpy
 from egopool.cli.app import main
 from egopool.errors import EgopoolError, FormatError
@@ -232,3 +232,102 @@ def test_a_damaged_lerobot_dataset_is_one_line_and_writes_nothing(sim_task, tmp_
     assert rc == 1 and err.count("\n") == 1 and err.startswith("egopool: error: "), err
     assert message in err
     assert not (tmp_path / "rec" / "x").exists()
+
+
+# -- all or nothing: an episode whose video demuxes but does not decode ------------------------------------------
+@pytest.fixture(scope="module", params=["h264", "libsvtav1"])  # copied segments / re-encoded AV1
+def small_lerobot(request, tmp_path_factory):
+    """A dataset written by lerobot: 3 episodes of 4, 5, 6 rows at 15 fps in one 64x48 MP4."""
+    root = tmp_path_factory.mktemp(f"small_{request.param}") / "lr"
+    _lerobot_dataset(root, request.param, lengths=(4, 5, 6))
+    return root
+
+
+def _garble_packets(mp4, start_s: float, end_s: float) -> int:
+    """Overwrite the payload of every packet with pts in [start_s, end_s) with random bytes; the container
+    (sample tables, offsets, sizes) stays intact, so the file demuxes as before. Returns the packets hit."""
+    import av
+
+    spans = []
+    with av.open(str(mp4)) as c:
+        s = c.streams.video[0]
+        spans = [(p.pos, p.size) for p in c.demux(s) if p.size and start_s <= float(p.pts * s.time_base) < end_s]
+    raw = bytearray(mp4.read_bytes())
+    rng = np.random.default_rng(7)
+    for pos, size in spans:
+        raw[pos:pos + size] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    mp4.write_bytes(bytes(raw))
+    return len(spans)
+
+
+def _files(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.extra("interop")
+@pytest.mark.parametrize("target", ["new task", "task with episodes"])
+def test_an_episode_whose_video_does_not_decode_imports_nothing(small_lerobot, tmp_path, capsys, target):
+    """Found by QA: the 3rd episode's video demuxed but did not decode, and episodes 1-2 were already in the task."""
+    lr = tmp_path / "lr"
+    shutil.copytree(small_lerobot, lr)
+    mp4 = lr / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+    # the 3rd episode's frames from its 4th on (earlier ones would already stop the 2nd episode's decode
+    # in a decoder that reads ahead; this damage stopped the import only after two episodes were written)
+    start = pq.read_table(lr / "meta/episodes/chunk-000/file-000.parquet").column(
+        "videos/observation.images.wrist/from_timestamp")[2].as_py()
+    assert _garble_packets(mp4, start + 3 / 15 - 1e-3, 10.0) == 3
+    rec = tmp_path / "rec"
+    if target == "task with episodes":  # an earlier import of the first episode, then a recycled N
+        assert main(["import", "lerobot", str(small_lerobot), "--task", "t", "--out", str(rec), "-e", "0"]) == 0
+        TaskWriter(rec, "t", fps=15.0).begin_episode().abort()
+        assert json.loads((rec / "t/meta/recycled_episode.json").read_text())["episode_index"] == 2
+    before = _files(rec) if rec.exists() else None
+    capsys.readouterr()
+    rc = main(["import", "lerobot", str(lr), "--task", "t", "--out", str(rec)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1, err
+    assert err == (f"egopool: error: {mp4}: episode 2's video 'observation.images.wrist' does not decode (Invalid "
+                   "data found when processing input) (restore it, or import the other episodes (--episode E))\n")
+    if before is None:
+        assert not rec.exists()
+    else:
+        assert _files(rec) == before  # byte for byte: no episode, no recycled N, info.json and stats.json as they were
+    # the undamaged episodes still import on their own
+    assert main(["import", "lerobot", str(lr), "--task", "t", "--out", str(rec), "-e", "0", "-e", "1"]) == 0
+    assert [e.length for e in open_task(rec / "t").episodes()] == ([4] if before else []) + [4, 5]
+
+
+@pytest.mark.extra("interop")
+def test_image_features_import_and_a_damaged_png_imports_nothing(tmp_path, capsys):
+    """PNG image features (lerobot ``use_videos=False``) become RGB streams; one PNG that does not decode in
+    the 2nd episode stops the import before the 1st is written, naming the file, episode, row and column."""
+    LeRobotDataset = lerobot_dataset_class()
+    feats = {"observation.state": {"dtype": "float32", "shape": (2,), "names": None},
+             "observation.images.top": {"dtype": "image", "shape": (24, 32, 3), "names": ["height", "width", "channels"]}}
+    lr = tmp_path / "lr"
+    ds = LeRobotDataset.create("local/img", fps=10, features=feats, root=lr, use_videos=False, video_backend="pyav")
+    for e in range(2):
+        for i in range(5):
+            ds.add_frame({"observation.state": np.array([i, e], np.float32), "task": "look",
+                          "observation.images.top": np.full((24, 32, 3), 40 * i + 20 * e, np.uint8)})
+        ds.save_episode()
+    ds.finalize()
+    result = import_lerobot(lr, tmp_path / "rec", task="img")
+    for e, ep in enumerate(open_task(result.task_dir).episodes()):
+        frames = np.stack(list(ep.video("top")))
+        assert frames.shape == (5, 24, 32, 3)
+        np.testing.assert_allclose(frames.mean(axis=(1, 2, 3)), [40 * i + 20 * e for i in range(5)], atol=3)
+    data = lr / "data/chunk-000/file-000.parquet"
+    t = pq.read_table(data)
+    cells = t.column("observation.images.top").to_pylist()
+    cells[5 + 2] = {"bytes": b"\x89PNG\r\n\x1a\n" + bytes(40), "path": None}  # episode 1, row 2
+    col = t.schema.get_field_index("observation.images.top")
+    pq.write_table(t.set_column(col, "observation.images.top", pa.array(cells, t.schema.field(col).type)), data)
+    rec = tmp_path / "rec2"
+    capsys.readouterr()
+    assert main(["import", "lerobot", str(lr), "--task", "img", "--out", str(rec)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"egopool: error: {data}: episode 1 row 2: column 'observation.images.top': the image does "
+                          "not decode (") and err.count("\n") == 1, err
+    assert err.endswith("(restore it, or import the other episodes (--episode E))\n")
+    assert not rec.exists()

@@ -8,6 +8,7 @@ the episode's own file) and the LeRobot export (a task's MP4 is the episode's vi
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ import numpy as np
 from ..errors import CodecError
 from .video import DtsGuard, encoding_errors, open_media
 
-__all__ = ["COPYABLE_CODECS", "VideoCopy", "VideoSource", "check_copy_frames", "packet_times", "remux_segment"]
+__all__ = ["COPYABLE_CODECS", "VideoCopy", "VideoSource", "check_copy_frames", "check_segment", "packet_times",
+           "remux_segment"]
 
 #: Codecs a stream copy may carry into a task (file_format.md §8: RGB = HEVC/h264 in MP4).
 COPYABLE_CODECS = ("h264", "hevc")
@@ -79,6 +81,81 @@ def packet_times(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     return times, info
 
 
+def _window_packets(inp: Any, ist: Any, source: VideoSource, fps: float | None) -> Iterator[Any]:
+    """The packets of ``source``'s window in demux order (no decode).
+
+    Raises CodecError when a packet of the window follows one after it (a group of pictures
+    cut at the window's end), or FFmpeg cannot demux.
+    """
+    tb = ist.time_base
+    rate = float(fps or (ist.average_rate or 0)) or 30.0
+    half = 0.5 / rate
+    lo = -math.inf if source.start_s is None else source.start_s - half
+    hi = math.inf if source.end_s is None else source.end_s - half
+    outside_after = False  # a packet after the window was demuxed (decode order)
+    try:
+        for pkt in inp.demux(ist):
+            if pkt.pts is None or not pkt.size:
+                continue
+            t = float(pkt.pts * tb)
+            if t >= hi:
+                outside_after = True
+                continue
+            if t < lo:
+                continue
+            if outside_after:  # decoded after a later frame: it may reference it
+                raise CodecError(f"the segment [{source.start_s}, {source.end_s}) s does not end on a "
+                                 "group of pictures: its frames reference frames after it", path=source.path,
+                                 hint="decode and re-encode it")
+            yield pkt
+    except av.error.FFmpegError as exc:
+        raise CodecError(f"cannot demux video: {exc}", path=source.path) from exc
+
+
+def _copyable_stream(inp: Any, src: Path) -> Any:
+    if not inp.streams.video:
+        raise CodecError("no video stream", path=src)
+    ist = inp.streams.video[0]
+    codec = ist.codec_context.name
+    if codec not in COPYABLE_CODECS:
+        raise CodecError(f"cannot stream-copy {codec} into a task (RGB streams are {list(COPYABLE_CODECS)})",
+                         path=src, hint="decode and re-encode it")
+    return ist
+
+
+def _check_segment(source: VideoSource, frames: int, first_key: bool | None) -> None:
+    if frames == 0:
+        raise CodecError(f"no frame in [{source.start_s}, {source.end_s}) s", path=source.path)
+    if not first_key:
+        raise CodecError(f"the segment starting at {source.start_s} s does not start on a key frame, so it "
+                         "cannot be copied without re-encoding", path=source.path, hint="decode and re-encode it")
+
+
+def check_segment(source: VideoSource, fps: float | None = None) -> int:
+    """Check, by demuxing alone, that :func:`remux_segment` can copy ``source``; return its frame count.
+
+    The same checks as :func:`remux_segment` (codec, a frame in the window, a key frame first,
+    no group of pictures cut at the end), without writing anything. It does not decode: a
+    damaged payload passes (decode the window to find that).
+
+    Raises
+    ------
+    CodecError
+        As :func:`remux_segment`.
+    """
+    src = Path(source.path)
+    frames = 0
+    first_key: bool | None = None
+    with _open(src) as inp:
+        ist = _copyable_stream(inp, src)
+        for pkt in _window_packets(inp, ist, source, fps):
+            if first_key is None:
+                first_key = bool(pkt.is_keyframe)
+            frames += 1
+    _check_segment(source, frames, first_key)
+    return frames
+
+
 def remux_segment(source: VideoSource, dst: str | Path, fps: float | None = None) -> dict[str, Any]:
     """Copy the packets of ``source``'s window into a new MP4 at ``dst``, timestamps shifted to start at 0.
 
@@ -109,41 +186,18 @@ def remux_segment(source: VideoSource, dst: str | Path, fps: float | None = None
     src = Path(source.path)
     dst = Path(dst)
     with _open(src) as inp:
-        if not inp.streams.video:
-            raise CodecError("no video stream", path=src)
-        ist = inp.streams.video[0]
-        codec = ist.codec_context.name
-        if codec not in COPYABLE_CODECS:
-            raise CodecError(f"cannot stream-copy {codec} into a task (RGB streams are {list(COPYABLE_CODECS)})",
-                             path=src, hint="decode and re-encode it")
+        ist = _copyable_stream(inp, src)
         tb = ist.time_base
-        rate = float(fps or (ist.average_rate or 0)) or 30.0
-        half = 0.5 / rate
-        lo = -math.inf if source.start_s is None else source.start_s - half
-        hi = math.inf if source.end_s is None else source.end_s - half
         shift = 0 if source.start_s is None else int(round(source.start_s / float(tb)))
         frames = 0
         first_key: bool | None = None
-        outside_after = False  # a packet after the window was demuxed (decode order)
         with encoding_errors(dst, "cannot write video"):
             out = av.open(str(dst), "w", format="mp4")
             ok = False
             try:
                 ost = out.add_stream_from_template(ist)
                 guard = DtsGuard()
-                for pkt in inp.demux(ist):
-                    if pkt.pts is None or not pkt.size:
-                        continue
-                    t = float(pkt.pts * tb)
-                    if t >= hi:
-                        outside_after = True
-                        continue
-                    if t < lo:
-                        continue
-                    if outside_after:  # decoded after a later frame: it may reference it
-                        raise CodecError(f"the segment [{source.start_s}, {source.end_s}) s does not end on a "
-                                         "group of pictures: its frames reference frames after it", path=src,
-                                         hint="decode and re-encode it")
+                for pkt in _window_packets(inp, ist, source, fps):
                     if first_key is None:
                         first_key = bool(pkt.is_keyframe)
                     pkt.pts -= shift
@@ -157,13 +211,9 @@ def remux_segment(source: VideoSource, dst: str | Path, fps: float | None = None
                 out.close()
                 if not ok:
                     dst.unlink(missing_ok=True)
-        info = {"codec": codec, "pix_fmt": ist.codec_context.pix_fmt, "width": ist.codec_context.width,
-                "height": ist.codec_context.height, "frames": frames}
-    if frames == 0:
-        raise CodecError(f"no frame in [{source.start_s}, {source.end_s}) s", path=src)
-    if not first_key:
-        raise CodecError(f"the segment starting at {source.start_s} s does not start on a key frame, so it "
-                         "cannot be copied without re-encoding", path=src, hint="decode and re-encode it")
+        info = {"codec": ist.codec_context.name, "pix_fmt": ist.codec_context.pix_fmt,
+                "width": ist.codec_context.width, "height": ist.codec_context.height, "frames": frames}
+    _check_segment(source, frames, first_key)
     return info
 
 

@@ -24,7 +24,7 @@ from .._safe_read import read_text
 from ..errors import EgopoolError, FormatError
 from ..layout import list_task_episodes
 from ..schema import ColumnSpec
-from ..write.task_writer import EpisodeResult, TaskWriter
+from ..write.task_writer import EpisodeResult, TaskWriter, refuse_foreign
 
 __all__ = [
     "ImportResult",
@@ -35,6 +35,7 @@ __all__ = [
     "looks_like_header",
     "read_input_lines",
     "nearest_rotation",
+    "refuse_other_fps",
     "plain_number",
     "quaternion_to_rotation",
     "rotation_to_quaternion",
@@ -329,6 +330,25 @@ def default_task_name(source: Path) -> str:
     return stem or "imported"
 
 
+def refuse_other_fps(root: str | Path, task: str, fps: float) -> None:
+    """Refuse, reading only, an import at ``fps`` into an existing task recorded at another fps:
+    TaskWriter's own check (one check, R18), for importers that check their input at length
+    first, so the refusal does not come after the long check.
+
+    Raises
+    ------
+    SchemaError
+        The task's ``info.json`` says another fps (naming it and the way out: a new task).
+    """
+    task_dir = Path(root) / task
+    if task_dir.is_dir():
+        refuse_foreign(task_dir, fps, IMPORT_FPS_HINT)
+
+
+#: an import's rate comes from its source, so its way out is a new task, not another --fps (qa9)
+IMPORT_FPS_HINT = "import into a new task (--task NEW_NAME)"
+
+
 @contextlib.contextmanager
 def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]:
     """A :class:`TaskWriter` whose task skeleton is removed again if the import fails.
@@ -349,7 +369,7 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
     task_dir = root / task
     fresh = not task_dir.exists()
     # an import's rate comes from its source, so its way out is a new task, not another --fps (qa9)
-    tw = TaskWriter(root, task, fps=fps, fps_hint="import into a new task (--task NEW_NAME)")
+    tw = TaskWriter(root, task, fps=fps, fps_hint=IMPORT_FPS_HINT)
     try:
         yield tw
     except BaseException:

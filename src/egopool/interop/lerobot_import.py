@@ -26,25 +26,21 @@ import math
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .._safe_read import read_json, read_parquet, read_parquet_schema
-from ..codecs.video import open_media
 from ..codecs.video_copy import COPYABLE_CODECS, VideoSource, packet_times
 from ..errors import CodecError, EgopoolError, FormatError, SchemaError
 from ..schema import KEY_COLUMNS, ColumnSpec, check_column_name, key_column, signal_kind, status_column, vector_column
 from ..write.checks import check_declaration_types
 from ..write.task_writer import StreamSpec
-from ..importers._common import ImportResult, Progress, task_writer
+from ..importers._common import ImportResult, Progress, refuse_other_fps, task_writer
 from . import lerobot_format as fmt
+from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
+                              episode_rows, plain_int, png_frame, row_values, values, video_path)
 
 __all__ = ["LeRobotDatasetInfo", "import_lerobot", "pooled_name", "scan_lerobot"]
 
@@ -86,27 +82,6 @@ def _stream_key(feature: str) -> str:
     return key
 
 
-@dataclass(frozen=True)
-class LeRobotDatasetInfo:
-    """What :func:`scan_lerobot` found in a LeRobot v3 dataset directory."""
-
-    root: Path
-    info: dict[str, Any]
-    episodes: list[dict[str, Any]]
-    tasks: dict[int, str]
-    mapping: dict[str, Any] | None
-
-    @property
-    def fps(self) -> float:
-        """Frames per second (LeRobot's integer fps)."""
-        return float(self.info["fps"])
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        """``info.features``."""
-        return dict(self.info["features"])
-
-
 def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
     """Read a LeRobot v3.x dataset's metadata (``info.json``, tasks, ``meta/episodes``, an egopool mapping).
 
@@ -126,7 +101,7 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
     for p in paths:
         names = read_parquet_schema(p, what=what).names
         for row in read_parquet(p, [c for c in names if not c.startswith("stats/")], what=what).to_pylist():
-            bad = next((k for k in _EPISODE_KEYS if not _plain_int(row.get(k))), None)
+            bad = next((k for k in _EPISODE_KEYS if not plain_int(row.get(k))), None)
             if bad is not None:
                 raise FormatError(f"a row has {bad} = {row.get(bad)!r}, not an integer >= 0", path=p,
                                   hint="a LeRobot v3.0 episodes row has episode_index, length, data/chunk_index "
@@ -156,10 +131,6 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
 _EPISODE_KEYS = ("episode_index", "length", "data/chunk_index", "data/file_index")
 
 
-def _plain_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
 def _check_mapping(mapping: Any, path: Path) -> None:
     """``egopool_mapping.json`` has the shape :meth:`LeRobotPlan.mapping` writes (else one FormatError)."""
     hint = "it is not the file `egopool export lerobot` wrote: delete it to import with generic names"
@@ -185,24 +156,6 @@ def _check_mapping(mapping: Any, path: Path) -> None:
 
 
 # -- columns ------------------------------------------------------------------------------------------
-@dataclass
-class _Col:
-    """One LeRobot data feature and the pooled column(s) it becomes.
-
-    ``parts`` splits the feature's flattened values, in order: ``(pooled name, element count,
-    ColumnSpec)``; the spec is None for values passed to ``add_frame`` itself (``timestamp``,
-    ``hardware_ns``) or not stored (the pooled ``action`` placeholder, written by the writer).
-    """
-
-    feature: str
-    parts: list[tuple[str, int, ColumnSpec | None]]
-
-    @property
-    def specs(self) -> list[ColumnSpec]:
-        """The ColumnSpecs to declare for this feature."""
-        return [spec for _, _, spec in self.parts if spec is not None]
-
-
 def _spec_from_pooled(name: str, pooled: Mapping[str, Any]) -> ColumnSpec | None:
     storage, dtype = pooled.get("storage"), pooled.get("dtype")
     feature = pooled.get("feature")
@@ -236,10 +189,10 @@ def _generic_spec(name: str, feat: Mapping[str, Any]) -> ColumnSpec:
     return vector_column(name, shape, dtype)
 
 
-def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[_Col], dict[str, tuple[str, str]]]:
+def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[FeatureColumns], dict[str, tuple[str, str]]]:
     """Data features -> pooled columns; and video/image/depth features -> (stream key, kind)."""
     mapped = (ds.mapping or {}).get("features", {})
-    cols: list[_Col] = []
+    cols: list[FeatureColumns] = []
     streams: dict[str, tuple[str, str]] = {}
     for name, feat in ds.features.items():
         dtype = feat.get("dtype")
@@ -264,140 +217,19 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[_Col],
                     raise FormatError(f"mapping entry for {src!r} has unknown storage {pooled.get('storage')!r}",
                                       path=ds.root / _MAPPING_FILE)
                 parts.append((src, int(pooled.get("length") or 1), spec))
-            cols.append(_Col(name, parts))
+            cols.append(FeatureColumns(name, parts))
             continue
         if name == "timestamp":
             if not any(src == "timestamp" for c in cols for src, _, _ in c.parts) and not any(
                     (mapped.get(n) or {}).get("from") == ["timestamp"] for n in ds.features):
-                cols.append(_Col(name, [("timestamp", 1, None)]))
+                cols.append(FeatureColumns(name, [("timestamp", 1, None)]))
             continue
         target = pooled_name(name)
         if target != name:
             notes.append(f"{name} -> {target}")
         spec = _generic_spec(target, feat)
-        cols.append(_Col(name, [(target, int(math.prod(feat["shape"])), spec)]))
+        cols.append(FeatureColumns(name, [(target, int(math.prod(feat["shape"])), spec)]))
     return cols, streams
-
-
-# -- rows and frames ---------------------------------------------------------------------------------
-def _episode_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], names: Sequence[str]) -> pa.Table:
-    path = ds.root / str(ds.info.get("data_path") or fmt.DATA_PATH).format(
-        chunk_index=int(ep["data/chunk_index"]), file_index=int(ep["data/file_index"]))
-    e = int(ep["episode_index"])
-    what = f"LeRobot data parquet of episode {e}"
-    have = read_parquet_schema(path, what=what).names  # a FIFO, loop or lying footer: one line
-    missing = [n for n in [*names, "episode_index", "frame_index"] if n not in have]
-    if missing:
-        raise FormatError(f"{what} lacks column(s) {missing[:5]} that info.json declares", path=path)
-    try:
-        table = pq.read_table(path, columns=list(names) + ["episode_index", "frame_index"],
-                              filters=[("episode_index", "=", e)])
-    except Exception as exc:  # noqa: BLE001 - pyarrow/OS errors at one boundary
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise FormatError(f"cannot read episode {e}: {first}", path=path) from exc
-    table = table.sort_by("frame_index")
-    if table.num_rows != int(ep["length"]):
-        raise FormatError(f"episode {e} has {table.num_rows} rows, meta/episodes says {ep['length']}", path=path)
-    return table
-
-
-def _values(table: pa.Table, name: str, rows: int) -> np.ndarray:
-    col = table.column(name)
-    typ = col.type
-    if pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        flat = col.combine_chunks()
-        while pa.types.is_fixed_size_list(flat.type) or pa.types.is_list(flat.type):
-            flat = flat.flatten()
-        return np.asarray(flat.to_numpy(zero_copy_only=False)).reshape(rows, -1)
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        return np.asarray(col.to_pylist(), dtype=object).reshape(rows, 1)
-    return np.asarray(col.to_numpy(zero_copy_only=False)).reshape(rows, 1)
-
-
-def _video_path(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], feature: str) -> tuple[Path, float, float]:
-    tmpl = str(ds.info.get("video_path") or fmt.VIDEO_PATH)
-    keys = [f"videos/{feature}/{k}" for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
-    c, f, t0, t1 = (ep.get(k) for k in keys)
-    bad = next((k for k, v in zip(keys, (c, f, t0, t1)) if isinstance(v, bool) or not isinstance(v, (int, float))
-                or not math.isfinite(v)), None)
-    if bad is not None or not (_plain_int(c) and _plain_int(f)):
-        raise FormatError(f"episode {ep['episode_index']}: meta/episodes {bad or keys[0]} is "
-                          f"{ep.get(bad or keys[0])!r}, not a number", path=ds.root / "meta" / "episodes")
-    path = ds.root / tmpl.format(video_key=feature, chunk_index=c, file_index=f)
-    return path, float(t0), float(t1)
-
-
-def _decode_window(path: Path, start: float, end: float, fps: float) -> Iterator[np.ndarray]:
-    """RGB uint8 frames whose pts lie in ``[start, end)`` (half a frame of tolerance), decoded."""
-    half = 0.5 / fps
-    try:
-        with open_media(path) as c:
-            s = c.streams.video[0]
-            tb = float(s.time_base or 0.0) or 1.0 / 90_000
-            if start > 0:
-                c.seek(int(max(0.0, start - half) / tb), stream=s, backward=True, any_frame=False)
-            for frame in c.decode(s):
-                t = float(frame.pts * tb) if frame.pts is not None else float(frame.time or 0.0)
-                if t >= end - half:
-                    break
-                if t >= start - half:
-                    yield frame.to_ndarray(format="rgb24")
-    except av.error.FFmpegError as exc:
-        raise CodecError(f"cannot decode video: {exc}", path=path) from exc
-
-
-def _png(cell: Any) -> np.ndarray:
-    from PIL import Image
-
-    data = cell.get("bytes") if isinstance(cell, Mapping) else cell
-    if data is None:
-        raise FormatError("an image cell holds no bytes (LeRobot images are embedded PNGs)")
-    with Image.open(BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB"))
-
-
-def _preflight(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], names: Sequence[str],
-               videos: Sequence[str]) -> None:
-    """Check every chosen episode's files before the first episode is written (decisions.md I7).
-
-    Each data file must hold the episode's ``length`` rows and every feature column; each video
-    must demux, with ``length`` frames in the episode's ``[from_timestamp, to_timestamp)``
-    window. A damaged or missing file then stops the import before anything is written.
-    """
-    schemas: dict[Path, set[str]] = {}
-    counts: dict[Path, dict[int, int]] = {}
-    times: dict[Path, np.ndarray] = {}
-    fix = "restore it, or import the other episodes (--episode E)"
-    tmpl = str(ds.info.get("data_path") or fmt.DATA_PATH)
-    for ep in chosen:
-        e = int(ep["episode_index"])  # scan_lerobot checked the row's integers
-        path = ds.root / tmpl.format(chunk_index=int(ep["data/chunk_index"]), file_index=int(ep["data/file_index"]))
-        if path not in schemas:
-            if not path.exists() and not path.is_symlink():
-                raise FormatError(f"episode {e}'s data file is missing", path=path, hint=fix)
-            what = f"LeRobot data parquet of episode {e}"
-            schemas[path] = set(read_parquet_schema(path, what=what, hint=fix).names)
-            missing = [n for n in [*names, "episode_index", "frame_index"] if n not in schemas[path]]
-            if missing:
-                raise FormatError(f"{what} lacks column(s) {missing[:5]} that info.json declares", path=path,
-                                  hint=fix)
-            idx = read_parquet(path, ["episode_index"], what=what, hint=fix).column("episode_index").to_numpy()
-            u, c = np.unique(idx, return_counts=True)
-            counts[path] = dict(zip(u.tolist(), c.tolist(), strict=True))
-        if counts[path].get(e, 0) != int(ep["length"]):
-            raise FormatError(f"episode {e} has {counts[path].get(e, 0)} rows, meta/episodes says {ep['length']}",
-                              path=path, hint=fix)
-        for name in videos:
-            vpath, t0, t1 = _video_path(ds, ep, name)
-            if vpath not in times:
-                if not vpath.exists() and not vpath.is_symlink():
-                    raise FormatError(f"episode {e}'s video {name!r} is missing", path=vpath, hint=fix)
-                times[vpath] = packet_times(vpath)[0]
-            half = 0.5 / ds.fps
-            got = int(np.count_nonzero((times[vpath] >= t0 - half) & (times[vpath] < t1 - half)))
-            if got != int(ep["length"]):
-                raise FormatError(f"episode {e}'s video {name!r} holds {got} frames in [{t0:g}, {t1:g}) s for "
-                                  f"{ep['length']} rows (truncated or damaged)", path=vpath, hint=fix)
 
 
 # -- import ------------------------------------------------------------------------------------------
@@ -414,7 +246,7 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     task:
         Task name.
     progress:
-        Called with ``(rows done, rows total)``.
+        Called with ``(rows done, rows total)``; total is twice the rows: each is checked, then written.
     episodes:
         LeRobot ``episode_index`` values to import (default all); one the dataset does not have is
         refused before anything is written (``EgopoolError`` listing the dataset's episodes).
@@ -425,15 +257,19 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         The written episodes; ``synthesised`` says which times were made up; ``notes`` the
         renames, re-encoded videos and dropped features.
 
+    All or nothing for the dataset: every chosen episode is read, checked and its video frames
+    decoded before the first one is written (:func:`~egopool.interop.lerobot_episode.check_episodes`,
+    decisions.md I8), so a damaged dataset leaves the task exactly as it was.
+
     Raises
     ------
     FormatError
         Not a LeRobot v3.x dataset, unreadable metadata or ``egopool_mapping.json``; a chosen
-        episode whose data or video file is missing, unreadable or holds another number of rows
-        or frames than ``meta/episodes`` says (checked for every episode before the first is
-        written, so nothing is imported).
+        episode whose data or video file is missing or unreadable, holds another number of rows
+        or frames than ``meta/episodes`` says, a column of another type than ``info.json``
+        declares, or a row a pooled episode cannot hold (the message names the file).
     CodecError
-        A video that cannot be copied or decoded.
+        A video that does not demux or decode (the message names the file and the episode).
     SchemaError
         A feature the pooled format cannot hold (e.g. an unknown dtype).
     """
@@ -475,16 +311,25 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     if len(set(ds.tasks.values())) > 1:
         notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}")
     data_names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
-    _preflight(ds, chosen, data_names, [n for n, (_, kind) in streams.items() if kind == "video"])
-    total = sum(int(e["length"]) for e in chosen)
+    refuse_other_fps(root, task, fps)  # before the check: it reads every frame
+    total = 2 * sum(int(e["length"]) for e in chosen)  # checked, then written
     done = 0
+
+    def checked(rows: int) -> None:
+        nonlocal done
+        done += rows
+        if progress is not None:
+            progress(done, total)
+
+    check_episodes(ds, chosen, cols, streams, decl.get("sensors") or (), checked)
     copied = reencoded = 0
     now = time.time()
     results = []
     with task_writer(root, task, fps) as tw:
         for ep in chosen:
             e = int(ep["episode_index"])
-            table = _episode_rows(ds, ep, data_names)
+            table = episode_rows(ds, ep, data_names)
+            dpath = data_path(ds, ep)
             n = table.num_rows
             stream_specs: list[StreamSpec] = []
             frame_iters: dict[str, Iterator[np.ndarray]] = {}
@@ -493,15 +338,16 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                 if kind == "depth":
                     h, w = (int(s) for s in feat["shape"])
                     stream_specs.append(StreamSpec(key, "depth", w, h, codec="ffv1"))  # lossless: exact mm
-                    frames = _values(table, name, n).reshape(n, h, w).astype(np.uint16)
+                    frames = values(table, name, n, dpath, feat).reshape(n, h, w).astype(np.uint16)
                     frame_iters[key] = iter(list(frames))
                 elif kind == "image":
                     cells = table.column(name).to_pylist()
-                    first = _png(cells[0])
+                    first = png_frame(cells[0], path=dpath, column=name, episode=e)
                     stream_specs.append(StreamSpec(key, "rgb", first.shape[1], first.shape[0]))
-                    frame_iters[key] = (_png(c) for c in cells)
+                    frame_iters[key] = (png_frame(c, path=dpath, column=name, row=i, episode=e)
+                                        for i, c in enumerate(cells))
                 else:
-                    path, t0, t1 = _video_path(ds, ep, name)
+                    path, t0, t1 = video_path(ds, ep, name)
                     _, vinfo = packet_times(path)
                     w, h = int(vinfo["width"]), int(vinfo["height"])
                     if vinfo["codec"] in COPYABLE_CODECS:
@@ -509,37 +355,23 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                         copied += 1
                     else:
                         stream_specs.append(StreamSpec(key, "rgb", w, h))
-                        frame_iters[key] = _decode_window(path, t0, t1, fps)
+                        frame_iters[key] = decode_window(path, t0, t1, fps, episode=e, feature=name)
                         reencoded += 1
             specs = [s for c in cols for s in c.specs]
-            values = {c.feature: _values(table, c.feature, n) for c in cols}
+            vals = {c.feature: values(table, c.feature, n, dpath, ds.features.get(c.feature)) for c in cols}
             with tw.begin_episode(specs, stream_specs, created_at=float(created.get(e) or now),
                                   calibration=decl.get("calibration"), devices=decl.get("devices") or (),
                                   device_names=decl.get("device_names"), sensors=decl.get("sensors"),
                                   sensor_dim=decl.get("sensor_dim")) as writer:
                 for i in range(n):
-                    row: dict[str, Any] = {}
-                    ts: float | None = None
-                    hw = 0
-                    for c in cols:
-                        v = values[c.feature][i]
-                        off = 0
-                        for src, width, spec in c.parts:
-                            part = v[off:off + width]
-                            off += width
-                            if src == "timestamp":
-                                ts = float(part[0])
-                            elif src == "hardware_ns":
-                                hw = int(part[0])
-                            elif spec is not None:
-                                row[spec.name] = part[0] if spec.storage in ("scalar", "string") else part
+                    row, ts, hw = row_values(cols, vals, i)
                     images = {}
                     for key, it in frame_iters.items():
                         try:
                             images[key] = next(it)
                         except StopIteration:
                             raise CodecError(f"stream {key!r} of episode {e} has fewer frames than its {n} rows",
-                                             path=ds.root) from None
+                                             path=ds.root, hint=FIX) from None
                     writer.add_frame(row, timestamp=ts, hardware_ns=hw, images=images)
                     done += 1
                     if progress is not None:
@@ -551,6 +383,6 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         notes.append(f"{copied} episode videos stream-copied (no re-encode)")
     written = tuple(results)
     return ImportResult(tw.task_dir, written, tuple(synthesised), tuple(notes),
-                        {"episodes": len(written), "rows": done, "videos_copied": copied,
+                        {"episodes": len(written), "rows": sum(r.length for r in written), "videos_copied": copied,
                          "videos_reencoded": reencoded})
 

@@ -36,10 +36,10 @@ from .recovery import reclaim_stale
 from ..registry import Registry, record_episode, task_key
 from ..schema import ColumnSpec
 
-__all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter"]
+__all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter", "refuse_foreign"]
 
 
-def _refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
+def refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
     """Refuse, before anything is written, a directory that is not (or not yet) a pooled task,
     or a task recorded at another fps.
 
@@ -113,7 +113,7 @@ class TaskWriter:
         self.task_name = checks.check_task_name(task_name)
         self.task_dir = Path(root) / task_name
         self.app_version = app_version or __version__
-        _refuse_foreign(self.task_dir, self.fps, fps_hint)
+        refuse_foreign(self.task_dir, self.fps, fps_hint)
         self.registry: Registry | None = (
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
