@@ -181,7 +181,9 @@ def bench_client(args: argparse.Namespace) -> None:
                 for key, addr in addresses.items():
                     t0 = time.perf_counter()
                     out = subprocess.run([sys.executable, __file__, "--_driver", addr, str(task)], env=env,
-                                         capture_output=True, text=True, check=True)
+                                         capture_output=True, text=True)
+                    if out.returncode:
+                        raise SystemExit(f"the {key} driver failed:\n{out.stderr[-3000:]}")
                     got = json.loads(out.stdout.strip().splitlines()[-1])
                     assert got.pop("findings") == ref, f"{key}: findings differ from in-process"
                     got["process"] = time.perf_counter() - t0

@@ -66,9 +66,21 @@ def ray_cluster():
     from ray.cluster_utils import Cluster
 
     port = free_port(RAY_LOOPBACK)
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": RAY_LOOPBACK,
-                                                      "include_dashboard": False, "ray_client_server_port": port,
-                                                      "object_store_memory": 80 * 1024 ** 2})
+    # The client server forks one server process per client while its gRPC threads run; with gRPC's fork
+    # handlers on, that process dies at start now and then ("Starting Ray client server failed", Ray issue
+    # 63202; here every second connection). It execs right away, so the handlers are not needed: off, as
+    # README tells a lab to start its head node. Only the head's processes see the variable.
+    saved = os.environ.get("GRPC_ENABLE_FORK_SUPPORT")
+    os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+    try:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": RAY_LOOPBACK,
+                                                          "include_dashboard": False, "ray_client_server_port": port,
+                                                          "object_store_memory": 80 * 1024 ** 2})
+    finally:
+        if saved is None:
+            del os.environ["GRPC_ENABLE_FORK_SUPPORT"]
+        else:
+            os.environ["GRPC_ENABLE_FORK_SUPPORT"] = saved
     c.client_address = f"ray://{RAY_LOOPBACK}:{port}"
     try:
         c.add_node(num_cpus=1, node_ip_address=RAY_LOOPBACK, object_store_memory=80 * 1024 ** 2)
