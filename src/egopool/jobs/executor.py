@@ -55,6 +55,12 @@ CANCEL_WAIT_S = 30.0
 PROBE_TIMEOUT_S = 5.0
 #: The port ``ray start --head`` opens for Ray Client (``--ray-client-server-port``) by default.
 RAY_CLIENT_PORT = 10001
+#: Times ``ray.init("ray://…")`` is tried when the cluster's per-client server dies at its start.
+CLIENT_INIT_TRIES = 2
+#: What Ray Client's error says then (the proxy forked the server while its gRPC threads ran: Ray issue 63202).
+_SERVER_DIED = "Starting Ray client server failed"
+_HINT_FORK = ("the head node's Ray Client server could not start a server for this client (Ray issue 63202): "
+              "start the head node with GRPC_ENABLE_FORK_SUPPORT=false in its environment")
 _HINT_GCS = ("start one with `ray start --head` and pass the address it prints, "
              "or leave --ray without ADDRESS for a local instance")
 _HINT_CLIENT = (f"start the head node with `ray start --head --ray-client-server-port={RAY_CLIENT_PORT}` (Ray's "
@@ -168,19 +174,33 @@ class RayExecutor(Executor[S, U, R]):
             _probe(target)
             client = _is_client_address(target)
             try:
-                with warnings.catch_warnings():
-                    # Ray Client warns before it raises its own timeout: the error below says it in one line
-                    warnings.filterwarnings("ignore", module=r"ray(\.|$)")
-                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
-                             configure_logging=False, **self._start_kwargs())
+                self._init(client)
             except (ConnectionError, RuntimeError, ValueError, OSError, *_grpc_errors()) as exc:
+                hint = "start one with `ray start --head` and pass its address, or leave --ray without ADDRESS " \
+                       "for a local instance"
+                if client:
+                    hint = _HINT_FORK if _SERVER_DIED in str(exc) else _HINT_CLIENT
                 raise EgopoolError(f"cannot reach the Ray cluster at {_shown(target)}: {_one_line(exc)}",
-                                   hint=_HINT_CLIENT if client else
-                                   "start one with `ray start --head` and pass its address, "
-                                   "or leave --ray without ADDRESS for a local instance") from exc
+                                   hint=hint) from exc
             self._owns = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.max_in_flight = max_in_flight if max_in_flight else max(8, 4 * cpus)
+
+    def _init(self, client: bool) -> None:
+        """``ray.init``; through Ray Client, again (up to :data:`CLIENT_INIT_TRIES` times) when the cluster's
+        per-client server died at its start (Ray issue 63202): nothing was submitted yet, so a retry is safe."""
+        for attempt in range(1, CLIENT_INIT_TRIES + 1):
+            try:
+                with warnings.catch_warnings():
+                    # Ray Client warns before it raises its own timeout: the error says it in one line
+                    warnings.filterwarnings("ignore", module=r"ray(\.|$)")
+                    self._ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                                   configure_logging=False, **self._start_kwargs())
+                return
+            except ConnectionError as exc:
+                if not client or _SERVER_DIED not in str(exc) or attempt == CLIENT_INIT_TRIES:
+                    raise
+                self._ray.shutdown()
 
     def _start_kwargs(self) -> dict[str, Any]:
         """Options that only apply when ``ray.init`` starts a new instance (it refuses them otherwise)."""
