@@ -170,9 +170,11 @@ def bench_client(args: argparse.Namespace) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.2", 0))
             port = sock.getsockname()[1]
+        os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"  # the head's client server (Ray issue 63202, README)
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": args.cpus, "node_ip_address": "127.0.0.2", "include_dashboard": False,
             "ray_client_server_port": port, "object_store_memory": 200 * 1024 ** 2})
+        del os.environ["GRPC_ENABLE_FORK_SUPPORT"]
         addresses = {"GCS": cluster.address, "client": f"ray://127.0.0.2:{port}"}
         env = {**os.environ, "RAY_ADDRESS": ""}
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in addresses}
