@@ -137,7 +137,8 @@ class RayExecutor(Executor[S, U, R]):
     ----------
     address:
         ``"host:port"`` of a running cluster's GCS (``ray start --head`` prints it),
-        ``"ray://host:10001"`` (Ray Client), ``"auto"`` (a cluster started on this machine,
+        ``"ray://host:10001"`` (Ray Client, ``ray[client]``: this process stays the driver, only
+        the units run on the cluster, their inputs and results go over gRPC), ``"auto"`` (a cluster started on this machine,
         error when none), ``"local"`` (a new private instance) or ``""``/None:
         ``ray.init()``'s own resolution (``RAY_ADDRESS``, else the latest cluster started
         on this machine, else a new private instance).
@@ -152,7 +153,8 @@ class RayExecutor(Executor[S, U, R]):
     Raises
     ------
     EgopoolError
-        Ray is not installed, or the cluster cannot be reached.
+        Ray (or, for ``ray://``, Ray Client) is not installed, or the cluster cannot be reached:
+        the address is probed first (:func:`_probe`, seconds), then ``ray.init`` connects.
     """
 
     name = "ray"
@@ -176,8 +178,7 @@ class RayExecutor(Executor[S, U, R]):
             try:
                 self._init(client)
             except (ConnectionError, RuntimeError, ValueError, OSError, *_grpc_errors()) as exc:
-                hint = "start one with `ray start --head` and pass its address, or leave --ray without ADDRESS " \
-                       "for a local instance"
+                hint = _HINT_GCS
                 if client:
                     hint = _HINT_FORK if _SERVER_DIED in str(exc) else _HINT_CLIENT
                 raise EgopoolError(f"cannot reach the Ray cluster at {_shown(target)}: {_one_line(exc)}",
@@ -280,7 +281,8 @@ def _effective_address(address: str | None) -> str | None:
 
 
 def _is_client_address(address: str | None) -> bool:
-    return bool(address) and address.startswith("ray://")  # type: ignore[union-attr]
+    """``ray://…``: ``ray.init`` connects as a Ray Client (through the head node's client server)."""
+    return address is not None and address.startswith("ray://")
 
 
 def _shown(address: str | None) -> str:
