@@ -18,6 +18,13 @@ full --episodes E --seconds S --scale 4`` (not timed), then ``export_lerobot`` o
 in-process — the baseline — and with one Ray task per episode (``executor=RayExecutor``),
 interleaved, medians of ``--repeat``; both datasets are asserted byte-identical file by file.
 
+With ``--client N``: what ``--ray ray://HOST:PORT`` (Ray Client) costs against ``--ray HOST:PORT``
+(a driver joining the cluster) on one command, ``validate`` of N episodes: a local cluster
+(``ray.cluster_utils.Cluster``, one node of ``--cpus`` CPUs on 127.0.0.2 with a Ray Client
+server) and, interleaved, a fresh driver process per run for each address (``RayExecutor``
+then ``validate_task``; connect, validate and disconnect timed apart), medians of ``--repeat``;
+the findings are asserted equal to the in-process ones.
+
 With ``--keypoints`` (run it with the keypoints venv: ``.venv-keypoints/bin/python``; needs
 mediapipe), MediaPipe Hands runs on the bundled real hand video (621 frames, scaled to
 640x360 like the demo, decoded beforehand so only the detector is timed): frames/s and
@@ -25,14 +32,17 @@ frames per CPU-second in one process (≈ per core), for model_complexity 1 (def
 
     python benchmarks/bench_scale.py                    # --episodes 2000 --rows 30 --repeat 3 --cpus 2
     python benchmarks/bench_scale.py --episodes 0 --export 6 --export-seconds 5
+    python benchmarks/bench_scale.py --episodes 0 --client 500     # needs ray[client] (the ray extra)
     .venv-keypoints/bin/python benchmarks/bench_scale.py --keypoints --episodes 0
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -134,6 +144,70 @@ def bench_jobs(args: argparse.Namespace) -> None:
         print(f"ray.init (local instance, once): {t_init:.2f} s")
 
 
+def _driver(address: str, task: str) -> None:
+    """One command's driver in its own process (``--_driver``): prints connect / validate / close seconds."""
+    from egopool.jobs import RayExecutor
+
+    t0 = time.perf_counter()
+    ex = RayExecutor(address)
+    t1 = time.perf_counter()
+    rep = validate_task(Path(task), executor=ex)
+    t2 = time.perf_counter()
+    ex.close()
+    t3 = time.perf_counter()
+    print(json.dumps({"connect": t1 - t0, "validate": t2 - t1, "close": t3 - t2,
+                      "findings": [f.to_dict() for f in rep.findings]}))
+
+
+def bench_client(args: argparse.Namespace) -> None:
+    import socket
+
+    from ray.cluster_utils import Cluster
+
+    with tempfile.TemporaryDirectory() as tmp:
+        task = build(Path(tmp), args.client, args.rows)
+        ref = [f.to_dict() for f in validate_task(task).findings]
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.2", 0))
+            port = sock.getsockname()[1]
+        os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"  # the head's client server (Ray issue 63202, README)
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": args.cpus, "node_ip_address": "127.0.0.2", "include_dashboard": False,
+            "ray_client_server_port": port, "object_store_memory": 200 * 1024 ** 2})
+        del os.environ["GRPC_ENABLE_FORK_SUPPORT"]
+        addresses = {"GCS": cluster.address, "client": f"ray://127.0.0.2:{port}"}
+        env = {**os.environ, "RAY_ADDRESS": ""}
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in addresses}
+        try:
+            for i in range(args.repeat + 1):  # the first round starts the workers: not counted
+                for key, addr in addresses.items():
+                    t0 = time.perf_counter()
+                    out = subprocess.run([sys.executable, __file__, "--_driver", addr, str(task)], env=env,
+                                         capture_output=True, text=True)
+                    if out.returncode:
+                        raise SystemExit(f"the {key} driver failed:\n{out.stderr[-3000:]}")
+                    got = json.loads(out.stdout.strip().splitlines()[-1])
+                    assert got.pop("findings") == ref, f"{key}: findings differ from in-process"
+                    got["process"] = time.perf_counter() - t0
+                    if i:
+                        runs[key].append(got)
+        finally:
+            cluster.shutdown()
+        med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
+        n = args.client
+        print(f"\nbench_scale.py --client {n} (validate, {n} episodes x {args.rows} rows; one node, {args.cpus} CPUs;"
+              f" medians of {args.repeat}; findings equal)")
+        print(f"{'--ray':<20}{'connect s':>10}{'validate s':>12}{'close s':>9}{'process s':>11}{'ms/ep':>8}")
+        for key, label in (("GCS", "HOST:PORT"), ("client", "ray://HOST:PORT")):
+            m = med[key]
+            print(f"{label:<20}{m['connect']:>10.2f}{m['validate']:>12.2f}{m['close']:>9.2f}{m['process']:>11.2f}"
+                  f"{m['validate'] / n * 1000:>8.2f}")
+        g, c = med["GCS"], med["client"]
+        print(f"Ray Client costs: connect +{c['connect'] - g['connect']:.2f} s, validate x{c['validate'] / g['validate']:.2f} "
+              f"(+{(c['validate'] - g['validate']) / n * 1000:.2f} ms/episode), whole command "
+              f"x{c['process'] / g['process']:.2f}")
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -221,11 +295,19 @@ def main() -> None:
                     help="also time export lerobot of E simulated full-rig episodes, in-process vs Ray")
     ap.add_argument("--export-seconds", type=float, default=5.0, help="seconds per simulated episode (--export)")
     ap.add_argument("--keypoints", action="store_true", help="also time MediaPipe Hands (keypoints venv)")
+    ap.add_argument("--client", type=int, default=0, metavar="N",
+                    help="also time validate of N episodes with --ray ray://HOST:PORT (Ray Client) vs --ray HOST:PORT")
+    ap.add_argument("--_driver", nargs=2, metavar=("ADDRESS", "TASK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args._driver:
+        _driver(*args._driver)
+        return
     if args.episodes:
         bench_jobs(args)
     if args.export:
         bench_export(args)
+    if args.client:
+        bench_client(args)
     if args.keypoints:
         bench_keypoints(args)
 

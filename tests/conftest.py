@@ -43,19 +43,45 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
 RAY_LOOPBACK = "127.0.0.2"
 
 
+def free_port(host: str) -> int:
+    """A TCP port nothing listens on at ``host`` now (the OS's pick)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A real local two-node Ray cluster (``ray.cluster_utils.Cluster``: two raylets on 127.0.0.2, one CPU each).
 
-    One per test module that asks for it; shut down at the module's end, so no Ray process
-    outlives it. Skips without the ``ray`` extra.
+    ``.address`` is the GCS (``host:port``); the head also runs a Ray Client server (what
+    ``ray start --head --ray-client-server-port`` starts) at ``.client_address``
+    (``ray://127.0.0.2:PORT``, a free port). One per test module that asks for it; shut down at
+    the module's end (its own processes only, the client server and its per-client servers
+    included), so no Ray process outlives it. Skips without the ``ray`` extra.
     """
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": RAY_LOOPBACK,
-                                                      "include_dashboard": False,
-                                                      "object_store_memory": 80 * 1024 ** 2})
+    port = free_port(RAY_LOOPBACK)
+    # The client server forks one server process per client while its gRPC threads run; with gRPC's fork
+    # handlers on, that process dies at start now and then ("Starting Ray client server failed", Ray issue
+    # 63202; here every second connection). It execs right away, so the handlers are not needed: off, as
+    # README tells a lab to start its head node. Only the head's processes see the variable.
+    saved = os.environ.get("GRPC_ENABLE_FORK_SUPPORT")
+    os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+    try:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": RAY_LOOPBACK,
+                                                          "include_dashboard": False, "ray_client_server_port": port,
+                                                          "object_store_memory": 80 * 1024 ** 2})
+    finally:
+        if saved is None:
+            del os.environ["GRPC_ENABLE_FORK_SUPPORT"]
+        else:
+            os.environ["GRPC_ENABLE_FORK_SUPPORT"] = saved
+    c.client_address = f"ray://{RAY_LOOPBACK}:{port}"
     try:
         c.add_node(num_cpus=1, node_ip_address=RAY_LOOPBACK, object_store_memory=80 * 1024 ** 2)
         c.wait_for_nodes()

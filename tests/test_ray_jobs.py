@@ -221,6 +221,60 @@ def test_cli_validate_and_stats_recalc_with_ray_address(ray_cluster, collection,
     assert json.loads(stats_path(ok_task).read_text()) == compute_stats(ok_task)[0]
 
 
+@pytest.mark.extra("ray")
+def test_cli_through_ray_client_equals_in_process(ray_cluster, collection, in_process) -> None:
+    """``--ray ray://HOST:PORT``: the CLI as a Ray Client of the cluster (what a laptop outside it runs).
+
+    The driver is this machine's process; units run on the cluster and come back over gRPC. Run
+    as subprocesses: a Ray Client connection changes this test process's Ray for good.
+    """
+    from egopool.ops import check_stats
+
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    cmd = [sys.executable, "-m", "egopool"]
+    addr = ray_cluster.client_address
+    assert addr.startswith(f"ray://{LOOPBACK}:")
+    r = subprocess.run([*cmd, "validate", "--ray", addr, str(collection), "--json"], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 1, r.stderr
+    got, ref = json.loads(r.stdout), in_process["report"]
+    assert got["findings"] == [f.to_dict() for f in ref.findings] and len(got["findings"]) >= 3
+    assert got["tasks"] == [{"task": ref.task, "ok": False, "episodes": EPISODES, "errors": len(ref.errors),
+                             "warnings": len(ref.warnings)}]
+    # stats check on the damaged task: N=101 unreadable (skipped with its error), stats.json still counts N=11
+    r = subprocess.run([*cmd, "stats", "check", str(collection), "--ray", addr, "--json"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 1, r.stderr
+    local = check_stats(collection).to_dict()
+    assert json.loads(r.stdout) == local
+    assert [s["episode_index"] for s in local["skipped"]] == [101] and local["differing_blocks"]
+
+
+@pytest.mark.extra("ray")
+def test_a_ray_client_address_that_is_not_one_fails_in_one_line_within_seconds(ray_cluster, collection,
+                                                                                capsys) -> None:
+    """Nobody listening, the GCS port given as ray://, no port: one line naming the address and the fix, exit 1,
+    without Ray Client's own 30 s of retries (each probe step waits at most PROBE_TIMEOUT_S)."""
+    from egopool.cli.app import main
+    from egopool.jobs.executor import PROBE_TIMEOUT_S
+
+    cases = [(f"ray://{LOOPBACK}:1", f"{LOOPBACK}:1 does not answer", "--ray-client-server-port=10001"),
+             (f"ray://{ray_cluster.address}", "answers but not as a Ray Client server (gRPC UNIMPLEMENTED)",
+              "without ray://"),
+             (f"ray://{LOOPBACK}", "a Ray Client address is ray://HOST:PORT", "ray://head-node:10001")]
+    for addr, what, fix in cases:
+        t0 = time.monotonic()
+        code = main(["validate", "--ray", addr, str(collection)])
+        took = time.monotonic() - t0
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1 and addr in err and what in err and fix in err, err
+        assert err.startswith("egopool: error: ")
+        assert took < 2 * PROBE_TIMEOUT_S + 5, f"{addr}: {took:.1f} s"
+    import ray
+
+    assert not ray.is_initialized()  # the probe refused before ray.init
+
+
 def test_every_egopool_error_survives_pickling_as_a_ray_result_does() -> None:
     """A unit's error reaches the driver pickled: same class, message and fields, whatever ``__init__`` takes."""
     from egopool import errors

@@ -5,7 +5,8 @@ in-process export, file by file: the same file names, equal parquet tables (sche
 key-value metadata included), every file byte-identical (stream-copied and re-encoded videos,
 JSON). lerobot then loads the Ray export and every frame matches the
 pooled reader. A damaged episode among good ones fails the export with the same one-line
-error as in-process and leaves nothing behind. The cluster is the ``ray_cluster`` fixture
+error as in-process and leaves nothing behind. The CLI export through Ray Client
+(``--ray ray://…``) is byte-identical too. The cluster is the ``ray_cluster`` fixture
 (tests/conftest.py).
 """
 
@@ -136,17 +137,24 @@ def test_ray_export_equals_in_process_file_by_file_and_lerobot_loads_it(ray_clus
 @pytest.mark.extra("interop")
 @pytest.mark.extra("ray")
 def test_cli_export_with_ray_address_equals_in_process(ray_cluster, mixed_task, tmp_path):
+    """``export lerobot --ray HOST:PORT`` and ``--ray ray://HOST:PORT`` (Ray Client) write the in-process files."""
     env = {**os.environ, "RAY_ADDRESS": ""}
     cmd = [sys.executable, "-m", "egopool", "export", "lerobot"]
     local = subprocess.run([*cmd, str(mixed_task), str(tmp_path / "a"), "--json"], capture_output=True, text=True,
                            env=env)
     remote = subprocess.run([*cmd, "--ray", ray_cluster.address, str(mixed_task), str(tmp_path / "b"), "--json"],
                             capture_output=True, text=True, env=env)
-    assert local.returncode == remote.returncode == 0, remote.stderr
-    a, b = json.loads(local.stdout), json.loads(remote.stdout)
-    assert a.pop("out").endswith("/a") and b.pop("out").endswith("/b") and a == b
+    # Ray Client (ray://): this process is only the driver, every episode is written by the cluster
+    client = subprocess.run([*cmd, "--ray", ray_cluster.client_address, str(mixed_task), str(tmp_path / "c"),
+                             "--json"], capture_output=True, text=True, env=env)
+    assert local.returncode == remote.returncode == client.returncode == 0, remote.stderr + client.stderr
+    a, b, c = json.loads(local.stdout), json.loads(remote.stdout), json.loads(client.stdout)
+    assert a.pop("out").endswith("/a") and b.pop("out").endswith("/b") and c.pop("out").endswith("/c")
+    assert a == b == c
     assert b["episodes"] == 6 and b["videos_copied"]["1"] == ["observation.images.even"]
     assert_same_dataset(tmp_path / "a", tmp_path / "b")
+    assert_same_dataset(tmp_path / "a", tmp_path / "c")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c"]  # no staging left
 
 
 @pytest.mark.extra("interop")

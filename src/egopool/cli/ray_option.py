@@ -24,7 +24,7 @@ _ADDRESS = re.compile(r"^(auto|local|ray://\S+|[A-Za-z0-9_.\-]+:\d{1,5}|\[[0-9A-
 RAY_OPTION: Any = typer.Option(
     None, "--ray", metavar="[ADDRESS]",
     help="Run one Ray task per episode on a Ray cluster (pip install 'egopool\\[ray]'). ADDRESS: host:port of "
-         "`ray start --head`, ray://host:10001 (Ray Client: pip install 'ray\\[client]'), auto, or local; without "
+         "`ray start --head`, ray://host:10001 (Ray Client, from outside the cluster), auto, or local; without "
          "it RAY_ADDRESS, else the latest local cluster, else a private one. The task directories must be on a "
          "file system every node sees.")
 

@@ -30,8 +30,10 @@ import abc
 import logging
 import os
 import socket
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from ..errors import EgopoolError, OperationError
 
@@ -49,6 +51,23 @@ UnitProgress = Callable[[int, int], None]
 RAY_DEFAULT_ADDRESS = ""
 #: Seconds a failing ``map`` waits for its cancelled units to stop (force-cancel kills their workers).
 CANCEL_WAIT_S = 30.0
+#: Seconds the probe of a cluster address waits for a TCP connect, then for a Ray Client ping.
+PROBE_TIMEOUT_S = 5.0
+#: The port ``ray start --head`` opens for Ray Client (``--ray-client-server-port``) by default.
+RAY_CLIENT_PORT = 10001
+#: Times ``ray.init("ray://…")`` is tried when the cluster's per-client server dies at its start.
+CLIENT_INIT_TRIES = 2
+#: What Ray Client's error says then (the proxy forked the server while its gRPC threads ran: Ray issue 63202).
+_SERVER_DIED = "Starting Ray client server failed"
+_HINT_FORK = ("the head node's Ray Client server could not start a server for this client (Ray issue 63202): "
+              "start the head node with GRPC_ENABLE_FORK_SUPPORT=false in its environment")
+_HINT_GCS = ("start one with `ray start --head` and pass the address it prints, "
+             "or leave --ray without ADDRESS for a local instance")
+_HINT_CLIENT = (f"start the head node with `ray start --head --ray-client-server-port={RAY_CLIENT_PORT}` (Ray's "
+                f"default port) and pass ray://HEAD:{RAY_CLIENT_PORT}; the port must be reachable from this machine")
+_HINT_NOT_CLIENT = ("a GCS address (what `ray start --head` prints, port 6379 by default) is passed as HOST:PORT "
+                    f"without ray://; Ray Client listens on the head node's --ray-client-server-port ({RAY_CLIENT_PORT} "
+                    "by default)")
 
 
 class Executor(abc.ABC, Generic[S, U, R]):
@@ -118,7 +137,8 @@ class RayExecutor(Executor[S, U, R]):
     ----------
     address:
         ``"host:port"`` of a running cluster's GCS (``ray start --head`` prints it),
-        ``"ray://host:10001"`` (Ray Client), ``"auto"`` (a cluster started on this machine,
+        ``"ray://host:10001"`` (Ray Client, ``ray[client]``: this process stays the driver, only
+        the units run on the cluster, their inputs and results go over gRPC), ``"auto"`` (a cluster started on this machine,
         error when none), ``"local"`` (a new private instance) or ``""``/None:
         ``ray.init()``'s own resolution (``RAY_ADDRESS``, else the latest cluster started
         on this machine, else a new private instance).
@@ -133,7 +153,8 @@ class RayExecutor(Executor[S, U, R]):
     Raises
     ------
     EgopoolError
-        Ray is not installed, or the cluster cannot be reached.
+        Ray (or, for ``ray://``, Ray Client) is not installed, or the cluster cannot be reached:
+        the address is probed first (:func:`_probe`, seconds), then ``ray.init`` connects.
     """
 
     name = "ray"
@@ -151,18 +172,36 @@ class RayExecutor(Executor[S, U, R]):
         self.num_cpus = float(num_cpus)
         self._owns = False
         if not ray.is_initialized():
-            _probe(self.address)
+            target = _effective_address(self.address)
+            _probe(target)
+            client = _is_client_address(target)
             try:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
-                         configure_logging=False, **self._start_kwargs())
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise EgopoolError(f"cannot reach the Ray cluster at {address or 'the default address'}: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                                   hint="start one with `ray start --head` and pass its address, "
-                                        "or leave --ray without ADDRESS for a local instance") from exc
+                self._init(client)
+            except (ConnectionError, RuntimeError, ValueError, OSError, *_grpc_errors()) as exc:
+                hint = _HINT_GCS
+                if client:
+                    hint = _HINT_FORK if _SERVER_DIED in str(exc) else _HINT_CLIENT
+                raise EgopoolError(f"cannot reach the Ray cluster at {_shown(target)}: {_one_line(exc)}",
+                                   hint=hint) from exc
             self._owns = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.max_in_flight = max_in_flight if max_in_flight else max(8, 4 * cpus)
+
+    def _init(self, client: bool) -> None:
+        """``ray.init``; through Ray Client, again (up to :data:`CLIENT_INIT_TRIES` times) when the cluster's
+        per-client server died at its start (Ray issue 63202): nothing was submitted yet, so a retry is safe."""
+        for attempt in range(1, CLIENT_INIT_TRIES + 1):
+            try:
+                with warnings.catch_warnings():
+                    # Ray Client warns before it raises its own timeout: the error says it in one line
+                    warnings.filterwarnings("ignore", module=r"ray(\.|$)")
+                    self._ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                                   configure_logging=False, **self._start_kwargs())
+                return
+            except ConnectionError as exc:
+                if not client or _SERVER_DIED not in str(exc) or attempt == CLIENT_INIT_TRIES:
+                    raise
+                self._ray.shutdown()
 
     def _start_kwargs(self) -> dict[str, Any]:
         """Options that only apply when ``ray.init`` starts a new instance (it refuses them otherwise)."""
@@ -235,13 +274,46 @@ class RayExecutor(Executor[S, U, R]):
         self._owns = False
 
 
-def _probe(address: str | None, timeout: float = 5.0) -> None:
-    """Fail fast when a ``host:port`` cluster address does not answer (``ray.init`` retries for minutes).
+def _effective_address(address: str | None) -> str | None:
+    """The address ``ray.init(address)`` will use: ``RAY_ADDRESS`` stands in for None and ``"auto"``."""
+    env = os.environ.get("RAY_ADDRESS")
+    return env if env and address in (None, "auto") else address
 
-    The address is first canonicalised as Ray does (it replaces ``localhost``/``127.0.0.1`` by the
-    machine's outward address), so what is probed is what Ray will dial.
+
+def _is_client_address(address: str | None) -> bool:
+    """``ray://…``: ``ray.init`` connects as a Ray Client (through the head node's client server)."""
+    return address is not None and address.startswith("ray://")
+
+
+def _shown(address: str | None) -> str:
+    """The address as the user wrote it (or where it came from) for a message."""
+    if not address:
+        return "the default address"
+    return address if address != os.environ.get("RAY_ADDRESS") else f"{address} (RAY_ADDRESS)"
+
+
+def _probe(address: str | None, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast when a cluster address does not answer (``ray.init`` retries for 30 s to minutes).
+
+    ``host:port`` (the GCS): a TCP connect to the address canonicalised as Ray does (it
+    replaces ``localhost``/``127.0.0.1`` by the machine's outward address), so what is probed
+    is what Ray will dial. ``ray://host:port`` (Ray Client): a TCP connect, then Ray Client's
+    own ping over gRPC, so a port that answers but is no Ray Client server (the GCS port, a web
+    server) is named too. Each step waits at most ``timeout`` s. ``auto``, ``local``, other
+    ``scheme://`` addresses and None are left to ``ray.init``.
+
+    Raises
+    ------
+    EgopoolError
+        The address does not answer, is no Ray Client server, lacks its port, or Ray Client
+        (``grpcio``) is not installed.
     """
-    if not address or address in ("auto", "local") or "://" in address:
+    if not address or address in ("auto", "local"):
+        return
+    if _is_client_address(address):
+        _probe_client(address, timeout)
+        return
+    if "://" in address:
         return
     try:
         from ray._private.services import canonicalize_bootstrap_address
@@ -250,15 +322,61 @@ def _probe(address: str | None, timeout: float = 5.0) -> None:
     except Exception:  # noqa: BLE001 - a private helper; probe what the user gave
         target = address
     host, _, port = target.rpartition(":")
-    host = host.strip("[]")
+    _tcp_probe(address, host.strip("[]"), port, timeout, _HINT_GCS)
+
+
+def _tcp_probe(address: str, host: str, port: int | str, timeout: float, hint: str) -> None:
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             return
     except (OSError, ValueError) as exc:
-        raise EgopoolError(f"cannot reach the Ray cluster at {address}: {host}:{port} does not answer "
-                           f"({getattr(exc, 'strerror', None) or exc})",
-                           hint="start one with `ray start --head` and pass the address it prints, "
-                                "or leave --ray without ADDRESS for a local instance") from exc
+        raise EgopoolError(f"cannot reach the Ray cluster at {_shown(address)}: {host}:{port} does not answer "
+                           f"({getattr(exc, 'strerror', None) or exc})", hint=hint) from exc
+
+
+def _probe_client(address: str, timeout: float) -> None:
+    """``ray://host:port``: the port must be open and answer Ray Client's ping (see :func:`_probe`)."""
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or port is None:
+        raise EgopoolError(f"--ray {address}: a Ray Client address is ray://HOST:PORT",
+                           hint=f"e.g. ray://head-node:{RAY_CLIENT_PORT}, Ray Client's default port")
+    try:
+        import grpc
+        from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+    except ImportError as exc:
+        raise EgopoolError(f"--ray {address} needs Ray Client, which is not installed (no module {exc.name!r})",
+                           hint="pip install 'egopool[ray]' (it brings 'ray[client]')") from exc
+    _tcp_probe(address, host, port, timeout, _HINT_CLIENT)
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:  # Ray's own channel: TLS (RAY_USE_TLS) and token authentication as ray.init will use them
+        from ray._private.grpc_utils import init_grpc_channel
+
+        channel = init_grpc_channel(target)
+    except Exception:  # noqa: BLE001 - a private helper; a plain channel pings the same server
+        channel = grpc.insecure_channel(target)
+    try:
+        ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
+        ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=timeout)
+    except grpc.RpcError as exc:
+        code = exc.code().name if hasattr(exc, "code") and exc.code() is not None else type(exc).__name__
+        raise EgopoolError(f"cannot reach the Ray cluster at {_shown(address)}: {host}:{port} answers but not as "
+                           f"a Ray Client server (gRPC {code})",
+                           hint=_HINT_NOT_CLIENT if code == "UNIMPLEMENTED" else _HINT_CLIENT) from exc
+    finally:
+        channel.close()
+
+
+def _grpc_errors() -> tuple[type[BaseException], ...]:
+    """``grpc.RpcError`` where Ray Client is installed: what a Ray Client call raises when the server fails."""
+    try:
+        import grpc
+    except ImportError:
+        return ()
+    return (grpc.RpcError,)
 
 
 def _latest_local_cluster() -> bool:
@@ -271,6 +389,14 @@ def _latest_local_cluster() -> bool:
 def _first_line(exc: BaseException | str) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    """The whole message on one line (Ray's version-mismatch error puts the versions on the next lines)."""
+    text = " ".join(str(exc).split())
+    if not text:
+        return type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def make_executor(ray_address: str | None = None, **ray_options: Any) -> Executor[Any, Any, Any]:
