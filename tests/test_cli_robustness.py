@@ -290,6 +290,8 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_not_a_traceback(tmp_path: Path) 
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert "Traceback" not in err, (delay, err)
+        if proc.returncode == -signal.SIGINT and not err.strip():
+            continue  # the command had ended: the signal met the interpreter's own exit (silent, 130 to a shell)
         if proc.returncode != 0:
             # -SIGINT is 130 to a shell too: CPython re-raises the signal at exit when the interrupt
             # passed through an extension module's PyRun_* while it was being imported
