@@ -15,6 +15,7 @@ import pytest
 
 from egopool import open_task
 from egopool.meta import markers
+from recorder_support import camera_fifo
 
 
 def _tmux(*args: str) -> str:
@@ -99,20 +100,8 @@ def test_enter_before_the_first_row_discards_the_episode(tmp_path, mpegts_stream
     half = len(data) // 2 // 188 * 188  # whole TS packets
     more, release = threading.Event(), threading.Event()
 
-    def camera():  # 2 s of frames, a stall until `more`, 2 s more, then open and silent until `release`
-        fd = os.open(fifo, os.O_WRONLY)
-        try:
-            os.write(fd, data[:half])
-            more.wait(60)
-            os.write(fd, data[half:])
-            release.wait(60)
-        except BrokenPipeError:  # the recorder is gone (a failed run): the assertions below say why
-            pass
-        finally:
-            os.close(fd)
-
-    feeder = threading.Thread(target=camera, daemon=True)
-    feeder.start()
+    # 2 s of frames, a stall until `more`, 2 s more, then open and silent until `release`
+    feeder = camera_fifo(fifo, [data[:half], data[half:]], [more], release)
     task = tmp_path / "rec" / "slow_cam"
     session = _record_in_tmux("rec0", tmp_path, f"{task} --device 'uvc:file:{fifo}' --device sim:glove")
     try:

@@ -13,6 +13,7 @@ from egopool.codecs.video import video_info
 from egopool.errors import DeviceError
 from egopool.sources import CameraSource, RecordingSession, parse_device_specs
 from egopool.validate import validate_task
+from recorder_support import camera_fifo
 
 LAVFI = "uvc:lavfi:testsrc2=size=1280x720:rate=30"
 
@@ -90,19 +91,6 @@ def test_camera_delivers_at_its_own_rate_between_episodes(tmp_path):
     assert 0.9 < gap_s < 1.6  # the second episode starts at the device's present, not at stale frames
 
 
-def _feed_fifo(path, data: bytes, release) -> None:
-    """A camera that delivers ``data`` (an MPEG-TS stream) into the FIFO ``path``, then stalls with the
-    FIFO still open (the reader blocks in its read) until ``release``."""
-    import os
-
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-        release.wait(60)
-    finally:
-        os.close(fd)
-
-
 def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(tmp_path, mpegts_stream):
     """Frames stop but the device stays open (the read blocks): the episode finishes with the last
     frame repeated (§5.3), close() gives up on the blocked read after its timeout without freeing the
@@ -113,9 +101,8 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     fifo = tmp_path / "cam.fifo"
     os.mkfifo(fifo)
     release = threading.Event()
-    feeder = threading.Thread(target=_feed_fifo, args=(fifo, mpegts_stream(tmp_path / "cam.ts", 30), release),
-                              daemon=True)
-    feeder.start()
+    # a camera that delivers 1 s of frames, then stalls with the FIFO still open until `release`
+    feeder = camera_fifo(fifo, [mpegts_stream(tmp_path / "cam.ts", 30)], release=release)
     writer = TaskWriter(tmp_path, "stall", fps=30.0)
     session = RecordingSession(writer, parse_device_specs([f"uvc:file:{fifo}", "sim:glove"]))
     session.open()
@@ -159,20 +146,7 @@ def test_a_camera_that_stalls_resumes_at_its_own_rate_not_in_a_burst(tmp_path, m
     third = len(data) // 3 // 188 * 188  # whole TS packets
     more, release = threading.Event(), threading.Event()
 
-    def camera():
-        fd = os.open(fifo, os.O_WRONLY)
-        try:
-            os.write(fd, data[:third])
-            more.wait(60)
-            os.write(fd, data[third:])
-            release.wait(60)
-        except BrokenPipeError:
-            pass
-        finally:
-            os.close(fd)
-
-    feeder = threading.Thread(target=camera, daemon=True)
-    feeder.start()
+    feeder = camera_fifo(fifo, [data[:third], data[third:]], [more], release)
     writer = TaskWriter(tmp_path, "resume", fps=30.0)
     session = RecordingSession(writer, parse_device_specs([f"uvc:file:{fifo}"]))
     session.open()
@@ -203,13 +177,7 @@ def test_a_camera_that_opens_but_never_delivers_is_given_up(tmp_path):
     os.mkfifo(fifo)
     release = threading.Event()
 
-    def silent_camera():
-        fd = os.open(fifo, os.O_WRONLY)  # waits for the reader, then sends nothing until released
-        release.wait(30)
-        os.close(fd)
-
-    feeder = threading.Thread(target=silent_camera, daemon=True)
-    feeder.start()
+    feeder = camera_fifo(fifo, [b""], release=release)  # waits for the reader, then sends nothing until released
     (cam,) = parse_device_specs([f"uvc:file:{fifo}"])
     cam.open_timeout = 1.0
     t0 = time.monotonic()

@@ -330,6 +330,10 @@ def default_task_name(source: Path) -> str:
     return stem or "imported"
 
 
+#: an import's rate comes from its source, so its way out is a new task, not another --fps (qa9)
+IMPORT_FPS_HINT = "import into a new task (--task NEW_NAME)"
+
+
 def refuse_other_fps(root: str | Path, task: str, fps: float) -> None:
     """Refuse, reading only, an import at ``fps`` into an existing task recorded at another fps:
     TaskWriter's own check (one check, R18), for importers that check their input at length
@@ -343,10 +347,6 @@ def refuse_other_fps(root: str | Path, task: str, fps: float) -> None:
     task_dir = Path(root) / task
     if task_dir.is_dir():
         refuse_foreign(task_dir, fps, IMPORT_FPS_HINT)
-
-
-#: an import's rate comes from its source, so its way out is a new task, not another --fps (qa9)
-IMPORT_FPS_HINT = "import into a new task (--task NEW_NAME)"
 
 
 @contextlib.contextmanager

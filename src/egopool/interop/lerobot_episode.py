@@ -123,8 +123,8 @@ def type_problem(typ: pa.DataType, feature: Mapping[str, Any]) -> str | None:
 
     The leaf type must be the declared ``dtype`` (``string`` an arrow string, ``image`` a
     struct with ``bytes``); nested fixed-size lists must hold ``prod(shape)`` values (a
-    variable list's length is checked per row by :func:`values`). An unknown dtype passes
-    here (the column plan refuses it by name).
+    variable list's length is checked per row by :func:`values`). A ``dtype`` numpy does not
+    know is a problem of its own (the import's column plan refuses it by name first).
     """
     dtype = feature.get("dtype")
     shape = list(feature.get("shape") or [1])
@@ -143,7 +143,7 @@ def type_problem(typ: pa.DataType, feature: Mapping[str, Any]) -> str | None:
     try:
         want = pa.from_numpy_dtype(np.dtype(str(dtype)))
     except (TypeError, ValueError, pa.ArrowNotImplementedError):
-        return None
+        return f"is declared as {dtype!r} in info.json, a dtype with no arrow type"
     if leaf != want:
         return f"holds {typ}, not the {dtype} info.json declares"
     count = math.prod(int(n) for n in shape)
