@@ -79,3 +79,77 @@ def test_rgb_video_in_a_depth_slot_says_the_file_is_wrong(tmp_path: Path) -> Non
     assert message.startswith("stream 'd435_depth' is a depth slot (its video_codec entry describes ")
     assert "its file holds a colour video (h264 yuv420p): the file has the wrong content" in message
     assert not any("cameras" in m for _, _, m in errors)
+
+
+# -- numbers beyond float64 in metadata (issue 15 G) ---------------------------------------------------------------
+
+HUGE = "-1" + "0" * 400  # a valid JSON integer; float() of it raises OverflowError
+_ODD = [HUGE, "1" + "0" * 400, "1e308", "[]", "{}", '"x"', "null", "true", '{"a": ' + HUGE + "}"]
+
+
+def _stopped(report) -> list[str]:
+    return [f.message for f in report.findings
+            if "could not finish" in f.message or "could not be fully checked" in f.message
+            or "stopped early" in f.message]
+
+
+def test_created_at_beyond_float64_is_one_finding_and_every_check_runs(tmp_path: Path) -> None:
+    """The example: info.json created_at = -1 followed by 400 zeros stopped check_info_keys with OverflowError."""
+    task = _task(tmp_path)
+    info = task / "meta/info.json"
+    info.write_text(info.read_text().replace('"created_at": ', f'"created_at": {HUGE}, "was": ', 1))
+    report = validate_task(task)
+    assert _stopped(report) == []
+    errors = [f.message for f in report.findings if f.severity == "error"]
+    assert errors == ["holds integers beyond float64 at created_at (other JSON readers read them as Infinity or "
+                      "refuse them); replace them with numbers in range"]
+
+
+def test_no_odd_json_value_in_any_metadata_key_stops_a_check(tmp_path: Path) -> None:
+    """Every key (and nested key) of info.json and stats.json, and every JSON column of the episode row, set to
+    numbers beyond float64, wrong JSON types and nested odd values: the validator reports, it never stops."""
+    task = _task(tmp_path / "ref")
+    work = tmp_path / "w" / "t"
+
+    def paths(doc, at=()):
+        out = [at]
+        items = doc.items() if isinstance(doc, dict) else enumerate(doc[:2]) if isinstance(doc, list) else ()
+        for k, v in items:
+            out += paths(v, at + (k,))
+        return out
+
+    def put(doc, at, text):
+        slot = "@@slot@@"
+        node = doc
+        for k in at[:-1]:
+            node = node[k]
+        if at:
+            node[at[-1]] = slot
+        else:
+            doc = slot
+        return json.dumps(doc).replace(json.dumps(slot), text)
+
+    def fresh():
+        shutil.rmtree(work.parent, ignore_errors=True)
+        shutil.copytree(task, work)
+
+    tried, stopped = 0, []
+    for rel in ("meta/info.json", "meta/stats.json"):
+        for at in paths(json.loads((task / rel).read_text())):
+            for text in _ODD:
+                fresh()
+                (work / rel).write_text(put(json.loads((task / rel).read_text()), at, text))
+                stopped += [(rel, at, text[:8], m) for m in _stopped(validate_task(work, fast=True))]
+                tried += 1
+    row = "meta/episodes/chunk-000/episode-000.parquet"
+    table = pq.read_table(task / row)
+    for col in ("drop_stats", "video_codec", "calibration", "force_matrix_specs", "slam_specs"):
+        for at in paths(json.loads(table.column(col)[0].as_py())):
+            for text in _ODD:
+                fresh()
+                doc = put(json.loads(table.column(col)[0].as_py()), at, text)
+                pq.write_table(table.set_column(table.column_names.index(col), col, pa.array([doc])), work / row)
+                stopped += [(col, at, text[:8], m) for m in _stopped(validate_task(work, fast=True))]
+                tried += 1
+    assert tried > 300
+    assert stopped == []

@@ -54,7 +54,11 @@ def check_positive_number(value: Any, what: str) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise SchemaError(f"{what} must be a number, got {type(value).__name__} {value!r}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float64
+        raise SchemaError(f"{what} must be finite and > 0, got an integer of {len(str(abs(int(value))))} digits, "
+                          "beyond float64") from None
     if not math.isfinite(x) or x <= 0:
         raise SchemaError(f"{what} must be finite and > 0, got {value!r}")
     return x
