@@ -220,7 +220,7 @@ def test_read_only_directory_is_one_storage_error(tmp_path: Path, monkeypatch) -
         TaskWriter(tmp_path / "rec", "t", registry=False)
     assert err.value.errno == errno.EROFS
     assert str(err.value) == (f"{tmp_path}/rec/t/meta/episodes: cannot write the task: Read-only file system "
-                              "(the file system is read-only; choose a writable location)")
+                              "(choose a location on a writable file system)")
 
 
 def test_a_file_where_the_recordings_root_belongs(tmp_path: Path) -> None:
