@@ -29,7 +29,8 @@ from ..codecs.video import RgbEncoder
 from ..codecs.video_copy import VideoCopy, VideoSource, check_copy_frames
 from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
-from ..meta.drop_stats import changed_value_notes, clipped_key, encode_failed_key, rejected_key, saturated_key
+from ..meta.drop_stats import (changed_value_notes, clipped_key, encode_failed_key, nonfinite_key, rejected_key,
+                               saturated_key)
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
@@ -413,10 +414,9 @@ class EpisodeWriter:
                 continue
             try:
                 v, changed = spec.normalise_counted(values[name])
-                if name in self._stats_cols:
-                    v, keep = self._finite(name, spec, v, fi, reject_bad, reject)
-                    if keep is not None:
-                        masks[name] = keep
+                v, keep = self._finite(name, spec, v, fi, reject_bad, reject, counts, reasons)
+                if keep is not None:
+                    masks[name] = keep
             except Exception as exc:  # noqa: BLE001 - any value a source can push (reject_bad)
                 if not reject_bad:
                     raise
@@ -431,7 +431,7 @@ class EpisodeWriter:
             if _fills(spec, v):
                 filled.add(name)
         for name, spec in self._specs.items():
-            if spec.lockstep and spec.lockstep[0] in masks and spec.lockstep[1] == 1:
+            if spec.lockstep and spec.lockstep[0] in masks:  # one stamp per kept sample / point
                 keep = masks[spec.lockstep[0]]
                 if len(row[name]) == len(keep):
                     row[name] = row[name][keep]
@@ -480,24 +480,41 @@ class EpisodeWriter:
                 raise
         return fi
 
-    @staticmethod
-    def _finite(name: str, spec: ColumnSpec, value: np.ndarray, row: int, reject_bad: bool,
-                reject: Callable[..., None]) -> tuple[np.ndarray, np.ndarray | None]:
-        """A stats column's value with only finite numbers (decisions.md #19), and the IMU samples kept.
+    def _finite(self, name: str, spec: ColumnSpec, value: Any, row: int, reject_bad: bool,
+                reject: Callable[..., None], counts: dict[str, int],
+                reasons: dict[str, str]) -> tuple[Any, np.ndarray | None]:
+        """A float column's value without NaN/Infinity, and the samples / points kept (decisions.md #19, #22).
 
-        Strict: SchemaError. With ``reject_bad``, IMU samples holding NaN/Infinity are left
-        out one by one (add_frame drops their stamps with them) and counted; any other stats
-        column raises, and add_frame stores the whole sample as "no sample".
+        Every float column (issue 15 G): with ``reject_bad`` (the recorder) IMU samples and trajectory
+        points holding NaN/Infinity are left out one by one (add_frame drops their stamps with them) and
+        counted; any other value raises, and add_frame stores the whole sample as "no sample" and counts
+        it. Strict: a stats column raises (stats.json cannot hold NaN); another float column is stored as
+        given (a caller's deliberate "no reading", e.g. a joint a hand tracker lacks) and its non-finite
+        values are counted as ``<signal>_nonfinite_count``, warned at finish and reported by ``validate``.
         """
-        if not reject_bad or spec.storage != "list_list":
-            checks.check_finite_values(name, value, row)
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or not value.size:
             return value, None
-        ok = np.isfinite(value).all(axis=1)
-        if ok.all():
+        good = np.isfinite(value)
+        if good.all():
             return value, None
+        stats = name in self._stats_cols
+        if not reject_bad:
+            if stats:
+                checks.check_finite_values(name, value, row)
+            key = nonfinite_key(name)
+            counts[key] = counts.get(key, 0) + int((~good).sum())
+            reasons.setdefault(key, f"row {row}: {value.reshape(-1)[~good.reshape(-1)][0]}")
+            return value, None
+        width = spec.length if spec.storage == "list_list" else 8 if spec.kind == "slam_trajectory" else None
+        if not width:
+            checks.check_finite_values(name, value, row)  # raises: the whole sample is "no sample"
+        items = value.reshape(-1, width)
+        ok = good.reshape(-1, width).all(axis=1)
         bad = int((~ok).sum())
-        reject(name, f"{bad} sample(s) hold NaN or Infinity", bad)
-        return np.ascontiguousarray(value[ok]).reshape(-1, spec.length or 0), ok
+        what = "sample(s)" if spec.storage == "list_list" else "point(s)"
+        reject(name, f"{bad} {what} hold NaN or Infinity", bad)
+        kept = np.ascontiguousarray(items[ok])
+        return (kept if spec.storage == "list_list" else kept.reshape(-1)), ok
 
     def _encode_images(self, images: Mapping[str, np.ndarray], reject_bad: bool = False,
                        reject: Callable[..., None] | None = None) -> None:
