@@ -472,3 +472,71 @@ def test_nan_and_inf_in_glove_imu_and_hand_pose_columns_are_refused_and_counted(
     assert warned == ["drop_stats right_glove_imu_quat_rejected_count = 1",
                       "drop_stats right_glove_imu_valid_rejected_count = 1",
                       "drop_stats right_hand_pose_rejected_count = 1", "drop_stats slam_trajectory_rejected_count = 1"]
+
+
+# -- a source that dies mid-episode (issue 15 G) ----------------------------------------------------------------------
+
+def test_a_source_that_raises_at_15_s_of_20_s_is_disconnected_from_that_tick_and_its_rows_counted(tmp_path,
+                                                                                                   monkeypatch):
+    """The example: status.right_glove read "connected" on all 600 rows and its 150 zero rows carried no count."""
+    from egopool.devices import simulated
+
+    rig = _rig(UVC, RIGHT_GLOVE)
+    real = simulated._Glove.emit_signals
+
+    def dies_at_15_s(self, t0, t1, rec):
+        if t1 - self.epoch > 15 * 10**9:
+            raise RuntimeError("USB glove unplugged")
+        real(self, t0, t1, rec)
+
+    monkeypatch.setattr(simulated._Glove, "emit_signals", dies_at_15_s)
+    rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
+    with pytest.warns(ValueChangedWarning, match=r"150 row\(s\) were recorded while right_glove was disconnected "
+                                                 r"\(status.right_glove\).*first: from tick 450: usbglove:364933593535: "
+                                                 r"RuntimeError: USB glove unplugged"):
+        done = SimulatedRig(rig).record(rec, 20.0)
+    assert done.result.length == 600
+    assert done.drop_stats["right_glove_disconnected_count"] == 150
+    t = open_task(tmp_path / "t").episode(done.index).table
+    status = t.column("status.right_glove").to_pylist()
+    assert status == ["connected"] * 450 + ["disconnected"] * 150
+    glove = np.asarray(t.column("observation.right_glove").to_pylist())
+    assert glove[:450].any(axis=1).all() and not glove[450:].any()  # §5.5: no sample after it died
+    report = validate_task(tmp_path / "t")
+    assert _errors(report) == []
+    assert any(f.message.startswith("drop_stats right_glove_disconnected_count = 150") for f in report.findings)
+
+
+def test_a_real_time_source_whose_thread_raises_reads_disconnected_from_then_on(tmp_path):
+    """Source._guarded_run: the capture thread's exception marks the device's status columns (real time)."""
+    from egopool.sources import RecordingSession
+    from egopool.sources.base import Source
+
+    class DyingGlove(Source):
+        def _run(self, stop):
+            col = self.reg.signals["pressure"]
+            while not stop.is_set():
+                rec = self._rec
+                if rec is not None:
+                    if rec.live_stats()["rows"] >= 10:
+                        raise RuntimeError("USB glove unplugged")
+                    rec.push_sample(col, np.ones(256, np.float32))
+                stop.wait(0.005)
+
+    session = RecordingSession(TaskWriter(tmp_path, "t", registry=False), [DyingGlove(RIGHT_GLOVE)])
+    session.open()
+    try:
+        with pytest.warns(ValueChangedWarning, match="usbglove:364933593535: RuntimeError: USB glove unplugged"):
+            first = session.record_seconds(40 / FPS)
+        with pytest.warns(ValueChangedWarning, match="disconnected"):
+            second = session.record_seconds(5 / FPS)  # still dead: disconnected from its first row
+    finally:
+        session.close()
+    task = open_task(tmp_path / "t")
+    status = task.episode(first.index).table.column("status.right_glove").to_pylist()
+    cut = status.index("disconnected")
+    assert cut >= 10 and status == ["connected"] * cut + ["disconnected"] * (len(status) - cut)
+    assert first.drop_stats["right_glove_disconnected_count"] == len(status) - cut
+    status2 = task.episode(second.index).table.column("status.right_glove").to_pylist()
+    assert set(status2) == {"disconnected"} and second.drop_stats["right_glove_disconnected_count"] == len(status2)
+    assert session.sources[0].error == "RuntimeError: USB glove unplugged"

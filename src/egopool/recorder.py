@@ -49,7 +49,7 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +58,7 @@ import numpy as np
 
 from ._threads import name_thread
 from .errors import CodecError, EgopoolError, SchemaError, ValueChangedWarning
-from .meta.drop_stats import rejected_key
+from .meta.drop_stats import disconnected_key, rejected_key
 from .write.checks import check_episode_seconds, max_episode_rows
 from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
 
@@ -247,6 +247,7 @@ class Recorder:
             self._points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
             self._npoints: dict[str, int] = {}
             self._status = {sid: "connected" for sid in self._status_ids}
+            self._status_reason: dict[str, str] = {}  # status id -> why it went disconnected
             self._counts: dict[str, int] = {}
             self._reasons: dict[str, str] = {}  # count key -> first reason (for the episode's notes)
             self._taken: dict[str, int] = {s: 0 for s in self._streams}
@@ -371,8 +372,12 @@ class Recorder:
                             else f"{column.split('.', 1)[1]}_overflow_count", dropped)
             self._npoints[column] = n
 
-    def set_status(self, sid: str, state: str) -> None:
+    def set_status(self, sid: str, state: str, reason: str | None = None) -> None:
         """Set ``status.<sid>`` (``connected`` / ``disconnected``) from the next row on.
+
+        Every row built while it reads ``disconnected`` is counted as ``<sid>_disconnected_count`` in
+        ``drop_stats`` (those rows hold no sample of the device, multi_device_storage.md §5.5);
+        ``reason`` (e.g. the error that stopped the device's source) goes into the episode's note.
 
         Raises
         ------
@@ -384,6 +389,16 @@ class Recorder:
             raise SchemaError(f"no status column for {sid!r}", hint=f"status ids: {self._status_ids}")
         with self._lock:
             self._status[sid] = str(state)
+            if reason and state == "disconnected":
+                self._status_reason.setdefault(sid, str(reason))
+
+    def mark_disconnected(self, sids: Iterable[str], reason: str) -> None:
+        """A device stopped (its source raised): each of its ``status.<sid>`` columns this rig records reads
+        ``disconnected`` from the next row on, counted per row with ``reason`` (:meth:`set_status`).
+        Ids the rig has no status column for are skipped. Never raises (any thread)."""
+        for sid in sids:
+            if sid in self._status:
+                self.set_status(sid, "disconnected", reason=reason)
 
     def live_stats(self) -> dict[str, Any]:
         """Counters of the running episode for a status display (any thread).
@@ -431,6 +446,13 @@ class Recorder:
             latest, self._latest = self._latest, {}
             points, self._points, self._npoints = self._points, {}, {}
             status = dict(self._status)
+            for sid, st in status.items():  # rows without the device's samples (§5.5 "设备中途断连")
+                if st == "disconnected":
+                    key = disconnected_key(sid)
+                    if key not in self._counts:
+                        why = self._status_reason.get(sid)
+                        self._reasons.setdefault(key, f"from tick {tick}" + (f": {why}" if why else ""))
+                    self._count(key)
         chain = self._chain
         values: dict[str, Any] = {}
         images: dict[str, np.ndarray] = {}
@@ -531,7 +553,7 @@ class Recorder:
                 self._set_aside(ep)
                 return
             for key, n in self._drop_stats(lag_max).items():  # the writer may count the same key (rejects)
-                if key.endswith("_rejected_count") or key == "rows_rejected":
+                if key.endswith(("_rejected_count", "_disconnected_count")) or key == "rows_rejected":
                     ep.count(key, int(n), self._reasons.get(key))
                 else:
                     ep.drop_stats[key] = n

@@ -263,11 +263,17 @@ class RecordingSession:
 
         def feed(t0: int, t1: int, r: Recorder) -> None:
             for src in self.sources:
-                if isinstance(src, SimSource):
-                    assert src._sim is not None
-                    src._sim.feed(t0, t1, r)
-                else:
-                    src.feed(t0, t1, r)  # type: ignore[attr-defined]
+                if src.status().state == "error":
+                    continue  # stopped earlier: its status columns read disconnected
+                try:
+                    if isinstance(src, SimSource):
+                        assert src._sim is not None
+                        src._sim.feed(t0, t1, r)
+                    else:
+                        src.feed(t0, t1, r)  # type: ignore[attr-defined]
+                except Exception as exc:  # noqa: BLE001 - as on the real-time path: the others go on
+                    src._rec = r
+                    src.fail(exc)
 
         recordings = [s for s in self.sources if s.replayable]
         for r in recordings:
