@@ -251,11 +251,15 @@ class MetaUpdateError(EgopoolError):
     ----------
     index:
         Global N of the saved episode.
+    result:
+        What :meth:`~egopool.write.episode_writer.EpisodeWriter.finish` published (an
+        ``EpisodeResult``: N, rows, paths), so a caller can go on; None where no episode object exists.
     """
 
     def __init__(self, index: int, message: str, *, path: str | Path | None = None,
                  hint: str | None = None) -> None:
         self.index = index
+        self.result: Any = None
         super().__init__(f"episode {index} was saved, but {message}", path=path, hint=hint)
 
 

@@ -57,7 +57,7 @@ import av
 import numpy as np
 
 from ._threads import name_thread
-from .errors import CodecError, EgopoolError, SchemaError, ValueChangedWarning
+from .errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, ValueChangedWarning
 from .meta.drop_stats import disconnected_key, rejected_key
 from .write.checks import check_episode_seconds, max_episode_rows
 from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
@@ -123,12 +123,17 @@ class RecordedEpisode:
     notes:
         One line per kind of value stored otherwise than given, and why recording stopped
         early (the float32 timestamp limit); each was also warned (ValueChangedWarning).
+    unfinished:
+        The episode is saved, but ``info.json`` / ``stats.json`` (and maybe the registry) were not
+        updated: the one line saying what is still to do (a :class:`~egopool.errors.MetaUpdateError`,
+        also warned as a RuntimeWarning), else None.
     """
 
     result: EpisodeResult
     drop_stats: dict[str, int | float]
     ticks: int
     notes: tuple[str, ...] = ()
+    unfinished: str | None = None
 
     @property
     def index(self) -> int:
@@ -203,6 +208,7 @@ class Recorder:
         #: Why the last episode was discarded without rows (a stream silent past ``prime_timeout``), or None.
         self.discard_reason: str | None = None
         self._result: EpisodeResult | None = None
+        self._unfinished: str | None = None  # saved, but info/stats/registry still to do (MetaUpdateError)
         self._final_stats: dict[str, int | float] = {}
         self._notes: list[str] = []
         self._aborting = self._realtime = False
@@ -557,7 +563,12 @@ class Recorder:
                     ep.count(key, int(n), self._reasons.get(key))
                 else:
                     ep.drop_stats[key] = n
-            self._result = ep.finish()
+            try:
+                self._result = ep.finish()
+            except MetaUpdateError as exc:  # saved (committed): returned, with what is still to do
+                self._result, self._unfinished = exc.result, exc.one_line()
+                if self._result is None:
+                    raise
             self._final_stats = dict(ep.drop_stats)
             self._notes[:0] = self._result.notes
         except BaseException as exc:
@@ -603,6 +614,7 @@ class Recorder:
         self._unprimed = None
         self.discard_reason = None
         self._result = None
+        self._unfinished = None
         self._final_stats = {}
         self._notes = []
         self._aborting = False
@@ -627,6 +639,8 @@ class Recorder:
         self._active = False
         for line in self._notes:  # from this (the caller's) thread, so callers can catch them
             warnings.warn(line, ValueChangedWarning, stacklevel=3)
+        if self._unfinished is not None:  # the episode is safe; one line says what is still to do
+            warnings.warn(self._unfinished, RuntimeWarning, stacklevel=3)
         if self._error is not None and self._error is self._unprimed and self._episode is None and \
                 (abort or discard_empty):  # a stream never delivered: nothing was written, no N taken
             self.discard_reason = self._unprimed.one_line()
@@ -648,7 +662,7 @@ class Recorder:
         if self._result is None:
             raise CodecError("the episode has no rows: no tick had a frame of every stream "
                              f"(silent: {self._silent_streams()})")
-        return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes))
+        return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes), self._unfinished)
 
     def start_episode(self, max_ticks: int | None = None) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.

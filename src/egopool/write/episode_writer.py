@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -55,8 +56,9 @@ class EpisodeOwner(Protocol):
     def note_taken(self, index: int) -> None:
         """N is committed (its episodes row exists); called under the task lock."""
 
-    def register(self, index: int, paths: Sequence[Path]) -> str | None:
-        """Record a published episode in the registry; the failure text, or None (never raises)."""
+    def register(self, index: int, paths: Sequence[Path], *, warn: bool = True) -> str | None:
+        """Record a published episode in the registry; the failure text (warned when ``warn``), or None
+        (never raises)."""
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec"]
 
@@ -178,6 +180,11 @@ def _fills(spec: ColumnSpec, value: Any) -> bool:
     return True
 
 
+def _strip_hint(line: str) -> str:
+    """An error line without its trailing ``(hint)``, to quote it inside another message."""
+    return re.sub(r" \([^()]*\)$", "", line)
+
+
 def _int64(value: Any) -> int:
     """A device-clock stamp as a Python int in int64 (file_format.md §7.1), else SchemaError."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
@@ -284,8 +291,13 @@ class EpisodeWriter:
         # Force matrices (187500 int16 diffs a row) skip dictionary encoding: it never pays off
         # on them and halves the write rate (benchmarks/bench_recorder.py).
         self._dict_cols = [n for n, s in specs.items() if s.kind != "force_matrix"]
-        self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
-                                    use_dictionary=self._dict_cols)
+        try:
+            self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
+                                        use_dictionary=self._dict_cols)
+        except BaseException:  # e.g. a full disk: the file was created, its header not written
+            with contextlib.suppress(FileNotFoundError):
+                self._data_temp.unlink()
+            raise
         self._streams: dict[str, _Stream] = {}
         self.encoder_threads = bool(getattr(task, "encoder_threads", True))
         try:
@@ -492,7 +504,8 @@ class EpisodeWriter:
         given (a caller's deliberate "no reading", e.g. a joint a hand tracker lacks) and its non-finite
         values are counted as ``<signal>_nonfinite_count``, warned at finish and reported by ``validate``.
         """
-        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or not value.size:
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or not value.size \
+                or spec.kind == "force_matrix":  # its codec refuses NaN and counts cells beyond float32 (#22)
             return value, None
         good = np.isfinite(value)
         if good.all():
@@ -719,15 +732,24 @@ class EpisodeWriter:
             raise
         finally:
             markers.release(self.task.task_dir, self.index)
-        reg_error = self.task.register(self.index, published)
+        err = self._meta_error
+        reg_error = self.task.register(self.index, published, warn=err is None)  # else said once, below
         notes = tuple(self.notes)
         if self.warn_changes:
             for line in notes:
                 warnings.warn(line, ValueChangedWarning, stacklevel=2)
-        if self._meta_error is not None:  # the episode stands (committed, registered); its task meta is stale
-            raise self._meta_error
-        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error, notes,
-                             dict(self.drop_stats))
+        result = EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error, notes,
+                               dict(self.drop_stats))
+        if err is not None:  # the episode stands (committed); what is still to do, in one message
+            if reg_error:
+                err.message += f"; it is not in the registry either ({_strip_hint(reg_error)})"
+            err.hint = ("fix that (free disk space), then run `egopool repair clean TASK`: it finishes the merge"
+                        + (" and records the episode" if reg_error else "") + "; the next recording into the task "
+                        "does it too")
+            err.args = (err.one_line(),)
+            err.result = result
+            raise err
+        return result
 
     @property
     def notes(self) -> list[str]:
