@@ -125,3 +125,14 @@ def test_cli_import_aria_json(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["counts"]["trajectory_points"] == 2000 and doc["episodes"][0]["episode_index"] == 1
     assert any("grid" in s for s in doc["synthesised"])
+
+
+def test_importing_the_same_mps_output_twice_is_refused(tmp_path, capsys):
+    pytest.importorskip("projectaria_tools")
+    args = ["import", "aria", "--mps", str(MPS), "--task", "mps", "--out", str(tmp_path)]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"egopool: error: {tmp_path}/mps: {MPS} is already in this task as episode N=1 ")
+    assert [ep.index for ep in open_task(tmp_path / "mps").episodes()] == [1]

@@ -331,3 +331,21 @@ def test_image_features_import_and_a_damaged_png_imports_nothing(tmp_path, capsy
                           "not decode (") and err.count("\n") == 1, err
     assert err.endswith("(restore it, or import the other episodes (--episode E))\n")
     assert not rec.exists()
+
+
+def test_importing_a_dataset_twice_is_refused_per_episode(sim_task, tmp_path, capsys):
+    """The example: `import lerobot` twice gave 10 episodes (5 + 5 identical copies) without a word."""
+    export_lerobot(sim_task.path, tmp_path / "lr")
+    rec = tmp_path / "rec"
+    base = ["import", "lerobot", str(tmp_path / "lr"), "--task", "back", "--out", str(rec)]
+    assert main([*base, "-e", "1"]) == 0
+    capsys.readouterr()
+    assert main(base) == 1  # episode 1 of the dataset is N=1 already: nothing of the import is written
+    err = capsys.readouterr().err
+    assert err.startswith(f"egopool: error: {rec}/back: {tmp_path}/lr episode 1 is already in this task as episode "
+                          "N=1 (imported before, same content sha256:") and err.count("\n") == 1
+    assert "--allow-duplicate" in err
+    assert [ep.index for ep in open_task(rec / "back").episodes()] == [1]
+    assert main([*base, "-e", "0"]) == 0  # a dataset episode not imported yet is welcome
+    assert main([*base, "--allow-duplicate"]) == 0
+    assert [ep.index for ep in open_task(rec / "back").episodes()] == [1, 2, 3, 4]

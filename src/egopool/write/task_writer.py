@@ -119,6 +119,8 @@ class TaskWriter:
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
         self._created_here = not self.task_dir.exists()
+        #: N committed by this writer's episodes, in order.
+        self.committed: list[int] = []
         with StorageError.guard(self.task_dir, action="cannot write the task"):
             self._create()
 
@@ -215,6 +217,7 @@ class TaskWriter:
     def note_taken(self, index: int) -> None:
         """N is committed by one of this writer's episodes (called under the task lock)."""
         self._scanned_max = max(self._scanned_max, index)
+        self.committed.append(index)
 
     def register(self, index: int, paths: Sequence[Path], *, warn: bool = True) -> str | None:
         """Record a published episode in the registry; a failure is returned (and warned when ``warn``; the
