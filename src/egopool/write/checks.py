@@ -345,7 +345,7 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
                           "can be merged into it", path=ipath, hint="replace the value with a finite number") from None
     try:
         merge_info(info, declarations)
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise FormatError(f"cannot merge this episode's declarations: {exc}", path=ipath,
                           hint="a key has the wrong JSON type; run `egopool validate TASK`") from exc
     stored = read_stats(task_dir)  # FormatError with the recalc hint when unparsable

@@ -61,9 +61,15 @@ def refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
     """
     if info_path(task_dir).exists():
         old = read_info(task_dir).get("fps")
-        if isinstance(old, (int, float)) and not isinstance(old, bool) and not math.isclose(old, fps, rel_tol=1e-9):
-            raise SchemaError(f"the task records at {old:g} fps, not {fps:g} (a task has one fps, file_format.md §3)",
-                              path=task_dir, hint=fps_hint or f"use --fps {old:g}, or record into a new task")
+        if isinstance(old, (int, float)) and not isinstance(old, bool):
+            try:
+                same, shown = math.isclose(float(old), fps, rel_tol=1e-9), f"{old:g}"
+            except OverflowError:  # an integer beyond float64 (docs/decisions.md V6)
+                same, shown = False, f"{str(old)[:12]}... ({len(str(abs(old)))} digits)"
+            if not same:
+                raise SchemaError(f"the task records at {shown} fps, not {fps:g} (a task has one fps, file_format.md "
+                                  "§3)", path=task_dir, hint=fps_hint or f"use --fps {shown}, or record into a new "
+                                                                         "task")
     elif task_dir.is_dir():
         try:
             read_info(task_dir)
