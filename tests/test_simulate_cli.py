@@ -199,8 +199,9 @@ def test_saved_but_meta_and_registry_not_updated_is_one_warning_and_exit_0(tmp_p
     assert lines[0].startswith(f"egopool: warning: {tmp_path}/t/meta/info.json: episode 3 was saved, but "
                                "meta/info.json was not updated (No space left on device); it is not in the registry "
                                f"either ({db}: registry operation failed: database or disk is full) ")
-    assert lines[0].endswith("(fix that (free disk space), then run `egopool repair clean TASK`: it finishes the "
-                             "merge and records the episode; the next recording into the task does it too)")
+    assert lines[0].endswith("(once the cause is fixed (a full disk: free space), run `egopool repair clean "
+                             "TASK`: it finishes the merge and records the episode; the next recording into the task "
+                             "does it too)")
     monkeypatch.undo()
     assert main(["repair", "clean", str(tmp_path / "t"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -519,8 +519,11 @@ class EpisodeWriter:
             reasons.setdefault(key, f"row {row}: {value.reshape(-1)[~good.reshape(-1)][0]}")
             return value, None
         width = spec.length if spec.storage == "list_list" else 8 if spec.kind == "slam_trajectory" else None
-        if not width:
-            checks.check_finite_values(name, value, row)  # raises: the whole sample is "no sample"
+        if not width:  # raises: the whole sample is stored as "no sample"
+            if stats:
+                checks.check_finite_values(name, value, row)
+            first = value.reshape(-1)[~good.reshape(-1)][0]
+            raise SchemaError(f"row {row} holds {first} ({int((~good).sum())} non-finite value(s))", column=name)
         items = value.reshape(-1, width)
         ok = good.reshape(-1, width).all(axis=1)
         bad = int((~ok).sum())
@@ -743,7 +746,8 @@ class EpisodeWriter:
         if err is not None:  # the episode stands (committed); what is still to do, in one message
             if reg_error:
                 err.message += f"; it is not in the registry either ({_strip_hint(reg_error)})"
-            err.hint = ("fix that (free disk space), then run `egopool repair clean TASK`: it finishes the merge"
+            err.hint = ("once the cause is fixed (a full disk: free space), run `egopool repair clean TASK`: it "
+                        "finishes the merge"
                         + (" and records the episode" if reg_error else "") + "; the next recording into the task "
                         "does it too")
             err.args = (err.one_line(),)
