@@ -1,4 +1,4 @@
-"""``egopool export rerun`` / ``egopool view``: episodes as a Rerun recording (``rerun-sdk`` 0.26).
+"""``egopool export rerun`` / ``egopool view``: episodes as a Rerun recording (``rerun-sdk`` 0.26 to 0.41).
 
 Entities of episode N (all under ``/episode_N``)::
 
@@ -22,6 +22,7 @@ it was stored with.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +39,13 @@ from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
 from ._checks import check_output_file, episode_streams
 
-__all__ = ["RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
+__all__ = ["RERUN_VERSIONS", "RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
+
+#: The rerun-sdk releases (major, minor) egopool drives, oldest and newest; both are tested in CI
+#: (.ci/run). The ``interop`` extra of pyproject.toml names the same range (docs/decisions.md I5).
+RERUN_VERSIONS = ((0, 26), (0, 41))
+_RERUN_PIP = "pip install 'rerun-sdk>={}.{},<{}.{}'".format(*RERUN_VERSIONS[0], RERUN_VERSIONS[1][0],
+                                                             RERUN_VERSIONS[1][1] + 1)
 
 #: Progress callback ``(episodes done, total)``.
 Progress = Callable[[int, int], None]
@@ -47,12 +54,40 @@ _SKIP_KINDS = {"slam_trajectory", "slam_trajectory_ns", "force_matrix", "force_m
                "imu", "imu_ts"}
 
 
+def rerun_version_problem(version: str) -> str | None:
+    """Why egopool cannot drive rerun-sdk ``version`` (``"0.41.0"``), or None when it can."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is not None and RERUN_VERSIONS[0] <= (int(m[1]), int(m[2])) <= RERUN_VERSIONS[1]:
+        return None
+    (a, b), (c, d) = RERUN_VERSIONS
+    return f"rerun-sdk {version} is installed; egopool writes Rerun recordings with rerun-sdk {a}.{b} to {c}.{d} only"
+
+
 def _rr() -> Any:
+    """The ``rerun`` module, once its version is known to be one egopool drives (checked before the
+    import: another release may not even import cleanly)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import rerun as rr
-    except ImportError as exc:  # pragma: no cover - the extra is installed in CI
-        raise EgopoolError("Rerun support needs rerun-sdk", hint="pip install 'egopool[interop]'") from exc
+        problem = rerun_version_problem(version("rerun-sdk"))
+    except PackageNotFoundError:
+        raise EgopoolError("Rerun support needs rerun-sdk", hint="pip install 'egopool[interop]'") from None
+    if problem is not None:
+        raise EgopoolError(problem, hint=_RERUN_PIP)
+    import rerun as rr
+
     return rr
+
+
+def _pose_columns(rr: Any, translation: np.ndarray, quaternion: np.ndarray) -> list[Any]:
+    """Transform3D columns of (K, 3) positions and (K, 4) xyzw quaternions, drawn as 5 cm axes.
+
+    rerun-sdk 0.28 moved ``axis_length`` from ``Transform3D`` to its own ``TransformAxes3D``."""
+    axes = [0.05] * len(translation)
+    if hasattr(rr, "TransformAxes3D"):
+        return [*rr.Transform3D.columns(translation=translation, quaternion=quaternion),
+                *rr.TransformAxes3D.columns(axis_length=axes)]
+    return list(rr.Transform3D.columns(translation=translation, quaternion=quaternion, axis_length=axes))
 
 
 @dataclass(frozen=True)
@@ -229,8 +264,8 @@ class _Logger:
                 times = [rr.TimeColumn("frame_index", sequence=self.frames[tr.rows[idx]])]
                 if host:
                     times.append(rr.TimeColumn("host_ns", duration=tr.host_ns[idx].astype("timedelta64[ns]")))
-                self.rec.send_columns(pose, indexes=times, columns=rr.Transform3D.columns(
-                    translation=tr.positions[idx], quaternion=tr.quaternions[idx], axis_length=[0.05] * len(idx)))
+                self.rec.send_columns(pose, indexes=times,
+                                      columns=_pose_columns(rr, tr.positions[idx], tr.quaternions[idx]))
             self.count(pose, len(tr.points))
 
     def imu(self) -> None:
