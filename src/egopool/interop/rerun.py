@@ -22,7 +22,6 @@ it was stored with.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -38,14 +37,9 @@ from ..errors import CodecError, EgopoolError, StorageError
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
 from ._checks import check_output_file, episode_streams
+from ._releases import RERUN
 
-__all__ = ["RERUN_VERSIONS", "RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
-
-#: The rerun-sdk releases (major, minor) egopool drives, oldest and newest; both are tested in CI
-#: (.ci/run). The ``interop`` extra of pyproject.toml names the same range (docs/decisions.md I5).
-RERUN_VERSIONS = ((0, 26), (0, 41))
-_RERUN_PIP = "pip install 'rerun-sdk>={}.{},<{}.{}'".format(*RERUN_VERSIONS[0], RERUN_VERSIONS[1][0],
-                                                             RERUN_VERSIONS[1][1] + 1)
+__all__ = ["RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
 
 #: Progress callback ``(episodes done, total)``.
 Progress = Callable[[int, int], None]
@@ -54,26 +48,9 @@ _SKIP_KINDS = {"slam_trajectory", "slam_trajectory_ns", "force_matrix", "force_m
                "imu", "imu_ts"}
 
 
-def rerun_version_problem(version: str) -> str | None:
-    """Why egopool cannot drive rerun-sdk ``version`` (``"0.41.0"``), or None when it can."""
-    m = re.match(r"(\d+)\.(\d+)", version)
-    if m is not None and RERUN_VERSIONS[0] <= (int(m[1]), int(m[2])) <= RERUN_VERSIONS[1]:
-        return None
-    (a, b), (c, d) = RERUN_VERSIONS
-    return f"rerun-sdk {version} is installed; egopool writes Rerun recordings with rerun-sdk {a}.{b} to {c}.{d} only"
-
-
 def _rr() -> Any:
-    """The ``rerun`` module, once its version is known to be one egopool drives (checked before the
-    import: another release may not even import cleanly)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        problem = rerun_version_problem(version("rerun-sdk"))
-    except PackageNotFoundError:
-        raise EgopoolError("Rerun support needs rerun-sdk", hint="pip install 'egopool[interop]'") from None
-    if problem is not None:
-        raise EgopoolError(problem, hint=_RERUN_PIP)
+    """The ``rerun`` module, once its release is one egopool drives (``_releases.RERUN``)."""
+    RERUN.require()
     import rerun as rr
 
     return rr
