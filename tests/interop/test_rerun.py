@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ from egopool.interop.rerun import export_rerun, view_axes
 
 from .rerun_read import open_rrd, rrd_verify
 
+ROOT = Path(__file__).resolve().parents[2]
 #: rerun.components.ViewCoordinates axis codes (Up=1, Down=2, Right=3, Left=4, Forward=5, Back=6).
 _CODE = {"up": 1, "down": 2, "right": 3, "left": 4, "forward": 5, "backward": 6}
 
@@ -131,3 +136,15 @@ def test_the_export_passes_rerun_rrd_verify(sim_task, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "verified without error" in done.stderr + done.stdout
 
+
+
+@pytest.mark.extra("interop")
+def test_export_json_prints_only_json_and_nothing_of_rerun(sim_task, tmp_path):
+    """rerun-sdk 0.41 renamed the application id `egopool/<task>` with a WARN line of its own on every export."""
+    pytest.importorskip("rerun")
+    out = tmp_path / "x.rrd"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-m", "egopool", "export", "rerun", str(sim_task.path), "2", "-o", str(out),
+                           "--stride", "5", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout)["episodes"] == [2] and out.is_file()

@@ -22,6 +22,7 @@ it was stored with.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -338,8 +339,12 @@ def _log_episodes(rec: Any, task: Task, indices: Sequence[int], stride: int,
 
 
 def _recording(task: Task) -> Any:
+    """A recording stream of application ``egopool-<task name>``: rerun-sdk 0.41 takes only letters, digits,
+    ``-``, ``_`` and spaces in an application id and otherwise renames it (``egopool/t`` -> ``egopool-t<hash>``)
+    with a warning on the terminal, so anything else in the task's name becomes ``_``."""
     rr = _rr()
-    return rr.RecordingStream(f"egopool/{task.name}", recording_id=str(task.path.resolve()))
+    name = re.sub(r"[^A-Za-z0-9_ -]", "_", task.name)
+    return rr.RecordingStream(f"egopool-{name}", recording_id=str(task.path.resolve()))
 
 
 def _save(rec: Any, out: Path, log: Callable[[], Any]) -> Any:
