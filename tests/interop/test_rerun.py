@@ -14,6 +14,7 @@ import pytest
 
 from egopool.arrowutil import list_column_to_numpy
 from egopool.cli.app import main
+from egopool.interop._releases import release_numbers
 from egopool.interop.rerun import export_rerun, view_axes
 
 from .rerun_read import open_rrd, rrd_verify
@@ -148,3 +149,17 @@ def test_export_json_prints_only_json_and_nothing_of_rerun(sim_task, tmp_path):
                            "--stride", "5", "--json"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert json.loads(done.stdout)["episodes"] == [2] and out.is_file()
+
+
+@pytest.mark.extra("interop")
+def test_a_recording_the_current_viewer_must_migrate_says_so(sim_task, tmp_path):
+    """rerun-sdk 0.26/0.27 files have no RRD footer: the viewer 0.41 opens them only after `rerun rrd migrate`."""
+    pytest.importorskip("rerun")
+    from importlib.metadata import version
+
+    out = tmp_path / "x.rrd"
+    result = export_rerun(sim_task.path, out, [1], stride=5)
+    old = release_numbers(version("rerun-sdk"))[:2] < (0, 28)
+    said = [n for n in result.notes if "rerun rrd migrate" in n]
+    assert said == ([f"written with rerun-sdk {version('rerun-sdk')}: its own viewer opens it; Rerun viewers 0.41 "
+                     f"and later only after `rerun rrd migrate {out}`"] if old else [])

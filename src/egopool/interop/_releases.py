@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from ..errors import EgopoolError
 
-__all__ = ["ARIA", "RERUN", "Releases"]
+__all__ = ["ARIA", "RERUN", "Releases", "release_numbers"]
 
 
-def _numbers(version: str) -> tuple[int, ...] | None:
+def release_numbers(version: str) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of a release string (``"0.41.0"``, ``"0.27.0a1+dev"``, ``"1.7"``), or None."""
     m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
-    return None if m is None else tuple(int(g or 0) for g in m.groups())
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3] or 0))
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class Releases:
 
     def problem(self, version: str) -> str | None:
         """Why egopool cannot use release ``version`` (``"0.42.0"``), or None when it can."""
-        got = _numbers(version)
-        oldest, newest = _numbers(self.oldest), _numbers(self.newest)
+        got = release_numbers(version)
+        oldest, newest = release_numbers(self.oldest), release_numbers(self.newest)
         if got is not None and oldest is not None and newest is not None and oldest <= got and got[:2] <= newest[:2]:
             return None
         return f"{self.dist} {version} is installed; egopool {self.use} with {self.dist} {self.oldest} to {self.newest} only"

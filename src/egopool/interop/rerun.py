@@ -38,7 +38,7 @@ from ..errors import CodecError, EgopoolError, StorageError
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
 from ._checks import check_output_file, episode_streams
-from ._releases import RERUN
+from ._releases import RERUN, release_numbers
 
 __all__ = ["RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
 
@@ -55,6 +55,23 @@ def _rr() -> Any:
     import rerun as rr
 
     return rr
+
+
+#: The oldest rerun-sdk whose .rrd files the Rerun viewer 0.41 opens as they are (checked with its
+#: ``rerun rrd verify``: 0.26 and 0.27 files have no RRD footer, docs/decisions.md I9).
+_VIEWER_041_READS = (0, 28)
+
+
+def _old_format_note(out: Path) -> list[str]:
+    """What a user of the current Rerun viewer must do with ``out`` written by an older rerun-sdk."""
+    from importlib.metadata import version
+
+    release = version("rerun-sdk")
+    numbers = release_numbers(release)
+    if numbers is None or numbers[:2] >= _VIEWER_041_READS:
+        return []
+    return [f"written with rerun-sdk {release}: its own viewer opens it; Rerun viewers 0.41 and later only after "
+            f"`rerun rrd migrate {out}`"]
 
 
 def _pose_columns(rr: Any, translation: np.ndarray, quaternion: np.ndarray) -> list[Any]:
@@ -414,7 +431,7 @@ def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | Non
     rec = _recording(t)
     with StorageError.guard(out, action="cannot write the Rerun recording"):
         entities, notes = _save(rec, out, lambda: _log_episodes(rec, t, chosen, stride, progress))
-    return RerunExport(out, tuple(chosen), entities, tuple(notes))
+    return RerunExport(out, tuple(chosen), entities, tuple(notes + _old_format_note(out)))
 
 
 def view_episode(task: str | Path, index: int, *, out: str | Path | None = None, spawn: bool | None = None,
