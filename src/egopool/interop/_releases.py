@@ -54,7 +54,8 @@ class Releases:
         oldest, newest = release_numbers(self.oldest), release_numbers(self.newest)
         if got is not None and oldest is not None and newest is not None and oldest <= got and got[:2] <= newest[:2]:
             return None
-        return f"{self.dist} {version} is installed; egopool {self.use} with {self.dist} {self.oldest} to {self.newest} only"
+        return (f"{self.dist} {version} is installed; egopool {self.use} with {self.dist} {self.oldest} to "
+                f"{self.newest} only")
 
     def require(self) -> None:
         """Check the installed release (its pip record, without importing it).

@@ -251,7 +251,8 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
     Raises
     ------
     EgopoolError
-        Neither a VRS nor an MPS folder; projectaria-tools missing.
+        Neither a VRS nor an MPS folder; projectaria-tools missing, or a release other than 1.7.1
+        to 2.3 (``_releases.ARIA``).
     FormatError
         A file projectaria-tools cannot read, an MPS folder without a trajectory, a world frame
         that is not gravity-aligned.

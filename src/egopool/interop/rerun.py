@@ -416,8 +416,8 @@ def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | Non
     EpisodeNotFoundError
         An N that is not in the task.
     EgopoolError
-        ``stride < 1``; rerun-sdk missing (``pip install 'egopool[interop]'``); ``out`` is in the
-        task directory.
+        ``stride < 1``; rerun-sdk missing (``pip install 'egopool[interop]'``) or a release other
+        than 0.26 to 0.41; ``out`` is in the task directory.
     FormatError
         An episode's meta row describes a stream whose file is missing.
     StorageError
