@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,6 +198,14 @@ def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarr
     return parts[0].reshape((rows,) if shape == [1] else (rows, *shape))
 
 
+def _depth_vectors(data_path: Path, name: str) -> Iterator[np.ndarray]:
+    """The ``(rows * H, W)`` uint16 vectors of a depth feature, read back from the written data parquet."""
+    for batch in pq.ParquetFile(str(data_path)).iter_batches(batch_size=_BATCH_ROWS, columns=[name]):
+        arr = batch.column(0)
+        width = arr.type.value_type.list_size
+        yield arr.flatten().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+
+
 def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePart:
     """Write one episode's data parquet and videos under ``root`` (a dataset directory being built).
 
@@ -236,8 +244,6 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     schema = pa.schema([pa.field(n, fmt.arrow_type(v)) for n, v in data_feats.items()])
     need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources} | {"frame_index"})
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
-    sample = set(_sample_rows(length).tolist())
-    depth_thumbs: dict[str, list[np.ndarray]] = {}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
                    for col in plan.columns if col.kind == "depth"}
     done = 0
@@ -248,15 +254,13 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             for col in plan.columns:
                 if col.kind == "depth":
                     frames = []
-                    for i in range(rows):
+                    for _ in range(rows):
                         try:
                             frame = next(depth_iters[col.name])
                         except StopIteration:
                             raise SchemaError(f"stream {col.sources[0]} has fewer frames than the {length} rows",
                                               path=job.task_dir) from None
                         frames.append(frame)
-                        if done + i in sample:
-                            depth_thumbs.setdefault(col.name, []).append(_thumb(frame))
                     arrays[col.name] = np.stack(frames)
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
@@ -278,8 +282,8 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     stats = {n: fmt.feature_stats(np.concatenate(v)) for n, v in values.items() if v}
     stats["episode_index"] = fmt.feature_stats(np.full(length, job.episode_index, np.int64))
     stats["index"] = fmt.feature_stats(np.arange(job.from_index, job.from_index + length, dtype=np.int64))
-    for name, thumbs in depth_thumbs.items():
-        stats[name] = fmt.image_stats(np.stack(thumbs), (1, 1, 1), 1.0)
+    for name in depth_iters:
+        stats[name] = fmt.vector_stats(lambda name=name: _depth_vectors(data_path, name), length)
     videos: dict[str, tuple[int, int, float, float]] = {}
     copied: list[str] = []
     for s in plan.streams:
@@ -287,7 +291,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         was_copied, sampled = _export_video(ep, s, dst, length, fps)
         if was_copied:
             copied.append(s.name)
-        stats[s.name] = fmt.image_stats(sampled, (3, 1, 1), 255.0)
+        stats[s.name] = fmt.image_stats(sampled)
         videos[s.name] = (c, f, 0.0, length / fps)
     return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats)
 

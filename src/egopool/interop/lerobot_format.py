@@ -11,14 +11,15 @@
 ``meta/episodes`` has one row per episode with its data / video file and, per video, the
 ``[from_timestamp, to_timestamp)`` window inside that file; ``fps`` is an integer; feature
 statistics are ``min, max, mean, std, count, q01, q10, q50, q90, q99`` (the keys lerobot 0.4
-writes), per episode in ``meta/episodes`` (``stats/<feature>/<key>`` columns) and for the
-dataset in ``meta/stats.json``.
+writes) in the shapes lerobot 0.4.4's writer gives them (per component of a feature's last axis;
+``(3, 1, 1)`` per channel for videos), per episode in ``meta/episodes``
+(``stats/<feature>/<key>`` columns) and for the dataset in ``meta/stats.json``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,11 @@ __all__ = [
     "DEFAULT_FEATURES",
     "EPISODES_PATH",
     "QUANTILES",
+    "QUANTILE_BINS",
     "VIDEO_PATH",
     "aggregate_stats",
     "arrow_type",
+    "as_vectors",
     "chunk_file",
     "feature_array",
     "feature_stats",
@@ -45,6 +48,7 @@ __all__ = [
     "read_info",
     "read_tasks",
     "stats_to_json",
+    "vector_stats",
     "write_tasks",
 ]
 
@@ -111,51 +115,129 @@ def feature_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     return out
 
 
-def _stats_block(x: np.ndarray, axis: int | tuple[int, ...], count: int) -> dict[str, np.ndarray]:
-    x64 = x.astype(np.float64, copy=False)
-    block: dict[str, np.ndarray] = {
-        "min": np.min(x, axis=axis), "max": np.max(x, axis=axis),
-        "mean": np.mean(x64, axis=axis), "std": np.std(x64, axis=axis),
-        "count": np.array([count], dtype=np.int64),
-    }
-    qs = np.quantile(x64, QUANTILES, axis=axis)
+#: Histogram bins of a quantile estimate (lerobot 0.4's ``RunningQuantileStats``).
+QUANTILE_BINS = 5000
+
+
+def _quantiles(hist: np.ndarray, edges: np.ndarray, count: int) -> np.ndarray:
+    """``(len(QUANTILES),)`` values of one column from its histogram, by lerobot 0.4's rule.
+
+    The bin where the cumulative count first reaches ``q * count`` is found and the value
+    interpolated linearly inside it (the lower outer edge below the first bin, the upper
+    one past the last, the bin's left edge for an empty bin).
+    """
+    cum = np.cumsum(hist)
+    out = np.empty(len(QUANTILES), np.float64)
+    for k, q in enumerate(QUANTILES):
+        target = q * count
+        i = int(np.searchsorted(cum, target))
+        if i == 0:
+            out[k] = edges[0]
+        elif i >= len(cum):
+            out[k] = edges[-1]
+        else:
+            before = cum[i - 1]
+            inside = cum[i] - before
+            out[k] = edges[i] if inside == 0 else edges[i] + (target - before) / inside * (edges[i + 1] - edges[i])
+    return out
+
+
+def vector_stats(batches: Callable[[], Iterable[np.ndarray]], frames: int) -> dict[str, np.ndarray]:
+    """Statistics of ``(N, D)`` vectors per component, in two passes over ``batches()``.
+
+    ``batches`` is called twice and yields ``(n, D)`` arrays of one dtype (the rows of all
+    batches are the N vectors). Pass 1: min, max (in that dtype), the float64 mean; pass 2: the
+    population std from squared deviations (float64, exact: lerobot 0.4.4 squares in the data's
+    own dtype, which wraps for small integers, lerobot issue 3682) and a histogram of
+    :data:`QUANTILE_BINS` bins from ``min - 1e-10`` to ``max + 1e-10`` per component (edges in
+    the dtype numpy gives ``min - 1e-10``, as lerobot computes them), from which the quantiles are
+    read (:func:`_quantiles`). With fewer than 2 frames the quantiles are the mean (lerobot's
+    rule). ``count`` is ``frames`` (lerobot counts frames, not vectors).
+
+    Returns ``{min, max, mean, std: (D,), count: (1,) int64, q01..q99: (D,) float64}``.
+    """
+    mn = mx = None
+    total = None
+    n = 0
+    for b in batches():
+        b = np.asarray(b)
+        if b.shape[0] == 0:
+            continue
+        bmn, bmx = b.min(axis=0), b.max(axis=0)
+        mn = bmn if mn is None else np.minimum(mn, bmn)
+        mx = bmx if mx is None else np.maximum(mx, bmx)
+        s = b.sum(axis=0, dtype=np.float64)
+        total = s if total is None else total + s
+        n += b.shape[0]
+    if mn is None or mx is None or total is None:
+        raise ValueError("no values to compute statistics of")
+    mean = total / n
+    dims = mean.shape[0]
+    edges = [np.linspace(mn[i] - 1e-10, mx[i] + 1e-10, QUANTILE_BINS + 1) for i in range(dims)]
+    hist = np.zeros((dims, QUANTILE_BINS), np.float64)
+    sq = np.zeros(dims, np.float64)
+    for b in batches():
+        b = np.asarray(b)
+        if b.shape[0] == 0:
+            continue
+        sq += ((b.astype(np.float64) - mean) ** 2).sum(axis=0)
+        for i in range(dims):
+            hist[i] += np.histogram(b[:, i], bins=edges[i])[0]
+    block: dict[str, np.ndarray] = {"min": mn, "max": mx, "mean": mean, "std": np.sqrt(sq / n),
+                                    "count": np.array([frames], dtype=np.int64)}
+    if frames < 2:
+        qs = np.tile(mean, (len(QUANTILES), 1))
+    else:
+        qs = np.stack([_quantiles(hist[i], edges[i], n) for i in range(dims)], axis=1)
     for key, q in zip(_QKEYS, qs, strict=True):
         block[key] = q
     return block
 
 
-def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Statistics of one numeric feature over an episode's rows (exact quantiles).
+def as_vectors(values: np.ndarray) -> np.ndarray:
+    """``(R, *shape)`` feature values -> the ``(N, D)`` vectors lerobot takes statistics of.
 
-    ``values`` ``(R, *shape)``; the blocks have the feature's element shape (``(1,)`` for a
-    scalar feature), ``count = R``.
+    A scalar feature (``(R,)`` or ``(R, 1)``) gives ``(R, 1)``; any other keeps its last axis:
+    ``(R, 21, 3)`` -> ``(R * 21, 3)``, ``(R, H, W)`` -> ``(R * H, W)`` (what lerobot 0.4's
+    ``compute_episode_stats`` does, so its ``aggregate_stats`` and ``merge_datasets`` take the
+    blocks). bool becomes uint8.
     """
     x = np.asarray(values)
-    if x.ndim == 1:
-        x = x[:, None]
     if x.dtype == np.bool_:
         x = x.astype(np.uint8)
-    return _stats_block(x, 0, int(x.shape[0]))
+    if x.ndim == 1:
+        return x[:, None]
+    return x.reshape(-1, x.shape[-1])
 
 
-def image_stats(frames: np.ndarray, channels_first_shape: tuple[int, ...], scale: float) -> dict[str, np.ndarray]:
-    """Per-channel statistics of sampled frames, the way lerobot stores image and video stats.
+def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Statistics of one numeric feature over an episode's rows, as lerobot 0.4's writer stores them.
+
+    ``values`` ``(R, *shape)``; the blocks have shape ``(shape[-1],)`` (``(1,)`` for a scalar
+    feature: :func:`as_vectors`), ``count = R``; values: :func:`vector_stats`.
+    """
+    x = as_vectors(values)
+    return vector_stats(lambda: (x,), int(np.asarray(values).shape[0]))
+
+
+def image_stats(frames: np.ndarray, scale: float = 255.0) -> dict[str, np.ndarray]:
+    """Per-channel statistics of sampled RGB frames, the way lerobot stores image and video stats.
 
     Parameters
     ----------
     frames:
-        ``(S, H, W, C)`` sampled frames (uint8 RGB, or ``(S, H, W)`` uint16 depth).
-    channels_first_shape:
-        Shape of each block: ``(3, 1, 1)`` for RGB, ``(1, 1, 1)`` for depth.
+        ``(S, H, W, 3)`` uint8 sampled frames (``count = S``).
     scale:
-        Divisor of the values (255 for RGB -> [0, 1]; 1 for depth in mm).
+        Divisor of every value but ``count`` (255: the blocks are in [0, 1], shape ``(3, 1, 1)``).
+
+    The statistics are taken of the uint8 values (:func:`vector_stats`, so the histogram bins are
+    lerobot's) and then divided by ``scale``, as lerobot does.
     """
     x = np.asarray(frames)
-    if x.ndim == 3:
-        x = x[..., None]
-    flat = x.reshape(-1, x.shape[-1]).astype(np.float64) / scale
-    block = _stats_block(flat, 0, int(x.shape[0]))
-    return {k: (v if k == "count" else np.asarray(v).reshape(channels_first_shape)) for k, v in block.items()}
+    flat = x.reshape(-1, x.shape[-1])
+    block = vector_stats(lambda: (flat,), int(x.shape[0]))
+    return {k: (v if k == "count" else (np.asarray(v, np.float64) / scale).reshape(-1, 1, 1))
+            for k, v in block.items()}
 
 
 def aggregate_stats(blocks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
