@@ -280,6 +280,8 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         if next(it, None) is not None:
             raise SchemaError(f"{name}: the depth stream has more frames than the {length} rows", path=job.task_dir)
     stats = {n: fmt.feature_stats(np.concatenate(v)) for n, v in values.items() if v}
+    # lerobot's writer buffers timestamp as the float64 frame_index / fps (float32 only in the parquet)
+    stats["timestamp"] = fmt.feature_stats(np.concatenate(values["frame_index"]) / fps)
     stats["episode_index"] = fmt.feature_stats(np.full(length, job.episode_index, np.int64))
     stats["index"] = fmt.feature_stats(np.arange(job.from_index, job.from_index + length, dtype=np.int64))
     for name in depth_iters:
