@@ -118,10 +118,12 @@ def test_python_blocks_run_as_written_in_order(tmp_path, monkeypatch):
     assert [e.length for e in back.episodes()] == [90]
     tum = sorted((tmp_path / "tum").glob("*.txt"))
     assert len(tum) == 1 and _tum_points(tum[0]) == 90  # every point stamped: none skipped
-    # the recorder example recorded an episode of its rig
+    # the recorder example recorded an episode of its rig in real time (15 ticks, some may be skipped on
+    # a loaded machine), the signals example a simulated one of 0.5 s at 30 fps with force matrices
     rig_task = open_task(tmp_path / "recordings" / "pick_cup_rig")
     rows = [e.length for e in rig_task.episodes()]
-    assert len(rows) == 1 and 1 <= rows[0] <= 15
+    assert len(rows) == 2 and 1 <= rows[0] <= 15 and rows[1] == 15
+    assert namespace["fm"].shape == (15, 250, 250, 3) and len(namespace["depth"]) == 15
     for t in (task.path, back.path, rig_task.path):
         report = validate_task(t)
         assert not report.errors, [f.message for f in report.errors]
