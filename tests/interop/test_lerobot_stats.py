@@ -253,3 +253,25 @@ def test_merge_datasets_of_an_export_and_a_dataset_lerobot_wrote(tmp_path):
     for name in ("observation.gripper_state", "pooled_timestamp", "hardware_ns", "timestamp", "frame_index"):
         _assert_block(got[name], want[name], f"merged {name}")
     assert np.asarray(got["observation.images.cam_rgb"]["mean"]).shape == (3, 1, 1)
+
+
+@pytest.mark.extra("interop")
+def test_depth_counted_in_batches_equals_lerobots_statistics_of_the_whole_episode():
+    """A depth stream arrives in batches of 256 rows; the later ones hold larger values than the first."""
+    lerobot_dataset_class()
+    from lerobot.datasets.compute_stats import get_feature_stats
+
+    from egopool.interop.lerobot_format import CountedStats, as_vectors
+
+    rng = np.random.default_rng(11)
+    frames = [rng.integers(0, 900, (256, 6, 5)), rng.integers(0, 5000, (256, 6, 5)), rng.integers(0, 20, (3, 6, 5))]
+    frames = [f.astype(np.uint16) for f in frames]
+    counted = CountedStats()
+    for f in frames:
+        counted.update(as_vectors(f))
+    got = counted.result(515)
+    whole = np.concatenate(frames)
+    want = get_feature_stats(whole, axis=0, keepdims=False)
+    want["std"] = _exact_std(whole)
+    _assert_block(got, want, "counted depth")
+    assert got["mean"].shape == (5,) and got["count"].tolist() == [515]

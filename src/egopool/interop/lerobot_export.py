@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,14 +198,6 @@ def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarr
     return parts[0].reshape((rows,) if shape == [1] else (rows, *shape))
 
 
-def _depth_vectors(data_path: Path, name: str) -> Iterator[np.ndarray]:
-    """The ``(rows * H, W)`` uint16 vectors of a depth feature, read back from the written data parquet."""
-    for batch in pq.ParquetFile(str(data_path)).iter_batches(batch_size=_BATCH_ROWS, columns=[name]):
-        arr = batch.column(0)
-        width = arr.type.value_type.list_size
-        yield arr.flatten().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-
-
 def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePart:
     """Write one episode's data parquet and videos under ``root`` (a dataset directory being built).
 
@@ -246,6 +238,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
                    for col in plan.columns if col.kind == "depth"}
+    depth_stats = {name: fmt.CountedStats() for name in depth_iters}
     done = 0
     with pq.ParquetWriter(str(data_path), schema, compression="zstd") as writer:
         for batch in pq.ParquetFile(str(ep.files.data)).iter_batches(batch_size=_BATCH_ROWS, columns=need):
@@ -262,6 +255,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
                                               path=job.task_dir) from None
                         frames.append(frame)
                     arrays[col.name] = np.stack(frames)
+                    depth_stats[col.name].update(fmt.as_vectors(arrays[col.name]))
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
             fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
@@ -284,8 +278,8 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     stats["timestamp"] = fmt.feature_stats(np.concatenate(values["frame_index"]) / fps)
     stats["episode_index"] = fmt.feature_stats(np.full(length, job.episode_index, np.int64))
     stats["index"] = fmt.feature_stats(np.arange(job.from_index, job.from_index + length, dtype=np.int64))
-    for name in depth_iters:
-        stats[name] = fmt.vector_stats(lambda name=name: _depth_vectors(data_path, name), length)
+    for name, counted in depth_stats.items():
+        stats[name] = counted.result(length)
     videos: dict[str, tuple[int, int, float, float]] = {}
     copied: list[str] = []
     for s in plan.streams:

@@ -19,7 +19,7 @@ writes) in the shapes lerobot 0.4.4's writer gives them (per component of a feat
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ..errors import FormatError
 
 __all__ = [
     "CODEBASE_VERSION",
+    "CountedStats",
     "DATA_PATH",
     "DEFAULT_FEATURES",
     "EPISODES_PATH",
@@ -142,56 +143,114 @@ def _quantiles(hist: np.ndarray, edges: np.ndarray, count: int) -> np.ndarray:
     return out
 
 
-def vector_stats(batches: Callable[[], Iterable[np.ndarray]], frames: int) -> dict[str, np.ndarray]:
-    """Statistics of ``(N, D)`` vectors per component, in two passes over ``batches()``.
-
-    ``batches`` is called twice and yields ``(n, D)`` arrays of one dtype (the rows of all
-    batches are the N vectors). Pass 1: min, max (in that dtype), the float64 mean; pass 2: the
-    population std from squared deviations (float64, exact: lerobot 0.4.4 squares in the data's
-    own dtype, which wraps for small integers, lerobot issue 3682) and a histogram of
-    :data:`QUANTILE_BINS` bins from ``min - 1e-10`` to ``max + 1e-10`` per component (edges in
-    the dtype numpy gives ``min - 1e-10``, as lerobot computes them), from which the quantiles are
-    read (:func:`_quantiles`). With fewer than 2 frames the quantiles are the mean (lerobot's
-    rule). ``count`` is ``frames`` (lerobot counts frames, not vectors).
-
-    Returns ``{min, max, mean, std: (D,), count: (1,) int64, q01..q99: (D,) float64}``.
-    """
-    mn = mx = None
-    total = None
-    n = 0
-    for b in batches():
-        b = np.asarray(b)
-        if b.shape[0] == 0:
-            continue
-        bmn, bmx = b.min(axis=0), b.max(axis=0)
-        mn = bmn if mn is None else np.minimum(mn, bmn)
-        mx = bmx if mx is None else np.maximum(mx, bmx)
-        s = b.sum(axis=0, dtype=np.float64)
-        total = s if total is None else total + s
-        n += b.shape[0]
-    if mn is None or mx is None or total is None:
-        raise ValueError("no values to compute statistics of")
-    mean = total / n
-    dims = mean.shape[0]
-    edges = [np.linspace(mn[i] - 1e-10, mx[i] + 1e-10, QUANTILE_BINS + 1) for i in range(dims)]
-    hist = np.zeros((dims, QUANTILE_BINS), np.float64)
-    sq = np.zeros(dims, np.float64)
-    for b in batches():
-        b = np.asarray(b)
-        if b.shape[0] == 0:
-            continue
-        sq += ((b.astype(np.float64) - mean) ** 2).sum(axis=0)
-        for i in range(dims):
-            hist[i] += np.histogram(b[:, i], bins=edges[i])[0]
-    block: dict[str, np.ndarray] = {"min": mn, "max": mx, "mean": mean, "std": np.sqrt(sq / n),
+def _block(mn: np.ndarray, mx: np.ndarray, mean: np.ndarray, std: np.ndarray, frames: int,
+           quantiles: Callable[[int], np.ndarray]) -> dict[str, np.ndarray]:
+    """One statistics block; ``quantiles(i)`` gives component i's (lerobot: the mean below 2 frames)."""
+    block: dict[str, np.ndarray] = {"min": mn, "max": mx, "mean": mean, "std": std,
                                     "count": np.array([frames], dtype=np.int64)}
     if frames < 2:
         qs = np.tile(mean, (len(QUANTILES), 1))
     else:
-        qs = np.stack([_quantiles(hist[i], edges[i], n) for i in range(dims)], axis=1)
+        qs = np.stack([quantiles(i) for i in range(mean.shape[0])], axis=1)
     for key, q in zip(_QKEYS, qs, strict=True):
         block[key] = q
     return block
+
+
+def _edges(lo: Any, hi: Any) -> np.ndarray:
+    """lerobot 0.4's histogram edges of one component: ``min - 1e-10 .. max + 1e-10`` in the dtype numpy
+    gives that sum (float32 for float32 data, float64 for integers)."""
+    return np.linspace(lo - 1e-10, hi + 1e-10, QUANTILE_BINS + 1)
+
+
+def vector_stats(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    """Statistics of ``(N, D)`` vectors per component (lerobot 0.4's blocks, exact std).
+
+    min and max in the data's dtype, the float64 mean, the exact population std (float64, from
+    squared deviations: lerobot 0.4.4 takes ``E[x²] - E[x]²`` in the data's own dtype, which wraps
+    for small integers, lerobot issue 3682, and cancels for large values), and quantiles read from a
+    histogram of :data:`QUANTILE_BINS` bins per component (:func:`_edges`, :func:`_quantiles`), as
+    lerobot computes them (uint8 / uint16 vectors through :class:`CountedStats`, the same numbers).
+    With fewer than 2 frames the quantiles are the mean (lerobot's rule).
+    ``count`` is ``frames`` (lerobot counts frames, not vectors).
+
+    Returns ``{min, max, mean, std: (D,), count: (1,) int64, q01..q99: (D,) float64}``.
+    """
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"statistics need (N, D) vectors with N > 0, got shape {x.shape}")
+    if x.dtype in (np.uint8, np.uint16):  # few distinct values: counting them is exact and faster
+        counted = CountedStats()
+        counted.update(x)
+        return counted.result(frames)
+    mn, mx = x.min(axis=0), x.max(axis=0)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=0)
+    std = np.sqrt(((x64 - mean) ** 2).mean(axis=0))
+    n = x.shape[0]
+
+    def quantiles(i: int) -> np.ndarray:
+        edges = _edges(mn[i], mx[i])
+        return _quantiles(np.histogram(x[:, i], bins=edges)[0], edges, n)
+
+    return _block(mn, mx, mean, std, frames, quantiles)
+
+
+class CountedStats:
+    """:func:`vector_stats` of integer vectors that arrive in batches (a depth stream: no second read).
+
+    Each component keeps how often each value occurs (``counts[i][v]``, values 0..max seen), from
+    which min, max, the mean, the exact std and lerobot's histogram (a weighted ``np.histogram`` of
+    the distinct values: the bins lerobot fills one value at a time) follow exactly. Memory: D x
+    (largest value + 1) counts, e.g. 640 x 20001 x 8 B = 102 MB for a 640-wide depth up to 20 m.
+
+    Raises
+    ------
+    ValueError
+        A batch that is not ``(n, D)`` non-negative integers of the first batch's D.
+    """
+
+    def __init__(self) -> None:
+        self._counts: np.ndarray | None = None
+        self._dtype: np.dtype | None = None
+
+    def update(self, batch: np.ndarray) -> None:
+        """Count the ``(n, D)`` non-negative integer vectors of ``batch``."""
+        b = np.asarray(batch)
+        if b.ndim != 2 or b.dtype.kind not in "ui" or (b.size and b.min() < 0):
+            raise ValueError(f"counted statistics take (n, D) non-negative integers, got {b.dtype} {b.shape}")
+        if b.shape[0] == 0:
+            return
+        top = int(b.max()) + 1
+        if self._counts is None:
+            self._counts, self._dtype = np.zeros((b.shape[1], top), np.int64), b.dtype
+        elif b.shape[1] != self._counts.shape[0]:
+            raise ValueError(f"a batch of {b.shape[1]} components after {self._counts.shape[0]}")
+        elif top > self._counts.shape[1]:
+            self._counts = np.pad(self._counts, ((0, 0), (0, top - self._counts.shape[1])))
+        width = self._counts.shape[1]
+        for i in range(b.shape[1]):
+            self._counts[i] += np.bincount(b[:, i], minlength=width)
+
+    def result(self, frames: int) -> dict[str, np.ndarray]:
+        """The block of every counted vector; ``count = frames``."""
+        if self._counts is None or self._dtype is None:
+            raise ValueError("no values to compute statistics of")
+        counts, dtype = self._counts, self._dtype
+        values = np.arange(counts.shape[1], dtype=np.float64)
+        n = int(counts[0].sum())
+        present = [np.flatnonzero(c) for c in counts]
+        mn = np.array([p[0] for p in present], dtype=dtype)
+        mx = np.array([p[-1] for p in present], dtype=dtype)
+        mean = (counts * values).sum(axis=1) / n
+        std = np.sqrt((counts * (values - mean[:, None]) ** 2).sum(axis=1) / n)
+
+        def quantiles(i: int) -> np.ndarray:
+            edges = _edges(mn[i], mx[i])
+            v = present[i]
+            return _quantiles(np.histogram(v, bins=edges, weights=counts[i, v])[0], edges, n)
+
+        return _block(mn, mx, mean, std, frames, quantiles)
 
 
 def as_vectors(values: np.ndarray) -> np.ndarray:
@@ -216,8 +275,7 @@ def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     ``values`` ``(R, *shape)``; the blocks have shape ``(shape[-1],)`` (``(1,)`` for a scalar
     feature: :func:`as_vectors`), ``count = R``; values: :func:`vector_stats`.
     """
-    x = as_vectors(values)
-    return vector_stats(lambda: (x,), int(np.asarray(values).shape[0]))
+    return vector_stats(as_vectors(values), int(np.asarray(values).shape[0]))
 
 
 def image_stats(frames: np.ndarray, scale: float = 255.0) -> dict[str, np.ndarray]:
@@ -235,7 +293,7 @@ def image_stats(frames: np.ndarray, scale: float = 255.0) -> dict[str, np.ndarra
     """
     x = np.asarray(frames)
     flat = x.reshape(-1, x.shape[-1])
-    block = vector_stats(lambda: (flat,), int(x.shape[0]))
+    block = vector_stats(flat, int(x.shape[0]))
     return {k: (v if k == "count" else (np.asarray(v, np.float64) / scale).reshape(-1, 1, 1))
             for k, v in block.items()}
 
