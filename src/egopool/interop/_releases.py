@@ -4,7 +4,7 @@ A release outside the range (rerun-sdk 0.28 changed ``Transform3D.columns``; an 
 ended in a ``TypeError`` traceback) is refused in one line naming the installed release, the
 range and the pip command, before the package is imported (another release may not even import
 cleanly). The ``interop`` extra of pyproject.toml names the same ranges (``requirement``), and
-CI tests both ends (.ci/run, docs/decisions.md I5).
+CI tests both ends (.ci/run, docs/decisions.md I10).
 """
 
 from __future__ import annotations
@@ -80,5 +80,5 @@ class Releases:
 #: ``egopool export rerun`` / ``view`` (egopool.interop.rerun).
 RERUN = Releases("rerun-sdk", "0.26", "0.41", "writes Rerun recordings")
 #: ``egopool import aria`` (egopool.interop.aria): 1.7.1, 2.1.4 and 2.3.0 read the bundled VRS and MPS
-#: files identically (docs/decisions.md I4).
+#: files identically (docs/decisions.md I10).
 ARIA = Releases("projectaria-tools", "1.7.1", "2.3", "reads Project Aria recordings")

@@ -58,7 +58,7 @@ def _rr() -> Any:
 
 
 #: The oldest rerun-sdk whose .rrd files the Rerun viewer 0.41 opens as they are (checked with its
-#: ``rerun rrd verify``: 0.26 and 0.27 files have no RRD footer, docs/decisions.md I9).
+#: ``rerun rrd verify``: 0.26 and 0.27 files have no RRD footer, docs/decisions.md I10).
 _VIEWER_041_READS = (0, 28)
 
 
