@@ -67,52 +67,60 @@ def _files_of(n: int) -> list[str]:
 class Poller:
     """Reads the store like every reader, in a loop; records what it saw and every broken rule.
 
-    ``phase`` is set by the test; each observation is labelled with the phase read after it was made, so an
-    episode first seen in phase P was listed before the test moved on from P.
+    Two threads, one on the read API (with the page and a download), one on ``open_task``, so each polls as
+    often as it can. ``phase`` is set by the test; each observation is labelled with the phase read after it
+    was made, so an episode first seen in phase P was listed before the test moved on from P.
     """
 
     url: str
     store: Path
     phase: str = "start"
-    polls: int = 0
+    api_polls: int = 0
+    disk_polls: int = 0
     first_seen: dict[int, str] = field(default_factory=dict)  # N -> phase (read API)
     first_seen_disk: dict[int, str] = field(default_factory=dict)  # N -> phase (open_task on the store)
     task_first_seen: str | None = None
     violations: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> Poller:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run_api, daemon=True),
+                         threading.Thread(target=self._run_disk, daemon=True)]
+        for t in self._threads:
+            t.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        assert self._thread is not None
-        self._thread.join(60)
+        for t in self._threads:
+            t.join(60)
 
     def wait_polls(self, more: int = 3, timeout: float = 120.0) -> None:
-        """Until ``more`` further full polls have completed (a count, not a duration)."""
-        target = self.polls + more + 1  # the poll in progress may have begun before the caller's change
+        """Until both readers completed ``more`` further polls (a count, not a duration)."""
+        api, disk = self.api_polls + more + 1, self.disk_polls + more + 1  # +1: the poll in progress
         deadline = time.monotonic() + timeout
-        while self.polls < target:
-            assert time.monotonic() < deadline, f"the poller stalled at {self.polls} polls: {self.violations[:3]}"
+        while self.api_polls < api or self.disk_polls < disk:
+            assert time.monotonic() < deadline, f"the poller stalled ({self.api_polls}, {self.disk_polls} polls)"
             time.sleep(0.02)
 
     def _bad(self, what: str) -> None:
         if len(self.violations) < 50:
             self.violations.append(f"[{self.phase}] {what}")
 
-    def _run(self) -> None:
+    def _run_api(self) -> None:
         with httpx.Client(base_url=self.url, timeout=30.0) as client:
             while not self._stop.is_set():
                 try:
                     self._poll_api(client)
                 except httpx.TransportError:  # the server is down (killed, restarting)
                     pass
-                self._poll_disk()
-                self.polls += 1
+                self.api_polls += 1
+
+    def _run_disk(self) -> None:
+        while not self._stop.is_set():
+            self._poll_disk()
+            self.disk_polls += 1
 
     def _poll_api(self, client: httpx.Client) -> None:
         names = [t["name"] for t in client.get("/api/v1/tasks").raise_for_status().json()["tasks"]]

@@ -158,8 +158,9 @@ class Store:
         Returns
         -------
         list of (path, document)
-            The document is None when the file does not read as a JSON object (a journal is
-            written atomically, so such a file was never written through: nothing was placed).
+            The document is None when the file does not read as a JSON object naming its task,
+            N and files (a journal is written atomically, so such a file was never written
+            through: nothing was placed).
         """
         prefix = self.journal_prefix(task) if task is not None else "import-"
         out: list[tuple[Path, dict[str, Any] | None]] = []
@@ -170,7 +171,9 @@ class Store:
                 if not jp.exists():  # finished and unlinked meanwhile
                     continue
                 doc = None
-            out.append((jp, doc if isinstance(doc, dict) else None))
+            whole = isinstance(doc, dict) and isinstance(doc.get("task"), str) and \
+                isinstance(doc.get("index"), int) and isinstance(doc.get("files"), list)
+            out.append((jp, doc if whole else None))
         return out
 
     def committed(self, journal: Mapping[str, Any]) -> bool:
