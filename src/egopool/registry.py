@@ -434,6 +434,14 @@ class Registry:
                 return []
         return [int(r[0]) for r in rows]
 
+    def has_imports(self, task: str) -> bool:
+        """Whether any episode of ``task`` was recorded as imported (:meth:`record_import`)."""
+        with self._connect(write=False) as con:
+            try:
+                return con.execute("SELECT 1 FROM imports WHERE task = ? LIMIT 1", (task,)).fetchone() is not None
+            except sqlite3.OperationalError:  # no imports table yet
+                return False
+
     def record_import(self, task: str, source: str, index: int, what: str) -> None:
         """Remember that N of ``task`` was imported from ``source`` (its content digest); ``what`` names it
         for people (the file). The table is created on first use (no schema version change)."""

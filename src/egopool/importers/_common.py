@@ -364,15 +364,36 @@ class ImportSource:
 
     Attributes
     ----------
-    digest:
-        ``sha256:<hex>`` of the source (:func:`source_digest`), with ``#<part>`` for one episode of a
-        multi-episode source (a LeRobot dataset's episode).
+    paths:
+        The files / folders the import reads (their content is the source).
     what:
         How a message names it (the file or folder as given).
+    part:
+        One episode of a multi-episode source (a LeRobot dataset's ``episode_index``), else None.
+    base:
+        Names inside the digest are relative to it (default: each path's own folder).
     """
 
-    digest: str
+    paths: tuple[Path, ...]
     what: str
+    part: str | None = None
+    base: Path | None = None
+    #: The content digest once computed; ``dataclasses.replace`` shares it (the episodes of one dataset).
+    cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<hex>`` of the content (:func:`source_digest`, computed on first use), ``#<part>`` appended.
+
+        Raises
+        ------
+        EgopoolError
+            A file cannot be read.
+        """
+        if "sha256" not in self.cache:
+            self.cache["sha256"] = source_digest(*self.paths, base=self.base)
+        d = self.cache["sha256"]
+        return f"{d}#{self.part}" if self.part is not None else d
 
 
 def _files_of(path: Path) -> list[Path]:
@@ -431,13 +452,17 @@ def check_not_imported(task_dir: str | Path, sources: Sequence[ImportSource], al
     if not reg.path.exists():
         return
     try:
-        layout = TaskLayout.from_info(task_dir, read_info(task_dir))
         key = task_key(task_dir)
+        if not reg.has_imports(key):
+            return  # nothing was ever imported into this task: the source is not even read for a digest
+        layout = TaskLayout.from_info(task_dir, read_info(task_dir))
         held = [(src, n) for src in sources for n in reg.imported(key, src.digest)
                 if layout.episodes_file(n).exists()]
     except RegistryError as exc:
         warnings.warn(f"cannot check whether {sources[0].what} was imported before: {exc.one_line()}",
                       RuntimeWarning, stacklevel=3)
+        return
+    except EgopoolError:  # a source file that cannot be read: the importer's own check names it
         return
     if held:
         src, n = held[0]
@@ -454,7 +479,7 @@ def remember_import(tw: TaskWriter, source: ImportSource, index: int) -> None:
         return
     try:
         tw.registry.record_import(task_key(tw.task_dir), source.digest, index, source.what)
-    except RegistryError as exc:
+    except EgopoolError as exc:  # the registry, or (unlikely after the import read it) a source file
         warnings.warn(f"episode {index} is imported, but the registry does not remember its source, so a second "
                       f"import of {source.what} would not be refused: {exc.one_line()}", RuntimeWarning, stacklevel=3)
 

@@ -34,7 +34,7 @@ from ..schema import imu_columns, slam_trajectory_columns
 from ..unix_time import UNIX_2000_S, UNIX_2100_S, plausible_unix_unit
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, default_task_name,
-                      looks_like_header, plain_number, read_input_lines, source_digest, task_writer, window_offsets,
+                      looks_like_header, plain_number, read_input_lines, task_writer, window_offsets,
                       with_feature)
 from ._images import image_header, read_gray
 
@@ -370,7 +370,7 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
     t0 = int(ds.cam_ns[0])
     # relative stamps (a recording starting near 0) are no wall-clock time (docs/decisions.md V5)
     created = t0 / 1e9 if UNIX_2000_S <= t0 / 1e9 <= UNIX_2100_S else time.time()
-    source = ImportSource(source_digest(directory), str(directory))
+    source = ImportSource((Path(directory),), str(directory))
     with task_writer(out, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns=columns, streams=[StreamSpec(_SLOT, "rgb", ds.width, ds.height)],
                               devices=[device], device_names={_SLOT: device["name"]},

@@ -30,7 +30,7 @@ from ..errors import FormatError
 from ..schema import slam_trajectory_columns
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, default_task_name,
-                      nearest_rotation, read_input_lines, rotation_to_quaternion, source_digest, task_writer)
+                      nearest_rotation, read_input_lines, rotation_to_quaternion, task_writer)
 from ._images import DEPTH_MODES, image_header, read_depth_mm, read_rgb
 
 __all__ = ["RgbdFrames", "import_rgbd_frames", "read_intrinsics", "read_pose", "scan_rgbd_frames"]
@@ -241,7 +241,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
         distortion_model="unknown")}
     task = task if task is not None else default_task_name(src.root)
     total = len(src.numbers)
-    source = ImportSource(source_digest(directory), str(directory))
+    source = ImportSource((Path(directory),), str(directory))
     with task_writer(out, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns=[traj], streams=streams, devices=[device],
                               device_names={rgb_key: name, depth_key: name}, calibration=calibration,

@@ -26,7 +26,7 @@ from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
 from ..unix_time import UNIX_2000_S, UNIX_2100_S, plausible_unix_unit
 from ._common import (ImportResult, ImportSource, Progress, check_fps, default_task_name, looks_like_header,
-                      plain_number, read_input_lines, seconds_to_ns, source_digest, task_writer, window_offsets)
+                      plain_number, read_input_lines, seconds_to_ns, task_writer, window_offsets)
 
 __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 
@@ -205,7 +205,7 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     if created != first_s:
         synthesised.append("created_at/wall_time: import time (the file's timestamps are not Unix time)")
     device = {"key": key, "kind": "trajectory_file", "name": traj.path.name, "slots": []}
-    source = ImportSource(source_digest(traj.path), str(traj.path))
+    source = ImportSource((traj.path,), str(traj.path))
     with task_writer(out, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns=[col, col_ns], devices=[device], created_at=created) as ep:
             for i in range(rows):

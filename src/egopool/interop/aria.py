@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import EgopoolError, FormatError
 from ..schema import ColumnSpec, imu_columns, slam_trajectory_columns, vector_column
 from ..write.task_writer import StreamSpec
-from ..importers._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, source_digest,
+from ..importers._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps,
                                  task_writer, window_offsets)
 from ._releases import ARIA
 
@@ -432,7 +432,7 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
         synth.append("created_at: the first trajectory pose's utc_timestamp (MPS)")
     else:
         synth.append("created_at / wall_time: the import time (no wall clock in the input)")
-    source = ImportSource(source_digest(*(p for p in (vrs, mps_dir) if p is not None)),
+    source = ImportSource(tuple(Path(p) for p in (vrs, mps_dir) if p is not None),
                           " + ".join(str(p) for p in (vrs, mps_dir) if p is not None))
     with task_writer(root, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns, streams, devices=[device] if streams else (),

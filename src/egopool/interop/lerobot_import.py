@@ -22,6 +22,7 @@ Other datasets get the generic names of :func:`pooled_name` and the renames are 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -38,7 +39,7 @@ from ..schema import KEY_COLUMNS, ColumnSpec, check_column_name, key_column, sig
 from ..write.checks import check_declaration_types
 from ..write.task_writer import StreamSpec
 from ..importers._common import (ImportResult, ImportSource, Progress, check_not_imported, refuse_other_fps,
-                                 remember_import, source_digest, task_writer)
+                                 remember_import, task_writer)
 from . import lerobot_format as fmt
 from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
                               episode_rows, plain_int, png_frame, row_values, values, video_path)
@@ -317,9 +318,11 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}")
     data_names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
     refuse_other_fps(root, task, fps)  # before the check: it reads every frame
-    digest = source_digest(ds.root / "meta", ds.root / "data", base=ds.root)  # not videos/: they are large
-    sources = {int(e["episode_index"]): ImportSource(f"{digest}#episode={int(e['episode_index'])}",
-                                                     f"{ds.root} episode {int(e['episode_index'])}") for e in chosen}
+    content = ImportSource(tuple(ds.root / d for d in ("meta", "data", "videos") if (ds.root / d).is_dir()),
+                           str(ds.root), base=ds.root)  # one digest of the dataset, one source per episode
+    sources = {}
+    for e in (int(ep["episode_index"]) for ep in chosen):
+        sources[e] = dataclasses.replace(content, what=f"{ds.root} episode {e}", part=f"episode={e}")
     check_not_imported(Path(root) / task, list(sources.values()), allow_duplicate)
     total = 2 * sum(int(e["length"]) for e in chosen)  # checked, then written
     done = 0

@@ -129,12 +129,12 @@ def changed_value_notes(drop_stats: Mapping[str, Any], episode: int | None = Non
                        "stored clipped; use --depth-codec ffv1 (lossless uint16 mm) to keep them")
         elif key.endswith("_nonfinite_count"):
             what = key[: -len("_nonfinite_count")]
-            out.append(f"{pre}{_count(n)} value(s) of {what} are NaN/Infinity, stored as given: a missing sample is zeros "
-                       "(multi_device_storage.md §5.5), so a reader computing with this column gets NaN")
+            out.append(f"{pre}{_count(n)} value(s) of {what} are NaN/Infinity, stored as given: a missing sample is "
+                       "zeros (multi_device_storage.md §5.5), so a reader computing with this column gets NaN")
         elif key.endswith("_disconnected_count"):
             what = key[: -len("_disconnected_count")]
-            out.append(f"{pre}{_count(n)} row(s) were recorded while {what} was disconnected (status.{what}); they hold "
-                       "no sample of it")
+            out.append(f"{pre}{_count(n)} row(s) were recorded while {what} was disconnected (status.{what}); they "
+                       "hold no sample of it")
         elif key.endswith("_encode_failed_count"):
             what = key[: -len("_encode_failed_count")]
             out.append(f"{pre}the encoder of stream {what} failed; the episode was published without that stream")

@@ -114,11 +114,13 @@ def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any]) -> Non
     for name in cols:
         if not values[name]:
             continue
-        where = f"column {name!r}: {values[name]} value(s) in {rows[name]} row(s) (first row {first[name]}) are NaN/Infinity"
+        where = (f"column {name!r}: {values[name]} value(s) in {rows[name]} row(s) (first row {first[name]}) are "
+                 "NaN/Infinity")
         if name in stats_cols:
-            ctx.report.error("file_format.md §4", path, f"{where}; stats.json accumulates this column and JSON has no "
-                                                        "NaN/Infinity, so writers store a missing reading as 'no sample' "
-                                                        "(zeros); rewrite those rows, then `egopool stats recalc TASK`")
+            ctx.report.error("file_format.md §4", path,
+                             f"{where}; stats.json accumulates this column and JSON has no NaN/Infinity, so writers "
+                             "store a missing reading as 'no sample' (zeros); rewrite those rows, then `egopool stats "
+                             "recalc TASK`")
             continue
         counted = drop.get(nonfinite_key(name))
         trace = (f"the writer stored them as given and counted {counted} in drop_stats" if counted
