@@ -396,3 +396,35 @@ def test_openapi_schema_needs_the_read_scope(server: ServerProc, tokens) -> None
     assert resp.status_code == 200 and "/api/v1/session/upload" in resp.json()["paths"]
     assert httpx.get(server.url + "/healthz").status_code == 200  # the one open route (besides /login)
     assert httpx.get(server.url + "/docs").status_code == 404 and httpx.get(server.url + "/redoc").status_code == 404
+
+
+def test_request_limits_name_their_option_and_one_receive_slot_serves_all(tmp_path: Path, good: Path) -> None:
+    """--max-upload-mb is named by both 413s (Content-Length up front, and a chunked body counted as it
+    arrives); with --max-receiving 1, concurrent uploads wait for the slot and all succeed."""
+    task = good.parent.parent / "pc" / "pick"
+    with ServerProc(tmp_path / "store", "--max-upload-mb", "0.05", "--max-receiving", "1") as srv:
+        url = srv.url + "/api/v1/session/upload"
+        body = good.read_bytes() + bytes(100_000)  # over 51 KiB either way
+        resp = httpx.post(url, data={"name": "pick"}, files={"file": ("e.zip", body, "application/zip")})
+        assert (resp.status_code, resp.json()["error"]) == (413, "too_large")
+        assert "egopool serve --max-upload-mb" in resp.json()["message"]
+
+        def chunked():
+            yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"e.zip\"\r\n\r\n"
+            for i in range(0, len(body), 8192):
+                yield body[i:i + 8192]
+
+        resp = httpx.post(url, content=chunked(), headers={"Content-Type": "multipart/form-data; boundary=b"})
+        assert (resp.status_code, resp.json()["error"]) == (413, "too_large")
+        assert "egopool serve --max-upload-mb" in resp.json()["message"]
+    with ServerProc(tmp_path / "store2", "--max-receiving", "1") as srv:
+        results: list[bool] = []
+        threads = [threading.Thread(target=lambda i=i: results.append(
+            upload_episodes(task, [i], server=srv.url, registry=False, retries=0).ok)) for i in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [True, True]
+        assert sorted(p.name for p in (srv.store / "pick/data/chunk-000").iterdir()) == \
+            ["episode-000.parquet", "episode-001.parquet"]

@@ -12,7 +12,7 @@ Routes:
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
 * ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` like the rest of the
-  read API (docs/decisions.md U9; no ``/docs`` page);
+  read API (docs/decisions.md U10; no ``/docs`` page);
 * ``GET /healthz`` — no token.
 
 Without a tokens file every request is allowed (only for a server bound to loopback,
@@ -106,7 +106,7 @@ def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
         return rel.lstrip("/") or "the store"
 
     for root in roots:
-        text = re.sub(re.escape(root) + r"(/[^\s'\"]*)?", repl, text)
+        text = re.sub(re.escape(root) + r"(?![\w.-])(/[^\s'\"]*)?", repl, text)
     if tokens is not None:
         for t in {str(tokens.resolve()), os.path.abspath(tokens)}:
             text = text.replace(t, "the tokens file")
@@ -286,7 +286,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/api/v1/openapi.json", include_in_schema=False)
     async def openapi_api(request: Request) -> JSONResponse:
-        require_read(request)  # like every route that describes the store (docs/decisions.md U9)
+        require_read(request)  # like every route that describes the store (docs/decisions.md U10)
         return JSONResponse(app.openapi())
 
     @app.get("/api/v1/tasks")
