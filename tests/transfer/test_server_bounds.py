@@ -176,7 +176,8 @@ def test_a_data_parquet_decoding_to_1_gib_is_413_and_memory_stays_bounded(server
     assert (resp.status_code, resp.json()["error"]) == (413, "decode_too_large"), resp.text
     msg = resp.json()["message"]
     decodes = re.search(r"data/chunk-000/episode-001\.parquet row group 0 decodes to (\d+) MiB", msg)
-    assert decodes and 1024 <= int(decodes[1]) <= 1100 and "limit of what one import decodes at a time is 256 MiB" in msg
+    assert decodes and 1024 <= int(decodes[1]) <= 1100
+    assert "the limit of what one import decodes at a time is 256 MiB" in msg
     assert "egopool serve --max-decode-mb" in msg
     grown_mib = (_status_kib(pid, "VmHWM") - rss_before) / 1024
     assert grown_mib < 200, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
@@ -428,3 +429,25 @@ def test_request_limits_name_their_option_and_one_receive_slot_serves_all(tmp_pa
         assert results == [True, True]
         assert sorted(p.name for p in (srv.store / "pick/data/chunk-000").iterdir()) == \
             ["episode-000.parquet", "episode-001.parquet"]
+
+
+def test_a_small_dictionary_column_is_counted_exactly(tmp_path: Path) -> None:
+    """300 distinct 3000-byte values on 10,000 rows: the footer alone bounds it at 10,000 x the chunk
+    (~9 GB); read as a DictionaryArray it decodes to 30 MB, under 256 MiB, over 16 MiB."""
+    import numpy as np
+
+    from egopool.errors import UploadRejectedError
+    from egopool.server.zipcheck import Limits, check_parquet_bounds
+
+    values = pa.array([os.urandom(3000) for _ in range(300)], pa.binary())
+    column = pa.DictionaryArray.from_arrays(pa.array(np.arange(10_000) % 300, pa.int32()), values)
+    path = tmp_path / "staging" / "pick" / "data" / "chunk-000" / "episode-000.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"status.x": column}), path)
+    meta = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    assert meta.has_dictionary_page and meta.num_values * meta.total_uncompressed_size > 8e9
+    check_parquet_bounds(path, Limits())
+    with pytest.raises(UploadRejectedError) as err:
+        check_parquet_bounds(path, Limits(max_decode_bytes=16 << 20))
+    assert err.value.reason == "decode_too_large" and "data/chunk-000/episode-000.parquet row group 0" in err.value.message
+    assert re.search(r"decodes to 3[0-2] MiB", err.value.message), err.value.message

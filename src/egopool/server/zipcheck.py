@@ -385,9 +385,10 @@ def _footer_bytes(pf: Any) -> tuple[list[int], int, dict[int, list[str]]]:
     fields) whose values are still to be counted by :func:`_add_dictionary_bytes`.
 
     A value counts at least its physical width, so an RLE run or a dictionary index of a few bits
-    counts what it expands to. A dictionary-encoded binary column chunk of more than
-    :data:`_DICT_SCAN_BYTES` counts ``num_values`` times its whole size (no value is longer than
-    its dictionary), a smaller one is counted exactly afterwards."""
+    counts what it expands to. A dictionary-encoded binary column chunk counts ``num_values`` times
+    its whole size (no value is longer than the chunk) when that is at most
+    :data:`_DICT_CHEAP_BYTES` (a status column: a few KiB) or the chunk is over
+    :data:`_DICT_SCAN_BYTES`; otherwise it is counted exactly afterwards."""
     meta = pf.metadata
     schema = meta.schema
     owner = [f.name for f in pf.schema_arrow for _ in range(_leaves(f.type))]  # leaf column -> top-level field
@@ -403,8 +404,10 @@ def _footer_bytes(pf: Any) -> tuple[list[int], int, dict[int, list[str]]]:
             n = max(c.total_uncompressed_size, c.num_values * width)
             if c.physical_type == "BYTE_ARRAY":
                 n = c.total_uncompressed_size + c.num_values * width
-                if c.has_dictionary_page and c.total_uncompressed_size > _DICT_SCAN_BYTES:
-                    n += c.num_values * c.total_uncompressed_size
+                bound = c.num_values * c.total_uncompressed_size  # no value is longer than the whole chunk
+                big = c.total_uncompressed_size > _DICT_SCAN_BYTES
+                if c.has_dictionary_page and (bound <= _DICT_CHEAP_BYTES or big):
+                    n += bound
                 elif c.has_dictionary_page and owner[j] not in scan.get(i, []):
                     scan.setdefault(i, []).append(owner[j])
             groups[i] += n
@@ -416,6 +419,8 @@ def _footer_bytes(pf: Any) -> tuple[list[int], int, dict[int, list[str]]]:
 #: A dictionary-encoded binary column chunk up to this size is read (as a DictionaryArray: a few times its
 #: size in memory) to count what its values expand to; a larger one is bounded from the footer alone.
 _DICT_SCAN_BYTES = 4 << 20
+#: ... unless its footer bound (values x chunk size) is at most this: then it is counted at that bound.
+_DICT_CHEAP_BYTES = 16 << 20
 
 
 def _add_dictionary_bytes(path: Path, groups: list[int], flat: int, scan: dict[int, list[str]]) -> int:
