@@ -10,8 +10,10 @@
   episode digest, the upload that brought it, its length, streams and the validator's
   verdict on the uploaded slice.
 
-Each call opens its own connection (WAL journal, 30 s busy timeout), so threads of the
-server share the file safely. SQLite errors become :class:`~egopool.errors.RegistryError`
+Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
+server share the file safely. The episode mapping is committed with ``synchronous=FULL`` (it
+survives power loss); the upload log's bookkeeping rows with ``NORMAL`` (no fsync of their
+own: they survive a killed process, and the next FULL commit syncs them too). SQLite errors become :class:`~egopool.errors.RegistryError`
 naming ``server.db``.
 """
 
@@ -180,13 +182,16 @@ class ServerDB:
                 con.execute("PRAGMA synchronous = FULL")  # a committed mapping survives power loss
             except sqlite3.Error as exc:
                 raise RegistryError(f"cannot open the server database: {exc}", path=self.path) from exc
-            self._local.con = con
+            self._local.con, self._local.durable = con, True
         return con
 
     @contextlib.contextmanager
-    def _connect(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def _connect(self, write: bool = True, durable: bool = True) -> Iterator[sqlite3.Connection]:
         con = self._connection()
         try:
+            if write and self._local.durable != durable:  # FULL: fsync at commit; NORMAL: at checkpoint
+                con.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+                self._local.durable = durable
             con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield con
             con.execute("COMMIT")
@@ -202,7 +207,7 @@ class ServerDB:
     # -- uploads -------------------------------------------------------------------------------------
     def start_upload(self, token_id: str | None, client_addr: str | None) -> int:
         """A new ``receiving`` upload row; returns its id."""
-        with self._connect() as con:
+        with self._connect(durable=False) as con:
             cur = con.execute("INSERT INTO uploads (received_at, token_id, client_addr, outcome) VALUES (?, ?, ?, ?)",
                               (time.time(), token_id, client_addr, "receiving"))
             return int(cur.lastrowid or 0)
@@ -215,7 +220,7 @@ class ServerDB:
         if not fields:
             return
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._connect() as con:
+        with self._connect(durable=False) as con:
             con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*fields.values(), upload_id))
 
     def finish_upload(self, upload_id: int, outcome: str, status: int, reason: str | None = None,
