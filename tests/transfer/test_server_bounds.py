@@ -451,3 +451,29 @@ def test_a_small_dictionary_column_is_counted_exactly(tmp_path: Path) -> None:
         check_parquet_bounds(path, Limits(max_decode_bytes=16 << 20))
     assert err.value.reason == "decode_too_large" and "data/chunk-000/episode-000.parquet row group 0" in err.value.message
     assert re.search(r"decodes to 3[0-2] MiB", err.value.message), err.value.message
+
+
+def test_video_frames_are_bounded_from_the_container_header(tmp_path: Path) -> None:
+    """A 1920x1080 yuv420p stream (3 MiB a frame, 4 held while decoding) against --max-decode-mb 8:
+    413 before the validator decodes a frame; the same upload passes at the default."""
+    import numpy as np
+
+    from egopool import StreamSpec, TaskWriter, vector_column
+
+    tw = TaskWriter(tmp_path / "pc", "hd", fps=30.0)
+    ep = tw.begin_episode(columns=[vector_column("observation.right_glove", [4])],
+                          streams=[StreamSpec("cam", "rgb", 1920, 1080)], sensors=["right_glove"], sensor_dim=4)
+    for i in range(2):
+        ep.add_frame({"observation.right_glove": np.zeros(4, np.float32)},
+                     images={"cam": np.full((1080, 1920, 3), 40 * i, np.uint8)})
+    ep.finish()
+    with ServerProc(tmp_path / "store", "--max-decode-mb", "8") as srv:
+        (o,) = upload_episodes(tmp_path / "pc" / "hd", server=srv.url, registry=False, retries=0).outcomes
+        assert o.status == "failed" and "413" in o.message, o.to_dict()
+        last = httpx.get(srv.url + "/api/v1/uploads?limit=1").json()["uploads"][0]
+        assert (last["status"], last["reason"]) == (413, "decode_too_large")
+        assert "videos/chunk-000/cam/episode-000.mp4: 1920x1080 frames (yuv420p) decode to 3 MiB each" \
+            in last["message"] and "egopool serve --max-decode-mb" in last["message"]
+        assert store_files(srv.store) == {}
+    with ServerProc(tmp_path / "store2") as srv:
+        assert upload_episodes(tmp_path / "pc" / "hd", server=srv.url, registry=False).ok

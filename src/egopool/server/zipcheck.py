@@ -20,7 +20,8 @@ Two passes over the spooled zip:
 
 :func:`check_parquet_bounds` bounds what decoding a parquet file costs, from its footer
 alone (decoded bytes of each row group and of the columns read whole, and the decoded /
-file ratio) before a page of it is decoded.
+file ratio) before a page of it is decoded; :func:`check_video_bounds` the frames of a
+video, from its container header.
 
 Every refusal is an :class:`~egopool.errors.UploadRejectedError` with the HTTP status and
 a reason code; a 413 names the limit and the ``egopool serve`` option that raises it
@@ -41,7 +42,8 @@ from typing import Any
 from ..errors import FormatError, UploadRejectedError
 from ..transfer.manifest import MANIFEST_NAME, Arcname, Manifest, MemberRecord, parse_arcname
 
-__all__ = ["OPTIONS", "Limits", "ZipPlan", "check_parquet_bounds", "extract_verified", "inspect_zip"]
+__all__ = ["OPTIONS", "Limits", "ZipPlan", "check_parquet_bounds", "check_video_bounds", "extract_verified",
+           "inspect_zip", "too_large"]
 
 _BLOCK = 1 << 20
 _MiB = 1 << 20
@@ -502,3 +504,47 @@ def _first_line(exc: BaseException, path: Path) -> str:
     """An exception's first line with the file's server path cut out."""
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return text.replace(str(path), path.name)
+
+
+#: Frames a decoder holds at once, counted against ``max_decode_bytes`` (the frame being decoded and
+#: its references: FFmpeg's H.264/HEVC decoders keep the stream's decoded picture buffer).
+_FRAMES_HELD = 4
+
+
+def check_video_bounds(path: Path, limits: Limits) -> None:
+    """Refuse a video whose frames would not fit ``max_decode_bytes`` before the validator decodes it.
+
+    Every video stream's width, height and pixel format come from the container header (nothing is
+    decoded); ``_FRAMES_HELD`` frames of that size must fit the limit, so a few KiB of stream
+    declaring 16384x16384 (or an FFV1 frame of 65535x65535) cannot make the server allocate GiB.
+    A header the container cannot give is left to the validator (which reports it).
+
+    Raises
+    ------
+    UploadRejectedError
+        413 ``decode_too_large`` (``--max-decode-mb``).
+    """
+    import av
+
+    name = "/".join(path.parts[-4:])  # videos/chunk-CCC/<key>/episode-FFF.ext
+    try:
+        container = av.open(str(path))
+    except Exception:  # the validator names an unreadable video
+        return
+    with container:
+        for stream in container.streams.video:
+            cc = stream.codec_context
+            width, height = int(cc.width or 0), int(cc.height or 0)
+            if width <= 0 or height <= 0:
+                continue
+            try:
+                fmt = av.video.format.VideoFormat(cc.format.name if cc.format else "rgba64le", width, height)
+                frame = sum(c.width * c.height * ((c.bits + 7) // 8) for c in fmt.components)
+            except (ValueError, TypeError):
+                frame = width * height * 8  # an unknown format: 4 channels of 16 bits, the most FFmpeg has
+            if _FRAMES_HELD * frame > limits.max_decode_bytes:
+                raise too_large("decode_too_large", f"{name}: {width}x{height} frames "
+                                                    f"({cc.format.name if cc.format else 'unknown format'}) decode "
+                                                    f"to {_mib(frame)} each, {_FRAMES_HELD} held while decoding; the "
+                                                    f"limit of what one import decodes at a time is "
+                                                    f"{_mib(limits.max_decode_bytes)}", "max_decode_bytes")
