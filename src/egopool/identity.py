@@ -6,8 +6,8 @@ the zip; the server stores and shows only what it derives from it). The **host i
 derived from the key (:func:`host_id_of_key`), so the server computes it itself: a host id read
 from the server's read API names a PC but cannot be presented as one.
 
-The key a root gets is :func:`derive_client_key` of this machine and the root's real path
-(an HMAC keyed by ``/etc/machine-id``, never the machine id itself), so ``--no-registry`` on the
+The key a root gets is :func:`derive_client_key` of this machine, its name and the root's real
+path (an HMAC keyed by ``/etc/machine-id``, never the machine id itself), so ``--no-registry`` on the
 same root sends the same key, and a root whose stored key is not the one derived here was
 copied or moved from another machine or path (:class:`ClientIdentity.notice`).
 """
@@ -74,12 +74,13 @@ def _machine_secret() -> bytes:
 def derive_client_key(root: str | Path) -> str:
     """The client key a recordings root gets on this machine: 64 hex.
 
-    HMAC-SHA256 keyed by the machine's id over the root's real path (symlinks resolved), so the
-    machine id never leaves the machine (systemd's advice for application ids) and two roots on
-    one PC are two clients.
+    HMAC-SHA256 keyed by the machine's id over the host name and the root's real path (symlinks
+    resolved): the machine id never leaves the machine (systemd's advice for application ids), two
+    roots on one PC are two clients, and containers of one image (one baked-in machine id, each
+    its own host name) are told apart.
     """
-    return hmac.new(_machine_secret(), f"egopool client key v1\n{os.path.realpath(root)}".encode(),
-                    hashlib.sha256).hexdigest()
+    text = f"egopool client key v1\n{socket.gethostname()}\n{os.path.realpath(root)}"
+    return hmac.new(_machine_secret(), text.encode(), hashlib.sha256).hexdigest()
 
 
 def host_id_of_key(key: str) -> str:
