@@ -82,7 +82,7 @@ def test_forged_host_id_neither_blocks_nor_is_pooled_as_that_pc(server: ServerPr
     # with her own client key: the manifest's host id is not the key's -> refused, nothing stored
     resp = _post(server, forged.path, toks["mallory"], Registry.for_task(mine).identity().key, forged.file)
     assert resp.status_code == 400 and resp.json()["error"] == "host_id_mismatch", resp.text
-    assert host_a in resp.json()["message"] or host_a[:32] in resp.json()["message"]
+    assert host_a in resp.json()["message"]
     # with a made-up key: the same
     resp = _post(server, forged.path, toks["mallory"], "ab" * 32, forged.file)
     assert resp.status_code == 400 and resp.json()["error"] == "host_id_mismatch"

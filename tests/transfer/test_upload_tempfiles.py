@@ -50,7 +50,7 @@ def test_sigkilled_upload_leaves_nothing_in_the_root_and_the_next_run_cleans_up(
         try:
             _wait_for(store / ".egopool-server/paused-received")  # the zip is sent, the client awaits the answer
             spools = list((cache / "upload").iterdir())
-            assert len(spools) == 1 and spools[0].name.startswith(f"upload-") and \
+            assert len(spools) == 1 and spools[0].name.startswith("upload-") and \
                 f"-{client.pid}-" in spools[0].name
             zips = list(spools[0].glob("*.zip"))
             assert len(zips) == 1 and zips[0].stat().st_size > 100_000
