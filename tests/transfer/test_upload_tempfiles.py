@@ -43,7 +43,7 @@ def test_sigkilled_upload_leaves_nothing_in_the_root_and_the_next_run_cleans_up(
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     root, cache, store = tmp_path / "pc", tmp_path / "cache", tmp_path / "store"
-    task = simulate(root, "spooled", 2, rig="full", seconds=0.4)
+    task = simulate(root, "spooled", 2)
     before = _root_files(root)
     with ServerProc(store, env={"EGOPOOL_SERVER_PAUSE": "received"}) as srv:
         client = _upload(task, srv.url, cache)
@@ -53,7 +53,7 @@ def test_sigkilled_upload_leaves_nothing_in_the_root_and_the_next_run_cleans_up(
             assert len(spools) == 1 and spools[0].name.startswith("upload-") and \
                 f"-{client.pid}-" in spools[0].name
             zips = list(spools[0].glob("*.zip"))
-            assert len(zips) == 1 and zips[0].stat().st_size > 100_000
+            assert len(zips) == 1 and zips[0].stat().st_size > 10_000
             client.send_signal(signal.SIGKILL)
             client.wait(30)
         finally:
