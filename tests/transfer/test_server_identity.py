@@ -106,6 +106,8 @@ def test_forged_host_id_neither_blocks_nor_is_pooled_as_that_pc(server: ServerPr
                     headers={"Authorization": f"Bearer {toks['reader']}"}).json()["uploads"]
     assert [(u["token_id"], u["status"], u["reason"]) for u in log[1:4]] == [
         ("mallory", 200, None), ("mallory", 400, "host_id_mismatch"), ("mallory", 400, "host_id_mismatch")]
+    page = httpx.get(f"{server.url}/tasks/forge", headers={"Authorization": f"Bearer {toks['reader']}"}).text
+    assert f'pc-a <span class="dim">({taken["client_host_id"][:8]})</span>' in page  # the label, and who it is
 
 
 def test_copied_root_pools_the_episodes_of_both_pcs(server: ServerProc, tokens, tmp_path: Path,
