@@ -74,7 +74,7 @@ def spool_base(recordings_root: str | Path, temp_dir: str | Path | None = None) 
     env = os.environ.get("EGOPOOL_CACHE_DIR")
     cache = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "egopool"
     for base in (cache / "upload", Path(tempfile.gettempdir()) / f"egopool-{os.getuid()}" / "upload"):
-        if _inside(base, Path(recordings_root)):
+        if not base.is_absolute() or _inside(base, Path(recordings_root)):  # no home: "~" stays relative
             continue
         with contextlib.suppress(OSError):
             base.mkdir(parents=True, exist_ok=True, mode=0o700)
