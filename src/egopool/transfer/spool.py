@@ -72,7 +72,8 @@ def spool_base(recordings_root: str | Path, temp_dir: str | Path | None = None) 
             raise TransferError("the upload temp directory cannot be created or written", path=base, hint=hint)
         return base
     env = os.environ.get("EGOPOOL_CACHE_DIR")
-    cache = Path(os.path.abspath(env)) if env else Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "egopool"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    cache = Path(os.path.abspath(env)) if env else Path(xdg) / "egopool"
     for base in (cache / "upload", Path(tempfile.gettempdir()) / f"egopool-{os.getuid()}" / "upload"):
         if not base.is_absolute() or _inside(base, Path(recordings_root)):  # no home: "~" stays relative
             continue
