@@ -1,4 +1,4 @@
-"""Who a collection PC is to a pooling server: a key its recordings root holds (docs/decisions.md U9).
+"""Who a collection PC is to a pooling server: a key its recordings root holds (docs/decisions.md U11).
 
 A recordings root's **client key** is a 256-bit secret (64 hex) kept in its ``pipeline.db``.
 ``egopool upload`` sends it in the :data:`CLIENT_KEY_HEADER` header of each upload (never in
@@ -89,7 +89,7 @@ def host_id_of_key(key: str) -> str:
 
 
 def token_host_id(token_id: str | None, declared: str) -> str:
-    """The host id the server gives an upload sent without a client key (an egopool before U9).
+    """The host id the server gives an upload sent without a client key (an egopool before U11).
 
     32 hex over the token's id and the host id the manifest declares: a host id copied from
     the read API into a manifest sent with another token names another client.

@@ -14,7 +14,7 @@ root, the parent of every ``<task>/``). It holds
   server)``; it outlives the ``recordings`` row (``egopool upload --delete-after``), so a
   re-run knows the episode is on the server (file_format.md §9);
 * ``settings``: the recordings root's ``client_key`` (a secret) and the public ``host_id``
-  derived from it, the client identity an upload carries (docs/decisions.md U9).
+  derived from it, the client identity an upload carries (docs/decisions.md U11).
 
 The writer records into it after an episode is published; ``egopool delete`` marks a
 row ``deleted`` before touching files and removes it once the files are verified gone
@@ -425,14 +425,14 @@ class Registry:
 
     # -- identity --------------------------------------------------------------------------------
     def identity(self) -> ClientIdentity:
-        """This recordings root's client identity (docs/decisions.md U9), created on first use.
+        """This recordings root's client identity (docs/decisions.md U11), created on first use.
 
         The key is :func:`~egopool.identity.derive_client_key` of the directory holding
         ``pipeline.db`` on this machine, kept in ``settings``. A stored key that is not the one
         derived here means the root (with its ``pipeline.db``) was copied or moved from another
         machine or path: the root gets the key of this machine and path, so two copies of one
         root upload as two clients, and :attr:`~egopool.identity.ClientIdentity.notice` says so
-        in one line. A registry of an egopool before U9 (a ``host_id`` and no key) gets its key
+        in one line. A registry of an egopool before U11 (a ``host_id`` and no key) gets its key
         silently; its host id becomes the key's.
 
         Raises

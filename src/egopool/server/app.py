@@ -3,7 +3,7 @@
 Routes:
 
 * ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
-  zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U9);
+  zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U11);
   scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
   (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
   ``{"error", "message", "findings"}``;

@@ -7,7 +7,7 @@
   status and the reason;
 * ``episodes``: one row per episode the server holds: ``(task, server N)`` with the
   ``(client host id, client N)`` it came from (the host id the server derived from the
-  client's key, docs/decisions.md U9; not unique: two copies of one recordings root both
+  client's key, docs/decisions.md U11; not unique: two copies of one recordings root both
   pool their N), the episode digest (an episode's identity: the same content is pooled once,
   U2), the upload that brought it, its length, streams and the validator's verdict on the
   uploaded slice.
@@ -282,7 +282,7 @@ class ServerDB:
 
     def episodes_with_digest(self, task: str, digest: str) -> list[EpisodeRow]:
         """The episodes of ``task`` whose content is ``digest`` (ascending server N; one, unless the
-        store predates U9)."""
+        store predates U11)."""
         with self._connect(write=False) as con:
             rows = con.execute("SELECT * FROM episodes WHERE task = ? AND episode_digest = ? ORDER BY episode_index",
                                (task, digest)).fetchall()

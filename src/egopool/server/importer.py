@@ -29,7 +29,7 @@ Nothing in the store's tasks changes before step 8's publish, and a failed publi
 undone, so every refusal leaves the store as it was.
 
 The client's host id is the server's own finding (:meth:`Importer.client_host_id`,
-docs/decisions.md U9): derived from the client key the request carries, never taken from
+docs/decisions.md U11): derived from the client key the request carries, never taken from
 the manifest, so a host id read from the read API cannot be claimed.
 """
 
@@ -313,8 +313,8 @@ class Importer:
 
     @staticmethod
     def client_host_id(manifest: Manifest, client_key: str | None, token_id: str | None) -> str:
-        """The sender's host id (docs/decisions.md U9): :func:`~egopool.identity.host_id_of_key` of the
-        request's client key, which the manifest must declare; without a key (an egopool before U9),
+        """The sender's host id (docs/decisions.md U11): :func:`~egopool.identity.host_id_of_key` of the
+        request's client key, which the manifest must declare; without a key (an egopool before U11),
         :func:`~egopool.identity.token_host_id` of the token and the declared id.
 
         Raises

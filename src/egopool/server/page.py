@@ -82,7 +82,7 @@ _EP_HEAD = ("N", "chunk/file", "length (rows)", "streams", "uploaded by", "valid
 
 
 def _client(u: UploadRow) -> str:
-    """The declared host name (a label) with the host id the server derived (the identity, decisions.md U9)."""
+    """The declared host name (a label) with the host id the server derived (the identity, decisions.md U11)."""
     if not u.client_hostname:
         return _e(u.client_addr)
     ident = f" <span class=\"dim\">({_e(u.client_host_id[:8])})</span>" if u.client_host_id else ""

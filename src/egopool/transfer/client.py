@@ -12,7 +12,7 @@ server):
    ``episode_index`` = the episode's 0-based file number f taken from the layout (§9: not
    N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
    progress callback, and the recordings root's client key in the
-   :data:`~egopool.identity.CLIENT_KEY_HEADER` header (docs/decisions.md U9). Network errors
+   :data:`~egopool.identity.CLIENT_KEY_HEADER` header (docs/decisions.md U11). Network errors
    and 5xx answers are retried with exponential backoff (0.5 s doubling to 8 s, jittered); 4xx and 507 (server disk full) answers are final for the
    episode (401/403 stop the whole run);
 4. the answer is **confirmed by checksum**: the server's sha256 of the received zip and

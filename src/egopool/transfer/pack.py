@@ -107,7 +107,7 @@ def zip_name(task: str, chunk: int, file: int) -> str:
 
 
 def client_identity(task_dir: str | Path, registry: bool | str | Path | Registry | None = True) -> ClientIdentity:
-    """The client identity of the recordings root holding ``task_dir`` (docs/decisions.md U9).
+    """The client identity of the recordings root holding ``task_dir`` (docs/decisions.md U11).
 
     The root's registry's :meth:`~egopool.registry.Registry.identity` (a copied root gets its
     own identity there, with a notice); without a registry, the key

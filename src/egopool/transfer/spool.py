@@ -1,4 +1,4 @@
-"""Where ``egopool upload`` packs its zips: a per-run directory outside the recordings root (decisions.md U10).
+"""Where ``egopool upload`` packs its zips: a per-run directory outside the recordings root (decisions.md U12).
 
 The base is ``--temp-dir``, else ``$EGOPOOL_CACHE_DIR/upload``, else
 ``$XDG_CACHE_HOME/egopool/upload`` (``~/.cache/egopool/upload``), else
@@ -6,7 +6,7 @@ The base is ``--temp-dir``, else ``$EGOPOOL_CACHE_DIR/upload``, else
 (an explicit one is refused). Each run packs into ``upload-<host>-<pid>-<random>/`` and holds
 an exclusive ``flock`` on its ``.lock`` until it ends; the run removes its directory, and a
 directory left by a killed run (its pid gone on this host and its lock free) is removed by
-the next run. ``.egopool-upload-*`` directories that egopool before U10 left in the
+the next run. ``.egopool-upload-*`` directories that egopool before U12 left in the
 recordings root are removed once nothing was written into them for 10 minutes.
 """
 
@@ -134,7 +134,7 @@ def sweep_stale(base: Path) -> list[Path]:
 
 
 def sweep_legacy(recordings_root: Path, now: float | None = None) -> list[Path]:
-    """Remove ``<root>/.egopool-upload-*`` directories (egopool before U10) idle for 10 minutes; returns them."""
+    """Remove ``<root>/.egopool-upload-*`` directories (egopool before U12) idle for 10 minutes; returns them."""
     removed: list[Path] = []
     now = time.time() if now is None else now
     with contextlib.suppress(OSError):
