@@ -9,7 +9,8 @@ Each figure is the median wall-clock time of ``--repeat`` fresh processes of thi
 ``show`` of a small task (one episode of 30 rows, written first), ``validate --fast`` of it and
 ``import egopool``. Baseline, measured in the same run and interleaved with the others:
 ``python -c pass`` (the interpreter's own start-up). Printed: the median, its excess over the
-baseline and the goal of issue 16 B (``--help`` within 0.3 s, ``ls`` / ``info`` within 0.5 s of
+baseline, the median CPU time (user + system: what the process itself costs, steadier than wall
+time on a loaded machine) and the goal of issue 16 B (``--help`` within 0.3 s, ``ls`` / ``info`` within 0.5 s of
 the baseline on a quiet machine). ``--other-src DIR`` times another checkout's ``src/`` in the
 same run too (e.g. the commit before the lazy command loading), interleaved with this one.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,10 +47,14 @@ def small_task(root: Path) -> Path:
     return root / "small"
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s = user + system of the child) of one process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -74,25 +80,27 @@ def main() -> None:
                  if tree == "this" or name != "python -c pass"]
         for _, _, argv, env in cases:  # warm the file cache and the bytecode
             timed(argv, env)
-        times: dict[tuple[str, str], list[float]] = {(tree, name): [] for tree, name, _, _ in cases}
+        times: dict[tuple[str, str], list[tuple[float, float]]] = {(tree, name): [] for tree, name, _, _ in cases}
         for _ in range(args.repeat):  # interleaved: a load spike hits every case alike
             for tree, name, argv, env in cases:
                 times[tree, name].append(timed(argv, env))
-    base = statistics.median(times["this", "python -c pass"])
+    def med(tree: str, name: str, i: int) -> float:
+        return statistics.median(t[i] for t in times[tree, name])
+
+    base, base_cpu = med("this", "python -c pass", 0), med("this", "python -c pass", 1)
     print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}; medians of {args.repeat} processes"
           + (f"; other = {args.other_src}" if args.other_src else ""))
-    print(f"{'command':<18}{'median s':>10}{'over baseline s':>17}{'goal s':>8}"
-          + (f"{'other s':>10}{'other over s':>14}" if args.other_src else ""))
+    print(f"{'command':<18}{'wall s':>8}{'over base':>11}{'CPU s':>8}{'over base':>11}{'goal':>6}"
+          + (f"{'other wall':>12}{'other CPU':>11}" if args.other_src else ""))
     for name in commands:
-        med = statistics.median(times["this", name])
+        wall, cpu = med("this", name, 0), med("this", name, 1)
         goal = GOALS.get(name)
-        line = f"{name:<18}{med:>10.3f}{med - base:>17.3f}{(f'{goal:.1f}' if goal else '-'):>8}"
+        line = (f"{name:<18}{wall:>8.3f}{wall - base:>11.3f}{cpu:>8.3f}{cpu - base_cpu:>11.3f}"
+                f"{(f'{goal:.1f}' if goal else '-'):>6}")
         if args.other_src and ("other", name) in times:
-            other = statistics.median(times["other", name])
-            line += f"{other:>10.3f}{other - base:>14.3f}"
+            line += f"{med('other', name, 0):>12.3f}{med('other', name, 1):>11.3f}"
         print(line)
-
 
 if __name__ == "__main__":
     main()
