@@ -115,3 +115,18 @@ def test_a_typo_gets_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["valdate"]) == 2
     err = capsys.readouterr().err
     assert "No such command 'valdate'" in err and "'validate'" in err
+
+
+def test_each_command_loaded_alone_is_the_whole_command() -> None:
+    """A fresh process naming one command gets all of it (a group's every subcommand, e.g. ``import aria``
+    from its second module) and loads nothing but that command's modules."""
+    register_commands()
+    built = typer.main.get_command(app)
+    for name, modules, _ in COMMANDS:
+        out, probe = _probe(name, "--help", watch=())
+        assert probe["rc"] == 0, (name, out)
+        assert set(probe["cli"]) <= {f"egopool.cli.{m}" for m in (*modules, "ops_cmds", "export_cmds",
+                                                                   "import_cmds")}, (name, probe)
+        for sub in getattr(built.commands[name], "commands", {}):
+            assert any(line.split("│")[1].split()[:1] == [sub] for line in out.splitlines()
+                       if line.count("│") == 2), (name, sub, out)
