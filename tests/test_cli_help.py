@@ -62,6 +62,11 @@ def test_help_has_plain_metavars_and_whole_paragraphs(path: list[str], capsys: p
     for name in path:
         cmd = cmd.commands[name]
     lines = [" ".join(line.strip(" │").split()) for line in out.splitlines()]
+    # an extra named in the command's or an option's help is shown with its name (Rich markup ate it)
+    texts = [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params)]
+    flat = " ".join(out.replace("│", " ").split())
+    for extra in {m for t in texts for m in re.findall(r"egopool\\?\[(\w+)\]", t)}:
+        assert f"egopool[{extra}]" in flat, (extra, out)
     for para in (reflow(cmd.help) or "").split("\n\n"):
         para = " ".join(para.split())
         if para and len(para) < 380 and "[" not in para and "\\" not in para:
@@ -96,3 +101,13 @@ def test_an_extra_in_help_is_shown_with_its_name(capsys: pytest.CaptureFixture[s
     monkeypatch.setenv("COLUMNS", "400")
     assert "pip install 'egopool[ray]'" in _help(["validate"], capsys)
     assert "pip install 'egopool[keypoints]'" in _help(["keypoints", "extract"], capsys)
+
+
+def test_a_help_text_keeps_its_brackets_and_our_styles() -> None:
+    """A help text (docstring, option help) is reflowed; an unescaped ``[server]`` stays text, as does an
+    escaped ``\\[ray]``; egopool's own styles stay styles."""
+    from egopool.cli.help_format import _plain_text
+
+    assert _plain_text("Serve it\n(pip install 'egopool[server]').\n\n"
+                       "Needs 'egopool\\[ray]'; [bold]x[/bold]") == \
+        "Serve it (pip install 'egopool\\[server]').\n\nNeeds 'egopool\\[ray]'; [bold]x[/bold]"

@@ -104,16 +104,28 @@ def _plain_class(cls: type) -> type:
     return _PLAIN_CLASSES[cls]
 
 
+def _plain_text(text: str | None, flow: bool = True) -> str | None:
+    """A help text reflowed (``flow``), its brackets text unless they are egopool's own styles."""
+    from .output import _only_our_styles  # a help text's [extra] is text, as in every other output
+
+    if not text:
+        return text
+    return _only_our_styles(reflow(text) if flow else text)  # type: ignore[arg-type]
+
+
 def plain_help(cmd: Any) -> Any:
     """Give ``cmd`` (a converted Typer command or group) and everything under it the classic help.
 
-    Help texts are reflowed (:func:`reflow`); parameters get plain metavars. Returns ``cmd``.
+    Help texts are reflowed (:func:`reflow`) and hold no Rich markup but egopool's styles
+    (:data:`egopool.cli.output.STYLES`: a ``[server]`` stays text); parameters get plain metavars.
+    Returns ``cmd``.
     """
     if isinstance(cmd, (TyperCommand, TyperGroup)):
         cmd.__class__ = _plain_class(type(cmd))
-    cmd.help = reflow(cmd.help)
-    cmd.short_help = reflow(cmd.short_help)
-    plain_params(cmd.params)
+    cmd.help = _plain_text(cmd.help)
+    cmd.short_help = _plain_text(cmd.short_help)
+    for param in plain_params(cmd.params):
+        param.help = _plain_text(getattr(param, "help", None), flow=False)
     for sub in getattr(cmd, "commands", {}).values():
         plain_help(sub)
     return cmd
