@@ -130,3 +130,22 @@ def test_each_command_loaded_alone_is_the_whole_command() -> None:
         for sub in getattr(built.commands[name], "commands", {}):
             assert any(line.split("│")[1].split()[:1] == [sub] for line in out.splitlines()
                        if line.count("│") == 2), (name, sub, out)
+
+
+def test_ctrl_c_while_a_command_loads_is_one_line(small_task: Path) -> None:
+    """A Ctrl-C held back while the named command's modules load is acted on once they are in:
+    ``egopool: interrupted``, exit 130, nothing else (the command does not run)."""
+    script = """
+import contextlib, sys
+import egopool.cli.app as app
+
+@contextlib.contextmanager
+def interrupted_while_loading():
+    yield [2]  # what sigint_deferred yields when SIGINT came in
+
+app.sigint_deferred = interrupted_while_loading
+sys.exit(app.main(sys.argv[1:]))
+"""
+    done = subprocess.run([sys.executable, "-c", script, "ls", str(small_task)], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "egopool: interrupted\n")

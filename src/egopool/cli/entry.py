@@ -1,9 +1,10 @@
 """Console-script entry point (``egopool`` and ``python -m egopool``).
 
-The CLI (Typer) loads with Ctrl-C held back, and so does the module of the command named
-(pyarrow, numpy, PyAV, ...; ``egopool.cli.app``): an interrupt while they load is acted on once
-they are in, as the same one line and exit code 130 as an interrupt while a command runs. A KeyboardInterrupt raised inside an import
-would surface as an import machinery traceback, or wrapped in another error, not as Ctrl-C.
+The CLI (Typer) loads with Ctrl-C held back, and so do the modules of the command named
+(pyarrow, numpy, PyAV, ...; ``egopool.cli.app``): an interrupt while they load is acted on
+once they are in, as the same one line and exit code 130 as an interrupt while a command runs.
+A KeyboardInterrupt raised inside an import would surface as an import machinery traceback, or
+wrapped in another error, not as Ctrl-C.
 """
 
 from __future__ import annotations
