@@ -19,8 +19,8 @@ digest. An older file is migrated when the server opens it.
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
 server share the file safely. The episode mapping is committed with ``synchronous=FULL`` (it
 survives power loss); the upload log's bookkeeping rows with ``NORMAL`` (no fsync of their
-own: they survive a killed process, and the next FULL commit syncs them too). SQLite errors become :class:`~egopool.errors.RegistryError`
-naming ``server.db``.
+own: they survive a killed process, and the next FULL commit syncs them too). SQLite errors
+become :class:`~egopool.errors.RegistryError` naming ``server.db``.
 """
 
 from __future__ import annotations
