@@ -598,7 +598,7 @@ class Recorder:
         return stats
 
     # -- episode control ---------------------------------------------------------------------------
-    def _begin(self, realtime: bool) -> None:
+    def _begin(self, realtime: bool, disconnected: Mapping[str, str] | None = None) -> None:
         if self._active:
             raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
         self.rig.check_task(self.writer.info)
@@ -608,6 +608,9 @@ class Recorder:
                 dataclasses.replace(st, preset=self.realtime_presets.get(st.kind)) if st.preset is None else st
                 for st in self._kwargs["streams"]]
         self._reset_buffers()
+        for sid, reason in (disconnected or {}).items():  # a device already dead: disconnected from the first row
+            if sid in self._status:
+                self.set_status(sid, "disconnected", reason=reason)
         self._chain = _Chain()
         self._wq = queue.Queue(maxsize=self._wq_rows)
         self._error = None
@@ -664,7 +667,7 @@ class Recorder:
                              f"(silent: {self._silent_streams()})")
         return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes), self._unfinished)
 
-    def start_episode(self, max_ticks: int | None = None) -> None:
+    def start_episode(self, max_ticks: int | None = None, *, disconnected: Mapping[str, str] | None = None) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.
 
         Parameters
@@ -672,6 +675,8 @@ class Recorder:
         max_ticks:
             Stop ticking after this many ticks (an episode of ``max_ticks / fps`` seconds);
             :meth:`wait_ticks` returns once they are done. None = until :meth:`stop_episode`.
+        disconnected:
+            ``status`` id -> reason of devices that are already dead: ``disconnected`` from the first row.
 
         Raises
         ------
@@ -684,7 +689,7 @@ class Recorder:
         """
         if max_ticks is not None:  # refused before recording, as record_virtual does (issue 12 A)
             check_episode_seconds(max_ticks / self.fps, self.fps, "max_ticks / fps")
-        self._begin(realtime=True)
+        self._begin(realtime=True, disconnected=disconnected)
         self._max_ticks = max_ticks
         self._ticks_done = threading.Event()
         self._tick_thread = threading.Thread(target=self._tick_loop, name="egopool-tick", daemon=True)
@@ -787,7 +792,8 @@ class Recorder:
         self._end(abort=True)
 
     def record_virtual(self, seconds: float, feed: Callable[[int, int, Recorder], None], *,
-                       host0_ns: int | None = None, until: Callable[[], bool] | None = None) -> RecordedEpisode:
+                       host0_ns: int | None = None, until: Callable[[], bool] | None = None,
+                       disconnected: Mapping[str, str] | None = None) -> RecordedEpisode:
         """Record ``seconds`` of rows on a virtual clock, as fast as the write thread allows.
 
         Before each tick, ``feed(t0_ns, t1_ns, recorder)`` pushes what the sources captured in
@@ -806,6 +812,8 @@ class Recorder:
         until:
             Ends the episode early, before a tick, once it returns True and every frame pushed
             so far has been taken by a row (e.g. a recording played to its end).
+        disconnected:
+            As :meth:`start_episode`.
 
         Raises
         ------
@@ -819,7 +827,7 @@ class Recorder:
             Writing failed (the episode was aborted).
         """
         rows = check_episode_seconds(seconds, self.fps)
-        self._begin(realtime=False)
+        self._begin(realtime=False, disconnected=disconnected)
         period_ns = int(round(1e9 / self.fps))
         t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
         try:

@@ -143,8 +143,6 @@ class Source(abc.ABC):
         if self.reg is None:
             raise DeviceError(f"{self.label}: not bound to a rig", hint="register the device before starting it")
         self._rec = rec
-        if self._state == "error":  # it stopped in an earlier episode: disconnected from this one's first row
-            self.report_failure(rec)
         if self._thread is None:
             self._stop = threading.Event()
             if self._state in ("open", "closed"):
