@@ -306,6 +306,25 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_not_a_traceback(tmp_path: Path, 
     assert (proc.returncode, err.splitlines(), out) == (130, ["egopool: interrupted"], "")
 
 
+def test_with_json_stdout_carries_only_the_json_whatever_writes_to_file_descriptor_1() -> None:
+    """Issue 15 E, for every command: with --json, bytes a library writes on fd 1 from C (below sys.stdout)
+    and Python-level prints go to stderr; stdout is print_json's document alone."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys\n"
+            "from egopool.cli.output import print_json, stdout_only_json\n"
+            "with stdout_only_json(True):\n"
+            "    os.write(1, b'Loaded #EyeGazes: 123\\n')\n"
+            "    print('a stray print')\n"
+            "    print_json({'ok': 1})\n"
+            "print('after the command')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{\n  "ok": 1\n}\nafter the command\n'
+    assert done.stderr == "Loaded #EyeGazes: 123\na stray print\n"
+
+
 def test_every_public_name_resolves() -> None:
     """``egopool`` imports its public names on first use (PEP 562); each one in ``__all__`` exists
     and ``from egopool import *`` binds them all."""

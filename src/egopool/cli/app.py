@@ -113,7 +113,11 @@ def _main(argv: Sequence[str] | None) -> int:
         _fit_output()
         from .ray_option import optional_ray_value
 
-        rc = app(args=optional_ray_value(sys.argv[1:] if argv is None else argv), standalone_mode=False)
+        from .output import stdout_only_json
+
+        args = optional_ray_value(sys.argv[1:] if argv is None else argv)
+        with stdout_only_json("--json" in args):
+            rc = app(args=args, standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1
