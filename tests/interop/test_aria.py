@@ -202,6 +202,13 @@ def test_empty_mps_fields_are_stored_as_missing_and_counted(tmp_path):
     assert any(n.startswith("MPS eye gaze: empty fields in the 20 stored samples (yaw in") for n in result.notes)
     assert "NaN" in open_task(result.task_dir).info["features"]["observation.eye_gaze"]["missing_value"]
     assert validate_task(result.task_dir).ok
+    # a LeRobot export keeps the NaN in its data; its stats.json (JSON: no NaN) skips the missing values
+    from egopool.interop import export_lerobot
+
+    out = export_lerobot(result.task_dir, tmp_path / "lr").out
+    block = json.loads((out / "meta/stats.json").read_text())["observation.eye_gaze"]
+    present = gaze[stored & ~np.isnan(gaze[:, 0]), 0]
+    assert block["max"][0] == pytest.approx(float(present.max())) and block["max"][6] == 0.0
 
 
 @pytest.mark.extra("interop")

@@ -18,6 +18,7 @@ dataset in ``meta/stats.json``.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ def feature_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
 
 def _stats_block(x: np.ndarray, axis: int | tuple[int, ...], count: int) -> dict[str, np.ndarray]:
     x64 = x.astype(np.float64, copy=False)
+    if x64.size and np.isnan(x64).any():
+        return _nan_stats_block(x64, axis, count)
     block: dict[str, np.ndarray] = {
         "min": np.min(x, axis=axis), "max": np.max(x, axis=axis),
         "mean": np.mean(x64, axis=axis), "std": np.std(x64, axis=axis),
@@ -121,6 +124,23 @@ def _stats_block(x: np.ndarray, axis: int | tuple[int, ...], count: int) -> dict
     qs = np.quantile(x64, QUANTILES, axis=axis)
     for key, q in zip(_QKEYS, qs, strict=True):
         block[key] = q
+    return block
+
+
+def _nan_stats_block(x64: np.ndarray, axis: int | tuple[int, ...], count: int) -> dict[str, np.ndarray]:
+    """Statistics over the values present: NaN is a missing value (an empty MPS field, Aria's hand
+    joint 1, docs/decisions.md I11), left out; an element with no value at all gets 0 in every
+    statistic (stats.json is JSON: no NaN), while the data keeps its NaN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: handled below
+        block: dict[str, np.ndarray] = {
+            "min": np.nanmin(x64, axis=axis), "max": np.nanmax(x64, axis=axis),
+            "mean": np.nanmean(x64, axis=axis), "std": np.nanstd(x64, axis=axis)}
+        qs = np.nanquantile(x64, QUANTILES, axis=axis)
+    for key, q in zip(_QKEYS, qs, strict=True):
+        block[key] = q
+    block = {k: np.nan_to_num(v, nan=0.0) for k, v in block.items()}
+    block["count"] = np.array([count], dtype=np.int64)
     return block
 
 
