@@ -38,10 +38,10 @@ def _color(k: int) -> np.ndarray:
 
 
 def _record(path, n: int = N, serial: str = "130322270123", color_after_ms: float = 0.0,
-            lost_depth: frozenset[int] = frozenset()) -> None:
+            lost_depth: frozenset[int] = frozenset(), lost_color: frozenset[int] = frozenset()) -> None:
     """A D405 recording of ``n`` colour + depth frames at 30 fps, paced like a camera; capture k's frames
     are numbered k + 1, its colour frame is stamped ``color_after_ms`` after its depth frame, and the
-    depth frames of the captures in ``lost_depth`` are never delivered."""
+    depth (colour) frames of the captures in ``lost_depth`` (``lost_color``) are never delivered."""
     rs = pytest.importorskip("pyrealsense2")
     dev = rs.software_device()
     depth_s, color_s = dev.add_sensor("Stereo Module"), dev.add_sensor("RGB Camera")
@@ -71,7 +71,7 @@ def _record(path, n: int = N, serial: str = "130322270123", color_after_ms: floa
     color_s.start(q)
     for k in range(n):
         for sensor, prof, arr, bpp in ((depth_s, dp, _raw_depth(k), 2), (color_s, cp, _color(k), 3)):
-            if sensor is depth_s and k in lost_depth:
+            if k in (lost_depth if sensor is depth_s else lost_color):
                 continue
             f = rs.software_video_frame()
             f.pixels, f.stride, f.bpp = arr.tobytes(), W * bpp, bpp
@@ -300,3 +300,27 @@ def test_colour_stamped_after_its_depth_with_lost_depth_frames_pairs_by_capture(
     assert done.drop_stats["d435_rgb_unpaired_count"] == 3 and "d435_depth_unpaired" not in done.drop_stats
     assert done.drop_stats["d435_depth_repeated_count"] == 3
     assert validate_task(tmp_path / "off").ok
+
+
+def test_a_depth_frame_whose_colour_frame_was_lost_is_left_out_and_counted(tmp_path):
+    path = tmp_path / "nocolour.db3"
+    _record(path, color_after_ms=20.0, lost_color=frozenset({5, 12}))
+    session = RecordingSession(TaskWriter(tmp_path, "nc", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        done = session.record_fast()
+    finally:
+        session.close()
+    t = open_task(tmp_path / "nc").episode(done.index).table
+    # rows stay on the recording's clock: the two captures without colour are rows repeating the one before,
+    # both streams (the depth frame of such a capture cannot stand beside another capture's colour)
+    shown = [k - 1 if k in (5, 12) else k for k in range(N)]
+    assert done.result.length == N and done.drop_stats["d435_depth_unpaired"] == 2
+    assert "d435_rgb_unpaired_count" not in done.drop_stats
+    assert [k for k, d in enumerate(np.asarray(t.column("rgb_dup")).tolist()) if d] == [5, 12]
+    assert [k for k, d in enumerate(np.asarray(t.column("depth_dup")).tolist()) if d] == [5, 12]
+    np.testing.assert_allclose(np.asarray(t.column("depth_ns"), np.int64),
+                               [round((5000.0 + k * 1000.0 / 30) * 1e6) for k in shown], atol=2)
+    np.testing.assert_allclose(np.asarray(t.column("raw_hw_ns"), np.int64) - np.asarray(t.column("depth_ns"), np.int64),
+                               20e6, atol=2)
