@@ -48,3 +48,32 @@ def lerobot_dataset_class() -> Any:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     return LeRobotDataset
+
+
+def write_with_lerobot(root: Path, features: dict[str, dict[str, Any]], episodes: list[list[dict[str, Any]]], *,
+                       fps: int, vcodec: str = "h264", repo_id: str = "local/own") -> Any:
+    """A dataset written by lerobot's own writer (``add_frame`` + ``save_episode``), loaded back.
+
+    ``features`` as in an ``info.json`` (lerobot's frame keys are left out here; a video feature
+    may carry its ``info``, which lerobot then keeps); each episode a list of frames
+    (``{feature: value, "task": str}``). lerobot 0.4.4's writer cannot write a shape-(1,) feature
+    under numpy >= 2.4 (``datasets`` calls ``float()`` on each 1-element row, docs/decisions.md I3):
+    after ``add_frame`` has checked them, such rows are handed to ``save_episode`` as 0-d arrays,
+    the way lerobot's own ``timestamp`` and ``frame_index`` reach it (same parquet type, and
+    ``compute_episode_stats`` gives the same (1,) blocks).
+    """
+    LeRobotDataset = lerobot_dataset_class()
+    from lerobot.datasets.utils import DEFAULT_FEATURES
+
+    feats = {k: {**v, "shape": tuple(v["shape"])} for k, v in features.items() if k not in DEFAULT_FEATURES}
+    scalars = [k for k, v in feats.items() if v["shape"] == (1,) and v["dtype"] not in ("video", "image", "string")]
+    ds = LeRobotDataset.create(repo_id, fps=fps, features=feats, root=root, vcodec=vcodec, video_backend="pyav",
+                               use_videos=any(v["dtype"] == "video" for v in feats.values()))
+    for frames in episodes:
+        for frame in frames:
+            ds.add_frame(dict(frame))
+        for k in scalars:
+            ds.episode_buffer[k] = [v.reshape(()) for v in ds.episode_buffer[k]]
+        ds.save_episode()
+    ds.finalize()
+    return LeRobotDataset(repo_id, root=root, video_backend="pyav")

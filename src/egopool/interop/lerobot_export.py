@@ -236,10 +236,9 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     schema = pa.schema([pa.field(n, fmt.arrow_type(v)) for n, v in data_feats.items()])
     need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources} | {"frame_index"})
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
-    sample = set(_sample_rows(length).tolist())
-    depth_thumbs: dict[str, list[np.ndarray]] = {}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
                    for col in plan.columns if col.kind == "depth"}
+    depth_stats = {name: fmt.CountedStats() for name in depth_iters}
     done = 0
     with pq.ParquetWriter(str(data_path), schema, compression="zstd") as writer:
         for batch in pq.ParquetFile(str(ep.files.data)).iter_batches(batch_size=_BATCH_ROWS, columns=need):
@@ -248,16 +247,15 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             for col in plan.columns:
                 if col.kind == "depth":
                     frames = []
-                    for i in range(rows):
+                    for _ in range(rows):
                         try:
                             frame = next(depth_iters[col.name])
                         except StopIteration:
                             raise SchemaError(f"stream {col.sources[0]} has fewer frames than the {length} rows",
                                               path=job.task_dir) from None
                         frames.append(frame)
-                        if done + i in sample:
-                            depth_thumbs.setdefault(col.name, []).append(_thumb(frame))
                     arrays[col.name] = np.stack(frames)
+                    depth_stats[col.name].update(fmt.as_vectors(arrays[col.name]))
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
             fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
@@ -276,10 +274,12 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         if next(it, None) is not None:
             raise SchemaError(f"{name}: the depth stream has more frames than the {length} rows", path=job.task_dir)
     stats = {n: fmt.feature_stats(np.concatenate(v)) for n, v in values.items() if v}
+    # lerobot's writer buffers timestamp as the float64 frame_index / fps (float32 only in the parquet)
+    stats["timestamp"] = fmt.feature_stats(np.concatenate(values["frame_index"]) / fps)
     stats["episode_index"] = fmt.feature_stats(np.full(length, job.episode_index, np.int64))
     stats["index"] = fmt.feature_stats(np.arange(job.from_index, job.from_index + length, dtype=np.int64))
-    for name, thumbs in depth_thumbs.items():
-        stats[name] = fmt.image_stats(np.stack(thumbs), (1, 1, 1), 1.0)
+    for name, counted in depth_stats.items():
+        stats[name] = counted.result(length)
     videos: dict[str, tuple[int, int, float, float]] = {}
     copied: list[str] = []
     for s in plan.streams:
@@ -287,7 +287,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         was_copied, sampled = _export_video(ep, s, dst, length, fps)
         if was_copied:
             copied.append(s.name)
-        stats[s.name] = fmt.image_stats(sampled, (3, 1, 1), 255.0)
+        stats[s.name] = fmt.image_stats(sampled)
         videos[s.name] = (c, f, 0.0, length / fps)
     return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats)
 

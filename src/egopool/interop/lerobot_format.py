@@ -11,15 +11,15 @@
 ``meta/episodes`` has one row per episode with its data / video file and, per video, the
 ``[from_timestamp, to_timestamp)`` window inside that file; ``fps`` is an integer; feature
 statistics are ``min, max, mean, std, count, q01, q10, q50, q90, q99`` (the keys lerobot 0.4
-writes), per episode in ``meta/episodes`` (``stats/<feature>/<key>`` columns) and for the
-dataset in ``meta/stats.json``.
+writes) in the shapes lerobot 0.4.4's writer gives them (per component of a feature's last axis;
+``(3, 1, 1)`` per channel for videos), per episode in ``meta/episodes``
+(``stats/<feature>/<key>`` columns) and for the dataset in ``meta/stats.json``.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,16 @@ from ..errors import FormatError
 
 __all__ = [
     "CODEBASE_VERSION",
+    "CountedStats",
     "DATA_PATH",
     "DEFAULT_FEATURES",
     "EPISODES_PATH",
     "QUANTILES",
+    "QUANTILE_BINS",
     "VIDEO_PATH",
     "aggregate_stats",
     "arrow_type",
+    "as_vectors",
     "chunk_file",
     "feature_array",
     "feature_stats",
@@ -46,6 +49,7 @@ __all__ = [
     "read_info",
     "read_tasks",
     "stats_to_json",
+    "vector_stats",
     "write_tasks",
 ]
 
@@ -112,70 +116,211 @@ def feature_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     return out
 
 
-def _stats_block(x: np.ndarray, axis: int | tuple[int, ...], count: int) -> dict[str, np.ndarray]:
-    x64 = x.astype(np.float64, copy=False)
-    if x64.size and np.isnan(x64).any():
-        return _nan_stats_block(x64, axis, count)
-    block: dict[str, np.ndarray] = {
-        "min": np.min(x, axis=axis), "max": np.max(x, axis=axis),
-        "mean": np.mean(x64, axis=axis), "std": np.std(x64, axis=axis),
-        "count": np.array([count], dtype=np.int64),
-    }
-    qs = np.quantile(x64, QUANTILES, axis=axis)
+#: Histogram bins of a quantile estimate (lerobot 0.4's ``RunningQuantileStats``).
+QUANTILE_BINS = 5000
+
+
+def _quantiles(hist: np.ndarray, edges: np.ndarray, count: int) -> np.ndarray:
+    """``(len(QUANTILES),)`` values of one column from its histogram, by lerobot 0.4's rule.
+
+    The bin where the cumulative count first reaches ``q * count`` is found and the value
+    interpolated linearly inside it (the lower outer edge below the first bin, the upper
+    one past the last, the bin's left edge for an empty bin).
+    """
+    cum = np.cumsum(hist)
+    out = np.empty(len(QUANTILES), np.float64)
+    for k, q in enumerate(QUANTILES):
+        target = q * count
+        i = int(np.searchsorted(cum, target))
+        if i == 0:
+            out[k] = edges[0]
+        elif i >= len(cum):
+            out[k] = edges[-1]
+        else:
+            before = cum[i - 1]
+            inside = cum[i] - before
+            out[k] = edges[i] if inside == 0 else edges[i] + (target - before) / inside * (edges[i + 1] - edges[i])
+    return out
+
+
+def _block(mn: np.ndarray, mx: np.ndarray, mean: np.ndarray, std: np.ndarray, frames: int,
+           quantiles: Callable[[int], np.ndarray]) -> dict[str, np.ndarray]:
+    """One statistics block; ``quantiles(i)`` gives component i's (lerobot: the mean below 2 frames)."""
+    block: dict[str, np.ndarray] = {"min": mn, "max": mx, "mean": mean, "std": std,
+                                    "count": np.array([frames], dtype=np.int64)}
+    if frames < 2:
+        qs = np.tile(mean, (len(QUANTILES), 1))
+    else:
+        qs = np.stack([quantiles(i) for i in range(mean.shape[0])], axis=1)
     for key, q in zip(_QKEYS, qs, strict=True):
         block[key] = q
     return block
 
 
-def _nan_stats_block(x64: np.ndarray, axis: int | tuple[int, ...], count: int) -> dict[str, np.ndarray]:
-    """Statistics over the values present: NaN is a missing value (an empty MPS field, Aria's hand
-    joint 1, docs/decisions.md I11), left out; an element with no value at all gets 0 in every
-    statistic (stats.json is JSON: no NaN), while the data keeps its NaN."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: handled below
-        block: dict[str, np.ndarray] = {
-            "min": np.nanmin(x64, axis=axis), "max": np.nanmax(x64, axis=axis),
-            "mean": np.nanmean(x64, axis=axis), "std": np.nanstd(x64, axis=axis)}
-        qs = np.nanquantile(x64, QUANTILES, axis=axis)
-    for key, q in zip(_QKEYS, qs, strict=True):
-        block[key] = q
-    block = {k: np.nan_to_num(v, nan=0.0) for k, v in block.items()}
-    block["count"] = np.array([count], dtype=np.int64)
-    return block
+def _edges(lo: Any, hi: Any) -> np.ndarray:
+    """lerobot 0.4's histogram edges of one component: ``min - 1e-10 .. max + 1e-10`` in the dtype numpy
+    gives that sum (float32 for float32 data, float64 for integers)."""
+    return np.linspace(lo - 1e-10, hi + 1e-10, QUANTILE_BINS + 1)
+
+
+def vector_stats(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    """Statistics of ``(N, D)`` vectors per component (lerobot 0.4's blocks, exact std).
+
+    min and max in the data's dtype, the float64 mean, the exact population std (float64, from
+    squared deviations: lerobot 0.4.4 takes ``E[x²] - E[x]²`` in the data's own dtype, which wraps
+    for small integers, lerobot issue 3682, and cancels for large values), and quantiles read from a
+    histogram of :data:`QUANTILE_BINS` bins per component (:func:`_edges`, :func:`_quantiles`), as
+    lerobot computes them (uint8 / uint16 vectors through :class:`CountedStats`, the same numbers).
+    With fewer than 2 frames the quantiles are the mean (lerobot's rule).
+    ``count`` is ``frames`` (lerobot counts frames, not vectors).
+
+    Returns ``{min, max, mean, std: (D,), count: (1,) int64, q01..q99: (D,) float64}``.
+    """
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"statistics need (N, D) vectors with N > 0, got shape {x.shape}")
+    if x.dtype in (np.uint8, np.uint16):  # few distinct values: counting them is exact and faster
+        counted = CountedStats()
+        counted.update(x)
+        return counted.result(frames)
+    if x.dtype.kind == "f" and np.isnan(x).any():
+        return _stats_of_present(x, frames)
+    mn, mx = x.min(axis=0), x.max(axis=0)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=0)
+    std = np.sqrt(((x64 - mean) ** 2).mean(axis=0))
+    n = x.shape[0]
+
+    def quantiles(i: int) -> np.ndarray:
+        edges = _edges(mn[i], mx[i])
+        return _quantiles(np.histogram(x[:, i], bins=edges)[0], edges, n)
+
+    return _block(mn, mx, mean, std, frames, quantiles)
+
+
+def _stats_of_present(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    """:func:`vector_stats` of float vectors holding NaN: a NaN is a missing value (an empty MPS field,
+    Aria's hand joint 1, docs/decisions.md I12), left out of each component's statistics; a component
+    without any value gets 0 in every statistic (stats.json is JSON: no NaN), the data keeps its NaN."""
+    d = x.shape[1]
+    present = [x[:, i][~np.isnan(x[:, i])] for i in range(d)]
+    mn, mx = np.zeros(d, x.dtype), np.zeros(d, x.dtype)
+    mean, std = np.zeros(d), np.zeros(d)
+    for i, v in enumerate(present):
+        if len(v):
+            v64 = v.astype(np.float64)
+            mn[i], mx[i], mean[i] = v.min(), v.max(), v64.mean()
+            std[i] = np.sqrt(((v64 - mean[i]) ** 2).mean())
+
+    def quantiles(i: int) -> np.ndarray:
+        if not len(present[i]):
+            return np.zeros(len(QUANTILES))
+        edges = _edges(mn[i], mx[i])
+        return _quantiles(np.histogram(present[i], bins=edges)[0], edges, len(present[i]))
+
+    return _block(mn, mx, mean, std, frames, quantiles)
+
+
+class CountedStats:
+    """:func:`vector_stats` of integer vectors that arrive in batches (a depth stream: no second read).
+
+    Each component keeps how often each value occurs (``counts[i][v]``, values 0..max seen), from
+    which min, max, the mean, the exact std and lerobot's histogram (a weighted ``np.histogram`` of
+    the distinct values: the bins lerobot fills one value at a time) follow exactly. Memory: D x
+    (largest value + 1) counts, e.g. 640 x 20001 x 8 B = 102 MB for a 640-wide depth up to 20 m.
+
+    Raises
+    ------
+    ValueError
+        A batch that is not ``(n, D)`` non-negative integers of the first batch's D.
+    """
+
+    def __init__(self) -> None:
+        self._counts: np.ndarray | None = None
+        self._dtype: np.dtype | None = None
+
+    def update(self, batch: np.ndarray) -> None:
+        """Count the ``(n, D)`` non-negative integer vectors of ``batch``."""
+        b = np.asarray(batch)
+        if b.ndim != 2 or b.dtype.kind not in "ui" or (b.size and b.min() < 0):
+            raise ValueError(f"counted statistics take (n, D) non-negative integers, got {b.dtype} {b.shape}")
+        if b.shape[0] == 0:
+            return
+        top = int(b.max()) + 1
+        if self._counts is None:
+            self._counts, self._dtype = np.zeros((b.shape[1], top), np.int64), b.dtype
+        elif b.shape[1] != self._counts.shape[0]:
+            raise ValueError(f"a batch of {b.shape[1]} components after {self._counts.shape[0]}")
+        elif top > self._counts.shape[1]:
+            self._counts = np.pad(self._counts, ((0, 0), (0, top - self._counts.shape[1])))
+        width = self._counts.shape[1]
+        for i in range(b.shape[1]):
+            self._counts[i] += np.bincount(b[:, i], minlength=width)
+
+    def result(self, frames: int) -> dict[str, np.ndarray]:
+        """The block of every counted vector; ``count = frames``."""
+        if self._counts is None or self._dtype is None:
+            raise ValueError("no values to compute statistics of")
+        counts, dtype = self._counts, self._dtype
+        values = np.arange(counts.shape[1], dtype=np.float64)
+        n = int(counts[0].sum())
+        present = [np.flatnonzero(c) for c in counts]
+        mn = np.array([p[0] for p in present], dtype=dtype)
+        mx = np.array([p[-1] for p in present], dtype=dtype)
+        mean = (counts * values).sum(axis=1) / n
+        std = np.sqrt((counts * (values - mean[:, None]) ** 2).sum(axis=1) / n)
+
+        def quantiles(i: int) -> np.ndarray:
+            edges = _edges(mn[i], mx[i])
+            v = present[i]
+            return _quantiles(np.histogram(v, bins=edges, weights=counts[i, v])[0], edges, n)
+
+        return _block(mn, mx, mean, std, frames, quantiles)
+
+
+def as_vectors(values: np.ndarray) -> np.ndarray:
+    """``(R, *shape)`` feature values -> the ``(N, D)`` vectors lerobot takes statistics of.
+
+    A scalar feature (``(R,)`` or ``(R, 1)``) gives ``(R, 1)``; any other keeps its last axis:
+    ``(R, 21, 3)`` -> ``(R * 21, 3)``, ``(R, H, W)`` -> ``(R * H, W)`` (what lerobot 0.4's
+    ``compute_episode_stats`` does, so its ``aggregate_stats`` and ``merge_datasets`` take the
+    blocks). bool becomes uint8.
+    """
+    x = np.asarray(values)
+    if x.dtype == np.bool_:
+        x = x.astype(np.uint8)
+    if x.ndim == 1:
+        return x[:, None]
+    return x.reshape(-1, x.shape[-1])
 
 
 def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Statistics of one numeric feature over an episode's rows (exact quantiles).
+    """Statistics of one numeric feature over an episode's rows, as lerobot 0.4's writer stores them.
 
-    ``values`` ``(R, *shape)``; the blocks have the feature's element shape (``(1,)`` for a
-    scalar feature), ``count = R``.
+    ``values`` ``(R, *shape)``; the blocks have shape ``(shape[-1],)`` (``(1,)`` for a scalar
+    feature: :func:`as_vectors`), ``count = R``; values: :func:`vector_stats`.
     """
-    x = np.asarray(values)
-    if x.ndim == 1:
-        x = x[:, None]
-    if x.dtype == np.bool_:
-        x = x.astype(np.uint8)
-    return _stats_block(x, 0, int(x.shape[0]))
+    return vector_stats(as_vectors(values), int(np.asarray(values).shape[0]))
 
 
-def image_stats(frames: np.ndarray, channels_first_shape: tuple[int, ...], scale: float) -> dict[str, np.ndarray]:
-    """Per-channel statistics of sampled frames, the way lerobot stores image and video stats.
+def image_stats(frames: np.ndarray, scale: float = 255.0) -> dict[str, np.ndarray]:
+    """Per-channel statistics of sampled RGB frames, the way lerobot stores image and video stats.
 
     Parameters
     ----------
     frames:
-        ``(S, H, W, C)`` sampled frames (uint8 RGB, or ``(S, H, W)`` uint16 depth).
-    channels_first_shape:
-        Shape of each block: ``(3, 1, 1)`` for RGB, ``(1, 1, 1)`` for depth.
+        ``(S, H, W, 3)`` uint8 sampled frames (``count = S``).
     scale:
-        Divisor of the values (255 for RGB -> [0, 1]; 1 for depth in mm).
+        Divisor of every value but ``count`` (255: the blocks are in [0, 1], shape ``(3, 1, 1)``).
+
+    The statistics are taken of the uint8 values (:func:`vector_stats`, so the histogram bins are
+    lerobot's) and then divided by ``scale``, as lerobot does.
     """
     x = np.asarray(frames)
-    if x.ndim == 3:
-        x = x[..., None]
-    flat = x.reshape(-1, x.shape[-1]).astype(np.float64) / scale
-    block = _stats_block(flat, 0, int(x.shape[0]))
-    return {k: (v if k == "count" else np.asarray(v).reshape(channels_first_shape)) for k, v in block.items()}
+    flat = x.reshape(-1, x.shape[-1])
+    block = vector_stats(flat, int(x.shape[0]))
+    return {k: (v if k == "count" else (np.asarray(v, np.float64) / scale).reshape(-1, 1, 1))
+            for k, v in block.items()}
 
 
 def aggregate_stats(blocks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
