@@ -380,6 +380,8 @@ class RealSenseSource(Source):
                 rec = self._rec
                 if rec is not None:
                     self._push_pair(rec, (rgb_slot, depth_slot), cf, df, self._pairer.unpaired_depth)
+                else:  # between episodes: what is lost there belongs to no episode
+                    self._reported_depth = self._pairer.unpaired_depth
             if f is None:
                 rec = self._rec
                 if rec is not None:
