@@ -44,6 +44,7 @@ from ..meta.drop_stats import missing_key, rejected_key
 from ..schema import ColumnSpec, imu_columns, slam_trajectory_columns, vector_column
 from ..write.task_writer import StreamSpec
 from ..importers._common import ImportResult, Progress, camera_calibration, check_fps, task_writer, window_offsets
+from ._releases import ARIA
 
 __all__ = ["ARIA_TO_MEDIAPIPE", "AriaRecording", "import_aria", "read_aria"]
 
@@ -61,11 +62,11 @@ _GAZE_CSV = ["yaw_rads_cpf", "pitch_rads_cpf", "yaw_low_rads_cpf", "yaw_high_rad
 
 
 def _pat() -> Any:
-    try:
-        from projectaria_tools.core import data_provider, mps
-        from projectaria_tools.core.sensor_data import TimeDomain
-    except ImportError as exc:  # pragma: no cover - installed with the interop extra
-        raise EgopoolError("the Aria import needs projectaria-tools", hint="pip install 'egopool[interop]'") from exc
+    """projectaria-tools' readers, once its release is one egopool reads with (``_releases.ARIA``)."""
+    ARIA.require()
+    from projectaria_tools.core import data_provider, mps
+    from projectaria_tools.core.sensor_data import TimeDomain
+
     return data_provider, mps, TimeDomain
 
 
@@ -315,7 +316,8 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
     Raises
     ------
     EgopoolError
-        Neither a VRS nor an MPS folder; projectaria-tools missing.
+        Neither a VRS nor an MPS folder; projectaria-tools missing, or a release other than 1.7.1
+        to 2.3 (``_releases.ARIA``).
     FormatError
         A file projectaria-tools cannot read, an MPS folder without a trajectory, a world frame
         that is not gravity-aligned.

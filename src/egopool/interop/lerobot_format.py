@@ -200,7 +200,7 @@ def vector_stats(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
 
 def _stats_of_present(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
     """:func:`vector_stats` of float vectors holding NaN: a NaN is a missing value (an empty MPS field,
-    Aria's hand joint 1, docs/decisions.md I12), left out of each component's statistics; a component
+    Aria's hand joint 1, docs/decisions.md I13), left out of each component's statistics; a component
     without any value gets 0 in every statistic (stats.json is JSON: no NaN), the data keeps its NaN."""
     d = x.shape[1]
     present = [x[:, i][~np.isnan(x[:, i])] for i in range(d)]

@@ -640,15 +640,22 @@ class Task:
         """``task_name`` from info.json (falls back to the directory name)."""
         return str(self._info.get("task_name") or self.path.name)
 
-    def episode_files(self) -> list[EpisodeFiles]:
-        """Every episode file group, ascending N (:func:`list_task_episodes`)."""
-        return list_task_episodes(self.path, self.layout)
+    def episode_files(self, *, uncommitted: bool = False) -> list[EpisodeFiles]:
+        """Every committed episode's file group, ascending N (:func:`list_task_episodes`).
 
-    def episodes(self) -> list[Episode]:
-        """Every episode, ascending N."""
-        return [Episode(self, g) for g in self.episode_files()]
+        An episode exists from its commit on: its ``meta/episodes`` row, which every writer
+        places after the episode's videos and data parquet (docs/decisions.md #5, U5). So an
+        episode a recorder or the pooling server is still publishing is not listed, and a
+        listed one is never rolled back. ``uncommitted=True`` also lists the groups without a
+        row (an episode being published, or what a crash left): for ``ls`` and diagnostics.
+        """
+        return list_task_episodes(self.path, self.layout, committed_only=not uncommitted)
 
-    def episode(self, index: int) -> Episode:
+    def episodes(self, *, uncommitted: bool = False) -> list[Episode]:
+        """Every committed episode, ascending N (``uncommitted``: as :meth:`episode_files`)."""
+        return [Episode(self, g) for g in self.episode_files(uncommitted=uncommitted)]
+
+    def episode(self, index: int, *, uncommitted: bool = False) -> Episode:
         """Episode with global N = ``index``, found from N's own paths (checklist §12.2).
 
         The paths come from the templates; only legacy layouts are scanned, and only in N's
@@ -660,14 +667,15 @@ class Task:
         LayoutError
             ``index`` is not an integer >= 1 (``"1"`` and ``True`` are refused).
         EpisodeNotFoundError
-            No file of episode N exists.
+            Episode N is not committed (no ``meta/episodes`` row: :meth:`episode_files`), or,
+            with ``uncommitted=True``, no file of it exists.
         """
         if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 1:
             raise LayoutError(f"episode index must be an integer >= 1, got {type(index).__name__} {index!r}",
                               hint="global N is 1-based: episode-000 is N=1")
         index = int(index)
         g = find_episode_files(self.path, self.layout, index, self._info.get("video_extensions"))
-        if g is None:
+        if g is None or not (g.committed or uncommitted):
             raise EpisodeNotFoundError(self.path, index)
         return Episode(self, g)
 

@@ -168,9 +168,10 @@ class Importer:
 
     Notes
     -----
-    ``EGOPOOL_SERVER_PAUSE=<stage>`` (``received``, ``placed``, ``committed``) makes an import
-    stop at that stage, write ``.egopool-server/paused-<stage>`` and sleep: the seam the crash
-    tests SIGKILL the server at. Unset in production.
+    ``EGOPOOL_SERVER_PAUSE=<stage>`` (``received``; ``placed``: every file but the meta row in
+    place; ``committed``: the row in place, the commit) makes an import stop at that stage, write
+    ``.egopool-server/paused-<stage>`` and sleep: the seam the crash tests SIGKILL the server at.
+    Unset in production.
     """
 
     def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None) -> None:
