@@ -226,3 +226,39 @@ def test_a_trajectory_pose_with_an_empty_field_is_left_out_and_counted(tmp_path)
     drop = json.loads(pq.read_table(result.task_dir / "meta/episodes/chunk-000/episode-000.parquet")
                       .column("drop_stats")[0].as_py())
     assert drop["ego_slam_trajectory_rejected_count"] == 3
+
+
+@pytest.mark.extra("interop")
+def test_an_empty_hand_landmark_coordinate_is_missing_not_zero(tmp_path):
+    """The sample's hand results lie outside its trajectory's span: moved into it (stamps + the offset),
+    with the x of left landmark 3 emptied in the first row, the stored pose holds NaN there and it is counted."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    pytest.importorskip("projectaria_tools")
+
+    def edit(d: Path) -> None:
+        path = d / "hand_tracking/hand_tracking_results_v2.csv"
+        with open(path, newline="") as fh:
+            table = list(csv.reader(fh))
+        for i, row in enumerate(table[1:]):
+            row[0] = str(149_500_000 + 200_000 * i)  # inside the trajectory (149.20-151.18 s)
+        table[1][table[0].index("tx_left_landmark_3_device")] = ""
+        with open(path, "w", newline="") as fh:
+            csv.writer(fh).writerows(table)
+
+    mps = _mps_copy(tmp_path, edit)
+    result = import_aria(None, tmp_path / "rec", task="h", mps_dir=mps, fps=30.0)
+    ep = open_task(result.task_dir).episode(1)
+    pose = list_column_to_numpy(ep.table.column("observation.left_hand_pose")).reshape(-1, 21, 3)
+    ns = ep.table.column("observation.left_hand_pose_ns").to_numpy()
+    assert result.counts["left_hand_samples"] == 3 and result.counts["left_hand_missing_values"] == 1
+    first = int(np.flatnonzero(ns == 149_500_000_000)[0])
+    mp_joint = ARIA_TO_MEDIAPIPE.index(3)  # Aria landmark 3 (the ring fingertip) in MediaPipe order
+    assert np.isnan(pose[first, mp_joint, 0]) and np.isfinite(pose[first, mp_joint, 1:]).all()
+    assert np.isnan(pose[ns != 0][:, 1]).all()  # joint 1 (no Aria landmark) is NaN in every sample, not counted
+    assert np.isfinite(np.delete(pose[ns != 0], 1, axis=1)).sum() == 3 * 20 * 3 - 1
+    drop = json.loads(pq.read_table(result.task_dir / "meta/episodes/chunk-000/episode-000.parquet")
+                      .column("drop_stats")[0].as_py())
+    assert drop["left_hand_pose_missing_count"] == 1 and "right_hand_pose_missing_count" not in drop
