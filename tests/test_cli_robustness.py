@@ -239,7 +239,8 @@ def test_a_file_instead_of_a_task_directory(tmp_path: Path, capsys, cmd: str) ->
 def test_usage_names_the_arguments(capsys) -> None:
     assert main(["show", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "show [OPTIONS] {TASK} {N}" in out and "{task}" not in out
+    assert "show [OPTIONS] TASK N\n" in out or "show [OPTIONS] TASK N " in out
+    assert "{TASK}" not in out and "{task}" not in out
 
 
 def test_version_and_unknown_option(capsys) -> None:
@@ -281,7 +282,7 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_not_a_traceback(tmp_path: Path, 
     import subprocess
     import sys
 
-    from egopool.cli.entry import SEAM_ENV
+    from egopool._sigint import SEAM_ENV
 
     task = _task(tmp_path)
     ready_r, ready_w = os.pipe()

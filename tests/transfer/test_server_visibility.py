@@ -25,6 +25,7 @@ from transfer_helpers import ServerProc, cli
 
 from egopool import open_task
 from egopool.errors import EgopoolError
+from egopool.identity import token_host_id
 from egopool.layout import TaskLayout, list_task_episodes
 from egopool.meta.info import read_info
 from egopool.transfer import PackedEpisode, pack_episode
@@ -231,7 +232,8 @@ def _consistent(url: str, store: Path) -> list[int]:
     assert [e["episode_index"] for e in eps] == on_disk == _db_episodes(store)
     layout = TaskLayout.from_info(root, read_info(root))
     for e in eps:
-        assert e["complete"] and e["uploaded_by"]["client_host_id"] == "pc-host-1"
+        # zips posted without the client key: the host id derives from the token and the declared one (U11)
+        assert e["complete"] and e["uploaded_by"]["client_host_id"] == token_host_id(None, "pc-host-1")
         assert e["length"] == pq.ParquetFile(layout.data_file(e["episode_index"])).metadata.num_rows
     summary = {t["name"]: t for t in httpx.get(f"{url}/api/v1/tasks").json()["tasks"]}
     assert summary[TASK]["episodes"] == len(eps)

@@ -32,7 +32,7 @@ def lerobot_cmd(
 
 @import_app.command("aria")
 def aria_cmd(
-    recording: Path | None = typer.Argument(None, metavar="[RECORDING.vrs]",
+    recording: Path | None = typer.Argument(None, metavar="RECORDING.vrs",
                                             help="Project Aria (Gen1) VRS recording; leave out to import --mps alone."),
     task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
     mps: Path | None = typer.Option(None, "--mps", metavar="DIR",

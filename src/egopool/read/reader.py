@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,18 +31,18 @@ from ..arrowutil import (IMU, NS_LIST, NS_SCALAR, TRAJECTORY, Physical, int_valu
                          list_offsets)
 from . import forces as episode_forces
 from ..codecs import slam as _slam
-from ..codecs.depth import read_depth_frames
 from ..codecs.force_matrix import ResolvedForceMatrixSpec
 from ..codecs.timebase import (PAIRED_BY_ROW, PAIRED_BY_STAMPS, SAME_CLOCK_NS, ImuSamples, TrajectoryPairing,
                                expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
                                own_row_offset, pair_nearest, unwrap_ns)
-from ..codecs.video import read_rgb_frames, video_info
 from ..errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
 from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
-from ..keypoints.mirror import EpisodeKeypoints, episode_mirror_dir, read_episode_keypoints
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
+
+if TYPE_CHECKING:
+    from ..keypoints.mirror import EpisodeKeypoints
 
 __all__ = ["Episode", "Task", "Trajectory", "open_task"]
 
@@ -588,6 +588,8 @@ class Episode:
         if path.is_dir():
             raise SchemaError(f"stream {key!r} is a PNG16 depth directory, not an RGB video", path=path,
                               hint=f"use ep.depth({key!r}) for uint16 mm frames")
+        from ..codecs.video import read_rgb_frames, video_info  # PyAV: loaded by the readers of frames only
+
         probe = video_info(path)
         if str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1:
             raise SchemaError(f"stream {key!r} is a depth stream ({probe.get('codec')} {probe.get('pix_fmt')}), "
@@ -601,6 +603,8 @@ class Episode:
         exist; rows are keyed by ``frame_index``. ``root`` defaults to ``keypoints_output`` beside
         the recordings root (:mod:`egopool.keypoints.mirror`). Raises FormatError for a broken file.
         """
+        from ..keypoints.mirror import episode_mirror_dir, read_episode_keypoints
+
         return read_episode_keypoints(episode_mirror_dir(self.task.path, self.index, root))
 
     def depth(self, key: str) -> Iterator[np.ndarray]:
@@ -616,6 +620,8 @@ class Episode:
         if self.files.meta is not None:
             vc = self.meta.get("video_codec") or {}
             params = vc.get(key) if isinstance(vc, Mapping) else None
+        from ..codecs.depth import read_depth_frames  # PyAV: loaded by the readers of frames only
+
         return read_depth_frames(path, params, ext=self._declared_ext(key))
 
 

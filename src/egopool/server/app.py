@@ -3,7 +3,8 @@
 Routes:
 
 * ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
-  zip; scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
+  zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U11);
+  scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
   (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
   ``{"error", "message", "findings"}``;
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
@@ -37,6 +38,7 @@ from starlette.requests import ClientDisconnect
 
 from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
+from ..identity import CLIENT_KEY_HEADER
 from .catalog import episode_entries, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .page import index_page, login_page, task_page
@@ -204,8 +206,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             async with state["imports"]:
                 result = await anyio.to_thread.run_sync(
                     lambda: importer.import_zip(spool, task=task, form_index=body.fields.get("episode_index"),
-                                                zip_sha256=sha, upload_id=upload_id,
-                                                token_id=tok.id if tok else None))
+                                                zip_sha256=sha, upload_id=upload_id, token_id=tok.id if tok else None,
+                                                client_key=request.headers.get(CLIENT_KEY_HEADER)))
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
