@@ -154,13 +154,28 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
                                               help="An upload whose N the task already holds: renumber (next free N, "
                                                    "mapping recorded) or reject (409)."),
               max_upload_mb: float = typer.Option(8192.0, "--max-upload-mb", min=0.01,
-                                                  help="Largest request body and largest uncompressed zip, MiB."),
+                                                  help="Largest request body, and what one zip may unpack to in "
+                                                       "staging, MiB."),
+              max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0,
+                                              help="Largest expansion of one zip member (above 1 MiB) and of a "
+                                                   "parquet file when decoded."),
+              max_zip_ratio: float = typer.Option(10.0, "--max-zip-ratio", min=1.0,
+                                                  help="Largest expansion of a whole zip unpacking to more than "
+                                                       "64 MiB (egopool zips store videos and parquet: ~1x)."),
+              max_decode_mb: float = typer.Option(256.0, "--max-decode-mb", min=1.0,
+                                                  help="What one import decodes at a time, MiB: each parquet row "
+                                                       "group, its list-free columns, 4 video frames."),
               max_imports: int = typer.Option(2, "--max-imports", min=1,
                                               help="Uploads verified and published at the same time."),
+              max_receiving: int = typer.Option(32, "--max-receiving", min=1,
+                                                help="Upload bodies received at the same time (others wait unread)."),
+              max_connections: int = typer.Option(1024, "--max-connections", min=1,
+                                                  help="Open connections; more are answered 503 (the client "
+                                                       "retries)."),
               log_level: str = typer.Option("info", "--log-level")) -> None:
     """Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool).
 
-    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API.
+    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports.
     """
     if on_conflict not in ("renumber", "reject"):
         raise typer.BadParameter("use renumber or reject", param_hint="--on-conflict")
@@ -176,13 +191,15 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
         raise EgopoolError(f"the server needs the optional packages of egopool[server] ({exc.name} is missing)",
                            hint="pip install 'egopool[server]'") from exc
     limit = int(max_upload_mb * (1 << 20))
-    config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict,
-                          limits=Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit),
-                          max_imports=max_imports)
+    limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
+                    max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
+    config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict, limits=limits,
+                          max_imports=max_imports, max_receiving=max_receiving)
     web = create_app(config)
     err_console.print(f"egopool serve: store {store.resolve()}, http://{host}:{port}/, on conflict: {on_conflict}, "
                       f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}")
-    uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+    uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
+                limit_concurrency=max_connections)
 
 
 @token_app.command("add")

@@ -16,9 +16,11 @@ Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
 digest. An older file is migrated when the server opens it.
 
-Each call opens its own connection (WAL journal, 30 s busy timeout), so threads of the
-server share the file safely. SQLite errors become :class:`~egopool.errors.RegistryError`
-naming ``server.db``.
+Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
+server share the file safely. The episode mapping is committed with ``synchronous=FULL`` (it
+survives power loss); the upload log's bookkeeping rows with ``NORMAL`` (no fsync of their
+own: they survive a killed process, and the next FULL commit syncs them too). SQLite errors
+become :class:`~egopool.errors.RegistryError` naming ``server.db``.
 """
 
 from __future__ import annotations
@@ -205,13 +207,16 @@ class ServerDB:
                 con.execute("PRAGMA synchronous = FULL")  # a committed mapping survives power loss
             except sqlite3.Error as exc:
                 raise RegistryError(f"cannot open the server database: {exc}", path=self.path) from exc
-            self._local.con = con
+            self._local.con, self._local.durable = con, True
         return con
 
     @contextlib.contextmanager
-    def _connect(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def _connect(self, write: bool = True, durable: bool = True) -> Iterator[sqlite3.Connection]:
         con = self._connection()
         try:
+            if write and self._local.durable != durable:  # FULL: fsync at commit; NORMAL: at checkpoint
+                con.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+                self._local.durable = durable
             con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield con
             con.execute("COMMIT")
@@ -227,7 +232,7 @@ class ServerDB:
     # -- uploads -------------------------------------------------------------------------------------
     def start_upload(self, token_id: str | None, client_addr: str | None) -> int:
         """A new ``receiving`` upload row; returns its id."""
-        with self._connect() as con:
+        with self._connect(durable=False) as con:
             cur = con.execute("INSERT INTO uploads (received_at, token_id, client_addr, outcome) VALUES (?, ?, ?, ?)",
                               (time.time(), token_id, client_addr, "receiving"))
             return int(cur.lastrowid or 0)
@@ -240,7 +245,7 @@ class ServerDB:
         if not fields:
             return
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._connect() as con:
+        with self._connect(durable=False) as con:
             con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*fields.values(), upload_id))
 
     def finish_upload(self, upload_id: int, outcome: str, status: int, reason: str | None = None,

@@ -9,7 +9,8 @@
    (:func:`~egopool.server.zipcheck.extract_verified`) — 400;
 4. ``info.json.format == "pooled_episodes_v1"`` and the §9 path templates — 422;
 5. the parquet footers are checked for bombs (:func:`~egopool.server.zipcheck.check_parquet_bounds`:
-   decoded/compressed ratio, the meta file's single row) — 413/422; the data parquet's
+   decoded bytes at a time, decoded/compressed ratio, the meta file's single row) and the videos'
+   frame sizes (:func:`~egopool.server.zipcheck.check_video_bounds`) — 413/422; the data parquet's
    ``episode_index`` column is the truth for N (§9): one value N whose
    ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
 6. content the task already pooled (the same episode digest, from whichever client): a 200
@@ -63,7 +64,7 @@ from .db import EpisodeRow
 from .publish import Publication, publish_episode, recover_journals
 from .renumber import rewrite_episode_index
 from .store import Store
-from .zipcheck import Limits, check_parquet_bounds, extract_verified, inspect_zip
+from .zipcheck import Limits, check_parquet_bounds, check_video_bounds, extract_verified, inspect_zip
 
 __all__ = ["ON_CONFLICT", "ImportResult", "Importer"]
 
@@ -289,6 +290,8 @@ class Importer:
         row = staging / "meta" / "episodes" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
         check_parquet_bounds(data, self.limits)
         check_parquet_bounds(row, self.limits, rows=1)
+        for video in sorted((staging / "videos").glob("chunk-*/*/episode-*.*")):
+            check_video_bounds(video, self.limits)
         try:
             values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
         except Exception as exc:  # pyarrow raises several types for a broken file
