@@ -24,15 +24,11 @@ device clock (ns), which becomes ``hardware_ns``.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import logging
 import math
-import os
 import re
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +40,7 @@ from ..meta.drop_stats import missing_key, rejected_key
 from ..schema import ColumnSpec, imu_columns, slam_trajectory_columns, vector_column
 from ..write.task_writer import StreamSpec
 from ..importers._common import ImportResult, Progress, camera_calibration, check_fps, task_writer, window_offsets
+from .._native_output import native_output
 from ._releases import ARIA
 
 __all__ = ["ARIA_TO_MEDIAPIPE", "AriaRecording", "import_aria", "read_aria"]
@@ -98,7 +95,6 @@ def _quat_xyzw(m: np.ndarray) -> np.ndarray:
     return rotation_to_quaternion(m)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: What VRS logs when it reads a file only in part (a truncated copy).
 _VRS_DAMAGE = re.compile(r"records are beyond the end of the file|Index incomplete|record #\d+ truncated")
 
@@ -106,8 +102,7 @@ _VRS_DAMAGE = re.compile(r"records are beyond the end of the file|Index incomple
 _log = logging.getLogger("egopool.interop.aria")
 
 
-@contextlib.contextmanager
-def _native_log() -> Iterator[list[str]]:
+def _native_log():
     """Collect what projectaria-tools' C++ code prints on file descriptors 1 and 2 (its ``Loaded #...``
     counts on stdout, its logger and CSV parse errors on stderr) instead of showing it.
 
@@ -115,27 +110,7 @@ def _native_log() -> Iterator[list[str]]:
     egopool line, and stdout stays egopool's own (``--json`` prints only JSON there). Each line is
     also logged at INFO on the ``egopool.interop.aria`` logger (``import aria --verbose`` shows them).
     """
-    lines: list[str] = []
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 1)
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, old in zip((1, 2), saved, strict=True):
-                os.dup2(old, fd)
-                os.close(old)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
-            new = [ln for ln in (_ANSI.sub("", raw).strip() for raw in text.splitlines()) if ln]
-            for ln in new:
-                _log.info("projectaria-tools: %s", ln)
-            lines += new
+    return native_output(_log, prefix="projectaria-tools: ")
 
 
 def _blank_cells(path: Path, names: dict[str, str]) -> dict[str, np.ndarray]:
