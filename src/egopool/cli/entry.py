@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import sys
 
-from .._sigint import sigint_deferred, sigterm_as_interrupt
+from .._sigint import loading_seam, sigint_deferred, sigterm_as_interrupt
 
 
 def entry() -> None:
     """Load the CLI, run it on ``sys.argv`` and exit with its code (130 after Ctrl-C or SIGTERM, handled alike)."""
     sigterm_as_interrupt()
     with sigint_deferred() as interrupted:
+        loading_seam("start")
         from .app import main
     if interrupted:
         print("egopool: interrupted", file=sys.stderr)

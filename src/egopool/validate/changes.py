@@ -122,6 +122,9 @@ def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any]) -> Non
                              "store a missing reading as 'no sample' (zeros); rewrite those rows, then `egopool stats "
                              "recalc TASK`")
             continue
+        feature = ctx.features.get(name)
+        if isinstance(feature, dict) and "missing_value" in feature:
+            continue  # the column declares what stands for a missing value (e.g. NaN for an empty MPS field)
         counted = drop.get(nonfinite_key(name))
         trace = (f"the writer stored them as given and counted {counted} in drop_stats" if counted
                  else "drop_stats does not count them")

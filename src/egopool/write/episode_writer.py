@@ -514,6 +514,8 @@ class EpisodeWriter:
         if not reject_bad:
             if stats:
                 checks.check_finite_values(name, value, row)
+            if "missing_value" in (spec.feature or {}):
+                return value, None  # NaN is this column's declared "missing" (and its importer counts it)
             key = nonfinite_key(name)
             counts[key] = counts.get(key, 0) + int((~good).sum())
             reasons.setdefault(key, f"row {row}: {value.reshape(-1)[~good.reshape(-1)][0]}")
