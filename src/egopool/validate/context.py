@@ -17,7 +17,7 @@ def json_float(value: Any) -> float | None:
 
     An integer beyond float64 (JSON allows ``-1`` followed by 400 zeros; Python's ``float()``
     raises ``OverflowError`` on it) is ±Infinity, so every comparison and check treats it as the
-    non-finite value other JSON readers turn it into (docs/decisions.md V6).
+    non-finite value other JSON readers turn it into (docs/decisions.md V7).
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

@@ -75,7 +75,7 @@ def non_finite_paths(obj: Any, where: str = "") -> list[str]:
 
 def beyond_float64_paths(obj: Any, where: str = "") -> list[str]:
     """JSON paths of integers that float64 cannot hold (``-1`` followed by 400 zeros is valid JSON; most
-    readers turn it into Infinity or refuse it, docs/decisions.md V6)."""
+    readers turn it into Infinity or refuse it, docs/decisions.md V7)."""
     if isinstance(obj, int) and not isinstance(obj, bool):
         x = json_float(obj)
         return [] if x is not None and math.isfinite(x) else [where or "(document)"]

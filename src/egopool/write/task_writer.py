@@ -64,7 +64,7 @@ def refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
         if isinstance(old, (int, float)) and not isinstance(old, bool):
             try:
                 same, shown = math.isclose(float(old), fps, rel_tol=1e-9), f"{old:g}"
-            except OverflowError:  # an integer beyond float64 (docs/decisions.md V6)
+            except OverflowError:  # an integer beyond float64 (docs/decisions.md V7)
                 same, shown = False, f"{str(old)[:12]}... ({len(str(abs(old)))} digits)"
             if not same:
                 raise SchemaError(f"the task records at {shown} fps, not {fps:g} (a task has one fps, file_format.md "
