@@ -143,6 +143,13 @@ CASES = {
         g, t, replace={DATA: _zstd_bomb()})),
     "another fps": (409, "declaration_conflict", lambda g, t: rebuild_zip(g, t, replace={"meta/info.json": json.dumps(
         {**json.loads(zipfile.ZipFile(g).read("meta/info.json")), "fps": 1000.0}).encode()})),
+    # "$" of a regex also matches before a final newline: the name "...mp4\n" is another file, never the stream
+    "video name ending in a line break": (400, "bad_name", lambda g, t: rebuild_zip(
+        g, t, replace={VIDEO: None, VIDEO + "\n": zipfile.ZipFile(g).read(VIDEO)})),
+    "data name ending in a line break": (400, "bad_name", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: None, DATA + "\n": zipfile.ZipFile(g).read(DATA)})),
+    "bidi override in a stream name": (400, "bad_name", lambda g, t: rebuild_zip(
+        g, t, replace={VIDEO: None, VIDEO.replace("/cam/", "/cam\u202e/"): zipfile.ZipFile(g).read(VIDEO)})),
     "fails validation": (422, "validation", lambda g, t: rebuild_zip(
         g, t, replace={DATA: _parquet(_table(g, DATA).drop(["frame_index"]))})),
 }
