@@ -249,3 +249,22 @@ def test_an_episode_removed_on_the_server_is_never_confirmed_as_a_duplicate(setu
     assert (o.status, o.deleted) == ("failed", None) and "removed" in o.message, o.to_dict()
     assert 1 in [g.index for g in list_task_episodes(root / "pc" / "pick")]  # the local copy stays
     assert store_files(srv.store) == before
+
+
+def test_a_new_task_gets_a_tasks_jsonl_the_specs_reader_reads(setup, tmp_path: Path) -> None:
+    """The first upload of a task gives the server task its tasks.jsonl: the uploaded lines' values, written
+    one object per line in UTF-8 without a BOM or CR (file_format.md §5: ``json.loads(f.readline())``);
+    before, a BOM and CRLF were published verbatim (the validator only warns of them)."""
+    srv, good, _ = setup
+    with zipfile.ZipFile(good) as z:
+        line = json.loads(z.read("meta/tasks.jsonl").decode().splitlines()[0])
+    sent = b"\xef\xbb\xbf" + json.dumps(line).encode() + b"\r\n" + b'{"task_index": 1, "task": "\xe6\x8b\xbf"}\r\n'
+    body = rebuild_zip(good, tmp_path / "bom.zip", replace={"meta/tasks.jsonl": sent}).read_bytes()
+
+    resp = _post(srv, body, name="bom_task")
+
+    assert resp.status_code == 200, resp.text
+    stored = (srv.store / "bom_task" / "meta" / "tasks.jsonl").read_bytes()
+    assert stored == (json.dumps(line, ensure_ascii=False) + "\n" + '{"task_index": 1, "task": "拿"}\n').encode()
+    with open(srv.store / "bom_task" / "meta" / "tasks.jsonl", encoding="utf-8") as f:
+        assert json.loads(f.readline()) == line
