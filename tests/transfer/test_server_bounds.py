@@ -536,3 +536,16 @@ def test_a_central_directory_of_a_million_members_is_413_before_zipfile_parses_i
     assert grown_mib < 100, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
     assert (resp.status_code, resp.json()["error"]) == (413, "too_many_members"), resp.text
     assert "central directory declares 1000000 members" in resp.json()["message"]
+
+
+def test_a_footer_length_beyond_the_file_is_left_to_pyarrow(tmp_path: Path) -> None:
+    """A truncated file whose last 8 bytes claim a 4 GiB footer is a broken parquet (422), not a 413."""
+    from egopool.errors import UploadRejectedError
+    from egopool.server.zipcheck import Limits, check_parquet_bounds
+
+    path = tmp_path / "staging" / "pick" / "data" / "chunk-000" / "episode-000.parquet"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"PAR1" + bytes(64) + struct.pack("<I", 0xFFFFFFF0) + b"PAR1")
+    with pytest.raises(UploadRejectedError) as err:
+        check_parquet_bounds(path, Limits())
+    assert (err.value.status, err.value.reason) == (422, "validation"), err.value.message

@@ -505,15 +505,16 @@ _FOOTER_COST = 32
 
 
 def _footer_length(path: Path) -> int:
-    """Bytes of a parquet file's footer, from its last 8 bytes (length, ``PAR1``); 0 when it has none
-    (pyarrow then names what is wrong)."""
+    """Bytes of a parquet file's footer, from its last 8 bytes (length, ``PAR1``); 0 when it has none or
+    declares more than the file holds (pyarrow then names what is wrong)."""
     with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        if fh.tell() < 12:
+        size = fh.seek(0, os.SEEK_END)
+        if size < 12:
             return 0
         fh.seek(-8, os.SEEK_END)
         tail = fh.read(8)
-    return int(struct.unpack("<I", tail[:4])[0]) if tail[4:] == b"PAR1" else 0
+    length = int(struct.unpack("<I", tail[:4])[0])
+    return length if tail[4:] == b"PAR1" and length <= size - 12 else 0
 
 
 def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None) -> None:
