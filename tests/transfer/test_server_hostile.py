@@ -253,18 +253,21 @@ def test_an_episode_removed_on_the_server_is_never_confirmed_as_a_duplicate(setu
 
 def test_a_new_task_gets_a_tasks_jsonl_the_specs_reader_reads(setup, tmp_path: Path) -> None:
     """The first upload of a task gives the server task its tasks.jsonl: the uploaded lines' values, written
-    one object per line in UTF-8 without a BOM or CR (file_format.md §5: ``json.loads(f.readline())``);
-    before, a BOM and CRLF were published verbatim (the validator only warns of them)."""
+    one object per line in UTF-8 with LF ends (file_format.md §5: ``json.loads(f.readline())``); before, the
+    uploaded bytes were published verbatim (CRLF, a line padded with spaces). A BOM is the validator's error."""
     srv, good, _ = setup
     with zipfile.ZipFile(good) as z:
         line = json.loads(z.read("meta/tasks.jsonl").decode().splitlines()[0])
-    sent = b"\xef\xbb\xbf" + json.dumps(line).encode() + b"\r\n" + b'{"task_index": 1, "task": "\xe6\x8b\xbf"}\r\n'
-    body = rebuild_zip(good, tmp_path / "bom.zip", replace={"meta/tasks.jsonl": sent}).read_bytes()
+    sent = json.dumps(line, indent=None, separators=(" ,", " :  ")).encode() + b"\r\n" + \
+        b'{"task_index": 1, "task": "\xe6\x8b\xbf"}\r\n'
+    with_bom = rebuild_zip(good, tmp_path / "bom.zip", replace={"meta/tasks.jsonl": b"\xef\xbb\xbf" + sent})
+    assert _post(srv, with_bom.read_bytes(), name="bom_task").status_code == 422
+    body = rebuild_zip(good, tmp_path / "crlf.zip", replace={"meta/tasks.jsonl": sent}).read_bytes()
 
-    resp = _post(srv, body, name="bom_task")
+    resp = _post(srv, body, name="crlf_task")
 
     assert resp.status_code == 200, resp.text
-    stored = (srv.store / "bom_task" / "meta" / "tasks.jsonl").read_bytes()
+    stored = (srv.store / "crlf_task" / "meta" / "tasks.jsonl").read_bytes()
     assert stored == (json.dumps(line, ensure_ascii=False) + "\n" + '{"task_index": 1, "task": "拿"}\n').encode()
-    with open(srv.store / "bom_task" / "meta" / "tasks.jsonl", encoding="utf-8") as f:
-        assert json.loads(f.readline()) == line
+    with open(srv.store / "crlf_task" / "meta" / "tasks.jsonl", encoding="utf-8", newline="") as f:
+        assert json.loads(f.readline()) == line and f.readline() == '{"task_index": 1, "task": "拿"}\n'
