@@ -37,6 +37,9 @@ except ImportError:  # pragma: no cover - exercised in a venv without torch
 
 __all__ = ["PooledDataset", "find_tasks"]
 
+#: Worker states a forked process inherited: never used, never freed (see ``PooledDataset._worker``).
+_INHERITED: list[_Worker] = []
+
 
 def find_tasks(paths: Iterable[str | Path]) -> list[Path]:
     """Task directories of ``paths``: a directory with ``meta/info.json`` is a task, any other
@@ -234,6 +237,10 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     def _worker(self) -> _Worker:
         w = self._w
         if w is None or w.pid != os.getpid():  # first item here, or a forked copy of the parent's
+            if w is not None:
+                # a fork's copy of the parent's containers: freeing them here would join FFmpeg decoder
+                # threads that do not exist in this process (a deadlock); they stay untouched instead
+                _INHERITED.append(w)
             w = self._w = _Worker(self)
         return w
 
