@@ -20,7 +20,8 @@ moving the bytes over loopback HTTP. The ratio shows what verify-then-publish ad
 
 ``--big-gb G`` (off by default) also uploads one episode of about G GiB (one 640x480 RGB
 stream, noise encoded lossless, 3600 rows per 2 GiB: all video, as real episodes are) from a
-fresh client and reports the server's and the client's peak RSS.
+fresh client and reports the server's and the client's peak RSS, and its MB/s (client side,
+packing excluded) against the same zip POSTed to the baseline in the same run.
 
     python benchmarks/bench_upload.py                           # 40 episodes, 4 tasks, 8 clients (~1 min)
     python benchmarks/bench_upload.py --episodes 400            # the figure (several minutes)
@@ -348,8 +349,17 @@ def run(work: Path, args: argparse.Namespace) -> None:
         wall, reports, client_rss = run_clients([work / "bigpc"], url, "egopool", work)
         server_rss = peak_rss_mb(server.pid)
         ok = all(i["ok"] for r in reports for i in r)
+        big_lat = [i["seconds"] for r in reports for i in r]
+        sink_port = free_port()
+        sink = start([sys.executable, __file__, "--sink", str(sink_port)], work / "sink.log")
+        wait_up(f"http://127.0.0.1:{sink_port}/", sink)
+        _, base_reports, _ = run_clients([work / "bigpc"], f"http://127.0.0.1:{sink_port}/", "baseline", work)
+        stop(sink)
+        base_big = [i["seconds"] for r in base_reports for i in r]
         print(f"uploaded in {wall:.1f} s ({size / 1e6 / wall:.0f} MB/s incl. packing and verification), "
               f"confirmed: {ok}; server peak RSS {server_rss:.0f} MiB, client peak RSS {client_rss:.0f} MiB")
+        print(f"sending (packing excluded): egopool serve {size / 1e6 / sum(big_lat):.0f} MB/s, baseline "
+              f"{size / 1e6 / sum(base_big):.0f} MB/s: ratio {sum(base_big) / sum(big_lat):.2f}")
         print("checks: " + ("OK" if not verify(store, {"big": 1}) else "FAILED: " + "; ".join(verify(store, {"big": 1}))))
     stop(server)
 

@@ -330,3 +330,30 @@ def test_without_ray_installed_or_reachable_the_cli_says_so_in_one_line(collecti
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("egopool: error: cannot reach the Ray cluster at 127.0.0.2:1: ")
     assert err.count("\n") == 1 and "does not answer" in err
+
+
+@pytest.mark.extra("ray")
+def test_a_loopback_address_is_named_as_given_and_why_ray_dials_another(collection, capsys) -> None:
+    """``--ray 127.0.0.1:PORT`` used to answer ``... at 127.0.0.1:PORT: 192.0.2.2:PORT does not answer``
+    (issue 16 D): the message names the address given first and says why Ray dials another one."""
+    pytest.importorskip("ray")
+    from ray._private.services import canonicalize_bootstrap_address
+
+    import socket
+
+    from egopool.cli.app import main
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        given = f"127.0.0.1:{s.getsockname()[1]}"
+    target = canonicalize_bootstrap_address(given)
+    code = main(["validate", "--ray", given, str(collection)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"egopool: error: cannot reach the Ray cluster at {given}: "), err
+    if target != given:  # a machine with a network address: Ray dials that instead of the loopback
+        host = target.rpartition(":")[0]
+        assert f"nothing answers (Connection refused; Ray connects to 127.0.0.1 through this machine's network " \
+               f"address {host}, so {target} was tried)" in err, err
+    else:
+        assert f"{given} does not answer" in err

@@ -52,3 +52,30 @@ def test_commands_resolve_relative_paths_against_the_callers_directory(tmp_path:
 
 def test_tests_run_from_the_repository_root(tmp_path: Path, fake_venv: Path) -> None:
     assert _run(["tests", "-q"], tmp_path, fake_venv) == f"python cwd={REPO} args=-m pytest -q"
+
+
+def test_an_old_python_is_refused_in_one_line_before_anything_installs(tmp_path: Path) -> None:
+    """Python 3.9's pip backtracked for 13 minutes before saying egopool needs a newer Python (issue 16 A):
+    ``./run`` asks the interpreter first and names the versions and how to pick one."""
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\necho 3.9.18\nexit 1\n")  # `python -c ...`: prints its version, is too old
+    old.chmod(0o755)
+    venv = tmp_path / "venv"
+    env = {**os.environ, "EGOPOOL_VENV": str(venv), "PYTHON": str(old)}
+    done = subprocess.run([str(RUN), "tests"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"run: egopool needs Python 3.11, 3.12 or 3.13, but {old} is Python 3.9.18; pick one with PYTHON, "
+        "e.g. PYTHON=python3.12 ./run tests"]
+    assert not venv.exists()  # nothing was created or installed
+
+
+def test_pip_is_told_the_python_versions() -> None:
+    """pyproject.toml's requires-python is what ./run checks, and README names the same versions."""
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert meta["requires-python"] == ">=3.11"
+    assert any(d.replace(" ", "") == "av>=18" for d in meta["dependencies"])
+    assert "Python 3.11, 3.12 or 3.13" in (REPO / "README.md").read_text(encoding="utf-8")
+    assert "sys.version_info < (3, 11)" in RUN.read_text(encoding="utf-8")

@@ -239,6 +239,17 @@ class EpisodeFiles:
         """True when data parquet and meta row both exist."""
         return self.data is not None and self.meta is not None
 
+    @property
+    def committed(self) -> bool:
+        """True when the episode's ``meta/episodes`` row exists: its commit record (docs/decisions.md #5).
+
+        Every writer places the videos and the data parquet first and the row last, so a
+        group without its row is an episode still being published, or what a crash left;
+        readers see an episode from its commit on (:func:`list_task_episodes` with
+        ``committed_only``).
+        """
+        return self.meta is not None
+
 
 def walk_task_files(root: Path, top: Path) -> Iterable[str]:
     """Relative POSIX paths of the non-directory entries under ``top``, skipping dot and ``_`` entries (§11).
@@ -287,7 +298,8 @@ def _read_episode_indices(path: Path) -> list[int]:
     return [int(v) for v in table.column("episode_index").to_pylist() if v is not None]
 
 
-def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -> list[EpisodeFiles]:
+def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *,
+                       committed_only: bool = False) -> list[EpisodeFiles]:
     """Enumerate every episode file group of a task, sorted by N (file_format.md §2, §9).
 
     This is the one authoritative enumerator: N is ``chunk * chunks_size + file + 1``,
@@ -297,17 +309,26 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
     ``.lock``, ``recycled_episode.json``, temp files, ``_trash/`` and
     ``_migrate_backup_*`` are ignored (§11).
 
+    The ``meta/episodes`` rows (the commit records, decisions.md #5) are listed before
+    the data and video files: an episode whose row this listing saw has all the files its
+    writer placed before the row, so a committed episode is never listed with a file it
+    has missing only because the listing raced its publish.
+
     Parameters
     ----------
     task_dir:
         The task directory.
     layout:
         Templates to use; read from ``meta/info.json`` when omitted.
+    committed_only:
+        Only the groups that hold their ``meta/episodes`` row (:attr:`EpisodeFiles.committed`):
+        what readers list. Off for the tools that look at every file (``validate``, ``ls``,
+        ``delete``, allocation).
 
     Returns
     -------
     list[EpisodeFiles]
-        One entry per N that has at least one file, ascending N.
+        One entry per N that has at least one file (its row, with ``committed_only``), ascending N.
 
     Raises
     ------
@@ -326,27 +347,6 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
         if g is None:
             g = groups[n] = EpisodeFiles(n, c, f)
         return g
-
-    data_re = _template_regex(layout.data_path, legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.data_path)):
-        m = data_re.match(rel)
-        if m and int(m["f"]) < layout.chunks_size:
-            g = group(int(m["c"]), int(m["f"]))
-            if g.data is None or Path(rel).name.startswith("episode-"):
-                g.data = root / rel
-
-    video_re = _template_regex(layout.video_path, legacy_prefix=True)
-    png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.video_path)):
-        m = video_re.match(rel)
-        target = root / rel
-        if m is None and rel.lower().endswith(".png") and "/" in rel:
-            # legacy PNG16 depth: a directory of frames at the stream's place (docs/decisions.md)
-            parent = rel.rsplit("/", 1)[0]
-            m = video_re.match(parent) or png_dir_re.match(parent)
-            target = root / parent
-        if m and int(m["f"]) < layout.chunks_size:
-            group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], target)
 
     ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
     for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path))):
@@ -371,7 +371,28 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None) -
             g = group(gc, gf)
             if g.meta is None:
                 g.meta, g.meta_is_shard = path, shard
-    return [groups[n] for n in sorted(groups)]
+
+    data_re = _template_regex(layout.data_path, legacy_prefix=True)
+    for rel in walk_task_files(root, root / static_prefix(layout.data_path)):
+        m = data_re.match(rel)
+        if m and int(m["f"]) < layout.chunks_size:
+            g = group(int(m["c"]), int(m["f"]))
+            if g.data is None or Path(rel).name.startswith("episode-"):
+                g.data = root / rel
+
+    video_re = _template_regex(layout.video_path, legacy_prefix=True)
+    png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
+    for rel in walk_task_files(root, root / static_prefix(layout.video_path)):
+        m = video_re.match(rel)
+        target = root / rel
+        if m is None and rel.lower().endswith(".png") and "/" in rel:
+            # legacy PNG16 depth: a directory of frames at the stream's place (docs/decisions.md)
+            parent = rel.rsplit("/", 1)[0]
+            m = video_re.match(parent) or png_dir_re.match(parent)
+            target = root / parent
+        if m and int(m["f"]) < layout.chunks_size:
+            group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], target)
+    return [groups[n] for n in sorted(groups) if groups[n].meta is not None or not committed_only]
 
 
 # -- one episode's files, by N (checklist §12.2) -----------------------------------------------------
@@ -475,7 +496,8 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
     grow with the number of episodes in the task. The result equals N's entry of
     :func:`list_task_episodes`, except that a legacy shard holding N's row in another
     chunk's directory (outside §2's "one shard per chunk") is found only by the full
-    enumeration (docs/decisions.md L1).
+    enumeration (docs/decisions.md L1). The row is looked up first, as in
+    :func:`list_task_episodes`.
 
     Parameters
     ----------
@@ -504,12 +526,6 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
     root = Path(task_dir)
     c, f = layout.chunk_file(index)
     g = EpisodeFiles(index, c, f)
-    data = _resolve(root, layout.data_path, c, f)
-    g.data = data[0][0] if data else None
-    exts = {k: v for k, v in (video_extensions if isinstance(video_extensions, Mapping) else {}).items()
-            if isinstance(v, str) and v and "/" not in v and "{" not in v}
-    for path, caps in _resolve(root, layout.video_path, c, f, png_dirs=True, prefer=exts):
-        g.videos.setdefault(caps.get("image_key", ""), path)
     own = [path for path, _ in _resolve(root, layout.episodes_path, c, f) if path.name.startswith("episode-")]
     if own:
         g.meta = own[0]
@@ -523,6 +539,12 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
                 expected = layout.index_of(c, own_f) if own_f < layout.chunks_size else None
                 g.meta, g.meta_is_shard = path, not (len(indices) == 1 and indices[0] == expected)
                 break
+    data = _resolve(root, layout.data_path, c, f)
+    g.data = data[0][0] if data else None
+    exts = {k: v for k, v in (video_extensions if isinstance(video_extensions, Mapping) else {}).items()
+            if isinstance(v, str) and v and "/" not in v and "{" not in v}
+    for path, caps in _resolve(root, layout.video_path, c, f, png_dirs=True, prefer=exts):
+        g.videos.setdefault(caps.get("image_key", ""), path)
     if g.data is None and g.meta is None and not g.videos:
         return None
     return g

@@ -13,8 +13,8 @@ root, the parent of every ``<task>/``). It holds
 * ``uploads``: what a pooling server answered for an uploaded episode ``(task, N,
   server)``; it outlives the ``recordings`` row (``egopool upload --delete-after``), so a
   re-run knows the episode is on the server (file_format.md §9);
-* ``settings``: the recordings root's ``host_id``, the client identity an upload
-  carries (a server maps ``(host_id, N)`` to its own N, docs/decisions.md U2).
+* ``settings``: the recordings root's ``client_key`` (a secret) and the public ``host_id``
+  derived from it, the client identity an upload carries (docs/decisions.md U11).
 
 The writer records into it after an episode is published; ``egopool delete`` marks a
 row ``deleted`` before touching files and removes it once the files are verified gone
@@ -31,15 +31,16 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import RegistryError
+from .identity import ClientIdentity, derive_client_key, host_id_of_key
 
 __all__ = [
     "REGISTRY_NAME",
@@ -423,33 +424,41 @@ class Registry:
         return [_upload(r) for r in rows]
 
     # -- identity --------------------------------------------------------------------------------
-    def host_id(self) -> str:
-        """This recordings root's client identity, created on first use and kept in the registry.
+    def identity(self) -> ClientIdentity:
+        """This recordings root's client identity (docs/decisions.md U11), created on first use.
 
-        The first value is :func:`derived_host_id` of the directory holding ``pipeline.db``; kept
-        in the registry it travels with the root (a root moved or copied to another PC keeps its
-        identity), two roots on one PC have two.
+        The key is :func:`~egopool.identity.derive_client_key` of the directory holding
+        ``pipeline.db`` on this machine, kept in ``settings``. A stored key that is not the one
+        derived here means the root (with its ``pipeline.db``) was copied or moved from another
+        machine or path: the root gets the key of this machine and path, so two copies of one
+        root upload as two clients, and :attr:`~egopool.identity.ClientIdentity.notice` says so
+        in one line. A registry of an egopool before U11 (a ``host_id`` and no key) gets its key
+        silently; its host id becomes the key's.
+
+        Raises
+        ------
+        RegistryError
+            ``pipeline.db`` cannot be read or written.
         """
+        here = derive_client_key(self.path.parent)
         with self._connect(write=True) as con:
-            row = con.execute("SELECT value FROM settings WHERE key = 'host_id'").fetchone()
-            if row:
-                return str(row[0])
-            value = derived_host_id(self.path.parent)
-            con.execute("INSERT INTO settings VALUES ('host_id', ?)", (value,))
-            return value
+            stored = dict(con.execute("SELECT key, value FROM settings WHERE key IN ('client_key', 'host_id')"))
+            notice = None
+            old = stored.get("client_key")
+            if old is not None and old != here:
+                notice = (f"{self.path.parent}: this recordings root's {REGISTRY_NAME} was made on another machine or "
+                          f"at another path (copied or moved here): it uploads as a new client, host id "
+                          f"{host_id_of_key(here)[:8]} (was {host_id_of_key(old)[:8]}), and the server pools the "
+                          "episodes of both copies")
+            host = host_id_of_key(here)
+            if old != here or stored.get("host_id") != host:
+                con.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                                [("client_key", here), ("host_id", host)])
+        return ClientIdentity(here, host, socket.gethostname(), notice)
 
-
-def derived_host_id(root: str | Path) -> str:
-    """32 hex from ``/etc/machine-id`` (else the MAC address) and the recordings root's absolute path.
-
-    Stable for one root on one PC; the identity a registry stores on first use and the one used
-    when no registry is (``--no-registry``).
-    """
-    try:
-        machine = Path("/etc/machine-id").read_text(encoding="ascii").strip()
-    except OSError:
-        machine = f"{uuid.getnode():012x}"
-    return hashlib.sha256(f"{machine}\n{os.path.abspath(root)}".encode()).hexdigest()[:32]
+    def host_id(self) -> str:
+        """The public host id of :meth:`identity` (32 hex)."""
+        return self.identity().host_id
 
 
 def _create_schema(con: sqlite3.Connection) -> None:

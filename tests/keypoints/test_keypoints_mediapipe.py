@@ -185,3 +185,34 @@ def test_an_episode_without_any_hand_says_which_option_picks_another_camera(tmp_
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "a hand in 0.0 % of them" in out
     assert "no hand in any frame of episode(s) 1 (stream scene_rgb)" in out and "--stream KEY" in out
+
+
+def test_mediapipes_own_messages_stay_off_the_terminal_unless_verbose(tmp_path) -> None:
+    """MediaPipe and TensorFlow Lite print ``INFO: Created TensorFlow Lite XNNPACK delegate for CPU.`` and
+    ``W0000 ... inference_feedback_manager.cc:114] Feedback manager requires ...`` from C++ threads while the
+    graph starts (issue 16 D): a whole ``egopool keypoints extract`` process shows none of them, and
+    ``--verbose`` shows them on stderr (stdout stays the report / the JSON)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mediapipe")
+    tw = TaskWriter(tmp_path / "recordings", "wall", fps=30.0, registry=False)
+    ep = tw.begin_episode(columns=[hand_pose_column("right")], streams=[StreamSpec("scene_rgb", "rgb", 64, 48)])
+    for _ in range(5):
+        ep.add_frame({"observation.right_hand_pose": np.zeros(63, np.float32)},
+                     images={"scene_rgb": np.full((48, 64, 3), 128, np.uint8)})
+    ep.finish()
+    env = {**os.environ, "PYTHONPATH": str(Path(egopool.__file__).parents[1])}
+    chatter = ("XNNPACK", "inference_feedback_manager", "W0000", "absl::InitializeLog")
+    for k, extra in enumerate(([], ["--json"], ["--verbose", "--json"])):
+        done = subprocess.run([sys.executable, "-m", "egopool", "keypoints", "extract", str(tmp_path / "recordings" / "wall"),
+                               "--mirror-root", str(tmp_path / f"kp{k}"), *extra],
+                              capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        assert not any(c in done.stdout for c in chatter), done.stdout
+        if "--json" in extra:
+            assert json.loads(done.stdout)["episodes"][0]["frames"] == 5
+        if "--verbose" in extra:
+            assert "inference_feedback_manager" in done.stderr, done.stderr
+        else:
+            assert done.stderr == "", done.stderr

@@ -6,18 +6,26 @@ An :class:`OSError` that escaped every library boundary (disk full, read-only fi
 system, a file where a directory belongs) is reported the same way, naming the path.
 A Python warning (e.g. the writer's ``RuntimeWarning`` when the registry is unavailable)
 becomes one ``egopool: warning: ...`` line, never a source line with a file name.
+
+The command modules load lazily (issue 16 B): ``--help`` lists the commands from
+:data:`egopool.cli.commands.COMMANDS` and ``egopool ls`` imports the module of ``ls`` alone.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
+from .._sigint import loading_seam, sigint_deferred
 from ..errors import EgopoolError, StorageError
+from .commands import COMMANDS
+from .help_format import plain_help, plain_params
 
 
 def _exception_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...],
@@ -48,8 +56,50 @@ def _exception_types() -> tuple[tuple[type[BaseException], ...], tuple[type[Base
 
 _UsageError, _Abort, _Exit = _exception_types()
 
+
+class _Unloaded(TyperCommand):
+    """A listed command whose module is not imported yet: its name and summary, for ``--help``."""
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: every command of :data:`~egopool.cli.commands.COMMANDS` is listed, and the
+    one a command line names is imported when it is resolved (with Ctrl-C held back while it loads,
+    as ``entry`` does for the CLI itself)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        loaded = {name: plain_help(cmd) for name, cmd in self.commands.items() if not isinstance(cmd, _Unloaded)}
+        commands: dict[str, Any] = {}
+        for name, _, summary in COMMANDS:
+            commands[name] = loaded.pop(name, None) or _Unloaded(name, help=summary)
+        commands.update(loaded)  # defined but not indexed: still runs (the index test names it)
+        self.commands = commands
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return plain_params(super().get_params(ctx))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and isinstance(self.commands.get(args[0]), _Unloaded):
+            self._load(args[0])
+        return super().resolve_command(ctx, args)
+
+    def _load(self, name: str) -> None:
+        modules = next(mods for n, mods, _ in COMMANDS if n == name)
+        with sigint_deferred() as interrupted:
+            loading_seam("commands")
+            for mod in modules:
+                importlib.import_module(f"{__package__}.{mod}")
+        if interrupted:
+            raise KeyboardInterrupt
+        built = typer.main.get_command(app)
+        for n, cmd in getattr(built, "commands", {}).items():
+            if not isinstance(cmd, _Unloaded) and isinstance(self.commands.get(n), _Unloaded):
+                self.commands[n] = cmd
+
+
 app = typer.Typer(
     name="egopool",
+    cls=_LazyGroup,
     help="Read, write, validate and maintain pooled_episodes_v1 robot/egocentric recordings.",
     no_args_is_help=True,
     add_completion=False,
@@ -74,8 +124,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 def register_commands() -> None:
     """Import every ``egopool.cli.*_cmd`` / ``*_cmds`` module; each attaches its commands to ``app``
-    (idempotent: :func:`main` calls it, the console script calls it first)."""
-    import importlib
+    (idempotent). The CLI itself does not need it (commands load when named); for code that
+    converts ``app`` as a whole, e.g. ``typer.main.get_command(app)``."""
     import pkgutil
 
     from .. import cli
@@ -109,11 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        register_commands()
         _fit_output()
         from .ray_option import optional_ray_value
 
-        rc = app(args=optional_ray_value(sys.argv[1:] if argv is None else argv), standalone_mode=False)
+        from .output import stdout_only_json
+
+        args = optional_ray_value(sys.argv[1:] if argv is None else argv)
+        with stdout_only_json("--json" in args):
+            rc = app(args=args, standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1

@@ -1,24 +1,24 @@
 """Console-script entry point (``egopool`` and ``python -m egopool``).
 
-The CLI's modules (pyarrow, numpy, PyAV and every command, about half a second) load with Ctrl-C
-held back: an interrupt while they load is acted on once they are in, as the same one line and
-exit code 130 as an interrupt while a command runs. A KeyboardInterrupt raised inside an import
-would surface as an import machinery traceback, or wrapped in another error, not as Ctrl-C.
+The CLI (Typer) loads with Ctrl-C held back, and so do the modules of the command named
+(pyarrow, numpy, PyAV, ...; ``egopool.cli.app``): an interrupt while they load is acted on
+once they are in, as the same one line and exit code 130 as an interrupt while a command runs.
+A KeyboardInterrupt raised inside an import would surface as an import machinery traceback, or
+wrapped in another error, not as Ctrl-C.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .._sigint import sigint_deferred
+from .._sigint import loading_seam, sigint_deferred
 
 
 def entry() -> None:
     """Load the CLI, run it on ``sys.argv`` and exit with its code (130 after Ctrl-C)."""
     with sigint_deferred() as interrupted:
-        from .app import main, register_commands
-
-        register_commands()
+        loading_seam("start")
+        from .app import main
     if interrupted:
         print("egopool: interrupted", file=sys.stderr)
         sys.exit(130)

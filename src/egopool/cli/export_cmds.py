@@ -92,7 +92,7 @@ def lerobot_cmd(
 def tum_cmd(
     task: Path = _TASK,
     index: int = episode_argument("Global episode number N (1-based)."),
-    columns: list[str] = typer.Argument(None, metavar="[COLUMN]...",
+    columns: list[str] = typer.Argument(None, metavar="COLUMN",
                                         help="Trajectory columns (default: every observation.*slam_trajectory)."),
     clock: str = typer.Option("host", "--clock", help="host: the _ns column (host monotonic ns) in seconds; "
                                                       "sensor: the points' own t (SLAM sensor clock)."),

@@ -145,7 +145,7 @@ def ls_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory
     a broken episode is listed with its problems (run `egopool validate` for the full check).
     """
     t = open_task(task)
-    rows = [episode_summary(ep) for ep in t.episodes()]
+    rows = [episode_summary(ep) for ep in t.episodes(uncommitted=True)]
     if json_out:
         print_json(rows)
         return
@@ -174,7 +174,7 @@ def show_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directo
     Parts that cannot be read are listed under problems; the rest is shown.
     """
     t = open_task(task)
-    ep = t.episode(n)
+    ep = t.episode(n, uncommitted=True)
     summary, row = _summary(ep)
     problems: list[str] = summary["problems"]
     columns: dict[str, str] = {}

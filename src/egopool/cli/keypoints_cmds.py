@@ -35,13 +35,18 @@ def extract_cmd(task: Path = _TASK, indices: list[int] = _INDICES,
                                                    "left/right labels as they are."),
                 model_complexity: int = typer.Option(1, "--model-complexity", min=0, max=1,
                                                      help="MediaPipe hand model: 0 lite, 1 full."),
-                ray: str = RAY_OPTION, json_out: bool = _JSON) -> None:
+                ray: str = RAY_OPTION, json_out: bool = _JSON,
+                verbose: bool = typer.Option(False, "--verbose",
+                                             help="Also show MediaPipe's own messages (on stderr).")) -> None:
     """Run MediaPipe Hands on each episode's ego RGB stream; write keypoints_output/<task>/episode_NNNNNN/.
 
     Writes hand_pose/ (2-D pixels), hand_pose_3d/ (63 world-landmark values per hand, m) and auto_labels/, one row per data row keyed by frame_index; a hand not found is zeros with <side>_present false. Needs pip install 'egopool\\[keypoints]' (mediapipe 0.10.21). Exit 1 when an episode could not be processed.
     """
+    from .._native_output import show_log
+    from ..keypoints.mediapipe_hands import log as mediapipe_log
+
     opts = ExtractOptions(stream=stream, mirrored=mirrored, model_complexity=model_complexity)
-    with _progress("extracting") as cb, executor_for(ray) as executor:
+    with show_log(mediapipe_log, verbose), _progress("extracting") as cb, executor_for(ray) as executor:
         report = extract_keypoints(task, indices or None, options=opts, mirror_root=mirror_root, executor=executor,
                                    progress=None if cb is None else (lambda d, t: cb(d, t, "episodes")))
     if json_out:

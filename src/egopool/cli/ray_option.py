@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..jobs.executor import Executor, make_executor
+if TYPE_CHECKING:
+    from ..jobs.executor import Executor
 
 __all__ = ["RAY_OPTION", "executor_for", "optional_ray_value"]
 
@@ -44,4 +45,6 @@ def optional_ray_value(argv: Sequence[str]) -> list[str]:
 
 def executor_for(ray: str | None) -> Executor[Any, Any, Any]:
     """In-process without ``--ray``; a :class:`~egopool.jobs.RayExecutor` with it."""
+    from ..jobs.executor import make_executor  # every command line passes optional_ray_value, few run jobs
+
     return make_executor(ray)

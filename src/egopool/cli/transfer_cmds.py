@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 
 from ..errors import EgopoolError
-from ..transfer import pack_episodes, upload_episodes
+from ..transfer import client_identity, pack_episodes, upload_episodes
 from ..transfer.client import UploadOutcome, UploadProgress
 from .app import app
 from .args import episode_argument
@@ -58,7 +59,11 @@ def pack_cmd(task: Path = _TASK, indices: list[int] = episode_argument("Global 1
     Arcnames are the pooled paths relative to the task (this episode's videos, data parquet and meta/episodes file, plus meta/info.json, stats.json, tasks.jsonl); a legacy shard is sliced to the episode's row. Streams: bounded memory for any episode size.
     """
     with _registry_hint(), _byte_bar("packing", not json_out) as cb:
-        packed = pack_episodes(task, indices, out, reencode_hevc=reencode_hevc, registry=registry, progress=cb)
+        ident = client_identity(task, registry)
+        if ident.notice:
+            _note(ident.notice)
+        packed = pack_episodes(task, indices, out, reencode_hevc=reencode_hevc, host_id=ident.host_id,
+                               hostname=ident.hostname, progress=cb)
     if json_out:
         print_json({"task": str(task), "zips": [p.to_dict() for p in packed]})
         return
@@ -66,6 +71,11 @@ def pack_cmd(task: Path = _TASK, indices: list[int] = episode_argument("Global 1
         note = f", {len(p.reencoded)} video(s) re-encoded to HEVC" if p.reencoded else ""
         console.print(f"episode {p.index} (chunk {p.chunk}, file {p.file}) -> {p.path} "
                       f"({human_bytes(p.size)}, {len(p.manifest.members)} members{note})")
+
+
+def _note(line: str) -> None:
+    """A one-line note on stderr (never wrapped: scripts grep it; stdout stays JSON with --json)."""
+    print(f"egopool: note: {line}", file=sys.stderr, flush=True)
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -92,10 +102,14 @@ def upload_cmd(task: Path = _TASK, indices: list[int] | None = _INDICES,
                                                       "checksum (the verified delete of `egopool delete`)."),
                retries: int = typer.Option(8, min=0, help="Retries of a network error or 5xx per episode."),
                timeout: float = typer.Option(600.0, min=1.0, help="Seconds to wait for the server's answer."),
+               temp_dir: Path | None = typer.Option(None, "--temp-dir",
+                                                    help="Where zips are packed before sending (default: "
+                                                         "~/.cache/egopool/upload, or $EGOPOOL_CACHE_DIR/upload); "
+                                                         "never inside the recordings root."),
                json_out: bool = _JSON, registry: bool = _REG) -> None:
     """Upload episodes to a pooling server (`egopool serve`), resumably (file_format.md §9).
 
-    Without N: every complete episode not yet uploaded to this server. The registry (pipeline.db) records each confirmed upload with the server's answer, so a re-run after a kill resumes where it stopped. Network errors and 5xx are retried with backoff. Exit 1 when an episode is not confirmed.
+    Without N: every complete episode not yet uploaded to this server. The registry (pipeline.db) records each confirmed upload with the server's answer, so a re-run after a kill resumes where it stopped. Network errors and 5xx are retried with backoff. Exit 1 when an episode is not confirmed. The recordings root's client key (in pipeline.db) identifies this PC to the server; a root copied to another PC says so in one line and uploads as its own client. Zips are packed outside the recordings root; a killed run's leftovers are removed by the next run.
     """
     tok = _token(token_file)
 
@@ -111,7 +125,8 @@ def upload_cmd(task: Path = _TASK, indices: list[int] | None = _INDICES,
     with _registry_hint(), _byte_bar("uploading", not json_out) as cb:
         report = upload_episodes(task, indices or None, server=server, token=tok, reencode_hevc=reencode_hevc,
                                  delete_after=delete_after, registry=registry, retries=retries, timeout=timeout,
-                                 progress=cb, on_outcome=show)
+                                 progress=cb, on_outcome=show, temp_dir=temp_dir,
+                                 on_notice=_note)
     if json_out:
         print_json(report.to_dict())
     elif not report.outcomes:
@@ -139,13 +154,28 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
                                               help="An upload whose N the task already holds: renumber (next free N, "
                                                    "mapping recorded) or reject (409)."),
               max_upload_mb: float = typer.Option(8192.0, "--max-upload-mb", min=0.01,
-                                                  help="Largest request body and largest uncompressed zip, MiB."),
+                                                  help="Largest request body, and what one zip may unpack to in "
+                                                       "staging, MiB."),
+              max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0,
+                                              help="Largest expansion of one zip member (above 1 MiB) and of a "
+                                                   "parquet file when decoded."),
+              max_zip_ratio: float = typer.Option(10.0, "--max-zip-ratio", min=1.0,
+                                                  help="Largest expansion of a whole zip unpacking to more than "
+                                                       "64 MiB (egopool zips store videos and parquet: ~1x)."),
+              max_decode_mb: float = typer.Option(256.0, "--max-decode-mb", min=1.0,
+                                                  help="What one import decodes at a time, MiB: each parquet row "
+                                                       "group, its list-free columns, 4 video frames."),
               max_imports: int = typer.Option(2, "--max-imports", min=1,
                                               help="Uploads verified and published at the same time."),
+              max_receiving: int = typer.Option(32, "--max-receiving", min=1,
+                                                help="Upload bodies received at the same time (others wait unread)."),
+              max_connections: int = typer.Option(1024, "--max-connections", min=1,
+                                                  help="Open connections; more are answered 503 (the client "
+                                                       "retries)."),
               log_level: str = typer.Option("info", "--log-level")) -> None:
     """Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool).
 
-    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API.
+    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports.
     """
     if on_conflict not in ("renumber", "reject"):
         raise typer.BadParameter("use renumber or reject", param_hint="--on-conflict")
@@ -161,13 +191,15 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
         raise EgopoolError(f"the server needs the optional packages of egopool[server] ({exc.name} is missing)",
                            hint="pip install 'egopool[server]'") from exc
     limit = int(max_upload_mb * (1 << 20))
-    config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict,
-                          limits=Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit),
-                          max_imports=max_imports)
+    limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
+                    max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
+    config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict, limits=limits,
+                          max_imports=max_imports, max_receiving=max_receiving)
     web = create_app(config)
     err_console.print(f"egopool serve: store {store.resolve()}, http://{host}:{port}/, on conflict: {on_conflict}, "
                       f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}")
-    uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+    uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
+                limit_concurrency=max_connections)
 
 
 @token_app.command("add")

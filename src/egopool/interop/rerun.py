@@ -1,4 +1,4 @@
-"""``egopool export rerun`` / ``egopool view``: episodes as a Rerun recording (``rerun-sdk`` 0.26).
+"""``egopool export rerun`` / ``egopool view``: episodes as a Rerun recording (``rerun-sdk`` 0.26 to 0.41).
 
 Entities of episode N (all under ``/episode_N``)::
 
@@ -22,6 +22,7 @@ it was stored with.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ from ..errors import CodecError, EgopoolError, StorageError
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
 from ._checks import check_output_file, episode_streams
+from ._releases import RERUN, release_numbers
 
 __all__ = ["RerunExport", "export_rerun", "has_display", "view_episode", "view_axes"]
 
@@ -48,11 +50,39 @@ _SKIP_KINDS = {"slam_trajectory", "slam_trajectory_ns", "force_matrix", "force_m
 
 
 def _rr() -> Any:
-    try:
-        import rerun as rr
-    except ImportError as exc:  # pragma: no cover - the extra is installed in CI
-        raise EgopoolError("Rerun support needs rerun-sdk", hint="pip install 'egopool[interop]'") from exc
+    """The ``rerun`` module, once its release is one egopool drives (``_releases.RERUN``)."""
+    RERUN.require()
+    import rerun as rr
+
     return rr
+
+
+#: The oldest rerun-sdk whose .rrd files the Rerun viewer 0.41 opens as they are (checked with its
+#: ``rerun rrd verify``: 0.26 and 0.27 files have no RRD footer, docs/decisions.md I10).
+_VIEWER_041_READS = (0, 28)
+
+
+def _old_format_note(out: Path) -> list[str]:
+    """What a user of the current Rerun viewer must do with ``out`` written by an older rerun-sdk."""
+    from importlib.metadata import version
+
+    release = version("rerun-sdk")
+    numbers = release_numbers(release)
+    if numbers is None or numbers[:2] >= _VIEWER_041_READS:
+        return []
+    return [f"written with rerun-sdk {release}: its own viewer opens it; Rerun viewers 0.41 and later only after "
+            f"`rerun rrd migrate {out}`"]
+
+
+def _pose_columns(rr: Any, translation: np.ndarray, quaternion: np.ndarray) -> list[Any]:
+    """Transform3D columns of (K, 3) positions and (K, 4) xyzw quaternions, drawn as 5 cm axes.
+
+    rerun-sdk 0.28 moved ``axis_length`` from ``Transform3D`` to its own ``TransformAxes3D``."""
+    axes = [0.05] * len(translation)
+    if hasattr(rr, "TransformAxes3D"):
+        return [*rr.Transform3D.columns(translation=translation, quaternion=quaternion),
+                *rr.TransformAxes3D.columns(axis_length=axes)]
+    return list(rr.Transform3D.columns(translation=translation, quaternion=quaternion, axis_length=axes))
 
 
 @dataclass(frozen=True)
@@ -229,8 +259,8 @@ class _Logger:
                 times = [rr.TimeColumn("frame_index", sequence=self.frames[tr.rows[idx]])]
                 if host:
                     times.append(rr.TimeColumn("host_ns", duration=tr.host_ns[idx].astype("timedelta64[ns]")))
-                self.rec.send_columns(pose, indexes=times, columns=rr.Transform3D.columns(
-                    translation=tr.positions[idx], quaternion=tr.quaternions[idx], axis_length=[0.05] * len(idx)))
+                self.rec.send_columns(pose, indexes=times,
+                                      columns=_pose_columns(rr, tr.positions[idx], tr.quaternions[idx]))
             self.count(pose, len(tr.points))
 
     def imu(self) -> None:
@@ -326,8 +356,12 @@ def _log_episodes(rec: Any, task: Task, indices: Sequence[int], stride: int,
 
 
 def _recording(task: Task) -> Any:
+    """A recording stream of application ``egopool-<task name>``: rerun-sdk 0.41 takes only letters, digits,
+    ``-``, ``_`` and spaces in an application id and otherwise renames it (``egopool/t`` -> ``egopool-t<hash>``)
+    with a warning on the terminal, so anything else in the task's name becomes ``_``."""
     rr = _rr()
-    return rr.RecordingStream(f"egopool/{task.name}", recording_id=str(task.path.resolve()))
+    name = re.sub(r"[^A-Za-z0-9_ -]", "_", task.name)
+    return rr.RecordingStream(f"egopool-{name}", recording_id=str(task.path.resolve()))
 
 
 def _save(rec: Any, out: Path, log: Callable[[], Any]) -> Any:
@@ -382,8 +416,8 @@ def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | Non
     EpisodeNotFoundError
         An N that is not in the task.
     EgopoolError
-        ``stride < 1``; rerun-sdk missing (``pip install 'egopool[interop]'``); ``out`` is in the
-        task directory.
+        ``stride < 1``; rerun-sdk missing (``pip install 'egopool[interop]'``) or a release other
+        than 0.26 to 0.41; ``out`` is in the task directory.
     FormatError
         An episode's meta row describes a stream whose file is missing.
     StorageError
@@ -397,7 +431,7 @@ def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | Non
     rec = _recording(t)
     with StorageError.guard(out, action="cannot write the Rerun recording"):
         entities, notes = _save(rec, out, lambda: _log_episodes(rec, t, chosen, stride, progress))
-    return RerunExport(out, tuple(chosen), entities, tuple(notes))
+    return RerunExport(out, tuple(chosen), entities, tuple(notes + _old_format_note(out)))
 
 
 def view_episode(task: str | Path, index: int, *, out: str | Path | None = None, spawn: bool | None = None,

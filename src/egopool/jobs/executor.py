@@ -322,16 +322,24 @@ def _probe(address: str | None, timeout: float = PROBE_TIMEOUT_S) -> None:
     except Exception:  # noqa: BLE001 - a private helper; probe what the user gave
         target = address
     host, _, port = target.rpartition(":")
-    _tcp_probe(address, host.strip("[]"), port, timeout, _HINT_GCS)
+    given = address.rpartition(":")[0].strip("[]")
+    why = ""
+    if host.strip("[]") != given:  # Ray dials 127.0.0.1 / localhost as the machine's outward address
+        why = (f"; Ray connects to {given} through this machine's network address {host.strip('[]')}, "
+               f"so {target} was tried")
+    _tcp_probe(address, host.strip("[]"), port, timeout, _HINT_GCS, why)
 
 
-def _tcp_probe(address: str, host: str, port: int | str, timeout: float, hint: str) -> None:
+def _tcp_probe(address: str, host: str, port: int | str, timeout: float, hint: str, why: str = "") -> None:
+    """A TCP connect to ``host:port`` (what Ray will dial for ``address``); ``why`` says why that
+    is not ``address`` itself. Raises EgopoolError naming ``address`` when nothing answers."""
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             return
     except (OSError, ValueError) as exc:
-        raise EgopoolError(f"cannot reach the Ray cluster at {_shown(address)}: {host}:{port} does not answer "
-                           f"({getattr(exc, 'strerror', None) or exc})", hint=hint) from exc
+        reason = getattr(exc, "strerror", None) or exc
+        what = f"nothing answers ({reason}{why})" if why else f"{host}:{port} does not answer ({reason})"
+        raise EgopoolError(f"cannot reach the Ray cluster at {_shown(address)}: {what}", hint=hint) from exc
 
 
 def _probe_client(address: str, timeout: float) -> None:

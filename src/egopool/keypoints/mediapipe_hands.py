@@ -24,13 +24,21 @@ Conventions (also in :mod:`egopool.keypoints.mirror`):
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._native_output import native_output
 from ..errors import EgopoolError
 from .mirror import JOINTS, SIDES
+
+#: What MediaPipe and TensorFlow Lite print from C++ while a graph starts and runs its first frame
+#: (``W0000 ... inference_feedback_manager``, ``Created TensorFlow Lite XNNPACK delegate``) is
+#: logged here at INFO instead of reaching the terminal; ``keypoints extract --verbose`` shows it.
+log = logging.getLogger("egopool.keypoints.mediapipe")
 
 __all__ = ["FrameHands", "HandDetection", "MediaPipeHands", "mediapipe_version"]
 
@@ -113,10 +121,18 @@ class MediaPipeHands:
                        "min_detection_confidence": float(min_detection_confidence),
                        "min_tracking_confidence": float(min_tracking_confidence),
                        "static_image_mode": bool(static_image_mode), "mirrored": self.mirrored}
-        self._hands = mp.solutions.hands.Hands(static_image_mode=static_image_mode, max_num_hands=2,
-                                               model_complexity=model_complexity,
-                                               min_detection_confidence=min_detection_confidence,
-                                               min_tracking_confidence=min_tracking_confidence)
+        # MediaPipe's graph threads load the models and log while the graph starts and runs its
+        # first frame, after Hands() has returned: caught from here to the end of the first process()
+        self._chatter: contextlib.ExitStack | None = contextlib.ExitStack()
+        self._chatter.enter_context(native_output(log))
+        try:
+            self._hands = mp.solutions.hands.Hands(static_image_mode=static_image_mode, max_num_hands=2,
+                                                   model_complexity=model_complexity,
+                                                   min_detection_confidence=min_detection_confidence,
+                                                   min_tracking_confidence=min_tracking_confidence)
+        except BaseException:
+            self._end_chatter()
+            raise
 
     def __enter__(self) -> MediaPipeHands:
         return self
@@ -124,8 +140,14 @@ class MediaPipeHands:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _end_chatter(self) -> None:
+        if self._chatter is not None:
+            chatter, self._chatter = self._chatter, None
+            chatter.close()
+
     def close(self) -> None:
         """Free the MediaPipe graph."""
+        self._end_chatter()
         if self._hands is not None:
             self._hands.close()
             self._hands = None
@@ -152,7 +174,10 @@ class MediaPipeHands:
         if self._hands is None:
             raise EgopoolError("MediaPipeHands is closed")
         h, w = rgb.shape[:2]
-        res = self._hands.process(np.ascontiguousarray(rgb))
+        try:
+            res = self._hands.process(np.ascontiguousarray(rgb))
+        finally:
+            self._end_chatter()
         found: list[HandDetection] = []
         for lm, wlm, hd in zip(res.multi_hand_landmarks or [], res.multi_hand_world_landmarks or [],
                                res.multi_handedness or []):

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,18 +31,18 @@ from ..arrowutil import (IMU, NS_LIST, NS_SCALAR, TRAJECTORY, Physical, int_valu
                          list_offsets)
 from . import forces as episode_forces
 from ..codecs import slam as _slam
-from ..codecs.depth import read_depth_frames
 from ..codecs.force_matrix import ResolvedForceMatrixSpec
 from ..codecs.timebase import (PAIRED_BY_ROW, PAIRED_BY_STAMPS, SAME_CLOCK_NS, ImuSamples, TrajectoryPairing,
                                expand_imu, frame_drop_total, lift_to_reference, looks_truncated32,
                                own_row_offset, pair_nearest, unwrap_ns)
-from ..codecs.video import read_rgb_frames, video_info
 from ..errors import CodecError, EpisodeNotFoundError, FormatError, LayoutError, SchemaError
 from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
-from ..keypoints.mirror import EpisodeKeypoints, episode_mirror_dir, read_episode_keypoints
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
+
+if TYPE_CHECKING:
+    from ..keypoints.mirror import EpisodeKeypoints
 
 __all__ = ["Episode", "Task", "Trajectory", "open_task"]
 
@@ -589,6 +589,8 @@ class Episode:
             what = "a PNG16 depth directory" if path.is_dir() else "a depth stream"
             raise SchemaError(f"stream {key!r} is {what}, not an RGB video", path=path,
                               hint=f"use ep.depth({key!r}) for uint16 mm frames")
+        from ..codecs.video import read_rgb_frames  # PyAV: loaded by the readers of frames only
+
         return read_rgb_frames(path)
 
     def stream_kind(self, key: str) -> str:
@@ -605,6 +607,8 @@ class Episode:
         path = self.stream_path(key)
         if path.is_dir():
             return "depth"
+        from ..codecs.video import video_info  # PyAV: loaded by the readers of frames only
+
         probe = video_info(path)
         gray = str(probe.get("pix_fmt") or "").startswith("gray")
         return "depth" if gray or probe.get("video_streams", 1) > 1 else "rgb"
@@ -629,6 +633,8 @@ class Episode:
         exist; rows are keyed by ``frame_index``. ``root`` defaults to ``keypoints_output`` beside
         the recordings root (:mod:`egopool.keypoints.mirror`). Raises FormatError for a broken file.
         """
+        from ..keypoints.mirror import episode_mirror_dir, read_episode_keypoints
+
         return read_episode_keypoints(episode_mirror_dir(self.task.path, self.index, root))
 
     def depth(self, key: str) -> Iterator[np.ndarray]:
@@ -639,6 +645,8 @@ class Episode:
         directory), never by the extension alone; log-code parameters from the file
         itself or the episode's ``video_codec`` entry.
         """
+        from ..codecs.depth import read_depth_frames  # PyAV: loaded by the readers of frames only
+
         return read_depth_frames(self.stream_path(key), self.depth_params(key), ext=self._declared_ext(key))
 
 
@@ -663,15 +671,22 @@ class Task:
         """``task_name`` from info.json (falls back to the directory name)."""
         return str(self._info.get("task_name") or self.path.name)
 
-    def episode_files(self) -> list[EpisodeFiles]:
-        """Every episode file group, ascending N (:func:`list_task_episodes`)."""
-        return list_task_episodes(self.path, self.layout)
+    def episode_files(self, *, uncommitted: bool = False) -> list[EpisodeFiles]:
+        """Every committed episode's file group, ascending N (:func:`list_task_episodes`).
 
-    def episodes(self) -> list[Episode]:
-        """Every episode, ascending N."""
-        return [Episode(self, g) for g in self.episode_files()]
+        An episode exists from its commit on: its ``meta/episodes`` row, which every writer
+        places after the episode's videos and data parquet (docs/decisions.md #5, U5). So an
+        episode a recorder or the pooling server is still publishing is not listed, and a
+        listed one is never rolled back. ``uncommitted=True`` also lists the groups without a
+        row (an episode being published, or what a crash left): for ``ls`` and diagnostics.
+        """
+        return list_task_episodes(self.path, self.layout, committed_only=not uncommitted)
 
-    def episode(self, index: int) -> Episode:
+    def episodes(self, *, uncommitted: bool = False) -> list[Episode]:
+        """Every committed episode, ascending N (``uncommitted``: as :meth:`episode_files`)."""
+        return [Episode(self, g) for g in self.episode_files(uncommitted=uncommitted)]
+
+    def episode(self, index: int, *, uncommitted: bool = False) -> Episode:
         """Episode with global N = ``index``, found from N's own paths (checklist §12.2).
 
         The paths come from the templates; only legacy layouts are scanned, and only in N's
@@ -683,14 +698,15 @@ class Task:
         LayoutError
             ``index`` is not an integer >= 1 (``"1"`` and ``True`` are refused).
         EpisodeNotFoundError
-            No file of episode N exists.
+            Episode N is not committed (no ``meta/episodes`` row: :meth:`episode_files`), or,
+            with ``uncommitted=True``, no file of it exists.
         """
         if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 1:
             raise LayoutError(f"episode index must be an integer >= 1, got {type(index).__name__} {index!r}",
                               hint="global N is 1-based: episode-000 is N=1")
         index = int(index)
         g = find_episode_files(self.path, self.layout, index, self._info.get("video_extensions"))
-        if g is None:
+        if g is None or not (g.committed or uncommitted):
             raise EpisodeNotFoundError(self.path, index)
         return Episode(self, g)
 

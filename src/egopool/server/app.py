@@ -3,7 +3,8 @@
 Routes:
 
 * ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
-  zip; scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
+  zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U11);
+  scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
   (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
   ``{"error", "message", "findings"}``;
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
@@ -11,20 +12,29 @@ Routes:
   ``/api/v1/uploads`` — scope ``read``;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
+* ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` like the rest of the
+  read API (docs/decisions.md U10; no ``/docs`` page);
 * ``GET /healthz`` — no token.
 
 Without a tokens file every request is allowed (only for a server bound to loopback,
-which ``egopool serve`` enforces). The request body of an upload is streamed to a spool
-file (never held in memory); the import runs in a worker thread, at most ``max_imports``
-at a time.
+which ``egopool serve`` enforces). An upload without a valid token is answered 401 from
+its headers alone: nothing is read, logged in ``server.db`` or written. The request body
+of an upload is streamed to a spool file (never held in memory), at most ``max_receiving``
+bodies at a time (the others wait, unread); the import runs in a worker thread, at most
+``max_imports`` at a time, so the server's memory and scratch disk are bounded by those
+two and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
+the server's disk (:func:`hide_paths`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from functools import partial
+import os
+import re
+import shutil
 import urllib.parse
+from functools import partial
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +47,7 @@ from starlette.requests import ClientDisconnect
 
 from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
+from ..identity import CLIENT_KEY_HEADER
 from .catalog import episode_entries, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .page import index_page, login_page, task_page
@@ -44,9 +55,9 @@ from .publish import recover_journals
 from .receive import MultipartSpool
 from .store import Store
 from .tokens import Token, TokenStore
-from .zipcheck import Limits
+from .zipcheck import Limits, too_large
 
-__all__ = ["ServerConfig", "create_app"]
+__all__ = ["ServerConfig", "create_app", "hide_paths"]
 
 log = logging.getLogger("egopool.server")
 _COOKIE = "egopool_token"
@@ -68,7 +79,9 @@ class ServerConfig:
     limits:
         Request and zip limits.
     max_imports:
-        Imports verified and published at the same time (the rest wait; receiving is not limited).
+        Imports verified and published at the same time (the rest wait).
+    max_receiving:
+        Upload bodies received at the same time (the rest wait before their body is read).
     """
 
     store: Path
@@ -76,11 +89,30 @@ class ServerConfig:
     on_conflict: str = "renumber"
     limits: Limits = field(default_factory=Limits)
     max_imports: int = 2
+    max_receiving: int = 32
 
 
-def _error(exc: UploadRejectedError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
+    """``text`` with every path of the server's disk replaced: a staged file by its task-relative
+    path, another file of the store by its store-relative path, the server's state directory,
+    the store itself and the tokens file by a word."""
+    roots = sorted({str(store.resolve()), os.path.abspath(store)}, key=len, reverse=True)
+
+    def repl(m: re.Match[str]) -> str:
+        rel = m.group(1) or ""
+        staged = re.match(r"/\.egopool-server/staging/[^/]+/[^/]+/(.*)", rel)
+        if staged:
+            return staged.group(1)
+        if rel.startswith("/.egopool-server"):
+            return "the upload" if rel.startswith("/.egopool-server/spool/") else "the server's state"
+        return rel.lstrip("/") or "the store"
+
+    for root in roots:
+        text = re.sub(re.escape(root) + r"(?![\w.-])(/[^\s'\"]*)?", repl, text)
+    if tokens is not None:
+        for t in {str(tokens.resolve()), os.path.abspath(tokens)}:
+            text = text.replace(t, "the tokens file")
+    return text
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -93,6 +125,16 @@ def create_app(config: ServerConfig) -> FastAPI:
     """
     tokens = TokenStore(config.tokens)
     state: dict[str, Any] = {}
+
+    def hide(text: str) -> str:
+        return hide_paths(text, config.store, config.tokens)
+
+    def _error(exc: UploadRejectedError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        body = exc.to_dict()
+        body["message"] = hide(str(body["message"]))
+        body["findings"] = [{k: hide(v) if isinstance(v, str) else v for k, v in f.items()} for f in exc.findings]
+        return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -108,12 +150,13 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["store"] = store
             state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits)
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))
+            state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
             yield
         finally:
             store.release()
 
     app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None, openapi_url="/api/v1/openapi.json")
+                  docs_url=None, redoc_url=None, openapi_url=None)  # the schema is served below, scope read
 
     def store_() -> Store:
         return state["store"]  # type: ignore[no-any-return]
@@ -152,29 +195,31 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(EgopoolError)
     async def _egopool_error(request: Request, exc: EgopoolError) -> Response:
         status = 404 if isinstance(exc, FileNotFoundError) else 500
-        return JSONResponse({"error": "not_found" if status == 404 else "server_error", "message": exc.one_line(),
-                             "findings": []}, status_code=status)
+        return JSONResponse({"error": "not_found" if status == 404 else "server_error",
+                             "message": hide(exc.one_line()), "findings": []}, status_code=status)
 
     # -- upload ----------------------------------------------------------------------------------------
     @app.post("/api/v1/session/upload")
     async def upload(request: Request) -> Response:
         store = store_()
         client = request.client.host if request.client else None
-        try:
+        try:  # from the headers alone: a request without a valid token costs no storage (not even a log row)
             tok = authenticate(request, cookie_ok=False)
-        except UploadRejectedError as exc:  # logged too: who knocked, when
-            upload_id = await anyio.to_thread.run_sync(store.db.start_upload, None, client)
-            await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, "rejected", exc.status,
-                                                   exc.reason, exc.one_line()))
+        except UploadRejectedError as exc:
             return _error(exc)
         upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
         spool = store.new_spool()
         named: dict[str, str] = {}  # the task name once the form gave it (for the upload log)
         try:
             length = request.headers.get("content-length")
-            if length is not None and length.isdigit() and int(length) > config.limits.max_request_bytes:
-                raise UploadRejectedError(413, "too_large", f"the request body ({length} bytes) exceeds the limit of "
-                                                            f"{config.limits.max_request_bytes} bytes")
+            if length is not None and length.isdigit():
+                if int(length) > config.limits.max_request_bytes:
+                    raise too_large("too_large", f"the request body ({length} bytes) exceeds the limit of "
+                                                 f"{config.limits.max_request_bytes} bytes", "max_request_bytes")
+                free = shutil.disk_usage(store.spool_dir).free
+                if int(length) + config.limits.free_reserve_bytes > free:
+                    raise UploadRejectedError(507, "insufficient_storage", f"the server has {free} bytes free, the "
+                                                                           f"request body is {length} bytes")
             body = MultipartSpool(request.headers.get("content-type"), spool, config.limits.max_request_bytes)
             checked = False
 
@@ -184,14 +229,15 @@ def create_app(config: ServerConfig) -> FastAPI:
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
 
             try:
-                async for chunk in request.stream():
-                    body.feed(chunk)
-                    if not checked and "name" in body.fields:
-                        scope_check(body.fields["name"])
-                        checked = True
-                    if body.buffered >= _WRITE_AT:
-                        await anyio.to_thread.run_sync(body.write, body.take())
-                sha = await anyio.to_thread.run_sync(body.finish)
+                async with state["receiving"]:  # bounds the bodies buffered at once (each < _WRITE_AT + a chunk)
+                    async for chunk in request.stream():
+                        body.feed(chunk)
+                        if not checked and "name" in body.fields:
+                            scope_check(body.fields["name"])
+                            checked = True
+                        if body.buffered >= _WRITE_AT:
+                            await anyio.to_thread.run_sync(body.write, body.take())
+                    sha = await anyio.to_thread.run_sync(body.finish)
             finally:
                 body.close()
             task = body.fields.get("name")
@@ -204,8 +250,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             async with state["imports"]:
                 result = await anyio.to_thread.run_sync(
                     lambda: importer.import_zip(spool, task=task, form_index=body.fields.get("episode_index"),
-                                                zip_sha256=sha, upload_id=upload_id,
-                                                token_id=tok.id if tok else None))
+                                                zip_sha256=sha, upload_id=upload_id, token_id=tok.id if tok else None,
+                                                client_key=request.headers.get(CLIENT_KEY_HEADER)))
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
@@ -214,7 +260,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         except UploadRejectedError as exc:
             outcome = "rejected" if exc.status < 500 else "failed"
             await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, outcome, exc.status, exc.reason,
-                                                   exc.one_line(), **named))
+                                                   hide(exc.one_line()), **named))
             return _error(exc)
         except ClientDisconnect:
             await anyio.to_thread.run_sync(lambda: store.db.finish_upload(upload_id, "failed", 499, "disconnected",
@@ -222,7 +268,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             return Response(status_code=499)
         except Exception as exc:  # last resort: the client retries a 5xx
             log.exception("upload %d failed", upload_id)
-            msg = exc.one_line() if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}"
+            msg = hide(exc.one_line() if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}")
             await anyio.to_thread.run_sync(partial(store.db.finish_upload, upload_id, "failed", 500, "server_error",
                                                    msg))
             return JSONResponse({"error": "server_error", "message": msg, "findings": []}, status_code=500)
@@ -239,6 +285,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
+
+    @app.get("/api/v1/openapi.json", include_in_schema=False)
+    async def openapi_api(request: Request) -> JSONResponse:
+        require_read(request)  # like every route that describes the store (docs/decisions.md U10)
+        return JSONResponse(app.openapi())
 
     @app.get("/api/v1/tasks")
     async def tasks_api(request: Request) -> dict[str, Any]:

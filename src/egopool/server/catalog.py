@@ -1,10 +1,14 @@
 """What the read API and the HTML page show: tasks, their episodes, who uploaded them.
 
 Episodes are enumerated on disk with the one authoritative enumerator
-(:func:`egopool.layout.list_task_episodes`) and joined with ``server.db`` (who uploaded
-an episode, its client N, the validator's verdict on the uploaded slice). An episode the
-server did not import itself (a task copied into the store) is listed too, with
-``uploaded_by: null``.
+(:func:`egopool.layout.list_task_episodes`), committed ones only: an episode exists for
+every reader (this API, the page, downloads) from its commit object on, its
+``meta/episodes`` row (docs/decisions.md U5), so an episode being published is never
+listed and a listed one is never rolled back. They are joined with ``server.db`` (who
+uploaded an episode, its client N, the validator's verdict on the uploaded slice), or with
+the publish journal for an episode that committed a moment before its database row. An
+episode the server did not import itself (a task copied into the store) is listed too,
+with ``uploaded_by: null``.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EgopoolError, EpisodeNotFoundError
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
+from .publish import committed_unrecorded
 from .store import Store
 
 __all__ = ["episode_entries", "episode_file", "task_detail", "task_summaries"]
@@ -37,7 +42,7 @@ def task_summaries(store: Store) -> list[dict[str, Any]]:
     for name in store.tasks():
         try:
             root, info, layout = _layout(store, name)
-            groups = list_task_episodes(root, layout)
+            groups = list_task_episodes(root, layout, committed_only=True)
         except EgopoolError as exc:
             out.append({"name": name, "error": exc.one_line()})
             continue
@@ -56,7 +61,7 @@ def task_detail(store: Store, task: str) -> dict[str, Any]:
         No such task (the caller answers 404).
     """
     root, info, layout = _layout(store, task)
-    return {"name": task, "episodes": len(list_task_episodes(root, layout)), "info": info}
+    return {"name": task, "episodes": len(list_task_episodes(root, layout, committed_only=True)), "info": info}
 
 
 def _entry(root: Path, g: EpisodeFiles, row: Any) -> dict[str, Any]:
@@ -87,8 +92,10 @@ def episode_entries(store: Store, task: str) -> list[dict[str, Any]]:
         No such task.
     """
     root, _, layout = _layout(store, task)
-    rows = store.db.episodes(task)
-    return [_entry(root, g, rows.get(g.index)) for g in list_task_episodes(root, layout)]
+    groups = list_task_episodes(root, layout, committed_only=True)  # disk, journals, database: in this order
+    rows = committed_unrecorded(store, task) if groups else {}
+    rows.update(store.db.episodes(task))
+    return [_entry(root, g, rows.get(g.index)) for g in groups]
 
 
 def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
@@ -97,12 +104,12 @@ def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
     Raises
     ------
     EpisodeNotFoundError
-        No episode N, or ``rel`` is not one of its files.
+        No committed episode N, or ``rel`` is not one of its files.
     """
-    root, _, layout = _layout(store, task)
-    for g in list_task_episodes(root, layout):
-        if g.index == index:
-            for p in g.paths():
-                if p.relative_to(root).as_posix() == rel and p.is_file():
-                    return p
+    root, info, layout = _layout(store, task)
+    g = find_episode_files(root, layout, index, info.get("video_extensions")) if index >= 1 else None
+    if g is not None and g.committed:
+        for p in g.paths():
+            if p.relative_to(root).as_posix() == rel and p.is_file():
+                return p
     raise EpisodeNotFoundError(root, index)

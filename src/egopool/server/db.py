@@ -6,13 +6,21 @@
   ``imported`` / ``duplicate`` / ``rejected`` / ``failed`` / ``interrupted``), the HTTP
   status and the reason;
 * ``episodes``: one row per episode the server holds: ``(task, server N)`` with the
-  ``(client host id, client N)`` it came from (unique per task: docs/decisions.md U2), the
-  episode digest, the upload that brought it, its length, streams and the validator's
-  verdict on the uploaded slice.
+  ``(client host id, client N)`` it came from (the host id the server derived from the
+  client's key, docs/decisions.md U11; not unique: two copies of one recordings root both
+  pool their N), the episode digest (an episode's identity: the same content is pooled once,
+  U2), the upload that brought it, its length, streams and the validator's verdict on the
+  uploaded slice.
 
-Each call opens its own connection (WAL journal, 30 s busy timeout), so threads of the
-server share the file safely. SQLite errors become :class:`~egopool.errors.RegistryError`
-naming ``server.db``.
+Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
+client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
+digest. An older file is migrated when the server opens it.
+
+Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
+server share the file safely. The episode mapping is committed with ``synchronous=FULL`` (it
+survives power loss); the upload log's bookkeeping rows with ``NORMAL`` (no fsync of their
+own: they survive a killed process, and the next FULL commit syncs them too). SQLite errors
+become :class:`~egopool.errors.RegistryError` naming ``server.db``.
 """
 
 from __future__ import annotations
@@ -31,7 +39,24 @@ from ..errors import RegistryError
 
 __all__ = ["EpisodeRow", "ServerDB", "UploadRow"]
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
+_EPISODES_TABLE = """
+CREATE TABLE IF NOT EXISTS episodes (
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    client_host_id       TEXT    NOT NULL,
+    client_hostname      TEXT    NOT NULL,
+    client_episode_index INTEGER NOT NULL,
+    episode_digest       TEXT    NOT NULL,
+    upload_id            INTEGER NOT NULL,
+    token_id             TEXT,
+    imported_at          REAL    NOT NULL,
+    length               INTEGER NOT NULL,
+    streams              TEXT    NOT NULL,
+    validation           TEXT    NOT NULL,
+    PRIMARY KEY (task, episode_index)
+)
+"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS uploads (
     id                   INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -52,24 +77,23 @@ CREATE TABLE IF NOT EXISTS uploads (
     reason               TEXT,
     message              TEXT
 );
-CREATE TABLE IF NOT EXISTS episodes (
-    task                 TEXT    NOT NULL,
-    episode_index        INTEGER NOT NULL,
-    client_host_id       TEXT    NOT NULL,
-    client_hostname      TEXT    NOT NULL,
-    client_episode_index INTEGER NOT NULL,
-    episode_digest       TEXT    NOT NULL,
-    upload_id            INTEGER NOT NULL,
-    token_id             TEXT,
-    imported_at          REAL    NOT NULL,
-    length               INTEGER NOT NULL,
-    streams              TEXT    NOT NULL,
-    validation           TEXT    NOT NULL,
-    PRIMARY KEY (task, episode_index),
-    UNIQUE (task, client_host_id, client_episode_index)
-);
+""" + _EPISODES_TABLE + """;
 CREATE INDEX IF NOT EXISTS uploads_received ON uploads (received_at);
+CREATE INDEX IF NOT EXISTS episodes_digest ON episodes (task, episode_digest);
 """
+
+
+def _episodes_keyed_by_content(con: sqlite3.Connection) -> None:
+    """1 -> 2: rebuild ``episodes`` without the (task, host id, client N) uniqueness (SQLite cannot drop a
+    constraint in place); every row is kept, in a transaction with the version bump."""
+    con.execute("ALTER TABLE episodes RENAME TO episodes_v1")
+    con.execute(_EPISODES_TABLE)
+    con.execute("INSERT INTO episodes SELECT * FROM episodes_v1")
+    con.execute("DROP TABLE episodes_v1")
+
+
+#: version -> the step that brings a file of that version to the next one.
+_MIGRATIONS = {1: _episodes_keyed_by_content}
 
 
 @dataclass(frozen=True)
@@ -165,6 +189,9 @@ class ServerDB:
             if version > _SCHEMA_VERSION:
                 raise RegistryError(f"server.db schema version {version} is newer than this egopool understands",
                                     path=self.path, hint="upgrade egopool")
+            if version:  # an existing file: bring it up to date, every row kept
+                for step in range(version, _SCHEMA_VERSION):
+                    _MIGRATIONS[step](con)
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     con.execute(stmt)
@@ -180,13 +207,16 @@ class ServerDB:
                 con.execute("PRAGMA synchronous = FULL")  # a committed mapping survives power loss
             except sqlite3.Error as exc:
                 raise RegistryError(f"cannot open the server database: {exc}", path=self.path) from exc
-            self._local.con = con
+            self._local.con, self._local.durable = con, True
         return con
 
     @contextlib.contextmanager
-    def _connect(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def _connect(self, write: bool = True, durable: bool = True) -> Iterator[sqlite3.Connection]:
         con = self._connection()
         try:
+            if write and self._local.durable != durable:  # FULL: fsync at commit; NORMAL: at checkpoint
+                con.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+                self._local.durable = durable
             con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield con
             con.execute("COMMIT")
@@ -202,7 +232,7 @@ class ServerDB:
     # -- uploads -------------------------------------------------------------------------------------
     def start_upload(self, token_id: str | None, client_addr: str | None) -> int:
         """A new ``receiving`` upload row; returns its id."""
-        with self._connect() as con:
+        with self._connect(durable=False) as con:
             cur = con.execute("INSERT INTO uploads (received_at, token_id, client_addr, outcome) VALUES (?, ?, ?, ?)",
                               (time.time(), token_id, client_addr, "receiving"))
             return int(cur.lastrowid or 0)
@@ -215,7 +245,7 @@ class ServerDB:
         if not fields:
             return
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._connect() as con:
+        with self._connect(durable=False) as con:
             con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*fields.values(), upload_id))
 
     def finish_upload(self, upload_id: int, outcome: str, status: int, reason: str | None = None,
@@ -255,12 +285,13 @@ class ServerDB:
                 cols = ", ".join(f"{k} = ?" for k in upload_fields)
                 con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*upload_fields.values(), row.upload_id))
 
-    def episode_of_client(self, task: str, host_id: str, client_index: int) -> EpisodeRow | None:
-        """The episode that ``(host_id, client N)`` became in ``task``, or None."""
+    def episodes_with_digest(self, task: str, digest: str) -> list[EpisodeRow]:
+        """The episodes of ``task`` whose content is ``digest`` (ascending server N; one, unless the
+        store predates U11)."""
         with self._connect(write=False) as con:
-            r = con.execute("SELECT * FROM episodes WHERE task = ? AND client_host_id = ? AND "
-                            "client_episode_index = ?", (task, host_id, client_index)).fetchone()
-        return _episode(r) if r else None
+            rows = con.execute("SELECT * FROM episodes WHERE task = ? AND episode_digest = ? ORDER BY episode_index",
+                               (task, digest)).fetchall()
+        return [_episode(r) for r in rows]
 
     def episode(self, task: str, index: int) -> EpisodeRow | None:
         """Server N of ``task``, or None."""

@@ -9,12 +9,14 @@
    (:func:`~egopool.server.zipcheck.extract_verified`) — 400;
 4. ``info.json.format == "pooled_episodes_v1"`` and the §9 path templates — 422;
 5. the parquet footers are checked for bombs (:func:`~egopool.server.zipcheck.check_parquet_bounds`:
-   decoded/compressed ratio, the meta file's single row) — 413/422; the data parquet's
+   decoded bytes at a time, decoded/compressed ratio, the meta file's single row) and the videos'
+   frame sizes (:func:`~egopool.server.zipcheck.check_video_bounds`) — 413/422; the data parquet's
    ``episode_index`` column is the truth for N (§9): one value N whose
    ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
-6. the same client (host id) sending the same N again: identical content (episode digest)
-   is a 200 no-op returning the server N it got, while the store still holds that episode
-   (409 ``episode_removed`` once it was deleted there); different content is 409;
+6. content the task already pooled (the same episode digest, from whichever client): a 200
+   no-op returning the server N it got, while the store still holds that episode (409
+   ``episode_removed`` once it was deleted there); different content is a new episode, even
+   with a host id and N already seen (two copies of one recordings root, docs/decisions.md U2);
 7. egopool's own validator on the slice (:func:`egopool.validate.validate_task`): any error
    is 422 with the findings;
 8. under the task's import guard and task lock: the slice's declarations must fit the
@@ -26,6 +28,10 @@
 
 Nothing in the store's tasks changes before step 8's publish, and a failed publish is
 undone, so every refusal leaves the store as it was.
+
+The client's host id is the server's own finding (:meth:`Importer.client_host_id`,
+docs/decisions.md U11): derived from the client key the request carries, never taken from
+the manifest, so a host id read from the read API cannot be claimed.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import task_lock
 from ..errors import EgopoolError, FormatError, LegacyLayoutError, SchemaError, UploadRejectedError
+from ..identity import check_client_key, host_id_of_key, token_host_id
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, merge_info, new_info, read_info
@@ -57,7 +64,7 @@ from .db import EpisodeRow
 from .publish import Publication, publish_episode, recover_journals
 from .renumber import rewrite_episode_index
 from .store import Store
-from .zipcheck import Limits, check_parquet_bounds, extract_verified, inspect_zip
+from .zipcheck import Limits, check_parquet_bounds, check_video_bounds, extract_verified, inspect_zip
 
 __all__ = ["ON_CONFLICT", "ImportResult", "Importer"]
 
@@ -83,7 +90,7 @@ class ImportResult:
     client_episode_index:
         The client's N (the data parquet's ``episode_index``).
     client_host_id:
-        The client's identity from the manifest.
+        The client's host id as the server derived it (:meth:`Importer.client_host_id`).
     renumbered:
         True when server N differs from the client's N.
     zip_sha256:
@@ -168,9 +175,10 @@ class Importer:
 
     Notes
     -----
-    ``EGOPOOL_SERVER_PAUSE=<stage>`` (``received``, ``placed``, ``committed``) makes an import
-    stop at that stage, write ``.egopool-server/paused-<stage>`` and sleep: the seam the crash
-    tests SIGKILL the server at. Unset in production.
+    ``EGOPOOL_SERVER_PAUSE=<stage>`` (``received``; ``placed``: every file but the meta row in
+    place; ``committed``: the row in place, the commit) makes an import stop at that stage, write
+    ``.egopool-server/paused-<stage>`` and sleep: the seam the crash tests SIGKILL the server at.
+    Unset in production.
     """
 
     def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None) -> None:
@@ -189,7 +197,7 @@ class Importer:
 
     # -- the import ----------------------------------------------------------------------------------
     def import_zip(self, zip_path: Path, *, task: str, form_index: str | None, zip_sha256: str, upload_id: int,
-                   token_id: str | None = None) -> ImportResult:
+                   token_id: str | None = None, client_key: str | None = None) -> ImportResult:
         """Verify and publish one uploaded zip (module docstring).
 
         Parameters
@@ -206,6 +214,8 @@ class Importer:
             The upload log row.
         token_id:
             The token that sent it.
+        client_key:
+            The request's :data:`~egopool.identity.CLIENT_KEY_HEADER` (None when absent).
 
         Raises
         ------
@@ -225,15 +235,15 @@ class Importer:
                 raise UploadRejectedError(422, "episode_index_mismatch",
                                           f"form episode_index {f_form} is not the zip's episode file number "
                                           f"{plan.file} (episode-{plan.file:03d}; §9: the three must agree)")
-        self.store.db.update_upload(upload_id, task=task, form_episode_index=plan.file,
-                                    client_host_id=plan.manifest.source_host_id,
+        host_id = self.client_host_id(plan.manifest, client_key, token_id)
+        self.store.db.update_upload(upload_id, task=task, form_episode_index=plan.file, client_host_id=host_id,
                                     client_hostname=plan.manifest.source_hostname)
         staging = self.store.new_staging(upload_id, task)
         try:
             extract_verified(zip_path, plan, staging, self.limits)
             info, layout, n = self._check_slice(staging, plan.chunk, plan.file, plan.manifest)
             self.store.db.update_upload(upload_id, client_episode_index=n)
-            dup = self._duplicate(task, plan.manifest, n, zip_sha256, upload_id)
+            dup = self._duplicate(task, plan.manifest, host_id, n, zip_sha256, upload_id)
             if dup is not None:
                 return dup
             report = validate_task(staging)
@@ -248,8 +258,8 @@ class Importer:
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
             length, streams = _facts(staging, n, layout)
             with self.store.task_guard(task):
-                return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, zip_sha256, upload_id,
-                                     token_id, validation, length, streams)
+                return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, host_id, zip_sha256,
+                                     upload_id, token_id, validation, length, streams)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the store is full: nothing was published (U5)
                 raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
@@ -280,6 +290,8 @@ class Importer:
         row = staging / "meta" / "episodes" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
         check_parquet_bounds(data, self.limits)
         check_parquet_bounds(row, self.limits, rows=1)
+        for video in sorted((staging / "videos").glob("chunk-*/*/episode-*.*")):
+            check_video_bounds(video, self.limits)
         try:
             values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
         except Exception as exc:  # pyarrow raises several types for a broken file
@@ -303,27 +315,49 @@ class Importer:
                                                                 f"the data parquet {n}")
         return info, layout, n
 
-    def _duplicate(self, task: str, manifest: Manifest, n: int, zip_sha256: str,
+    @staticmethod
+    def client_host_id(manifest: Manifest, client_key: str | None, token_id: str | None) -> str:
+        """The sender's host id (docs/decisions.md U11): :func:`~egopool.identity.host_id_of_key` of the
+        request's client key, which the manifest must declare; without a key (an egopool before U11),
+        :func:`~egopool.identity.token_host_id` of the token and the declared id.
+
+        Raises
+        ------
+        UploadRejectedError
+            400 ``bad_client_key`` (not 64 hex) or ``host_id_mismatch`` (the manifest declares
+            another host id than the key's: a zip is sent by the recordings root that packed it).
+        """
+        if client_key is None:
+            return token_host_id(token_id, manifest.source_host_id)
+        try:
+            host = host_id_of_key(check_client_key(client_key.strip()))
+        except FormatError as exc:
+            raise UploadRejectedError(400, "bad_client_key", exc.message, hint=exc.hint) from exc
+        if manifest.source_host_id != host:
+            raise UploadRejectedError(400, "host_id_mismatch",
+                                      f"the manifest declares host id {manifest.source_host_id[:32]!r}, the client "
+                                      f"key sent is that of host id {host}: an upload carries the key of the "
+                                      "recordings root that packed it", hint="upload with `egopool upload` from "
+                                                                             "the PC that recorded the episode")
+        return host
+
+    def _duplicate(self, task: str, manifest: Manifest, host_id: str, n: int, zip_sha256: str,
                    upload_id: int) -> ImportResult | None:
-        """Step 6: a re-upload of what this client already pooled (200 no-op) or a clash (409)."""
-        known = self.store.db.episode_of_client(task, manifest.source_host_id, n)
-        if known is None:
+        """Step 6: content the task already pooled (200 no-op), or None: a new episode."""
+        known = self.store.db.episodes_with_digest(task, manifest.episode_digest)
+        if not known:
             return None
-        if known.episode_digest != manifest.episode_digest:
-            raise UploadRejectedError(409, "client_episode_conflict",
-                                      f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) already "
-                                      f"uploaded a different episode {n} to task {task!r} (server N "
-                                      f"{known.episode_index})")
-        files = self._still_held(task, known.episode_index)
-        if files is None:  # a "duplicate" answer confirms the upload: the client may delete its copy
-            raise UploadRejectedError(409, "episode_removed",
-                                      f"client {manifest.source_hostname} ({manifest.source_host_id[:8]}) episode {n} "
-                                      f"was pooled as episode {known.episode_index} of task {task!r}, which has "
-                                      "since been removed from the server; it is not confirmed again",
-                                      hint="keep the local copy and ask the server's admin")
-        return ImportResult("duplicate", task, known.episode_index, n, manifest.source_host_id,
-                            known.episode_index != n, zip_sha256, manifest.episode_digest, upload_id,
-                            files, known.validation)
+        for row in known:
+            files = self._still_held(task, row.episode_index)
+            if files is not None:
+                return ImportResult("duplicate", task, row.episode_index, n, host_id, row.episode_index != n,
+                                    zip_sha256, manifest.episode_digest, upload_id, files, row.validation)
+        # a "duplicate" answer confirms the upload (the client may delete its copy): not for a removed episode
+        row = known[0]
+        raise UploadRejectedError(409, "episode_removed",
+                                  f"this episode (client N {n}) was pooled as episode {row.episode_index} of task "
+                                  f"{task!r}, which has since been removed from the server; it is not confirmed "
+                                  "again", hint="keep the local copy and ask the server's admin")
 
     def _still_held(self, task: str, index: int) -> dict[str, str] | None:
         """:meth:`_published_files` of server N, or None when its data or meta file is gone from the store."""
@@ -380,7 +414,7 @@ class Importer:
         return k
 
     def _publish(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout, n: int,
-                 manifest: Manifest, zip_sha256: str, upload_id: int, token_id: str | None,
+                 manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
                  validation: dict[str, Any], length: int, streams: list[str]) -> ImportResult:
         existed = task_dir.exists()
         is_task = (task_dir / "meta" / "info.json").is_file()
@@ -406,7 +440,8 @@ class Importer:
                                      chunks_size=layout.chunks_size)
                     server_info, server_layout = fresh, TaskLayout.from_info(task_dir, fresh)
                 return self._publish_locked(task, task_dir, staging, info, layout, server_info, server_layout, fresh,
-                                            n, manifest, zip_sha256, upload_id, token_id, validation, length, streams)
+                                            n, manifest, host_id, zip_sha256, upload_id, token_id, validation, length,
+                                            streams)
         except BaseException:
             if not existed and not (task_dir / "meta" / "info.json").is_file():
                 shutil.rmtree(task_dir, ignore_errors=True)  # only the lock anchor we created
@@ -414,13 +449,13 @@ class Importer:
 
     def _publish_locked(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout,
                         server_info: dict[str, Any], server_layout: TaskLayout, fresh: dict[str, Any] | None, n: int,
-                        manifest: Manifest, zip_sha256: str, upload_id: int, token_id: str | None,
+                        manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
                         validation: dict[str, Any], length: int, streams: list[str]) -> ImportResult:
         if server_layout.chunks_size != layout.chunks_size:
             raise UploadRejectedError(409, "declaration_conflict", f"the server task has chunks_size "
                                                                    f"{server_layout.chunks_size}, the upload "
                                                                    f"{layout.chunks_size}")
-        dup = self._duplicate(task, manifest, n, zip_sha256, upload_id)  # again, under the guard
+        dup = self._duplicate(task, manifest, host_id, n, zip_sha256, upload_id)  # again, under the guard
         if dup is not None:
             return dup
         if fresh is None and not _same_fps(server_info.get("fps"), info.get("fps")):
@@ -446,7 +481,7 @@ class Importer:
         target = self._allocate(task, task_dir, server_layout, server_info, n)
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
-        episode = EpisodeRow(task, target, manifest.source_host_id, manifest.source_hostname, n,
+        episode = EpisodeRow(task, target, host_id, manifest.source_hostname, n,
                              manifest.episode_digest, upload_id, token_id, time.time(), length, streams, validation)
         upload_fields = {"client_episode_index": n, "server_episode_index": target, "outcome": "imported",
                          "status": 200, "finished_at": time.time()}
@@ -459,7 +494,7 @@ class Importer:
         pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl)
         problem = publish_episode(self.store, pub, server_layout, self._pause)
         self._scanned[task] = max(self._scanned.get(task, 0), target)
-        return ImportResult("imported", task, target, n, manifest.source_host_id, target != n, zip_sha256,
+        return ImportResult("imported", task, target, n, host_id, target != n, zip_sha256,
                             manifest.episode_digest, upload_id, self._published_files(task, target), validation,
                             problem)
 

@@ -81,6 +81,14 @@ def _episode_rows(episodes: Sequence[dict[str, Any]]) -> list[list[str]]:
 _EP_HEAD = ("N", "chunk/file", "length (rows)", "streams", "uploaded by", "validation")
 
 
+def _client(u: UploadRow) -> str:
+    """The declared host name (a label) with the host id the server derived (the identity, decisions.md U11)."""
+    if not u.client_hostname:
+        return _e(u.client_addr)
+    ident = f" <span class=\"dim\">({_e(u.client_host_id[:8])})</span>" if u.client_host_id else ""
+    return _e(u.client_hostname) + ident
+
+
 def _uploads_table(uploads: Sequence[UploadRow]) -> str:
     rows = []
     for u in uploads:
@@ -88,7 +96,7 @@ def _uploads_table(uploads: Sequence[UploadRow]) -> str:
         mapping = f"{_e(u.client_episode_index)} → {_e(u.server_episode_index)}" \
             if u.server_episode_index is not None else _e(u.client_episode_index)
         rows.append([_e(u.id), _time(u.received_at), _task_link(u.task) if u.task else "—",
-                     _e(u.client_hostname) or _e(u.client_addr), mapping, outcome, _e(u.status),
+                     _client(u), mapping, outcome, _e(u.status),
                      _e(u.reason or ""), _e(u.token_id or "")])
     return _table("uploads", ("#", "received", "task", "client", "client N → server N", "outcome", "HTTP",
                               "reason", "token"), rows)

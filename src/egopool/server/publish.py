@@ -1,29 +1,36 @@
 """Placing a verified episode into a server task, journaled so a crash leaves the store as before.
 
-One publish, inside the task's import guard and task lock (DESIGN §5):
+One publish, inside the task's import guard and task lock (DESIGN §5, docs/decisions.md U5):
 
 1. write the journal ``.egopool-server/journals/import-<task hash>-<token>.json``
-   (``state: staging``, every final path, the mapping row to record);
-2. a new task gets its ``info.json`` and ``tasks.jsonl``;
+   (every final path, the commit object's path, the mapping row to record);
+2. a new task gets its ``info.json`` and ``tasks.jsonl`` (readers do not see the task yet:
+   :meth:`~egopool.server.store.Store.tasks`);
 3. rename the staged videos and data parquet to their final names, write N's pending
-   declarations (``meta/.pending-<N>.json``, :mod:`egopool.write.recovery`), rename the
-   ``meta/episodes`` row into place (the episode's commit record, decisions.md #5);
-4. journal ``state: committed`` — **the commit point**;
+   declarations (``meta/.pending-<N>.json``, :mod:`egopool.write.recovery`);
+4. rename the ``meta/episodes`` row into place: **the commit point**. The row is the
+   episode's commit record (decisions.md #5) and the one commit object: every reader lists
+   an episode from its row on (:func:`egopool.layout.list_task_episodes` with
+   ``committed_only``), and recovery keeps exactly the episodes whose row exists, so no
+   reader ever sees an episode that is later rolled back;
 5. record the episode and the upload outcome in ``server.db`` (one transaction);
 6. merge ``info.json`` / ``stats.json`` with :func:`egopool.write.task_meta.merge_task_meta`,
    the code the local writer uses; clear the pending file; unlink the journal.
 
+Nothing but step 4 decides: the journal is never rewritten. On object storage (no rename)
+the same order holds: every object of the episode is written under its final key, the row
+object last; a row's existence is the commit there too.
+
 A failure before 4 removes what was placed (a new task directory entirely), so the task's
 files are as before the request. :func:`recover_journals` runs at start-up and before every
-import into a task: an uncommitted journal is rolled back the same way (a SIGKILLed server),
-a committed one rolled forward (database row, then the pending merge is replayed by
-:func:`egopool.write.recovery.reclaim_stale`).
+import into a task: a journal whose row is not in place is rolled back the same way (a
+SIGKILLed server), one whose row is in place rolled forward (database row, then the pending
+merge is replayed by :func:`egopool.write.recovery.reclaim_stale`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import uuid
@@ -43,7 +50,7 @@ from ..write.task_meta import merge_task_meta
 from .db import EpisodeRow
 from .store import Store
 
-__all__ = ["Publication", "publish_episode", "recover_journals"]
+__all__ = ["Publication", "committed_unrecorded", "publish_episode", "recover_journals"]
 
 #: ``pause(stage)``: a fault-injection seam for the crash tests (see :class:`egopool.server.importer.Importer`).
 Pause = Callable[[str], None]
@@ -131,30 +138,33 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
         if f.exists():  # the caller allocated a free N under the lock; never overwrite
             raise EgopoolError(f"refusing to overwrite {f}", path=f)
     jpath = store.journal_dir / f"{store.journal_prefix(task)}{uuid.uuid4().hex[:12]}.json"
-    journal: dict[str, Any] = {"task": task, "index": pub.index, "state": "staging", "new_task": pub.new_info is not None,
-                               "files": [_rel(root, f) for f in finals], "episode": pub.episode.to_dict(),
-                               "upload_fields": pub.upload_fields, "declarations": pub.declarations}
+    journal: dict[str, Any] = {"task": task, "index": pub.index, "new_task": pub.new_info is not None,
+                               "files": [_rel(root, f) for f in finals], "commit": _rel(root, pub.row[1]),
+                               "episode": pub.episode.to_dict(), "upload_fields": pub.upload_fields,
+                               "declarations": pub.declarations}
     atomic_write_json(jpath, journal, indent=None)
     try:
         if pub.new_info is not None:
             write_info(root, pub.new_info)
             atomic_write_bytes(root / "meta" / "tasks.jsonl", pub.tasks_jsonl or b"")
+        dirs: set[Path] = set()
         for staged, final in pub.moves:
             final.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staged, final)
-            fsync_dir(final.parent)
+            dirs.add(final.parent)
         write_pending(root, pub.index, pub.declarations)
-        pub.row[1].parent.mkdir(parents=True, exist_ok=True)
-        os.rename(pub.row[0], pub.row[1])
-        fsync_dir(pub.row[1].parent)
+        for d in sorted(dirs):  # every file of the episode is durable before its commit object
+            fsync_dir(d)
         pause("placed")
-        journal["state"] = "committed"
-        atomic_write_json(jpath, journal, indent=None)
+        pub.row[1].parent.mkdir(parents=True, exist_ok=True)
+        os.rename(pub.row[0], pub.row[1])  # the commit point
     except BaseException:
-        _rollback(root, journal)
-        with contextlib.suppress(FileNotFoundError):
-            jpath.unlink()
+        if not store.committed(journal):
+            _rollback(root, journal)
+            with contextlib.suppress(FileNotFoundError):
+                jpath.unlink()
         raise
+    fsync_dir(pub.row[1].parent)
     pause("committed")
     store.db.add_episode(pub.episode, pub.upload_fields)
     problem = None
@@ -171,16 +181,16 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
 def recover_journals(store: Store, task: str | None = None) -> list[str]:
     """Finish or undo publishes a killed server left; returns one line per journal handled.
 
-    ``task`` limits it to one task (the caller then holds its import guard and task lock);
-    None handles every task, taking each one's guard and lock (start-up).
+    A journal whose commit object (the ``meta/episodes`` row) is in place is rolled forward,
+    any other rolled back (:meth:`~egopool.server.store.Store.committed`). ``task`` limits it
+    to one task (the caller then holds its import guard and task lock); None handles every
+    task, taking each one's guard and lock (start-up).
     """
     done: list[str] = []
-    prefix = store.journal_prefix(task) if task is not None else "import-"
-    for jp in sorted(store.journal_dir.glob(f"{prefix}*.json")):
-        try:
-            journal = json.loads(jp.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            jp.unlink()  # written atomically: unreadable = never written through, nothing placed
+    for jp, journal in store.journals(task):
+        if journal is None:  # written atomically: unreadable = never written through, nothing placed
+            with contextlib.suppress(FileNotFoundError):
+                jp.unlink()
             continue
         name = journal["task"]
         root = store.root / name
@@ -191,6 +201,7 @@ def recover_journals(store: Store, task: str | None = None) -> list[str]:
                         done.append(_recover_one(store, jp, journal, root))
         else:
             done.append(_recover_one(store, jp, journal, root))
+    prefix = store.journal_prefix(task) if task is not None else "import-"
     for tmp in store.journal_dir.glob(f".{prefix}*.tmp"):  # a journal write killed mid-way (this task's only:
         with contextlib.suppress(FileNotFoundError):        # other tasks' imports run meanwhile)
             tmp.unlink()
@@ -199,7 +210,7 @@ def recover_journals(store: Store, task: str | None = None) -> list[str]:
 
 def _recover_one(store: Store, jp: Path, journal: Mapping[str, Any], root: Path) -> str:
     n = int(journal["index"])
-    if journal.get("state") == "committed":
+    if store.committed(journal):
         store.db.add_episode(_episode_from(journal["episode"]), journal.get("upload_fields") or {})
         reclaim_stale(root, TaskLayout.from_info(root, read_info(root)))  # replays N's pending merge
         line = f"{journal['task']}: finished the interrupted import of episode {n}"
@@ -209,3 +220,15 @@ def _recover_one(store: Store, jp: Path, journal: Mapping[str, Any], root: Path)
     jp.unlink()
     fsync_dir(jp.parent)
     return line
+
+
+def committed_unrecorded(store: Store, task: str) -> dict[int, EpisodeRow]:
+    """Episodes of ``task`` that committed but are not yet in ``server.db``, from their journals.
+
+    Between the commit and the database transaction (and after a kill there, until the
+    recovery) the journal holds what the ``episodes`` row will say; the catalog shows it, so
+    an episode is listed the same way from its commit on. Read the disk first, then this,
+    then ``server.db``: the journal is unlinked only after the row is recorded.
+    """
+    return {int(doc["index"]): _episode_from(doc["episode"]) for _, doc in store.journals(task)
+            if doc is not None and doc.get("task") == task and store.committed(doc)}

@@ -16,6 +16,7 @@ from typing import IO
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from ..errors import UploadRejectedError
+from .zipcheck import too_large
 
 __all__ = ["MultipartSpool"]
 
@@ -121,8 +122,8 @@ class MultipartSpool:
         """Parse the next piece of the body (fast: file bytes are only buffered, see :meth:`take`)."""
         self.received += len(chunk)
         if self.received > self.max_bytes:
-            raise UploadRejectedError(413, "too_large", f"the request body exceeds the limit of {self.max_bytes} "
-                                                        "bytes")
+            raise too_large("too_large", f"the request body exceeds the limit of {self.max_bytes} bytes",
+                            "max_request_bytes")
         try:
             self._parser.write(chunk)
         except UploadRejectedError:

@@ -14,6 +14,10 @@
 
 Spool and staging are on the store's file system, so a verified file reaches its final
 place with a rename (atomic, never a copy).
+
+What readers see (docs/decisions.md U5): an episode exists from its commit object on, its
+``meta/episodes`` row, placed last by :func:`egopool.server.publish.publish_episode`; a task
+the server is creating exists from its first episode's commit on (:meth:`Store.tasks`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from .._atomic import exclusive_lock
+from .._safe_read import read_json
 from ..errors import EgopoolError, LockError, UploadRejectedError
 from ..write.checks import check_task_name
 from .db import ServerDB
@@ -89,21 +95,23 @@ class Store:
         return self.root / name
 
     def tasks(self) -> list[str]:
-        """Names of the task directories (those holding ``meta/info.json``), sorted."""
+        """Names of the tasks readers see, sorted: directories holding ``meta/info.json``, except a
+        task whose first episode is being published (it exists from that episode's commit on)."""
         out = []
         for e in os.scandir(self.root):
             if e.is_dir(follow_symlinks=False) and not e.name.startswith((".", "_")) and \
                     os.path.isfile(os.path.join(e.path, "meta", "info.json")):
                 out.append(e.name)
-        return sorted(out)
+        creating = self.creating_tasks() if out else set()  # after the listing: see creating_tasks
+        return sorted(n for n in out if n not in creating)
 
     def has_task(self, name: str) -> bool:
-        """True when ``name`` is a task of this store."""
+        """True when readers see task ``name`` (:meth:`tasks`)."""
         try:
             check_task_name(name)
         except EgopoolError:
             return False
-        return (self.root / name / "meta" / "info.json").is_file()
+        return (self.root / name / "meta" / "info.json").is_file() and name not in self.creating_tasks()
 
     def acquire(self) -> None:
         """Take ``server.lock`` for the life of this process (one server per store).
@@ -143,6 +151,50 @@ class Store:
     def journal_prefix(self, name: str) -> str:
         """File-name prefix of the publish journals of task ``name``."""
         return f"import-{hashlib.sha1(name.encode('utf-8')).hexdigest()[:20]}-"
+
+    def journals(self, task: str | None = None) -> list[tuple[Path, dict[str, Any] | None]]:
+        """The publish journals of ``task`` (None: of every task), by file name.
+
+        Returns
+        -------
+        list of (path, document)
+            The document is None when the file does not read as a JSON object naming its task,
+            N and files (a journal is written atomically, so such a file was never written
+            through: nothing was placed).
+        """
+        prefix = self.journal_prefix(task) if task is not None else "import-"
+        out: list[tuple[Path, dict[str, Any] | None]] = []
+        for jp in sorted(self.journal_dir.glob(f"{prefix}*.json")):
+            try:
+                doc = read_json(jp, what="publish journal")
+            except EgopoolError:
+                if not jp.exists():  # finished and unlinked meanwhile
+                    continue
+                doc = None
+            whole = isinstance(doc, dict) and isinstance(doc.get("task"), str) and \
+                isinstance(doc.get("index"), int) and isinstance(doc.get("files"), list)
+            out.append((jp, doc if whole else None))
+        return out
+
+    def committed(self, journal: Mapping[str, Any]) -> bool:
+        """True when the publish ``journal`` describes has reached its commit point: its commit object
+        (the episode's ``meta/episodes`` row, placed after every other file of the episode) exists.
+
+        The journal records intent only; the commit is the row itself, so what readers see
+        and what recovery keeps are one and the same (docs/decisions.md U5).
+        """
+        files = journal.get("files") or []
+        rel = journal.get("commit") or (files[-1] if files else None)  # older journals: the row is last
+        return isinstance(rel, str) and (self.root / str(journal.get("task")) / rel).is_file()
+
+    def creating_tasks(self) -> set[str]:
+        """Tasks whose first episode is being published and has not committed (readers do not see them yet).
+
+        Call it after listing the task directories: a publish writes its journal before the
+        new task's ``info.json``, so a task seen by the listing is either here or committed.
+        """
+        return {str(doc["task"]) for _, doc in self.journals()
+                if doc is not None and doc.get("new_task") and not self.committed(doc)}
 
     def new_spool(self) -> Path:
         """A fresh spool file path (not created)."""

@@ -4,18 +4,28 @@ Two passes over the spooled zip:
 
 1. :func:`inspect_zip` reads only the central directory and the manifest: every member
    name must be in the §9 arcname grammar (:func:`egopool.transfer.manifest.parse_arcname`),
-   with no absolute path, no ``..``, no backslash, no dot segment, no symlink or directory
-   entry, no duplicate and no twin that differs only in case; sizes declared by the zip
-   must stay under the per-member and total limits, and a member larger than
-   ``ratio_floor_bytes`` may not expand more than ``max_ratio`` times (zip bombs). The
-   manifest must list exactly the other members.
+   in UTF-8 (flag bit 11, or plain ASCII: a CP437 name is refused, never guessed), with no
+   absolute path, no ``..``, no backslash, no dot segment, no symlink or directory entry,
+   no duplicate and no twin that differs only in case; every member's bytes, from its local
+   header to the end of its data, belong to it alone (overlapping members are the
+   quoted-overlap zip bomb, CPython #109858: refused here whatever the Python); sizes
+   declared by the zip must stay under the per-member and total limits, a member larger
+   than ``ratio_floor_bytes`` may not expand more than ``max_ratio`` times and the whole
+   zip not more than ``max_zip_ratio`` times (zip bombs). The manifest must list exactly
+   the other members.
 2. :func:`extract_verified` streams each member into the staging directory at the path
    its parsed arcname gives (never the raw name), counting and hashing as it goes; a
    member larger than declared, a CRC error or a digest that differs from the manifest
    stops the import.
 
+:func:`check_parquet_bounds` bounds what decoding a parquet file costs, from its footer
+alone (decoded bytes of each row group and of the columns read whole, and the decoded /
+file ratio) before a page of it is decoded; :func:`check_video_bounds` the frames of a
+video, from its container header.
+
 Every refusal is an :class:`~egopool.errors.UploadRejectedError` with the HTTP status and
-a reason code.
+a reason code; a 413 names the limit and the ``egopool serve`` option that raises it
+(:data:`OPTIONS`). No message names a path of the server's disk.
 """
 
 from __future__ import annotations
@@ -23,16 +33,22 @@ from __future__ import annotations
 import hashlib
 import shutil
 import stat
+import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import FormatError, UploadRejectedError
 from ..transfer.manifest import MANIFEST_NAME, Arcname, Manifest, MemberRecord, parse_arcname
 
-__all__ = ["Limits", "ZipPlan", "check_parquet_bounds", "extract_verified", "inspect_zip"]
+__all__ = ["OPTIONS", "Limits", "ZipPlan", "check_parquet_bounds", "check_video_bounds", "extract_verified",
+           "inspect_zip", "too_large"]
 
 _BLOCK = 1 << 20
+_MiB = 1 << 20
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, then name and extra field lengths at offset 26
+_UTF8_FLAG = 0x800  # general purpose bit 11: the name is UTF-8 (APPNOTE 4.4.4)
 
 
 @dataclass(frozen=True)
@@ -46,15 +62,24 @@ class Limits:
     max_member_bytes:
         Declared uncompressed size of one member (default 8 GiB).
     max_total_bytes:
-        Declared uncompressed size of all members (default 8 GiB).
+        Declared uncompressed size of all members (default 8 GiB): the staging disk one upload uses.
     max_ratio:
-        Largest uncompressed/compressed ratio of a member above ``ratio_floor_bytes``.
+        Largest uncompressed/compressed ratio of a member above ``ratio_floor_bytes``, and
+        largest decoded/file ratio of a parquet file above it.
     ratio_floor_bytes:
         Members up to this size are not ratio-checked (small JSON compresses well), 1 MiB.
+    max_zip_ratio:
+        Largest ratio of all members' uncompressed size to the zip's size (default 10; egopool
+        stores videos and zstd parquet, so its zips unpack to about 1x), when they unpack to
+        more than ``zip_ratio_floor_bytes`` (64 MiB).
+    max_decode_bytes:
+        Decoded parquet bytes one import holds at a time (default 256 MiB; the writer's row
+        groups are at most 32 MiB): every row group, and the columns without lists over the
+        whole file (the validator reads those whole).
     max_members:
-        Members in one zip.
+        Members in one zip (fixed: an episode has one zip member per stream plus five files).
     max_json_bytes:
-        Manifest, ``info.json``, ``stats.json``, ``tasks.jsonl`` each (they are read whole).
+        Manifest, ``info.json``, ``stats.json``, ``tasks.jsonl`` each (they are read whole; fixed).
     free_reserve_bytes:
         Disk space that must stay free after extraction (else 507).
     """
@@ -64,9 +89,27 @@ class Limits:
     max_total_bytes: int = 8 << 30
     max_ratio: float = 100.0
     ratio_floor_bytes: int = 1 << 20
+    max_zip_ratio: float = 10.0
+    zip_ratio_floor_bytes: int = 64 << 20
+    max_decode_bytes: int = 256 << 20
     max_members: int = 256
     max_json_bytes: int = 64 << 20
     free_reserve_bytes: int = 256 << 20
+
+
+#: The ``egopool serve`` option that raises each limit (named in every 413).
+OPTIONS = {"max_request_bytes": "--max-upload-mb", "max_member_bytes": "--max-upload-mb",
+           "max_total_bytes": "--max-upload-mb", "max_ratio": "--max-ratio", "max_zip_ratio": "--max-zip-ratio",
+           "max_decode_bytes": "--max-decode-mb"}
+
+
+def too_large(reason: str, message: str, limit: str) -> UploadRejectedError:
+    """A 413 whose message ends with the ``egopool serve`` option that raises ``limit`` (a :class:`Limits` field)."""
+    return UploadRejectedError(413, reason, f"{message}; raise the limit with `egopool serve {OPTIONS[limit]}`")
+
+
+def _mib(n: float) -> str:
+    return f"{n / _MiB:.0f} MiB" if n >= _MiB else f"{n / _MiB:.2f} MiB"
 
 
 @dataclass
@@ -98,6 +141,10 @@ def _reject(status: int, reason: str, message: str) -> UploadRejectedError:
 
 def _check_name(info: zipfile.ZipInfo) -> Arcname:
     name = info.filename
+    if not info.flag_bits & _UTF8_FLAG and not name.isascii():
+        raise _reject(400, "name_encoding", f"member name {ascii(name)} is not UTF-8: zip flag bit 11 is unset and "
+                                            "it holds non-ASCII bytes (a CP437 or local code page name); pack it "
+                                            "with a zip writer that stores names in UTF-8 (egopool pack does)")
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         raise _reject(400, "absolute_path", f"member {name!r} has an absolute path")
     parts = name.split("/")
@@ -124,23 +171,69 @@ def _check_name(info: zipfile.ZipInfo) -> Arcname:
     return arc
 
 
+def _check_ranges(path: Path, infos: list[zipfile.ZipInfo], directory: int) -> None:
+    """Every member's ``[local header, end of data)`` is its own: disjoint, and before the central directory.
+
+    The range is read from the member's local header (30 bytes + name + extra field) and the
+    central directory's compressed size, never from what a decompressor does with it: a member
+    whose data holds another member's header (the quoted-overlap zip bomb) is refused before
+    one byte is inflated.
+
+    Raises
+    ------
+    UploadRejectedError
+        400 ``overlapping_members``, ``bad_local_header``.
+    """
+    ranges: list[tuple[int, int, str]] = []
+    with open(path, "rb") as fh:
+        for info in infos:
+            fh.seek(info.header_offset)
+            head = fh.read(_LOCAL_HEADER.size)
+            if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+                raise _reject(400, "bad_local_header", f"member {info.filename!r}: no local file header where the "
+                                                       "central directory says it starts; truncated or forged zip")
+            _, name_len, extra_len = _LOCAL_HEADER.unpack(head)
+            end = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len + info.compress_size
+            ranges.append((info.header_offset, end, info.filename))
+    ranges.sort()
+    for (_, end, name), (start, _, other) in zip(ranges, ranges[1:]):
+        if start < end:
+            raise _reject(400, "overlapping_members", f"members {name!r} and {other!r} overlap in the zip (bytes "
+                                                      f"{start}..{end}); each member's bytes belong to it alone "
+                                                      "(quoted-overlap zip bomb?)")
+    if ranges and ranges[-1][1] > directory:
+        raise _reject(400, "overlapping_members", f"member {ranges[-1][2]!r} runs into the central directory; "
+                                                  "truncated or forged zip")
+
+
 def inspect_zip(path: Path, limits: Limits) -> ZipPlan:
     """Check the zip's structure and read its manifest (pass 1, nothing extracted).
 
     Raises
     ------
     UploadRejectedError
-        400 not a zip / truncated, hostile or unknown member names, missing members,
-        several episodes, a bad or mismatching manifest; 413 a size or ratio limit.
+        400 not a zip / empty / truncated, overlapping members, a name not in UTF-8, hostile or
+        unknown member names, missing members, several episodes, a bad or mismatching
+        manifest; 413 a size or ratio limit.
     """
+    size = path.stat().st_size if path.exists() else 0
+    if size == 0:
+        raise _reject(400, "not_a_zip", "the file part is empty (0 bytes); send the episode zip")
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except UnicodeDecodeError as exc:  # a name flagged UTF-8 (bit 11) that is not
+        raise _reject(400, "name_encoding", f"a member name is flagged UTF-8 but is not ({exc.reason} at byte "
+                                            f"{exc.start}); store names in UTF-8") from exc
+    except (zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise _reject(400, "not_a_zip", f"the upload is not a readable zip ({exc}); truncated?") from exc
+    except OSError as exc:
+        raise _reject(400, "not_a_zip", f"the upload is not a readable zip ({exc.strerror}); truncated?") from exc
     with zf:
         infos = zf.infolist()
         if len(infos) > limits.max_members:
-            raise _reject(413, "too_many_members", f"{len(infos)} members, limit {limits.max_members}")
+            raise _reject(413, "too_many_members", f"{len(infos)} members, limit {limits.max_members} (an episode "
+                                                   "zip holds its streams and five files, §9)")
+        _check_ranges(path, infos, getattr(zf, "start_dir", size))
         seen: dict[str, str] = {}
         parsed: list[tuple[zipfile.ZipInfo, Arcname]] = []
         manifest_info = None
@@ -154,21 +247,26 @@ def inspect_zip(path: Path, limits: Limits) -> ZipPlan:
             seen[info.filename] = seen[info.filename.casefold()] = info.filename
             arc = _check_name(info)
             if info.file_size > limits.max_member_bytes:
-                raise _reject(413, "member_too_large", f"member {info.filename!r} declares {info.file_size} bytes, "
-                                                       f"limit {limits.max_member_bytes}")
+                raise too_large("member_too_large", f"member {info.filename!r} declares {info.file_size} bytes, "
+                                                    f"the limit is {limits.max_member_bytes}", "max_member_bytes")
             total += info.file_size
             if total > limits.max_total_bytes:
-                raise _reject(413, "too_large_uncompressed", f"members declare more than {limits.max_total_bytes} "
-                                                             "bytes uncompressed")
+                raise too_large("too_large_uncompressed", f"members declare more than {limits.max_total_bytes} "
+                                                          "bytes uncompressed, the limit", "max_total_bytes")
             if info.file_size > limits.ratio_floor_bytes and \
                     info.file_size > limits.max_ratio * max(info.compress_size, 1):
-                raise _reject(413, "compression_ratio", f"member {info.filename!r} expands "
-                                                        f"{info.file_size / max(info.compress_size, 1):.0f}x, "
-                                                        f"limit {limits.max_ratio:.0f}x (zip bomb?)")
+                raise too_large("compression_ratio", f"member {info.filename!r} expands "
+                                                     f"{info.file_size / max(info.compress_size, 1):.0f}x, the "
+                                                     f"limit is {limits.max_ratio:g}x (zip bomb?)", "max_ratio")
             if arc.kind == "manifest":
                 manifest_info = info
             else:
                 parsed.append((info, arc))
+        if total > limits.zip_ratio_floor_bytes and total > limits.max_zip_ratio * size:
+            raise too_large("zip_ratio", f"the zip's {size} bytes unpack to {_mib(total)} ({total / size:.0f}x), "
+                                         f"the limit is {limits.max_zip_ratio:g}x above "
+                                         f"{_mib(limits.zip_ratio_floor_bytes)} (egopool zips store videos and "
+                                         "parquet: about 1x; zip bomb?)", "max_zip_ratio")
         kinds = [a.kind for _, a in parsed]
         for kind, what in (("info", "meta/info.json"), ("data", "the data parquet"),
                            ("row", "the meta/episodes row file")):
@@ -185,14 +283,14 @@ def inspect_zip(path: Path, limits: Limits) -> ZipPlan:
             raise _reject(400, "missing_manifest", f"the zip has no {MANIFEST_NAME}",)
         for info in [manifest_info] + [i for i, a in parsed if a.kind in ("info", "stats", "tasks")]:
             if info.file_size > limits.max_json_bytes:
-                raise _reject(413, "member_too_large", f"{info.filename} declares {info.file_size} bytes, limit "
-                                                       f"{limits.max_json_bytes}")
+                raise _reject(413, "member_too_large", f"{info.filename} declares {info.file_size} bytes, the "
+                                                       f"limit of a meta JSON file is {limits.max_json_bytes}")
         try:
             raw = zf.read(manifest_info)
             manifest = Manifest.from_bytes(raw)
         except FormatError as exc:
             raise _reject(400, "bad_manifest", exc.message) from exc
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        except (zipfile.BadZipFile, ValueError, EOFError) as exc:
             raise _reject(400, "corrupt_member", f"{MANIFEST_NAME} cannot be read ({exc})") from exc
     listed = {m.name for m in manifest.members}
     present = {i.filename for i, _ in parsed}
@@ -217,8 +315,8 @@ def extract_verified(path: Path, plan: ZipPlan, dest: Path, limits: Limits) -> d
     Raises
     ------
     UploadRejectedError
-        400 a corrupt member (CRC, truncated) or one that differs from the manifest; 413 a
-        member longer than declared; 507 not enough disk space.
+        400 a corrupt member (CRC, truncated), one longer than it declares or one that differs from the
+        manifest; 507 not enough disk space.
     """
     free = shutil.disk_usage(dest if dest.exists() else dest.parent).free
     if free < plan.total_bytes + limits.free_reserve_bytes:
@@ -238,7 +336,7 @@ def extract_verified(path: Path, plan: ZipPlan, dest: Path, limits: Limits) -> d
                     while block := src.read(_BLOCK):
                         size += len(block)
                         if size > info.file_size:
-                            raise _reject(413, "member_too_large", f"member {name!r} is longer than it declares")
+                            raise _reject(400, "member_too_large", f"member {name!r} is longer than it declares")
                         h.update(block)
                         fh.write(block)
             except (zipfile.BadZipFile, EOFError, ValueError) as exc:
@@ -252,34 +350,201 @@ def extract_verified(path: Path, plan: ZipPlan, dest: Path, limits: Limits) -> d
     return out
 
 
+#: Bytes per value a parquet physical type decodes to (BYTE_ARRAY: its 4-byte offset; the bytes themselves
+#: are counted from the pages, or from the dictionary when dictionary-encoded).
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
+
+
+def _dictionary_bytes(array: Any) -> int:
+    """Bytes the dictionary-encoded binary values in ``array`` (any nesting) materialise to."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        return sum(_dictionary_bytes(c) for c in array.chunks)
+    if isinstance(array, pa.DictionaryArray):
+        lengths = pc.binary_length(array.dictionary)
+        total = pc.sum(pc.take(lengths, array.indices)).as_py()
+        return int(total or 0)
+    t = array.type
+    if pa.types.is_struct(t):
+        return sum(_dictionary_bytes(array.field(i)) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_map(t):
+        return _dictionary_bytes(array.flatten())
+    return 0
+
+
+def _leaves(t: Any) -> int:
+    """Parquet leaf columns of an arrow type (names hold dots, so a leaf's path cannot tell its field)."""
+    if t.num_fields == 0:
+        return 1
+    return sum(_leaves(t.field(i).type) for i in range(t.num_fields))
+
+
+def _footer_bytes(pf: Any) -> tuple[list[int], int, dict[int, list[str]]]:
+    """Upper bounds from the footer: bytes each row group decodes to, bytes of the columns without
+    lists over the whole file, and the dictionary-encoded binary columns (row group -> top-level
+    fields) whose values are still to be counted by :func:`_add_dictionary_bytes`.
+
+    A value counts at least its physical width, so an RLE run or a dictionary index of a few bits
+    counts what it expands to. A dictionary-encoded binary column chunk counts ``num_values`` times
+    its whole size (no value is longer than the chunk) when that is at most
+    :data:`_DICT_CHEAP_BYTES` (a status column: a few KiB) or the chunk is over
+    :data:`_DICT_SCAN_BYTES`; otherwise it is counted exactly afterwards."""
+    meta = pf.metadata
+    schema = meta.schema
+    owner = [f.name for f in pf.schema_arrow for _ in range(_leaves(f.type))]  # leaf column -> top-level field
+    nested = {f.name for f in pf.schema_arrow if f.type.num_fields}
+    groups = [0] * meta.num_row_groups
+    flat = 0
+    scan: dict[int, list[str]] = {}
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        for j in range(rg.num_columns):
+            c, col = rg.column(j), schema.column(j)
+            width = col.length if c.physical_type == "FIXED_LEN_BYTE_ARRAY" else _WIDTH.get(c.physical_type, 8)
+            n = max(c.total_uncompressed_size, c.num_values * width)
+            if c.physical_type == "BYTE_ARRAY":
+                n = c.total_uncompressed_size + c.num_values * width
+                bound = c.num_values * c.total_uncompressed_size  # no value is longer than the whole chunk
+                big = c.total_uncompressed_size > _DICT_SCAN_BYTES
+                if c.has_dictionary_page and (bound <= _DICT_CHEAP_BYTES or big):
+                    n += bound
+                elif c.has_dictionary_page and owner[j] not in scan.get(i, []):
+                    scan.setdefault(i, []).append(owner[j])
+            groups[i] += n
+            if owner[j] not in nested:
+                flat += n
+    return groups, flat, scan
+
+
+#: A dictionary-encoded binary column chunk up to this size is read (as a DictionaryArray: a few times its
+#: size in memory) to count what its values expand to; a larger one is bounded from the footer alone.
+_DICT_SCAN_BYTES = 4 << 20
+#: ... unless its footer bound (values x chunk size) is at most this: then it is counted at that bound.
+_DICT_CHEAP_BYTES = 16 << 20
+
+
+def _add_dictionary_bytes(path: Path, groups: list[int], flat: int, scan: dict[int, list[str]]) -> int:
+    """Add to ``groups`` (and return ``flat`` plus) the bytes the small dictionary-encoded binary columns
+    expand to over every row, read as DictionaryArrays (dictionary + indices), never materialised."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(str(path)) as probe:
+        binary = [c.path for c in probe.schema if c.physical_type == "BYTE_ARRAY"]
+    with pq.ParquetFile(str(path), read_dictionary=binary) as pf:
+        for i, names in sorted(scan.items()):
+            table = pf.read_row_group(i, columns=names)
+            for name in names:
+                extra = _dictionary_bytes(table.column(name))
+                groups[i] += extra
+                flat += 0 if pa.types.is_nested(pf.schema_arrow.field(name).type) else extra
+    return flat
+
+
+def _check_decode(name: str, groups: list[int], flat: int, rows: int, limit: int) -> None:
+    for i, n in enumerate(groups):
+        if n > limit:
+            raise too_large("decode_too_large", f"{name} row group {i} decodes to {_mib(n)}, the limit of what one "
+                                                f"import decodes at a time is {_mib(limit)}", "max_decode_bytes")
+    if flat > limit:
+        raise too_large("decode_too_large", f"{name}: its columns without lists decode to {_mib(flat)} over "
+                                            f"{rows} rows (read whole), the limit of what one import decodes at a "
+                                            f"time is {_mib(limit)}", "max_decode_bytes")
+
+
 def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None) -> None:
     """Refuse a parquet bomb from its footer alone, before any page of it is decoded.
 
-    Compressed pages (zstd, gzip) expand like a zip bomb and the zip's own ratio limit never
-    sees them: the column chunks' declared uncompressed size may be at most ``max_ratio``
-    times the file (files up to ``ratio_floor_bytes`` decoded are exempt). ``rows``: the
-    row count the file must hold (1 for the §6.1 single-row ``meta/episodes`` file), so
-    a row file repeating its row millions of times (dictionary encoded: a few KiB on
-    disk, GiB decoded) is refused before the validator reads it whole.
+    Decoding holds one row group at a time (the validator streams rows, stats and renumbering
+    go row group by row group) plus the columns without lists of the whole file (the validator
+    reads the key columns whole), so both must decode to at most ``max_decode_bytes``: that
+    bounds the memory one import takes, whatever the file's size or ratio. Compressed pages
+    (zstd, gzip), RLE runs and dictionaries expand like a zip bomb and the zip's own ratio
+    limit never sees them: the decoded size (see :func:`_footer_bytes`) may be at most
+    ``max_ratio`` times the file (files decoding to up to ``ratio_floor_bytes`` are exempt).
+    ``rows``: the row count the file must hold (1 for the §6.1 single-row ``meta/episodes``
+    file), so a row file repeating its row millions of times is refused before the validator
+    reads it whole.
 
     Raises
     ------
     UploadRejectedError
-        422 ``validation`` an unreadable footer, ``meta_rows`` another row count; 413 ``compression_ratio``.
+        422 ``validation`` an unreadable footer, ``meta_rows`` another row count; 413
+        ``decode_too_large`` (``--max-decode-mb``), ``compression_ratio`` (``--max-ratio``).
     """
     import pyarrow.parquet as pq
 
-    name = "/".join(path.parts[-4:])
+    name = "/".join(path.parts[-3:] if path.parts[-3] == "data" else path.parts[-4:])  # task-relative
     try:
-        meta = pq.ParquetFile(str(path)).metadata
+        with pq.ParquetFile(str(path)) as pf:
+            meta = pf.metadata
+            if rows is not None and meta.num_rows != rows:
+                raise _reject(422, "meta_rows", f"{name} holds {meta.num_rows} rows; a per-episode meta file holds "
+                                                f"exactly {rows} (file_format.md §6.1)")
+            groups, flat, dictionary = _footer_bytes(pf)
+        _check_decode(name, groups, flat, meta.num_rows, limits.max_decode_bytes)
+        if dictionary:  # the small dictionaries, now that reading them is known to be cheap
+            flat = _add_dictionary_bytes(path, groups, flat, dictionary)
+            _check_decode(name, groups, flat, meta.num_rows, limits.max_decode_bytes)
+    except UploadRejectedError:
+        raise
     except Exception as exc:  # pyarrow raises several types for a broken footer
-        raise _reject(422, "validation", f"{name}: cannot read the parquet footer ({exc})") from exc
-    if rows is not None and meta.num_rows != rows:
-        raise _reject(422, "meta_rows", f"{name} holds {meta.num_rows} rows; a per-episode meta file holds "
-                                         f"exactly {rows} (file_format.md §6.1)")
-    declared = sum(meta.row_group(i).column(j).total_uncompressed_size
-                   for i in range(meta.num_row_groups) for j in range(meta.num_columns))
+        raise _reject(422, "validation", f"{name}: cannot read the parquet footer ({_first_line(exc, path)})"
+                      ) from exc
+    decoded = sum(groups)
     size = path.stat().st_size
-    if declared > limits.ratio_floor_bytes and declared > limits.max_ratio * max(size, 1):
-        raise _reject(413, "compression_ratio", f"{name} expands {declared / max(size, 1):.0f}x when decoded, "
-                                                f"limit {limits.max_ratio:.0f}x (parquet bomb?)")
+    if decoded > limits.ratio_floor_bytes and decoded > limits.max_ratio * max(size, 1):
+        raise too_large("compression_ratio", f"{name} expands {decoded / max(size, 1):.0f}x when decoded, the "
+                                             f"limit is {limits.max_ratio:g}x (parquet bomb?)", "max_ratio")
+
+
+def _first_line(exc: BaseException, path: Path) -> str:
+    """An exception's first line with the file's server path cut out."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text.replace(str(path), path.name)
+
+
+#: Frames a decoder holds at once, counted against ``max_decode_bytes`` (the frame being decoded and
+#: its references: FFmpeg's H.264/HEVC decoders keep the stream's decoded picture buffer).
+_FRAMES_HELD = 4
+
+
+def check_video_bounds(path: Path, limits: Limits) -> None:
+    """Refuse a video whose frames would not fit ``max_decode_bytes`` before the validator decodes it.
+
+    Every video stream's width, height and pixel format come from the container header (nothing is
+    decoded); ``_FRAMES_HELD`` frames of that size must fit the limit, so a few KiB of stream
+    declaring 16384x16384 (or an FFV1 frame of 65535x65535) cannot make the server allocate GiB.
+    A header the container cannot give is left to the validator (which reports it).
+
+    Raises
+    ------
+    UploadRejectedError
+        413 ``decode_too_large`` (``--max-decode-mb``).
+    """
+    import av
+
+    name = "/".join(path.parts[-4:])  # videos/chunk-CCC/<key>/episode-FFF.ext
+    try:
+        container = av.open(str(path))
+    except Exception:  # the validator names an unreadable video
+        return
+    with container:
+        for stream in container.streams.video:
+            cc = stream.codec_context
+            width, height = int(cc.width or 0), int(cc.height or 0)
+            if width <= 0 or height <= 0:
+                continue
+            try:
+                fmt = av.video.format.VideoFormat(cc.format.name if cc.format else "rgba64le", width, height)
+                frame = sum(c.width * c.height * ((c.bits + 7) // 8) for c in fmt.components)
+            except (ValueError, TypeError):
+                frame = width * height * 8  # an unknown format: 4 channels of 16 bits, the most FFmpeg has
+            if _FRAMES_HELD * frame > limits.max_decode_bytes:
+                raise too_large("decode_too_large", f"{name}: {width}x{height} frames "
+                                                    f"({cc.format.name if cc.format else 'unknown format'}) decode "
+                                                    f"to {_mib(frame)} each, {_FRAMES_HELD} held while decoding; the "
+                                                    f"limit of what one import decodes at a time is "
+                                                    f"{_mib(limits.max_decode_bytes)}", "max_decode_bytes")

@@ -1,6 +1,7 @@
 """Moving episodes off the collection PC (file_format.md §9): pack, upload.
 
-Imports run one way: ``client`` -> ``pack`` -> ``manifest``; the server
+Imports run one way: ``client`` -> ``pack`` -> ``manifest`` (and ``client`` -> ``spool``, where
+zips are packed); the server
 (:mod:`egopool.server`) shares ``manifest`` (the arcname grammar) and nothing else.
 """
 

@@ -5,13 +5,15 @@ server):
 
 1. the registry (``pipeline.db``) already holds the server's confirmed answer for
    ``(task, N, server)``: skipped (a re-run after a kill resumes here);
-2. packed into a temporary zip (:func:`~egopool.transfer.pack.pack_episodes`) in a dot
-   directory beside the task directories (same disk, removed afterwards);
+2. packed into a temporary zip (:func:`~egopool.transfer.pack.pack_episodes`) in a per-run
+   directory outside the recordings root (:mod:`egopool.transfer.spool`: the per-user cache
+   directory by default; removed afterwards, and by the next run when this one was killed);
 3. ``POST <server>/api/v1/session/upload`` as multipart: ``name`` = task name,
    ``episode_index`` = the episode's 0-based file number f taken from the layout (§9: not
    N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
-   progress callback. Network errors and 5xx answers are retried with exponential backoff
-   (0.5 s doubling to 8 s, jittered); 4xx and 507 (server disk full) answers are final for the
+   progress callback, and the recordings root's client key in the
+   :data:`~egopool.identity.CLIENT_KEY_HEADER` header (docs/decisions.md U11). Network errors
+   and 5xx answers are retried with exponential backoff (0.5 s doubling to 8 s, jittered); 4xx and 507 (server disk full) answers are final for the
    episode (401/403 stop the whole run);
 4. the answer is **confirmed by checksum**: the server's sha256 of the received zip and
    its episode digest must equal ours. Only then is it recorded in the registry
@@ -19,16 +21,16 @@ server):
    episode deleted through :func:`egopool.ops.delete_episodes` (the verified delete of
    ``egopool delete``).
 
-The server de-duplicates by ``(host id, N, content)``, so an upload that reached the server
+The server de-duplicates by content (the episode digest), so an upload that reached the server
 before the client was killed is answered "duplicate" with the same server N on the re-run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -40,11 +42,13 @@ import httpx
 
 from .. import __version__
 from ..errors import CodecError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, TransferError
+from ..identity import CLIENT_KEY_HEADER
 from ..layout import TaskLayout, find_episode_files, list_task_episodes
 from ..meta.info import read_info
 from ..ops import delete_episodes
 from ..registry import Registry, UploadRecord, task_key
 from .pack import PackedEpisode, client_identity, pack_episodes
+from .spool import spool_base, sweep_legacy, upload_spool
 
 __all__ = ["UPLOAD_PATH", "UploadOutcome", "UploadReport", "upload_episodes"]
 
@@ -110,6 +114,8 @@ class UploadReport:
     task_dir: Path
     server: str
     outcomes: list[UploadOutcome] = field(default_factory=list)
+    #: One-line notes about the run (a copied recordings root, stale temp files removed).
+    notices: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -118,7 +124,7 @@ class UploadReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON report (``egopool upload --json``)."""
-        return {"task": str(self.task_dir), "server": self.server, "ok": self.ok,
+        return {"task": str(self.task_dir), "server": self.server, "ok": self.ok, "notices": self.notices,
                 "outcomes": [o.to_dict() for o in self.outcomes]}
 
 
@@ -222,6 +228,7 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
                     registry: bool | str | Path | Registry | None = True, retries: int = 8, backoff: float = 0.5,
                     timeout: float = 600.0, progress: UploadProgress | None = None,
                     on_outcome: Callable[[UploadOutcome], None] | None = None,
+                    on_notice: Callable[[str], None] | None = None, temp_dir: str | Path | None = None,
                     transport: httpx.BaseTransport | None = None) -> UploadReport:
     """Upload episodes of a task to a pooling server (module docstring).
 
@@ -253,6 +260,11 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
         ``progress(sent_bytes, total_bytes, what)`` while sending.
     on_outcome:
         Called after each episode (for a live listing).
+    on_notice:
+        Called with each line of :attr:`UploadReport.notices` when it arises.
+    temp_dir:
+        Where the zips are packed (a per-run directory inside it); None = the per-user cache
+        directory (:func:`~egopool.transfer.spool.spool_base`). Never inside the recordings root.
     transport:
         An httpx transport (tests of the client against an in-process app).
 
@@ -265,7 +277,8 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     LayoutError, EpisodeNotFoundError
         An N < 1 or one the task does not have (and never uploaded); checked before anything is sent.
     TransferError
-        A malformed server URL or token (before anything is sent); 401/403 from the server
+        A malformed server URL or token, or a ``temp_dir`` inside the recordings root (before
+        anything is sent); 401/403 from the server
         (nothing further is sent). A network failure that outlasts the
         retries ends the run with that episode ``failed`` (the next run resumes there); an
         episode that cannot be packed is ``failed`` and the others go on.
@@ -298,18 +311,32 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
             if n not in groups and n not in done:
                 raise EpisodeNotFoundError(root, n)
             wanted.append(n)
-    host_id, hostname = client_identity(root, reg if reg is not None else False)
+    rec_root = Path(os.path.abspath(root)).parent
+    spool_dir = spool_base(rec_root, temp_dir)
+    ident = client_identity(root, reg if reg is not None else False)
     report = UploadReport(root, base)
-    headers = {"User-Agent": f"egopool/{__version__}"}
+
+    def notice(line: str) -> None:
+        report.notices.append(line)
+        if on_notice is not None:
+            on_notice(line)
+
+    if ident.notice:
+        notice(ident.notice)
+    stale = sweep_legacy(rec_root)
+    if stale:
+        notice(f"removed {len(stale)} upload temp director{'y' if len(stale) == 1 else 'ies'} an earlier egopool "
+               f"left in {rec_root} ({', '.join(p.name for p in stale)})")
+    headers = {"User-Agent": f"egopool/{__version__}", CLIENT_KEY_HEADER: ident.key}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     http_timeout = httpx.Timeout(timeout, connect=15.0, write=120.0, pool=15.0)
     with httpx.Client(headers=headers, timeout=http_timeout, transport=transport) as client, \
-            tempfile.TemporaryDirectory(prefix=".egopool-upload-", dir=root.parent) as spool:
+            upload_spool(spool_dir) as spool:
         for n in wanted:
             try:
-                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, host_id, hostname,
-                               Path(spool), reencode_hevc, retries, backoff, progress)
+                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, ident.host_id,
+                               ident.hostname, spool, reencode_hevc, retries, backoff, progress)
             except TransferError as exc:
                 if exc.status in (401, 403):
                     raise  # the token is wrong for every episode

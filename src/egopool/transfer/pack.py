@@ -42,7 +42,8 @@ from ..errors import EpisodeNotFoundError, FormatError, LayoutError, StorageErro
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files
 from ..meta.episodes import read_episode_row
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
-from ..registry import Registry, derived_host_id, sha256_file, task_key
+from ..identity import ClientIdentity, derive_client_key, host_id_of_key
+from ..registry import Registry, sha256_file, task_key
 from .manifest import MANIFEST_NAME, Manifest, MemberRecord, video_arcname
 
 __all__ = ["PackedEpisode", "client_identity", "pack_episode", "pack_episodes", "zip_name"]
@@ -105,12 +106,13 @@ def zip_name(task: str, chunk: int, file: int) -> str:
     return f"{task}_chunk-{chunk:03d}_ep{file:06d}.zip"
 
 
-def client_identity(task_dir: str | Path, registry: bool | str | Path | Registry | None = True) -> tuple[str, str]:
-    """``(host_id, hostname)`` of the recordings root holding ``task_dir`` (docs/decisions.md U2).
+def client_identity(task_dir: str | Path, registry: bool | str | Path | Registry | None = True) -> ClientIdentity:
+    """The client identity of the recordings root holding ``task_dir`` (docs/decisions.md U11).
 
-    The id is the root's registry's :meth:`~egopool.registry.Registry.host_id`; without a
-    registry, :func:`~egopool.registry.derived_host_id` of the root (the value a registry
-    stores on first use, so both agree while the root stays where it is).
+    The root's registry's :meth:`~egopool.registry.Registry.identity` (a copied root gets its
+    own identity there, with a notice); without a registry, the key
+    :func:`~egopool.identity.derive_client_key` gives the root on this machine (the key a
+    registry stores on first use, so both agree while the root stays where it is).
 
     Raises
     ------
@@ -119,8 +121,10 @@ def client_identity(task_dir: str | Path, registry: bool | str | Path | Registry
     """
     reg = registry if isinstance(registry, Registry) else Registry.for_task(task_dir) if registry is True \
         else Registry(registry) if registry else None
-    host = reg.host_id() if reg is not None else derived_host_id(Path(os.path.abspath(task_dir)).parent)
-    return host, socket.gethostname()
+    if reg is not None:
+        return reg.identity()
+    key = derive_client_key(Path(os.path.abspath(task_dir)).parent)
+    return ClientIdentity(key, host_id_of_key(key), socket.gethostname())
 
 
 class _HashingWriter:
@@ -254,8 +258,8 @@ def pack_episodes(task_dir: str | Path, indices: Sequence[int], out_dir: str | P
     if not chosen:
         raise LayoutError("no episode given", hint="pass one or more global N, e.g. `egopool pack TASK 3 -o DIR`")
     if host_id is None:
-        host_id, default_name = client_identity(root, registry)
-        hostname = hostname or default_name
+        ident = client_identity(root, registry)
+        host_id, hostname = ident.host_id, hostname or ident.hostname
     out = Path(out_dir)
     with StorageError.guard(out, action="cannot create the output directory"):
         out.mkdir(parents=True, exist_ok=True)
