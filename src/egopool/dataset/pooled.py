@@ -145,7 +145,9 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     frames (``H × W × 3`` bytes RGB, ``H × W × 2`` depth); at most ``max_episodes`` episodes'
     chosen columns (rows × row size; force matrices are never kept, 375 kB per row decoded on
     demand). With the defaults (16 streams, ``cache_frames`` = 2 × the longest window, min 4) and
-    four 640×480 cameras, a window of 2 costs 16 × 4 × 0.9 MB ≈ 59 MB of frames plus the decoders.
+    640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
+    decoders. ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
+    use 1 when DataLoader workers already fill the cores.
 
     Raises
     ------
@@ -154,8 +156,11 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     FormatError
         A task that cannot be opened or indexed.
     ValueError
-        A bad ``delta_timestamps`` / ``samples`` / ``output``, tasks of different fps with
-        windows, or a key some kept episode does not have (named with the episode).
+        A bad ``delta_timestamps`` / ``samples`` / ``output``, or tasks of different fps with windows.
+
+    ``__getitem__`` raises :class:`~egopool.errors.SchemaError` for a key the item's episode does
+    not have (naming the episode and its file; filter such episodes out with ``episodes``) and
+    :class:`~egopool.errors.CodecError` for a stream that cannot be decoded (naming the file).
     """
 
     def __init__(self, tasks: str | Path | Sequence[str | Path], keys: Sequence[str], *,
