@@ -207,3 +207,17 @@ def test_episode_sampler_keeps_episodes_together(gop_task, tmp_path):
         chunk = runs[k:k + 30]
         assert chunk == list(range(chunk[0], chunk[0] + 30)) and chunk[0] % 30 == 0
     assert runs != sorted(runs)
+
+
+def test_sequential_items_decode_forward_without_seeking(gop_task, tmp_path):
+    ds = PooledDataset(gop_task.path, keys=["d435_rgb", "d435_depth"], output="numpy", cache_dir=tmp_path,
+                       delta_timestamps={"d435_rgb": [-0.1, 0.0], "d435_depth": [-0.1, 0.0]})
+    frames = {k: _reader_frames(gop_task, k) for k in ("d435_rgb", "d435_depth")}
+    for i in range(240, 262):  # across the keyframe at 250
+        item = ds[i]
+        for k in frames:
+            np.testing.assert_array_equal(item[k], frames[k][1][[max(i - 3, 0), i]])
+    decoders = list(ds._w.decoders._open.values())
+    assert len(decoders) == 2 and [d.seeks for d in decoders] == [1, 1]
+    ds[100]  # backwards: one seek more each
+    assert [d.seeks for d in decoders] == [2, 2]

@@ -7,9 +7,10 @@ decoding) to learn every frame's pts and which frames are keyframes; frame ``j``
 the last keyframe at or before ``a`` and decodes forward to ``b`` once, converting only the
 frames asked for (RGB through :func:`egopool.codecs.video.rgb_array`, depth through
 :func:`egopool.codecs.depth.depth_stream_decoder`: the reader's own conversions, so values are
-bit-exact). When the decoder already stands between that keyframe and ``a`` (the next item of a
-sequential sampler) it continues without seeking. Converted frames are kept, newest last, up to
-``max_frames`` per stream. A stream whose packets carry no usable pts is decoded from its start
+bit-exact), and the ``max_frames`` frames before ``b`` (the next item of a sequential sampler
+asks them). When the decoder already stands between that keyframe and ``a`` it continues without
+seeking. At most ``max_frames`` converted frames are kept per stream (beyond the ones a request
+holds), the newest ones. A stream whose packets carry no usable pts is decoded from its start
 instead (never a wrong frame).
 
 :class:`DecoderCache` bounds the open containers (least recently used closed first).
@@ -72,6 +73,8 @@ class StreamDecoder:
         self._frames: OrderedDict[int, np.ndarray] = OrderedDict()
         self._iter: Any = None
         self._pos: int | None = None  # index of the next frame the decoder will output
+        #: Seeks (decoder restarts) so far: a sequential sampler's items cost one per stream.
+        self.seeks = 0
 
     def _index_packets(self) -> None:
         pts: list[int | None] = []
@@ -99,6 +102,7 @@ class StreamDecoder:
         self._c.close()
 
     def _restart(self, k: int) -> None:
+        self.seeks += 1
         if self.seekable:
             self._c.seek(self._pts[k], stream=self._s, backward=True, any_frame=False)
         else:
@@ -125,10 +129,10 @@ class StreamDecoder:
         missing = [j for j in need if j not in out]
         if missing:
             self._decode(missing, out)
-        for j in need:
-            self._frames.move_to_end(j)
-        while len(self._frames) > self.max_frames:
-            self._frames.popitem(last=False)
+        if len(self._frames) > self.max_frames:  # keep the newest frames: a sequential sampler asks them next
+            keep = set(need)
+            for j in sorted(j for j in self._frames if j not in keep)[:len(self._frames) - self.max_frames]:
+                del self._frames[j]
         return out
 
     def _decode(self, missing: list[int], out: dict[int, np.ndarray]) -> None:
@@ -150,9 +154,10 @@ class StreamDecoder:
                     count += 1
                 self._pos = j + 1
                 if j in todo:
-                    arr = self._convert(frame)
-                    out[j] = self._frames[j] = arr
+                    out[j] = self._frames[j] = self._convert(frame)
                     todo.discard(j)
+                elif j > last - self.max_frames and j not in self._frames:
+                    self._frames[j] = self._convert(frame)  # the next window of a sequential sampler
                 if j >= last or not todo:
                     break
         except (av.error.FFmpegError, ValueError) as exc:

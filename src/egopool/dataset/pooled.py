@@ -144,7 +144,8 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     state (a few frames, up to 16 reference frames for H.264) and ``cache_frames`` converted
     frames (``H × W × 3`` bytes RGB, ``H × W × 2`` depth); at most ``max_episodes`` episodes'
     chosen columns (rows × row size; force matrices are never kept, 375 kB per row decoded on
-    demand). With the defaults (16 streams, ``cache_frames`` = 2 × the longest window, min 4) and
+    demand). With the defaults (16 streams, ``cache_frames`` = the largest of 4, 2 × the longest window and
+    its span in rows + 1, at most 64) and
     640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
     decoders. ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
     use 1 when DataLoader workers already fill the cores.
@@ -199,8 +200,10 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
         self.windows = WindowSpec(delta, self.fps, tolerance_s)
         self.index = FrameIndex(entries, self._keep(entries, episodes))
         self.channels_first = bool(channels_first)
-        longest = max((len(v) for v in self.windows.offsets.values()), default=1)
-        self.cache_frames = int(cache_frames) if cache_frames is not None else max(4, 2 * longest)
+        offs = self.windows.offsets.values()
+        longest = max((len(v) for v in offs), default=1)
+        span = max((int(v.max() - v.min()) + 1 for v in offs), default=1)
+        self.cache_frames = int(cache_frames) if cache_frames is not None else min(64, max(4, 2 * longest, span + 1))
         self.max_open_streams, self.max_episodes = int(max_open_streams), int(max_episodes)
         self.decode_threads = int(decode_threads)
         self._w: _Worker | None = None
