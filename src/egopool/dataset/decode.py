@@ -7,8 +7,8 @@ decoding) to learn every frame's pts and which frames are keyframes; frame ``j``
 the last keyframe at or before ``a`` and decodes forward to ``b`` once, converting only the
 frames asked for (RGB through :func:`egopool.codecs.video.rgb_array`, depth through
 :func:`egopool.codecs.depth.depth_stream_decoder`: the reader's own conversions, so values are
-bit-exact), and the ``max_frames`` frames before ``b`` (the next item of a sequential sampler
-asks them). When the decoder already stands between that keyframe and ``a`` it continues without
+bit-exact), and, when requests advance one frame at a time (a sequential sampler), the
+``max_frames`` frames before ``b`` too (the next item asks them). When the decoder already stands between that keyframe and ``a`` it continues without
 seeking. At most ``max_frames`` converted frames are kept per stream (beyond the ones a request
 holds), the newest ones. A stream whose packets carry no usable pts is decoded from its start
 instead (never a wrong frame).
@@ -75,6 +75,7 @@ class StreamDecoder:
         self._pos: int | None = None  # index of the next frame the decoder will output
         #: Seeks (decoder restarts) so far: a sequential sampler's items cost one per stream.
         self.seeks = 0
+        self._last, self._ahead = -2, False
 
     def _index_packets(self) -> None:
         pts: list[int | None] = []
@@ -121,6 +122,10 @@ class StreamDecoder:
             or the file cannot be decoded (names the file).
         """
         need = sorted(set(int(j) for j in wanted))
+        # a request ending one frame after the previous one: a sequential sampler; only then are the
+        # frames before the window converted ahead (a shuffled sampler would pay for them in vain)
+        self._ahead = bool(need) and need[-1] == self._last + 1
+        self._last = need[-1] if need else self._last
         if need and (need[0] < 0 or need[-1] >= self.frame_count):
             raise CodecError(f"frame {need[-1] if need[-1] >= self.frame_count else need[0]} asked, the stream "
                              f"holds {self.frame_count}", path=self.path,
@@ -156,7 +161,7 @@ class StreamDecoder:
                 if j in todo:
                     out[j] = self._frames[j] = self._convert(frame)
                     todo.discard(j)
-                elif j > last - self.max_frames and j not in self._frames:
+                elif self._ahead and j > last - self.max_frames and j not in self._frames:
                     self._frames[j] = self._convert(frame)  # the next window of a sequential sampler
                 if j >= last or not todo:
                     break
