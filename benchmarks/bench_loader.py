@@ -114,12 +114,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rig", default="full")
-    ap.add_argument("--scale", default="4")
+    ap.add_argument("--scale", default="4", help="simulate --scale (1 = full size)")
     ap.add_argument("--seconds", default="4")
     ap.add_argument("--episodes", default="2")
     ap.add_argument("--task", help="an existing task instead of a simulated one")
     ap.add_argument("--batches", type=int, default=12)
-    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="e.g. 0 2 4")
     args = ap.parse_args()
     if args.child:
         return _child(args)
@@ -158,13 +158,13 @@ def main() -> None:
           + (", action 8 rows" if "action" in delta else ""))
     base = {"task": str(task_dir), "lerobot": str(lr), "keys": list(delta), "delta": delta, "lr_delta": lr_delta,
             "batches": args.batches, "cache": str(tmp / "cache")}
-    print(f"{'workers':>7} {'loader':>8} {'samples/s':>10} {'peak RSS MB':>12}")
+    print(f"{'workers':>7} {'loader':>8} {'samples/s':>10} {'peak RSS MB':>12} {'load avg 1 min':>15}")
     for w in args.workers:
         res = {}
         for loader in ("lerobot", "egopool"):
             res[loader] = _run({**base, "loader": loader, "workers": w})
-            print(f"{w:>7} {loader:>8} {res[loader]['samples_per_s']:>10.1f} {res[loader]['peak_rss_mb']:>12.0f}",
-                  flush=True)
+            print(f"{w:>7} {loader:>8} {res[loader]['samples_per_s']:>10.1f} {res[loader]['peak_rss_mb']:>12.0f} "
+                  f"{os.getloadavg()[0]:>15.1f}", flush=True)
         speed = res["egopool"]["samples_per_s"] / res["lerobot"]["samples_per_s"]
         mem = res["egopool"]["peak_rss_mb"] / res["lerobot"]["peak_rss_mb"]
         print(f"{w:>7} {'ratio':>8} {speed:>9.2f}x {mem:>11.2f}x   (egopool / lerobot)", flush=True)

@@ -9,6 +9,7 @@ first use and kept while the episode stays in the worker's cache.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,9 @@ import pyarrow as pa
 
 from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..errors import SchemaError
+from ..keypoints.mirror import EpisodeKeypoints
 from ..read.reader import Episode
+from .keypoint_keys import keypoint_rows, missing_mirror_error
 
 __all__ = ["EpisodeView", "key_kind_by_name"]
 
@@ -80,6 +83,7 @@ class EpisodeView:
         self._cols: dict[str, np.ndarray] = {}
         self._imu: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._traj: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._mirror: EpisodeKeypoints | None = None
 
     def kind(self, key: str) -> str:
         """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``.
@@ -142,3 +146,24 @@ class EpisodeView:
         """``(T, 250, 250, 3)`` float32 mN of ``rows``, decoded with the episode's own scale."""
         lo, hi = int(rows.min()), int(rows.max()) + 1
         return self.ep.force_matrices(key, lo, hi)[rows - lo]
+
+    def keypoints(self, key: str, root: Path | None) -> np.ndarray:
+        """``(R, ...)`` a ``keypoints.*`` key's values for every row (:mod:`egopool.dataset.keypoint_keys`),
+        from the mirror under ``root`` (None: the CLI's default); read once per episode.
+
+        Raises
+        ------
+        SchemaError
+            The episode has no mirror (hint: ``egopool keypoints extract TASK``).
+        FormatError
+            A mirror file is broken or lacks a data row's ``frame_index``.
+        """
+        arr = self._cols.get(key)
+        if arr is None:
+            if self._mirror is None:
+                self._mirror = self.ep.keypoints(root)
+            if not self._mirror.exists:
+                raise missing_mirror_error(key, self.ep.task.path, self._mirror.directory)
+            fi = np.asarray(self.column("frame_index"), dtype=np.int64)
+            arr = self._cols[key] = keypoint_rows(self._mirror, key, fi, self.ep.task.path)
+        return arr

@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from ..keypoints.mirror import episode_mirror_dir
 from ..read.reader import Task, open_task
 from .decode import DecoderCache, PngSequence, StreamDecoder
 from .episode_view import EpisodeView, key_kind_by_name
+from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
@@ -110,7 +112,11 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
         ``observation.imu`` / ``imu_ts_ns`` give the row's samples ``(k, 6)`` float32 /
         ``(k,)`` int64 ordered by ``imu_ts_ns``; ``observation.*slam_trajectory`` (``_ns``) the
         row's points ``(k, 8)`` float64 (``(k,)`` int64 host ns). ``k`` varies by row unless
-        ``samples`` fixes it.
+        ``samples`` fixes it. ``keypoints.<side>_<field>`` gives the row's hand keypoints from
+        the mirror ``egopool keypoints extract`` writes (file_format.md §10;
+        :mod:`egopool.dataset.keypoint_keys`): ``_hand_2d`` ``(21, 2)`` float32 pixels,
+        ``_hand_z`` ``(21,)`` float32, ``_hand_pose`` ``(21, 3)`` float32 m, ``_score`` float32,
+        ``_present`` bool; a hand not found is zeros with ``_present`` false, as the mirror stores it.
     delta_timestamps:
         ``{key: [s, ...]}``: LeRobot's windows (:mod:`egopool.dataset.windows`): the value of
         each key becomes ``(T, ...)`` over rows ``frame_index + round(s * fps)``, rows outside the
@@ -135,6 +141,9 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
         Where the frame index is cached (:mod:`egopool.dataset.index`); ``""`` disables.
     max_open_streams, max_episodes, cache_frames, decode_threads:
         Per-worker bounds (see Memory).
+    mirror_root:
+        The ``keypoints_output`` directory of the ``keypoints.*`` keys; default as
+        ``egopool keypoints extract`` (``$EGOPOOL_KEYPOINTS_ROOT``, else beside the recordings root).
 
     Every item also holds ``index``, ``task_index`` (position among the dataset's tasks),
     ``episode_index`` (N) and ``frame_index`` as int64 scalars.
@@ -154,10 +163,13 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     ------
     FileNotFoundError
         A path that holds no task.
+    SchemaError
+        ``keypoints.*`` keys and a task without a mirror (one line naming the key and
+        ``egopool keypoints extract TASK``).
     FormatError
         A task that cannot be opened or indexed.
     ValueError
-        A bad ``delta_timestamps`` / ``samples`` / ``output``, or tasks of different fps with windows.
+        A bad ``delta_timestamps`` / ``samples`` / ``output`` / ``keypoints.*`` key, or tasks of different fps with windows.
 
     ``__getitem__`` raises :class:`~egopool.errors.SchemaError` for a key the item's episode does
     not have (naming the episode and its file; filter such episodes out with ``episodes``) and
@@ -171,7 +183,8 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
                  task_names: Iterable[str] | None = None, channels_first: bool = False,
                  output: str = "auto", tolerance_s: float = DEFAULT_TOLERANCE_S,
                  cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
-                 cache_frames: int | None = None, decode_threads: int = 4) -> None:
+                 cache_frames: int | None = None, decode_threads: int = 4,
+                 mirror_root: str | Path | None = None) -> None:
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
@@ -198,6 +211,12 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
             raise ValueError(f"delta_timestamps need one fps; the tasks have {sorted(fps)}: make one dataset per fps")
         self.fps = next(iter(fps)) if fps else 30.0
         self.windows = WindowSpec(delta, self.fps, tolerance_s)
+        self.mirror_root = Path(mirror_root) if mirror_root is not None else None
+        kp_keys = [k for k in self.keys if is_keypoint_key(k)]
+        for e in entries if kp_keys else ():
+            where = episode_mirror_dir(e.path, 1, self.mirror_root).parent
+            if not where.is_dir():
+                raise missing_mirror_error(kp_keys[0], e.path, where)
         self.index = FrameIndex(entries, self._keep(entries, episodes))
         self.channels_first = bool(channels_first)
         offs = self.windows.offsets.values()
@@ -273,7 +292,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
                                 "episode_index": np.int64(n), "frame_index": np.int64(row)}
         streams = []
         for key in self.keys:
-            kind = view.kind(key)
+            kind = "keypoints" if key.startswith("keypoints.") else view.kind(key)
             rows, pad = self.windows.rows(key, row, view.length)
             if kind in ("rgb", "depth"):
                 streams.append((key, kind, rows, pad))
@@ -282,6 +301,8 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
                 value: Any = view.force_matrices(key, rows)
             elif kind == "column":
                 value = view.column(key)[rows]
+            elif kind == "keypoints":
+                value = view.keypoints(key, self.mirror_root)[rows]
             else:
                 value, pad = self._ragged(view, kind, key, row)
                 rows = None
