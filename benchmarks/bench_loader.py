@@ -12,8 +12,9 @@ Run from the repository root in a venv with the extras interop (lerobot) and tra
 * both loaders get the same ``delta_timestamps`` (every RGB camera ``[-1/fps, 0]``, ``action``
   8 rows ``[0, 7/fps]``), ``DataLoader(batch_size=32, shuffle=True, num_workers=W)``;
   LeRobot decodes with ``video_backend="pyav"`` (torchcodec is not installed here);
-* each loader runs in its own process; samples/s over ``--batches`` batches after one warm-up
-  batch, peak RSS = the largest sum over the process and its DataLoader workers (sampled every 20 ms).
+* each loader runs in its own process; samples/s over 1 + ``--batches`` batches timed from
+  ``iter(loader)`` (worker start-up included: timed after a warm-up batch, workers would have
+  prefetched the next 2 x W batches already), peak RSS = the largest sum over the process and its DataLoader workers (sampled every 20 ms).
 
 LeRobot returns float32 CHW images in [0, 1]; egopool returns uint8 (here CHW), as stored.
 """
@@ -55,10 +56,9 @@ def _child(args: argparse.Namespace) -> None:
     g = torch.Generator().manual_seed(0)
     loader = DataLoader(ds, batch_size=32, shuffle=True, generator=g, num_workers=spec["workers"],
                         persistent_workers=False)
-    it = iter(loader)
-    next(it)
-    t0 = time.perf_counter()
-    n = 0
+    t0 = time.perf_counter()  # from iter(): worker start-up counts; after a warm-up batch, workers
+    it = iter(loader)          # would already have prefetched the next 2 x W batches
+    n = len(next(it)["index"])
     for _ in range(spec["batches"]):
         try:
             batch = next(it)
@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--seconds", default="4")
     ap.add_argument("--episodes", default="2")
     ap.add_argument("--task", help="an existing task instead of a simulated one")
+    ap.add_argument("--export", help="an existing `export lerobot` of --task (skips the export)")
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="e.g. 0 2 4")
     args = ap.parse_args()
@@ -140,9 +141,10 @@ def main() -> None:
     ep = task.episode(task.episodes()[0].index)
     fps = float(task.info["fps"])
     cams = sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")
-    lr = tmp / "lerobot"
-    with contextlib.redirect_stdout(io.StringIO()):
-        export_lerobot(task_dir, lr, depth=False, action=["action"] if "action" in ep.column_names else ())
+    lr = Path(args.export) if args.export else tmp / "lerobot"
+    with contextlib.redirect_stdout(io.StringIO()) if not args.export else contextlib.nullcontext():
+        if not args.export:
+                export_lerobot(task_dir, lr, depth=False, action=["action"] if "action" in ep.column_names else ())
     features = json.loads((lr / "meta" / "info.json").read_text())["features"]
     window = [-1 / fps, 0.0]
     delta = {c: window for c in cams}
