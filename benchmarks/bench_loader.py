@@ -119,6 +119,7 @@ def main() -> None:
     ap.add_argument("--episodes", default="2")
     ap.add_argument("--task", help="an existing task instead of a simulated one")
     ap.add_argument("--export", help="an existing `export lerobot` of --task (skips the export)")
+    ap.add_argument("--loaders", nargs="+", default=["lerobot", "egopool"], help="run only some (no ratio then)")
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="e.g. 0 2 4")
     args = ap.parse_args()
@@ -144,7 +145,7 @@ def main() -> None:
     lr = Path(args.export) if args.export else tmp / "lerobot"
     with contextlib.redirect_stdout(io.StringIO()) if not args.export else contextlib.nullcontext():
         if not args.export:
-                export_lerobot(task_dir, lr, depth=False, action=["action"] if "action" in ep.column_names else ())
+            export_lerobot(task_dir, lr, depth=False, action=["action"] if "action" in ep.column_names else ())
     features = json.loads((lr / "meta" / "info.json").read_text())["features"]
     window = [-1 / fps, 0.0]
     delta = {c: window for c in cams}
@@ -163,10 +164,12 @@ def main() -> None:
     print(f"{'workers':>7} {'loader':>8} {'samples/s':>10} {'peak RSS MB':>12} {'load avg 1 min':>15}")
     for w in args.workers:
         res = {}
-        for loader in ("lerobot", "egopool"):
+        for loader in args.loaders:
             res[loader] = _run({**base, "loader": loader, "workers": w})
             print(f"{w:>7} {loader:>8} {res[loader]['samples_per_s']:>10.1f} {res[loader]['peak_rss_mb']:>12.0f} "
                   f"{os.getloadavg()[0]:>15.1f}", flush=True)
+        if len(res) < 2:
+            continue
         speed = res["egopool"]["samples_per_s"] / res["lerobot"]["samples_per_s"]
         mem = res["egopool"]["peak_rss_mb"] / res["lerobot"]["peak_rss_mb"]
         print(f"{w:>7} {'ratio':>8} {speed:>9.2f}x {mem:>11.2f}x   (egopool / lerobot)", flush=True)
