@@ -352,11 +352,15 @@ def test_warnings_are_one_line(tmp_path: Path, capsys) -> None:
     tum = Path(__file__).parent / "data" / "evo_trajectories" / "freiburg1_xyz-rgbdslam.txt"
     assert main(["import", "tum", str(tum), "--out", str(root), "--frame", "ego_cam_optical"]) == 0
     err = capsys.readouterr().err.splitlines()
+    bad = (f"{root}/pipeline.db: registry operation failed: file is not a database (check that the recordings root "
+           "is writable and pipeline.db is not corrupt)")
     assert err == [
-        f"egopool: warning: registry watermark unavailable: {root}/pipeline.db: registry operation failed: file is not "
-        "a database (check that the recordings root is writable and pipeline.db is not corrupt)",
-        f"egopool: warning: episode 1 is published but not in the registry: {root}/pipeline.db: registry operation "
-        "failed: file is not a database (check that the recordings root is writable and pipeline.db is not corrupt)"]
+        f"egopool: warning: cannot check whether {tum} was imported before: {bad}",
+        f"egopool: warning: registry watermark unavailable: {bad}",
+        f"egopool: warning: episode 1 is published but not in the registry: {bad} (run `egopool repair clean TASK` "
+        "once it can be written)",
+        "egopool: warning: episode 1 is imported, but the registry does not remember its source, so a second import "
+        f"of {tum} would not be refused: {bad}"]
     assert pq.read_table(root / "freiburg1_xyz-rgbdslam" / DATA).num_rows > 0
 
 

@@ -51,7 +51,7 @@ COMMANDS: tuple[Entry, ...] = (
      "Import recordings from other layouts (RGB-D frame folders, TUM trajectories, EuRoC/ASL, LeRobot v3.0, "
      "Project Aria) into a pooled_episodes_v1 task."),
     ("stats", ("ops_cmds",), "Rebuild or audit meta/stats.json (file_format.md §4)."),
-    ("repair", ("ops_cmds",), "Repair episode metadata from the data itself."),
+    ("repair", ("ops_cmds",), "Repair episode metadata from the data itself; clean up after killed writers."),
     ("keypoints", ("keypoints_cmds",),
      "Hand keypoints: MediaPipe extraction into keypoints_output/ and the back-fill of "
      "observation.<side>_hand_pose (file_format.md §10, §7.2)."),

@@ -586,7 +586,13 @@ class Episode:
         """
         path = self.stream_path(key)
         if self.stream_kind(key) == "depth":
-            what = "a PNG16 depth directory" if path.is_dir() else "a depth stream"
+            if path.is_dir():
+                what = "a PNG16 depth directory"
+            else:
+                from ..codecs.video import video_info  # PyAV: loaded by the readers of frames only
+
+                probe = video_info(path)
+                what = f"a depth stream ({probe.get('codec')} {probe.get('pix_fmt')})"
             raise SchemaError(f"stream {key!r} is {what}, not an RGB video", path=path,
                               hint=f"use ep.depth({key!r}) for uint16 mm frames")
         from ..codecs.video import read_rgb_frames  # PyAV: loaded by the readers of frames only
