@@ -223,3 +223,20 @@ def test_sequential_items_decode_forward_without_seeking(gop_task, tmp_path):
     assert len(decoders) == 2 and [d.seeks for d in decoders] == [2, 2]
     ds[100]  # backwards: one seek more each
     assert [d.seeks for d in decoders] == [3, 3]
+
+
+def test_filters_and_keys_that_match_nothing_are_named(gop_task, tmp_path):
+    """An episode, task name or key spelled wrong is a one-line error, not an empty dataset (rev2)."""
+    kw = {"output": "numpy", "cache_dir": tmp_path}
+    with pytest.raises(ValueError, match=r"sim_d435x2: no episode 7 \(episodes: 1, 2\)"):
+        PooledDataset(gop_task.path, keys=["action"], episodes=[2, 7], **kw)
+    with pytest.raises(ValueError, match=r"no episode 0 \(episodes: 1, 2\)"):
+        PooledDataset(gop_task.path, keys=["action"], episodes={"sim_d435x2": [0]}, **kw)
+    with pytest.raises(ValueError, match=r"names task\(s\) \['other'\] that are not among"):
+        PooledDataset(gop_task.path, keys=["action"], episodes={"other": [1]}, **kw)
+    with pytest.raises(ValueError, match=r"task_names \['sim_x'\] match none of the tasks \['sim_d435x2'\]"):
+        PooledDataset(gop_task.path, keys=["action"], task_names=["sim_x"], **kw)
+    with pytest.raises(ValueError, match=r"got the string 'action': use keys=\['action'\]"):
+        PooledDataset(gop_task.path, keys="action", **kw)
+    with pytest.raises(ValueError, match=r"must be a non-empty list of seconds, got 0.0"):
+        PooledDataset(gop_task.path, keys=["action"], delta_timestamps={"action": 0.0}, **kw)

@@ -169,7 +169,8 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     FormatError
         A task that cannot be opened or indexed.
     ValueError
-        A bad ``delta_timestamps`` / ``samples`` / ``output`` / ``keypoints.*`` key, or tasks of different fps with windows.
+        A bad ``delta_timestamps`` / ``samples`` / ``output`` / ``keypoints.*`` key, or tasks of different fps with windows;
+        ``keys`` given as one string; an ``episodes`` N, an ``episodes`` task or ``task_names`` that matches nothing.
 
     ``__getitem__`` raises :class:`~egopool.errors.SchemaError` for a key the item's episode does
     not have (naming the episode and its file; filter such episodes out with ``episodes``) and
@@ -191,6 +192,8 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
             raise ValueError("output='torch' needs PyTorch: pip install 'egopool[train]'")
         self.as_torch = torch is not None and output != "numpy"
         delta = dict(delta_timestamps or {})
+        if isinstance(keys, (str, bytes)):
+            raise ValueError(f"keys must be a list of names, got the string {keys!r}: use keys=[{keys!r}]")
         self.keys = list(dict.fromkeys([*keys, *delta]))
         if not self.keys:
             raise ValueError("keys is empty: name at least one stream or column")
@@ -235,6 +238,9 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
             if keep is not None and p.name not in keep and open_task(p).name not in keep:
                 continue
             out.append(task_entry(p, cache_dir))
+        if keep is not None and not out:
+            raise ValueError(f"task_names {sorted(keep)} match none of the tasks "
+                             f"{sorted(p.name for p in paths)}: pass one of those names")
         return out
 
     @staticmethod
@@ -247,10 +253,26 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
                 named = [v for k, v in episodes.items() if Path(k).resolve() == e.path or k == e.path.name
                          or k == open_task(e.path).name]
                 chosen = set(int(n) for v in named for n in v) if named else set(e.episodes.tolist())
+                PooledDataset._no_missing(chosen, set(e.episodes.tolist()), f"{e.path}")
                 keep += [(t, n) for n in e.episodes.tolist() if n in chosen]
+            matched = {k for k in episodes for e in entries
+                       if Path(k).resolve() == e.path or k == e.path.name or k == open_task(e.path).name}
+            if set(episodes) - matched:
+                raise ValueError(f"episodes names task(s) {sorted(map(str, set(episodes) - matched))} that are not "
+                                 f"among the dataset's tasks {sorted(e.path.name for e in entries)}")
             return keep
         wanted = {int(n) for n in episodes}
+        PooledDataset._no_missing(wanted, {n for e in entries for n in e.episodes.tolist()},
+                                  ", ".join(str(e.path) for e in entries))
         return [(t, n) for t, e in enumerate(entries) for n in e.episodes.tolist() if n in wanted]
+
+    @staticmethod
+    def _no_missing(wanted: set[int], have: set[int], where: str) -> None:
+        """ValueError naming the episodes of ``wanted`` that ``where`` does not hold."""
+        if wanted - have:
+            raise ValueError(f"{where}: no episode {', '.join(map(str, sorted(wanted - have)))} "
+                             f"(episodes: {', '.join(map(str, sorted(have))) or 'none'}); "
+                             f"run `egopool ls TASK` to list them")
 
     # -- pickling: DataLoader workers get the index, never open containers ------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ so the frame of row ``j`` is the stream's ``j``-th frame, whatever its stamp.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float,
     """
     out: dict[str, np.ndarray] = {}
     for key, deltas in delta_timestamps.items():
-        values = list(deltas) if not isinstance(deltas, (str, bytes)) else None
+        values = list(deltas) if isinstance(deltas, Iterable) and not isinstance(deltas, (str, bytes)) else None
         if not values:
             raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}")
         rows = []
