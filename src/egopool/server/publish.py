@@ -113,6 +113,14 @@ def _rollback(root: Path, journal: Mapping[str, Any]) -> None:
     prune_empty_dirs(root, placed)
 
 
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _episode_from(doc: Mapping[str, Any]) -> EpisodeRow:
     return EpisodeRow(**{k: doc[k] for k in EpisodeRow.__dataclass_fields__})
 
@@ -147,6 +155,8 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
         if pub.new_info is not None:
             write_info(root, pub.new_info)
             atomic_write_bytes(root / "meta" / "tasks.jsonl", pub.tasks_jsonl or b"")
+        for staged, _ in [*pub.moves, pub.row]:  # each file's bytes once (the extraction wrote them unsynced)
+            _fsync_file(staged)
         dirs: set[Path] = set()
         for staged, final in pub.moves:
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -173,9 +183,8 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
         clear_pending(root, pub.index)
     except MetaUpdateError as exc:  # the episode stands; reclaim_stale replays the merge next time
         problem = exc.one_line()
-    jpath.unlink()
-    fsync_dir(jpath.parent)
-    return problem
+    jpath.unlink()  # not synced: a journal the disk still holds after a crash is rolled forward again, which
+    return problem  # is idempotent (the database row INSERT OR IGNORE, the pending merge already cleared)
 
 
 def recover_journals(store: Store, task: str | None = None) -> list[str]:
