@@ -49,7 +49,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._atomic import task_lock
+from .._atomic import fsync_file, task_lock
 from ..errors import EgopoolError, FormatError, LegacyLayoutError, SchemaError, UploadRejectedError
 from ..identity import check_client_key, host_id_of_key, token_host_id
 from ..layout import TaskLayout, list_task_episodes
@@ -148,6 +148,18 @@ def _column_values(path: Path, column: str) -> set[int]:
     for i in range(pf.metadata.num_row_groups):  # row group by row group (bounded, U9); iter_batches costs ~10x
         out.update(pc.unique(pf.read_row_group(i, columns=[column]).column(0)).to_pylist())
     return out
+
+
+def _sync_episode_files(staging: Path, layout: TaskLayout, n: int) -> frozenset[Path]:
+    """fsync the staged files that will be published (videos, data parquet, ``meta/episodes`` row), each
+    once: the extraction wrote them without syncing. Returns the paths synced."""
+    c, f = layout.chunk_file(n)
+    vdir = staging / "videos" / f"chunk-{c:03d}"
+    paths = sorted(vdir.glob(f"*/episode-{f:03d}.*")) if vdir.is_dir() else []
+    paths += [layout.data_file(n), layout.episodes_file(n)]
+    for p in paths:
+        fsync_file(p)
+    return frozenset(paths)
 
 
 class _StagingPaths:
@@ -258,10 +270,12 @@ class Importer:
             validation = {"ok": True, "errors": 0,
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
             length, streams = _facts(staging, n, layout)
-            with self.store.task_guard(task):
+            synced = _sync_episode_files(staging, layout, n)  # outside the task guard: imports into a task
+            with self.store.task_guard(task):                  # wait for each other only for the publish
                 return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, host_id, zip_sha256,
                                      upload_id, token_id, validation, length, streams,
-                                     {staging.joinpath(*a.split("/")): r.sha256 for a, r in extracted.items()})
+                                     {staging.joinpath(*a.split("/")): r.sha256 for a, r in extracted.items()},
+                                     synced)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the store is full: nothing was published (U5)
                 raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
@@ -421,7 +435,7 @@ class Importer:
     def _publish(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout, n: int,
                  manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
                  validation: dict[str, Any], length: int, streams: list[str],
-                 hashed: Mapping[Path, str]) -> ImportResult:
+                 hashed: Mapping[Path, str], synced: frozenset[Path]) -> ImportResult:
         existed = task_dir.exists()
         is_task = (task_dir / "meta" / "info.json").is_file()
         if existed and not is_task and any(p.name != "meta" for p in task_dir.iterdir()):
@@ -447,7 +461,7 @@ class Importer:
                     server_info, server_layout = fresh, TaskLayout.from_info(task_dir, fresh)
                 return self._publish_locked(task, task_dir, staging, info, layout, server_info, server_layout, fresh,
                                             n, manifest, host_id, zip_sha256, upload_id, token_id, validation, length,
-                                            streams, hashed)
+                                            streams, hashed, synced)
         except BaseException:
             if not existed and not (task_dir / "meta" / "info.json").is_file():
                 shutil.rmtree(task_dir, ignore_errors=True)  # only the lock anchor we created
@@ -457,9 +471,10 @@ class Importer:
                         server_info: dict[str, Any], server_layout: TaskLayout, fresh: dict[str, Any] | None, n: int,
                         manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
                         validation: dict[str, Any], length: int, streams: list[str],
-                        hashed: Mapping[Path, str]) -> ImportResult:
+                        hashed: Mapping[Path, str], synced: frozenset[Path]) -> ImportResult:
         """Step 8 under the lock. ``hashed``: staged file -> sha256 the extraction computed (hash once:
-        a file published as extracted is not read again for the answer's ``files``)."""
+        a file published as extracted is not read again for the answer's ``files``); ``synced``: staged
+        files already fsynced (:func:`_sync_episode_files`)."""
         if server_layout.chunks_size != layout.chunks_size:
             raise UploadRejectedError(409, "declaration_conflict", f"the server task has chunks_size "
                                                                    f"{server_layout.chunks_size}, the upload "
@@ -503,7 +518,8 @@ class Importer:
             tasks_jsonl = src.read_bytes() if src.is_file() else None
             if tasks_jsonl is None:
                 tasks_jsonl = (json.dumps({"task_index": 0, "task": task}, ensure_ascii=False) + "\n").encode()
-        pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl)
+        pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl,
+                          synced - rewritten)
         problem = publish_episode(self.store, pub, server_layout, self._pause)
         self._scanned[task] = max(self._scanned.get(task, 0), target)
         return ImportResult("imported", task, target, n, host_id, target != n, zip_sha256,
