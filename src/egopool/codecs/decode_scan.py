@@ -13,13 +13,6 @@ frame number is the row number. A failed packet's frame number is its rank in
 presentation order (by ``pts``), not its decode order, so B-frame reordering does not
 shift it. Pixel-format conversion (``to_ndarray``) is not done: it cannot fail on a
 frame the decoder produced in the stream's own format, and it is a large part of the cost.
-
-Speed (issue 15 H, docs/decisions.md U13): a stream is first decoded with FFmpeg's own
-threading (``thread_type = "AUTO"``: frame and slice threads, the GIL released), which
-checks the same packets and counts the same frames. Frame threading delays a failure to a
-later packet, so only a clean pass is taken as it is: whenever the threaded pass finds
-anything (an error, or fewer frames than packets) the stream is decoded again on one thread,
-and that pass, identical to the readers', names the frames and gives the message.
 """
 
 from __future__ import annotations
@@ -34,10 +27,6 @@ import av
 from ..errors import CodecError
 
 __all__ = ["StreamScan", "scan_stream"]
-
-#: Files from this size on get the threaded pass first; below it, starting FFmpeg's threads costs
-#: more than they save (a 30-frame 96x72 stream decodes in a few ms).
-_THREADED_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -103,7 +92,7 @@ def _scan_png16(path: Path) -> StreamScan:
     return StreamScan(len(frames), decoded, tuple(failed), before, error)
 
 
-def scan_stream(path: str | Path, stream_index: int | None = None, *, threads: bool = True) -> StreamScan:
+def scan_stream(path: str | Path, stream_index: int | None = None) -> StreamScan:
     """Decode every frame of one video stream (or PNG16 directory) and report what fails.
 
     Parameters
@@ -127,14 +116,6 @@ def scan_stream(path: str | Path, stream_index: int | None = None, *, threads: b
     path = Path(path)
     if path.is_dir():
         return _scan_png16(path)
-    if threads and path.stat().st_size >= _THREADED_BYTES:
-        fast = _scan_file(path, stream_index, threaded=True)
-        if fast.ok:
-            return fast
-    return _scan_file(path, stream_index, threaded=False)
-
-
-def _scan_file(path: Path, stream_index: int | None, *, threaded: bool) -> StreamScan:
     try:
         container = av.open(str(path))
     except Exception as exc:
@@ -149,9 +130,6 @@ def _scan_file(path: Path, stream_index: int | None, *, threaded: bool) -> Strea
                 stream = container.streams[stream_index]
             except IndexError:
                 raise CodecError(f"no stream #{stream_index}", path=path) from None
-        if threaded:
-            stream.codec_context.thread_type = "AUTO"
-            stream.codec_context.thread_count = 0  # FFmpeg picks (one per core)
         return _scan_container(container, stream)
 
 
