@@ -151,12 +151,12 @@ def _column_values(path: Path, column: str) -> set[int]:
 
 
 def _sync_episode_files(staging: Path, layout: TaskLayout, n: int) -> frozenset[Path]:
-    """fsync the staged files that will be published (videos, data parquet, ``meta/episodes`` row), each
-    once: the extraction wrote them without syncing. Returns the paths synced."""
+    """fsync the staged videos (the extraction wrote them without syncing; published as they are, never
+    rewritten). The data parquet and the row may still be rewritten with a new N under the lock:
+    :func:`~egopool.server.publish.publish_episode` syncs those. Returns the paths synced."""
     c, f = layout.chunk_file(n)
     vdir = staging / "videos" / f"chunk-{c:03d}"
     paths = sorted(vdir.glob(f"*/episode-{f:03d}.*")) if vdir.is_dir() else []
-    paths += [layout.data_file(n), layout.episodes_file(n)]
     for p in paths:
         fsync_file(p)
     return frozenset(paths)
@@ -519,7 +519,7 @@ class Importer:
             if tasks_jsonl is None:
                 tasks_jsonl = (json.dumps({"task_index": 0, "task": task}, ensure_ascii=False) + "\n").encode()
         pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl,
-                          synced - rewritten)
+                          synced)
         problem = publish_episode(self.store, pub, server_layout, self._pause)
         self._scanned[task] = max(self._scanned.get(task, 0), target)
         return ImportResult("imported", task, target, n, host_id, target != n, zip_sha256,
