@@ -42,6 +42,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,7 @@ class Importer:
         self.limits = limits or Limits()
         self._pause_at = os.environ.get(_PAUSE_ENV, "")
         self._scanned: dict[str, int] = {}
+        self._syncer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="egopool-fsync")
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -252,6 +254,7 @@ class Importer:
         self.store.db.update_upload(upload_id, task=task, form_episode_index=plan.file, client_host_id=host_id,
                                     client_hostname=plan.manifest.source_hostname)
         staging = self.store.new_staging(upload_id, task)
+        syncing: Future[frozenset[Path]] | None = None
         try:
             extracted = extract_verified(zip_path, plan, staging, self.limits)
             info, layout, n = self._check_slice(staging, plan.chunk, plan.file, plan.manifest)
@@ -259,6 +262,8 @@ class Importer:
             dup = self._duplicate(task, plan.manifest, host_id, n, zip_sha256, upload_id)
             if dup is not None:
                 return dup
+            # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
+            syncing = self._syncer.submit(_sync_episode_files, staging, layout, n)
             report = validate_task(staging)
             if not report.ok:
                 errors = [f for f in report.findings if f.severity == "error"]
@@ -270,8 +275,8 @@ class Importer:
             validation = {"ok": True, "errors": 0,
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
             length, streams = _facts(staging, n, layout)
-            synced = _sync_episode_files(staging, layout, n)  # outside the task guard: imports into a task
-            with self.store.task_guard(task):                  # wait for each other only for the publish
+            synced = syncing.result()  # outside the task guard: imports into a task wait
+            with self.store.task_guard(task):  # for each other only for the publish
                 return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, host_id, zip_sha256,
                                      upload_id, token_id, validation, length, streams,
                                      {staging.joinpath(*a.split("/")): r.sha256 for a, r in extracted.items()},
@@ -282,6 +287,8 @@ class Importer:
                                           ) from exc
             raise
         finally:
+            if syncing is not None:
+                syncing.exception()  # done before its files go (an error here was raised above, or is moot)
             self.store.discard(staging.parent)
 
     def _check_slice(self, staging: Path, chunk: int, file: int, manifest: Manifest
