@@ -155,6 +155,24 @@ def test_tasks_jsonl_two_lines_is_a_warning(task: Path) -> None:
     assert "2 lines" in only(report, "file_format.md §5", "warning").message and report.ok
 
 
+@pytest.mark.parametrize("name,rule,reader", [
+    ("tasks.jsonl", "file_format.md §5", "json.loads(f.readline())"),
+    ("info.json", "file_format.md §3", "json.load(f)"),
+    ("stats.json", "file_format.md §4", "json.load(f)"),
+])
+def test_meta_file_with_a_byte_order_mark(task: Path, name: str, rule: str, reader: str) -> None:
+    """egopool reads past a UTF-8 BOM, the spec's readers do not (issue 15 F): reported, once."""
+    path = task / "meta" / name
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    with open(path, encoding="utf-8") as fh, pytest.raises(json.JSONDecodeError, match="BOM"):
+        json.loads(fh.readline()) if name == "tasks.jsonl" else json.load(fh)  # the spec's own reader
+    report = validate_task(task)
+    f = only(report, rule)
+    assert f.path == str(path) and f.severity == "error" and not report.ok
+    assert f.message.startswith("begins with a UTF-8 byte order mark (EF BB BF)") and reader in f.message
+    assert len(report.findings) == 1  # the rest of the file was read as it is meant
+
+
 def test_stats_block_without_count_is_a_legacy_warning(task: Path) -> None:
     edit_json(task / "meta/stats.json", lambda d: d["observation.left_glove"].pop("count"))
     report = validate_task(task)

@@ -24,11 +24,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @contextlib.contextmanager
-def native_output(log: logging.Logger) -> Iterator[list[str]]:
+def native_output(log: logging.Logger, prefix: str = "") -> Iterator[list[str]]:
     """Collect what is written on file descriptors 1 and 2 inside, instead of showing it.
 
     The yielded list holds the lines (ANSI codes and blank lines dropped) once the block is left;
-    each is also logged at INFO on ``log``. Short stretches only (a model's start, its first
+    each is also logged at INFO on ``log`` (after ``prefix``, e.g. ``"projectaria-tools: "``). Short stretches only (a model's start, its first
     frame): everything the process writes there, from any thread, is caught.
     """
     lines: list[str] = []
@@ -52,7 +52,7 @@ def native_output(log: logging.Logger) -> Iterator[list[str]]:
             text = tmp.read().decode("utf-8", "replace")
             lines += [ln for ln in (_ANSI.sub("", raw).strip() for raw in text.splitlines()) if ln]
             for ln in lines:
-                log.info("%s", ln)
+                log.info("%s%s", prefix, ln)
 
 
 @contextlib.contextmanager

@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
+
+#: Test seam: ``<point>:<write fd>:<read fd>`` makes the CLI's start-up stop at ``point`` (``start``:
+#: nothing of the CLI loaded yet, in ``egopool.cli.entry``; ``commands``: the app loaded, the named
+#: command's modules not, in ``egopool.cli.app``), write one byte to the first fd and wait for one on the
+#: second, so a test can send Ctrl-C at a known point (docs/decisions.md R19). Unset in production.
+SEAM_ENV = "EGOPOOL_LOADING_SEAM"
+
+
+def loading_seam(point: str) -> None:
+    """Stop at ``point`` of the start-up when :data:`SEAM_ENV` names it (tests only); else nothing."""
+    spec = os.environ.get(SEAM_ENV, "")
+    name, _, fds = spec.partition(":")
+    if name != point:
+        return
+    wfd, _, rfd = fds.partition(":")
+    os.write(int(wfd), b"!")
+    os.read(int(rfd), 1)
 
 
 @contextlib.contextmanager

@@ -371,6 +371,15 @@ class Recorder:
                             else f"{column.split('.', 1)[1]}_overflow_count", dropped)
             self._npoints[column] = n
 
+    def count(self, key: str, n: int = 1, reason: str | None = None) -> None:
+        """Add ``n`` to the running episode's ``drop_stats[key]`` (any thread): what a source lost or
+        could not pair before pushing (e.g. a RealSense colour frame without its depth frame). The
+        first ``reason`` of a key is kept for the episode's notes."""
+        with self._lock:
+            self._count(key, int(n))
+            if reason:
+                self._reasons.setdefault(key, reason)
+
     def set_status(self, sid: str, state: str) -> None:
         """Set ``status.<sid>`` (``connected`` / ``disconnected``) from the next row on.
 

@@ -125,3 +125,140 @@ def test_cli_import_aria_json(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["counts"]["trajectory_points"] == 2000 and doc["episodes"][0]["episode_index"] == 1
     assert any("grid" in s for s in doc["synthesised"])
+
+
+@pytest.mark.extra("interop")
+@pytest.mark.parametrize("args", [["--mps", str(MPS)], [str(VRS)]])
+def test_json_output_is_only_json_and_the_library_chatter_stays_off_the_terminal(tmp_path, args):
+    """Issue 15 E: projectaria-tools prints "Loaded #..." from C++ on file descriptor 1, below Python's
+    sys.stdout: with --json stdout is the JSON document alone, and without --verbose its lines are not
+    shown at all; --verbose shows them on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    _provider()
+    run = [sys.executable, "-m", "egopool", "import", "aria", *args, "--out", str(tmp_path), "--json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    quiet = subprocess.run([*run, "--task", "q"], capture_output=True, text=True, env=env, timeout=600)
+    assert quiet.returncode == 0, quiet.stderr
+    doc = json.loads(quiet.stdout)  # the whole of stdout
+    assert doc["episodes"][0]["episode_index"] == 1 and "Loaded #" not in quiet.stdout + quiet.stderr
+    loud = subprocess.run([*run, "--task", "v", "--verbose"], capture_output=True, text=True, env=env, timeout=600)
+    assert loud.returncode == 0 and json.loads(loud.stdout)["counts"] == doc["counts"]
+    if args[0] == "--mps":
+        assert "projectaria-tools: Loaded #EyeGazes: 123" in loud.stderr.splitlines()
+
+
+def _mps_copy(tmp_path: Path, edit) -> Path:
+    import shutil
+
+    out = tmp_path / "mps"
+    shutil.copytree(MPS, out)
+    edit(out)
+    return out
+
+
+def _blank(csv_path: Path, column: str, rows) -> list[int]:
+    """Empty ``column`` in the given data rows (0-based); returns their tracking_timestamp_us."""
+    import csv
+
+    with open(csv_path, newline="") as fh:
+        table = list(csv.reader(fh))
+    j, t = table[0].index(column), table[0].index("tracking_timestamp_us")
+    for i in rows:
+        table[1 + i][j] = ""
+    with open(csv_path, "w", newline="") as fh:
+        csv.writer(fh).writerows(table)
+    return [int(table[1 + i][t]) for i in rows]
+
+
+@pytest.mark.extra("interop")
+def test_empty_mps_fields_are_stored_as_missing_and_counted(tmp_path):
+    """Issue 15 E: the public sample leaves eye-gaze depth_m empty in every row, and some rows may have a blank
+    yaw; projectaria-tools reads both as 0.0. A missing value is not a zero: NaN (the feature's missing_value),
+    counted in the import's counts, its notes and drop_stats."""
+    import pyarrow.parquet as pq
+
+    pytest.importorskip("projectaria_tools")
+    gaze_csv = "eye_gaze/generalized_eye_gaze.csv"
+    blank_us: list[int] = []
+    mps = _mps_copy(tmp_path, lambda d: blank_us.extend(_blank(d / gaze_csv, "yaw_rads_cpf", range(0, 123, 2))))
+    result = import_aria(None, tmp_path / "rec", task="g", mps_dir=mps, fps=30.0)
+    ep = open_task(result.task_dir).episode(1)
+    gaze = list_column_to_numpy(ep.table.column("observation.eye_gaze")).reshape(-1, 7)
+    ns = ep.table.column("observation.eye_gaze_ns").to_numpy()
+    stored = ns != 0
+    assert stored.sum() == result.counts["gaze_samples"] == 20
+    assert np.isnan(gaze[stored, 6]).all() and not np.isnan(gaze[~stored]).any()  # depth: every stored sample
+    blank_yaw = np.isin(ns, np.asarray(blank_us, np.int64) * 1000) & stored
+    assert 0 < blank_yaw.sum() < 20
+    np.testing.assert_array_equal(np.isnan(gaze[:, 0]), blank_yaw)  # yaw: exactly the rows left blank
+    assert np.isfinite(gaze[stored][:, 1:6]).all()
+    assert result.counts["gaze_depth_missing"] == 20 and result.counts["gaze_yaw_missing"] == blank_yaw.sum()
+    drop = json.loads(pq.read_table(result.task_dir / "meta/episodes/chunk-000/episode-000.parquet")
+                      .column("drop_stats")[0].as_py())
+    assert drop["eye_gaze_missing_count"] == 20 + blank_yaw.sum()
+    assert any(n.startswith("MPS eye gaze: empty fields in the 20 stored samples (yaw in") for n in result.notes)
+    assert "NaN" in open_task(result.task_dir).info["features"]["observation.eye_gaze"]["missing_value"]
+    assert validate_task(result.task_dir).ok
+    # a LeRobot export keeps the NaN in its data; its stats.json (JSON: no NaN) skips the missing values
+    from egopool.interop import export_lerobot
+
+    out = export_lerobot(result.task_dir, tmp_path / "lr").out
+    block = json.loads((out / "meta/stats.json").read_text())["observation.eye_gaze"]
+    present = gaze[stored & ~np.isnan(gaze[:, 0]), 0]
+    assert block["max"][0] == pytest.approx(float(present.max())) and block["max"][6] == 0.0
+
+
+@pytest.mark.extra("interop")
+def test_a_trajectory_pose_with_an_empty_field_is_left_out_and_counted(tmp_path):
+    import pyarrow.parquet as pq
+
+    pytest.importorskip("projectaria_tools")
+    blank_us: list[int] = []
+    mps = _mps_copy(tmp_path, lambda d: blank_us.extend(
+        _blank(d / "trajectory/closed_loop_trajectory.csv", "tx_world_device", [700, 701, 1500])))
+    result = import_aria(None, tmp_path / "rec", task="t", mps_dir=mps, fps=30.0)
+    tr = open_task(result.task_dir).episode(1).trajectory("observation.ego_slam_trajectory")
+    assert len(tr.points) == result.counts["trajectory_points"] == 1997 and result.counts["trajectory_blank_poses"] == 3
+    assert not set(tr.host_ns.tolist()) & {u * 1000 for u in blank_us} and np.isfinite(tr.positions).all()
+    drop = json.loads(pq.read_table(result.task_dir / "meta/episodes/chunk-000/episode-000.parquet")
+                      .column("drop_stats")[0].as_py())
+    assert drop["ego_slam_trajectory_rejected_count"] == 3
+
+
+@pytest.mark.extra("interop")
+def test_an_empty_hand_landmark_coordinate_is_missing_not_zero(tmp_path):
+    """The sample's hand results lie outside its trajectory's span: moved into it (stamps + the offset),
+    with the x of left landmark 3 emptied in the first row, the stored pose holds NaN there and it is counted."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    pytest.importorskip("projectaria_tools")
+
+    def edit(d: Path) -> None:
+        path = d / "hand_tracking/hand_tracking_results_v2.csv"
+        with open(path, newline="") as fh:
+            table = list(csv.reader(fh))
+        for i, row in enumerate(table[1:]):
+            row[0] = str(149_500_000 + 200_000 * i)  # inside the trajectory (149.20-151.18 s)
+        table[1][table[0].index("tx_left_landmark_3_device")] = ""
+        with open(path, "w", newline="") as fh:
+            csv.writer(fh).writerows(table)
+
+    mps = _mps_copy(tmp_path, edit)
+    result = import_aria(None, tmp_path / "rec", task="h", mps_dir=mps, fps=30.0)
+    ep = open_task(result.task_dir).episode(1)
+    pose = list_column_to_numpy(ep.table.column("observation.left_hand_pose")).reshape(-1, 21, 3)
+    ns = ep.table.column("observation.left_hand_pose_ns").to_numpy()
+    assert result.counts["left_hand_samples"] == 3 and result.counts["left_hand_missing_values"] == 1
+    first = int(np.flatnonzero(ns == 149_500_000_000)[0])
+    mp_joint = ARIA_TO_MEDIAPIPE.index(3)  # Aria landmark 3 (the ring fingertip) in MediaPipe order
+    assert np.isnan(pose[first, mp_joint, 0]) and np.isfinite(pose[first, mp_joint, 1:]).all()
+    assert np.isnan(pose[ns != 0][:, 1]).all()  # joint 1 (no Aria landmark) is NaN in every sample, not counted
+    assert np.isfinite(np.delete(pose[ns != 0], 1, axis=1)).sum() == 3 * 20 * 3 - 1
+    drop = json.loads(pq.read_table(result.task_dir / "meta/episodes/chunk-000/episode-000.parquet")
+                      .column("drop_stats")[0].as_py())
+    assert drop["left_hand_pose_missing_count"] == 1 and "right_hand_pose_missing_count" not in drop

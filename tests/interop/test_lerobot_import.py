@@ -43,9 +43,9 @@ def _frame(e: int, i: int) -> dict:
             "task": "stack the cups" if e == 0 else "unstack the cups"}
 
 
-def _lerobot_dataset(root, vcodec: str, lengths=(12, 9, 15)):
+def _lerobot_dataset(root, vcodec: str, lengths=(12, 9, 15), fps: int = 15):
     LeRobotDataset = lerobot_dataset_class()
-    ds = LeRobotDataset.create("local/own", fps=15, features=FEATURES, root=root, vcodec=vcodec,
+    ds = LeRobotDataset.create("local/own", fps=fps, features=FEATURES, root=root, vcodec=vcodec,
                                video_backend="pyav")
     for e, n in enumerate(lengths):
         for i in range(n):
@@ -331,3 +331,44 @@ def test_image_features_import_and_a_damaged_png_imports_nothing(tmp_path, capsy
                           "not decode (") and err.count("\n") == 1, err
     assert err.endswith("(restore it, or import the other episodes (--episode E))\n")
     assert not rec.exists()
+
+
+def _reencode_at(mp4, fps: int) -> int:
+    """Re-encode ``mp4`` (H.264) at ``fps``, keeping every frame whose time falls on the new grid (the
+    duration stays); returns the frames written."""
+    import av
+
+    with av.open(str(mp4)) as c:
+        frames = [(float(f.pts * f.time_base), f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
+    out = mp4.with_suffix(".tmp.mp4")
+    kept = 0
+    with av.open(str(out), "w") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width, s.height, s.pix_fmt = frames[0][1].shape[1], frames[0][1].shape[0], "yuv420p"
+        for t, img in frames:
+            if abs(t * fps - round(t * fps)) < 1e-6:
+                vf = av.VideoFrame.from_ndarray(img, format="rgb24")
+                vf.pts = kept
+                c.mux(s.encode(vf))
+                kept += 1
+        c.mux(s.encode())
+    out.replace(mp4)
+    return kept
+
+
+@pytest.mark.extra("interop")
+def test_a_video_at_half_the_dataset_rate_is_named_as_a_rate_mismatch(tmp_path, capsys):
+    """Issue 15 E: a 30 fps dataset whose video was re-encoded at 15 fps is not "truncated or damaged"."""
+    lr = tmp_path / "lr"
+    _lerobot_dataset(lr, "h264", lengths=(12, 8), fps=30)
+    mp4 = lr / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+    assert _reencode_at(mp4, 15) == 10
+    capsys.readouterr()
+    rc = main(["import", "lerobot", str(lr), "--task", "t", "--out", str(tmp_path / "rec")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1, err
+    assert err == (f"egopool: error: {mp4}: episode 0's video 'observation.images.wrist' is 15 fps in a 30 fps dataset "
+                   "(meta/info.json fps): it holds 6 frames in [0, 0.4) s for 12 rows (re-encode the video at the "
+                   "dataset's rate (e.g. ffmpeg -i file-000.mp4 -r 30 OUT.mp4), or import the other episodes "
+                   "(--episode E))\n")
+    assert not (tmp_path / "rec").exists()

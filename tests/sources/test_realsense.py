@@ -37,8 +37,11 @@ def _color(k: int) -> np.ndarray:
     return np.stack([(x * 4 + k) % 256, (y * 5) % 256, np.full_like(x, 80 + k)], -1).astype(np.uint8)
 
 
-def _record(path, n: int = N, serial: str = "130322270123") -> None:
-    """A D405 recording of ``n`` colour + depth frames at 30 fps, paced like a camera."""
+def _record(path, n: int = N, serial: str = "130322270123", color_after_ms: float = 0.0,
+            lost_depth: frozenset[int] = frozenset(), lost_color: frozenset[int] = frozenset()) -> None:
+    """A D405 recording of ``n`` colour + depth frames at 30 fps, paced like a camera; capture k's frames
+    are numbered k + 1, its colour frame is stamped ``color_after_ms`` after its depth frame, and the
+    depth (colour) frames of the captures in ``lost_depth`` (``lost_color``) are never delivered."""
     rs = pytest.importorskip("pyrealsense2")
     dev = rs.software_device()
     depth_s, color_s = dev.add_sensor("Stereo Module"), dev.add_sensor("RGB Camera")
@@ -68,9 +71,12 @@ def _record(path, n: int = N, serial: str = "130322270123") -> None:
     color_s.start(q)
     for k in range(n):
         for sensor, prof, arr, bpp in ((depth_s, dp, _raw_depth(k), 2), (color_s, cp, _color(k), 3)):
+            if k in (lost_depth if sensor is depth_s else lost_color):
+                continue
             f = rs.software_video_frame()
             f.pixels, f.stride, f.bpp = arr.tobytes(), W * bpp, bpp
-            f.timestamp, f.domain, f.frame_number = 5000.0 + k * 1000.0 / 30, rs.timestamp_domain.hardware_clock, k + 1
+            f.timestamp = 5000.0 + k * 1000.0 / 30 + (color_after_ms if sensor is color_s else 0.0)
+            f.domain, f.frame_number = rs.timestamp_domain.hardware_clock, k + 1
             f.profile = prof.as_video_stream_profile()
             sensor.on_video_frame(f)
         time.sleep(1 / 30)
@@ -260,3 +266,61 @@ def test_a_truncated_recording_is_one_line_and_leaves_nothing(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert rc == 1 and len(err.splitlines()) == 1 and str(cut) in err and "A copy cut short" in err
     assert not (tmp_path / "rec").exists()
+
+
+def test_colour_stamped_after_its_depth_with_lost_depth_frames_pairs_by_capture(tmp_path):
+    """Issue 15 E (librealsense #10850 family): colour frames stamped 20 ms after their depth (more than
+    half a period), depth frames of captures 8-10 lost. The half-period rule paired every colour frame
+    with the next capture's depth and put the repeats on rows 7-9 and 19, silently. The frames of one
+    capture share their frame number: row k holds capture k's colour and depth, the three rows without
+    their depth repeat the last one (depth_dup), and what could not be paired is counted."""
+    path = tmp_path / "offset.db3"
+    lost = frozenset({8, 9, 10})
+    _record(path, color_after_ms=20.0, lost_depth=lost)
+    session = RecordingSession(TaskWriter(tmp_path, "off", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        done = session.record_fast()
+    finally:
+        session.close()
+    ep = open_task(tmp_path / "off").episode(done.index)
+    t = ep.table
+    assert done.result.length == N
+    raw = np.asarray(t.column("raw_hw_ns"), np.int64)
+    np.testing.assert_allclose(raw, [round((5020.0 + k * 1000.0 / 30) * 1e6) for k in range(N)], atol=2)
+    dup = np.asarray(t.column("depth_dup")).tolist()
+    assert [k for k, d in enumerate(dup) if d] == [8, 9, 10]
+    # depth_ns: each row's own capture, 20 ms before its colour; the rows without depth repeat capture 7's
+    expect = [round((5000.0 + (7 if k in lost else k) * 1000.0 / 30) * 1e6) for k in range(N)]
+    np.testing.assert_allclose(np.asarray(t.column("depth_ns"), np.int64), expect, atol=2)
+    depth = list(ep.depth("d435_depth"))
+    for k, d in enumerate(depth):
+        np.testing.assert_array_equal(d, np.rint(_raw_depth(7 if k in lost else k) * 0.1).astype(np.uint16))
+    assert done.drop_stats["d435_rgb_unpaired_count"] == 3 and "d435_depth_unpaired" not in done.drop_stats
+    assert done.drop_stats["d435_depth_repeated_count"] == 3
+    assert validate_task(tmp_path / "off").ok
+
+
+def test_a_depth_frame_whose_colour_frame_was_lost_is_left_out_and_counted(tmp_path):
+    path = tmp_path / "nocolour.db3"
+    _record(path, color_after_ms=20.0, lost_color=frozenset({5, 12}))
+    session = RecordingSession(TaskWriter(tmp_path, "nc", fps=30.0),
+                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        done = session.record_fast()
+    finally:
+        session.close()
+    t = open_task(tmp_path / "nc").episode(done.index).table
+    # rows stay on the recording's clock: the two captures without colour are rows repeating the one before,
+    # both streams (the depth frame of such a capture cannot stand beside another capture's colour)
+    shown = [k - 1 if k in (5, 12) else k for k in range(N)]
+    assert done.result.length == N and done.drop_stats["d435_depth_unpaired"] == 2
+    assert "d435_rgb_unpaired_count" not in done.drop_stats
+    assert [k for k, d in enumerate(np.asarray(t.column("rgb_dup")).tolist()) if d] == [5, 12]
+    assert [k for k, d in enumerate(np.asarray(t.column("depth_dup")).tolist()) if d] == [5, 12]
+    np.testing.assert_allclose(np.asarray(t.column("depth_ns"), np.int64),
+                               [round((5000.0 + k * 1000.0 / 30) * 1e6) for k in shown], atol=2)
+    np.testing.assert_allclose(np.asarray(t.column("raw_hw_ns"), np.int64) - np.asarray(t.column("depth_ns"), np.int64),
+                               20e6, atol=2)

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .._sigint import sigint_deferred
+from .._sigint import loading_seam, sigint_deferred
 from ..errors import EgopoolError, StorageError
 from .commands import COMMANDS
 from .help_format import plain_help, plain_params
@@ -86,6 +86,7 @@ class _LazyGroup(TyperGroup):
     def _load(self, name: str) -> None:
         modules = next(mods for n, mods, _ in COMMANDS if n == name)
         with sigint_deferred() as interrupted:
+            loading_seam("commands")
             for mod in modules:
                 importlib.import_module(f"{__package__}.{mod}")
         if interrupted:
@@ -161,7 +162,11 @@ def _main(argv: Sequence[str] | None) -> int:
         _fit_output()
         from .ray_option import optional_ray_value
 
-        rc = app(args=optional_ray_value(sys.argv[1:] if argv is None else argv), standalone_mode=False)
+        from .output import stdout_only_json
+
+        args = optional_ray_value(sys.argv[1:] if argv is None else argv)
+        with stdout_only_json("--json" in args):
+            rc = app(args=args, standalone_mode=False)
     except EgopoolError as exc:
         print(f"egopool: error: {exc.one_line()}", file=sys.stderr)
         return 1

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import sys
 
-from .._sigint import sigint_deferred
+from .._sigint import loading_seam, sigint_deferred
 
 
 def entry() -> None:
     """Load the CLI, run it on ``sys.argv`` and exit with its code (130 after Ctrl-C)."""
     with sigint_deferred() as interrupted:
+        loading_seam("start")
         from .app import main
     if interrupted:
         print("egopool: interrupted", file=sys.stderr)

@@ -40,11 +40,25 @@ def aria_cmd(
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate without a VRS (with one: the RGB camera's rate)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    verbose: bool = typer.Option(False, "--verbose", help="Also show projectaria-tools' own messages (on stderr)."),
 ) -> None:
     """Import a Project Aria recording: RGB and SLAM cameras as streams, both IMUs with their own device
-    stamps; with --mps, the closed-loop trajectory (ego SLAM), hand tracking (hand pose) and eye gaze."""
+    stamps; with --mps, the closed-loop trajectory (ego SLAM), hand tracking (hand pose) and eye gaze.
+    An empty MPS field is stored as missing (NaN) and counted, never as 0."""
+    import logging
+    import sys
+
     from ..interop.aria import import_aria
 
-    with _progress("importing frames", json_out) as tick:
-        result = import_aria(recording, out, task=task, mps_dir=mps, fps=fps, progress=tick)
+    log = logging.getLogger("egopool.interop.aria")
+    handler = logging.StreamHandler(sys.stderr)
+    if verbose:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    try:
+        with _progress("importing frames", json_out) as tick:
+            result = import_aria(recording, out, task=task, mps_dir=mps, fps=fps, progress=tick)
+    finally:
+        log.removeHandler(handler)
     _report(result, json_out)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -55,9 +56,47 @@ console = _Console()
 err_console = _Console(stderr=True)
 
 
+#: Where print_json writes while :func:`stdout_only_json` holds file descriptor 1 (else sys.stdout).
+_json_out: TextIO | None = None
+
+
 def print_json(obj: Any) -> None:
     """Print ``obj`` as JSON on stdout (UTF-8, non-ASCII kept, paths as strings)."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n")
+    out = _json_out or sys.stdout
+    out.write(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n")
+    out.flush()
+
+
+@contextlib.contextmanager
+def stdout_only_json(active: bool) -> Iterator[None]:
+    """With ``--json``, file descriptor 1 carries nothing but :func:`print_json`'s document.
+
+    Libraries print on stdout from C/C++ (projectaria-tools' ``Loaded #...`` lines, FFmpeg, SDK
+    loggers), below anything Python can redirect: fd 1 is pointed at stderr for the command, and
+    print_json writes to a duplicate of the real stdout. Python-level prints go to stderr too.
+    Nothing changes when sys.stdout is not the process's fd 1 (a test's captured stream).
+    """
+    global _json_out
+    try:
+        fd = sys.stdout.fileno() if active else -1
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd != 1:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    _json_out = open(saved, "w", encoding="utf-8", closefd=True)  # noqa: SIM115 - closed below
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        out, _json_out = _json_out, None
+        with contextlib.suppress(OSError):  # a closed pipe: nothing more to say
+            out.close()
 
 
 def human_bytes(n: float) -> str:

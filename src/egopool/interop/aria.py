@@ -24,14 +24,11 @@ device clock (ns), which becomes ``hardware_ns``.
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import logging
 import math
-import os
 import re
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +36,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import EgopoolError, FormatError
+from ..meta.drop_stats import missing_key, rejected_key
 from ..schema import ColumnSpec, imu_columns, slam_trajectory_columns, vector_column
 from ..write.task_writer import StreamSpec
 from ..importers._common import ImportResult, Progress, camera_calibration, check_fps, task_writer, window_offsets
+from .._native_output import native_output
 from ._releases import ARIA
 
 __all__ = ["ARIA_TO_MEDIAPIPE", "AriaRecording", "import_aria", "read_aria"]
@@ -54,6 +53,9 @@ _SLOTS = {"camera-rgb": "aria_rgb", "camera-slam-left": "aria_slam_left", "camer
 _DEVICE_AXES = {"+X": "down", "+Y": "left", "+Z": "forward"}   # Gen1 device frame = left SLAM camera, worn upright
 _CPF_AXES = {"+X": "left", "+Y": "up", "+Z": "forward"}         # central pupil frame (Aria docs)
 _GAZE_NAMES = ["yaw", "pitch", "yaw_low", "yaw_high", "pitch_low", "pitch_high", "depth"]
+#: The generalized_eye_gaze.csv column of each _GAZE_NAMES field.
+_GAZE_CSV = ["yaw_rads_cpf", "pitch_rads_cpf", "yaw_low_rads_cpf", "yaw_high_rads_cpf", "pitch_low_rads_cpf",
+             "pitch_high_rads_cpf", "depth_m"]
 
 
 def _pat() -> Any:
@@ -72,8 +74,9 @@ class _Mps:
     yaw: float
     hands: dict[str, tuple[np.ndarray, np.ndarray]]   # side -> ((M,) ns, (M, 21, 3) mediapipe order)
     gaze_ns: np.ndarray
-    gaze: np.ndarray             # (G, 7)
+    gaze: np.ndarray             # (G, 7), NaN where the MPS field was empty
     utc_start: float | None      # Unix s of the first pose (MPS utc_timestamp), if any
+    blank_poses: int = 0         # trajectory rows with an empty pose field (left out)
 
 
 @dataclass(frozen=True)
@@ -92,30 +95,46 @@ def _quat_xyzw(m: np.ndarray) -> np.ndarray:
     return rotation_to_quaternion(m)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: What VRS logs when it reads a file only in part (a truncated copy).
 _VRS_DAMAGE = re.compile(r"records are beyond the end of the file|Index incomplete|record #\d+ truncated")
 
 
-@contextlib.contextmanager
-def _native_log() -> Iterator[list[str]]:
-    """Collect what projectaria-tools' C++ code prints on file descriptor 2 (its logger and its
-    CSV parse errors) instead of showing it: the lines are judged by the caller (truncated VRS,
-    unparsable MPS file), so a failure stays one egopool line."""
-    lines: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
-            lines += [ln for ln in (_ANSI.sub("", raw).strip() for raw in text.splitlines()) if ln]
+_log = logging.getLogger("egopool.interop.aria")
+
+
+def _native_log():
+    """Collect what projectaria-tools' C++ code prints on file descriptors 1 and 2 (its ``Loaded #...``
+    counts on stdout, its logger and CSV parse errors on stderr) instead of showing it.
+
+    The lines are judged by the caller (truncated VRS, unparsable MPS file), so a failure stays one
+    egopool line, and stdout stays egopool's own (``--json`` prints only JSON there). Each line is
+    also logged at INFO on the ``egopool.interop.aria`` logger (``import aria --verbose`` shows them).
+    """
+    return native_output(_log, prefix="projectaria-tools: ")
+
+
+def _blank_cells(path: Path, names: dict[str, str]) -> dict[str, np.ndarray]:
+    """Which cells of an MPS CSV are empty, per field: ``{field: (rows,) bool}`` for each CSV column
+    ``names[field]`` the file has (read with pyarrow's CSV reader; an empty cell is null).
+
+    projectaria-tools reads an empty cell as 0.0, which a reader cannot tell from a real zero: the
+    caller stores those values as missing instead (multi_device_storage.md §5.5)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        header = next(csv.reader(fh), [])
+    have = {f: c for f, c in names.items() if c in header}
+    if not have:
+        return {}
+    try:
+        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+            include_columns=list(have.values()), column_types={c: pa.float64() for c in have.values()},
+            null_values=[""], strings_can_be_null=True))
+    except pa.ArrowInvalid as exc:
+        raise FormatError(f"cannot read the MPS CSV's numbers: {exc}", path=path,
+                          hint="the file is not an MPS output; pass the MPS folder as MPS wrote it") from None
+    return {f: table.column(c).is_null().to_numpy(zero_copy_only=False) for f, c in have.items()}
 
 
 def _read_csv(path: Path, reader: Callable[[str], Any], what: str) -> list[Any]:
@@ -146,6 +165,13 @@ def _read_mps(directory: Path) -> _Mps:
         raise FormatError("no trajectory/closed_loop_trajectory.csv", path=directory,
                           hint="pass the MPS output folder (trajectory/, hand_tracking/, eye_gaze/)")
     poses = _read_csv(traj_path, mps.read_closed_loop_trajectory, "closed-loop trajectory")
+    blank = _blank_cells(traj_path, {k: k for k in ("tracking_timestamp_us", *(f"{a}_world_device" for a in (
+        "tx", "ty", "tz", "qx", "qy", "qz", "qw")))})
+    unusable = np.logical_or.reduce(list(blank.values())) if blank else np.zeros(len(poses), bool)
+    if unusable.all():
+        raise FormatError("every pose of the closed-loop trajectory has an empty time or pose field", path=traj_path,
+                          hint="pass the MPS output folder as MPS wrote it")
+    poses = [p for p, bad in zip(poses, unusable, strict=True) if not bad]  # no pose is better than a made-up 0
     ns = np.array([round(p.tracking_timestamp.total_seconds() * 1e6) * 1000 for p in poses], dtype=np.int64)
     mats = np.stack([np.asarray(p.transform_world_device.to_matrix()) for p in poses])
     gravity = np.asarray(poses[0].gravity_world, dtype=np.float64).reshape(3)
@@ -163,13 +189,21 @@ def _read_mps(directory: Path) -> _Mps:
     hpath = directory / "hand_tracking" / "hand_tracking_results_v2.csv"
     if hpath.exists():
         results = _read_csv(hpath, mps.hand_tracking.read_hand_tracking_results, "hand tracking results")
+        hblank = _blank_cells(hpath, {"t": "tracking_timestamp_us", **{
+            f"{side}{k}{a}": f"t{a}_{side}_landmark_{k}_device" for side in ("left", "right") for k in range(21)
+            for a in "xyz"}})
+        no_time = hblank.pop("t", np.zeros(len(results), bool))
         for side in ("left", "right"):
             stamps, joints = [], []
-            for r in results:
+            for i, r in enumerate(results):
                 hand = getattr(r, f"{side}_hand")
-                if hand is None or hand.confidence < 0:
+                if hand is None or hand.confidence < 0 or no_time[i]:
                     continue
                 lm = np.asarray([np.asarray(v, dtype=np.float64).reshape(3) for v in hand.landmark_positions_device])
+                for k in range(len(lm)):
+                    for j, a in enumerate("xyz"):
+                        if hblank.get(f"{side}{k}{a}", no_time)[i]:
+                            lm[k, j] = np.nan  # an empty MPS field is missing, not 0 m (§5.5)
                 mp = np.full((21, 3), np.nan)
                 for j, a in enumerate(ARIA_TO_MEDIAPIPE):
                     if a >= 0:
@@ -181,11 +215,17 @@ def _read_mps(directory: Path) -> _Mps:
     gpath = directory / "eye_gaze" / "generalized_eye_gaze.csv"
     if gpath.exists():
         g = _read_csv(gpath, mps.read_eyegaze, "eye gaze")
+        gblank = _blank_cells(gpath, {"t": "tracking_timestamp_us", **dict(zip(_GAZE_NAMES, _GAZE_CSV, strict=True))})
+        keep = ~gblank.pop("t", np.zeros(len(g), bool))
         gaze_ns = np.array([round(e.tracking_timestamp.total_seconds() * 1e6) * 1000 for e in g], dtype=np.int64)
         gaze = np.array([[e.yaw, e.pitch, e.yaw_low, e.yaw_high, e.pitch_low, e.pitch_high, e.depth] for e in g],
                         dtype=np.float64).reshape(-1, 7)
+        for j, name in enumerate(_GAZE_NAMES):
+            if name in gblank:
+                gaze[gblank[name], j] = np.nan  # an empty MPS field is missing, not 0 (§5.5)
+        gaze_ns, gaze = gaze_ns[keep], gaze[keep]
     utc = poses[0].utc_timestamp.total_seconds() if getattr(poses[0], "utc_timestamp", None) else 0.0
-    return _Mps(ns, traj, yaw, hands, gaze_ns, gaze, utc if utc > 0 else None)
+    return _Mps(ns, traj, yaw, hands, gaze_ns, gaze, utc if utc > 0 else None, int(unusable.sum()))
 
 
 def _fisheye_calibration(dc: Any, label: str, name: str, fps: float) -> dict[str, Any]:
@@ -301,6 +341,7 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
     per_row: dict[str, Any] = {}
     images: dict[str, Any] = {}
     counts: dict[str, int] = {"rows": n}
+    missing: dict[str, tuple[int, str]] = {}  # column -> (values stored as missing / left out, note)
     if provider is not None:
         dc = provider.get_device_calibration()
         for label, slot in _SLOTS.items():
@@ -365,6 +406,10 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
         traj_ns = ColumnSpec(traj_ns.name, traj_ns.storage, traj_ns.dtype, None,
                              {**dict(traj_ns.feature or {}), "clock": "aria_device_ns"}, kind=traj_ns.kind,
                              sparse=True, lockstep=traj_ns.lockstep)
+        if m.blank_poses:
+            counts["trajectory_blank_poses"] = m.blank_poses
+            missing[traj.name] = (m.blank_poses, f"MPS trajectory: {m.blank_poses} pose(s) with an empty time or pose "
+                                                 "field left out (a pose cannot be partly missing)")
         offs = window_offsets(m.traj_ns, edges)
         columns += [traj, traj_ns]
         per_row[traj.name] = ("window", offs, m.traj)
@@ -378,7 +423,8 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
             col = vector_column(f"observation.{side}_hand_pose", [21, 3], sparse=False, kind="hand_pose",
                                 joint_order="mediapipe", frame="aria_device", frame_axes=dict(_DEVICE_AXES),
                                 source="aria_mps hand_tracking_results_v2 landmarks (m, device frame); joint 1 "
-                                       "(thumb CMC) has no Aria landmark: NaN; Aria's palm centre is not kept")
+                                       "(thumb CMC) has no Aria landmark: NaN; Aria's palm centre is not kept",
+                                missing_value="NaN: joint 1 always, and any coordinate the MPS CSV left empty")
             ns_col = ColumnSpec(f"{col.name}_ns", "scalar", "int64", None,
                                 {"dtype": "int64", "shape": [1], "encoding": "aria_device_ns", "missing_sentinel": 0},
                                 kind="ns", sparse=True)
@@ -387,13 +433,21 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
             per_row[col.name] = ("pick", pick, joints)
             per_row[ns_col.name] = ("value", np.where(pick >= 0, hns[np.maximum(pick, 0)] if len(hns) else 0, 0))
             counts[f"{side}_hand_samples"] = int(np.count_nonzero(pick >= 0))
+            stored = joints[pick[pick >= 0]] if len(hns) else np.zeros((0, 21, 3))
+            empty = int(np.isnan(np.delete(stored, 1, axis=1)).sum())  # joint 1 has no Aria landmark at all
+            if empty:
+                counts[f"{side}_hand_missing_values"] = empty
+                missing[col.name] = (empty, f"MPS {side} hand: {empty} landmark coordinate(s) of the stored samples "
+                                            "were empty in the CSV: stored as NaN (missing), not 0")
             if counts[f"{side}_hand_samples"] != len(hns):
                 notes.append(f"MPS {side} hand: {len(hns) - counts[f'{side}_hand_samples']} of {len(hns)} tracked "
                              "samples outside the rows (or several in one row: the last is kept), not stored")
         if len(m.gaze_ns):
             gaze = vector_column("observation.eye_gaze", [7], names=_GAZE_NAMES, units=["rad"] * 6 + ["m"],
                                  frame="aria_cpf", frame_axes=dict(_CPF_AXES),
-                                 source="aria_mps generalized_eye_gaze (yaw/pitch in the central pupil frame)")
+                                 source="aria_mps generalized_eye_gaze (yaw/pitch in the central pupil frame)",
+                                 missing_value="NaN: the MPS field was empty (MPS leaves depth_m empty without a "
+                                               "vergence estimate)")
             gns = ColumnSpec("observation.eye_gaze_ns", "scalar", "int64", None,
                              {"dtype": "int64", "shape": [1], "encoding": "aria_device_ns", "missing_sentinel": 0},
                              kind="ns", sparse=True)
@@ -402,9 +456,19 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
             per_row[gaze.name] = ("pick", pick, m.gaze)
             per_row[gns.name] = ("value", np.where(pick >= 0, m.gaze_ns[np.maximum(pick, 0)], 0))
             counts["gaze_samples"] = int(np.count_nonzero(pick >= 0))
+            stored = m.gaze[pick[pick >= 0]]
+            empty = {f: int(np.isnan(stored[:, j]).sum()) for j, f in enumerate(_GAZE_NAMES)}
+            empty = {f: k for f, k in empty.items() if k}
+            for f, k in empty.items():
+                counts[f"gaze_{f}_missing"] = k
+            if empty:
+                what = ", ".join(f"{f} in {k}" for f, k in empty.items())
+                missing[gaze.name] = (sum(empty.values()), f"MPS eye gaze: empty fields in the {len(stored)} stored "
+                                                           f"samples ({what}): stored as NaN (missing), not 0")
             if counts["gaze_samples"] != len(m.gaze_ns):
                 notes.append(f"MPS eye gaze: {len(m.gaze_ns) - counts['gaze_samples']} of {len(m.gaze_ns)} samples "
                              "outside the rows (or several in one row: the last is kept), not stored")
+    notes += [note for _, note in missing.values()]
     name = vrs.stem if vrs is not None else Path(mps_dir or "aria").name
     serial = ""
     if provider is not None:
@@ -454,6 +518,9 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
                              images=frames)
                 if progress is not None:
                     progress(i + 1, n)
+            for col_name, (k, note) in missing.items():
+                ep.count(missing_key(col_name) if col_name != "observation.ego_slam_trajectory"
+                         else rejected_key(col_name), k, note)
             result = ep.finish()
     return ImportResult(tw.task_dir, (result,), tuple(synth), tuple(notes), counts)
 

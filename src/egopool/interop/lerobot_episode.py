@@ -349,8 +349,25 @@ def _check_files(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], na
             half = 0.5 / ds.fps
             got = int(np.count_nonzero((times[vpath] >= t0 - half) & (times[vpath] < t1 - half)))
             if got != int(ep["length"]):
-                raise FormatError(f"episode {e}'s video {name!r} holds {got} frames in [{t0:g}, {t1:g}) s for "
-                                  f"{ep['length']} rows (truncated or damaged)", path=vpath, hint=FIX)
+                held = f"holds {got} frames in [{t0:g}, {t1:g}) s for {ep['length']} rows"
+                rate = _video_rate(times[vpath])
+                if rate is not None and abs(rate / ds.fps - 1.0) > 0.01:  # not damage: another frame rate
+                    raise FormatError(f"episode {e}'s video {name!r} is {rate:.4g} fps in a {ds.fps:g} fps dataset "
+                                      f"(meta/info.json fps): it {held}", path=vpath,
+                                      hint=f"re-encode the video at the dataset's rate (e.g. ffmpeg -i "
+                                           f"{vpath.name} -r {ds.fps:g} OUT.mp4), or import the other episodes "
+                                           "(--episode E)")
+                raise FormatError(f"episode {e}'s video {name!r} {held} (truncated or damaged)", path=vpath, hint=FIX)
+
+
+def _video_rate(times: np.ndarray) -> float | None:
+    """Frames per second of a video from its frames' presentation times (``(F,)`` float64 s, ascending):
+    1 / the median step, or None for fewer than 3 frames (too few to tell a rate)."""
+    steps = np.diff(times)
+    steps = steps[steps > 0]
+    if len(steps) < 2:
+        return None
+    return float(1.0 / np.median(steps))
 
 
 def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[FeatureColumns],

@@ -183,6 +183,8 @@ def vector_stats(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
         counted = CountedStats()
         counted.update(x)
         return counted.result(frames)
+    if x.dtype.kind == "f" and np.isnan(x).any():
+        return _stats_of_present(x, frames)
     mn, mx = x.min(axis=0), x.max(axis=0)
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=0)
@@ -192,6 +194,29 @@ def vector_stats(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
     def quantiles(i: int) -> np.ndarray:
         edges = _edges(mn[i], mx[i])
         return _quantiles(np.histogram(x[:, i], bins=edges)[0], edges, n)
+
+    return _block(mn, mx, mean, std, frames, quantiles)
+
+
+def _stats_of_present(x: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    """:func:`vector_stats` of float vectors holding NaN: a NaN is a missing value (an empty MPS field,
+    Aria's hand joint 1, docs/decisions.md I13), left out of each component's statistics; a component
+    without any value gets 0 in every statistic (stats.json is JSON: no NaN), the data keeps its NaN."""
+    d = x.shape[1]
+    present = [x[:, i][~np.isnan(x[:, i])] for i in range(d)]
+    mn, mx = np.zeros(d, x.dtype), np.zeros(d, x.dtype)
+    mean, std = np.zeros(d), np.zeros(d)
+    for i, v in enumerate(present):
+        if len(v):
+            v64 = v.astype(np.float64)
+            mn[i], mx[i], mean[i] = v.min(), v.max(), v64.mean()
+            std[i] = np.sqrt(((v64 - mean[i]) ** 2).mean())
+
+    def quantiles(i: int) -> np.ndarray:
+        if not len(present[i]):
+            return np.zeros(len(QUANTILES))
+        edges = _edges(mn[i], mx[i])
+        return _quantiles(np.histogram(present[i], bins=edges)[0], edges, len(present[i]))
 
     return _block(mn, mx, mean, std, frames, quantiles)
 

@@ -23,6 +23,9 @@ changed without a trace (DESIGN §8, docs/decisions.md #22):
     rows the writer refused as a whole (a frame-drop key: no row was written).
 ``<image_key>_encode_failed_count``
     a stream whose encoder failed mid-episode; the episode was published without it.
+``<signal>_missing_count``
+    values of ``observation.<signal>`` the source left empty (an empty MPS CSV field), stored as
+    missing (NaN, the column's ``missing_value``) instead of the 0 a parser reads there.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHANGED_VALUE_SUFFIXES", "changed_value_notes", "clipped_key", "encode_failed_key", "rejected_key",
-           "saturated_key", "signal_name"]
+__all__ = ["CHANGED_VALUE_SUFFIXES", "changed_value_notes", "clipped_key", "encode_failed_key", "missing_key",
+           "rejected_key", "saturated_key", "signal_name"]
 
 #: Suffixes of the keys that count values stored otherwise than given.
 CHANGED_VALUE_SUFFIXES = ("_rejected_count", "_saturated_count", "_clipped_count", "_encode_failed_count")
@@ -45,6 +48,11 @@ def signal_name(column: str) -> str:
 def rejected_key(column_or_stream: str) -> str:
     """Key counting rejected samples of a column (or frames of a stream)."""
     return f"{signal_name(column_or_stream)}_rejected_count"
+
+
+def missing_key(column: str) -> str:
+    """Key counting values of a column stored as missing because the source left them empty."""
+    return f"{signal_name(column)}_missing_count"
 
 
 def saturated_key(column: str) -> str:

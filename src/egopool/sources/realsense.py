@@ -12,9 +12,12 @@ What reaches the recorder (docs/decisions.md R11):
 
 * colour as uint8 ``(H, W, 3)`` RGB to ``<base>_rgb``, depth as uint16 **mm** ``(H, W)`` to
   ``<base>_depth`` (raw z16 × the device depth scale × 1000, rounded; 0 stays "no depth");
-* a colour frame and the depth frame of the same capture (timestamps within half a period)
-  are pushed together, so depth frame i belongs to RGB frame i (§4.3); a colour frame whose
-  depth never came pushes no depth and the row repeats the previous one (``depth_dup`` = 1);
+* a colour frame and the depth frame of the same capture are pushed together, so depth frame i
+  belongs to RGB frame i (§4.3): paired by their frame numbers when the device numbers both streams
+  by capture, else by their stamps at the colour-to-depth offset measured on the first frames
+  (:mod:`.pairing`, docs/decisions.md R21); a colour frame whose depth never came pushes no depth
+  and the row repeats the previous one (``depth_dup`` = 1, counted as ``<rgb slot>_unpaired_count``),
+  a depth frame without its colour frame is dropped (``<depth slot>_unpaired``);
 * depth keeps its own geometry; both intrinsics and the depth-to-colour extrinsics are in
   ``calibration``, so a reader can map depth into the colour image (not done while recording);
 * stamps of the D435 chain (file_format.md §7.1): ``raw_hw_ns`` = the frame's own device
@@ -43,6 +46,7 @@ from ..devices.kinds import Device, stereo_calibration
 from ..errors import DeviceError
 from ..recorder import Frame, Recorder
 from .base import Source
+from .pairing import CapturePairer
 
 __all__ = ["RealSenseSource", "list_realsense", "rs_module"]
 
@@ -146,9 +150,10 @@ class RealSenseSource(Source):
         self.model = ""
         self._anchor: int | None = None
         self._counter0 = 0
-        self._held: _RsFrame | None = None
-        self._depths: collections.deque[_RsFrame] = collections.deque(maxlen=4)
-        self._virtual: collections.deque[tuple[int, _RsFrame, _RsFrame | None]] = collections.deque()  # device ns
+        self._pairer: CapturePairer[_RsFrame] = CapturePairer(1000.0 / (fps or 30.0))
+        self._reported_depth = 0  # depth frames of _pairer.unpaired_depth already counted in an episode
+        # (device ns, colour, depth or None, depth frames given up so far)
+        self._virtual: collections.deque[tuple[int, _RsFrame, _RsFrame | None, int]] = collections.deque()
         self._vt0: tuple[int, int] | None = None
         self._exhausted = False
 
@@ -207,6 +212,8 @@ class RealSenseSource(Source):
         cv, dv = color_p.as_video_stream_profile(), depth_p.as_video_stream_profile()
         cal = self._calibration(cv, dv, depth_p.get_extrinsics_to(color_p), dev)
         dsize = None if (dv.width(), dv.height()) == (cv.width(), cv.height()) else (dv.width(), dv.height())
+        self._pairer = CapturePairer(1000.0 / float(color_p.fps() or 30))  # the mode as opened
+        self._reported_depth = 0
         kind = "d405" if "D405" in self.model else "d435"
         key = f"d435:{self.serial}" if self.serial else self.device.key
         return dataclasses.replace(self.device, kind=kind, key=key, width=cv.width(), height=cv.height(),
@@ -308,36 +315,33 @@ class RealSenseSource(Source):
         return np.minimum(mm, 65535).astype(np.uint16)
 
     def _pair(self, f: _RsFrame | None) -> list[tuple[_RsFrame, _RsFrame | None]]:
-        """Feed one frame (None = the input ended); returns the (colour, depth-or-None) pairs now complete.
+        """Feed one frame (None = the input ended); returns the (colour, depth-or-None) pairs now
+        complete, in colour order (:class:`.pairing.CapturePairer`)."""
+        return self._pairer.finish() if f is None else self._pairer.push(f)
 
-        A colour frame is held until the depth frame of its capture arrives (timestamps within half
-        a period) or the next colour frame does (then it goes without depth)."""
-        half = 500.0 / (self.device.fps or 30.0)  # ms
-        out: list[tuple[_RsFrame, _RsFrame | None]] = []
-        if f is None:
-            if self._held is not None:
-                out.append((self._held, None))
-                self._held = None
-            return out
-        if f.stream == "depth":
-            if self._held is not None and abs(f.ts_ms - self._held.ts_ms) <= half:
-                out.append((self._held, f))
-                self._held = None
-            else:
-                self._depths.append(f)
-            return out
-        if self._held is not None:
-            out.append((self._held, None))
-            self._held = None
-        match = min(self._depths, key=lambda d: abs(d.ts_ms - f.ts_ms), default=None)
-        if match is not None and abs(match.ts_ms - f.ts_ms) <= half:
-            while self._depths and self._depths[0] is not match:
-                self._depths.popleft()
-            self._depths.popleft()
-            out.append((f, match))
+    @property
+    def pairing(self) -> str | None:
+        """How colour and depth frames are paired, once decided on the first frames, e.g.
+        ``"frame numbers, colour +20.0 ms after depth"``."""
+        p = self._pairer
+        return None if p.rule is None else f"{p.rule}, colour {p.offset_ms:+.1f} ms after depth"
+
+    def _push_pair(self, rec: Recorder, slots: tuple[str, str], cf: Frame, df: Frame | None, given_up: int) -> None:
+        """Colour and its depth go in together (§4.3); what could not be paired is counted."""
+        rgb_slot, depth_slot = slots
+        rec.push_frame(rgb_slot, cf)
+        if df is not None:
+            rec.push_frame(depth_slot, df)
         else:
-            self._held = f
-        return out
+            rec.count(f"{rgb_slot}_unpaired_count", 1, f"a colour frame without the depth frame of its capture "
+                                                       f"({self.pairing}); the depth repeats")
+        self._report_depth(rec, depth_slot, given_up)
+
+    def _report_depth(self, rec: Recorder, depth_slot: str, given_up: int) -> None:
+        if given_up > self._reported_depth:
+            rec.count(f"{depth_slot}_unpaired", given_up - self._reported_depth,
+                      f"depth frames without the colour frame of their capture ({self.pairing}), left out")
+            self._reported_depth = given_up
 
     def _frames_of(self, color: _RsFrame, depth: _RsFrame | None, arrival: int | None = None) -> tuple[Frame, Frame | None]:
         if arrival is not None:
@@ -374,11 +378,14 @@ class RealSenseSource(Source):
                 cf, df = self._frames_of(color, depth)
                 self.delivered()
                 rec = self._rec
-                if rec is not None:  # colour and its depth go in together (§4.3)
-                    rec.push_frame(rgb_slot, cf)
-                    if df is not None:
-                        rec.push_frame(depth_slot, df)
+                if rec is not None:
+                    self._push_pair(rec, (rgb_slot, depth_slot), cf, df, self._pairer.unpaired_depth)
+                else:  # between episodes: what is lost there belongs to no episode
+                    self._reported_depth = self._pairer.unpaired_depth
             if f is None:
+                rec = self._rec
+                if rec is not None:
+                    self._report_depth(rec, depth_slot, self._pairer.unpaired_depth)
                 return  # the recording played to its end
 
     def _playback_done(self) -> bool:
@@ -403,7 +410,13 @@ class RealSenseSource(Source):
                 self._vt0 = (t1 - int(5e8 / (self.device.fps or 30.0)), dev_ns)
             return self._vt0[0] + (dev_ns - self._vt0[1])
 
-        while not self._exhausted and (not self._virtual or host(self._virtual[-1][0]) <= t1):
+        def wanted() -> bool:  # more frames before t1? (the clock starts at the first frame: the pairer
+            if not self._virtual:  # hands its first frames over together)
+                return True
+            host(self._virtual[0][0])
+            return host(self._virtual[-1][0]) <= t1
+
+        while not self._exhausted and wanted():
             f = self._next(2.0)
             if f is False:
                 continue
@@ -411,14 +424,14 @@ class RealSenseSource(Source):
                 self._exhausted = True
                 self._state = "ended"
             for color, depth in self._pair(f):  # type: ignore[arg-type]
-                self._virtual.append((int(round(color.ts_ms * 1e6)), color, depth))
+                self._virtual.append((int(round(color.ts_ms * 1e6)), color, depth, self._pairer.unpaired_depth))
         while self._virtual and host(self._virtual[0][0]) <= t1:
-            dev_ns, color, depth = self._virtual.popleft()
+            dev_ns, color, depth, given_up = self._virtual.popleft()
             cf, df = self._frames_of(color, depth, host(dev_ns))
             self.delivered()
-            rec.push_frame(rgb_slot, cf)
-            if df is not None:
-                rec.push_frame(depth_slot, df)
+            self._push_pair(rec, (rgb_slot, depth_slot), cf, df, given_up)
+        if self._exhausted and not self._virtual:
+            self._report_depth(rec, depth_slot, self._pairer.unpaired_depth)
 
     def restart_clock(self) -> None:
         """The next :meth:`feed` window starts a new virtual clock: the recording goes on from its next

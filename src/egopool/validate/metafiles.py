@@ -20,7 +20,7 @@ from ..unix_time import created_at_problem
 from .context import Context
 from .report import Report
 
-__all__ = ["check_info_file", "check_info_keys", "check_leftovers", "check_stats", "check_tasks_jsonl",
+__all__ = ["check_bom", "check_info_file", "check_info_keys", "check_leftovers", "check_stats", "check_tasks_jsonl",
            "check_templates", "non_finite_paths"]
 
 R_LAYOUT = "file_format.md §1"
@@ -30,6 +30,25 @@ R_TASKS = "file_format.md §5"
 R_IGNORED = "file_format.md §11"
 
 _SESSION_DIR_RE = re.compile(r"_\d{6}$")
+_BOM = b"\xef\xbb\xbf"
+
+
+def check_bom(report: Report, path: Path, rule: str, reader: str, fix: str) -> None:
+    """An error when a meta file that egopool read begins with a UTF-8 byte order mark.
+
+    egopool's reader drops the mark (``_safe_read.read_text``), the spec's own readers do not:
+    ``json.loads(f.readline())`` (§5) and ``json.load(f)`` of a file opened as UTF-8 fail with
+    "Unexpected UTF-8 BOM", so the file breaks every other program reading the task. Called only
+    after the file was read as a regular file.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_BOM))
+    except OSError:
+        return
+    if head == _BOM:
+        report.error(rule, path, f"begins with a UTF-8 byte order mark (EF BB BF): the spec's reader {reader} fails "
+                                 f"on it (egopool reads past it); {fix}")
 
 #: MUST key -> accepted JSON types (bool is never accepted where int is meant).
 _INFO_TYPES: dict[str, tuple[type, ...]] = {
@@ -94,6 +113,8 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
         msg = exc.message if "format" in exc.message else f"'format': {exc.message}"
         report.error(R_LAYOUT, path, f"{msg} ({exc.hint})" if exc.hint else msg)
         return None
+    check_bom(report, path, R_INFO, "json.load(f)", "re-save it as UTF-8 without the mark (the next writer of "
+                                                     "the task rewrites it without one)")
     return info
 
 
@@ -187,6 +208,8 @@ def check_tasks_jsonl(ctx: Context) -> None:
     except EgopoolError as exc:
         ctx.report.error(R_TASKS, path, f"cannot read as UTF-8 text: {exc.message}")
         return
+    check_bom(ctx.report, path, R_TASKS, "json.loads(f.readline())",
+              "re-save it as UTF-8 without the mark (writers never rewrite an existing tasks.jsonl)")
     lines = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         ctx.report.error(R_TASKS, path, 'is empty; write the single line {"task_index": 0, "task": "<task name>"}')
@@ -229,6 +252,7 @@ def check_stats(ctx: Context, has_episodes: bool) -> None:
     except EgopoolError as exc:
         ctx.report.error(R_STATS, path, f"cannot parse JSON ({exc.message}); run `egopool stats recalc TASK`")
         return
+    check_bom(ctx.report, path, R_STATS, "json.load(f)", "run `egopool stats recalc TASK` to rewrite it")
     if not isinstance(doc, dict):
         ctx.report.error(R_STATS, path, "is not a JSON object of blocks; run `egopool stats recalc TASK`")
         return
