@@ -643,3 +643,47 @@ def test_tum_numbers_are_plain_ascii(tmp_path, tok):
     p = _tum_file(tmp_path, f"{tok} 0 0 0 0 0 0 1\n")
     with pytest.raises(FormatError, match="line 1"):
         read_tum(p)
+
+
+# -- the same source twice (issue 16 E) -------------------------------------------------------------------------------
+
+def _snapshot(task: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(task)): p.read_bytes() for p in sorted(task.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["tum", "euroc", "rgbd-frames"])
+def test_importing_the_same_source_twice_is_refused_naming_its_n(tmp_path, capsys, kind):
+    """The example: the same TUM file imported twice made N=2 an identical copy without a word."""
+    src = {"tum": DATA / "evo_trajectories" / TUM_FILES[0], "euroc": EUROC, "rgbd-frames": SEVEN}[kind]
+    frame = {"tum": ["--frame", "tum_fr1_world"], "euroc": [], "rgbd-frames": ["--frame", "ego_cam_optical"]}[kind]
+    args = ["import", kind, str(src), *frame, "--out", str(tmp_path), "--task", "t"]
+    assert main(args) == 0
+    capsys.readouterr()
+    before = _snapshot(tmp_path / "t")
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err == (f"egopool: error: {tmp_path}/t: {src} is already in this task as episode N=1 (imported before, "
+                   "same content sha256:") + err[len(f"egopool: error: {tmp_path}/t: {src} is already in this task as "
+                                                     "episode N=1 (imported before, same content sha256:"):]
+    assert err.endswith("...); importing it again would hold it twice (pass --allow-duplicate to import it again "
+                        "anyway, or `egopool delete TASK 1` first)\n") and err.count("\n") == 1
+    assert _snapshot(tmp_path / "t") == before  # nothing written
+    assert main([*args, "--allow-duplicate", "--json"]) == 0
+    assert [e["episode_index"] for e in json.loads(capsys.readouterr().out)["episodes"]] == [2]
+
+
+def test_the_same_content_under_another_name_is_the_same_source_and_a_deleted_one_may_come_back(tmp_path, capsys):
+    tum = DATA / "evo_trajectories" / TUM_FILES[0]
+    copy = tmp_path / "renamed.txt"
+    shutil.copyfile(tum, copy)
+    base = ["--frame", "tum_fr1_world", "--out", str(tmp_path / "rec"), "--task", "t"]
+    assert main(["import", "tum", str(tum), *base]) == 0
+    assert main(["import", "tum", str(copy), *base]) == 1
+    assert "is already in this task as episode N=1" in capsys.readouterr().err
+    other = tmp_path / "other.txt"
+    other.write_text(tum.read_text().replace(" 1.3563 ", " 1.3564 ", 1))  # one digit differs
+    assert main(["import", "tum", str(other), *base]) == 0
+    assert main(["delete", str(tmp_path / "rec" / "t"), "1", "--yes"]) == 0
+    capsys.readouterr()
+    assert main(["import", "tum", str(copy), *base, "--json"]) == 0  # N=1 is gone: importing it again is no copy
+    assert [e["episode_index"] for e in json.loads(capsys.readouterr().out)["episodes"]] == [3]

@@ -116,8 +116,8 @@ BAD_VALUES = {
 
 @pytest.mark.parametrize("bad", list(BAD_VALUES), ids=list(BAD_VALUES))
 def test_every_kind_of_bad_value_becomes_no_sample_and_is_counted(tmp_path, bad):
-    """Force is not a stats column, so NaN/inf are refused there only through the wrong length etc.;
-    a stats column (the glove) refuses NaN/inf too. Both keep their row and count per column."""
+    """Force (not a stats column) and the glove (a stats column) refuse every bad value, NaN/inf included;
+    both keep their row and count per column."""
     rig = _rig(GRIPPER, GLOVE_DEV)
     glove_bad = BAD_VALUES[bad] if bad not in ("nan", "inf") else np.where(np.arange(256) == 5, np.nan, 1.0)
     script = {0: lambda r: [r.push_frame("gripper_rgb", Frame(_img(1), 5, 5)),
@@ -129,13 +129,12 @@ def test_every_kind_of_bad_value_becomes_no_sample_and_is_counted(tmp_path, bad)
     done, ep = _record(tmp_path, rig, script, rows=3)
     assert done.result.length == 3
     assert done.drop_stats["left_glove_rejected_count"] == 1
-    force_rejected = bad not in ("nan", "inf")  # NaN is a sensor's "no reading" outside stats columns (#19)
-    assert done.drop_stats.get("gripper_left_force_rejected_count", 0) == int(force_rejected)
+    # every float column refuses NaN/inf in the recorder, not only stats columns (issue 15 G)
+    assert done.drop_stats["gripper_left_force_rejected_count"] == 1
     g = ep.table.column(GLOVE).to_pylist()
     assert [row[0] for row in g] == [1.0, 0.0, 2.0]
     f = ep.table.column(FORCE).to_pylist()
-    if force_rejected:
-        assert f[1] == [0, 0, 0] and ep.table.column(FORCE + "_ns").to_pylist() == [10, 0, 30]
+    assert f[1] == [0, 0, 0] and ep.table.column(FORCE + "_ns").to_pylist() == [10, 0, 30]
     assert _errors(validate_task(tmp_path / "t")) == []
 
 
@@ -418,3 +417,126 @@ def test_frames_of_a_dropped_stream_are_not_counted_as_bad_samples(tmp_path, mon
     assert ep.drop_stats.get("cam_depth_encode_failed_count") == 1
     assert not [k for k in ep.drop_stats if k.endswith("_rejected_count")], dict(ep.drop_stats)
 
+
+
+# -- NaN / inf in every float column, not only the stats columns (issue 15 G) ------------------------------------------
+
+RIGHT_GLOVE = Device("usb_glove", "usbglove:364933593535", "USB 手套_right", side="right")
+
+
+def test_nan_and_inf_in_glove_imu_and_hand_pose_columns_are_refused_and_counted(tmp_path):
+    """The example: NaN / inf pushed into right_glove_imu_quat, right_glove_imu_valid and right_hand_pose were stored
+    unchanged, with no drop_stats count and no validator finding; a gripper trajectory point holding NaN too."""
+    rig = _rig(GRIPPER, RIGHT_GLOVE)
+    quat, valid, pose = ("observation.right_glove_imu_quat", "observation.right_glove_imu_valid",
+                         "observation.right_hand_pose")
+    traj = "observation.slam_trajectory"
+    good = {quat: np.tile(np.float32([0, 0, 0, 1]), (16, 1)), valid: np.ones(16, np.float32),
+            pose: np.full((21, 3), 0.5, np.float32)}
+
+    def row(k, bad=None, value=None):
+        def push(r):
+            r.push_frame("gripper_rgb", Frame(_img(k), 100 + k, 100 + k))
+            for col, v in good.items():
+                r.push_sample(col, value if col == bad else v)
+            pts = np.array([[0.1 * k, 1, 2, 3, 0, 0, 0, 1], [0.1 * k + 0.05, 1, 2, 3, 0, 0, 0, 1]])
+            if k == 4:
+                pts[1, 2] = np.nan  # one of the two points of row 4
+            r.push_points(traj, pts, [1000 + 2 * k, 1001 + 2 * k])
+        return push
+
+    nan_quat = good[quat].copy()
+    nan_quat[3, 1] = np.nan
+    inf_valid = good[valid].copy()
+    inf_valid[5] = -np.inf
+    nan_pose = good[pose].copy()
+    nan_pose[0] = np.nan
+    script = {0: row(0), 1: row(1, quat, nan_quat), 2: row(2, valid, inf_valid), 3: row(3, pose, nan_pose),
+              4: row(4), 5: row(5)}
+    done, ep = _record(tmp_path, rig, script, rows=6)
+    assert done.result.length == 6
+    counts = {k: v for k, v in done.drop_stats.items() if k.endswith("_rejected_count")}
+    assert counts == {"right_glove_imu_quat_rejected_count": 1, "right_glove_imu_valid_rejected_count": 1,
+                      "right_hand_pose_rejected_count": 1, "slam_trajectory_rejected_count": 1}
+    t = ep.table
+    assert t.column(quat).to_pylist()[1] == [0.0] * 64  # §5.5 "no sample"
+    assert t.column(valid).to_pylist()[2] == [0.0] * 16
+    assert t.column(pose).to_pylist()[3] == [0.0] * 63
+    assert [len(p) // 8 for p in t.column(traj).to_pylist()] == [2, 2, 2, 2, 1, 2]
+    assert t.column(traj + "_ns").to_pylist()[4] == [1008]  # the NaN point left out with its stamp
+    for col in (quat, valid, pose, traj):
+        assert np.isfinite(np.concatenate([np.asarray(v, np.float64) for v in t.column(col).to_pylist()])).all()
+    report = validate_task(tmp_path / "t")
+    assert _errors(report) == []
+    warned = sorted(f.message.split(":")[0] for f in report.findings if "rejected_count" in f.message)
+    assert warned == ["drop_stats right_glove_imu_quat_rejected_count = 1",
+                      "drop_stats right_glove_imu_valid_rejected_count = 1",
+                      "drop_stats right_hand_pose_rejected_count = 1", "drop_stats slam_trajectory_rejected_count = 1"]
+
+
+# -- a source that dies mid-episode (issue 15 G) ----------------------------------------------------------------------
+
+def test_a_source_that_raises_at_15_s_of_20_s_is_disconnected_from_that_tick_and_its_rows_counted(tmp_path,
+                                                                                                   monkeypatch):
+    """The example: status.right_glove read "connected" on all 600 rows and its 150 zero rows carried no count."""
+    from egopool.devices import simulated
+
+    rig = _rig(UVC, RIGHT_GLOVE)
+    real = simulated._Glove.emit_signals
+
+    def dies_at_15_s(self, t0, t1, rec):
+        if t1 - self.epoch > 15 * 10**9:
+            raise RuntimeError("USB glove unplugged")
+        real(self, t0, t1, rec)
+
+    monkeypatch.setattr(simulated._Glove, "emit_signals", dies_at_15_s)
+    rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
+    with pytest.warns(ValueChangedWarning, match=r"150 row\(s\) were recorded while right_glove was disconnected "
+                                                 r"\(status.right_glove\).*first: from tick 450: usbglove:364933593535: "
+                                                 r"RuntimeError: USB glove unplugged"):
+        done = SimulatedRig(rig).record(rec, 20.0)
+    assert done.result.length == 600
+    assert done.drop_stats["right_glove_disconnected_count"] == 150
+    t = open_task(tmp_path / "t").episode(done.index).table
+    status = t.column("status.right_glove").to_pylist()
+    assert status == ["connected"] * 450 + ["disconnected"] * 150
+    glove = np.asarray(t.column("observation.right_glove").to_pylist())
+    assert glove[:450].any(axis=1).all() and not glove[450:].any()  # §5.5: no sample after it died
+    report = validate_task(tmp_path / "t")
+    assert _errors(report) == []
+    assert any(f.message.startswith("drop_stats right_glove_disconnected_count = 150") for f in report.findings)
+
+
+def test_a_real_time_source_whose_thread_raises_reads_disconnected_from_then_on(tmp_path):
+    """Source._guarded_run: the capture thread's exception marks the device's status columns (real time)."""
+    from egopool.sources import RecordingSession
+    from egopool.sources.base import Source
+
+    class DyingGlove(Source):
+        def _run(self, stop):
+            col = self.reg.signals["pressure"]
+            while not stop.is_set():
+                rec = self._rec
+                if rec is not None:
+                    if rec.live_stats()["rows"] >= 10:
+                        raise RuntimeError("USB glove unplugged")
+                    rec.push_sample(col, np.ones(256, np.float32))
+                stop.wait(0.005)
+
+    session = RecordingSession(TaskWriter(tmp_path, "t", registry=False), [DyingGlove(RIGHT_GLOVE)])
+    session.open()
+    try:
+        with pytest.warns(ValueChangedWarning, match="usbglove:364933593535: RuntimeError: USB glove unplugged"):
+            first = session.record_seconds(40 / FPS)
+        with pytest.warns(ValueChangedWarning, match="disconnected"):
+            second = session.record_seconds(5 / FPS)  # still dead: disconnected from its first row
+    finally:
+        session.close()
+    task = open_task(tmp_path / "t")
+    status = task.episode(first.index).table.column("status.right_glove").to_pylist()
+    cut = status.index("disconnected")
+    assert cut >= 10 and status == ["connected"] * cut + ["disconnected"] * (len(status) - cut)
+    assert first.drop_stats["right_glove_disconnected_count"] == len(status) - cut
+    status2 = task.episode(second.index).table.column("status.right_glove").to_pylist()
+    assert set(status2) == {"disconnected"} and second.drop_stats["right_glove_disconnected_count"] == len(status2)
+    assert session.sources[0].error == "RuntimeError: USB glove unplugged"

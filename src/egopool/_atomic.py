@@ -28,6 +28,7 @@ __all__ = [
     "fsync_file",
     "publish",
     "task_lock",
+    "task_read_lock",
     "temp_path_for",
 ]
 
@@ -107,6 +108,36 @@ def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2, syn
         raise FormatError(f"refusing to write NaN/Infinity into JSON ({exc})", path=path,
                           hint="the value came from the caller; pass finite numbers") from exc
     atomic_write_bytes(path, (text + "\n").encode("utf-8"), sync_dir=sync_dir)
+
+
+@contextlib.contextmanager
+def task_read_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the task lock shared, for work that only reads (every ``--dry-run``; docs/decisions.md #24).
+
+    ``flock(LOCK_SH)`` on ``meta/episodes/.lock`` opened read-only: it waits for a writer that holds
+    the lock (:func:`task_lock`) and keeps writers out while held, yet needs no write access, so a
+    read-only task (a read-only mount, files of another user) can be planned. Without an anchor (a task
+    nobody ever wrote with egopool's lock) nothing is locked and nothing is created. Yields True while
+    held; with ``wait=False`` it yields False at once when a writer holds the lock.
+    """
+    anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
+    try:
+        fd = os.open(anchor, os.O_RDONLY)
+    except OSError:  # missing (or unreadable: then nothing of the task can be read either)
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

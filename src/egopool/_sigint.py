@@ -1,4 +1,5 @@
-"""Holding Ctrl-C back over a stretch of code that must not be cut in the middle."""
+"""Holding Ctrl-C (and SIGTERM, which the CLI handles like it) back over a stretch of code that must not be cut
+in the middle, and making SIGTERM a Ctrl-C."""
 
 from __future__ import annotations
 
@@ -28,15 +29,24 @@ def loading_seam(point: str) -> None:
 
 @contextlib.contextmanager
 def sigint_deferred() -> Iterator[list[int]]:
-    """While inside, Ctrl-C (SIGINT) is recorded in the yielded list instead of raising
+    """While inside, Ctrl-C (SIGINT) and SIGTERM are recorded in the yielded list instead of raising
     KeyboardInterrupt; the caller acts on it afterwards. Main thread only: elsewhere signals cannot
     be handled and nothing changes (the list stays empty)."""
     hits: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield hits
         return
-    old = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    old = {sig: signal.signal(sig, lambda signum, frame: hits.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield hits
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def sigterm_as_interrupt() -> None:
+    """From now on SIGTERM (``kill``, systemd, a container stop) raises KeyboardInterrupt in the main thread, as
+    Ctrl-C does: every command then discards or finishes what it was writing the way it does for Ctrl-C, instead
+    of dying with its temp files and reservations left behind (issue 16 E). Main thread only."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)

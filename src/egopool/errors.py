@@ -182,11 +182,11 @@ _TEMP_NAME_RE = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{8}\.tmp$")
 _OS_HINTS = {
     _errno.ENOSPC: "free disk space or choose another location, then run it again",
     _errno.EDQUOT: "free disk space within your quota and run it again",
-    _errno.EROFS: "the file system is read-only; choose a writable location",
-    _errno.EACCES: "permission denied; choose a location you can write to",
-    _errno.EPERM: "permission denied; choose a location you can write to",
-    _errno.ENOTDIR: "a component of the path is a file, not a directory",
-    _errno.EISDIR: "the path is a directory where a file was expected",
+    _errno.EROFS: "choose a location on a writable file system",
+    _errno.EACCES: "choose a location you can write to, or get write permission for it",
+    _errno.EPERM: "choose a location you can write to, or get write permission for it",
+    _errno.ENOTDIR: "one of its folders is a file; choose another path",
+    _errno.EISDIR: "move that directory away or choose another path",
     _errno.EFBIG: "a file size limit was reached (ulimit -f, or the file system's largest file)",
 }
 
@@ -251,11 +251,15 @@ class MetaUpdateError(EgopoolError):
     ----------
     index:
         Global N of the saved episode.
+    result:
+        What :meth:`~egopool.write.episode_writer.EpisodeWriter.finish` published (an
+        ``EpisodeResult``: N, rows, paths), so a caller can go on; None where no episode object exists.
     """
 
     def __init__(self, index: int, message: str, *, path: str | Path | None = None,
                  hint: str | None = None) -> None:
         self.index = index
+        self.result: Any = None
         super().__init__(f"episode {index} was saved, but {message}", path=path, hint=hint)
 
 

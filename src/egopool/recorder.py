@@ -49,7 +49,7 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +57,8 @@ import av
 import numpy as np
 
 from ._threads import name_thread
-from .errors import CodecError, EgopoolError, SchemaError, ValueChangedWarning
-from .meta.drop_stats import rejected_key
+from .errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, ValueChangedWarning
+from .meta.drop_stats import disconnected_key, rejected_key
 from .write.checks import check_episode_seconds, max_episode_rows
 from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
 
@@ -123,12 +123,17 @@ class RecordedEpisode:
     notes:
         One line per kind of value stored otherwise than given, and why recording stopped
         early (the float32 timestamp limit); each was also warned (ValueChangedWarning).
+    unfinished:
+        The episode is saved, but ``info.json`` / ``stats.json`` (and maybe the registry) were not
+        updated: the one line saying what is still to do (a :class:`~egopool.errors.MetaUpdateError`,
+        also warned as a RuntimeWarning), else None.
     """
 
     result: EpisodeResult
     drop_stats: dict[str, int | float]
     ticks: int
     notes: tuple[str, ...] = ()
+    unfinished: str | None = None
 
     @property
     def index(self) -> int:
@@ -203,6 +208,7 @@ class Recorder:
         #: Why the last episode was discarded without rows (a stream silent past ``prime_timeout``), or None.
         self.discard_reason: str | None = None
         self._result: EpisodeResult | None = None
+        self._unfinished: str | None = None  # saved, but info/stats/registry still to do (MetaUpdateError)
         self._final_stats: dict[str, int | float] = {}
         self._notes: list[str] = []
         self._aborting = self._realtime = False
@@ -247,6 +253,7 @@ class Recorder:
             self._points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
             self._npoints: dict[str, int] = {}
             self._status = {sid: "connected" for sid in self._status_ids}
+            self._status_reason: dict[str, str] = {}  # status id -> why it went disconnected
             self._counts: dict[str, int] = {}
             self._reasons: dict[str, str] = {}  # count key -> first reason (for the episode's notes)
             self._taken: dict[str, int] = {s: 0 for s in self._streams}
@@ -380,8 +387,12 @@ class Recorder:
             if reason:
                 self._reasons.setdefault(key, reason)
 
-    def set_status(self, sid: str, state: str) -> None:
+    def set_status(self, sid: str, state: str, reason: str | None = None) -> None:
         """Set ``status.<sid>`` (``connected`` / ``disconnected``) from the next row on.
+
+        Every row built while it reads ``disconnected`` is counted as ``<sid>_disconnected_count`` in
+        ``drop_stats`` (those rows hold no sample of the device, multi_device_storage.md §5.5);
+        ``reason`` (e.g. the error that stopped the device's source) goes into the episode's note.
 
         Raises
         ------
@@ -393,6 +404,16 @@ class Recorder:
             raise SchemaError(f"no status column for {sid!r}", hint=f"status ids: {self._status_ids}")
         with self._lock:
             self._status[sid] = str(state)
+            if reason and state == "disconnected":
+                self._status_reason.setdefault(sid, str(reason))
+
+    def mark_disconnected(self, sids: Iterable[str], reason: str) -> None:
+        """A device stopped (its source raised): each of its ``status.<sid>`` columns this rig records reads
+        ``disconnected`` from the next row on, counted per row with ``reason`` (:meth:`set_status`).
+        Ids the rig has no status column for are skipped. Never raises (any thread)."""
+        for sid in sids:
+            if sid in self._status:
+                self.set_status(sid, "disconnected", reason=reason)
 
     def live_stats(self) -> dict[str, Any]:
         """Counters of the running episode for a status display (any thread).
@@ -440,6 +461,13 @@ class Recorder:
             latest, self._latest = self._latest, {}
             points, self._points, self._npoints = self._points, {}, {}
             status = dict(self._status)
+            for sid, st in status.items():  # rows without the device's samples (§5.5 "设备中途断连")
+                if st == "disconnected":
+                    key = disconnected_key(sid)
+                    if key not in self._counts:
+                        why = self._status_reason.get(sid)
+                        self._reasons.setdefault(key, f"from tick {tick}" + (f": {why}" if why else ""))
+                    self._count(key)
         chain = self._chain
         values: dict[str, Any] = {}
         images: dict[str, np.ndarray] = {}
@@ -540,11 +568,16 @@ class Recorder:
                 self._set_aside(ep)
                 return
             for key, n in self._drop_stats(lag_max).items():  # the writer may count the same key (rejects)
-                if key.endswith("_rejected_count") or key == "rows_rejected":
+                if key.endswith(("_rejected_count", "_disconnected_count")) or key == "rows_rejected":
                     ep.count(key, int(n), self._reasons.get(key))
                 else:
                     ep.drop_stats[key] = n
-            self._result = ep.finish()
+            try:
+                self._result = ep.finish()
+            except MetaUpdateError as exc:  # saved (committed): returned, with what is still to do
+                self._result, self._unfinished = exc.result, exc.one_line()
+                if self._result is None:
+                    raise
             self._final_stats = dict(ep.drop_stats)
             self._notes[:0] = self._result.notes
         except BaseException as exc:
@@ -574,7 +607,7 @@ class Recorder:
         return stats
 
     # -- episode control ---------------------------------------------------------------------------
-    def _begin(self, realtime: bool) -> None:
+    def _begin(self, realtime: bool, disconnected: Mapping[str, str] | None = None) -> None:
         if self._active:
             raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
         self.rig.check_task(self.writer.info)
@@ -584,12 +617,16 @@ class Recorder:
                 dataclasses.replace(st, preset=self.realtime_presets.get(st.kind)) if st.preset is None else st
                 for st in self._kwargs["streams"]]
         self._reset_buffers()
+        for sid, reason in (disconnected or {}).items():  # a device already dead: disconnected from the first row
+            if sid in self._status:
+                self.set_status(sid, "disconnected", reason=reason)
         self._chain = _Chain()
         self._wq = queue.Queue(maxsize=self._wq_rows)
         self._error = None
         self._unprimed = None
         self.discard_reason = None
         self._result = None
+        self._unfinished = None
         self._final_stats = {}
         self._notes = []
         self._aborting = False
@@ -614,6 +651,8 @@ class Recorder:
         self._active = False
         for line in self._notes:  # from this (the caller's) thread, so callers can catch them
             warnings.warn(line, ValueChangedWarning, stacklevel=3)
+        if self._unfinished is not None:  # the episode is safe; one line says what is still to do
+            warnings.warn(self._unfinished, RuntimeWarning, stacklevel=3)
         if self._error is not None and self._error is self._unprimed and self._episode is None and \
                 (abort or discard_empty):  # a stream never delivered: nothing was written, no N taken
             self.discard_reason = self._unprimed.one_line()
@@ -635,9 +674,9 @@ class Recorder:
         if self._result is None:
             raise CodecError("the episode has no rows: no tick had a frame of every stream "
                              f"(silent: {self._silent_streams()})")
-        return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes))
+        return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes), self._unfinished)
 
-    def start_episode(self, max_ticks: int | None = None) -> None:
+    def start_episode(self, max_ticks: int | None = None, *, disconnected: Mapping[str, str] | None = None) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.
 
         Parameters
@@ -645,6 +684,8 @@ class Recorder:
         max_ticks:
             Stop ticking after this many ticks (an episode of ``max_ticks / fps`` seconds);
             :meth:`wait_ticks` returns once they are done. None = until :meth:`stop_episode`.
+        disconnected:
+            ``status`` id -> reason of devices that are already dead: ``disconnected`` from the first row.
 
         Raises
         ------
@@ -657,7 +698,7 @@ class Recorder:
         """
         if max_ticks is not None:  # refused before recording, as record_virtual does (issue 12 A)
             check_episode_seconds(max_ticks / self.fps, self.fps, "max_ticks / fps")
-        self._begin(realtime=True)
+        self._begin(realtime=True, disconnected=disconnected)
         self._max_ticks = max_ticks
         self._ticks_done = threading.Event()
         self._tick_thread = threading.Thread(target=self._tick_loop, name="egopool-tick", daemon=True)
@@ -760,7 +801,8 @@ class Recorder:
         self._end(abort=True)
 
     def record_virtual(self, seconds: float, feed: Callable[[int, int, Recorder], None], *,
-                       host0_ns: int | None = None, until: Callable[[], bool] | None = None) -> RecordedEpisode:
+                       host0_ns: int | None = None, until: Callable[[], bool] | None = None,
+                       disconnected: Mapping[str, str] | None = None) -> RecordedEpisode:
         """Record ``seconds`` of rows on a virtual clock, as fast as the write thread allows.
 
         Before each tick, ``feed(t0_ns, t1_ns, recorder)`` pushes what the sources captured in
@@ -779,6 +821,8 @@ class Recorder:
         until:
             Ends the episode early, before a tick, once it returns True and every frame pushed
             so far has been taken by a row (e.g. a recording played to its end).
+        disconnected:
+            As :meth:`start_episode`.
 
         Raises
         ------
@@ -792,7 +836,7 @@ class Recorder:
             Writing failed (the episode was aborted).
         """
         rows = check_episode_seconds(seconds, self.fps)
-        self._begin(realtime=False)
+        self._begin(realtime=False, disconnected=disconnected)
         period_ns = int(round(1e9 / self.fps))
         t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
         try:

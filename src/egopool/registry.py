@@ -423,6 +423,33 @@ class Registry:
                                (task,)).fetchall()
         return [_upload(r) for r in rows]
 
+    # -- imports (issue 16 E) --------------------------------------------------------------------
+    def imported(self, task: str, source: str) -> list[int]:
+        """N that an earlier import of ``source`` (a content digest, :func:`egopool.importers._common.source_digest`)
+        wrote into ``task``, ascending; [] when none (or the table does not exist yet)."""
+        with self._connect(write=False) as con:
+            try:
+                rows = con.execute("SELECT episode_index FROM imports WHERE task = ? AND source = ? "
+                                   "ORDER BY episode_index", (task, source)).fetchall()
+            except sqlite3.OperationalError:  # no imports table yet: nothing was imported with one
+                return []
+        return [int(r[0]) for r in rows]
+
+    def has_imports(self, task: str) -> bool:
+        """Whether any episode of ``task`` was recorded as imported (:meth:`record_import`)."""
+        with self._connect(write=False) as con:
+            try:
+                return con.execute("SELECT 1 FROM imports WHERE task = ? LIMIT 1", (task,)).fetchone() is not None
+            except sqlite3.OperationalError:  # no imports table yet
+                return False
+
+    def record_import(self, task: str, source: str, index: int, what: str) -> None:
+        """Remember that N of ``task`` was imported from ``source`` (its content digest); ``what`` names it
+        for people (the file). The table is created on first use (no schema version change)."""
+        with self._connect(write=True) as con:
+            con.execute(_IMPORTS_TABLE)
+            con.execute("INSERT OR REPLACE INTO imports VALUES (?, ?, ?, ?, ?)", (task, source, index, what, time.time()))
+
     # -- identity --------------------------------------------------------------------------------
     def identity(self) -> ClientIdentity:
         """This recordings root's client identity (docs/decisions.md U11), created on first use.
@@ -459,6 +486,17 @@ class Registry:
     def host_id(self) -> str:
         """The public host id of :meth:`identity` (32 hex)."""
         return self.identity().host_id
+
+
+#: Which source (content digest) each imported episode came from, for refusing a second import of it.
+_IMPORTS_TABLE = """CREATE TABLE IF NOT EXISTS imports (
+    task          TEXT    NOT NULL,
+    source        TEXT    NOT NULL,
+    episode_index INTEGER NOT NULL,
+    what          TEXT    NOT NULL,
+    imported_at   REAL    NOT NULL,
+    PRIMARY KEY (task, source, episode_index)
+)"""
 
 
 def _create_schema(con: sqlite3.Connection) -> None:

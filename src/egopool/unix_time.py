@@ -55,7 +55,11 @@ def created_at_problem(created_at: float, *, fps: float | None = None,
         message starts with ``created_at = <value>`` and, when the value is a 2000–2100 time in
         another unit, names that unit as the fix.
     """
-    x = float(created_at)
+    try:
+        x = float(created_at)
+    except OverflowError:  # a JSON integer beyond float64 (e.g. -1 followed by 400 zeros)
+        return "error", (f"created_at = {str(created_at)[:12]}... ({len(str(abs(int(created_at))))} digits) is beyond "
+                         "float64; store Unix seconds")
     unit = plausible_unix_unit(x)
     fix = "; store Unix seconds"
     if unit is not None and unit != "seconds":

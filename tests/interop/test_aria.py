@@ -262,3 +262,14 @@ def test_an_empty_hand_landmark_coordinate_is_missing_not_zero(tmp_path):
     drop = json.loads(pq.read_table(result.task_dir / "meta/episodes/chunk-000/episode-000.parquet")
                       .column("drop_stats")[0].as_py())
     assert drop["left_hand_pose_missing_count"] == 1 and "right_hand_pose_missing_count" not in drop
+
+
+def test_importing_the_same_mps_output_twice_is_refused(tmp_path, capsys):
+    pytest.importorskip("projectaria_tools")
+    args = ["import", "aria", "--mps", str(MPS), "--task", "mps", "--out", str(tmp_path)]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"egopool: error: {tmp_path}/mps: {MPS} is already in this task as episode N=1 ")
+    assert [ep.index for ep in open_task(tmp_path / "mps").episodes()] == [1]

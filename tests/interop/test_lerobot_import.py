@@ -372,3 +372,21 @@ def test_a_video_at_half_the_dataset_rate_is_named_as_a_rate_mismatch(tmp_path, 
                    "dataset's rate (e.g. ffmpeg -i file-000.mp4 -r 30 OUT.mp4), or import the other episodes "
                    "(--episode E))\n")
     assert not (tmp_path / "rec").exists()
+
+
+def test_importing_a_dataset_twice_is_refused_per_episode(sim_task, tmp_path, capsys):
+    """The example: `import lerobot` twice gave 10 episodes (5 + 5 identical copies) without a word."""
+    export_lerobot(sim_task.path, tmp_path / "lr")
+    rec = tmp_path / "rec"
+    base = ["import", "lerobot", str(tmp_path / "lr"), "--task", "back", "--out", str(rec)]
+    assert main([*base, "-e", "1"]) == 0
+    capsys.readouterr()
+    assert main(base) == 1  # episode 1 of the dataset is N=1 already: nothing of the import is written
+    err = capsys.readouterr().err
+    assert err.startswith(f"egopool: error: {rec}/back: {tmp_path}/lr episode 1 is already in this task as episode "
+                          "N=1 (imported before, same content sha256:") and err.count("\n") == 1
+    assert "--allow-duplicate" in err
+    assert [ep.index for ep in open_task(rec / "back").episodes()] == [1]
+    assert main([*base, "-e", "0"]) == 0  # a dataset episode not imported yet is welcome
+    assert main([*base, "--allow-duplicate"]) == 0
+    assert [ep.index for ep in open_task(rec / "back").episodes()] == [1, 2, 3, 4]

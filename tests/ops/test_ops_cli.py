@@ -119,3 +119,31 @@ def test_a_read_only_registry_error_says_how_to_proceed_without_it(tmp_path, cap
     code, _, err = run(capsys, "delete", task, 1)
     assert code == 1 and "nothing was removed" in err and "--no-registry" in err
     assert snapshot(task) == before
+
+
+# -- a dry run needs no write access (issue 16 E) --------------------------------------------------------------------
+
+DRY_RUNS = {"delete": ("delete", "{task}", "1", "--dry-run"),
+            "stats recalc": ("stats", "recalc", "{task}", "--dry-run"),
+            "migrate": ("migrate", "{task}", "--dry-run"),
+            "repair force-scale": ("repair", "force-scale", "{task}", "--dry-run")}
+
+
+def test_every_dry_run_works_on_a_read_only_task(tmp_path, capsys):
+    """`--dry-run` failed with `meta/episodes/.lock: failed: Permission denied (permission denied; ...)`."""
+    from mounts import read_only_view
+
+    write_task(tmp_path / "rw", episodes=2)
+    with read_only_view(tmp_path / "rw", tmp_path / "ro") as ro:
+        task = ro / "pick"
+        before = snapshot(task)
+        for name, argv in DRY_RUNS.items():
+            code, out, err = run(capsys, *(a.format(task=task) for a in argv))
+            assert (name, code, err) == (name, 0, ""), out
+            if name == "delete":
+                assert out.startswith("episode 1: would remove 3 file(s)")
+        assert snapshot(task) == before
+        code, out, err = run(capsys, "delete", task, "1", "--yes")  # the real thing needs write access: one line
+    assert code == 1
+    assert err == (f"egopool: error: {task}/meta/episodes/.lock: failed: Read-only file system (choose a location "
+                   "on a writable file system)\n")

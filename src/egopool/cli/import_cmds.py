@@ -25,6 +25,10 @@ app.add_typer(import_app, name="import")
 
 _OUT_HELP = "Recordings root; the task is written to OUT/TASK."
 _TASK_HELP = "Task name (default: the input's name)."
+#: ``--allow-duplicate`` of every importer (docs/decisions.md D6).
+ALLOW_DUPLICATE = typer.Option(False, "--allow-duplicate",
+                               help="Import even when this task already holds the same content from an earlier "
+                                    "import (otherwise refused, naming its N).")
 _FRAME_HELP = ("Registered frame id of the poses' world ({}); the files do not say which way their axes point. "
                "ego_cam_optical = right/down/forward of a camera (e.g. SLAM output relative to the first frame).")
 
@@ -72,13 +76,14 @@ def rgbd_frames_cmd(
     depth_codec: str = typer.Option("hevc12", "--depth-codec", help=f"{' or '.join(DEPTH_CODECS)}: hevc12 = 12-bit "
                                     "log code (small, lossy, clips to 100..20000 mm, counted in drop_stats); ffv1 = "
                                     "lossless uint16 mm MKV."),
+    allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import colour + depth + pose frames (7-Scenes layout) as one episode with RGB, depth and trajectory."""
     frame = _need_frame(frame, "a pose.txt file", directory)
     with _progress("importing frames", json_out) as tick:
         result = import_rgbd_frames(directory, out, frame=frame, task=task, fps=fps, name=name,
-                                    depth_codec=depth_codec, progress=tick)
+                                    depth_codec=depth_codec, progress=tick, allow_duplicate=allow_duplicate)
     _report(result, json_out)
 
 
@@ -92,12 +97,14 @@ def tum_cmd(
     frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
     prefix: str = typer.Option("ego_", "--prefix",
                                help="Column prefix: ego_ -> observation.ego_slam_trajectory; '' -> gripper rig1."),
+    allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a TUM trajectory file as one episode with a trajectory column (+ _ns from its timestamps)."""
     frame = _need_frame(frame, "a TUM file", file)
     with _progress("importing poses", json_out) as tick:
-        result = import_tum(file, out, frame=frame, task=task, fps=fps, prefix=prefix, progress=tick)
+        result = import_tum(file, out, frame=frame, task=task, fps=fps, prefix=prefix, progress=tick,
+                            allow_duplicate=allow_duplicate)
     _report(result, json_out)
 
 
@@ -111,9 +118,11 @@ def euroc_cmd(
     frame: str | None = typer.Option(None, "--frame",
                                      help="Frame id of the ground-truth world; ground truth is imported only "
                                           "when given."),
+    allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a EuRoC/ASL recording: one row per cam0 frame, IMU samples attached per frame window."""
     with _progress("importing frames", json_out) as tick:
-        result = import_euroc(directory, out, task=task, fps=fps, frame=frame, progress=tick)
+        result = import_euroc(directory, out, task=task, fps=fps, frame=frame, progress=tick,
+                              allow_duplicate=allow_duplicate)
     _report(result, json_out)

@@ -8,7 +8,7 @@ import typer
 
 from ..interop.lerobot_import import import_lerobot
 from .args import lerobot_index_option
-from .import_cmds import _OUT_HELP, _progress, _report, import_app
+from .import_cmds import _OUT_HELP, ALLOW_DUPLICATE, _progress, _report, import_app
 
 
 @import_app.command("lerobot")
@@ -18,6 +18,7 @@ def lerobot_cmd(
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
     episodes: list[int] = lerobot_index_option("--episode", "-e",
                                                help="LeRobot episode_index to import (repeat; default all)."),
+    allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a local LeRobot v3.0 dataset: one pooled episode per LeRobot episode, N from the task's next.
@@ -26,7 +27,8 @@ def lerobot_cmd(
     A dataset written by `egopool export lerobot` returns under its pooled names (egopool_mapping.json).
     """
     with _progress("importing frames", json_out) as tick:
-        result = import_lerobot(directory, out, task=task, progress=tick, episodes=episodes or None)
+        result = import_lerobot(directory, out, task=task, progress=tick, episodes=episodes or None,
+                                allow_duplicate=allow_duplicate)
     _report(result, json_out)
 
 
@@ -39,6 +41,7 @@ def aria_cmd(
                                     help="MPS output folder: trajectory/, hand_tracking/, eye_gaze/."),
     out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate without a VRS (with one: the RGB camera's rate)."),
+    allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Also show projectaria-tools' own messages (on stderr)."),
 ) -> None:
@@ -58,7 +61,8 @@ def aria_cmd(
         log.setLevel(logging.INFO)
     try:
         with _progress("importing frames", json_out) as tick:
-            result = import_aria(recording, out, task=task, mps_dir=mps, fps=fps, progress=tick)
+            result = import_aria(recording, out, task=task, mps_dir=mps, fps=fps, progress=tick,
+                                 allow_duplicate=allow_duplicate)
     finally:
         log.removeHandler(handler)
     _report(result, json_out)

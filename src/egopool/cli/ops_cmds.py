@@ -1,4 +1,4 @@
-"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale``: maintenance (issue 5).
+"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale|clean``: maintenance (issue 5).
 
 Thin wrappers: one library call each (:mod:`egopool.ops`), a Rich progress bar on
 stderr when it is a terminal, ``--json`` for scripts, ``--dry-run`` on everything
@@ -26,7 +26,8 @@ from .output import console, err_console, human_bytes, print_json
 from .ray_option import RAY_OPTION, executor_for
 
 stats_app = typer.Typer(help="Rebuild or audit meta/stats.json (file_format.md §4).", no_args_is_help=True)
-repair_app = typer.Typer(help="Repair episode metadata from the data itself.", no_args_is_help=True)
+repair_app = typer.Typer(help="Repair episode metadata from the data itself; clean up after killed writers.",
+                         no_args_is_help=True)
 app.add_typer(stats_app, name="stats")
 app.add_typer(repair_app, name="repair")
 
@@ -226,4 +227,39 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
                   f"inconclusive: {', '.join(map(str, report.inconclusive)) or 'none'}"
                   + (f"; could not be read: {', '.join(map(str, report.unreadable))}" if report.unreadable else ""))
     if report.unreadable:
+        raise typer.Exit(1)
+
+
+@repair_app.command("clean")
+def repair_clean_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
+    """Finish what killed or failed writers left: stale temp files and reservations, unmerged info/stats, registry.
+
+    Removes the dot-temps of dead writers, rolls back the N a dead recorder reserved without committing it (the next recording takes it), replays a saved episode's info.json / stats.json merge that failed (a full disk) and records committed episodes missing from pipeline.db. `egopool validate` names each of them. Exit 1 when something could still not be done.
+    """
+    with _registry_hint():
+        report = ops.clean_task(task, dry_run=dry_run, registry=registry)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        lines = []
+        if report.temps:
+            lines.append(f"{'would remove' if dry_run else 'removed'} {len(report.temps)} stale temp file(s), "
+                         f"{human_bytes(report.temp_bytes)}")
+            lines += [f"  {p}" for p in report.temps]
+        if report.reservations:
+            lines.append(f"{'would release' if dry_run else 'released'} reservation(s) of dead writers: "
+                         f"{', '.join(map(str, report.reservations))}"
+                         + (f" (not committed, free again: {', '.join(map(str, report.rolled_back))})"
+                            if report.rolled_back else ""))
+        if report.replayed:
+            lines.append(f"{'would replay' if dry_run else 'replayed'} the info.json/stats.json merge of episode(s) "
+                         f"{', '.join(map(str, report.replayed))}")
+        if report.registered:
+            lines.append(f"{'would record' if dry_run else 'recorded'} episode(s) "
+                         f"{', '.join(map(str, report.registered))} in the registry")
+        for line in lines or [f"nothing to clean in {task}"]:
+            console.print(escape(line), highlight=False)
+        for p in report.problems:
+            err_console.print(f"[red]{escape(p)}[/red]")
+    if not report.ok:
         raise typer.Exit(1)

@@ -189,9 +189,11 @@ class _Source:
         w, h = reg.device.depth_size or (reg.device.width, reg.device.height)
         self.depth = {s: _Depth(w, h) for s in reg.depth_slots}
         self.ego_col = reg.signals.get("ego_trajectory")
+        self.failed = False  # raised in this episode: fed no more until the next reset
 
     def reset(self, epoch: int) -> None:
         self.epoch = epoch
+        self.failed = False
 
     def emit(self, t0: int, t1: int, rec: Recorder) -> None:
         self.emit_video(t0, t1, rec)
@@ -384,9 +386,20 @@ class SimulatedRig:
             s.reset(epoch_ns)
 
     def feed(self, t0: int, t1: int, rec: Recorder) -> None:
-        """Push everything captured in ``(t0, t1]`` (host-monotonic ns) into ``rec``."""
+        """Push everything captured in ``(t0, t1]`` (host-monotonic ns) into ``rec``.
+
+        A source that raises stops for the rest of the episode, as a real device does: its
+        ``status.*`` columns read ``disconnected`` from the next row on, counted per row
+        (``<id>_disconnected_count``), with the error as the reason; the other sources go on.
+        """
         for s in self.sources:
-            s.emit(t0, t1, rec)
+            if s.failed:
+                continue
+            try:
+                s.emit(t0, t1, rec)
+            except Exception as exc:  # noqa: BLE001 - one device's failure never costs the recording
+                s.failed = True
+                rec.mark_disconnected(s.reg.status_ids, f"{s.reg.device.key}: {type(exc).__name__}: {exc}")
 
     def record(self, rec: Recorder, seconds: float, *, realtime: bool = False,
                on_tick: Callable[[], None] | None = None) -> RecordedEpisode:

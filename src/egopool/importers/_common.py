@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import os
 import re
 import shutil
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
@@ -20,14 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from .._safe_read import read_text
-from ..errors import EgopoolError, FormatError
-from ..layout import list_task_episodes
+from .._safe_read import open_regular, read_text
+from ..errors import EgopoolError, FormatError, RegistryError
+from ..layout import TaskLayout, list_task_episodes
+from ..meta.info import info_path, read_info
+from ..registry import Registry, task_key
 from ..schema import ColumnSpec
 from ..write.task_writer import EpisodeResult, TaskWriter, refuse_foreign
 
 __all__ = [
     "ImportResult",
+    "ImportSource",
+    "check_not_imported",
+    "remember_import",
+    "source_digest",
     "Progress",
     "camera_calibration",
     "check_fps",
@@ -349,8 +358,135 @@ def refuse_other_fps(root: str | Path, task: str, fps: float) -> None:
         refuse_foreign(task_dir, fps, IMPORT_FPS_HINT)
 
 
+@dataclass(frozen=True)
+class ImportSource:
+    """What an import reads, identified by content (docs/decisions.md D6).
+
+    Attributes
+    ----------
+    paths:
+        The files / folders the import reads (their content is the source).
+    what:
+        How a message names it (the file or folder as given).
+    part:
+        One episode of a multi-episode source (a LeRobot dataset's ``episode_index``), else None.
+    base:
+        Names inside the digest are relative to it (default: each path's own folder).
+    """
+
+    paths: tuple[Path, ...]
+    what: str
+    part: str | None = None
+    base: Path | None = None
+    #: The content digest once computed; ``dataclasses.replace`` shares it (the episodes of one dataset).
+    cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<hex>`` of the content (:func:`source_digest`, computed on first use), ``#<part>`` appended.
+
+        Raises
+        ------
+        EgopoolError
+            A file cannot be read.
+        """
+        if "sha256" not in self.cache:
+            self.cache["sha256"] = source_digest(*self.paths, base=self.base)
+        d = self.cache["sha256"]
+        return f"{d}#{self.part}" if self.part is not None else d
+
+
+def _files_of(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")]
+    return out
+
+
+def source_digest(*paths: str | Path, base: str | Path | None = None) -> str:
+    """``sha256:<hex>`` over the content of ``paths`` (a directory: every file under it, dot entries left out).
+
+    Each file enters as its path relative to ``base`` (default: its own argument's parent, so a folder
+    moved elsewhere keeps its digest), its size and its bytes, in sorted order: the same content under
+    another name of the given file or folder is the same source.
+
+    Raises
+    ------
+    EgopoolError
+        A file cannot be read (missing, a FIFO...; :func:`egopool._safe_read.open_regular`).
+    """
+    h = hashlib.sha256()
+    for arg in paths:
+        top = Path(arg)
+        anchor = Path(base) if base is not None else top if top.is_dir() else top.parent
+        for f in _files_of(top):
+            name = f.relative_to(anchor).as_posix() if top.is_dir() or base is not None else ""
+            with open_regular(f, what="import source") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                h.update(f"{name}\0{size}\0".encode("utf-8", "surrogateescape"))
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
+
+
+def check_not_imported(task_dir: str | Path, sources: Sequence[ImportSource], allow_duplicate: bool) -> None:
+    """Refuse, before anything is written, a source an earlier import already put into the task.
+
+    Reads only. The registry beside the task (``pipeline.db``) remembers which episode each source
+    digest became (:func:`remember_import`); a source whose episode still exists is refused unless
+    ``allow_duplicate`` (a deleted episode's source may be imported again). A task or registry that
+    does not exist yet holds nothing; a registry that cannot be read is a warning (the import goes on).
+
+    Raises
+    ------
+    EgopoolError
+        Naming the source, the N that holds it, ``--allow-duplicate`` and the delete that frees it.
+    """
+    task_dir = Path(task_dir)
+    if allow_duplicate or not sources or not info_path(task_dir).is_file():
+        return
+    reg = Registry.for_task(task_dir)
+    if not reg.path.exists():
+        return
+    try:
+        key = task_key(task_dir)
+        if not reg.has_imports(key):
+            return  # nothing was ever imported into this task: the source is not even read for a digest
+        layout = TaskLayout.from_info(task_dir, read_info(task_dir))
+        held = [(src, n) for src in sources for n in reg.imported(key, src.digest)
+                if layout.episodes_file(n).exists()]
+    except RegistryError as exc:
+        warnings.warn(f"cannot check whether {sources[0].what} was imported before: {exc.one_line()}",
+                      RuntimeWarning, stacklevel=3)
+        return
+    except EgopoolError:  # a source file that cannot be read: the importer's own check names it
+        return
+    if held:
+        src, n = held[0]
+        also = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
+        raise EgopoolError(f"{src.what} is already in this task as episode N={n}{also} (imported before, same "
+                           f"content {src.digest.split('#')[0][:19]}...); importing it again would hold it twice",
+                           path=task_dir, hint="pass --allow-duplicate to import it again anyway, or "
+                                               f"`egopool delete TASK {n}` first")
+
+
+def remember_import(tw: TaskWriter, source: ImportSource, index: int) -> None:
+    """Record in the registry that episode ``index`` came from ``source`` (a failure is a warning)."""
+    if tw.registry is None:
+        return
+    try:
+        tw.registry.record_import(task_key(tw.task_dir), source.digest, index, source.what)
+    except EgopoolError as exc:  # the registry, or (unlikely after the import read it) a source file
+        warnings.warn(f"episode {index} is imported, but the registry does not remember its source, so a second "
+                      f"import of {source.what} would not be refused: {exc.one_line()}", RuntimeWarning, stacklevel=3)
+
+
 @contextlib.contextmanager
-def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]:
+def task_writer(root: str | Path, task: str, fps: float, *, source: ImportSource | None = None,
+                allow_duplicate: bool = False) -> Iterator[TaskWriter]:
     """A :class:`TaskWriter` whose task skeleton is removed again if the import fails.
 
     When the task directory did not exist before and the import raises before any
@@ -358,11 +494,16 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
     abort marker) is deleted, so a failed import leaves nothing behind. Episodes must
     be written with ``with tw.begin_episode(...) as ep:`` so an exception aborts them.
 
+    ``source`` (one source, one or more episodes): refused when already imported into the task
+    (:func:`check_not_imported`), remembered for every episode the import committed.
+
     Raises
     ------
     SchemaError
         The task exists at another fps than ``fps`` (nothing is written: its ``info.json``
         fps would otherwise be rewritten under its earlier episodes; TaskWriter's check).
+    EgopoolError
+        ``source`` is already in the task (nothing is written).
     """
     root = Path(root)
     root_fresh = not root.exists()
@@ -371,7 +512,11 @@ def task_writer(root: str | Path, task: str, fps: float) -> Iterator[TaskWriter]
     # an import's rate comes from its source, so its way out is a new task, not another --fps (qa9)
     tw = TaskWriter(root, task, fps=fps, fps_hint=IMPORT_FPS_HINT)
     try:
+        if source is not None:
+            check_not_imported(tw.task_dir, [source], allow_duplicate)
         yield tw
+        for n in tw.committed if source is not None else ():
+            remember_import(tw, source, n)
     except BaseException:
         try:
             empty = not list_task_episodes(task_dir)

@@ -33,8 +33,8 @@ from ..frames import frame_axes
 from ..schema import imu_columns, slam_trajectory_columns
 from ..unix_time import UNIX_2000_S, UNIX_2100_S, plausible_unix_unit
 from ..write.task_writer import StreamSpec
-from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, looks_like_header,
-                      plain_number, read_input_lines, task_writer, window_offsets,
+from ._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, default_task_name,
+                      looks_like_header, plain_number, read_input_lines, task_writer, window_offsets,
                       with_feature)
 from ._images import image_header, read_gray
 
@@ -298,7 +298,7 @@ def _calibration(ds: EurocDataset, fps: float) -> dict[str, Any]:
 
 def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task: str | None = None,
                  fps: float | None = None, frame: str | None = None,
-                 progress: Progress | None = None) -> ImportResult:
+                 progress: Progress | None = None, allow_duplicate: bool = False) -> ImportResult:
     """Import a EuRoC/ASL folder as one episode (rows = cam0 frames).
 
     Parameters
@@ -318,6 +318,9 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
         when given (its world frame's axes cannot be read from the files).
     progress:
         ``progress(done_frames, total_frames)``.
+    allow_duplicate:
+        Import even when the task already holds an episode imported from the same content
+        (otherwise refused, naming that N; docs/decisions.md D6).
 
     Returns
     -------
@@ -367,7 +370,8 @@ def import_euroc(directory: str | Path, out: str | Path = "recordings", *, task:
     t0 = int(ds.cam_ns[0])
     # relative stamps (a recording starting near 0) are no wall-clock time (docs/decisions.md V5)
     created = t0 / 1e9 if UNIX_2000_S <= t0 / 1e9 <= UNIX_2100_S else time.time()
-    with task_writer(out, task, fps) as tw:
+    source = ImportSource((Path(directory),), str(directory))
+    with task_writer(out, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns=columns, streams=[StreamSpec(_SLOT, "rgb", ds.width, ds.height)],
                               devices=[device], device_names={_SLOT: device["name"]},
                               calibration=_calibration(ds, fps), created_at=created) as ep:

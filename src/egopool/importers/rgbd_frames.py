@@ -29,8 +29,8 @@ from ..codecs.depth import check_depth_codec
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
 from ..write.task_writer import StreamSpec
-from ._common import (ImportResult, Progress, camera_calibration, check_fps, default_task_name, nearest_rotation,
-                      read_input_lines, rotation_to_quaternion, task_writer)
+from ._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, default_task_name,
+                      nearest_rotation, read_input_lines, rotation_to_quaternion, task_writer)
 from ._images import DEPTH_MODES, image_header, read_depth_mm, read_rgb
 
 __all__ = ["RgbdFrames", "import_rgbd_frames", "read_intrinsics", "read_pose", "scan_rgbd_frames"]
@@ -178,7 +178,8 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
 
 def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *, frame: str,
                        task: str | None = None, fps: float = 30.0, name: str = "camera",
-                       depth_codec: str = "hevc12", progress: Progress | None = None) -> ImportResult:
+                       depth_codec: str = "hevc12", progress: Progress | None = None,
+                       allow_duplicate: bool = False) -> ImportResult:
     """Import an rgbd-frames directory as one episode.
 
     Parameters
@@ -201,6 +202,9 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
         (lossless uint16 mm MKV), file_format.md §8.
     progress:
         ``progress(done_frames, total_frames)``.
+    allow_duplicate:
+        Import even when the task already holds an episode imported from the same content
+        (otherwise refused, naming that N; docs/decisions.md D6).
 
     Returns
     -------
@@ -237,7 +241,8 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
         distortion_model="unknown")}
     task = task if task is not None else default_task_name(src.root)
     total = len(src.numbers)
-    with task_writer(out, task, fps) as tw:
+    source = ImportSource((Path(directory),), str(directory))
+    with task_writer(out, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns=[traj], streams=streams, devices=[device],
                               device_names={rgb_key: name, depth_key: name}, calibration=calibration,
                               created_at=time.time()) as ep:

@@ -25,8 +25,8 @@ from ..errors import FormatError
 from ..frames import frame_axes
 from ..schema import slam_trajectory_columns
 from ..unix_time import UNIX_2000_S, UNIX_2100_S, plausible_unix_unit
-from ._common import (ImportResult, Progress, check_fps, default_task_name, looks_like_header, plain_number,
-                      read_input_lines, seconds_to_ns, task_writer, window_offsets)
+from ._common import (ImportResult, ImportSource, Progress, check_fps, default_task_name, looks_like_header,
+                      plain_number, read_input_lines, seconds_to_ns, task_writer, window_offsets)
 
 __all__ = ["TumTrajectory", "import_tum", "read_tum"]
 
@@ -144,7 +144,8 @@ def _row_edges(first_ns: int, last_ns: int, fps: float, count: int, ns: np.ndarr
 
 
 def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, task: str | None = None,
-               fps: float = 30.0, prefix: str = "ego_", progress: Progress | None = None) -> ImportResult:
+               fps: float = 30.0, prefix: str = "ego_", progress: Progress | None = None,
+               allow_duplicate: bool = False) -> ImportResult:
     """Import a TUM trajectory as one episode (multi_device_storage.md §4.7, §5.3, §6.6).
 
     Parameters
@@ -165,6 +166,9 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
         Column prefix: ``ego_`` -> ``observation.ego_slam_trajectory``; ``""`` -> rig1 gripper.
     progress:
         ``progress(done_rows, total_rows)``.
+    allow_duplicate:
+        Import even when the task already holds an episode imported from the same content
+        (otherwise refused, naming that N; docs/decisions.md D6).
 
     Returns
     -------
@@ -201,7 +205,8 @@ def import_tum(path: str | Path, out: str | Path = "recordings", *, frame: str, 
     if created != first_s:
         synthesised.append("created_at/wall_time: import time (the file's timestamps are not Unix time)")
     device = {"key": key, "kind": "trajectory_file", "name": traj.path.name, "slots": []}
-    with task_writer(out, task, fps) as tw:
+    source = ImportSource((traj.path,), str(traj.path))
+    with task_writer(out, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns=[col, col_ns], devices=[device], created_at=created) as ep:
             for i in range(rows):
                 a, b = int(offsets[i]), int(offsets[i + 1])

@@ -39,7 +39,8 @@ from ..errors import EgopoolError, FormatError
 from ..meta.drop_stats import missing_key, rejected_key
 from ..schema import ColumnSpec, imu_columns, slam_trajectory_columns, vector_column
 from ..write.task_writer import StreamSpec
-from ..importers._common import ImportResult, Progress, camera_calibration, check_fps, task_writer, window_offsets
+from ..importers._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps,
+                                 task_writer, window_offsets)
 from .._native_output import native_output
 from ._releases import ARIA
 
@@ -272,7 +273,7 @@ def _latest(sample_ns: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir: str | Path | None = None,
-                fps: float = 30.0, progress: Progress | None = None) -> ImportResult:
+                fps: float = 30.0, progress: Progress | None = None, allow_duplicate: bool = False) -> ImportResult:
     """Import an Aria recording (VRS) and/or its MPS output as one episode of ``root/task``.
 
     Parameters
@@ -287,6 +288,9 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
         Row rate without a VRS (with one, the RGB camera's nominal rate is used).
     progress:
         Called with ``(rows done, rows total)``.
+    allow_duplicate:
+        Import even when the task already holds an episode imported from the same content
+        (otherwise refused, naming that N; docs/decisions.md D6).
 
     Raises
     ------
@@ -492,7 +496,9 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
         synth.append("created_at: the first trajectory pose's utc_timestamp (MPS)")
     else:
         synth.append("created_at / wall_time: the import time (no wall clock in the input)")
-    with task_writer(root, task, fps) as tw:
+    source = ImportSource(tuple(Path(p) for p in (vrs, mps_dir) if p is not None),
+                          " + ".join(str(p) for p in (vrs, mps_dir) if p is not None))
+    with task_writer(root, task, fps, source=source, allow_duplicate=allow_duplicate) as tw:
         with tw.begin_episode(columns, streams, devices=[device] if streams else (),
                               device_names={s.image_key: "Project Aria" for s in streams},
                               calibration=calibration or None, created_at=created_at) as ep:

@@ -22,6 +22,7 @@ Other datasets get the generic names of :func:`pooled_name` and the renames are 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -37,7 +38,8 @@ from ..errors import CodecError, EgopoolError, FormatError, SchemaError
 from ..schema import KEY_COLUMNS, ColumnSpec, check_column_name, key_column, signal_kind, status_column, vector_column
 from ..write.checks import check_declaration_types
 from ..write.task_writer import StreamSpec
-from ..importers._common import ImportResult, Progress, refuse_other_fps, task_writer
+from ..importers._common import (ImportResult, ImportSource, Progress, check_not_imported, refuse_other_fps,
+                                 remember_import, task_writer)
 from . import lerobot_format as fmt
 from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
                               episode_rows, plain_int, png_frame, row_values, values, video_path)
@@ -234,7 +236,7 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[Featur
 
 # -- import ------------------------------------------------------------------------------------------
 def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progress: Progress | None = None,
-                   episodes: Sequence[int] | None = None) -> ImportResult:
+                   episodes: Sequence[int] | None = None, allow_duplicate: bool = False) -> ImportResult:
     """Import a local LeRobot v3.0 dataset as pooled episodes of task ``root/task``.
 
     Parameters
@@ -250,6 +252,10 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     episodes:
         LeRobot ``episode_index`` values to import (default all); one the dataset does not have is
         refused before anything is written (``EgopoolError`` listing the dataset's episodes).
+    allow_duplicate:
+        Import an episode even when the task already holds it from an earlier import of the same
+        dataset content (otherwise refused before anything is read at length, naming that N;
+        docs/decisions.md D6).
 
     Returns
     -------
@@ -312,6 +318,12 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}")
     data_names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
     refuse_other_fps(root, task, fps)  # before the check: it reads every frame
+    content = ImportSource(tuple(ds.root / d for d in ("meta", "data", "videos") if (ds.root / d).is_dir()),
+                           str(ds.root), base=ds.root)  # one digest of the dataset, one source per episode
+    sources = {}
+    for e in (int(ep["episode_index"]) for ep in chosen):
+        sources[e] = dataclasses.replace(content, what=f"{ds.root} episode {e}", part=f"episode={e}")
+    check_not_imported(Path(root) / task, list(sources.values()), allow_duplicate)
     total = 2 * sum(int(e["length"]) for e in chosen)  # checked, then written
     done = 0
 
@@ -377,6 +389,7 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                     if progress is not None:
                         progress(done, total)
                 results.append(writer.finish())
+            remember_import(tw, sources[e], results[-1].index)
     if reencoded:
         notes.append(f"{reencoded} episode videos decoded and re-encoded as H.264 (not H.264/HEVC in LeRobot)")
     if copied:

@@ -81,15 +81,16 @@ def _reservations(task_dir: str | Path) -> Iterator[tuple[int, Path, int | None]
         yield n, p, pid
 
 
-def live_reservations(task_dir: str | Path) -> set[int]:
-    """N reserved by a live process; stale reservations are removed. Caller holds the task lock."""
+def live_reservations(task_dir: str | Path, *, prune: bool = True) -> set[int]:
+    """N reserved by a live process; stale reservations are removed (``prune``, the caller holds the task
+    lock) or left alone (``prune=False``: a read-only look, e.g. ``egopool validate``)."""
     out: set[int] = set()
     for n, p, pid in _reservations(task_dir):
         if pid is None:
             continue
         if pid and _pid_alive(pid):
             out.add(n)
-        else:
+        elif prune:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
     return out

@@ -1,4 +1,4 @@
-"""Maintenance operations on a task directory: delete, stats recalc/check, migrate, repair (issue 5).
+"""Maintenance operations on a task directory: delete, stats recalc/check, migrate, repair, clean (issue 5).
 
 Every operation plans first (``dry_run=True`` returns the plan and changes nothing),
 runs under the task lock, writes through temp + ``os.replace``, backs up what it
@@ -8,6 +8,7 @@ report with a ``to_dict()`` for ``--json``.
 
 from __future__ import annotations
 
+from .clean import CleanReport, clean_task
 from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
                      recover_interrupted_deletes)
 from .migrate import MigrationReport, Step, migrate_task, plan_migration
@@ -19,6 +20,7 @@ from .stats_ops import (BlockDiff, StatsCheckReport, StatsRecalcReport, check_st
 __all__ = [
     "BlockDiff",
     "CANDIDATE_SCALES",
+    "CleanReport",
     "ColumnEvidence",
     "DeleteOutcome",
     "DeletePlan",
@@ -30,6 +32,7 @@ __all__ = [
     "StatsRecalcReport",
     "Step",
     "check_stats",
+    "clean_task",
     "column_evidence",
     "compare_stats",
     "compute_stats",

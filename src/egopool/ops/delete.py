@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, temp_path_for
+from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, task_read_lock, temp_path_for
 from .._safe_read import read_bytes, read_json, read_parquet
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, LayoutError, OperationError, RegistryError
 from ..layout import TaskLayout, find_episode_files
@@ -601,7 +601,7 @@ def delete_episodes(task_dir: str | Path, indices: Sequence[int], *, dry_run: bo
     info = read_info(root)
     layout = TaskLayout.from_info(root, info)
     reg = open_registry(root, registry)
-    with task_lock(root):
+    with task_read_lock(root) if dry_run else task_lock(root):  # a dry run writes nothing (decisions.md #24)
         refuse_during_migration(root, "delete episodes")
         if dry_run:
             recovered = [f"would {'finish' if committed else 'roll back'} interrupted delete of episode {n}"

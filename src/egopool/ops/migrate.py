@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock
+from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, task_read_lock
 from .._safe_read import read_json
 from .._safe_read import read_parquet
 from ..errors import EgopoolError, FormatError, OperationError
@@ -486,8 +486,8 @@ def migrate_task(task_dir: str | Path, *, split_episodes: bool = True, dry_run: 
     root = Path(task_dir)
     read_info(root)  # format check and a one-line error for a wrong directory
     reg = open_registry(root, registry)
-    with task_lock(root):
-        for stale in root.glob(f".{BACKUP_PREFIX}*.tmp"):
+    with task_read_lock(root) if dry_run else task_lock(root):  # a dry run writes nothing (decisions.md #24)
+        for stale in [] if dry_run else root.glob(f".{BACKUP_PREFIX}*.tmp"):
             shutil.rmtree(stale, ignore_errors=True)  # a crash while preparing: nothing was changed
         journal = _pending_journal(root)
         if journal is not None:

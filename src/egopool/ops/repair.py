@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_bytes, task_lock
+from .._atomic import atomic_write_bytes, task_lock, task_read_lock
 from .._safe_read import open_parquet, read_parquet, read_parquet_schema
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
 from ..errors import EgopoolError, FormatError
@@ -402,7 +402,7 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
     layout = TaskLayout.from_info(root, read_info(root))
     reg = open_registry(root, registry)
     report = ForceScaleReport(root, dry_run)
-    with task_lock(root):
+    with task_read_lock(root) if dry_run else task_lock(root):  # a dry run writes nothing (decisions.md #24)
         refuse_during_migration(root, "repair episode rows")
         groups = [g for g in list_task_episodes(root, layout) if g.data is not None and g.meta is not None]
         for i, g in enumerate(groups):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._atomic import task_lock
+from .._atomic import task_lock, task_read_lock
 from .._safe_read import read_parquet, read_parquet_schema
 from ..errors import EgopoolError, FormatError
 from ..jobs.executor import Executor, LocalExecutor
@@ -376,7 +376,7 @@ def recalc_task_stats(task_dir: str | Path, *, dry_run: bool = False, progress: 
     root = Path(task_dir)
     info = read_info(root)
     per_episode = _blocks_of(root, info, executor, progress)
-    with task_lock(root):
+    with task_read_lock(root) if dry_run else task_lock(root):  # a dry run writes nothing (decisions.md #24)
         info_now = read_info(root)
         if info_now.get("sensors") != info.get("sensors"):  # other stats columns: every episode again
             per_episode = {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._threads import name_thread
-from ..errors import DeviceError
+from ..errors import DeviceError, EgopoolError
 
 if TYPE_CHECKING:
     from ..devices.kinds import Device
@@ -158,13 +158,25 @@ class Source(abc.ABC):
             if self._state == "running" and not self._stop.is_set():
                 self._state = "ended"
         except Exception as exc:  # noqa: BLE001 - reported in the status; the recording goes on
-            self.error = exc.one_line() if isinstance(exc, DeviceError) else f"{type(exc).__name__}: {exc}"
-            self._state = "error"
+            self.fail(exc)
         finally:
             with self._close_lock:
                 self._in_run = False
                 if self._orphaned:
                     self._close()
+
+    def fail(self, exc: BaseException) -> None:
+        """The source stopped with ``exc``: state ``error``, and every ``status.<id>`` of the device reads
+        ``disconnected`` from the next row on, its rows counted (``<id>_disconnected_count``, issue 15 G)."""
+        self.error = exc.one_line() if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}"
+        self._state = "error"
+        rec = self._rec
+        if rec is not None:
+            self.report_failure(rec)
+
+    def report_failure(self, rec: Recorder) -> None:
+        """Mark this device's status columns ``disconnected`` in ``rec``, with :attr:`error` as the reason."""
+        rec.mark_disconnected(self.reg.status_ids if self.reg is not None else (), f"{self.label}: {self.error}")
 
     def stop(self) -> None:
         """Stop pushing into the recorder (the device keeps running for the next episode)."""

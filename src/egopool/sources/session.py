@@ -171,7 +171,7 @@ class RecordingSession:
         """Start ticking and let every source push (real time); ``max_ticks`` as
         :meth:`Recorder.start_episode`."""
         rec = self._recorder()
-        rec.start_episode(max_ticks)
+        rec.start_episode(max_ticks, disconnected=self._dead())
         self._started = time.monotonic()
         self._last = {}
         for src in self.sources:
@@ -263,11 +263,17 @@ class RecordingSession:
 
         def feed(t0: int, t1: int, r: Recorder) -> None:
             for src in self.sources:
-                if isinstance(src, SimSource):
-                    assert src._sim is not None
-                    src._sim.feed(t0, t1, r)
-                else:
-                    src.feed(t0, t1, r)  # type: ignore[attr-defined]
+                if src.status().state == "error":
+                    continue  # stopped earlier: its status columns read disconnected
+                try:
+                    if isinstance(src, SimSource):
+                        assert src._sim is not None
+                        src._sim.feed(t0, t1, r)
+                    else:
+                        src.feed(t0, t1, r)  # type: ignore[attr-defined]
+                except Exception as exc:  # noqa: BLE001 - as on the real-time path: the others go on
+                    src._rec = r
+                    src.fail(exc)
 
         recordings = [s for s in self.sources if s.replayable]
         for r in recordings:
@@ -279,11 +285,17 @@ class RecordingSession:
         if ended():
             return None
         try:
-            return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended)
+            return rec.record_virtual(seconds if seconds is not None else 86400.0, feed, host0_ns=host0, until=ended,
+                                      disconnected=self._dead())
         except CodecError:
             if ended():  # nothing was left to play: no row, no N taken
                 return None
             raise
+
+    def _dead(self) -> dict[str, str]:
+        """``status`` id -> reason of every source that stopped with an error in an earlier episode."""
+        return {sid: f"{src.label}: {src.error}" for src in self.sources if src.status().state == "error"
+                for sid in (src.reg.status_ids if src.reg is not None else ())}
 
     def status(self) -> tuple[dict[str, Any], list[DeviceLine]]:
         """``(episode counters, one line per device)`` for the live display (any thread)."""

@@ -67,6 +67,9 @@ class _Counting:
     def push_points(self, column: str, points: Any, ns: Any = None) -> None:
         self._rec.push_points(column, points, ns)
 
+    def mark_disconnected(self, sids: Any, reason: str) -> None:
+        self._rec.mark_disconnected(sids, reason)
+
 
 class SimSource(Source):
     """One simulated device (``sim:glove``, ``sim:gripper``, ``sim:s80c``...) of a live rig.

@@ -24,7 +24,7 @@ from .._safe_read import open_parquet
 from ..arrowutil import list_offsets
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells
 from ..layout import EpisodeFiles
-from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, saturated_key
+from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, nonfinite_key, saturated_key
 from ..schema import signal_kind
 from .context import Context
 
@@ -32,6 +32,7 @@ __all__ = ["check_value_changes"]
 
 _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count": "file_format.md §7.2.1",
           "_clipped_count": "file_format.md §8", "_encode_failed_count": "file_format.md §8",
+          "_nonfinite_count": "multi_device_storage.md §5.5", "_disconnected_count": "multi_device_storage.md §5.5",
           "rows_rejected": "file_format.md §6.2"}
 _BATCH_ROWS = 32
 
@@ -42,14 +43,106 @@ def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | 
     drop = drop if isinstance(drop, Mapping) else {}
     where = g.meta or g.data
     for key in sorted(drop):
-        if not (key == "rows_rejected" or key.endswith(CHANGED_VALUE_SUFFIXES)):
-            continue
+        if not (key == "rows_rejected" or key.endswith(CHANGED_VALUE_SUFFIXES)) or key.endswith("_nonfinite_count"):
+            continue  # non-finite values are reported from the data itself (_non_finite_values)
         notes = changed_value_notes({key: drop[key]}, g.index)
         if notes:
             rule = next(r for suffix, r in _RULES.items() if key.endswith(suffix))
             ctx.report.warning(rule, where, f"drop_stats {key} = {drop[key]}: {notes[0]}")
     if g.data is not None:
         _saturated_force_cells(ctx, g, g.data, drop)
+        _non_finite_values(ctx, g.data, drop)
+
+
+def _float_columns(schema: pa.Schema) -> list[str]:
+    """``observation.*`` / ``action`` columns of float elements (any list depth), force matrices excepted
+    (their cells are :func:`_saturated_force_cells`' finding) and key columns (check_data's)."""
+    out = []
+    for f in schema:
+        t = f.type
+        while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            t = t.value_type
+        if (f.name == "action" or f.name.startswith("observation.")) and pa.types.is_floating(t) \
+                and signal_kind(f.name) != "force_matrix":
+            out.append(f.name)
+    return out
+
+
+def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any]) -> None:
+    """NaN / Infinity in any float column (issue 15 G), found in the data, whoever wrote it.
+
+    In a stats column (``observation.<sensor>`` of ``info.sensors``, ``observation.imu``) an error:
+    ``stats.json`` accumulates the column (file_format.md §4) and JSON has no NaN, so every writer
+    must refuse it (docs/decisions.md #19). Elsewhere a warning: a missing sample is zeros / ``[]``
+    (multi_device_storage.md §5.5), and a reader computing with the column gets NaN; the message says
+    whether the writer counted them (``<signal>_nonfinite_count``).
+    """
+    try:
+        pf = open_parquet(path, what="data parquet")
+        cols = _float_columns(pf.schema_arrow)
+    except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+        return
+    if not cols:
+        return
+    values = dict.fromkeys(cols, 0)
+    rows = dict.fromkeys(cols, 0)
+    first: dict[str, int] = {}
+    base = 0
+    try:
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS * 8, columns=cols):
+            for name in cols:
+                arr = batch.column(name)
+                flat = arr
+                while pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) \
+                        or pa.types.is_fixed_size_list(flat.type):
+                    flat = flat.flatten()
+                leaf = flat.to_numpy(zero_copy_only=False)
+                bad = ~np.isfinite(leaf.astype(np.float64, copy=False))
+                if not bad.any():
+                    continue
+                row_of = _row_of_leaf(arr, len(leaf))
+                hit = np.unique(row_of[bad])
+                values[name] += int(bad.sum())
+                rows[name] += int(hit.size)
+                first.setdefault(name, base + int(hit[0]))
+            base += batch.num_rows
+    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+        return
+    sensors = ctx.info.get("sensors")
+    stats_cols = {"observation.imu"} | ({f"observation.{s}" for s in sensors if isinstance(s, str)}
+                                        if isinstance(sensors, list) else set())
+    for name in cols:
+        if not values[name]:
+            continue
+        where = (f"column {name!r}: {values[name]} value(s) in {rows[name]} row(s) (first row {first[name]}) are "
+                 "NaN/Infinity")
+        if name in stats_cols:
+            ctx.report.error("file_format.md §4", path,
+                             f"{where}; stats.json accumulates this column and JSON has no NaN/Infinity, so writers "
+                             "store a missing reading as 'no sample' (zeros); rewrite those rows, then `egopool stats "
+                             "recalc TASK`")
+            continue
+        feature = ctx.features.get(name)
+        if isinstance(feature, dict) and "missing_value" in feature:
+            continue  # the column declares what stands for a missing value (e.g. NaN for an empty MPS field)
+        counted = drop.get(nonfinite_key(name))
+        trace = (f"the writer stored them as given and counted {counted} in drop_stats" if counted
+                 else "drop_stats does not count them")
+        ctx.report.warning(_RULES["_nonfinite_count"], path,
+                           f"{where}; a missing sample is zeros / [] (multi_device_storage.md §5.5), so a reader "
+                           f"computing with this column gets NaN; {trace}")
+
+
+def _row_of_leaf(arr: pa.Array, n_leaves: int) -> np.ndarray:
+    """Row index of every leaf value of a (nested) list column ``arr`` (a scalar column: the row itself)."""
+    idx = np.arange(len(arr), dtype=np.int64)
+    t = arr
+    while pa.types.is_list(t.type) or pa.types.is_large_list(t.type) or pa.types.is_fixed_size_list(t.type):
+        offsets = list_offsets(t)
+        lens = np.diff(offsets)
+        idx = np.repeat(idx, lens)
+        t = t.flatten()
+    return idx[:n_leaves]
 
 
 def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any]) -> None:

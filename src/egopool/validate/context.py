@@ -11,7 +11,22 @@ from typing import Any
 from ..layout import TaskLayout
 from .report import Report
 
-__all__ = ["Context", "wall_time_rule_applies"]
+
+def json_float(value: Any) -> float | None:
+    """A JSON number as float64, or None when it is not a number (bool, str, null, object...).
+
+    An integer beyond float64 (JSON allows ``-1`` followed by 400 zeros; Python's ``float()``
+    raises ``OverflowError`` on it) is ±Infinity, so every comparison and check treats it as the
+    non-finite value other JSON readers turn it into (docs/decisions.md V7).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+__all__ = ["Context", "json_float", "wall_time_rule_applies"]
 
 _COLLECTOR_VERSION_RE = re.compile(r"^v?1\.(\d+)(?:\.(\d+))?")
 
@@ -86,9 +101,8 @@ class Context:
     @property
     def fps(self) -> float | None:
         """``info.fps`` (Hz) when it is a finite number > 0, else None (reported by the info checks)."""
-        f = self.info.get("fps")
-        ok = isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) and f > 0
-        return float(f) if ok else None
+        f = json_float(self.info.get("fps"))
+        return f if f is not None and math.isfinite(f) and f > 0 else None
 
     @property
     def wall_time_rule(self) -> bool:

@@ -17,7 +17,7 @@ from ..errors import EgopoolError, LegacyLayoutError
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
 from ..unix_time import created_at_problem
-from .context import Context
+from .context import Context, json_float
 from .report import Report
 
 __all__ = ["check_bom", "check_info_file", "check_info_keys", "check_leftovers", "check_stats", "check_tasks_jsonl",
@@ -70,6 +70,19 @@ def non_finite_paths(obj: Any, where: str = "") -> list[str]:
         return [p for k, v in obj.items() for p in non_finite_paths(v, f"{where}.{k}" if where else str(k))]
     if isinstance(obj, list):
         return [p for i, v in enumerate(obj) for p in non_finite_paths(v, f"{where}[{i}]")]
+    return []
+
+
+def beyond_float64_paths(obj: Any, where: str = "") -> list[str]:
+    """JSON paths of integers that float64 cannot hold (``-1`` followed by 400 zeros is valid JSON; most
+    readers turn it into Infinity or refuse it, docs/decisions.md V7)."""
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        x = json_float(obj)
+        return [] if x is not None and math.isfinite(x) else [where or "(document)"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in beyond_float64_paths(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in beyond_float64_paths(v, f"{where}[{i}]")]
     return []
 
 
@@ -132,6 +145,10 @@ def check_info_keys(ctx: Context) -> None:
     if bad:
         ctx.report.error(R_INFO, path, f"holds NaN/Infinity at {', '.join(bad[:3])}, which is not JSON (other "
                                        "readers reject the file); replace them with finite numbers")
+    huge = beyond_float64_paths(info)
+    if huge:
+        ctx.report.error(R_INFO, path, f"holds integers beyond float64 at {', '.join(huge[:3])} (other JSON readers "
+                                       "read them as Infinity or refuse them); replace them with numbers in range")
     for key in INFO_MUST_KEYS:
         if key not in info:
             ctx.report.error(R_INFO, path, f"MUST key {key!r} is missing; add it (file_format.md §3 lists every "
@@ -144,17 +161,17 @@ def check_info_keys(ctx: Context) -> None:
     cs = info.get("chunks_size")
     if isinstance(cs, int) and not isinstance(cs, bool) and cs < 1:
         ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}")
-    fps = info.get("fps")
-    # NaN / Infinity are not JSON: the non-finite check reports them once
-    if isinstance(fps, (int, float)) and not isinstance(fps, bool) and not math.isnan(fps):
+    fps = json_float(info.get("fps"))
+    # NaN / Infinity (and ints beyond float64) are not usable JSON: the non-finite check reports them once
+    if fps is not None and math.isfinite(fps):
         if not fps > 0:
             ctx.report.error(R_INFO, path, f"fps must be > 0, got {fps}")
         elif math.isfinite(fps) and not PLAUSIBLE_FPS[0] <= fps <= PLAUSIBLE_FPS[1]:
             ctx.report.warning(R_INFO, path, f"fps = {fps:g} rows per second is outside {PLAUSIBLE_FPS[0]:g}-"
                                              f"{PLAUSIBLE_FPS[1]:g}: float32 timestamps (§7.1) cannot time such "
                                              "rows usefully; set the recording's real frame rate")
-    created = info.get("created_at")
-    if isinstance(created, (int, float)) and not isinstance(created, bool) and math.isfinite(created):
+    created = json_float(info.get("created_at"))
+    if created is not None and math.isfinite(created):
         found = created_at_problem(created)  # the task's creation time: no wall_time is built on it
         if found is not None:
             ctx.report.warning(R_INFO, path, found[1])

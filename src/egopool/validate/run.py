@@ -20,6 +20,7 @@ from .episode import check_episode
 from .metafiles import (check_info_file, check_info_keys, check_leftovers, check_stats, check_tasks_jsonl,
                         check_templates)
 from .report import Finding, Report
+from .stale import check_stale_leftovers
 
 __all__ = ["ProgressCallback", "check_episode_unit", "episode_units", "validate_task"]
 
@@ -159,6 +160,7 @@ def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bo
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
+    _guarded(ctx, check_stale_leftovers)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,11 @@ def check_positive_number(value: Any, what: str) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise SchemaError(f"{what} must be a number, got {type(value).__name__} {value!r}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float64
+        raise SchemaError(f"{what} must be finite and > 0, got an integer of {len(str(abs(int(value))))} digits, "
+                          "beyond float64") from None
     if not math.isfinite(x) or x <= 0:
         raise SchemaError(f"{what} must be finite and > 0, got {value!r}")
     return x
@@ -341,7 +345,7 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
                           "can be merged into it", path=ipath, hint="replace the value with a finite number") from None
     try:
         merge_info(info, declarations)
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise FormatError(f"cannot merge this episode's declarations: {exc}", path=ipath,
                           hint="a key has the wrong JSON type; run `egopool validate TASK`") from exc
     stored = read_stats(task_dir)  # FormatError with the recalc hint when unparsable

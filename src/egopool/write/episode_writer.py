@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +30,8 @@ from ..codecs.video import RgbEncoder
 from ..codecs.video_copy import VideoCopy, VideoSource, check_copy_frames
 from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
-from ..meta.drop_stats import changed_value_notes, clipped_key, encode_failed_key, rejected_key, saturated_key
+from ..meta.drop_stats import (changed_value_notes, clipped_key, encode_failed_key, nonfinite_key, rejected_key,
+                               saturated_key)
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
@@ -54,8 +56,9 @@ class EpisodeOwner(Protocol):
     def note_taken(self, index: int) -> None:
         """N is committed (its episodes row exists); called under the task lock."""
 
-    def register(self, index: int, paths: Sequence[Path]) -> str | None:
-        """Record a published episode in the registry; the failure text, or None (never raises)."""
+    def register(self, index: int, paths: Sequence[Path], *, warn: bool = True) -> str | None:
+        """Record a published episode in the registry; the failure text (warned when ``warn``), or None
+        (never raises)."""
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec"]
 
@@ -177,6 +180,11 @@ def _fills(spec: ColumnSpec, value: Any) -> bool:
     return True
 
 
+def _strip_hint(line: str) -> str:
+    """An error line without its trailing ``(hint)``, to quote it inside another message."""
+    return re.sub(r" \([^()]*\)$", "", line)
+
+
 def _int64(value: Any) -> int:
     """A device-clock stamp as a Python int in int64 (file_format.md §7.1), else SchemaError."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
@@ -283,8 +291,13 @@ class EpisodeWriter:
         # Force matrices (187500 int16 diffs a row) skip dictionary encoding: it never pays off
         # on them and halves the write rate (benchmarks/bench_recorder.py).
         self._dict_cols = [n for n, s in specs.items() if s.kind != "force_matrix"]
-        self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
-                                    use_dictionary=self._dict_cols)
+        try:
+            self._pq = pq.ParquetWriter(str(self._data_temp), self._schema, compression="zstd",
+                                        use_dictionary=self._dict_cols)
+        except BaseException:  # e.g. a full disk: the file was created, its header not written
+            with contextlib.suppress(FileNotFoundError):
+                self._data_temp.unlink()
+            raise
         self._streams: dict[str, _Stream] = {}
         self.encoder_threads = bool(getattr(task, "encoder_threads", True))
         try:
@@ -413,10 +426,9 @@ class EpisodeWriter:
                 continue
             try:
                 v, changed = spec.normalise_counted(values[name])
-                if name in self._stats_cols:
-                    v, keep = self._finite(name, spec, v, fi, reject_bad, reject)
-                    if keep is not None:
-                        masks[name] = keep
+                v, keep = self._finite(name, spec, v, fi, reject_bad, reject, counts, reasons)
+                if keep is not None:
+                    masks[name] = keep
             except Exception as exc:  # noqa: BLE001 - any value a source can push (reject_bad)
                 if not reject_bad:
                     raise
@@ -431,7 +443,7 @@ class EpisodeWriter:
             if _fills(spec, v):
                 filled.add(name)
         for name, spec in self._specs.items():
-            if spec.lockstep and spec.lockstep[0] in masks and spec.lockstep[1] == 1:
+            if spec.lockstep and spec.lockstep[0] in masks:  # one stamp per kept sample / point
                 keep = masks[spec.lockstep[0]]
                 if len(row[name]) == len(keep):
                     row[name] = row[name][keep]
@@ -480,24 +492,47 @@ class EpisodeWriter:
                 raise
         return fi
 
-    @staticmethod
-    def _finite(name: str, spec: ColumnSpec, value: np.ndarray, row: int, reject_bad: bool,
-                reject: Callable[..., None]) -> tuple[np.ndarray, np.ndarray | None]:
-        """A stats column's value with only finite numbers (decisions.md #19), and the IMU samples kept.
+    def _finite(self, name: str, spec: ColumnSpec, value: Any, row: int, reject_bad: bool,
+                reject: Callable[..., None], counts: dict[str, int],
+                reasons: dict[str, str]) -> tuple[Any, np.ndarray | None]:
+        """A float column's value without NaN/Infinity, and the samples / points kept (decisions.md #19, #22).
 
-        Strict: SchemaError. With ``reject_bad``, IMU samples holding NaN/Infinity are left
-        out one by one (add_frame drops their stamps with them) and counted; any other stats
-        column raises, and add_frame stores the whole sample as "no sample".
+        Every float column (issue 15 G): with ``reject_bad`` (the recorder) IMU samples and trajectory
+        points holding NaN/Infinity are left out one by one (add_frame drops their stamps with them) and
+        counted; any other value raises, and add_frame stores the whole sample as "no sample" and counts
+        it. Strict: a stats column raises (stats.json cannot hold NaN); another float column is stored as
+        given (a caller's deliberate "no reading", e.g. a joint a hand tracker lacks) and its non-finite
+        values are counted as ``<signal>_nonfinite_count``, warned at finish and reported by ``validate``.
         """
-        if not reject_bad or spec.storage != "list_list":
-            checks.check_finite_values(name, value, row)
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or not value.size \
+                or spec.kind == "force_matrix":  # its codec refuses NaN and counts cells beyond float32 (#22)
             return value, None
-        ok = np.isfinite(value).all(axis=1)
-        if ok.all():
+        good = np.isfinite(value)
+        if good.all():
             return value, None
+        stats = name in self._stats_cols
+        if not reject_bad:
+            if stats:
+                checks.check_finite_values(name, value, row)
+            if "missing_value" in (spec.feature or {}):
+                return value, None  # NaN is this column's declared "missing" (and its importer counts it)
+            key = nonfinite_key(name)
+            counts[key] = counts.get(key, 0) + int((~good).sum())
+            reasons.setdefault(key, f"row {row}: {value.reshape(-1)[~good.reshape(-1)][0]}")
+            return value, None
+        width = spec.length if spec.storage == "list_list" else 8 if spec.kind == "slam_trajectory" else None
+        if not width:  # raises: the whole sample is stored as "no sample"
+            if stats:
+                checks.check_finite_values(name, value, row)
+            first = value.reshape(-1)[~good.reshape(-1)][0]
+            raise SchemaError(f"row {row} holds {first} ({int((~good).sum())} non-finite value(s))", column=name)
+        items = value.reshape(-1, width)
+        ok = good.reshape(-1, width).all(axis=1)
         bad = int((~ok).sum())
-        reject(name, f"{bad} sample(s) hold NaN or Infinity", bad)
-        return np.ascontiguousarray(value[ok]).reshape(-1, spec.length or 0), ok
+        what = "sample(s)" if spec.storage == "list_list" else "point(s)"
+        reject(name, f"{bad} {what} hold NaN or Infinity", bad)
+        kept = np.ascontiguousarray(items[ok])
+        return (kept if spec.storage == "list_list" else kept.reshape(-1)), ok
 
     def _encode_images(self, images: Mapping[str, np.ndarray], reject_bad: bool = False,
                        reject: Callable[..., None] | None = None) -> None:
@@ -702,15 +737,25 @@ class EpisodeWriter:
             raise
         finally:
             markers.release(self.task.task_dir, self.index)
-        reg_error = self.task.register(self.index, published)
+        err = self._meta_error
+        reg_error = self.task.register(self.index, published, warn=err is None)  # else said once, below
         notes = tuple(self.notes)
         if self.warn_changes:
             for line in notes:
                 warnings.warn(line, ValueChangedWarning, stacklevel=2)
-        if self._meta_error is not None:  # the episode stands (committed, registered); its task meta is stale
-            raise self._meta_error
-        return EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error, notes,
-                             dict(self.drop_stats))
+        result = EpisodeResult(self.index, self.chunk, self.file, self._rows, tuple(published), reg_error, notes,
+                               dict(self.drop_stats))
+        if err is not None:  # the episode stands (committed); what is still to do, in one message
+            if reg_error:
+                err.message += f"; it is not in the registry either ({_strip_hint(reg_error)})"
+            err.hint = ("once the cause is fixed (a full disk: free space), run `egopool repair clean TASK`: it "
+                        "finishes the merge"
+                        + (" and records the episode" if reg_error else "") + "; the next recording into the task "
+                        "does it too")
+            err.args = (err.one_line(),)
+            err.result = result
+            raise err
+        return result
 
     @property
     def notes(self) -> list[str]:

@@ -34,11 +34,13 @@ from .._safe_read import read_json
 from ..errors import EgopoolError
 from ..layout import TaskLayout
 from ..meta import markers
+from ..meta.leftovers import find_leftovers
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import write_stats
 from .task_meta import committed_stats
 
-__all__ = ["clear_pending", "pending_path", "reclaim_stale", "write_pending"]
+__all__ = ["clear_pending", "pending_indices", "pending_path", "reclaim_stale", "remove_episode_temps",
+           "sweep_stale_temps", "write_pending"]
 
 
 def pending_path(task_dir: str | Path, index: int) -> Path:
@@ -117,9 +119,10 @@ def _replay(task_dir: Path, index: int, layout: TaskLayout) -> bool:
     return True
 
 
-def _pending_indices(task_dir: Path) -> list[int]:
+def pending_indices(task_dir: str | Path) -> list[int]:
+    """N with a ``meta/.pending-<N>.json`` (a merge not finished yet), ascending."""
     out = []
-    for p in (task_dir / "meta").glob(".pending-*.json"):
+    for p in (Path(task_dir) / "meta").glob(".pending-*.json"):
         try:
             out.append(int(p.name[len(".pending-"):-len(".json")]))
         except ValueError:
@@ -149,7 +152,7 @@ def reclaim_stale(task_dir: str | Path, layout: TaskLayout) -> list[int]:
                 markers.write_recycled(task_dir, n)
             rolled.append(n)
         markers.release(task_dir, n)
-    pending = _pending_indices(task_dir)
+    pending = pending_indices(task_dir)
     if pending:
         live = markers.live_reservations(task_dir)
         for n in pending:
@@ -160,3 +163,27 @@ def reclaim_stale(task_dir: str | Path, layout: TaskLayout) -> list[int]:
             else:
                 clear_pending(task_dir, n)  # the row was never written: nothing to merge
     return rolled
+
+
+def sweep_stale_temps(task_dir: str | Path, layout: TaskLayout) -> list[Path]:
+    """Remove every dot-temp of a dead writer (:func:`egopool.meta.leftovers.find_leftovers`); returns them.
+
+    Episode temps whose N no live process reserves, and every temp under ``meta/``: the caller holds
+    the task lock, so no live writer is writing one. A writer that opens the task calls it once
+    (:class:`~egopool.write.task_writer.TaskWriter`), ``egopool repair clean TASK`` on demand.
+    """
+    removed = []
+    for p in find_leftovers(task_dir, layout, meta_temps=True).temps:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def remove_episode_temps(layout: TaskLayout, index: int) -> None:
+    """Remove N's dot-temps (data, row, videos) before N is taken again; caller holds the task lock and N is
+    reserved by no live process (a writer that failed before it could clean up, e.g. on a full disk)."""
+    for p in _episode_files(layout, index):
+        if p.name.startswith("."):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()

@@ -16,6 +16,7 @@ its public names are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import warnings
@@ -32,7 +33,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import info_path, new_info, read_info, write_info
 from ..meta.tasks import write_tasks_if_missing
-from .recovery import reclaim_stale
+from .recovery import reclaim_stale, remove_episode_temps, sweep_stale_temps
 from ..registry import Registry, record_episode, task_key
 from ..schema import ColumnSpec
 
@@ -60,9 +61,15 @@ def refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
     """
     if info_path(task_dir).exists():
         old = read_info(task_dir).get("fps")
-        if isinstance(old, (int, float)) and not isinstance(old, bool) and not math.isclose(old, fps, rel_tol=1e-9):
-            raise SchemaError(f"the task records at {old:g} fps, not {fps:g} (a task has one fps, file_format.md §3)",
-                              path=task_dir, hint=fps_hint or f"use --fps {old:g}, or record into a new task")
+        if isinstance(old, (int, float)) and not isinstance(old, bool):
+            try:
+                same, shown = math.isclose(float(old), fps, rel_tol=1e-9), f"{old:g}"
+            except OverflowError:  # an integer beyond float64 (docs/decisions.md V7)
+                same, shown = False, f"{str(old)[:12]}... ({len(str(abs(old)))} digits)"
+            if not same:
+                raise SchemaError(f"the task records at {shown} fps, not {fps:g} (a task has one fps, file_format.md "
+                                  "§3)", path=task_dir, hint=fps_hint or f"use --fps {shown}, or record into a new "
+                                                                         "task")
     elif task_dir.is_dir():
         try:
             read_info(task_dir)
@@ -118,6 +125,8 @@ class TaskWriter:
             registry if isinstance(registry, Registry) else Registry.for_task(self.task_dir) if registry is True
             else Registry(registry) if registry else None)
         self._created_here = not self.task_dir.exists()
+        #: N committed by this writer's episodes, in order.
+        self.committed: list[int] = []
         with StorageError.guard(self.task_dir, action="cannot write the task"):
             self._create()
 
@@ -133,6 +142,7 @@ class TaskWriter:
             write_tasks_if_missing(self.task_dir, task_name)
             self.layout = TaskLayout.from_info(self.task_dir, info)
             reclaim_stale(self.task_dir, self.layout)  # recorders of this task that were killed
+            sweep_stale_temps(self.task_dir, self.layout)  # and the temps they left (16 E: 115 MB after SIGTERM)
             # One full scan per writer; later allocations probe paths only (O(1) in task size).
             groups = list_task_episodes(self.task_dir, self.layout)
             self._scanned_max = groups[-1].index if groups else 0
@@ -196,6 +206,11 @@ class TaskWriter:
             n += 1
         return n
 
+    def _take(self, n: int) -> None:
+        """Reserve N for this process, without temps an earlier writer of N left (caller holds the lock)."""
+        remove_episode_temps(self.layout, n)
+        markers.reserve(self.task_dir, n)
+
     def _registry_watermark(self) -> int:
         if self.registry is None:
             return 0
@@ -208,16 +223,19 @@ class TaskWriter:
     def note_taken(self, index: int) -> None:
         """N is committed by one of this writer's episodes (called under the task lock)."""
         self._scanned_max = max(self._scanned_max, index)
+        self.committed.append(index)
 
-    def register(self, index: int, paths: Sequence[Path]) -> str | None:
-        """Record a published episode in the registry; a failure is returned (and warned), never raised."""
+    def register(self, index: int, paths: Sequence[Path], *, warn: bool = True) -> str | None:
+        """Record a published episode in the registry; a failure is returned (and warned when ``warn``; the
+        episode writer folds it into its one message when more is still to do), never raised."""
         if self.registry is None:
             return None
         try:
             record_episode(self.task_dir, index, paths, registry=self.registry)
         except RegistryError as exc:
-            warnings.warn(f"episode {index} is published but not in the registry: {exc.one_line()}",
-                          RuntimeWarning, stacklevel=3)
+            if warn:
+                warnings.warn(f"episode {index} is published but not in the registry: {exc.one_line()} (run "
+                              "`egopool repair clean TASK` once it can be written)", RuntimeWarning, stacklevel=3)
             return exc.one_line()
         return None
 
@@ -272,13 +290,18 @@ class TaskWriter:
             info = read_info(self.task_dir)
             self._check_begin(info, columns, streams, sensors, device_names, devices)
             n = self._allocate(info)
-            markers.reserve(self.task_dir, n)
+            self._take(n)
         try:
             with StorageError.guard(self.layout.data_file(n), action="cannot start episode files"):
                 return EpisodeWriter(self, n, columns, streams, devices=devices, device_names=device_names,
                                      calibration=calibration, sensors=sensors, sensor_dim=sensor_dim,
                                      info_extra=info_extra, created_at=created_at)
         except BaseException:
+            with contextlib.suppress(Exception), task_lock(self.task_dir):  # nothing of N stays (§7.5)
+                remove_episode_temps(self.layout, n)
+                recycled = markers.read_recycled(self.task_dir)
+                if recycled is None or recycled >= n:  # the marker holds one N: the lowest free one
+                    markers.write_recycled(self.task_dir, n)
             markers.release(self.task_dir, n)
             raise
 
