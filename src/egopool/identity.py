@@ -30,7 +30,7 @@ __all__ = ["CLIENT_KEY_HEADER", "ClientIdentity", "check_client_key", "derive_cl
 
 #: The HTTP header of an upload that carries the client key.
 CLIENT_KEY_HEADER = "X-Egopool-Client-Key"
-_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+_KEY_RE = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclass(frozen=True)

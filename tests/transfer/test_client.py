@@ -89,7 +89,7 @@ def test_a_malformed_server_url_is_one_error(tmp_path: Path, server: str) -> Non
         upload_episodes(task, server=server)
 
 
-@pytest.mark.parametrize("token", ["egp_abc\ndef", "egp_\u00e4bc", "egp_abc def"])
+@pytest.mark.parametrize("token", ["egp_abc\ndef", "egp_\u00e4bc", "egp_abc def", "egp_abcdef\n"])
 def test_a_malformed_token_is_refused_unshown_before_anything_is_sent(tmp_path: Path, token: str) -> None:
     task = write_task(tmp_path, episodes=1)
     with pytest.raises(TransferError, match="token") as err:

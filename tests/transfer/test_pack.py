@@ -215,3 +215,17 @@ def test_per_n_commands_do_not_scan_the_task(tmp_path: Path, monkeypatch: pytest
     assert [(o.index, o.status) for o in report.outcomes] == [(3, "failed")]  # packed, then nothing listens
     with pytest.raises(EpisodeNotFoundError):
         kx.select_episodes(task, read_info(task), [4])
+
+
+@pytest.mark.parametrize("name", ["data/chunk-000/episode-000.parquet\n", "meta/episodes/chunk-000/episode-000.parquet\n",
+                                  "videos/chunk-000/cam/episode-000.mp4\n"])
+def test_an_arcname_or_digest_ending_in_a_line_break_is_not_the_file(tmp_path: Path, name: str) -> None:
+    """``$`` of a regex also matches before a final newline: ``episode-000.parquet\\n`` is another file."""
+    assert parse_arcname(name.rstrip("\n")) is not None
+    assert parse_arcname(name) is None
+    packed = pack_episode(write_task(tmp_path / "pc", episodes=1), 1, tmp_path / "zips")
+    with zipfile.ZipFile(packed.path) as z:
+        doc = json.loads(z.read(MANIFEST_NAME))
+    doc["members"][0]["sha256"] += "\n"
+    with pytest.raises(FormatError, match="sha256"):
+        Manifest.from_bytes(json.dumps(doc).encode())

@@ -477,3 +477,75 @@ def test_video_frames_are_bounded_from_the_container_header(tmp_path: Path) -> N
         assert store_files(srv.store) == {}
     with ServerProc(tmp_path / "store2") as srv:
         assert upload_episodes(tmp_path / "pc" / "hd", server=srv.url, registry=False).ok
+
+
+def test_a_parquet_footer_of_11_mb_is_413_before_pyarrow_parses_it(server: ServerProc, tokens, good: Path,
+                                                                  tmp_path: Path) -> None:
+    """1000 one-byte columns x 150 row groups: a 16 MB data parquet (1.1 MB deflated) whose footer alone is
+    11 MB and parses to ~300 MiB (nothing in it decodes to much, so the decode and ratio bounds pass it):
+    the footer's length, from the file's last 8 bytes, is counted against --max-decode-mb first."""
+    table = pa.table({f"observation.c{i}": pa.array([0] * 150, pa.int8()) for i in range(1000)})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="none", write_statistics=False, row_group_size=1)
+    footer = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata.serialized_size
+    assert 8 * MiB < footer < 12 * MiB
+    body = rebuild_zip(good, tmp_path / "footer.zip", replace={DATA: buf.getvalue()}).read_bytes()
+    before = store_files(server.store)
+    pid = server.proc.pid  # type: ignore[union-attr]
+    rss_before = _status_kib(pid, "VmHWM")
+
+    resp = _post(server, body, tokens[1]["pc"])
+
+    assert (resp.status_code, resp.json()["error"]) == (413, "decode_too_large"), resp.text
+    msg = resp.json()["message"]
+    assert "data/chunk-000/episode-001.parquet: its footer" in msg and f"is {footer / MiB:.0f} MiB" in msg, msg
+    assert "egopool serve --max-decode-mb" in msg
+    grown_mib = (_status_kib(pid, "VmHWM") - rss_before) / 1024
+    assert grown_mib < 100, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
+    assert store_files(server.store) == before
+
+
+def _directory_bomb(members: int) -> bytes:
+    """One empty stored member, then ``members`` central directory entries (47 bytes each, all naming it)
+    behind a zip64 end record: a 47 MB zip that :mod:`zipfile` turns into a million ZipInfo objects."""
+    name = b"a"
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name
+    entry = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0,
+                        0) + name
+    cd = entry * members
+    end64 = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, members, members, len(cd), len(local))
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, len(local) + len(cd), 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return local + cd + end64 + locator + end
+
+
+def test_a_central_directory_of_a_million_members_is_413_before_zipfile_parses_it(server: ServerProc, tokens
+                                                                                  ) -> None:
+    """The member limit (256) is checked on the end record's count and directory size, before zipfile
+    materialises the directory: a 47 MB upload made the server's RSS grow by ~320 MiB and its CPU
+    spend ~5 s before the 413."""
+    body = _directory_bomb(1_000_000)
+    with zipfile.ZipFile(io.BytesIO(_directory_bomb(1000))) as z:  # a zip zipfile reads, member by member
+        assert len(z.infolist()) == 1000
+    pid = server.proc.pid  # type: ignore[union-attr]
+    rss_before = _status_kib(pid, "VmHWM")
+
+    resp = _post(server, body, tokens[1]["pc"])
+
+    grown_mib = (_status_kib(pid, "VmHWM") - rss_before) / 1024
+    assert grown_mib < 100, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
+    assert (resp.status_code, resp.json()["error"]) == (413, "too_many_members"), resp.text
+    assert "central directory declares 1000000 members" in resp.json()["message"]
+
+
+def test_a_footer_length_beyond_the_file_is_left_to_pyarrow(tmp_path: Path) -> None:
+    """A truncated file whose last 8 bytes claim a 4 GiB footer is a broken parquet (422), not a 413."""
+    from egopool.errors import UploadRejectedError
+    from egopool.server.zipcheck import Limits, check_parquet_bounds
+
+    path = tmp_path / "staging" / "pick" / "data" / "chunk-000" / "episode-000.parquet"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"PAR1" + bytes(64) + struct.pack("<I", 0xFFFFFFF0) + b"PAR1")
+    with pytest.raises(UploadRejectedError) as err:
+        check_parquet_bounds(path, Limits())
+    assert (err.value.status, err.value.reason) == (422, "validation"), err.value.message

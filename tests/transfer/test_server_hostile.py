@@ -143,6 +143,13 @@ CASES = {
         g, t, replace={DATA: _zstd_bomb()})),
     "another fps": (409, "declaration_conflict", lambda g, t: rebuild_zip(g, t, replace={"meta/info.json": json.dumps(
         {**json.loads(zipfile.ZipFile(g).read("meta/info.json")), "fps": 1000.0}).encode()})),
+    # "$" of a regex also matches before a final newline: the name "...mp4\n" is another file, never the stream
+    "video name ending in a line break": (400, "bad_name", lambda g, t: rebuild_zip(
+        g, t, replace={VIDEO: None, VIDEO + "\n": zipfile.ZipFile(g).read(VIDEO)})),
+    "data name ending in a line break": (400, "bad_name", lambda g, t: rebuild_zip(
+        g, t, replace={DATA: None, DATA + "\n": zipfile.ZipFile(g).read(DATA)})),
+    "bidi override in a stream name": (400, "bad_name", lambda g, t: rebuild_zip(
+        g, t, replace={VIDEO: None, VIDEO.replace("/cam/", "/cam\u202e/"): zipfile.ZipFile(g).read(VIDEO)})),
     "fails validation": (422, "validation", lambda g, t: rebuild_zip(
         g, t, replace={DATA: _parquet(_table(g, DATA).drop(["frame_index"]))})),
 }
@@ -242,3 +249,25 @@ def test_an_episode_removed_on_the_server_is_never_confirmed_as_a_duplicate(setu
     assert (o.status, o.deleted) == ("failed", None) and "removed" in o.message, o.to_dict()
     assert 1 in [g.index for g in list_task_episodes(root / "pc" / "pick")]  # the local copy stays
     assert store_files(srv.store) == before
+
+
+def test_a_new_task_gets_a_tasks_jsonl_the_specs_reader_reads(setup, tmp_path: Path) -> None:
+    """The first upload of a task gives the server task its tasks.jsonl: the uploaded lines' values, written
+    one object per line in UTF-8 with LF ends (file_format.md §5: ``json.loads(f.readline())``); before, the
+    uploaded bytes were published verbatim (CRLF, a line padded with spaces). A BOM is the validator's error."""
+    srv, good, _ = setup
+    with zipfile.ZipFile(good) as z:
+        line = json.loads(z.read("meta/tasks.jsonl").decode().splitlines()[0])
+    sent = json.dumps(line, indent=None, separators=(" ,", " :  ")).encode() + b"\r\n" + \
+        b'{"task_index": 1, "task": "\xe6\x8b\xbf"}\r\n'
+    with_bom = rebuild_zip(good, tmp_path / "bom.zip", replace={"meta/tasks.jsonl": b"\xef\xbb\xbf" + sent})
+    assert _post(srv, with_bom.read_bytes(), name="bom_task").status_code == 422
+    body = rebuild_zip(good, tmp_path / "crlf.zip", replace={"meta/tasks.jsonl": sent}).read_bytes()
+
+    resp = _post(srv, body, name="crlf_task")
+
+    assert resp.status_code == 200, resp.text
+    stored = (srv.store / "crlf_task" / "meta" / "tasks.jsonl").read_bytes()
+    assert stored == (json.dumps(line, ensure_ascii=False) + "\n" + '{"task_index": 1, "task": "拿"}\n').encode()
+    with open(srv.store / "crlf_task" / "meta" / "tasks.jsonl", encoding="utf-8", newline="") as f:
+        assert json.loads(f.readline()) == line and f.readline() == '{"task_index": 1, "task": "拿"}\n'

@@ -233,3 +233,14 @@ def test_host_id_is_the_keys(tmp_path: Path) -> None:
     assert len(ident.key) == 64 and ident.host_id == host_id_of_key(ident.key) == reg.host_id()
     assert ident.key not in ident.host_id and ident.notice is None
     assert reg.identity() == ident  # kept
+
+
+@pytest.mark.parametrize("text", ["a" * 64 + "\n", "A" * 64, "a" * 63, "a" * 65, " " + "a" * 63])
+def test_a_client_key_is_exactly_64_lowercase_hex(text: str) -> None:
+    """"$" of a regex matches before a final newline: a key with one is refused like any other non-key."""
+    from egopool.errors import FormatError
+    from egopool.identity import check_client_key
+
+    assert check_client_key("0123456789abcdef" * 4) == "0123456789abcdef" * 4
+    with pytest.raises(FormatError, match="not a client key"):
+        check_client_key(text)

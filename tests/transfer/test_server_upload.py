@@ -272,8 +272,15 @@ def test_read_api_lists_and_serves_episode_files(server: ServerProc, tokens, tmp
     got = httpx.get(f"{server.url}/api/v1/tasks/readme/episodes/2/files/videos/chunk-000/cam/episode-001.mp4",
                     headers=h)
     assert got.status_code == 200 and got.content == (task / "videos/chunk-000/cam/episode-001.mp4").read_bytes()
-    for bad in ("meta/info.json", "data/chunk-000/episode-000.parquet", "../tokens.json"):
-        assert httpx.get(f"{server.url}/api/v1/tasks/readme/episodes/2/files/{bad}", headers=h).status_code == 404
+    assert httpx.get(f"{server.url}/api/v1/tasks/readme/episodes/2/files/../tokens.json", headers=h).status_code == 404
+    for bad in ("meta/info.json", "data/chunk-000/episode-000.parquet", "..%2Ftokens.json"):
+        miss = httpx.get(f"{server.url}/api/v1/tasks/readme/episodes/2/files/{bad}", headers=h)
+        assert (miss.status_code, miss.json()["error"]) == (404, "not_found")
+        # episode 2 exists: the answer says the file is not one of its files (not "no episode 2", nor a CLI hint)
+        assert miss.json()["message"] == f"episode 2 of task 'readme' has no file {bad.replace('%2F', '/')!r}; the " \
+                                         "episode's entry in the read API lists its files", miss.text
+    miss = httpx.get(f"{server.url}/api/v1/tasks/readme/episodes/9/files/meta/info.json", headers=h)
+    assert (miss.status_code, miss.json()["message"]) == (404, "no episode 9 in task 'readme'")
     assert httpx.get(f"{server.url}/api/v1/tasks/nope/episodes", headers=h).status_code == 404
 
 

@@ -164,7 +164,8 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
                                                        "64 MiB (egopool zips store videos and parquet: ~1x)."),
               max_decode_mb: float = typer.Option(256.0, "--max-decode-mb", min=1.0,
                                                   help="What one import decodes at a time, MiB: each parquet row "
-                                                       "group, its list-free columns, 4 video frames."),
+                                                       "group, its list-free columns, its footer (32x), 4 video "
+                                                       "frames."),
               max_imports: int = typer.Option(2, "--max-imports", min=1,
                                               help="Uploads verified and published at the same time."),
               max_receiving: int = typer.Option(32, "--max-receiving", min=1,

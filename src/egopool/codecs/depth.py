@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -31,7 +31,7 @@ from .._safe_read import loads_json
 from ..errors import CodecError, FormatError, StorageError
 from .video import DtsGuard, flush_and_close, mux_frame, open_media, stream_codec
 
-__all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "hevc12_available",
+__all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "depth_stream_decoder", "hevc12_available",
            "probe_depth", "read_depth_frames"]
 
 _CODE_MIN, _CODE_MAX, _HOLE_BELOW = 512, 4095, 256
@@ -387,16 +387,33 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
         return
     container = _open_container(path)
     with container:
-        stream, kind = _pick_depth_stream(container, path)
-        codec = LogDepthCodec()
-        if kind == "hevc12":
-            codec = _log_params(container, params, path)
+        stream, to_mm = depth_stream_decoder(container, path, params)
         try:
             for frame in container.decode(stream):
-                if kind in ("ffv1", "png16"):
-                    yield frame.to_ndarray(format="gray16le")
-                else:
-                    raw = frame.to_ndarray() if frame.format.name == "gray12le" else frame.to_ndarray(format="gray12le")
-                    yield codec.decode(raw)
+                yield to_mm(frame)
         except (av.error.FFmpegError, ValueError) as exc:
             raise CodecError(f"cannot decode depth video: {exc}", path=path) from exc
+
+
+def depth_stream_decoder(container: Any, path: str | Path,
+                         params: Mapping[str, Any] | None = None) -> tuple[Any, Callable[[Any], np.ndarray]]:
+    """The depth stream of an open container and the function turning one of its decoded frames
+    into uint16 mm ``(H, W)`` (holes 0): what :func:`read_depth_frames` does per frame, for a
+    caller that seeks (``egopool.dataset``). Stream and log-code parameters are found as there.
+
+    Raises
+    ------
+    CodecError
+        No depth stream in the container, or unusable log-code parameters.
+    """
+    path = Path(path)
+    stream, kind = _pick_depth_stream(container, path)
+    if kind in ("ffv1", "png16"):
+        return stream, lambda frame: frame.to_ndarray(format="gray16le")
+    codec = _log_params(container, params, path)
+
+    def to_mm(frame: Any) -> np.ndarray:
+        raw = frame.to_ndarray() if frame.format.name == "gray12le" else frame.to_ndarray(format="gray12le")
+        return codec.decode(raw)
+
+    return stream, to_mm

@@ -19,7 +19,7 @@ from .._safe_read import loads_json, regular_file_size
 from ..errors import CodecError, EgopoolError, FormatError, StorageError
 
 __all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "open_media",
-           "read_rgb_frames", "reencode_rgb", "stream_codec", "video_info"]
+           "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
@@ -285,17 +285,34 @@ def count_video_frames(path: str | Path, stream_index: int = 0) -> int:
             raise CodecError(f"cannot demux video: {exc}", path=path) from exc
 
 
+def rgb_stream(container: Any, path: str | Path) -> Any:
+    """The stream :func:`read_rgb_frames` decodes (the first video stream) of an open container.
+
+    Raises
+    ------
+    CodecError
+        No video stream, or one without a decoder (damaged header).
+    """
+    if not container.streams.video:
+        raise CodecError("no video stream", path=path)
+    stream = container.streams.video[0]
+    if stream_codec(stream)[0] is None:
+        raise CodecError("the video stream has no codec FFmpeg can decode (damaged header)", path=path)
+    return stream
+
+
+def rgb_array(frame: Any) -> np.ndarray:
+    """One decoded frame as :func:`read_rgb_frames` yields it: uint8 ``(H, W, 3)`` RGB."""
+    return frame.to_ndarray(format="rgb24")
+
+
 def read_rgb_frames(path: str | Path) -> Iterator[np.ndarray]:
     """Decode the first video stream as RGB uint8 frames of shape ``(H, W, 3)``."""
     with _open(path) as c:
-        if not c.streams.video:
-            raise CodecError("no video stream", path=path)
-        stream = c.streams.video[0]
-        if stream_codec(stream)[0] is None:
-            raise CodecError("the video stream has no codec FFmpeg can decode (damaged header)", path=path)
+        stream = rgb_stream(c, path)
         try:
             for frame in c.decode(stream):
-                yield frame.to_ndarray(format="rgb24")
+                yield rgb_array(frame)
         except (av.error.FFmpegError, ValueError) as exc:
             raise CodecError(f"cannot decode video: {exc}", path=path, hint=_DAMAGED) from exc
 

@@ -585,16 +585,46 @@ class Episode:
             the legacy dual-stream MKV): decode it with :meth:`depth`, which returns mm.
         """
         path = self.stream_path(key)
-        if path.is_dir():
-            raise SchemaError(f"stream {key!r} is a PNG16 depth directory, not an RGB video", path=path,
+        if self.stream_kind(key) == "depth":
+            what = "a PNG16 depth directory" if path.is_dir() else "a depth stream"
+            raise SchemaError(f"stream {key!r} is {what}, not an RGB video", path=path,
                               hint=f"use ep.depth({key!r}) for uint16 mm frames")
-        from ..codecs.video import read_rgb_frames, video_info  # PyAV: loaded by the readers of frames only
+        from ..codecs.video import read_rgb_frames  # PyAV: loaded by the readers of frames only
+
+        return read_rgb_frames(path)
+
+    def stream_kind(self, key: str) -> str:
+        """``"rgb"`` (decode with :meth:`video`) or ``"depth"`` (:meth:`depth`): a PNG16 directory,
+        gray pixels or the legacy dual-stream MKV are depth (§8), by probing the file.
+
+        Raises
+        ------
+        SchemaError
+            No such stream.
+        CodecError
+            The file cannot be probed.
+        """
+        path = self.stream_path(key)
+        if path.is_dir():
+            return "depth"
+        from ..codecs.video import video_info  # PyAV: loaded by the readers of frames only
 
         probe = video_info(path)
-        if str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1:
-            raise SchemaError(f"stream {key!r} is a depth stream ({probe.get('codec')} {probe.get('pix_fmt')}), "
-                              "not an RGB video", path=path, hint=f"use ep.depth({key!r}) for uint16 mm frames")
-        return read_rgb_frames(path)
+        gray = str(probe.get("pix_fmt") or "").startswith("gray")
+        return "depth" if gray or probe.get("video_streams", 1) > 1 else "rgb"
+
+    def depth_params(self, key: str) -> Mapping[str, Any] | None:
+        """The episode's ``video_codec`` entry of depth stream ``key`` (log-code parameters the
+        container's own comment may override, §8), or None."""
+        if self.files.meta is None:
+            return None
+        vc = self.meta.get("video_codec") or {}
+        params = vc.get(key) if isinstance(vc, Mapping) else None
+        return params if isinstance(params, Mapping) else None
+
+    def declared_ext(self, key: str) -> str | None:
+        """``info.video_extensions[key]`` when it is a usable string, else None."""
+        return self._declared_ext(key)
 
     def keypoints(self, root: str | Path | None = None) -> EpisodeKeypoints:
         """What the keypoints mirror ``<root>/<task>/episode_{N:06d}/`` holds (file_format.md §10).
@@ -615,14 +645,9 @@ class Episode:
         directory), never by the extension alone; log-code parameters from the file
         itself or the episode's ``video_codec`` entry.
         """
-        path = self.stream_path(key)
-        params: Mapping[str, Any] | None = None
-        if self.files.meta is not None:
-            vc = self.meta.get("video_codec") or {}
-            params = vc.get(key) if isinstance(vc, Mapping) else None
         from ..codecs.depth import read_depth_frames  # PyAV: loaded by the readers of frames only
 
-        return read_depth_frames(path, params, ext=self._declared_ext(key))
+        return read_depth_frames(self.stream_path(key), self.depth_params(key), ext=self._declared_ext(key))
 
 
 class Task:

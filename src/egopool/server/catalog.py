@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, EpisodeNotFoundError
+from ..errors import EgopoolError, UploadRejectedError
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
@@ -103,13 +103,16 @@ def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
 
     Raises
     ------
-    EpisodeNotFoundError
-        No committed episode N, or ``rel`` is not one of its files.
+    UploadRejectedError
+        404 no committed episode N, or ``rel`` is not one of its files (said apart: the read API's
+        answer, not the CLI's).
     """
     root, info, layout = _layout(store, task)
     g = find_episode_files(root, layout, index, info.get("video_extensions")) if index >= 1 else None
-    if g is not None and g.committed:
-        for p in g.paths():
-            if p.relative_to(root).as_posix() == rel and p.is_file():
-                return p
-    raise EpisodeNotFoundError(root, index)
+    if g is None or not g.committed:
+        raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+    for p in g.paths():
+        if p.relative_to(root).as_posix() == rel and p.is_file():
+            return p
+    raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no file {rel!r}; the "
+                                                "episode's entry in the read API lists its files")

@@ -57,6 +57,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, merge_info, new_info, read_info
 from ..meta.stats import episode_stats_file
+from ..meta.tasks import read_tasks
 from ..registry import file_record
 from ..transfer.manifest import Manifest
 from ..validate import validate_task
@@ -520,11 +521,10 @@ class Importer:
         upload_fields = {"client_episode_index": n, "server_episode_index": target, "outcome": "imported",
                          "status": 200, "finished_at": time.time()}
         tasks_jsonl = None
-        if fresh is not None:
-            src = staging / "meta" / "tasks.jsonl"
-            tasks_jsonl = src.read_bytes() if src.is_file() else None
-            if tasks_jsonl is None:
-                tasks_jsonl = (json.dumps({"task_index": 0, "task": task}, ensure_ascii=False) + "\n").encode()
+        if fresh is not None:  # the uploaded lines' values, one object per line, no BOM or CR (§5's readline reader)
+            lines = read_tasks(staging) if (staging / "meta" / "tasks.jsonl").is_file() else []
+            tasks_jsonl = "".join(json.dumps(o, ensure_ascii=False) + "\n"
+                                  for o in lines or [{"task_index": 0, "task": task}]).encode("utf-8")
         pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl,
                           synced)
         problem = publish_episode(self.store, pub, server_layout, self._pause)

@@ -2,9 +2,11 @@
 
 Two passes over the spooled zip:
 
-1. :func:`inspect_zip` reads only the central directory and the manifest: every member
+1. :func:`inspect_zip` reads only the central directory (at most ``max_members`` entries, checked
+   on the end record before :mod:`zipfile` parses it) and the manifest: every member
    name must be in the §9 arcname grammar (:func:`egopool.transfer.manifest.parse_arcname`),
    in UTF-8 (flag bit 11, or plain ASCII: a CP437 name is refused, never guessed), with no
+   control or format character,
    absolute path, no ``..``, no backslash, no dot segment, no symlink or directory entry,
    no duplicate and no twin that differs only in case; every member's bytes, from its local
    header to the end of its data, belong to it alone (overlapping members are the
@@ -19,7 +21,7 @@ Two passes over the spooled zip:
    stops the import.
 
 :func:`check_parquet_bounds` bounds what decoding a parquet file costs, from its footer
-alone (decoded bytes of each row group and of the columns read whole, and the decoded /
+alone (whose own size is bounded first, from the file's last 8 bytes) (decoded bytes of each row group and of the columns read whole, and the decoded /
 file ratio) before a page of it is decoded; :func:`check_video_bounds` the frames of a
 video, from its container header.
 
@@ -31,9 +33,11 @@ a reason code; a 413 names the limit and the ``egopool serve`` option that raise
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import stat
 import struct
+import unicodedata
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +149,10 @@ def _check_name(info: zipfile.ZipInfo) -> Arcname:
         raise _reject(400, "name_encoding", f"member name {ascii(name)} is not UTF-8: zip flag bit 11 is unset and "
                                             "it holds non-ASCII bytes (a CP437 or local code page name); pack it "
                                             "with a zip writer that stores names in UTF-8 (egopool pack does)")
+    control = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if control is not None:  # a line break, tab, NUL, bidi override or zero-width mark: never in a §9 name
+        raise _reject(400, "bad_name", f"member name {ascii(name)} holds the control character "
+                                       f"U+{ord(control):04X}; §9 names are paths of printable characters")
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         raise _reject(400, "absolute_path", f"member {name!r} has an absolute path")
     parts = name.split("/")
@@ -206,6 +214,35 @@ def _check_ranges(path: Path, infos: list[zipfile.ZipInfo], directory: int) -> N
                                                   "truncated or forged zip")
 
 
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record (APPNOTE 4.3.16)
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")  # its zip64 form (4.3.14), found through the locator (4.3.15)
+_LOCATOR64 = struct.Struct("<4sLQL")
+#: Central directory bytes one member may take: 46 fixed + name + extra field + comment (an egopool
+#: entry: ~100); the directory is parsed whole into memory before a member is looked at.
+_CD_ENTRY_MAX = 46 + 1024
+
+
+def _central_directory(path: Path, size: int) -> tuple[int, int] | None:
+    """(members, bytes) the central directory declares, from the end records alone (nothing parsed);
+    None when there is no end record (:mod:`zipfile` then says what is wrong)."""
+    with open(path, "rb") as fh:
+        start = max(0, size - _EOCD.size - 0xFFFF)  # the record, then a comment of at most 64 KiB
+        fh.seek(start)
+        tail = fh.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _EOCD.size:
+            return None
+        _, _, _, _, count, cd_size, _, _ = _EOCD.unpack_from(tail, at)
+        if (count == 0xFFFF or cd_size == 0xFFFFFFFF) and at >= _LOCATOR64.size:
+            sig, _, offset, _ = _LOCATOR64.unpack_from(tail, at - _LOCATOR64.size)
+            if sig == b"PK\x06\x07" and offset + _EOCD64.size <= size:
+                fh.seek(offset)
+                rec = fh.read(_EOCD64.size)
+                if rec[:4] == b"PK\x06\x06":
+                    count, cd_size = _EOCD64.unpack(rec)[7:9]
+    return count, cd_size
+
+
 def inspect_zip(path: Path, limits: Limits) -> ZipPlan:
     """Check the zip's structure and read its manifest (pass 1, nothing extracted).
 
@@ -219,6 +256,13 @@ def inspect_zip(path: Path, limits: Limits) -> ZipPlan:
     size = path.stat().st_size if path.exists() else 0
     if size == 0:
         raise _reject(400, "not_a_zip", "the file part is empty (0 bytes); send the episode zip")
+    directory = _central_directory(path, size)
+    if directory is not None and (directory[0] > limits.max_members
+                                  or directory[1] > limits.max_members * _CD_ENTRY_MAX):
+        raise _reject(413, "too_many_members", f"the zip's central directory declares {directory[0]} members in "
+                                               f"{directory[1]} bytes, the limit is {limits.max_members} members "
+                                               f"in {limits.max_members * _CD_ENTRY_MAX} bytes (an episode zip "
+                                               "holds its streams and five files, §9)")
     try:
         zf = zipfile.ZipFile(path)
     except UnicodeDecodeError as exc:  # a name flagged UTF-8 (bit 11) that is not
@@ -457,6 +501,25 @@ def _check_decode(name: str, groups: list[int], flat: int, rows: int, limit: int
                                             f"time is {_mib(limit)}", "max_decode_bytes")
 
 
+#: Memory a parsed parquet footer takes per byte of it (pyarrow's FileMetaData, schema and the row-group
+#: statistics: 16-28x measured), counted against ``max_decode_bytes``: 8 MiB of footer at the default
+#: (an egopool data parquet's is a few KiB).
+_FOOTER_COST = 32
+
+
+def _footer_length(path: Path) -> int:
+    """Bytes of a parquet file's footer, from its last 8 bytes (length, ``PAR1``); 0 when it has none or
+    declares more than the file holds (pyarrow then names what is wrong)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size < 12:
+            return 0
+        fh.seek(-8, os.SEEK_END)
+        tail = fh.read(8)
+    length = int(struct.unpack("<I", tail[:4])[0])
+    return length if tail[4:] == b"PAR1" and length <= size - 12 else 0
+
+
 def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None) -> None:
     """Refuse a parquet bomb from its footer alone, before any page of it is decoded.
 
@@ -480,6 +543,12 @@ def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None)
     import pyarrow.parquet as pq
 
     name = "/".join(path.parts[-3:] if path.parts[-3] == "data" else path.parts[-4:])  # task-relative
+    footer = _footer_length(path)
+    if footer * _FOOTER_COST > limits.max_decode_bytes:
+        raise too_large("decode_too_large", f"{name}: its footer (the file's metadata, parsed whole before a page "
+                                            f"is read, ~{_FOOTER_COST}x its size in memory) is {_mib(footer)}; the "
+                                            f"limit of what one import decodes at a time is "
+                                            f"{_mib(limits.max_decode_bytes)}", "max_decode_bytes")
     try:
         with pq.ParquetFile(str(path)) as pf:
             meta = pf.metadata

@@ -128,7 +128,7 @@ class UploadReport:
                 "outcomes": [o.to_dict() for o in self.outcomes]}
 
 
-_TOKEN_RE = re.compile(r"^[\x21-\x7e]+$")  # one HTTP header token: printable ASCII, no space
+_TOKEN_RE = re.compile(r"^[\x21-\x7e]+\Z")  # one HTTP header token: printable ASCII, no space
 
 
 def _base_url(server: str) -> str:

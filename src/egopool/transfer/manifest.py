@@ -48,11 +48,12 @@ EPISODE_KINDS = ("video", "data", "row")
 
 _NUM = r"(?P<c>\d{3,})"
 _FILE = r"(?P<f>\d{3,})"
-_DATA_RE = re.compile(rf"^data/chunk-{_NUM}/episode-{_FILE}\.parquet$")
-_ROW_RE = re.compile(rf"^meta/episodes/chunk-{_NUM}/episode-{_FILE}\.parquet$")
+# \Z, never $: "$" also matches before a final newline, and "episode-000.parquet\n" is another file
+_DATA_RE = re.compile(rf"^data/chunk-{_NUM}/episode-{_FILE}\.parquet\Z")
+_ROW_RE = re.compile(rf"^meta/episodes/chunk-{_NUM}/episode-{_FILE}\.parquet\Z")
 # An image_key is one path segment of letters, digits, '_' and '-' (Unicode letters allowed),
 # never starting with '.', '_' or '-' (dot names are temps, '_' names are §11 leftovers).
-_VIDEO_RE = re.compile(rf"^videos/chunk-{_NUM}/(?P<key>[^\W_][\w-]*)/episode-{_FILE}\.(?P<ext>mp4|mkv)$")
+_VIDEO_RE = re.compile(rf"^videos/chunk-{_NUM}/(?P<key>[^\W_][\w-]*)/episode-{_FILE}\.(?P<ext>mp4|mkv)\Z")
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def episode_digest(members: Iterable[MemberRecord]) -> str:
     return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
 
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclass

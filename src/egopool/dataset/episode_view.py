@@ -1,0 +1,144 @@
+"""What one worker keeps of one episode: its columns as numpy, IMU and trajectory offsets.
+
+Everything comes from :class:`egopool.Episode` (the reader): parquet columns through
+``Episode.columns``, IMU through ``Episode.imu_samples``, trajectories through
+``Episode.trajectory``, force matrices through ``Episode.force_matrices`` (the episode's own
+scale, file_format.md §7.2.1), stream kinds through ``Episode.stream_kind``. Columns are read on
+first use and kept while the episode stays in the worker's cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
+from ..errors import SchemaError
+from ..read.reader import Episode
+
+__all__ = ["EpisodeView", "key_kind_by_name"]
+
+IMU_KEYS = ("observation.imu", "imu_ts_ns")
+
+
+def key_kind_by_name(key: str) -> str | None:
+    """``"imu"``/``"trajectory"`` for the keys whose rows hold a variable number of samples, else None."""
+    if key in IMU_KEYS:
+        return "imu"
+    if key.startswith("observation.") and (key.endswith("slam_trajectory") or key.endswith("slam_trajectory_ns")):
+        return "trajectory"
+    return None
+
+
+def _column_to_numpy(col: Any, key: str, ep: Episode) -> np.ndarray:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    typ = arr.type
+    try:
+        if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+            return np.asarray(arr.to_pylist(), dtype=object)
+        if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+            if arr.null_count:
+                raise ValueError(f"{arr.null_count} null rows")
+            inner = typ.value_type
+            if pa.types.is_list(inner) or pa.types.is_fixed_size_list(inner):
+                per_row = np.diff(list_offsets(arr))
+                if per_row.size and np.any(per_row != per_row[0]):
+                    raise ValueError("ragged list column")
+                flat = list_column_to_numpy(arr, depth=2)
+                return flat.reshape(len(arr), -1, flat.shape[1]) if len(arr) else flat.reshape(0, 0, 0)
+            return list_column_to_numpy(arr, depth=1)
+        if pa.types.is_integer(typ):
+            if arr.null_count:
+                return int_values_to_numpy(arr)
+            return np.asarray(arr.to_numpy(zero_copy_only=False))
+        return np.asarray(arr.to_numpy(zero_copy_only=False))
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SchemaError(f"cannot be read as one array per row ({text})", column=key, path=ep.files.data,
+                          hint="choose another key, or fix the episode (`egopool validate TASK`)") from exc
+
+
+class EpisodeView:
+    """One episode as a worker's dataset reads it (see the module docstring).
+
+    Parameters
+    ----------
+    episode:
+        From :meth:`egopool.Task.episode`.
+    length:
+        Its rows (from the dataset's index).
+    """
+
+    def __init__(self, episode: Episode, length: int) -> None:
+        self.ep = episode
+        self.length = int(length)
+        self._names = set(episode.column_names)
+        self._streams = episode.streams
+        self._kinds: dict[str, str] = {}
+        self._cols: dict[str, np.ndarray] = {}
+        self._imu: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._traj: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def kind(self, key: str) -> str:
+        """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``.
+
+        Raises
+        ------
+        SchemaError
+            ``key`` is neither a stream nor a column of this episode.
+        """
+        k = self._kinds.get(key)
+        if k is None:
+            if key in self._streams:
+                k = self.ep.stream_kind(key)
+            elif key not in self._names:
+                raise SchemaError(f"is neither a stream nor a column of episode {self.ep.index} (streams "
+                                  f"{sorted(self._streams)})", column=key, path=self.ep.files.data,
+                                  hint="choose keys every episode has, or filter episodes")
+            elif key.endswith("_force_matrix"):
+                k = "force_matrix"
+            else:
+                k = key_kind_by_name(key) or "column"
+            self._kinds[key] = k
+        return k
+
+    def stream_path(self, key: str) -> Any:
+        """File (or PNG16 directory) of stream ``key``."""
+        return self.ep.stream_path(key)
+
+    def column(self, key: str) -> np.ndarray:
+        """``(R, ...)`` one value per row: numbers as stored (``list<float32>`` -> ``(R, D)`` float32,
+        ``list<list<T>>`` of fixed shape -> ``(R, A, B)``), strings as an object array."""
+        arr = self._cols.get(key)
+        if arr is None:
+            arr = _column_to_numpy(self.ep.columns([key]).column(key), key, self.ep)
+            self._cols[key] = arr
+        return arr
+
+    def imu(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ts_ns (K,), values (K, 6), offsets (R + 1,))``: samples by row, by ``imu_ts_ns`` in a row."""
+        if self._imu is None:
+            s = self.ep.imu_samples()
+            order = np.lexsort((s.ts_ns, s.rows))
+            rows = s.rows[order]
+            offs = np.searchsorted(rows, np.arange(self.length + 1), side="left").astype(np.int64)
+            self._imu = (s.ts_ns[order], s.values[order], offs)
+        return self._imu
+
+    def trajectory(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(points (K, 8) float64, host_ns (K,) int64, offsets (R + 1,))`` of a trajectory column
+        (``key`` or its ``_ns`` column), in stored order."""
+        col = key[:-3] if key.endswith("_ns") else key
+        t = self._traj.get(col)
+        if t is None:
+            tr = self.ep.trajectory(col)
+            offs = np.searchsorted(tr.rows, np.arange(self.length + 1), side="left").astype(np.int64)
+            t = self._traj[col] = (tr.points, tr.host_ns, offs)
+        return t
+
+    def force_matrices(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """``(T, 250, 250, 3)`` float32 mN of ``rows``, decoded with the episode's own scale."""
+        lo, hi = int(rows.min()), int(rows.max()) + 1
+        return self.ep.force_matrices(key, lo, hi)[rows - lo]

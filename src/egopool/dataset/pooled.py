@@ -1,0 +1,346 @@
+"""A map-style training dataset over pooled tasks, read in place (issue 18).
+
+::
+
+    from egopool.dataset import PooledDataset
+    ds = PooledDataset(["recordings/pick_cup"], keys=["head_left_rgb", "observation.right_hand_pose"],
+                       delta_timestamps={"head_left_rgb": [-0.1, 0.0]})
+    item = ds[0]   # {"head_left_rgb": (2, H, W, 3) uint8, "head_left_rgb_is_pad": (2,) bool, ...}
+
+With PyTorch installed (extra ``train``) the class is a ``torch.utils.data.Dataset`` and returns
+tensors (``output="numpy"`` keeps numpy); without it, the same class returns numpy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..read.reader import Task, open_task
+from .decode import DecoderCache, PngSequence, StreamDecoder
+from .episode_view import EpisodeView, key_kind_by_name
+from .index import FrameIndex, TaskEntry, task_entry
+from .windows import DEFAULT_TOLERANCE_S, WindowSpec
+
+try:  # the extra `train`
+    import torch
+    from torch.utils.data import Dataset as _Base
+except ImportError:  # pragma: no cover - exercised in a venv without torch
+    torch = None
+    _Base = object  # type: ignore[assignment,misc]
+
+__all__ = ["PooledDataset", "find_tasks"]
+
+#: Worker states a forked process inherited: never used, never freed (see ``PooledDataset._worker``).
+_INHERITED: list[_Worker] = []
+
+
+def find_tasks(paths: Iterable[str | Path]) -> list[Path]:
+    """Task directories of ``paths``: a directory with ``meta/info.json`` is a task, any other
+    directory a collection whose subdirectories holding one are its tasks (sorted by name).
+
+    Raises
+    ------
+    FileNotFoundError
+        A path that is neither (one line naming it).
+    """
+    out: list[Path] = []
+    for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
+        if (p / "meta" / "info.json").is_file():
+            out.append(p)
+            continue
+        found = sorted(d for d in p.iterdir() if (d / "meta" / "info.json").is_file()) if p.is_dir() else []
+        if not found:
+            raise FileNotFoundError(f"{p}: neither a task (no meta/info.json) nor a directory of tasks; "
+                                    "pass a task directory such as recordings/pick_cup")
+        out.extend(found)
+    return out
+
+
+class _Worker:
+    """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled."""
+
+    def __init__(self, ds: PooledDataset) -> None:
+        self.pid = os.getpid()
+        self.tasks: dict[int, Task] = {}
+        self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
+        self.decoders = DecoderCache(ds.max_open_streams)
+        self.pool = ThreadPoolExecutor(ds.decode_threads) if ds.decode_threads > 1 else None
+        self.max_views = ds.max_episodes
+
+    def view(self, ds: PooledDataset, t: int, n: int, length: int) -> EpisodeView:
+        v = self.views.get((t, n))
+        if v is None:
+            task = self.tasks.get(t)
+            if task is None:
+                task = self.tasks[t] = open_task(ds.index.tasks[t].path)
+            v = self.views[(t, n)] = EpisodeView(task.episode(n), length)
+            while len(self.views) > self.max_views:
+                self.views.popitem(last=False)
+        else:
+            self.views.move_to_end((t, n))
+        return v
+
+    def close(self) -> None:
+        self.decoders.close()
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
+
+
+class PooledDataset(_Base):  # type: ignore[misc,valid-type]
+    """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
+
+    Parameters
+    ----------
+    tasks:
+        Task directories, or directories of tasks (:func:`find_tasks`).
+    keys:
+        What an item holds. A stream key (``head_left_rgb``) gives its frame: RGB uint8
+        ``(H, W, 3)`` (``(3, H, W)`` with ``channels_first``), depth uint16 mm ``(H, W)`` (holes 0,
+        decoded as :meth:`egopool.Episode.depth` does: 12-bit HEVC log code, FFV1, PNG16). A
+        data column gives the row's value as stored (``action`` ``(D,)`` float32, ``hardware_ns``
+        int64, a hand pose ``(63,)`` float32, strings as ``str``). ``*_force_matrix`` gives
+        ``(250, 250, 3)`` float32 mN decoded with the episode's own scale (§7.2.1).
+        ``observation.imu`` / ``imu_ts_ns`` give the row's samples ``(k, 6)`` float32 /
+        ``(k,)`` int64 ordered by ``imu_ts_ns``; ``observation.*slam_trajectory`` (``_ns``) the
+        row's points ``(k, 8)`` float64 (``(k,)`` int64 host ns). ``k`` varies by row unless
+        ``samples`` fixes it.
+    delta_timestamps:
+        ``{key: [s, ...]}``: LeRobot's windows (:mod:`egopool.dataset.windows`): the value of
+        each key becomes ``(T, ...)`` over rows ``frame_index + round(s * fps)``, rows outside the
+        episode clamped to its edge and flagged in ``<key>_is_pad`` ``(T,)`` bool. Keys named here
+        and not in ``keys`` are added. Not for the IMU / trajectory keys (use ``samples``).
+    samples:
+        ``{imu or trajectory key: K}``: the K samples ending with the row's last one (earlier
+        rows of the episode fill in; before the episode's first sample zeros, flagged in
+        ``<key>_is_pad`` ``(K,)``), so items batch.
+    episodes:
+        Keep only these N: a list (every task) or ``{task directory or task_name: [N, ...]}``
+        (tasks not named keep all).
+    task_names:
+        Keep only tasks whose ``task_name`` (or directory name) is listed.
+    channels_first:
+        RGB as ``(3, H, W)`` (a view, no copy).
+    output:
+        ``"auto"`` (torch tensors when torch is installed), ``"torch"`` or ``"numpy"``.
+    tolerance_s:
+        How far (s) an offset may be from a whole number of frame intervals.
+    cache_dir:
+        Where the frame index is cached (:mod:`egopool.dataset.index`); ``""`` disables.
+    max_open_streams, max_episodes, cache_frames, decode_threads:
+        Per-worker bounds (see Memory).
+
+    Every item also holds ``index``, ``task_index`` (position among the dataset's tasks),
+    ``episode_index`` (N) and ``frame_index`` as int64 scalars.
+
+    Memory per worker (each DataLoader worker builds its own state on its first item; nothing
+    open is pickled): at most ``max_open_streams`` open containers, each with FFmpeg's decoder
+    state (a few frames, up to 16 reference frames for H.264) and ``cache_frames`` converted
+    frames (``H × W × 3`` bytes RGB, ``H × W × 2`` depth); at most ``max_episodes`` episodes'
+    chosen columns (rows × row size; force matrices are never kept, 375 kB per row decoded on
+    demand). With the defaults (16 streams, ``cache_frames`` = the largest of 4, 2 × the longest window and
+    its span in rows + 1, at most 64) and
+    640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
+    decoders. ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
+    use 1 when DataLoader workers already fill the cores.
+
+    Raises
+    ------
+    FileNotFoundError
+        A path that holds no task.
+    FormatError
+        A task that cannot be opened or indexed.
+    ValueError
+        A bad ``delta_timestamps`` / ``samples`` / ``output``, or tasks of different fps with windows.
+
+    ``__getitem__`` raises :class:`~egopool.errors.SchemaError` for a key the item's episode does
+    not have (naming the episode and its file; filter such episodes out with ``episodes``) and
+    :class:`~egopool.errors.CodecError` for a stream that cannot be decoded (naming the file).
+    """
+
+    def __init__(self, tasks: str | Path | Sequence[str | Path], keys: Sequence[str], *,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                 samples: Mapping[str, int] | None = None,
+                 episodes: Iterable[int] | Mapping[str, Iterable[int]] | None = None,
+                 task_names: Iterable[str] | None = None, channels_first: bool = False,
+                 output: str = "auto", tolerance_s: float = DEFAULT_TOLERANCE_S,
+                 cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
+                 cache_frames: int | None = None, decode_threads: int = 4) -> None:
+        if output not in ("auto", "torch", "numpy"):
+            raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
+        if output == "torch" and torch is None:
+            raise ValueError("output='torch' needs PyTorch: pip install 'egopool[train]'")
+        self.as_torch = torch is not None and output != "numpy"
+        delta = dict(delta_timestamps or {})
+        self.keys = list(dict.fromkeys([*keys, *delta]))
+        if not self.keys:
+            raise ValueError("keys is empty: name at least one stream or column")
+        for key in delta:
+            if key_kind_by_name(key):
+                raise ValueError(f"delta_timestamps[{key!r}]: IMU and trajectory rows hold a variable number of "
+                                 f"samples; use samples={{{key!r}: K}} for a fixed window")
+        self.samples = {k: int(v) for k, v in (samples or {}).items()}
+        for key, k in self.samples.items():
+            if not key_kind_by_name(key) or k < 1:
+                raise ValueError(f"samples[{key!r}] = {k}: only IMU / trajectory keys, K >= 1")
+            if key not in self.keys:
+                self.keys.append(key)
+        entries = self._entries(find_tasks([tasks] if isinstance(tasks, (str, Path)) else tasks), task_names,
+                                cache_dir)
+        fps = {e.fps for e in entries}
+        if delta and len(fps) > 1:
+            raise ValueError(f"delta_timestamps need one fps; the tasks have {sorted(fps)}: make one dataset per fps")
+        self.fps = next(iter(fps)) if fps else 30.0
+        self.windows = WindowSpec(delta, self.fps, tolerance_s)
+        self.index = FrameIndex(entries, self._keep(entries, episodes))
+        self.channels_first = bool(channels_first)
+        offs = self.windows.offsets.values()
+        longest = max((len(v) for v in offs), default=1)
+        span = max((int(v.max() - v.min()) + 1 for v in offs), default=1)
+        self.cache_frames = int(cache_frames) if cache_frames is not None else min(64, max(4, 2 * longest, span + 1))
+        self.max_open_streams, self.max_episodes = int(max_open_streams), int(max_episodes)
+        self.decode_threads = int(decode_threads)
+        self._w: _Worker | None = None
+
+    @staticmethod
+    def _entries(paths: list[Path], names: Iterable[str] | None, cache_dir: str | Path | None) -> list[TaskEntry]:
+        keep = set(names) if names is not None else None
+        out = []
+        for p in paths:
+            if keep is not None and p.name not in keep and open_task(p).name not in keep:
+                continue
+            out.append(task_entry(p, cache_dir))
+        return out
+
+    @staticmethod
+    def _keep(entries: list[TaskEntry], episodes: Any) -> list[tuple[int, int]] | None:
+        if episodes is None:
+            return None
+        if isinstance(episodes, Mapping):
+            keep = []
+            for t, e in enumerate(entries):
+                named = [v for k, v in episodes.items() if Path(k).resolve() == e.path or k == e.path.name
+                         or k == open_task(e.path).name]
+                chosen = set(int(n) for v in named for n in v) if named else set(e.episodes.tolist())
+                keep += [(t, n) for n in e.episodes.tolist() if n in chosen]
+            return keep
+        wanted = {int(n) for n in episodes}
+        return [(t, n) for t, e in enumerate(entries) for n in e.episodes.tolist() if n in wanted]
+
+    # -- pickling: DataLoader workers get the index, never open containers ------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_w"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _worker(self) -> _Worker:
+        w = self._w
+        if w is None or w.pid != os.getpid():  # first item here, or a forked copy of the parent's
+            if w is not None:
+                # a fork's copy of the parent's containers: freeing them here would join FFmpeg decoder
+                # threads that do not exist in this process (a deadlock); they stay untouched instead
+                _INHERITED.append(w)
+            w = self._w = _Worker(self)
+        return w
+
+    def close(self) -> None:
+        """Close this process's open containers (they reopen on the next item)."""
+        if self._w is not None and self._w.pid == os.getpid():
+            self._w.close()
+        self._w = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def episode_ranges(self) -> list[range]:
+        """Items of each episode, in index order (what :class:`EpisodeSampler` shuffles)."""
+        return [self.index.episode_items(e) for e in range(len(self.index.episodes))]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        t, n, row, e = self.index.locate(int(i))
+        w = self._worker()
+        view = w.view(self, t, n, self.index.episodes[e][2])
+        item: dict[str, Any] = {"index": np.int64(i if i >= 0 else i + len(self)), "task_index": np.int64(t),
+                                "episode_index": np.int64(n), "frame_index": np.int64(row)}
+        streams = []
+        for key in self.keys:
+            kind = view.kind(key)
+            rows, pad = self.windows.rows(key, row, view.length)
+            if kind in ("rgb", "depth"):
+                streams.append((key, kind, rows, pad))
+                continue
+            if kind == "force_matrix":
+                value: Any = view.force_matrices(key, rows)
+            elif kind == "column":
+                value = view.column(key)[rows]
+            else:
+                value, pad = self._ragged(view, kind, key, row)
+                rows = None
+            if pad is not None:
+                item[key + "_is_pad"] = pad
+            item[key] = value if rows is None or pad is not None else value[0]
+        if streams:
+            if w.pool is not None and len(streams) > 1:
+                frames = list(w.pool.map(lambda s: self._frames(w, view, *s), streams))
+            else:
+                frames = [self._frames(w, view, *s) for s in streams]
+            for (key, _k, _r, pad), value in zip(streams, frames):
+                item[key] = value
+                if pad is not None:
+                    item[key + "_is_pad"] = pad
+        return self._to_output(item)
+
+    def _frames(self, w: _Worker, view: EpisodeView, key: str, kind: str, rows: np.ndarray,
+                pad: np.ndarray | None) -> np.ndarray:
+        path = view.stream_path(key)
+        if path.is_dir():
+            dec = w.decoders.open(path, lambda: PngSequence(path))
+        else:
+            params = view.ep.depth_params(key) if kind == "depth" else None
+            dec = w.decoders.open(path, lambda: StreamDecoder(path, kind, params, max_frames=self.cache_frames))
+        got = dec.frames(rows.tolist())
+        arr = np.stack([got[j] for j in rows.tolist()])  # a copy: the decoder's cache stays private
+        if kind == "rgb" and self.channels_first:
+            arr = np.moveaxis(arr, -1, -3)
+        return arr if pad is not None else arr[0]
+
+    def _ragged(self, view: EpisodeView, kind: str, key: str, row: int) -> tuple[np.ndarray, np.ndarray | None]:
+        if kind == "imu":
+            ts, values, offs = view.imu()
+            data = ts if key == "imu_ts_ns" else values
+        else:
+            points, host, offs = view.trajectory(key)
+            data = host if key.endswith("_ns") else points
+        end = int(offs[row + 1])
+        k = self.samples.get(key)
+        if k is None:
+            return data[int(offs[row]):end].copy(), None
+        idx = np.arange(end - k, end)
+        pad = idx < 0
+        out = data[np.maximum(idx, 0)] if data.shape[0] else np.zeros((k, *data.shape[1:]), data.dtype)
+        out[pad] = 0
+        return out, pad
+
+    def _to_output(self, item: dict[str, Any]) -> dict[str, Any]:
+        if not self.as_torch:
+            return item
+        out: dict[str, Any] = {}
+        for k, v in item.items():
+            if isinstance(v, np.ndarray) and v.dtype != object:
+                out[k] = torch.from_numpy(v)
+            elif isinstance(v, np.generic) and not isinstance(v, np.str_):
+                out[k] = torch.tensor(v.item())
+            elif isinstance(v, np.ndarray):
+                out[k] = v.tolist()
+            else:
+                out[k] = v
+        return out
