@@ -25,6 +25,7 @@ __all__ = [
     "atomic_write_json",
     "exclusive_lock",
     "fsync_dir",
+    "fsync_file",
     "publish",
     "task_lock",
     "task_read_lock",
@@ -51,6 +52,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str | Path) -> None:
+    """fsync a file's bytes (opened read-only: the file is not changed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def publish(temp: Path, final: Path) -> None:
     """fsync ``temp`` and move it onto ``final`` with ``os.replace`` (atomic on POSIX)."""
     with open(temp, "rb+") as fh:
@@ -59,11 +69,12 @@ def publish(temp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temp + fsync + os.replace + dir fsync).
 
     The parent directory is created if needed. On any exception the temp file is
-    removed and ``path`` is untouched.
+    removed and ``path`` is untouched. ``sync_dir=False`` leaves the directory fsync to
+    the caller (several renames in one directory, one fsync after the last).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,15 +85,17 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        if sync_dir:
+            fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
 
 
-def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
-    """Serialise ``obj`` as UTF-8 standard JSON (non-ASCII kept) and write it atomically.
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2, sync_dir: bool = True) -> None:
+    """Serialise ``obj`` as UTF-8 standard JSON (non-ASCII kept) and write it atomically
+    (``sync_dir``: :func:`atomic_write_bytes`).
 
     Raises
     ------
@@ -94,7 +107,7 @@ def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> 
     except ValueError as exc:
         raise FormatError(f"refusing to write NaN/Infinity into JSON ({exc})", path=path,
                           hint="the value came from the caller; pass finite numbers") from exc
-    atomic_write_bytes(path, (text + "\n").encode("utf-8"))
+    atomic_write_bytes(path, (text + "\n").encode("utf-8"), sync_dir=sync_dir)
 
 
 @contextlib.contextmanager

@@ -93,8 +93,18 @@ def simulate(root: Path, task: str, episodes: int, rig: str = "uvc3", seconds: f
 
 
 def store_files(store: Path) -> dict[str, str]:
-    """Every file of the store's tasks (dotfiles included) -> sha256; the server's own state dir excluded."""
-    return {k: v for k, v in snapshot(store).items() if not k.startswith(".egopool-server")}
+    """Every file of the store's tasks (dotfiles included) -> sha256; the server's own state dir excluded
+    (not even walked: its trash/ is being emptied by the server's background thread, docs/decisions.md U13)."""
+    out: dict[str, str] = {}
+    for entry in sorted(store.iterdir()) if store.is_dir() else []:
+        if entry.name == ".egopool-server":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            out[entry.name] = "dir"
+            out.update({f"{entry.name}/{k}": v for k, v in snapshot(entry).items()})
+        else:
+            out[entry.name] = hashlib.sha256(entry.read_bytes()).hexdigest()
+    return out
 
 
 def rebuild_zip(src: Path, dst: Path, *, replace: dict[str, bytes | None] | None = None,

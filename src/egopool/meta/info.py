@@ -187,6 +187,7 @@ def merge_info(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def write_info(task_dir: str | Path, info: Mapping[str, Any]) -> None:
-    """Write ``meta/info.json`` atomically, indented, UTF-8 (§3). Caller holds the task lock."""
-    atomic_write_json(info_path(task_dir), dict(info), indent=2)
+def write_info(task_dir: str | Path, info: Mapping[str, Any], *, sync_dir: bool = True) -> None:
+    """Write ``meta/info.json`` atomically, indented, UTF-8 (§3). Caller holds the task lock.
+    ``sync_dir=False``: the caller fsyncs ``meta/`` after a further rename there."""
+    atomic_write_json(info_path(task_dir), dict(info), indent=2, sync_dir=sync_dir)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock
+from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, fsync_file, task_lock
 from ..errors import EgopoolError, MetaUpdateError
 from ..layout import TaskLayout
 from ..meta.info import read_info, write_info
@@ -82,6 +82,8 @@ class Publication:
         ``info.json`` of a task that does not exist yet (None for an existing task).
     tasks_jsonl:
         ``tasks.jsonl`` bytes for a new task.
+    synced:
+        Staged files already fsynced by the caller (outside the lock); the others are synced here.
     """
 
     task_dir: Path
@@ -94,6 +96,7 @@ class Publication:
     upload_fields: dict[str, Any] = field(default_factory=dict)
     new_info: dict[str, Any] | None = None
     tasks_jsonl: bytes | None = None
+    synced: frozenset[Path] = frozenset()
 
 
 def _rel(root: Path, p: Path) -> str:
@@ -147,6 +150,9 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
         if pub.new_info is not None:
             write_info(root, pub.new_info)
             atomic_write_bytes(root / "meta" / "tasks.jsonl", pub.tasks_jsonl or b"")
+        for staged, _ in [*pub.moves, pub.row]:  # each file's bytes once (the extraction wrote them unsynced)
+            if staged not in pub.synced:
+                fsync_file(staged)
         dirs: set[Path] = set()
         for staged, final in pub.moves:
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -173,9 +179,8 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
         clear_pending(root, pub.index)
     except MetaUpdateError as exc:  # the episode stands; reclaim_stale replays the merge next time
         problem = exc.one_line()
-    jpath.unlink()
-    fsync_dir(jpath.parent)
-    return problem
+    jpath.unlink()  # not synced: a journal the disk still holds after a crash is rolled forward again, which
+    return problem  # is idempotent (the database row INSERT OR IGNORE, the pending merge already cleared)
 
 
 def recover_journals(store: Store, task: str | None = None) -> list[str]:

@@ -10,7 +10,8 @@
         ├── locks/<task hash>.lock    per-task import lock
         ├── journals/                 publish journals of imports in progress
         ├── spool/                    request bodies being received
-        └── staging/                  uploads being verified
+        ├── staging/                  uploads being verified
+        └── trash/                    finished staging trees, removed by a background thread
 
 Spool and staging are on the store's file system, so a verified file reaches its final
 place with a rename (atomic, never a copy).
@@ -26,7 +27,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import queue
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -60,10 +63,13 @@ class Store:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self.state = self.root / STATE_DIR
-        for d in (self.spool_dir, self.staging_dir, self.journal_dir, self.state / "locks"):
+        for d in (self.spool_dir, self.staging_dir, self.journal_dir, self.trash_dir, self.state / "locks"):
             d.mkdir(parents=True, exist_ok=True)
         self.db = ServerDB(self.state / "server.db")
         self._server_fd: int | None = None
+        self._trash: queue.SimpleQueue[Path] = queue.SimpleQueue()
+        self._trash_lock = threading.Lock()
+        self._sweeper: threading.Thread | None = None
 
     @property
     def spool_dir(self) -> Path:
@@ -74,6 +80,43 @@ class Store:
     def staging_dir(self) -> Path:
         """Uploads being verified."""
         return self.state / "staging"
+
+    @property
+    def trash_dir(self) -> Path:
+        """Finished staging trees waiting for the background removal (:meth:`discard`)."""
+        return self.state / "trash"
+
+    def discard(self, tree: Path) -> None:
+        """Take a finished staging tree off the request path: rename it into :attr:`trash_dir` (one
+        rename, the same file system) and remove it in a background thread (issue 15 H: removing a
+        tree of directories costs an import ~10 ms of ``rmdir``). Falls back to removing it here
+        when the rename fails. A tree left by a killed server is removed by :meth:`clean_scratch`.
+        """
+        dest = self.trash_dir / uuid.uuid4().hex
+        try:
+            os.rename(tree, dest)
+        except FileNotFoundError:
+            return
+        except OSError:
+            shutil.rmtree(tree, ignore_errors=True)
+            return
+        self._trash.put(dest)
+        with self._trash_lock:
+            if self._sweeper is None or not self._sweeper.is_alive():
+                self._sweeper = threading.Thread(target=self._sweep, name="egopool-trash", daemon=True)
+                self._sweeper.start()
+
+    def _sweep(self) -> None:
+        while True:
+            try:
+                tree = self._trash.get(timeout=5.0)
+            except queue.Empty:
+                with self._trash_lock:
+                    if self._trash.empty():
+                        self._sweeper = None
+                        return
+                continue
+            shutil.rmtree(tree, ignore_errors=True)
 
     @property
     def journal_dir(self) -> Path:
@@ -211,7 +254,7 @@ class Store:
         for p in self.state.glob("paused-*"):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
-        for d in (self.spool_dir, self.staging_dir):
+        for d in (self.spool_dir, self.staging_dir, self.trash_dir):
             for e in os.scandir(d):
                 if e.is_dir(follow_symlinks=False):
                     shutil.rmtree(e.path, ignore_errors=True)

@@ -368,11 +368,14 @@ def extract_verified(path: Path, plan: ZipPlan, dest: Path, limits: Limits) -> d
                                                    f"{plan.total_bytes}")
     expected = plan.manifest.by_name()
     out: dict[str, MemberRecord] = {}
+    made: set[Path] = set()  # directories created (a mkdir per member costs more than its small file)
     with zipfile.ZipFile(path) as zf:
         for info, _arc in plan.infos:
             name = info.filename
             target = dest.joinpath(*name.split("/"))  # the validated arcname: never '..', never absolute
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
             h = hashlib.sha256()
             size = 0
             try:

@@ -84,7 +84,7 @@ def merge_task_meta(task_dir: Path, index: int, declarations: Mapping[str, Any],
     tdir = Path(task_dir)
     try:
         info = merge_info(read_info(tdir), declarations)
-        write_info(tdir, info)
+        write_info(tdir, info, sync_dir=False)  # meta/ is fsynced once, after stats.json's rename
     except (EgopoolError, OSError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise MetaUpdateError(index, f"meta/info.json was not updated ({_reason(exc)})", path=info_path(tdir),
                               hint="its columns stay undeclared until info.json is fixed; `egopool validate TASK` "
