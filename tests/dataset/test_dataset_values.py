@@ -10,6 +10,7 @@ import pytest
 from egopool.arrowutil import list_column_to_numpy
 from egopool.dataset import EpisodeSampler, PooledDataset, delta_indices
 from egopool.dataset import index as index_mod
+from egopool.errors import SchemaError
 
 FPS = 30.0
 
@@ -240,3 +241,21 @@ def test_filters_and_keys_that_match_nothing_are_named(gop_task, tmp_path):
         PooledDataset(gop_task.path, keys="action", **kw)
     with pytest.raises(ValueError, match=r"must be a non-empty list of seconds, got 0.0"):
         PooledDataset(gop_task.path, keys=["action"], delta_timestamps={"action": 0.0}, **kw)
+
+
+def test_a_missing_video_is_named_and_a_task_given_twice_counts_once(gop_task, tmp_path):
+    """A declared stream whose file is gone says so (not "neither a stream nor a column"); the same task
+    passed twice is indexed once (rev2)."""
+    import shutil
+
+    kw = {"output": "numpy", "cache_dir": tmp_path / "cache"}
+    assert len(PooledDataset([gop_task.path, gop_task.path], keys=["action"], **kw)) == \
+        len(PooledDataset(gop_task.path, keys=["action"], **kw))
+    task = tmp_path / gop_task.path.name
+    shutil.copytree(gop_task.path, task)
+    video = sorted((task / "videos").rglob("episode-000.mp4"))[0]
+    key = video.parent.name
+    video.unlink()
+    ds = PooledDataset(task, keys=[key], **kw)
+    with pytest.raises(SchemaError, match=rf"episode 1 has no file for stream '{key}', which the task declares"):
+        ds[0]

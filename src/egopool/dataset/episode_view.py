@@ -97,6 +97,11 @@ class EpisodeView:
         if k is None:
             if key in self._streams:
                 k = self.ep.stream_kind(key)
+            elif key not in self._names and key in (self.ep.task.info.get("video_extensions") or {}):
+                raise SchemaError(f"episode {self.ep.index} has no file for stream {key!r}, which the task declares "
+                                  "(meta/info.json video_extensions): the video is missing", column=key,
+                                  path=self.ep.files.data,
+                                  hint="run `egopool validate TASK` to see what is missing, or filter this episode out")
             elif key not in self._names:
                 raise SchemaError(f"is neither a stream nor a column of episode {self.ep.index} (streams "
                                   f"{sorted(self._streams)})", column=key, path=self.ep.files.data,

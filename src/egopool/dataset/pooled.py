@@ -45,7 +45,8 @@ _INHERITED: list[_Worker] = []
 
 def find_tasks(paths: Iterable[str | Path]) -> list[Path]:
     """Task directories of ``paths``: a directory with ``meta/info.json`` is a task, any other
-    directory a collection whose subdirectories holding one are its tasks (sorted by name).
+    directory a collection whose subdirectories holding one are its tasks (sorted by name); a task
+    reached twice counts once.
 
     Raises
     ------
@@ -62,7 +63,8 @@ def find_tasks(paths: Iterable[str | Path]) -> list[Path]:
             raise FileNotFoundError(f"{p}: neither a task (no meta/info.json) nor a directory of tasks; "
                                     "pass a task directory such as recordings/pick_cup")
         out.extend(found)
-    return out
+    seen: set[Path] = set()  # a task named twice (or through a symlink) counts once
+    return [q for q in out if not (q.resolve() in seen or seen.add(q.resolve()))]
 
 
 class _Worker:
