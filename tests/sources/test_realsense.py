@@ -268,6 +268,17 @@ def test_a_truncated_recording_is_one_line_and_leaves_nothing(tmp_path, capsys, 
     assert not (tmp_path / "rec").exists()
 
 
+def _record_fast(root, task: str, path):
+    """One episode of recording ``path`` as fast as it reads (FFV1 depth) into ``root/task``."""
+    session = RecordingSession(TaskWriter(root, task, fps=30.0),
+                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
+    session.open()
+    try:
+        return session.record_fast()
+    finally:
+        session.close()
+
+
 def test_colour_stamped_after_its_depth_with_lost_depth_frames_pairs_by_capture(tmp_path):
     """Issue 15 E (librealsense #10850 family): colour frames stamped 20 ms after their depth (more than
     half a period), depth frames of captures 8-10 lost. The half-period rule paired every colour frame
@@ -277,13 +288,7 @@ def test_colour_stamped_after_its_depth_with_lost_depth_frames_pairs_by_capture(
     path = tmp_path / "offset.db3"
     lost = frozenset({8, 9, 10})
     _record(path, color_after_ms=20.0, lost_depth=lost)
-    session = RecordingSession(TaskWriter(tmp_path, "off", fps=30.0),
-                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
-    session.open()
-    try:
-        done = session.record_fast()
-    finally:
-        session.close()
+    done = _record_fast(tmp_path, "off", path)
     ep = open_task(tmp_path / "off").episode(done.index)
     t = ep.table
     assert done.result.length == N
@@ -305,13 +310,7 @@ def test_colour_stamped_after_its_depth_with_lost_depth_frames_pairs_by_capture(
 def test_a_depth_frame_whose_colour_frame_was_lost_is_left_out_and_counted(tmp_path):
     path = tmp_path / "nocolour.db3"
     _record(path, color_after_ms=20.0, lost_color=frozenset({5, 12}))
-    session = RecordingSession(TaskWriter(tmp_path, "nc", fps=30.0),
-                               parse_device_specs([f"realsense-bag:{path}?realtime=0&depth=ffv1"]))
-    session.open()
-    try:
-        done = session.record_fast()
-    finally:
-        session.close()
+    done = _record_fast(tmp_path, "nc", path)
     t = open_task(tmp_path / "nc").episode(done.index).table
     # rows stay on the recording's clock: the two captures without colour are rows repeating the one before,
     # both streams (the depth frame of such a capture cannot stand beside another capture's colour)

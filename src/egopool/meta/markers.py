@@ -18,7 +18,7 @@ from .._atomic import atomic_write_json
 from .._safe_read import read_json, read_text
 from ..errors import EgopoolError
 
-__all__ = ["clear_recycled", "live_reservations", "read_recycled", "release", "reserve", "stale_reservations",
+__all__ = ["clear_recycled", "live_reservations", "pid_alive", "read_recycled", "release", "reserve", "stale_reservations",
            "write_recycled"]
 
 
@@ -56,7 +56,8 @@ def _reservation(task_dir: str | Path, index: int) -> Path:
     return Path(task_dir) / "meta" / f".reserved-{index}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (another user's process counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -88,7 +89,7 @@ def live_reservations(task_dir: str | Path, *, prune: bool = True) -> set[int]:
     for n, p, pid in _reservations(task_dir):
         if pid is None:
             continue
-        if pid and _pid_alive(pid):
+        if pid and pid_alive(pid):
             out.add(n)
         elif prune:
             with contextlib.suppress(FileNotFoundError):
@@ -102,7 +103,7 @@ def stale_reservations(task_dir: str | Path) -> list[int]:
     A file that cannot be read counts as stale (written but not yet filled when its process
     died). Caller holds the task lock and decides what to do with each N (egopool.write.recovery).
     """
-    return sorted(n for n, _, pid in _reservations(task_dir) if not (pid and _pid_alive(pid)))
+    return sorted(n for n, _, pid in _reservations(task_dir) if not (pid and pid_alive(pid)))
 
 
 def reserve(task_dir: str | Path, index: int) -> None:

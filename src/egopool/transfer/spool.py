@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import TransferError
+from ..meta.markers import pid_alive
 
 __all__ = ["spool_base", "sweep_legacy", "sweep_stale", "upload_spool"]
 
@@ -85,16 +86,6 @@ def spool_base(recordings_root: str | Path, temp_dir: str | Path | None = None) 
                         f"(tried {cache / 'upload'} and the system temp directory)", hint=hint)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def sweep_stale(base: Path) -> list[Path]:
     """Remove the spools in ``base`` left by killed runs on this host; returns what was removed.
 
@@ -110,7 +101,7 @@ def sweep_stale(base: Path) -> list[Path]:
         return removed
     for entry in entries:
         m = _NAME_RE.match(entry.name)
-        if m is None or m["host"] != host or not entry.is_dir() or entry.is_symlink() or _alive(int(m["pid"])):
+        if m is None or m["host"] != host or not entry.is_dir() or entry.is_symlink() or pid_alive(int(m["pid"])):
             continue
         try:
             fd = os.open(entry / ".lock", os.O_RDWR)
