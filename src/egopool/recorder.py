@@ -57,6 +57,7 @@ import av
 import numpy as np
 
 from ._threads import name_thread
+from .capacity import CapacityReport, CostProbe, assess
 from .errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, ValueChangedWarning
 from .meta.drop_stats import disconnected_key, rejected_key
 from .write.checks import check_episode_seconds, max_episode_rows
@@ -65,7 +66,7 @@ from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
 if TYPE_CHECKING:
     from .devices.rig import Rig
 
-__all__ = ["REALTIME_PRESETS", "Frame", "RecordedEpisode", "Recorder"]
+__all__ = ["REALTIME_PRESETS", "CapacityReport", "Frame", "RecordedEpisode", "Recorder"]
 
 _STOP = object()
 
@@ -182,12 +183,27 @@ class Recorder:
         (:meth:`start_episode`), where a stream without its own preset gets this one; recorded
         in ``video_codec``. Default :data:`REALTIME_PRESETS` (docs/decisions.md R12); ``{}``
         keeps the encoders' defaults. Virtual-clock episodes always keep the defaults.
+    capacity_probe:
+        Where :meth:`check_capacity` takes its costs from (default: measured on this machine,
+        :class:`~egopool.capacity.MeasuredProbe`); tests inject fixed numbers.
+    cores:
+        CPUs to plan with (default: those this process may run on).
+
+    Depth streams of the rig without a codec (``Rig(depth_codec="auto")``, docs/decisions.md R24)
+    get one per task: the codec the task already stores, else for real-time episodes what
+    :meth:`check_capacity` decided (12-bit HEVC when the rig holds with it, else lossless FFV1), and
+    12-bit HEVC on the virtual clock.
     """
 
     def __init__(self, writer: TaskWriter, rig: Rig, *, queue_seconds: float = 2.0,
                  write_queue_rows: int | None = None, point_capacity: int = 20000, prime_timeout: float = 5.0,
-                 realtime_presets: Mapping[str, str] | None = None) -> None:
+                 realtime_presets: Mapping[str, str] | None = None, capacity_probe: CostProbe | None = None,
+                 cores: int | None = None) -> None:
         self.writer, self.rig = writer, rig
+        self._probe, self._cores = capacity_probe, cores
+        #: The last :meth:`check_capacity` report (None before the first real-time episode).
+        self.capacity: CapacityReport | None = None
+        self._capacity_key: Any = None
         self.realtime_presets = dict(REALTIME_PRESETS if realtime_presets is None else realtime_presets)
         self.fps = writer.fps
         self.period = 1.0 / self.fps
@@ -213,6 +229,8 @@ class Recorder:
         self._notes: list[str] = []
         self._aborting = self._realtime = False
         self._skipped = self._ticks = self._rows_written = 0
+        self._skip_first: tuple[int, float] | None = None  # (tick, monotonic s) of the first / last skip
+        self._skip_last: tuple[int, float] | None = None
         self._max_ticks: int | None = None
         self._ticks_done = threading.Event()
         self._episode: EpisodeWriter | None = None
@@ -424,7 +442,9 @@ class Recorder:
             ``index`` (N being recorded, None before its first row), ``rows`` written, ``ticks``,
             ``ticks_skipped``, ``write_queue`` (rows waiting for the write thread), ``bytes``
             written so far per stream (``streams``, image_key -> bytes) and ``data_bytes``, and
-            per slot ``slots[slot] = {queued, taken, repeated, dropped}`` (frames).
+            per slot ``slots[slot] = {queued, taken, repeated, dropped}`` (frames). ``first_skip`` /
+            ``last_skip``: ``{"tick", "seconds" (into the episode), "monotonic"}`` of the first / last
+            skipped tick, None while none was. ``capacity``: :attr:`capacity` as a dict, or None.
         """
         with self._lock:
             slots = {s: {"queued": len(self._video[s]), "taken": self._taken.get(s, 0),
@@ -434,7 +454,14 @@ class Recorder:
         sizes = ep.bytes_written() if ep is not None else {}
         return {"index": ep.index if ep is not None else None, "rows": self._rows_written, "ticks": self._ticks,
                 "ticks_skipped": self._skipped, "write_queue": self._wq.qsize(), "slots": slots,
-                "streams": {k: v for k, v in sizes.items() if k != "data"}, "data_bytes": sizes.get("data", 0)}
+                "streams": {k: v for k, v in sizes.items() if k != "data"}, "data_bytes": sizes.get("data", 0),
+                "first_skip": self._skip_dict(self._skip_first), "last_skip": self._skip_dict(self._skip_last),
+                "capacity": self.capacity.to_dict() if self.capacity is not None else None}
+
+    def _skip_dict(self, skip: tuple[int, float] | None) -> dict[str, float] | None:
+        if skip is None:
+            return None
+        return {"tick": skip[0], "seconds": round(skip[0] / self.fps, 3), "monotonic": skip[1]}
 
     # -- ticks -------------------------------------------------------------------------------------
     def _primed(self) -> bool:
@@ -612,10 +639,9 @@ class Recorder:
             raise EgopoolError("an episode is already being recorded", hint="call stop_episode() first")
         self.rig.check_task(self.writer.info)
         self._configure()
-        if realtime and self.realtime_presets:  # keeping up beats the last few % of size (decisions R12)
-            self._kwargs["streams"] = [
-                dataclasses.replace(st, preset=self.realtime_presets.get(st.kind)) if st.preset is None else st
-                for st in self._kwargs["streams"]]
+        if realtime:
+            self._kwargs["streams"] = self._with_presets(self._kwargs["streams"])
+        self._kwargs["streams"] = self._resolve_depth(self._kwargs["streams"], realtime)
         self._reset_buffers()
         for sid, reason in (disconnected or {}).items():  # a device already dead: disconnected from the first row
             if sid in self._status:
@@ -634,6 +660,7 @@ class Recorder:
         self._tick_thread = None
         self._realtime = realtime
         self._skipped = 0
+        self._skip_first = self._skip_last = None
         self._late_max = 0.0
         self._ticks = 0
         self._rows_written = 0
@@ -642,6 +669,74 @@ class Recorder:
         self._active = True
         self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)
         self._writer_thread.start()
+
+    def _with_presets(self, streams: list[Any]) -> list[Any]:
+        """Streams with the real-time presets (keeping up beats the last few % of size, decisions R12)."""
+        if not self.realtime_presets:
+            return list(streams)
+        return [dataclasses.replace(st, preset=self.realtime_presets.get(st.kind)) if st.preset is None else st
+                for st in streams]
+
+    def _task_depth_codecs(self) -> dict[str, str]:
+        """Depth codec the task already stores per depth slot (``video_extensions``: mkv = FFV1, mp4 =
+        12-bit HEVC; file_format.md §8)."""
+        info = self.writer.info
+        exts, cams = info.get("video_extensions"), info.get("cameras")
+        if not isinstance(exts, Mapping):
+            return {}
+        cams = cams if isinstance(cams, Mapping) else {}
+        codec = {"mkv": "ffv1", "mp4": "hevc12"}
+        return {k: codec[v] for k, v in exts.items() if k not in cams and v in codec}
+
+    def _resolve_depth(self, streams: list[Any], realtime: bool) -> list[Any]:
+        """Give automatic depth streams (codec None) their codec for the whole task (decisions R24)."""
+        auto = [st.image_key for st in streams if st.kind == "depth" and st.codec is None]
+        if not auto:
+            return streams
+        task = self._task_depth_codecs()
+        choice = "hevc12"
+        if task:  # a task that has episodes keeps its codec: all episodes or none (§3, §8)
+            choice = next(iter(task.values()))
+        elif realtime and self.capacity is not None and self.capacity.depth_codec:
+            choice = self.capacity.depth_codec
+        return [dataclasses.replace(st, codec=task.get(st.image_key, choice)) if st.image_key in auto else st
+                for st in streams]
+
+    def check_capacity(self, *, refresh: bool = False) -> CapacityReport:
+        """Measure whether this machine holds the rig in real time at the real-time presets, before a tick.
+
+        Encodes a short burst of real frames per stream and writes a few rows (:func:`egopool.capacity.assess`,
+        a few CPU-seconds for the full rig); decides ``auto`` depth streams (12-bit HEVC when the rig holds
+        with it, else FFV1 for the whole task, docs/decisions.md R24). :meth:`start_episode` calls it when
+        the rig's streams changed since the last report; call it earlier (e.g. while devices warm up) to
+        show the answer before the first episode.
+
+        Returns
+        -------
+        CapacityReport
+            Also kept as :attr:`capacity`.
+
+        Raises
+        ------
+        EgopoolError
+            An episode is being recorded (its work would distort the measurement).
+        CodecError, StorageError
+            An encoder could not be opened at these settings.
+        """
+        if self._active:
+            raise EgopoolError("cannot measure capacity while an episode is being recorded",
+                               hint="call check_capacity() between episodes")
+        self._configure()
+        streams = self._with_presets(self._kwargs["streams"])
+        key = (self.fps, tuple((s.image_key, s.kind, s.width, s.height, s.fps, s.codec, s.preset, s.source is None)
+                               for s in streams), tuple(c.name for c in self._kwargs["columns"]))
+        if self.capacity is not None and key == self._capacity_key and not refresh:
+            return self.capacity
+        auto = {s.image_key for s in streams if s.kind == "depth" and s.codec is None}
+        self.capacity = assess(streams, self._kwargs["columns"], self.fps, probe=self._probe, auto=auto,
+                               task_codecs=self._task_depth_codecs(), cores=self._cores)
+        self._capacity_key = key
+        return self.capacity
 
     def _end(self, abort: bool, discard_empty: bool = False) -> RecordedEpisode | None:
         self._aborting = abort
@@ -698,6 +793,8 @@ class Recorder:
         """
         if max_ticks is not None:  # refused before recording, as record_virtual does (issue 12 A)
             check_episode_seconds(max_ticks / self.fps, self.fps, "max_ticks / fps")
+        if not self._active:
+            self.check_capacity()  # before the first tick: never learn too late (issue 20)
         self._begin(realtime=True, disconnected=disconnected)
         self._max_ticks = max_ticks
         self._ticks_done = threading.Event()
@@ -731,7 +828,7 @@ class Recorder:
             if self._max_ticks is not None:
                 due_tick = min(due_tick, self._max_ticks - 1)
             if due_tick - tick > self._catch_up:  # slept through more ticks than can be caught up: not built
-                self._skipped += due_tick - tick - self._catch_up
+                self._note_skip(tick, due_tick - tick - self._catch_up)
                 tick = due_tick - self._catch_up
             stop = False
             while tick <= due_tick:  # a late wake-up builds the ticks it slept through (their frames are queued)
@@ -744,7 +841,7 @@ class Recorder:
                 due = t0 + tick * self.period
                 self._late_max = max(self._late_max, now - due)
                 if self._wq.full():
-                    self._skipped += 1
+                    self._note_skip(tick, 1)
                 else:
                     row = self._safe_build_row(tick, due)
                     if row is not None:
@@ -757,6 +854,13 @@ class Recorder:
             if self._max_ticks is not None and tick >= self._max_ticks:
                 break
         self._ticks_done.set()
+
+    def _note_skip(self, tick: int, n: int) -> None:
+        now = time.monotonic()
+        if self._skip_first is None:
+            self._skip_first = (tick, now)
+        self._skip_last = (tick + n - 1, now)
+        self._skipped += n
 
     def wait_ticks(self, timeout: float | None = None) -> bool:
         """Wait until the tick thread of :meth:`start_episode` stopped (``max_ticks`` reached, or an

@@ -112,10 +112,16 @@ class _Display:
         live, lines = self.session.status()
         now = time.monotonic()
         n = live["index"]
+        skip = live["last_skip"]
         title = (f"recording episode N={n if n is not None else '…'}  {live['elapsed']:.1f} s  {live['rows']} rows  "
-                 f"{live['ticks_skipped']} ticks skipped  write queue {live['write_queue']}")
-        table = Table(title=title, caption="Enter finish · a abort · q finish and quit" if keys else
-                      "Ctrl-C finishes", title_justify="left", caption_justify="left")
+                 f"{live['ticks_skipped']} ticks skipped"
+                 + (f" (last at {skip['seconds']:.1f} s)" if skip is not None else "")
+                 + f"  write queue {live['write_queue']}")
+        cap = self.session.recorder.capacity if self.session.recorder is not None else None
+        if cap is not None:
+            title += "\n" + cap.summary()
+        caption = "Enter finish · a abort · q finish and quit" if keys else "Ctrl-C finishes"
+        table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
         for col in ("device", "slots", "state", "fps in", "fps out", "queued", "repeats", "drops", "MB/s", "MB"):
             table.add_column(col, justify="left" if col in ("device", "slots", "state") else "right")
         line: DeviceLine
@@ -169,6 +175,11 @@ def record_cmd(
     program: str = typer.Option("main", "--program", help="Declaration style of gloves: main or lite (§6.4)."),
     fast: bool = typer.Option(False, "--fast", help="Record as fast as possible on a virtual clock (recordings with "
                               "realtime=0 and simulated devices only), until the recordings end or --seconds."),
+    depth_codec: str = typer.Option("auto", "--depth-codec", help="Depth streams of devices without depth=: auto "
+                                    "(12-bit log HEVC unless the measurement before the first episode says this "
+                                    "machine cannot hold it in real time, then lossless FFV1 for the whole task; run "
+                                    "`egopool compress TASK` afterwards), hevc12 or ffv1. A task keeps the codec it "
+                                    "has."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live table)."),
 ) -> None:
     """Record episodes from cameras, RealSense devices or recordings, and simulated devices.
@@ -187,7 +198,7 @@ def record_cmd(
     # Every spec parsed, the combination checked (§5.1) and every device opened before the task
     # is created: a bad --device or a missing camera leaves nothing on disk.
     session = RecordingSession(lambda: TaskWriter(root, task.name, fps=fps), parse_device_specs(device),
-                               program=program)
+                               program=program, depth_codec=depth_codec)
     session.check_conflicts()
     if fast and not session.replayable:
         raise DeviceError("--fast needs a recording played with realtime=0, and no live device (simulated "
@@ -209,12 +220,19 @@ def record_cmd(
             except KeyboardInterrupt:  # the episode being recorded is discarded (its N recycled)
                 interrupted = True
         else:
-            stopped_by = _record_live(session, done, seconds, episodes, json_out)
-    summary = {"task": str(writer.task_dir), "devices": [s.label for s in session.sources], "episodes": done}
+            if _measure(session, json_out):  # Ctrl-C while measuring: quit with the (empty) summary (R19)
+                stopped_by = _record_live(session, done, seconds, episodes, json_out)
+    cap = session.recorder.capacity if session.recorder is not None else None
+    summary = {"task": str(writer.task_dir), "devices": [s.label for s in session.sources], "episodes": done,
+               "capacity": cap.to_dict() if cap is not None else None}
     if json_out:
         print_json(summary)
     else:
         _print_summary(summary, fps)
+        if cap is not None and cap.depth_codec == "ffv1" and cap.depth_reason == "measured" and done:
+            err_console.print(f"depth was recorded losslessly in FFV1 (this machine cannot hold 12-bit HEVC in real "
+                              f"time): run `egopool compress {writer.task_dir}` to bring it to the spec's 12-bit "
+                              "log HEVC", markup=False, highlight=False, soft_wrap=True)
     if stopped_by is not None:
         raise DeviceError(f"recording stopped, {stopped_by}", hint="check the device (`egopool devices`); the "
                           "episodes above are recorded")
@@ -222,6 +240,21 @@ def record_cmd(
         err_console.print(f"the episode being recorded was discarded; {len(done)} episode(s) are in "
                           f"{writer.task_dir}", markup=False, highlight=False)
         raise KeyboardInterrupt
+
+
+def _measure(session: RecordingSession, json_out: bool) -> bool:
+    """Measure, before the first episode, whether this machine holds the rig (issue 20) and say so; False
+    when Ctrl-C came meanwhile (nothing is recorded then)."""
+    rec = session.recorder
+    assert rec is not None
+    if not json_out:
+        err_console.print("measuring what this machine can hold…", markup=False, highlight=False)
+    with sigint_deferred() as interrupted:  # a few seconds of encoding: Ctrl-C quits right after
+        report = rec.check_capacity()
+    if not json_out:
+        for line in report.lines():
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return not interrupted
 
 
 def _record_live(session: RecordingSession, done: list[dict[str, Any]], seconds: float | None,

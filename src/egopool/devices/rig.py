@@ -31,7 +31,8 @@ from . import slots as _slots
 from .conflicts import Opened, check_can_open
 from .kinds import GLOVE_KINDS, PROGRAMS, VIDEO_KINDS, Device, glove_entry_kind, slot_base
 
-__all__ = ["D435_FORENSIC_COLUMNS", "EGO_TIME", "GRIPPER_TIME", "SENSOR_DIM", "RegisteredDevice", "Rig"]
+__all__ = ["D435_FORENSIC_COLUMNS", "EGO_TIME", "GRIPPER_TIME", "SENSOR_DIM", "RegisteredDevice", "Rig",
+           "check_depth_choice"]
 
 SENSOR_DIM = 256
 #: §4.3: the D435 chain's forensic key columns (written only when the chain filled them).
@@ -118,7 +119,9 @@ class Rig:
         Force-matrix storage of every gripper (file_format.md §7.2.1).
     depth_codec:
         Depth streams: ``"hevc12"`` (12-bit log code, lossy, clips to 100..20000 mm; the
-        default) or ``"ffv1"`` (lossless uint16 mm MKV), file_format.md §8.
+        default), ``"ffv1"`` (lossless uint16 mm MKV), file_format.md §8, or ``"auto"``: the
+        recorder decides by measurement for the whole task (:mod:`egopool.capacity`, docs/decisions.md
+        R24); such streams carry ``codec=None`` until then. A device's own ``depth=`` wins.
 
     Raises
     ------
@@ -131,7 +134,7 @@ class Rig:
         if program not in PROGRAMS:
             raise SchemaError(f"unknown program {program!r}", hint=f"use one of {PROGRAMS}")
         self.program = program
-        self.depth_codec = check_depth_codec(depth_codec)
+        self.depth_codec = check_depth_choice(depth_codec)
         self.fm_encoding, self.fm_scale = force_matrix_encoding, force_matrix_scale
         self._devices: list[RegisteredDevice] = []
 
@@ -345,8 +348,8 @@ class Rig:
                 out.append(StreamSpec(s, "rgb", dev.width, dev.height, sfps))
             for s, master in d.depth_slots.items():
                 w, h = dev.depth_size or (dev.width, dev.height)
-                out.append(StreamSpec(s, "depth", w, h, sfps, codec=dev.depth_codec or self.depth_codec,
-                                      master_slot=master))
+                codec = dev.depth_codec or (None if self.depth_codec == "auto" else self.depth_codec)
+                out.append(StreamSpec(s, "depth", w, h, sfps, codec=codec, master_slot=master))
         return out
 
     def calibration(self) -> dict[str, Any]:
@@ -429,6 +432,17 @@ class Rig:
                     list(old_feat["shape"]) != list(c.feature["shape"]):
                 raise SchemaError(f"declared with shape {old_feat['shape']} in this task, now {c.feature['shape']}",
                                   column=c.name, hint="a column keeps its meaning within a task; use a new name")
+
+
+def check_depth_choice(codec: str) -> str:
+    """``codec`` when it is ``"auto"`` or one of :data:`~egopool.codecs.depth.DEPTH_CODECS`.
+
+    Raises
+    ------
+    CodecError
+        Naming the codec and the choices.
+    """
+    return codec if codec == "auto" else check_depth_codec(codec)
 
 
 def _shared_key_column(name: str) -> bool:

@@ -41,12 +41,12 @@ import av
 import numpy as np
 
 from .._threads import name_thread
-from ..codecs.depth import check_depth_codec
 from ..errors import SchemaError
 from ..recorder import Frame, RecordedEpisode, Recorder
+from ..sample_frames import POOL_FRAMES, depth_pool, force_matrix_pool, video_pool
 from ..write.checks import check_episode_seconds
 from .kinds import Device, stereo_calibration
-from .rig import RegisteredDevice, Rig
+from .rig import RegisteredDevice, Rig, check_depth_choice
 
 __all__ = ["RIGS", "SimulatedRig", "build_rig"]
 
@@ -73,69 +73,27 @@ def _quat_axis(axis: int, angle: np.ndarray) -> np.ndarray:
     return q
 
 
-_POOL = 16
-
-
-@functools.lru_cache(maxsize=8)
-def _video_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
-    """16 consecutive real frames (the bundled hand video), pre-rendered once at ``width``×``height``:
-    yuv420p planes ``(H·3/2, W)`` (what a camera's decoder hands over) for even sizes, else RGB
-    ``(H, W, 3)``. Read-only: many streams share them."""
-    ref = resources.files("egopool") / "samples" / "dexretarget_hand_video" / "human_hand_video.mp4"
-    fmt = "yuv420p" if width % 2 == 0 and height % 4 == 0 else "rgb24"  # the planes wrap back exactly
-    out: list[np.ndarray] = []
-    with resources.as_file(ref) as p, av.open(str(p)) as c:
-        for frame in c.decode(video=0):
-            arr = frame.reformat(width=width, height=height, format=fmt).to_ndarray()
-            arr.setflags(write=False)
-            out.append(arr)
-            if len(out) == _POOL:
-                break
-    return tuple(out)
-
-
 class _Rgb:
     """A camera's frames at no cost per frame: frame k is pool frame ``(k + offset) % 16`` of
-    :func:`_video_pool`, handed over without a copy (a yuv420p ``av.VideoFrame`` wrapping the
+    :func:`~egopool.sample_frames.video_pool`, handed over without a copy (a yuv420p ``av.VideoFrame`` wrapping the
     pre-rendered planes), as a camera source hands over its decoded frames. The recorder's
     figures are then the recorder's own, not the simulator's (issue 11)."""
 
     def __init__(self, width: int, height: int, seed: int) -> None:
-        self.pool = _video_pool(width, height)
-        self.offset = int(seed) * 5 % _POOL
+        self.pool = video_pool(width, height)
+        self.offset = int(seed) * 5 % POOL_FRAMES
         self.yuv = self.pool[0].ndim == 2
 
     def frame(self, k: int) -> Any:
-        arr = self.pool[(int(k) + self.offset) % _POOL]
+        arr = self.pool[(int(k) + self.offset) % POOL_FRAMES]
         return av.VideoFrame.from_numpy_buffer(arr, format="yuv420p") if self.yuv else arr
 
 
-@functools.lru_cache(maxsize=8)
-def _depth_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
-    """16 depth frames (uint16 mm) pre-rendered from the bundled real TUM RGB-D depth frame
-    (depth factor 5000/m -> mm, holes kept), scaled to ``width``×``height`` and panned across the
-    scene, so the depth encoder sees real depth edges and holes. Read-only, shared."""
-    from PIL import Image
-
-    ref = resources.files("egopool") / "samples" / "open3d_tum_frame" / "TUM_depth.png"
-    with resources.as_file(ref) as p:
-        raw = np.asarray(Image.open(p)).astype(np.uint32)
-    mm = np.rint(raw / 5.0).astype(np.uint16)  # TUM: 5000 units per metre
-    big = np.asarray(Image.fromarray(mm).resize((width, height), Image.NEAREST))
-    step = max(1, width // 64)
-    out = []
-    for i in range(_POOL):
-        f = np.roll(big, i * step, axis=1)
-        f.setflags(write=False)
-        out.append(f)
-    return tuple(out)
-
-
 class _Depth:
-    """Depth frames at no cost per frame: frame k is :func:`_depth_pool` frame ``k % 16`` (no copy)."""
+    """Depth frames at no cost per frame: frame k is :func:`~egopool.sample_frames.depth_pool` frame ``k % 16`` (no copy)."""
 
     def __init__(self, width: int, height: int) -> None:
-        self.frames = _depth_pool(width, height)
+        self.frames = depth_pool(width, height)
 
     def frame(self, k: int) -> np.ndarray:
         return self.frames[int(k) % len(self.frames)]
@@ -145,17 +103,8 @@ class _ForceMatrix:
     """A Gaussian contact patch (mN per taxel) sliding across the 250×250 sensor; 12 frames cycled."""
 
     def __init__(self, seed: int) -> None:
-        y, x = np.mgrid[0:250, 0:250].astype(np.float32)
-        rng = np.random.default_rng(seed)
-        self.frames = []
-        self.sums = []
-        for i in range(12):
-            cx, cy = 80 + 7 * i, 125 + 20 * np.sin(i / 2)
-            g = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * 14.0 ** 2))
-            fz = 18.0 * g + rng.uniform(0, 0.05, g.shape)
-            m = np.stack([0.12 * fz * np.cos(i / 3), 0.12 * fz * np.sin(i / 3), fz], axis=-1).astype(np.float32)
-            self.frames.append(np.round(m * 10) / 10)  # representable at scale 10
-            self.sums.append(self.frames[-1].reshape(-1, 3).sum(axis=0, dtype=np.float64).astype(np.float32))
+        frames, sums = force_matrix_pool(seed)
+        self.frames, self.sums = list(frames), list(sums)
 
     def index(self, t_ns: int, epoch: int) -> int:
         return int((t_ns - epoch) // (_SEC // 30)) % len(self.frames)
@@ -539,7 +488,8 @@ def build_rig(name: str, *, scale: int = 1, depth_codec: str = "hevc12") -> Rig:
     scale:
         Divide every frame size by this (>= 1) for quick runs; 1 = the real sizes.
     depth_codec:
-        ``hevc12`` (12-bit log code, lossy) or ``ffv1`` (lossless) for every depth stream.
+        ``hevc12`` (12-bit log code, lossy), ``ffv1`` (lossless) or ``auto`` (the recorder measures,
+        docs/decisions.md R24) for every depth stream.
 
     Raises
     ------
@@ -553,5 +503,5 @@ def build_rig(name: str, *, scale: int = 1, depth_codec: str = "hevc12") -> Rig:
     if scale < 1:
         raise SchemaError(f"scale must be >= 1, got {scale}")
     rig = RIGS[name](int(scale))
-    rig.depth_codec = check_depth_codec(depth_codec)
+    rig.depth_codec = check_depth_choice(depth_codec)
     return rig

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..devices.rig import Rig
+from ..devices.rig import Rig, check_depth_choice
 from ..errors import CodecError, ConflictError, DeviceError, EgopoolError
 from ..meta import markers
 from ..recorder import RecordedEpisode, Recorder
@@ -70,6 +70,10 @@ class RecordingSession:
         ``"main"`` or ``"lite"`` (glove declarations, §6.4).
     recorder_kwargs:
         Passed to :class:`~egopool.recorder.Recorder` (queue sizes, prime timeout).
+    depth_codec:
+        Depth streams of devices without their own ``depth=``: ``"auto"`` (default: 12-bit HEVC
+        unless the capacity measurement says this machine cannot hold it in real time, then
+        lossless FFV1 for the whole task, docs/decisions.md R24), ``"hevc12"`` or ``"ffv1"``.
 
     Raises
     ------
@@ -81,13 +85,15 @@ class RecordingSession:
     """
 
     def __init__(self, writer: TaskWriter | Callable[[], TaskWriter], sources: list[Source], *,
-                 program: str = "main", recorder_kwargs: dict[str, Any] | None = None) -> None:
+                 program: str = "main", recorder_kwargs: dict[str, Any] | None = None,
+                 depth_codec: str = "auto") -> None:
         if not sources:
             raise DeviceError("no device to record", hint="add --device KIND:TARGET (see egopool record --help)")
         self._make_writer = None if isinstance(writer, TaskWriter) else writer
         self._writer = writer if isinstance(writer, TaskWriter) else None
         self.sources, self.program = list(sources), program
         self.recorder_kwargs = dict(recorder_kwargs or {})
+        self.depth_codec = check_depth_choice(depth_codec)
         self.rig: Rig | None = None
         self.recorder: Recorder | None = None
         self._started = 0.0
@@ -144,7 +150,7 @@ class RecordingSession:
                 src.open()
                 opened.append(src)
             self._check_unique_keys()  # as opened: two recordings of one camera carry its one serial
-            rig = Rig(self.program)
+            rig = Rig(self.program, depth_codec=self.depth_codec)
             for src in self.sources:
                 src.bind(rig.add(src.device, role=src.role), rig)
             if self._writer is None:  # only now: a device that failed to open or bind left nothing on disk

@@ -615,6 +615,22 @@ class EpisodeWriter:
                 self._stats[col] = self._stats[col].merge(blk) if col in self._stats else blk
         self._buf = _Buffers({n: [] for n in self._specs})
 
+    def flush(self) -> None:
+        """Write the rows buffered so far as one row group now (the writer does so every 256 rows or
+        32 MB by itself); what the capacity measurement times (:mod:`egopool.capacity`).
+
+        Raises
+        ------
+        StorageError
+            The data parquet could not be written (the episode can then only be aborted).
+        """
+        try:
+            with StorageError.guard(self._data_final, action="cannot write the data parquet"):
+                self._flush()
+        except BaseException as exc:
+            self._broken = f"data parquet: {exc}"
+            raise
+
     @property
     def length(self) -> int:
         """Rows written so far."""
