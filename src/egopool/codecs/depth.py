@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -101,7 +102,12 @@ class LogDepthCodec:
         ``d_min``; the count is the trace DESIGN §8 asks for. FFV1 stores them unchanged.
         """
         d = np.asarray(depth_mm)
-        return int(np.count_nonzero(d > self.d_max) + np.count_nonzero((d > 0) & (d < self.d_min)))
+        high = int(np.count_nonzero(d > self.d_max)) if d.size and d.max() > self.d_max else 0
+        if d.dtype != np.uint16:
+            return high + int(np.count_nonzero((d > 0) & (d < self.d_min)))
+        # 0 < d < d_min in two passes instead of three: d - 1 wraps a hole (0) to 65535 (issue 20)
+        below = math.ceil(self.d_min) - 1  # an integer d is < d_min exactly when d <= ceil(d_min) - 1
+        return high + (int(np.count_nonzero((d - np.uint16(1)) < np.uint16(below))) if below > 0 else 0)
 
     def decode(self, code: np.ndarray) -> np.ndarray:
         """uint16 codes ``(H, W)`` -> uint16 mm; codes < 256 are holes (0)."""
@@ -216,11 +222,13 @@ class DepthEncoder:
             The file could not be written (disk full, read-only file system).
         """
         d = self.check(depth_mm)
+        # handed to FFmpeg without a copy (the codes are this call's own array; a source's frame is not
+        # changed after it was handed over, stream_encoder.py): the copy from_ndarray made was spent twice
         if self.codec == "hevc12":
-            frame = av.VideoFrame.from_ndarray(self.params.encode(d), format="gray12le")
+            frame = _frame_of(self.params.encode(d), "gray12le")
             self.clipped += self.params.out_of_range(d)
         else:
-            frame = av.VideoFrame.from_ndarray(d, format="gray16le")
+            frame = _frame_of(d, "gray16le")
         frame.pts = self.frames
         mux_frame(self._out, self._stream, self._guard, frame, self.path)
         self.frames += 1
@@ -250,6 +258,14 @@ class DepthEncoder:
             self._out.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _frame_of(arr: np.ndarray, fmt: str) -> av.VideoFrame:
+    """A VideoFrame wrapping ``arr`` without a copy, or a copy where PyAV cannot wrap its strides."""
+    try:
+        return av.VideoFrame.from_numpy_buffer(arr, format=fmt)
+    except ValueError:
+        return av.VideoFrame.from_ndarray(arr, format=fmt)
 
 
 @dataclass(frozen=True)
