@@ -5,6 +5,7 @@ Run from the repository root::
     python benchmarks/bench_recorder.py            # 60 s and 600 s episodes (several minutes)
     python benchmarks/bench_recorder.py --quick    # 10 s and 60 s episodes
     python benchmarks/bench_recorder.py --video full [--seconds 60]   # every stream at full resolution
+    python benchmarks/bench_recorder.py --video full --depth-choice   # --depth-codec auto vs HEVC forced
 
 ``--video full``: the Appendix B rig with every stream at its declared resolution (two 1280×800
 stereo, 12-bit depth 1280×800, two 1280×960 gripper cameras, 400 Hz IMU, four force matrices
@@ -256,11 +257,21 @@ def _presets_used(root: Path, index: int) -> dict[str, Any]:
 
 def _child_video(mode: str, seconds: float, root: Path, rgb: str, depth: str) -> dict[str, Any]:
     threads = mode != "fast_write_thread"
-    rig = build_rig("full", scale=1)
-    sim = SimulatedRig(rig, seed=1)
+    load0 = os.getloadavg()
     writer = TaskWriter(root, "bench")
     writer.encoder_threads = threads  # type: ignore[attr-defined]
-    rec = Recorder(writer, _Presets(rig, rgb or None, depth or None))  # type: ignore[arg-type]
+    if depth == "auto":  # what `egopool record` / `simulate --realtime` do by default (issue 20)
+        rig = build_rig("full", scale=1, depth_codec="auto")
+        rec = Recorder(writer, rig)
+    else:
+        rig = build_rig("full", scale=1)
+        rec = Recorder(writer, _Presets(rig, rgb or None, depth or None))  # type: ignore[arg-type]
+    sim = SimulatedRig(rig, seed=1)
+    capacity = None
+    if mode == "realtime":  # measured before the first tick, outside the episode's figures
+        c0, t0 = time.process_time(), time.perf_counter()
+        report = rec.check_capacity()
+        capacity = dict(report.to_dict(), probe_cpu_s=time.process_time() - c0, probe_wall_s=time.perf_counter() - t0)
     cpu = _ThreadCpu()
     cpu.start()
     r0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -277,7 +288,8 @@ def _child_video(mode: str, seconds: float, root: Path, rgb: str, depth: str) ->
             "rtf": recorded / wall, "cpu_s": total, "cores_needed": total / recorded, "stages": stages,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             "mb_per_s": {k: v / 1e6 / recorded for k, v in sizes.items()}, "drop_stats": done.drop_stats,
-            "video_codec": _presets_used(root, done.index)}
+            "video_codec": _presets_used(root, done.index), "capacity": capacity,
+            "load": [load0[0], os.getloadavg()[0]]}
 
 
 def _print_video(r: dict[str, Any], label: str) -> None:
@@ -286,7 +298,8 @@ def _print_video(r: dict[str, Any], label: str) -> None:
     unit = "cores used" if realtime else "cores per recorded second"
     print(f"\n{label}: {r['rows']} rows of {r['ticks']} ticks ({r['ticks_skipped']} skipped), wall {r['wall_s']:.1f} s, "
           f"real-time factor {r['rtf']:.2f}, CPU {r['cpu_s']:.1f} s = {r['cpu_s'] / per:.2f} {unit}, "
-          f"peak RSS {r['peak_rss_mb']:.0f} MB")
+          f"peak RSS {r['peak_rss_mb']:.0f} MB"
+          + (f"; {r['cores_needed']:.2f} CPU s per recorded second" if realtime else ""))
     total = sum(r["stages"].values())
     for name, cpu in sorted(r["stages"].items(), key=lambda kv: -kv[1]):
         if cpu >= 0.005 * total:
@@ -318,12 +331,36 @@ def main_video(seconds: float, presets: bool) -> None:
     print(f"load average {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} at the end")
 
 
+def main_depth_choice(seconds: float) -> None:
+    """Issue 20: real time with ``--depth-codec auto`` vs 12-bit HEVC forced, and the same work on the
+    virtual clock (CPU seconds per recorded second, which do not depend on the load)."""
+    load0 = os.getloadavg()
+    print(f"machine: {os.cpu_count()} cores, load average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at start")
+    runs = {}
+    for label, depth in (("FFV1 depth", "ffv1"), ("12-bit HEVC depth (superfast)", "superfast")):
+        r = runs[depth] = _run("fast", 10.0, "ultrafast", depth)
+        _print_video(r, f"virtual clock, real-time presets (x264 ultrafast), {label}")
+    for label, depth in (("--depth-codec auto", "auto"), ("12-bit HEVC forced", "")):
+        r = _run("realtime", seconds, "", depth)
+        cap = r["capacity"]
+        print(f"\n{cap['summary']}")
+        print(f"    measured in {cap['probe_wall_s']:.1f} s wall, {cap['probe_cpu_s']:.1f} CPU s, before the first tick; "
+              f"predicted {cap['needed_cores']:.2f} cores per recorded second")
+        codec = {k: v.get("encoder") for k, v in r["video_codec"].items()}
+        _print_video(r, f"real time, {seconds:.0f} s, {label} (depth: {codec.get('stereo_depth')}; load average "
+                        f"{r['load'][0]:.2f} at start, {r['load'][1]:.2f} at the end)")
+    load1 = os.getloadavg()
+    print(f"\nload average {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} at the end")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10 s and 60 s episodes instead of 60 s and 600 s")
     ap.add_argument("--video", choices=["full"], help="every stream at full resolution (issue 11)")
     ap.add_argument("--seconds", type=float, default=60.0, help="--video: length of the real-time run")
     ap.add_argument("--presets", action="store_true", help="--video: also sweep the x264/x265 presets (5 s runs)")
+    ap.add_argument("--depth-choice", action="store_true", help="--video: real time with --depth-codec auto vs "
+                    "12-bit HEVC forced, and their virtual-clock CPU per recorded second (issue 20)")
     ap.add_argument("--child", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -333,6 +370,9 @@ def main() -> None:
             print(json.dumps(_child_video(mode, float(seconds), Path(root), rgb, depth)))
         else:
             print(json.dumps(_child(mode, float(seconds), Path(root))))
+        return
+    if args.video and args.depth_choice:
+        main_depth_choice(args.seconds)
         return
     if args.video:
         main_video(args.seconds, args.presets)
