@@ -84,10 +84,13 @@ def test_auto_depth_is_hevc12_when_the_measurement_says_it_holds(tmp_path):
     assert rec.capacity.holds and rec.capacity.depth_codec == "hevc12" and rec.capacity.advice == ()
     path, codec = _depth_file(tmp_path / "t", done.index)
     assert path.suffix == ".mp4" and codec["encoder"] == "libx265" and codec["preset"] == "superfast"
-    # the same rig on one core: HEVC no longer holds, but the task already stores it
-    rec1 = Recorder(TaskWriter(tmp_path, "t"), rig, capacity_probe=probe, cores=1)
+    # a slower measurement on one core: HEVC no longer holds, but the task already stores it
+    slower = FixedProbe({"hevc12": 25.0, "ffv1": 5.0, "h264": 2.0})  # 0.75 + 0.06 + 0.03 + 0.15 > 0.85
+    rec1 = Recorder(TaskWriter(tmp_path, "t"), rig, capacity_probe=slower, cores=1)
     rec1.check_capacity()
     assert rec1.capacity.depth_codec == "hevc12" and rec1.capacity.depth_reason == "task"
+    assert not rec1.capacity.holds and rec1.capacity.advice  # said, but FFV1 is not offered: the task is HEVC
+    assert not any("ffv1" in a for a in rec1.capacity.advice)
 
 
 def test_auto_depth_on_the_virtual_clock_is_hevc12_without_measuring(tmp_path):

@@ -319,7 +319,10 @@ class MeasuredProbe:
         self.frames, self.rows = max(2, int(frames)), max(2, int(rows))
 
     def stream_ms(self, spec: StreamSpec, fps: float) -> float:
-        """CPU ms per frame of ``spec`` at its size, codec and preset (all encoder threads)."""
+        """CPU ms per frame of ``spec`` at its size, codec and preset (all encoder threads); 0 for a stream
+        copied from a source video (nothing is encoded)."""
+        if spec.source is not None:
+            return 0.0
         tmp = Path(tempfile.mkdtemp(prefix="egopool-capacity-"))
         try:
             codec, ext = spec.codec_ext()
@@ -330,8 +333,7 @@ class MeasuredProbe:
 
                 pool = video_pool(spec.width, spec.height)
                 frames = [av.VideoFrame.from_numpy_buffer(a, format="yuv420p") if a.ndim == 2 else a for a in pool]
-                enc: Any = RgbEncoder(path, spec.width, spec.height, fps, codec="h264" if codec == "copy" else codec,
-                                      **preset)
+                enc: Any = RgbEncoder(path, spec.width, spec.height, fps, codec=codec, **preset)
             else:
                 frames = list(depth_pool(spec.width, spec.height))
                 enc = DepthEncoder(path, spec.width, spec.height, fps, codec=codec, params=spec.depth_params, **preset)
@@ -444,7 +446,7 @@ def assess(streams: Sequence[StreamSpec], columns: Sequence[ColumnSpec], fps: fl
     alts: list[StreamCost] = []
     for s in resolved:
         c = costs[s.image_key]
-        if s.kind == "depth" and c.codec == "hevc12":
+        if s.kind == "depth" and c.codec == "hevc12" and s.image_key not in kept:  # the task fixes a kept one
             alts.append(_cost(probe, dataclasses.replace(s, codec="ffv1", preset=None), fps))
         elif s.kind == "rgb" and s.source is None and s.preset != cheaper_rgb_preset:
             alts.append(_cost(probe, dataclasses.replace(s, preset=cheaper_rgb_preset), fps))
