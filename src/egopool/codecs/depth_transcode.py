@@ -167,7 +167,8 @@ def _frames(path: Path, what: str) -> Iterator[np.ndarray]:
 
 
 def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: LogDepthCodec | None = None,
-                    qp: int = 6, preset: str = "veryfast", progress: Callable[[int], None] | None = None,
+                    qp: int = 6, preset: str = "veryfast", expect_frames: int | None = None,
+                    progress: Callable[[int], None] | None = None,
                     cancel: threading.Event | None = None) -> TranscodeResult:
     """Encode the lossless depth stream ``src`` as 12-bit log HEVC into ``dst`` and check it (module docstring).
 
@@ -183,6 +184,9 @@ def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: Log
         Log-code range (default 100..20000 mm, DESIGN §3).
     qp, preset:
         x265 quantiser and speed preset (DESIGN §3: qp 6; docs/decisions.md #11: ``veryfast`` offline).
+    expect_frames:
+        Frames the source must hold (the episode's data rows, §7.3); a truncated source that decodes
+        to fewer frames without an error is refused.
     progress:
         ``progress(frames_done)`` after each frame encoded and after each frame checked (so it runs
         to twice the frame count).
@@ -196,8 +200,9 @@ def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: Log
     Raises
     ------
     CodecError
-        ``src`` is not lossless depth, cannot be decoded (named, nothing written), or the re-encoded
-        stream fails a check (frame count, holes, error bound).
+        ``src`` is not lossless depth, cannot be decoded or holds another frame count than
+        ``expect_frames`` (named, nothing written), or the re-encoded stream fails a check (frame
+        count, holes, error bound).
     StorageError
         ``dst`` cannot be written.
     TranscodeCancelled
@@ -223,6 +228,10 @@ def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: Log
                 progress(done)
         if enc is None:
             raise CodecError("the source depth stream holds no frame", path=src)
+        if expect_frames is not None and done != expect_frames:
+            raise CodecError(f"the source depth stream decodes to {done} frames but the episode has {expect_frames} "
+                             "data rows (one frame per row, file_format.md §7.3): it is damaged or truncated",
+                             path=src, hint="restore it from a backup or delete the episode")
         desc = enc.close()
         enc = None
         check = _Checker(codec, src, dst)
@@ -240,6 +249,7 @@ def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: Log
                 progress(done + n)
         if next(decoded, None) is not None:
             raise CodecError(f"the re-encoded stream holds more frames than the source's {n}", path=dst)
+        decoded.close()
         if n != desc["frames"]:
             raise CodecError(f"the source decoded to {n} frames the second time, {desc['frames']} the first",
                              path=src)

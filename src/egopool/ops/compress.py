@@ -212,11 +212,15 @@ def _plan(root: Path, info: dict[str, Any], layout: TaskLayout) -> tuple[list[st
                           "run `egopool migrate --split-episodes TASK` first; nothing was changed")
         rows = None
         for key, path in sorted(g.videos.items()):
-            if path.suffix != ".mkv":
-                continue
             if key not in keys:
-                raise _refuse(f"stream {key!r} is a .mkv that video_extensions does not declare mkv",
-                              path, "run `egopool validate TASK`; nothing was changed")
+                if path.suffix == ".mkv":
+                    raise _refuse(f"stream {key!r} is a .mkv that video_extensions does not declare mkv",
+                                  path, "run `egopool validate TASK`; nothing was changed")
+                continue
+            if path.suffix != ".mkv" or path.is_dir():
+                raise _refuse(f"episode {g.index}'s {key!r} is not an FFV1 .mkv, and video_extensions is task-level: "
+                              f"every episode's {key!r} must switch at once", path,
+                              "convert or delete that episode first; nothing was changed")
             _check_ffv1_depth(path)
             if rows is None:
                 rows = int(read_episode_row(g.meta, g.index).get("length") or 0)
@@ -317,8 +321,8 @@ def _encode(root: Path, fps: float, jobs: list[StreamJob], keys: list[str], pres
                 progress(min(done, total), total, what)
 
         out = root / job.hidden
-        res = transcode_depth(root / job.src, out, fps=fps, params=LogDepthCodec(), preset=preset, progress=tick,
-                              cancel=cancel)
+        res = transcode_depth(root / job.src, out, fps=fps, params=LogDepthCodec(), preset=preset,
+                              expect_frames=job.frames or None, progress=tick, cancel=cancel)
         job.result, job.frames, job.bytes_after = res, res.frames, out.stat().st_size
         _write_journal(root, keys, jobs, "encoding")
         if i == 0:
