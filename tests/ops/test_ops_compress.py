@@ -24,7 +24,7 @@ from egopool.cli.app import main
 from egopool.codecs.depth import LogDepthCodec, hevc12_available, probe_depth, read_depth_frames
 from egopool.codecs.depth_error import depth_error_report
 from egopool.importers.rgbd_frames import import_rgbd_frames
-from egopool.layout import list_task_episodes
+from egopool.layout import find_episode_files, list_task_episodes
 from egopool.meta.info import read_info
 from egopool.ops import compress_task
 from egopool.read import open_task
@@ -89,6 +89,13 @@ def _assert_all(task: Path, ext: str) -> None:
     assert files and all(p.suffix == "." + ext for p in files.values()), files
     kind = "ffv1" if ext == "mkv" else "hevc12"
     assert all(probe_depth(p).kind == kind for p in files.values())
+    # the enumerators take the declared file too, where both an .mkv and an .mp4 exist (decisions R32)
+    layout = open_task(task).layout
+    for g in list_task_episodes(task):
+        found = find_episode_files(task, layout, g.index)
+        assert found is not None
+        for k in depth_keys:
+            assert g.videos[k].suffix == found.videos[k].suffix == "." + ext
 
 
 def _assert_registry(task: Path) -> None:

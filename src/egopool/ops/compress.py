@@ -277,21 +277,16 @@ def _committed(info: dict[str, Any], keys: list[str]) -> bool:
     return bool(keys) and all(exts.get(k) == "mp4" for k in keys)
 
 
-def _reusable(root: Path, old: dict[str, Any] | None, job: StreamJob) -> StreamJob | None:
+def _reusable(root: Path, finished: dict[tuple[int, str, str], StreamJob], job: StreamJob) -> StreamJob | None:
     """The finished output of an interrupted run for the same, unchanged source (hidden or placed)."""
-    if old is None:
+    prev = finished.get((job.index, job.key, job.src))
+    if prev is None or (prev.bytes_before, prev.src_mtime_ns) != (job.bytes_before, job.src_mtime_ns):
         return None
-    for d in old["streams"]:
-        prev = StreamJob.from_dict(d)
-        if (prev.index, prev.key, prev.src) != (job.index, job.key, job.src) or prev.result is None:
-            continue
-        if (prev.bytes_before, prev.src_mtime_ns) != (job.bytes_before, job.src_mtime_ns):
-            return None
-        for where in (prev.hidden, prev.dst):
-            p = root / where
-            if p.is_file() and p.stat().st_size == prev.bytes_after:
-                prev.reused = True
-                return prev
+    for where in (prev.hidden, prev.dst):
+        p = root / where
+        if p.is_file() and p.stat().st_size == prev.bytes_after:
+            prev.reused = True
+            return prev
     return None
 
 
@@ -450,8 +445,10 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
                 _discard(root, old, set())
                 (root / JOURNAL).unlink()
             return report
+        finished = {(j.index, j.key, j.src): j for j in (StreamJob.from_dict(d) for d in (old or {}).get("streams", []))
+                    if j.result is not None}
         for i, job in enumerate(jobs):
-            prev = _reusable(root, old, job)
+            prev = _reusable(root, finished, job)
             if prev is not None:
                 jobs[i] = prev
         report.streams = jobs
