@@ -280,3 +280,31 @@ def test_nice_lowers_the_worker_thread_only(tmp_path, capsys):
     report = compress_task(task, nice=True, progress=progress)
     assert report.committed and seen == {19}
     assert os.getpriority(os.PRIO_PROCESS, me) == mine
+
+
+def test_ctrl_c_keeps_the_finished_streams_for_the_next_run(tmp_path, capsys):
+    task = _sim(tmp_path, capsys, episodes=1)  # two depth streams
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    streams: list[str] = []
+
+    def progress(done: int, total: int, what: str) -> None:
+        if what not in streams:
+            streams.append(what)
+        if len(streams) == 2:
+            raise KeyboardInterrupt
+
+    before = {k: v for k, v in snapshot(task).items() if k != "meta/.compress.json"}
+    with pytest.raises(KeyboardInterrupt):
+        compress_task(task, progress=progress)
+    journal = json.loads((task / "meta" / ".compress.json").read_text())
+    assert [s["result"] is not None for s in journal["streams"]] == [True, False]
+    _assert_all(task, "mkv")
+    hidden = list(task.rglob(".*.compressing"))
+    assert len(hidden) == 1  # the finished one; the interrupted one's partial output is gone
+    after = {k: v for k, v in snapshot(task).items() if k != "meta/.compress.json"}
+    assert {k: v for k, v in after.items() if not k.endswith(".compressing")} == before
+    assert validate_task(task).ok
+
+    report = compress_task(task)
+    assert report.committed and [s.reused for s in report.streams] == [True, False]
+    _assert_finished(task, originals, rgb)
