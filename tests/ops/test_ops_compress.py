@@ -308,3 +308,34 @@ def test_ctrl_c_keeps_the_finished_streams_for_the_next_run(tmp_path, capsys):
     report = compress_task(task)
     assert report.committed and [s.reused for s in report.streams] == [True, False]
     _assert_finished(task, originals, rgb)
+
+
+def test_depth_outside_the_log_code_range_is_clipped_and_counted(tmp_path):
+    """A value the 12-bit code cannot hold is changed with a trace: drop_stats `<key>_clipped_count` (decision 22)."""
+    import shutil
+
+    from PIL import Image
+
+    frames_dir = tmp_path / "frames"
+    shutil.copytree(SEVEN, frames_dir)
+    first = sorted(frames_dir.glob("*.depth.png"))[0]
+    depth = np.asarray(Image.open(first)).copy()
+    depth[10:20, 10:30] = 30000  # beyond d_max (20000 mm)
+    depth[40:45, 10:20] = 50  # below d_min (100 mm)
+    Image.fromarray(depth).save(first)
+    import_rgbd_frames(frames_dir, tmp_path / "rec", task="t", frame="ego_cam_optical", depth_codec="ffv1")
+    task = tmp_path / "rec" / "t"
+    originals = _originals(task)
+    assert np.count_nonzero(originals[(1, "camera_depth")] == 30000) == 200  # ffv1 kept them as they were
+
+    report = compress_task(task)
+
+    assert report.streams[0].result is not None and report.streams[0].result.clipped == 250
+    row = open_task(task).episode(1).meta
+    assert row["drop_stats"]["camera_depth_clipped_count"] == 250
+    dec = _originals(task)[(1, "camera_depth")]
+    assert abs(float(np.median(dec[0, 10:20, 10:30])) - 20000) <= 20000 * 0.015
+    assert abs(float(np.median(dec[0, 40:45, 10:20])) - 100) <= 2
+    _assert_within_bounds(originals[(1, "camera_depth")], dec)
+    rep = validate_task(task)
+    assert rep.ok and any("camera_depth_clipped_count" in f.message for f in rep.findings)

@@ -128,7 +128,6 @@ class _Checker:
         r = self.res
         r.holes += int(hole.sum())
         r.valid += int(x.size)
-        r.clipped += self.codec.out_of_range(a)
         if x.size:
             r.max_error_mm = max(r.max_error_mm, float(err.max()))
             r.max_rel_error = max(r.max_rel_error, float(rel.max()))
@@ -232,6 +231,7 @@ def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: Log
             raise CodecError(f"the source depth stream decodes to {done} frames but the episode has {expect_frames} "
                              "data rows (one frame per row, file_format.md §7.3): it is damaged or truncated",
                              path=src, hint="restore it from a backup or delete the episode")
+        clipped = enc.clipped  # valid pixels the log code clipped into [d_min, d_max]
         desc = enc.close()
         enc = None
         check = _Checker(codec, src, dst)
@@ -254,6 +254,7 @@ def transcode_depth(src: str | Path, dst: str | Path, *, fps: float, params: Log
             raise CodecError(f"the source decoded to {n} frames the second time, {desc['frames']} the first",
                              path=src)
         result = check.finish(n)
+        result.clipped = clipped
         result.width, result.height = int(desc["width"]), int(desc["height"])
         result.video_codec = desc
         return result

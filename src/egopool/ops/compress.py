@@ -34,6 +34,7 @@ SIGKILL it at. Unset in production.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -45,14 +46,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_json, fsync_dir, task_lock, task_read_lock
+from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, task_read_lock
 from .._safe_read import read_json, read_parquet
 from ..codecs.depth import LogDepthCodec, probe_depth
 from ..codecs.depth_transcode import TranscodeCancelled, TranscodeResult, transcode_depth
 from ..codecs.video import video_info
 from ..errors import CodecError, EgopoolError, FormatError, LockError, OperationError, RegistryError
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
@@ -339,12 +341,8 @@ def _place(root: Path, jobs: list[StreamJob]) -> None:
         fsync_dir(d)
 
 
-def _row_bytes(meta: Path, index: int, codecs: dict[str, Any], drops: dict[str, Any]) -> bytes:
+def _row_bytes(meta: Path, codecs: dict[str, Any], drops: dict[str, Any]) -> bytes:
     """N's row file with only ``video_codec`` and ``drop_stats`` replaced (every other column as stored)."""
-    import io
-
-    import pyarrow.parquet as pq
-
     table = read_parquet(meta, what="episodes parquet")
     for name, value in (("video_codec", codecs), ("drop_stats", drops)):
         col = pa.array([json.dumps(value, ensure_ascii=False, allow_nan=False)], type=EPISODE_COLUMNS[name])
@@ -359,8 +357,6 @@ def _row_bytes(meta: Path, index: int, codecs: dict[str, Any], drops: dict[str, 
 
 def _finish(root: Path, layout: TaskLayout, jobs: list[StreamJob], reg: Registry | None) -> list[str]:
     """Roll the committed switch forward (idempotent): rows, ``.mkv`` removal, registry. Returns problems."""
-    from .._atomic import atomic_write_bytes
-
     problems: list[str] = []
     by_n: dict[int, list[StreamJob]] = {}
     for j in jobs:
@@ -382,7 +378,7 @@ def _finish(root: Path, layout: TaskLayout, jobs: list[StreamJob], reg: Registry
                 drops[clipped_key(j.key)] = int(drops.get(clipped_key(j.key)) or 0) + j.result.clipped
             changed = True
         if changed:
-            atomic_write_bytes(meta, _row_bytes(meta, n, codecs, drops))
+            atomic_write_bytes(meta, _row_bytes(meta, codecs, drops))
         for j in group:
             (root / j.src).unlink(missing_ok=True)
         if reg is not None:
