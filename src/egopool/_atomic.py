@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import FormatError
+from .errors import FormatError, LockError
 
 __all__ = [
     "atomic_write_bytes",
@@ -141,15 +141,20 @@ def task_read_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[bool]
 
 
 @contextlib.contextmanager
-def exclusive_lock(anchor: str | Path) -> Iterator[None]:
+def exclusive_lock(anchor: str | Path, *, wait: bool = True) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``anchor`` (created empty if missing); blocks until free.
 
     The lock sits on the open file description, so it serialises threads of one process as well
-    as processes, and it is released when the holder dies.
+    as processes, and it is released when the holder dies. ``wait=False``: raise
+    :class:`~egopool.errors.LockError` at once when another holder has it.
     """
     fd = os.open(anchor, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise LockError("the task is locked by another egopool process (a recorder or a maintenance "
+                            "command)", path=anchor, hint="run it again when that process has finished") from None
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -157,13 +162,14 @@ def exclusive_lock(anchor: str | Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def task_lock(task_dir: str | Path) -> Iterator[None]:
+def task_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
     """Hold the exclusive task lock: ``flock`` on ``meta/episodes/.lock`` (DESIGN §5, §7.4).
 
     The anchor is an empty file whose path never changes, so the lock survives the
-    ``os.replace`` of every meta file it guards. Blocks until the lock is free.
+    ``os.replace`` of every meta file it guards. Blocks until the lock is free; ``wait=False``
+    raises :class:`~egopool.errors.LockError` instead.
     """
     anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
     anchor.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(anchor):
+    with exclusive_lock(anchor, wait=wait):
         yield

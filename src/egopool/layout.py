@@ -145,6 +145,10 @@ class TaskLayout:
         The task directory.
     chunks_size:
         Episodes per chunk (1000 in every known task, but read, never assumed).
+    video_extensions:
+        ``(image_key, ext)`` pairs of ``info.video_extensions``: where a stream has two files of
+        one name (``episode-000.mkv`` and ``episode-000.mp4`` while ``egopool compress`` places its
+        output), the declared one is the stream's file (§3 "读侧必须按此判文件"; docs/decisions.md R32).
     """
 
     root: Path
@@ -152,6 +156,7 @@ class TaskLayout:
     data_path: str = DEFAULT_DATA_PATH
     video_path: str = DEFAULT_VIDEO_PATH
     episodes_path: str = DEFAULT_EPISODES_PATH
+    video_extensions: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_info(cls, root: str | Path, info: Mapping[str, Any]) -> TaskLayout:
@@ -170,7 +175,10 @@ class TaskLayout:
         defaults = {"data_path": DEFAULT_DATA_PATH, "video_path": DEFAULT_VIDEO_PATH,
                     "episodes_path": DEFAULT_EPISODES_PATH}
         tpl = {k: parse_template(k, info[k], where) if k in info else d for k, d in defaults.items()}
-        return cls(Path(root), cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"])
+        ve = info.get("video_extensions")
+        exts = tuple(sorted((str(k), v) for k, v in ve.items() if isinstance(v, str) and v)) \
+            if isinstance(ve, Mapping) else ()
+        return cls(Path(root), cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"], exts)
 
     def chunk_file(self, index: int) -> tuple[int, int]:
         """``N -> (chunk, file)`` for this task's ``chunks_size``."""
@@ -380,6 +388,7 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
             if g.data is None or Path(rel).name.startswith("episode-"):
                 g.data = root / rel
 
+    declared = dict(layout.video_extensions)
     video_re = _template_regex(layout.video_path, legacy_prefix=True)
     png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
     for rel in walk_task_files(root, root / static_prefix(layout.video_path)):
@@ -391,7 +400,11 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
             m = video_re.match(parent) or png_dir_re.match(parent)
             target = root / parent
         if m and int(m["f"]) < layout.chunks_size:
-            group(int(m["c"]), int(m["f"])).videos.setdefault(m["image_key"], target)
+            videos = group(int(m["c"]), int(m["f"])).videos
+            key = m["image_key"]
+            ext = m.groupdict().get("ext")
+            if key not in videos or (ext is not None and ext == declared.get(key) and videos[key].suffix != "." + ext):
+                videos[key] = target  # the declared extension wins over a sibling (§3, decisions R32)
     return [groups[n] for n in sorted(groups) if groups[n].meta is not None or not committed_only]
 
 
@@ -541,6 +554,8 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
                 break
     data = _resolve(root, layout.data_path, c, f)
     g.data = data[0][0] if data else None
+    if video_extensions is None:
+        video_extensions = dict(layout.video_extensions)
     exts = {k: v for k, v in (video_extensions if isinstance(video_extensions, Mapping) else {}).items()
             if isinstance(v, str) and v and "/" not in v and "{" not in v}
     for path, caps in _resolve(root, layout.video_path, c, f, png_dirs=True, prefer=exts):

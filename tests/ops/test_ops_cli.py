@@ -126,7 +126,8 @@ def test_a_read_only_registry_error_says_how_to_proceed_without_it(tmp_path, cap
 DRY_RUNS = {"delete": ("delete", "{task}", "1", "--dry-run"),
             "stats recalc": ("stats", "recalc", "{task}", "--dry-run"),
             "migrate": ("migrate", "{task}", "--dry-run"),
-            "repair force-scale": ("repair", "force-scale", "{task}", "--dry-run")}
+            "repair force-scale": ("repair", "force-scale", "{task}", "--dry-run"),
+            "compress": ("compress", "{task}", "--dry-run")}
 
 
 def test_every_dry_run_works_on_a_read_only_task(tmp_path, capsys):

@@ -26,6 +26,8 @@ COMMANDS: tuple[Entry, ...] = (
     ("delete", ("ops_cmds",),
      "Delete episodes by global N: videos, data and meta row, verified gone (file_format.md §2, §9)."),
     ("migrate", ("ops_cmds",), "Bring a legacy task to the v1.1.2 layout (file_format.md §2, §6.1, §11)."),
+    ("compress", ("ops_cmds",),
+     "Bring a task's FFV1 depth (.mkv) to the spec's 12-bit log HEVC (.mp4), every episode at once (§3, §8)."),
     ("record", ("record_cmd",),
      "Record episodes from cameras, RealSense devices or recordings, and simulated devices."),
     ("devices", ("record_cmd",),

@@ -1,4 +1,4 @@
-"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale|clean``: maintenance (issue 5).
+"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale|clean`` / ``compress``: maintenance.
 
 Thin wrappers: one library call each (:mod:`egopool.ops`), a Rich progress bar on
 stderr when it is a terminal, ``--json`` for scripts, ``--dry-run`` on everything
@@ -11,6 +11,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -262,4 +263,60 @@ def repair_clean_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = 
         for p in report.problems:
             err_console.print(f"[red]{escape(p)}[/red]")
     if not report.ok:
+        raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _stream_bars() -> Iterator[ProgressFn | None]:
+    """One Rich bar per depth stream on stderr (None when stderr is not a terminal)."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("[dim]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err_console) as bar:
+        current: dict[str, Any] = {}
+
+        def update(done: int, total: int, what: str) -> None:
+            if current.get("what") != what:
+                current["what"], current["id"] = what, bar.add_task(what, total=total)
+            bar.update(current["id"], completed=done, total=total)
+
+        yield update
+
+
+@app.command("compress")
+def compress_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+                 nice: bool = typer.Option(False, "--nice/--no-nice",
+                                           help="Work at the lowest CPU priority (nice 19; I/O follows it), "
+                                                "e.g. beside a recorder.")) -> None:
+    """Bring a task's FFV1 depth (.mkv) to the spec's 12-bit log HEVC (.mp4), every episode at once (§3, §8).
+
+    Each stream is re-encoded, then checked against its original (frame count, holes exact, relative error p99 within DESIGN §3's bounds) before anything is switched; info.json's video_extensions is the commit, so readers and `egopool validate` see the task all-FFV1 or all-HEVC, never mixed. RGB streams are untouched. Journaled: after a crash or Ctrl-C, run it again to finish. A task already HEVC is a no-op (exit 0).
+    """
+    with _registry_hint(), _stream_bars() as cb:
+        report = ops.compress_task(task, dry_run=dry_run, nice=nice, registry=registry, progress=cb)
+    if json_out:
+        print_json(report.to_dict())
+        if report.committed and report.notes:
+            raise typer.Exit(1)
+        return
+    if report.resumed:
+        console.print(f"[yellow]{escape(report.resumed)}[/yellow]")
+    if not report.streams:
+        for note in report.notes:
+            console.print(escape(note), highlight=False)
+        return
+    if dry_run:
+        console.print(f"would compress {len(report.streams)} depth stream(s) of {', '.join(report.keys)}: "
+                      f"{report.frames} frames, {human_bytes(report.bytes_before)} of FFV1")
+        for s in report.streams:
+            console.print(f"  {s.src} -> {s.dst}" + (" (already encoded)" if s.reused else ""), highlight=False)
+        return
+    ratio = report.bytes_before / report.bytes_after if report.bytes_after else float("nan")
+    console.print(f"compressed {len(report.streams)} depth stream(s) of {', '.join(report.keys)}: {report.frames} "
+                  f"frames, {human_bytes(report.bytes_before)} -> {human_bytes(report.bytes_after)} ({ratio:.1f}x); "
+                  f"max error {report.max_error_mm:.0f} mm; {report.wall_seconds:.1f} s", highlight=False)
+    for note in report.notes:
+        err_console.print(f"[red]{escape(note)}[/red]")
+    if report.notes:
         raise typer.Exit(1)

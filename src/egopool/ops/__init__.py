@@ -1,4 +1,4 @@
-"""Maintenance operations on a task directory: delete, stats recalc/check, migrate, repair, clean (issue 5).
+"""Maintenance operations on a task directory: delete, stats recalc/check, migrate, repair, clean, compress.
 
 Every operation plans first (``dry_run=True`` returns the plan and changes nothing),
 runs under the task lock, writes through temp + ``os.replace``, backs up what it
@@ -9,6 +9,7 @@ report with a ``to_dict()`` for ``--json``.
 from __future__ import annotations
 
 from .clean import CleanReport, clean_task
+from .compress import CompressReport, StreamJob, compress_task
 from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
                      recover_interrupted_deletes)
 from .migrate import MigrationReport, Step, migrate_task, plan_migration
@@ -21,6 +22,7 @@ __all__ = [
     "BlockDiff",
     "CANDIDATE_SCALES",
     "CleanReport",
+    "CompressReport",
     "ColumnEvidence",
     "DeleteOutcome",
     "DeletePlan",
@@ -31,8 +33,10 @@ __all__ = [
     "StatsCheckReport",
     "StatsRecalcReport",
     "Step",
+    "StreamJob",
     "check_stats",
     "clean_task",
+    "compress_task",
     "column_evidence",
     "compare_stats",
     "compute_stats",

@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import EgopoolError, OperationError
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes, static_prefix, walk_task_files
+from .._safe_read import read_json
 from ..meta.info import info_path
 from .context import Context
 from .data import first_line
@@ -265,10 +266,23 @@ def _check_watermark(ctx: Context, groups: list[EpisodeFiles]) -> None:
                            "watermark never goes back, set it to at least that N")
 
 
+def _compress_halves(root: Path) -> set[Path]:
+    """The ``.mkv`` / ``.mp4`` pairs an interrupted ``egopool compress`` names (docs/decisions.md R30): the
+    half a reader does not take is the other side of the switch, not a stray (its own warning says so)."""
+    journal = root / "meta" / ".compress.json"
+    if not journal.is_file():
+        return set()
+    try:
+        doc = read_json(journal, what="compress journal")
+        return {root / str(s[k]) for s in doc["streams"] for k in ("src", "dst")}
+    except Exception:  # noqa: BLE001 - an unreadable journal only means no exemption
+        return set()
+
+
 def _check_strays(ctx: Context, groups: list[EpisodeFiles]) -> None:
     """Files under data/, videos/, meta/episodes/ that belong to no episode file group."""
     assert ctx.layout is not None
-    known: set[Path] = set()
+    known: set[Path] = _compress_halves(ctx.root)
     for g in groups:
         known.update(p for p in (g.data, g.meta) if p is not None)
         known.update(g.videos.values())

@@ -20,11 +20,13 @@ __all__ = ["check_stale_leftovers"]
 R_IGNORED = "file_format.md §11"
 R_RECYCLED = "file_format.md §7.5"
 R_PENDING = "file_format.md §3"
+R_DEPTH = "file_format.md §8"
 _FIX = "run `egopool repair clean TASK` to remove them"
 
 
 def check_stale_leftovers(ctx: Context) -> None:
-    """Warn about stale dot-temps, reservations of dead processes and unfinished meta merges (one finding each)."""
+    """Warn about stale dot-temps, reservations of dead processes, unfinished meta merges and an interrupted
+    ``egopool compress`` (one finding each)."""
     if ctx.layout is None:
         return
     with task_read_lock(ctx.root, wait=False) as held:
@@ -33,6 +35,12 @@ def check_stale_leftovers(ctx: Context) -> None:
         found = find_leftovers(ctx.root, ctx.layout, meta_temps=True)
         live = markers.live_reservations(ctx.root, prune=False)
         pending = [n for n in pending_indices(ctx.root) if n not in live and ctx.layout.episodes_file(n).exists()]
+        compressing = (ctx.root / "meta" / ".compress.json").is_file()
+    if compressing:
+        ctx.report.warning(R_DEPTH, ctx.rel("meta", ".compress.json"),
+                           "an `egopool compress` of this task was interrupted; readers see the task as "
+                           "info.json's video_extensions declares it (its .mp4 / .mkv siblings are the other "
+                           "half); run `egopool compress TASK` to finish it")
     if pending:
         ns = ", ".join(map(str, pending))
         ctx.report.warning(R_PENDING, ctx.rel("meta", f".pending-{pending[0]}.json"),
