@@ -166,3 +166,26 @@ def test_the_capacity_warning_comes_before_the_first_skipped_tick(tmp_path, monk
     assert live["last_skip"]["tick"] >= live["first_skip"]["tick"] and live["capacity"]["holds"] is False
     assert seen and all(known for known, _ in seen)  # every status the sources saw already had the report
     assert any(n > 0 for _, n in seen)
+
+
+def test_record_says_capacity_in_json_and_compresses_ffv1_depth_after(tmp_path, capsys):
+    """`egopool record --json` carries the verdict made before the first episode; --compress-after then brings
+    the task's FFV1 depth to 12-bit HEVC (egopool compress, at low priority) once the devices are closed."""
+    from egopool.cli.app import main
+    from egopool.validate import validate_task
+
+    task = tmp_path / "rec" / "t"
+    rc = main(["record", str(task), "--device", "sim:d435?size=96x64", "--depth-codec", "ffv1", "--seconds", "0.5",
+               "--compress-after", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    cap = out["capacity"]
+    assert isinstance(cap["holds"], bool) and cap["summary"].startswith("capacity: the rig needs")
+    assert [s["image_key"] for s in cap["streams"]] == ["d435_rgb", "d435_depth"]
+    assert cap["streams"][1]["codec"] == "ffv1" and cap["depth_codec"] is None  # explicit: not decided by it
+    assert out["compress"]["committed"] is True and out["compress"]["keys"] == ["d435_depth"]
+    info = json.loads((task / "meta" / "info.json").read_text())
+    assert info["video_extensions"]["d435_depth"] == "mp4"
+    assert list((task / "videos" / "chunk-000" / "d435_depth").iterdir()) == [
+        task / "videos" / "chunk-000" / "d435_depth" / "episode-000.mp4"]
+    assert not validate_task(task).errors

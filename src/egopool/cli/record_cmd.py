@@ -180,6 +180,9 @@ def record_cmd(
                                     "machine cannot hold it in real time, then lossless FFV1 for the whole task; run "
                                     "`egopool compress TASK` afterwards), hevc12 or ffv1. A task keeps the codec it "
                                     "has."),
+    compress_after: bool = typer.Option(False, "--compress-after", help="After the last episode (devices closed), "
+                                        "bring the task's FFV1 depth to 12-bit log HEVC at the lowest CPU priority "
+                                        "(`egopool compress TASK --nice`; resumable: Ctrl-C, then run that)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live table)."),
 ) -> None:
     """Record episodes from cameras, RealSense devices or recordings, and simulated devices.
@@ -225,14 +228,18 @@ def record_cmd(
     cap = session.recorder.capacity if session.recorder is not None else None
     summary = {"task": str(writer.task_dir), "devices": [s.label for s in session.sources], "episodes": done,
                "capacity": cap.to_dict() if cap is not None else None}
+    finished = any(e["status"] == "finished" for e in done)
+    if not json_out:
+        _print_summary(summary, fps)
+        if cap is not None and cap.depth_codec == "ffv1" and cap.depth_reason == "measured" and finished \
+                and not compress_after:
+            err_console.print(f"depth was recorded losslessly in FFV1 (this machine cannot hold 12-bit HEVC in real "
+                              f"time): run `egopool compress {writer.task_dir} --nice` to bring it to the spec's "
+                              "12-bit log HEVC", markup=False, highlight=False, soft_wrap=True)
+    if compress_after and finished and not interrupted and stopped_by is None:
+        summary["compress"] = _compress_after(writer.task_dir, json_out)
     if json_out:
         print_json(summary)
-    else:
-        _print_summary(summary, fps)
-        if cap is not None and cap.depth_codec == "ffv1" and cap.depth_reason == "measured" and done:
-            err_console.print(f"depth was recorded losslessly in FFV1 (this machine cannot hold 12-bit HEVC in real "
-                              f"time): run `egopool compress {writer.task_dir}` to bring it to the spec's 12-bit "
-                              "log HEVC", markup=False, highlight=False, soft_wrap=True)
     if stopped_by is not None:
         raise DeviceError(f"recording stopped, {stopped_by}", hint="check the device (`egopool devices`); the "
                           "episodes above are recorded")
@@ -240,6 +247,24 @@ def record_cmd(
         err_console.print(f"the episode being recorded was discarded; {len(done)} episode(s) are in "
                           f"{writer.task_dir}", markup=False, highlight=False)
         raise KeyboardInterrupt
+
+
+def _compress_after(task_dir: Path, json_out: bool) -> dict[str, Any]:
+    """``egopool compress TASK --nice`` once the devices are closed (decisions R27); its report as a dict."""
+    from ..ops.compress import compress_task
+
+    if not json_out:
+        err_console.print("compressing FFV1 depth to 12-bit log HEVC at low priority (Ctrl-C stops; run "
+                          f"`egopool compress {task_dir}` to finish later)…", markup=False, highlight=False)
+    report = compress_task(task_dir, nice=True)
+    if not json_out:
+        if report.streams:
+            err_console.print(f"compressed {len(report.streams)} depth stream(s) of {', '.join(report.keys)}: "
+                              f"{report.frames} frames, {report.bytes_before / 1e6:.1f} -> "
+                              f"{report.bytes_after / 1e6:.1f} MB", markup=False, highlight=False)
+        for note in report.notes:
+            err_console.print(note, markup=False, highlight=False)
+    return report.to_dict()
 
 
 def _measure(session: RecordingSession, json_out: bool) -> bool:
