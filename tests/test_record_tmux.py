@@ -61,6 +61,9 @@ def test_record_in_a_terminal(tmp_path):
     try:
         first = _wait_for(session, r"(?s)recording episode N=1 .* (\d+) rows.*sim:gripper")
         assert "uvc:lavfi:testsrc2" in first and "sim:glove" in first and "head_left_rgb" in first
+        # the verdict measured before the first episode stays on the live status, beside the skipped ticks
+        assert re.search(r"capacity: the rig needs [\d.]+ cores per recorded second of \d+", first), first
+        assert re.search(r"\d+ rows\s+\d+ ticks skipped", first), first
         time.sleep(1.5)
         later = _screen(session)
         assert _rows(later) > _rows(first)  # the status lines update
