@@ -189,3 +189,24 @@ def test_record_says_capacity_in_json_and_compresses_ffv1_depth_after(tmp_path, 
     assert list((task / "videos" / "chunk-000" / "d435_depth").iterdir()) == [
         task / "videos" / "chunk-000" / "d435_depth" / "episode-000.mp4"]
     assert not validate_task(task).errors
+
+
+def test_simulate_realtime_measures_first_and_records_depth_as_decided(tmp_path, capsys):
+    from egopool.cli.app import main
+
+    rc = main(["simulate", "--rig", "d435x2", "--seconds", "0.3", "--scale", "16", "--realtime",
+               "--out", str(tmp_path), "--task", "t", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    cap = out["capacity"]
+    assert cap["depth_codec"] in ("hevc12", "ffv1") and cap["depth_reason"] == "measured"
+    assert cap["depth_codec"] == ("hevc12" if cap["hevc_needed_cores"] is None else "ffv1")
+    exts = open_task(tmp_path / "t").info["video_extensions"]
+    want = "mp4" if cap["depth_codec"] == "hevc12" else "mkv"
+    assert exts["d435_depth"] == want and exts["d435_depth_2"] == want
+    # --fast measures nothing: virtual-clock episodes keep the task's codec
+    rc = main(["simulate", "--rig", "d435x2", "--seconds", "0.2", "--scale", "16", "--out", str(tmp_path),
+               "--task", "t", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["capacity"] is None
+    assert all(f.endswith("." + want) for f in out["episodes"][0]["files"] if "depth" in f)
