@@ -1,8 +1,9 @@
 """Per-row work made cheaper without changing what is stored (issue 20; docs/decisions.md R25).
 
-* force-matrix columns carry no parquet min/max statistics (nobody filters on them) and stay the exact
-  int16 row diffs of :class:`~egopool.codecs.force_matrix.ForceMatrixCodec`; every other column keeps
-  its statistics, scalar and string columns their dictionary pages;
+* force-matrix columns go to the parquet writer row by row (no row-group concatenation), carry no
+  min/max statistics (nobody filters on them) and stay the exact int16 row diffs of
+  :class:`~egopool.codecs.force_matrix.ForceMatrixCodec`; every other column keeps its statistics,
+  scalar and string columns their dictionary pages;
 * depth frames reach FFmpeg without a second copy (a read-only frame of a source too), and the clipped
   pixel count takes two passes instead of three: same count as the formula, bit-exact FFV1.
 """
@@ -26,17 +27,23 @@ def test_force_matrices_are_stored_bit_identical_without_statistics(tmp_path):
                                                           vector_column("observation.gripper_left_force", [3])])
     frames, sums = force_matrix_pool(3)
     noisy = np.random.default_rng(1).normal(0, 2000, (250, 250, 3)).astype(np.float32)  # saturates at x10
-    rows = [*frames[:5], noisy]
+    # None: a row without a sample (zeros, §5.5); 30 rows of 750 kB in memory make 2 row groups (32 MB each)
+    rows = [*frames[:3], None, *frames[3:5], noisy, *(frames * 2)[:23]]
     for i, f in enumerate(rows):
-        ep.add_frame({col: f, "observation.gripper_left_force": sums[i % len(sums)]}, timestamp=i / 30)
+        values = {"observation.gripper_left_force": sums[i % len(sums)]}
+        if f is not None:
+            values[col] = f
+        ep.add_frame(values, timestamp=i / 30)
     with pytest.warns(ValueChangedWarning, match="beyond what the column's encoding holds"):
         res = ep.finish()
     path = next(p for p in res.paths if "data" in p.parts)
     table = pq.read_table(path)
     codec = ForceMatrixCodec("row_diff_quantized", 10.0)
     for i, f in enumerate(rows):  # the very int16 diffs the codec makes, saturated cells included
-        np.testing.assert_array_equal(np.asarray(table.column(col)[i].values), codec.encode(f))
+        want = np.zeros(250 * 750, np.int16) if f is None else codec.encode(f)
+        np.testing.assert_array_equal(np.asarray(table.column(col)[i].values), want)
     assert res.drop_stats["gripper_left_force_matrix_saturated_count"] > 0
+    assert pq.ParquetFile(path).metadata.num_row_groups >= 2
     md = pq.ParquetFile(path).metadata.row_group(0)
     cols = {md.column(i).path_in_schema: md.column(i) for i in range(md.num_columns)}
     assert not cols[f"{col}.list.element"].is_stats_set

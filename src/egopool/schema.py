@@ -298,6 +298,20 @@ class ColumnSpec:
         inner = _list_array(inner_offsets, pa.array(flat, type=typ.value_type.value_type))
         return _list_array(outer, inner)
 
+    def to_arrow_rows(self, values: list[Any]) -> pa.ChunkedArray:
+        """:meth:`to_arrow` as one chunk per row, each row's array wrapped without a copy.
+
+        For large elements (a force matrix: 187500 int16 a row) concatenating a row group first is
+        a copy spent twice, and the parquet writer takes the chunks as they are: the same values,
+        the same bytes once written (docs/decisions.md R25). Other storages: one chunk.
+        """
+        typ = self.arrow_type
+        if self.storage != "list" or not values:
+            return pa.chunked_array([self.to_arrow(values)], type=typ)
+        chunks = [pa.ListArray.from_arrays(pa.array(np.array([0, v.size], np.int32)), pa.array(v, type=typ.value_type))
+                  for v in values]
+        return pa.chunked_array(chunks, type=typ)
+
 
 def _to_dtype(value: Any, dtype: np.dtype, column: str) -> np.ndarray:
     """``value`` as an array of ``dtype`` when every element is representable, else SchemaError.
