@@ -204,16 +204,16 @@ def test_a_stream_whose_encoder_fails_is_left_out_and_the_episode_published(tmp_
 def test_a_data_parquet_that_cannot_be_written_keeps_its_rows_aside(tmp_path, monkeypatch):
     """Where publishing is impossible, the rows written so far are kept and the reason logged."""
     monkeypatch.setattr(ew, "_ROW_GROUP_ROWS", 4)
-    real = pq.ParquetWriter.write_batch
+    real = pq.ParquetWriter.write_table  # one call per row group (episode_writer._flush)
     calls = {"n": 0}
 
-    def disk_full(self, batch, *a, **k):
+    def disk_full(self, table, *a, **k):
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, batch, *a, **k)
+        return real(self, table, *a, **k)
 
-    monkeypatch.setattr(pq.ParquetWriter, "write_batch", disk_full)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
     rig = _rig(UVC)
     tw = TaskWriter(tmp_path, "t", registry=False)
     rec = Recorder(tw, rig)
