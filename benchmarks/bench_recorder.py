@@ -344,8 +344,8 @@ def main_depth_choice(seconds: float) -> None:
         r = _run("realtime", seconds, "", depth)
         cap = r["capacity"]
         print(f"\n{cap['summary']}")
-        print(f"    measured in {cap['probe_wall_s']:.1f} s wall, {cap['probe_cpu_s']:.1f} CPU s, before the first tick; "
-              f"predicted {cap['needed_cores']:.2f} cores per recorded second")
+        print(f"    measured in {cap['probe_wall_s']:.1f} s wall, {cap['probe_cpu_s']:.1f} CPU s, before the first "
+              f"tick; predicted {cap['needed_cores']:.2f} cores per recorded second")
         codec = {k: v.get("encoder") for k, v in r["video_codec"].items()}
         _print_video(r, f"real time, {seconds:.0f} s, {label} (depth: {codec.get('stereo_depth')}; load average "
                         f"{r['load'][0]:.2f} at start, {r['load'][1]:.2f} at the end)")

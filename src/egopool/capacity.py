@@ -192,14 +192,15 @@ class CapacityReport:
             out.append(f"{alt.label()} instead of {cur.codec}{' ' + cur.preset if cur.preset else ''} "
                        f"({how}): {alt.cores:.2f} instead of {cur.cores:.2f} cores")
         if out:
-            out.append(f"with all of the above: {rest:.2f} cores ({'holds' if rest <= self.budget_cores else 'still too much'})")
+            verdict = "holds" if rest <= self.budget_cores else "still too much"
+            out.append(f"with all of the above: {rest:.2f} cores ({verdict})")
         fps = self.max_fps
         if fps >= 1:
             out.append(f"a lower rate: --fps {fps:g} holds at these settings")
         big = max(self.streams, key=lambda s: s.cores, default=None)
         if big is not None:
-            out.append(f"smaller frames: {big.image_key} ({big.width}x{big.height}) costs {big.cores:.2f} cores; half the "
-                       "width and height cost about a quarter")
+            out.append(f"smaller frames: {big.image_key} ({big.width}x{big.height}) costs {big.cores:.2f} cores; "
+                       "half the width and height cost about a quarter")
         if self.write_ms_per_row > self.tick_ms * self.headroom:
             out.append(f"the write thread needs {self.write_ms_per_row:.1f} ms of the {self.tick_ms:.1f} ms a tick "
                        "allows: fewer force-matrix columns or a lower --fps")
@@ -386,7 +387,8 @@ def _cost(probe: CostProbe, spec: StreamSpec, fps: float) -> StreamCost:
 
 def assess(streams: Sequence[StreamSpec], columns: Sequence[ColumnSpec], fps: float, *,
            probe: CostProbe | None = None, auto: Collection[str] = (), task_codecs: Mapping[str, str] | None = None,
-           cores: int | None = None, headroom: float = HEADROOM, cheaper_rgb_preset: str = "ultrafast") -> CapacityReport:
+           cores: int | None = None, headroom: float = HEADROOM,
+           cheaper_rgb_preset: str = "ultrafast") -> CapacityReport:
     """Measure the rig's streams and write path and decide ``--depth-codec auto`` (issue 20, R23, R24).
 
     Parameters
