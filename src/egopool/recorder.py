@@ -39,6 +39,11 @@ never runs past the rows float32 ``timestamp`` can tell apart
 
 A tick thread that wakes up late (scheduler stall, up to fps/4 ticks) builds the ticks it
 slept through from the frames still queued (docs/decisions.md R13).
+
+Before the first real-time tick, :meth:`Recorder.check_capacity` measures whether this machine
+holds the rig (:mod:`egopool.capacity`, R23) and decides ``auto`` depth streams for the whole
+task (R24); :meth:`Recorder.live_stats` shows the verdict and the ticks skipped so far with the
+last one's time (R26).
 """
 
 from __future__ import annotations
