@@ -340,3 +340,26 @@ def test_depth_outside_the_log_code_range_is_clipped_and_counted(tmp_path):
     _assert_within_bounds(originals[(1, "camera_depth")], dec)
     rep = validate_task(task)
     assert rep.ok and any("camera_depth_clipped_count" in f.message for f in rep.findings)
+
+
+def test_a_task_already_mixed_by_hand_ends_all_hevc(tmp_path, capsys):
+    """An episode whose depth is already 12-bit HEVC (.mp4) under a key declared mkv is taken as done."""
+    from egopool.codecs.depth_transcode import transcode_depth
+
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    mkv = task / "videos/chunk-000/d435_depth/episode-000.mkv"
+    transcode_depth(mkv, mkv.with_suffix(".mp4"), fps=30.0)
+    mkv.unlink()
+    from egopool.registry import file_record
+
+    reg = Registry.for_task(task)  # as the tool that mixed it would have
+    rec = reg.get(task_key(task), 1)
+    assert rec is not None
+    files = [f for f in rec.files if not f.path.endswith(".mkv") or "d435_depth/" not in f.path]
+    reg.replace_files(task_key(task), 1, [*files, file_record(task, mkv.with_suffix(".mp4"))])
+    assert not validate_task(task).ok  # .mp4 where video_extensions says mkv
+
+    report = compress_task(task)
+    assert report.committed and len(report.streams) == 3
+    _assert_finished(task, originals, rgb)

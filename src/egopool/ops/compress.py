@@ -219,6 +219,8 @@ def _plan(root: Path, info: dict[str, Any], layout: TaskLayout) -> tuple[list[st
                     raise _refuse(f"stream {key!r} is a .mkv that video_extensions does not declare mkv",
                                   path, "run `egopool validate TASK`; nothing was changed")
                 continue
+            if path.suffix == ".mp4" and path.is_file() and _is_hevc12(path):
+                continue  # already the log code (a task mixed by hand): the switch makes it declared right
             if path.suffix != ".mkv" or path.is_dir():
                 raise _refuse(f"episode {g.index}'s {key!r} is not an FFV1 .mkv, and video_extensions is task-level: "
                               f"every episode's {key!r} must switch at once", path,
@@ -230,6 +232,13 @@ def _plan(root: Path, info: dict[str, Any], layout: TaskLayout) -> tuple[list[st
             jobs.append(StreamJob(g.index, key, rel(root, path), rel(root, path.with_suffix(".mp4")), rows,
                                   st.st_size, src_mtime_ns=st.st_mtime_ns))
     return keys, jobs
+
+
+def _is_hevc12(path: Path) -> bool:
+    try:
+        return probe_depth(path).kind == "hevc12"
+    except CodecError:
+        return False
 
 
 def _check_ffv1_depth(path: Path) -> None:
