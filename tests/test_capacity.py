@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from egopool import TaskWriter, open_task
+from egopool import EgopoolError, TaskWriter, open_task
 from egopool.capacity import CapacityReport, MeasuredProbe, StreamCost, assess
 from egopool.devices import Device, Rig, SimulatedRig
 from egopool.recorder import Recorder
@@ -210,3 +210,20 @@ def test_simulate_realtime_measures_first_and_records_depth_as_decided(tmp_path,
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["capacity"] is None
     assert all(f.endswith("." + want) for f in out["episodes"][0]["files"] if "depth" in f)
+
+
+def test_the_report_is_kept_while_the_rig_stays_the_same_and_not_measured_mid_episode(tmp_path):
+    rig = _rig(D435)
+    probe = FixedProbe({"hevc12": 20.0, "ffv1": 5.0, "h264": 2.0})
+    rec = Recorder(TaskWriter(tmp_path, "t"), rig, capacity_probe=probe, cores=2)
+    first = rec.check_capacity()
+    asked = len(probe.asked)
+    assert asked == 3  # d435_rgb h264, d435_depth hevc12, its FFV1 alternative
+    rec.start_episode(max_ticks=3)
+    with pytest.raises(EgopoolError, match="while an episode is being recorded"):
+        rec.check_capacity()
+    rec.abort_episode()
+    SimulatedRig(rig).record(rec, 0.2, realtime=True)
+    assert rec.capacity is first and len(probe.asked) == asked  # the same rig: measured once
+    again = rec.check_capacity(refresh=True)  # measured again; the task now stores HEVC: no FFV1 alternative
+    assert again is not first and again.depth_reason == "task" and len(probe.asked) == asked + 2
