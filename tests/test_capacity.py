@@ -227,3 +227,14 @@ def test_the_report_is_kept_while_the_rig_stays_the_same_and_not_measured_mid_ep
     assert rec.capacity is first and len(probe.asked) == asked  # the same rig: measured once
     again = rec.check_capacity(refresh=True)  # measured again; the task now stores HEVC: no FFV1 alternative
     assert again is not first and again.depth_reason == "task" and len(probe.asked) == asked + 2
+
+
+@pytest.mark.parametrize("cmd", [["simulate", "--out", "{root}"], ["record", "{root}/t", "--device", "sim:glove"]])
+def test_an_unknown_depth_codec_is_one_line_naming_auto_and_nothing_is_written(tmp_path, capsys, cmd):
+    from egopool.cli.app import main
+
+    root = tmp_path / "rec"
+    rc = main([a.format(root=root) for a in cmd] + ["--depth-codec", "h265"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1 and "unknown depth codec 'h265'" in err and "use auto" in err
+    assert not root.exists()

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codecs.depth import check_depth_codec
-from ..errors import ConflictError, SchemaError
+from ..codecs.depth import DEPTH_CODECS
+from ..errors import CodecError, ConflictError, SchemaError
 from ..schema import (ColumnSpec, check_column_name, force_matrix_column, hand_pose_column, imu_columns, key_column,
                       scalar_ns_column, slam_trajectory_columns, status_column, vector_column)
 from ..write.task_writer import StreamSpec
@@ -442,7 +442,10 @@ def check_depth_choice(codec: str) -> str:
     CodecError
         Naming the codec and the choices.
     """
-    return codec if codec == "auto" else check_depth_codec(codec)
+    if codec == "auto" or codec in DEPTH_CODECS:
+        return codec
+    raise CodecError(f"unknown depth codec {codec!r}", hint="use auto (12-bit log HEVC when this machine holds it in "
+                     "real time, else FFV1 for the task), hevc12 (lossy, 100..20000 mm) or ffv1 (lossless uint16 mm)")
 
 
 def _shared_key_column(name: str) -> bool:
