@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from transfer_helpers import ServerProc, store_files, write_task
+from transfer_helpers import ServerProc, server_pids, store_files, write_task
 
 from egopool.layout import list_task_episodes
 from egopool.meta.stats import recalc_stats
@@ -36,6 +36,20 @@ def _wait_for(path: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _wait_for_exit(pid: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"worker {pid} outlived the killed server"
         time.sleep(0.05)
 
 
@@ -90,8 +104,12 @@ def test_kill_mid_import(stage: str, tmp_path: Path) -> None:
         mid = store_files(store)
         assert "pick/data/chunk-000/episode-001.parquet" in mid  # killed with the files placed
         assert list((store / ".egopool-server/journals").iterdir())
+        workers = [p for p in server_pids(paused.proc.pid) if p != paused.proc.pid]  # type: ignore[union-attr]
+        assert len(workers) >= 2  # the verification workers (docs/decisions.md U14)
     finally:
         paused.kill()
+    for pid in workers:  # they leave on their own once the server is gone (no orphan keeps working)
+        _wait_for_exit(pid)
     thread.join(30)
     assert isinstance(result[0], httpx.TransportError)  # the client saw the connection die
 

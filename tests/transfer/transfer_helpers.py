@@ -31,6 +31,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_pids(pid: int) -> list[int]:
+    """The server process and its descendants (the verification workers, docs/decisions.md U14)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return sorted(out)
+
+
 class ServerProc:
     """``python -m egopool serve`` in a subprocess on a free loopback port (started and stopped by the test)."""
 

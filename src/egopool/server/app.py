@@ -55,6 +55,7 @@ from .publish import recover_journals
 from .receive import MultipartSpool
 from .store import Store
 from .tokens import Token, TokenStore
+from .workers import VerifyPool
 from .zipcheck import Limits, too_large
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
@@ -82,6 +83,9 @@ class ServerConfig:
         Imports verified and published at the same time (the rest wait).
     max_receiving:
         Upload bodies received at the same time (the rest wait before their body is read).
+    verify_processes:
+        Verify uploads in ``max_imports`` worker processes (docs/decisions.md U14); False verifies in
+        the server process's threads.
     """
 
     store: Path
@@ -90,6 +94,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     max_imports: int = 2
     max_receiving: int = 32
+    verify_processes: bool = True
 
 
 def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
@@ -148,11 +153,17 @@ def create_app(config: ServerConfig) -> FastAPI:
             if n:
                 log.warning("%d upload(s) were interrupted by the last shutdown", n)
             state["store"] = store
-            state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits)
-            state["imports"] = anyio.Semaphore(max(1, config.max_imports))
+            if config.verify_processes:
+                state["pool"] = VerifyPool(max(1, config.max_imports))
+            state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits,
+                                         pool=state.get("pool"))
+            state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
+            state["publishing"] = anyio.Semaphore(max(1, config.max_imports))  # publishes at a time
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
             yield
         finally:
+            if "pool" in state:
+                state.pop("pool").close()
             store.release()
 
     app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
@@ -227,6 +238,13 @@ def create_app(config: ServerConfig) -> FastAPI:
                 named["task"] = name
                 if tok is not None and not tok.can_upload(name):
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
+                if tok is not None and not tok.can_declare(name) and not store.has_task(name):  # before the body
+                    raise UploadRejectedError(403, "may_not_declare",  # (publish checks again under the task lock)
+                                              f"task {name!r} does not exist on this server, and token {tok.id!r} "
+                                              "may not create it (its first upload sets the fps, columns and streams "
+                                              "every later upload must match)",
+                                              hint=f"`egopool token add --scope declare:{name}` on the server gives "
+                                                   "a token that creates it")
 
             try:
                 async with state["receiving"]:  # bounds the bodies buffered at once (each < _WRITE_AT + a chunk)
@@ -247,11 +265,19 @@ def create_app(config: ServerConfig) -> FastAPI:
             await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, task=task, bytes=body.file_bytes,
                                                                           zip_sha256=sha))
             importer: Importer = state["importer"]
-            async with state["imports"]:
-                result = await anyio.to_thread.run_sync(
-                    lambda: importer.import_zip(spool, task=task, form_index=body.fields.get("episode_index"),
-                                                zip_sha256=sha, upload_id=upload_id, token_id=tok.id if tok else None,
-                                                client_key=request.headers.get(CLIENT_KEY_HEADER)))
+            async with state["imports"]:  # the verification (worker processes: U14), then the publish: the next
+                verified = await anyio.to_thread.run_sync(  # upload is verified while this one publishes
+                    lambda: importer.verify(spool, task=task, form_index=body.fields.get("episode_index"),
+                                            upload_id=upload_id, token_id=tok.id if tok else None,
+                                            client_key=request.headers.get(CLIENT_KEY_HEADER)))
+            try:
+                async with state["publishing"]:
+                    result = await anyio.to_thread.run_sync(
+                        lambda: importer.publish(verified, zip_sha256=sha, token_id=tok.id if tok else None,
+                                                 may_declare=tok is None or tok.can_declare(task)))
+            except BaseException:
+                store.discard(verified.staging.parent)  # publish discards it itself; not reached when cancelled
+                raise
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
