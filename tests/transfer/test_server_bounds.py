@@ -30,7 +30,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from transfer_helpers import ServerProc, _digest, rebuild_zip, server_pids, store_files, write_task
+from transfer_helpers import ServerProc, _digest, rebuild_zip, server_pids, store_files, verify_workers, write_task
 
 from egopool.transfer import MANIFEST_NAME, pack_episode
 
@@ -68,7 +68,7 @@ def server(tmp_path: Path, tokens: tuple[Path, dict[str, str]], good: Path):
     with ServerProc(tmp_path / "store", "--tokens", str(tokens[0])) as srv:
         task = good.parent.parent / "pc" / "pick"
         assert upload_episodes(task, [1], server=srv.url, token=tokens[1]["pc"], registry=False).ok
-        yield srv
+        yield srv.wait_workers()  # both verification workers have imported their modules before any RSS is read
 
 
 def _post(srv: ServerProc, body: bytes, token: str | None, **headers: str) -> httpx.Response:
@@ -180,7 +180,7 @@ def test_a_data_parquet_decoding_to_1_gib_is_413_and_memory_stays_bounded(server
     before = store_files(server.store)
     pid = server.proc.pid  # type: ignore[union-attr]
     rss_before = _status_kib(pid, "VmHWM")
-    assert len(rss_before) >= 3  # the server and its 2 verification workers (--max-imports 2), where the import runs
+    assert len(verify_workers(pid)) == 2  # --max-imports 2 verification workers, where the import runs
 
     with _ScratchPeak(server.store) as scratch:
         resp = _post(server, body, tokens[1]["pc"])

@@ -22,7 +22,8 @@ from ops_helpers import clone_episode, snapshot, write_task  # noqa: E402  (shar
 from egopool.cli.app import main as cli  # noqa: E402
 from egopool.transfer.manifest import MANIFEST_NAME, MemberRecord, episode_digest  # noqa: E402
 
-__all__ = ["ServerProc", "clone_episode", "cli", "rebuild_zip", "simulate", "snapshot", "store_files", "write_task"]
+__all__ = ["ServerProc", "clone_episode", "cli", "rebuild_zip", "server_pids", "simulate", "snapshot", "store_files",
+           "verify_workers", "write_task"]
 
 
 def free_port() -> int:
@@ -46,6 +47,19 @@ def server_pids(pid: int) -> list[int]:
         out.append(p)
         todo += children.get(p, [])
     return sorted(out)
+
+
+def verify_workers(pid: int) -> list[int]:
+    """The server's verification worker processes (``multiprocessing`` spawn children, docs/decisions.md U14;
+    not its resource tracker)."""
+    out = []
+    for p in server_pids(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes():
+                out.append(p)
+        except OSError:
+            continue
+    return out
 
 
 class ServerProc:
@@ -78,6 +92,15 @@ class ServerProc:
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"server did not come up: {self.log.read_text()[-2000:]}")
+
+    def wait_workers(self, timeout: float = 300.0) -> ServerProc:
+        """Wait until the server's verification workers have started (``/healthz`` ``workers``: U14)."""
+        deadline = time.monotonic() + timeout
+        while httpx.get(self.url + "/healthz", timeout=10.0).json().get("workers") != "ready":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the verification workers did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        return self
 
     def kill(self) -> None:
         """SIGKILL (a crash) and reap."""

@@ -20,9 +20,10 @@ Without a tokens file every request is allowed (only for a server bound to loopb
 which ``egopool serve`` enforces). An upload without a valid token is answered 401 from
 its headers alone: nothing is read, logged in ``server.db`` or written. The request body
 of an upload is streamed to a spool file (never held in memory), at most ``max_receiving``
-bodies at a time (the others wait, unread); the import runs in a worker thread, at most
-``max_imports`` at a time, so the server's memory and scratch disk are bounded by those
-two and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
+bodies at a time (the others wait, unread); the verification runs in one of ``max_imports``
+worker processes (docs/decisions.md U14), then the publish in a thread of this process, at most
+``max_imports`` of each at a time, so the server's memory and scratch disk are bounded by those
+and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
 the server's disk (:func:`hide_paths`).
 """
 
@@ -310,7 +311,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"ok": True, "version": __version__}
+        pool = state.get("pool")  # the verification workers start beside the server (U14)
+        return {"ok": True, "version": __version__, "workers": "starting" if pool and not pool.ready else "ready"}
 
     @app.get("/api/v1/openapi.json", include_in_schema=False)
     async def openapi_api(request: Request) -> JSONResponse:

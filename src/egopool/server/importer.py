@@ -1,6 +1,8 @@
 """Importing one uploaded episode: verify everything, then publish (file_format.md §9).
 
-:meth:`Importer.import_zip` runs in a worker thread on a spooled request body:
+:meth:`Importer.import_zip` (:meth:`Importer.verify`, then :meth:`Importer.publish`) runs on a spooled
+request body; steps 1-5 and 7 (:func:`verify_upload`) run in a worker process of the server
+(:class:`~egopool.server.workers.VerifyPool`, docs/decisions.md U14), the rest in the server process:
 
 1. the zip's structure and manifest (:func:`~egopool.server.zipcheck.inspect_zip`): hostile
    names, sizes, ratios — 400/413;
@@ -17,6 +19,7 @@
    no-op returning the server N it got, while the store still holds that episode (409
    ``episode_removed`` once it was deleted there); different content is a new episode, even
    with a host id and N already seen (two copies of one recordings root, docs/decisions.md U2);
+   checked in the server process after the worker's step 7 (a re-sent episode is verified again);
 7. egopool's own validator on the slice (:func:`egopool.validate.validate_task`): any error
    is 422 with the findings;
 8. under the task's import guard and task lock: the slice's declarations must fit the

@@ -8,9 +8,10 @@ keeps only the HTTP, the database and the publish. Each worker verifies one uplo
 so the per-import bounds of docs/decisions.md U9 hold per worker unchanged, and the pool has as
 many workers as ``egopool serve --max-imports``: at most that many uploads are verified at a time.
 
-The workers are started when the pool is (at server start-up, so a request never waits for one
-to import pyarrow and PyAV), and leave on their own within half a second when the server
-process is gone (a SIGKILLed server: the crash tests, :envvar:`EGOPOOL_SERVER_PAUSE`).
+The workers are started when the pool is (at server start-up; the server answers meanwhile, and a
+verification waits until a worker has imported pyarrow and PyAV: :attr:`VerifyPool.ready`), and
+leave on their own within half a second when the server process is gone (a SIGKILLed server: the
+crash tests, :envvar:`EGOPOOL_SERVER_PAUSE`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -71,30 +72,42 @@ class VerifyPool:
         self.workers = max(1, int(workers))
         self.modules = modules
         self._lock = threading.Lock()
+        self._warm: list[Future[int]] = []
         self._pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
+        """A new executor whose workers are all being started (not waited for: :attr:`ready`)."""
         pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker, initargs=(os.getpid(), self.modules))
-        for f in [pool.submit(_ready, 0.2) for _ in range(self.workers)]:
-            f.result()
+        self._warm = [pool.submit(_ready, 0.2) for _ in range(self.workers)]  # one per worker: all spawn now
         return pool
 
-    def pids(self) -> list[int]:
-        """Process ids of the workers (for tests and benchmarks measuring the server's processes)."""
-        return sorted(p.pid for p in (self._pool._processes or {}).values() if p.pid is not None)
+    @property
+    def ready(self) -> bool:
+        """True once every worker has started and imported its modules."""
+        return all(f.done() for f in self._warm)
+
+    def _replace(self, broken: ProcessPoolExecutor) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is broken:
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._start()
+            return self._pool
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` in a worker; its result, or its exception re-raised here."""
+        """``fn(*args, **kwargs)`` in a worker; its result, or its exception re-raised here. A pool that
+        lost a worker while idle is replaced before the call (the call itself is not at fault)."""
         with self._lock:
             pool = self._pool
         try:
-            return pool.submit(fn, *args, **kwargs).result()
+            future = pool.submit(fn, *args, **kwargs)
+        except BrokenProcessPool:
+            pool = self._replace(pool)
+            future = pool.submit(fn, *args, **kwargs)
+        try:
+            return future.result()
         except BrokenProcessPool as exc:
-            with self._lock:
-                if self._pool is pool:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    self._pool = self._start()
+            self._replace(pool)
             raise EgopoolError("a verification worker of the server died mid-upload",
                                hint="the upload was not imported; send it again") from exc
 
