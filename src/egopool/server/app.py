@@ -239,8 +239,10 @@ def create_app(config: ServerConfig) -> FastAPI:
                 named["task"] = name
                 if tok is not None and not tok.can_upload(name):
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
-                if tok is not None and not tok.can_declare(name) and not store.has_task(name):  # before the body
-                    raise UploadRejectedError(403, "may_not_declare",  # (publish checks again under the task lock)
+                # a new task needs a token that may declare it (U15): said before the body is read (a bad name
+                # is 400 first); the publish checks again under the task lock
+                if tok is not None and not tok.can_declare(name) and not store.has_task(store.task_dir(name).name):
+                    raise UploadRejectedError(403, "may_not_declare",
                                               f"task {name!r} does not exist on this server, and token {tok.id!r} "
                                               "may not create it (its first upload sets the fps, columns and streams "
                                               "every later upload must match)",
