@@ -48,7 +48,8 @@ def _record(root: Path, task: str, *, fps: float = 30.0, extra: bool = False, ep
 
 def _post(srv: ServerProc, task_dir: Path, n: int, token: str, zips: Path) -> httpx.Response:
     packed = pack_episode(task_dir, n, zips)
-    return httpx.post(srv.url + "/api/v1/session/upload", data={"name": task_dir.name, "episode_index": str(packed.file)},
+    return httpx.post(srv.url + "/api/v1/session/upload",
+                      data={"name": task_dir.name, "episode_index": str(packed.file)},
                       files={"file": (packed.path.name, packed.path.read_bytes(), "application/zip")},
                       headers={"Authorization": f"Bearer {token}"}, timeout=120)
 

@@ -74,7 +74,7 @@ class ServerProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.store.parent / f"server-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> ServerProc:
+    def start(self, timeout: float = 120.0) -> ServerProc:  # a loaded 2-core machine starts Python slowly
         self.store.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "egopool", "serve", "--store", str(self.store),
