@@ -105,11 +105,15 @@ def free_port() -> int:
 def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
     import httpx
 
-    for _ in range(300):
+    for _ in range(3000):
         if proc.poll() is not None:
             raise SystemExit(f"server exited with {proc.returncode}")
         try:
-            httpx.get(url, timeout=1.0)
+            r = httpx.get(url, timeout=1.0)
+            if r.headers.get("content-type", "").startswith("application/json") and \
+                    r.json().get("workers", "ready") != "ready":  # egopool serve's verification workers (U14)
+                time.sleep(0.1)
+                continue
             return
         except httpx.TransportError:
             time.sleep(0.1)
@@ -121,6 +125,24 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def worker_rss_mb(pid: int) -> list[float]:
+    """Peak RSS of the server's child processes (its verification workers, docs/decisions.md U14)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(peak_rss_mb(int(stat.parent.name)))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, reverse=True)
+
+
+def rss_text(pid: int) -> str:
+    workers = worker_rss_mb(pid)
+    return f"server peak RSS {peak_rss_mb(pid):.0f} MiB" + \
+        (f" (+ {len(workers)} child processes, peak {', '.join(f'{w:.0f}' for w in workers)} MiB)" if workers else "")
 
 
 _SERVERS: list[subprocess.Popen[bytes]] = []  # stopped on the way out, whatever happens
@@ -321,7 +343,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
     wall, reports, client_rss = run_clients(roots, url, "egopool", work)
-    server_rss = peak_rss_mb(server.pid)
+    server_rss = rss_text(server.pid)
     items = [i for r in reports for i in r]
     lat = [i["seconds"] for i in items]
     failed = [i for i in items if not i["ok"]]
@@ -332,7 +354,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
         print(f"{name:28}{w:9.2f}{total / w:11.1f}{payload / 1e6 / w:8.1f}{pct(la, 50) * 1e3:9.0f}"
               f"{pct(la, 99) * 1e3:9.0f}")
     print(f"ratio egopool / baseline wall time: {wall / base_wall:.2f}x")
-    print(f"server peak RSS {server_rss:.0f} MiB; largest client peak RSS {client_rss:.0f} MiB")
+    print(f"{server_rss}; largest client peak RSS {client_rss:.0f} MiB")
     problems = verify(store, expected) + [f"{len(failed)} upload(s) not confirmed"] * bool(failed)
     print("checks: every episode once, stats = recomputation (1e-9), validate clean, no 5xx: "
           + ("OK" if not problems else "FAILED: " + "; ".join(problems)))
@@ -347,7 +369,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
                         "--log-level", "warning"], work / "server.log")
         wait_up(url + "/healthz", server)
         wall, reports, client_rss = run_clients([work / "bigpc"], url, "egopool", work)
-        server_rss = peak_rss_mb(server.pid)
+        server_rss = rss_text(server.pid)
         ok = all(i["ok"] for r in reports for i in r)
         big_lat = [i["seconds"] for r in reports for i in r]
         sink_port = free_port()
@@ -357,7 +379,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
         stop(sink)
         base_big = [i["seconds"] for r in base_reports for i in r]
         print(f"uploaded in {wall:.1f} s ({size / 1e6 / wall:.0f} MB/s incl. packing and verification), "
-              f"confirmed: {ok}; server peak RSS {server_rss:.0f} MiB, client peak RSS {client_rss:.0f} MiB")
+              f"confirmed: {ok}; {server_rss}, client peak RSS {client_rss:.0f} MiB")
         print(f"sending (packing excluded): egopool serve {size / 1e6 / sum(big_lat):.0f} MB/s, baseline "
               f"{size / 1e6 / sum(base_big):.0f} MB/s: ratio {sum(base_big) / sum(big_lat):.2f}")
         print("checks: " + ("OK" if not verify(store, {"big": 1}) else "FAILED: " + "; ".join(verify(store, {"big": 1}))))

@@ -30,7 +30,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from transfer_helpers import ServerProc, _digest, rebuild_zip, store_files, write_task
+from transfer_helpers import ServerProc, _digest, rebuild_zip, server_pids, store_files, verify_workers, write_task
 
 from egopool.transfer import MANIFEST_NAME, pack_episode
 
@@ -51,7 +51,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
     from egopool.server.tokens import add_token
 
     path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    return path, {"pc": add_token(path, "pc", ["upload:*"]), "reader": add_token(path, "reader", ["read"])}
+    return path, {"pc": add_token(path, "pc", ["upload:*", "declare:*"]), "reader": add_token(path, "reader", ["read"])}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def server(tmp_path: Path, tokens: tuple[Path, dict[str, str]], good: Path):
     with ServerProc(tmp_path / "store", "--tokens", str(tokens[0])) as srv:
         task = good.parent.parent / "pc" / "pick"
         assert upload_episodes(task, [1], server=srv.url, token=tokens[1]["pc"], registry=False).ok
-        yield srv
+        yield srv.wait_workers()  # both verification workers have imported their modules before any RSS is read
 
 
 def _post(srv: ServerProc, body: bytes, token: str | None, **headers: str) -> httpx.Response:
@@ -77,19 +77,30 @@ def _post(srv: ServerProc, body: bytes, token: str | None, **headers: str) -> ht
                       files={"file": ("episode.zip", body, "application/zip")}, headers={**h, **headers}, timeout=120)
 
 
-def _status_kib(pid: int, key: str) -> int:
+def _one_status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1])
     raise KeyError(key)
 
 
+def _status_kib(pid: int, key: str) -> dict[int, int]:
+    """``key`` of /proc/<p>/status for the server and each of its worker processes (the import runs in one)."""
+    return {p: _one_status_kib(p, key) for p in server_pids(pid)}
+
+
+def _grown_mib(before: dict[int, int], after: dict[int, int]) -> float:
+    """The largest growth of one process's peak RSS (a process new since ``before`` counts from 0)."""
+    return max(v - before.get(p, 0) for p, v in after.items()) / 1024
+
+
 def _wchar(pid: int) -> int:
-    """Bytes the process passed to write() so far (/proc/<pid>/io)."""
-    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
-        if line.startswith("wchar:"):
-            return int(line.split()[1])
-    raise KeyError("wchar")
+    """Bytes the server and its worker processes passed to write() so far (/proc/<pid>/io)."""
+    total = 0
+    for p in server_pids(pid):
+        total += next(int(line.split()[1]) for line in Path(f"/proc/{p}/io").read_text().splitlines()
+                      if line.startswith("wchar:"))
+    return total
 
 
 class _ScratchPeak:
@@ -169,6 +180,7 @@ def test_a_data_parquet_decoding_to_1_gib_is_413_and_memory_stays_bounded(server
     before = store_files(server.store)
     pid = server.proc.pid  # type: ignore[union-attr]
     rss_before = _status_kib(pid, "VmHWM")
+    assert len(verify_workers(pid)) == 2  # --max-imports 2 verification workers, where the import runs
 
     with _ScratchPeak(server.store) as scratch:
         resp = _post(server, body, tokens[1]["pc"])
@@ -179,7 +191,7 @@ def test_a_data_parquet_decoding_to_1_gib_is_413_and_memory_stays_bounded(server
     assert decodes and 1024 <= int(decodes[1]) <= 1100
     assert "the limit of what one import decodes at a time is 256 MiB" in msg
     assert "egopool serve --max-decode-mb" in msg
-    grown_mib = (_status_kib(pid, "VmHWM") - rss_before) / 1024
+    grown_mib = _grown_mib(rss_before, _status_kib(pid, "VmHWM"))
     assert grown_mib < 200, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
     assert scratch.peak["staging"] <= len(body)  # the members as unpacked: the zip's own size, nothing decoded
     assert store_files(server.store) == before
@@ -500,7 +512,7 @@ def test_a_parquet_footer_of_11_mb_is_413_before_pyarrow_parses_it(server: Serve
     msg = resp.json()["message"]
     assert "data/chunk-000/episode-001.parquet: its footer" in msg and f"is {footer / MiB:.0f} MiB" in msg, msg
     assert "egopool serve --max-decode-mb" in msg
-    grown_mib = (_status_kib(pid, "VmHWM") - rss_before) / 1024
+    grown_mib = _grown_mib(rss_before, _status_kib(pid, "VmHWM"))
     assert grown_mib < 100, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
     assert store_files(server.store) == before
 
@@ -532,7 +544,7 @@ def test_a_central_directory_of_a_million_members_is_413_before_zipfile_parses_i
 
     resp = _post(server, body, tokens[1]["pc"])
 
-    grown_mib = (_status_kib(pid, "VmHWM") - rss_before) / 1024
+    grown_mib = _grown_mib(rss_before, _status_kib(pid, "VmHWM"))
     assert grown_mib < 100, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
     assert (resp.status_code, resp.json()["error"]) == (413, "too_many_members"), resp.text
     assert "central directory declares 1000000 members" in resp.json()["message"]

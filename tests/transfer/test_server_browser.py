@@ -52,7 +52,7 @@ def browser(tmp_path: Path):
 
 def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
-    up = add_token(tokens, "pc-7", ["upload:*"])
+    up = add_token(tokens, "pc-7", ["upload:*", "declare:*"])
     read = add_token(tokens, "viewer", ["read"])
     pick = write_task(tmp_path / "pc", "pick_cup", episodes=3)
     place = write_task(tmp_path / "pc", "place_cup", episodes=1, first_value=5.0)

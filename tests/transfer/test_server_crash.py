@@ -8,6 +8,8 @@ test sees the stage's marker file and kills the process with SIGKILL.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from transfer_helpers import ServerProc, store_files, write_task
+from transfer_helpers import ServerProc, store_files, verify_workers, write_task
 
 from egopool.layout import list_task_episodes
 from egopool.meta.stats import recalc_stats
@@ -36,6 +38,20 @@ def _wait_for(path: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _wait_for_exit(pid: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"worker {pid} outlived the killed server"
         time.sleep(0.05)
 
 
@@ -90,8 +106,12 @@ def test_kill_mid_import(stage: str, tmp_path: Path) -> None:
         mid = store_files(store)
         assert "pick/data/chunk-000/episode-001.parquet" in mid  # killed with the files placed
         assert list((store / ".egopool-server/journals").iterdir())
+        workers = verify_workers(paused.proc.pid)  # type: ignore[union-attr]
+        assert len(workers) == 2  # the verification workers (docs/decisions.md U14)
     finally:
         paused.kill()
+    for pid in workers:  # they leave on their own once the server is gone (no orphan keeps working)
+        _wait_for_exit(pid)
     thread.join(30)
     assert isinstance(result[0], httpx.TransportError)  # the client saw the connection die
 
@@ -159,3 +179,23 @@ def test_delete_after_keeps_what_the_server_did_not_confirm(tmp_path: Path) -> N
     assert not report.ok
     assert [g.index for g in list_task_episodes(task)] == [2]
     assert [r.episode_index for r in Registry.for_task(task).recordings("pick")] == [2]
+
+
+def test_a_killed_verification_worker_is_replaced_and_the_next_upload_is_imported(tmp_path: Path) -> None:
+    """A worker process killed while idle (the OOM killer, a crash in native code) breaks its pool; the server
+    starts a new one before the next verification, which is imported first time (docs/decisions.md U14)."""
+    task = write_task(tmp_path / "pc", episodes=2)
+    with ServerProc(tmp_path / "store") as srv:
+        assert upload_episodes(task, [1], server=srv.url, registry=False).ok
+        pid = srv.wait_workers().proc.pid  # type: ignore[union-attr]
+        old = verify_workers(pid)
+        assert len(old) == 2
+        os.kill(old[0], signal.SIGKILL)
+        for p in old:  # the executor sees the death and ends the pool's other workers too
+            _wait_for_exit(p)
+        rep = upload_episodes(task, [2], server=srv.url, registry=False, retries=0)
+        assert rep.ok and [o.server_episode_index for o in rep.outcomes] == [2]
+        new = verify_workers(pid)
+        assert len(new) == 2 and not set(new) & set(old)
+        log = httpx.get(srv.url + "/api/v1/uploads?limit=5").json()["uploads"]
+        assert [u["status"] for u in log] == [200, 200]  # no 500 for the upload after the kill

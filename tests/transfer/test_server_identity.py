@@ -35,11 +35,12 @@ from egopool.transfer import upload_episodes  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """pc_a (upload:*), mallory (upload:* and read: she can read every host id), reader (read)."""
+    """pc_a (upload:* declare:*: it creates the tasks), mallory (upload:* and read: she can read every host id),
+    reader (read)."""
     from egopool.server.tokens import add_token
 
     path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    return path, {"pc_a": add_token(path, "pc_a", ["upload:*"]),
+    return path, {"pc_a": add_token(path, "pc_a", ["upload:*", "declare:*"]),
                   "mallory": add_token(path, "mallory", ["upload:*", "read"]),
                   "reader": add_token(path, "reader", ["read"])}
 

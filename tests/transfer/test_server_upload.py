@@ -33,13 +33,14 @@ from egopool.transfer import upload_episodes  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A tokens file: pc (upload:*), reader (read), pick_only (upload:pick), both (read + upload:*)."""
+    """A tokens file: pc (upload:* declare:*), reader (read), pick_only (upload:pick), both (read + upload:*
+    declare:*)."""
     from egopool.server.tokens import add_token
 
     path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    toks = {"pc": add_token(path, "pc", ["upload:*"]), "reader": add_token(path, "reader", ["read"]),
+    toks = {"pc": add_token(path, "pc", ["upload:*", "declare:*"]), "reader": add_token(path, "reader", ["read"]),
             "pick_only": add_token(path, "pick_only", ["upload:pick"]),
-            "both": add_token(path, "both", ["read", "upload:*"])}
+            "both": add_token(path, "both", ["read", "upload:*", "declare:*"])}
     return path, toks
 
 

@@ -22,13 +22,44 @@ from ops_helpers import clone_episode, snapshot, write_task  # noqa: E402  (shar
 from egopool.cli.app import main as cli  # noqa: E402
 from egopool.transfer.manifest import MANIFEST_NAME, MemberRecord, episode_digest  # noqa: E402
 
-__all__ = ["ServerProc", "clone_episode", "cli", "rebuild_zip", "simulate", "snapshot", "store_files", "write_task"]
+__all__ = ["ServerProc", "clone_episode", "cli", "rebuild_zip", "server_pids", "simulate", "snapshot", "store_files",
+           "verify_workers", "write_task"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def server_pids(pid: int) -> list[int]:
+    """The server process and its descendants (the verification workers, docs/decisions.md U14)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return sorted(out)
+
+
+def verify_workers(pid: int) -> list[int]:
+    """The server's verification worker processes (``multiprocessing`` spawn children, docs/decisions.md U14;
+    not its resource tracker)."""
+    out = []
+    for p in server_pids(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes():
+                out.append(p)
+        except OSError:
+            continue
+    return out
 
 
 class ServerProc:
@@ -43,7 +74,7 @@ class ServerProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.store.parent / f"server-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> ServerProc:
+    def start(self, timeout: float = 120.0) -> ServerProc:  # a loaded 2-core machine starts Python slowly
         self.store.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "egopool", "serve", "--store", str(self.store),
@@ -61,6 +92,15 @@ class ServerProc:
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"server did not come up: {self.log.read_text()[-2000:]}")
+
+    def wait_workers(self, timeout: float = 300.0) -> ServerProc:
+        """Wait until the server's verification workers have started (``/healthz`` ``workers``: U14)."""
+        deadline = time.monotonic() + timeout
+        while httpx.get(self.url + "/healthz", timeout=10.0).json().get("workers") != "ready":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the verification workers did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        return self
 
     def kill(self) -> None:
         """SIGKILL (a crash) and reap."""

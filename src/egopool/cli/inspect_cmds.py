@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import EgopoolError
+from ..meta import server_imports
 from ..read.reader import Episode, open_task
 from .app import app
 from .args import episode_argument
@@ -145,7 +146,9 @@ def ls_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory
     a broken episode is listed with its problems (run `egopool validate` for the full check).
     """
     t = open_task(task)
-    rows = [episode_summary(ep) for ep in t.episodes(uncommitted=True)]
+    publishing = server_imports.publishing(t.path)  # a pooling server's import in progress (U16): not listed
+    rows = [episode_summary(ep) for ep in t.episodes(uncommitted=True) if ep.files.committed
+            or ep.index not in publishing]
     if json_out:
         print_json(rows)
         return
@@ -156,7 +159,9 @@ def ls_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory
                       "yes" if r["complete"] else "[red]NO: " + escape("; ".join(r["problems"])) + "[/red]")
     console.print(table)
     broken = sum(not r["complete"] for r in rows)
-    console.print(f"{len(rows)} episode(s)" + (f", {broken} incomplete" if broken else ""))
+    console.print(f"{len(rows)} episode(s)" + (f", {broken} incomplete" if broken else "")
+                  + (f"; being published by the pooling server: {', '.join(map(str, sorted(publishing)))}"
+                     if publishing else ""))
 
 
 def _number(v: Any) -> str:

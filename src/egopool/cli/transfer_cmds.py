@@ -167,7 +167,8 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
                                                        "group, its list-free columns, its footer (32x), 4 video "
                                                        "frames."),
               max_imports: int = typer.Option(2, "--max-imports", min=1,
-                                              help="Uploads verified and published at the same time."),
+                                              help="Uploads verified at the same time (each in its own "
+                                                   "worker process), and uploads published at the same time."),
               max_receiving: int = typer.Option(32, "--max-receiving", min=1,
                                                 help="Upload bodies received at the same time (others wait unread)."),
               max_connections: int = typer.Option(1024, "--max-connections", min=1,
@@ -176,7 +177,7 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
               log_level: str = typer.Option("info", "--log-level")) -> None:
     """Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool).
 
-    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports.
+    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports. A new task, or a column or stream a task does not declare yet, needs a token that may declare it (scope declare:<task>, declare:* or upload:<task>).
     """
     if on_conflict not in ("renumber", "reject"):
         raise typer.BadParameter("use renumber or reject", param_hint="--on-conflict")
@@ -207,7 +208,9 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
 def token_add_cmd(tokens: Path = typer.Option(..., "--tokens", help="Tokens file (created)."),
                   token_id: str = typer.Option(..., "--id", help="A name for the token, e.g. lab-pc-3."),
                   scopes: list[str] = typer.Option(..., "--scope",
-                                                   help="read, upload:* or upload:<task>; repeat for several."),
+                                                   help="read, upload:*, upload:<task>, declare:* or "
+                                                        "declare:<task> (may create the task and set its fps, "
+                                                        "columns and streams); repeat for several."),
                   json_out: bool = _JSON) -> None:
     """Create a token; it is printed once, only its sha256 is stored."""
     from ..server.tokens import add_token

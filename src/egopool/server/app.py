@@ -20,9 +20,10 @@ Without a tokens file every request is allowed (only for a server bound to loopb
 which ``egopool serve`` enforces). An upload without a valid token is answered 401 from
 its headers alone: nothing is read, logged in ``server.db`` or written. The request body
 of an upload is streamed to a spool file (never held in memory), at most ``max_receiving``
-bodies at a time (the others wait, unread); the import runs in a worker thread, at most
-``max_imports`` at a time, so the server's memory and scratch disk are bounded by those
-two and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
+bodies at a time (the others wait, unread); the verification runs in one of ``max_imports``
+worker processes (docs/decisions.md U14), then the publish in a thread of this process, at most
+``max_imports`` of each at a time, so the server's memory and scratch disk are bounded by those
+and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
 the server's disk (:func:`hide_paths`).
 """
 
@@ -55,6 +56,7 @@ from .publish import recover_journals
 from .receive import MultipartSpool
 from .store import Store
 from .tokens import Token, TokenStore
+from .workers import VerifyPool
 from .zipcheck import Limits, too_large
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
@@ -82,6 +84,9 @@ class ServerConfig:
         Imports verified and published at the same time (the rest wait).
     max_receiving:
         Upload bodies received at the same time (the rest wait before their body is read).
+    verify_processes:
+        Verify uploads in ``max_imports`` worker processes (docs/decisions.md U14); False verifies in
+        the server process's threads.
     """
 
     store: Path
@@ -90,6 +95,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     max_imports: int = 2
     max_receiving: int = 32
+    verify_processes: bool = True
 
 
 def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
@@ -148,11 +154,17 @@ def create_app(config: ServerConfig) -> FastAPI:
             if n:
                 log.warning("%d upload(s) were interrupted by the last shutdown", n)
             state["store"] = store
-            state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits)
-            state["imports"] = anyio.Semaphore(max(1, config.max_imports))
+            if config.verify_processes:
+                state["pool"] = VerifyPool(max(1, config.max_imports))
+            state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits,
+                                         pool=state.get("pool"))
+            state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
+            state["publishing"] = anyio.Semaphore(max(1, config.max_imports))  # publishes at a time
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
             yield
         finally:
+            if "pool" in state:
+                state.pop("pool").close()
             store.release()
 
     app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
@@ -227,6 +239,15 @@ def create_app(config: ServerConfig) -> FastAPI:
                 named["task"] = name
                 if tok is not None and not tok.can_upload(name):
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
+                # a new task needs a token that may declare it (U15): said before the body is read (a bad name
+                # is 400 first); the publish checks again under the task lock
+                if tok is not None and not tok.can_declare(name) and not store.has_task(store.task_dir(name).name):
+                    raise UploadRejectedError(403, "may_not_declare",
+                                              f"task {name!r} does not exist on this server, and token {tok.id!r} "
+                                              "may not create it (its first upload sets the fps, columns and streams "
+                                              "every later upload must match)",
+                                              hint=f"`egopool token add --scope declare:{name}` on the server gives "
+                                                   "a token that creates it")
 
             try:
                 async with state["receiving"]:  # bounds the bodies buffered at once (each < _WRITE_AT + a chunk)
@@ -247,11 +268,19 @@ def create_app(config: ServerConfig) -> FastAPI:
             await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, task=task, bytes=body.file_bytes,
                                                                           zip_sha256=sha))
             importer: Importer = state["importer"]
-            async with state["imports"]:
-                result = await anyio.to_thread.run_sync(
-                    lambda: importer.import_zip(spool, task=task, form_index=body.fields.get("episode_index"),
-                                                zip_sha256=sha, upload_id=upload_id, token_id=tok.id if tok else None,
-                                                client_key=request.headers.get(CLIENT_KEY_HEADER)))
+            async with state["imports"]:  # the verification (worker processes: U14), then the publish: the next
+                verified = await anyio.to_thread.run_sync(  # upload is verified while this one publishes
+                    lambda: importer.verify(spool, task=task, form_index=body.fields.get("episode_index"),
+                                            upload_id=upload_id, token_id=tok.id if tok else None,
+                                            client_key=request.headers.get(CLIENT_KEY_HEADER)))
+            try:
+                async with state["publishing"]:
+                    result = await anyio.to_thread.run_sync(
+                        lambda: importer.publish(verified, zip_sha256=sha, token_id=tok.id if tok else None,
+                                                 may_declare=tok is None or tok.can_declare(task)))
+            except BaseException:
+                store.discard(verified.staging.parent)  # publish discards it itself; not reached when cancelled
+                raise
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
@@ -284,7 +313,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"ok": True, "version": __version__}
+        pool = state.get("pool")  # the verification workers start beside the server (U14)
+        return {"ok": True, "version": __version__, "workers": "starting" if pool and not pool.ready else "ready"}
 
     @app.get("/api/v1/openapi.json", include_in_schema=False)
     async def openapi_api(request: Request) -> JSONResponse:

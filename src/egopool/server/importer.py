@@ -1,6 +1,8 @@
 """Importing one uploaded episode: verify everything, then publish (file_format.md §9).
 
-:meth:`Importer.import_zip` runs in a worker thread on a spooled request body:
+:meth:`Importer.import_zip` (:meth:`Importer.verify`, then :meth:`Importer.publish`) runs on a spooled
+request body; steps 1-5 and 7 (:func:`verify_upload`) run in a worker process of the server
+(:class:`~egopool.server.workers.VerifyPool`, docs/decisions.md U14), the rest in the server process:
 
 1. the zip's structure and manifest (:func:`~egopool.server.zipcheck.inspect_zip`): hostile
    names, sizes, ratios — 400/413;
@@ -17,6 +19,7 @@
    no-op returning the server N it got, while the store still holds that episode (409
    ``episode_removed`` once it was deleted there); different content is a new episode, even
    with a host id and N already seen (two copies of one recordings root, docs/decisions.md U2);
+   checked in the server process after the worker's step 7 (a re-sent episode is verified again);
 7. egopool's own validator on the slice (:func:`egopool.validate.validate_task`): any error
    is 422 with the findings;
 8. under the task's import guard and task lock: the slice's declarations must fit the
@@ -41,8 +44,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +59,7 @@ from ..identity import check_client_key, host_id_of_key, token_host_id
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, merge_info, new_info, read_info
-from ..meta.stats import episode_stats_file
+from ..meta.stats import StatsBlock, episode_stats_file, stats_columns
 from ..meta.tasks import read_tasks
 from ..registry import file_record
 from ..transfer.manifest import Manifest
@@ -67,9 +70,10 @@ from .db import EpisodeRow
 from .publish import Publication, publish_episode, recover_journals
 from .renumber import rewrite_episode_index
 from .store import Store
+from .workers import VerifyPool
 from .zipcheck import Limits, check_parquet_bounds, check_video_bounds, extract_verified, inspect_zip
 
-__all__ = ["ON_CONFLICT", "ImportResult", "Importer"]
+__all__ = ["ON_CONFLICT", "ImportResult", "Importer", "Verified", "verify_upload"]
 
 ON_CONFLICT = ("renumber", "reject")
 #: info.json keys the server task owns: never taken from an upload's snapshot.
@@ -137,6 +141,25 @@ def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str]]:
     return int(rows), keys
 
 
+def _added_declarations(server_info: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
+    """What an upload's ``info.json`` declares that the server task does not yet (docs/decisions.md U15): its
+    new columns (``features``) and stream slots (``video_extensions``), each named."""
+    def keys(doc: Mapping[str, Any], name: str) -> set[str]:
+        v = doc.get(name)
+        return set(v) if isinstance(v, dict) else set()
+
+    old_streams = keys(server_info, "video_extensions") | keys(server_info, "cameras")
+    return [f"column {k!r}" for k in sorted(keys(info, "features") - keys(server_info, "features"))] + \
+        [f"stream {k!r}" for k in sorted(keys(info, "video_extensions") - old_streams)]
+
+
+def _may_not_declare(task: str, what: str) -> UploadRejectedError:
+    return UploadRejectedError(403, "may_not_declare", what,
+                               hint=f"a token of scope declare:{task} (or upload:{task}) declares it: `egopool token "
+                                    f"add --scope declare:{task}` on the server, then upload its first episode "
+                                    "with that token")
+
+
 def _same_fps(a: Any, b: Any) -> bool:
     """True when two ``fps`` values are the same number (the local writer never changes a task's fps)."""
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)) and float(a) == float(b)
@@ -175,6 +198,132 @@ class _StagingPaths:
         return text.replace(self.prefix, "")
 
 
+def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+@dataclass
+class Verified:
+    """What :func:`verify_upload` found: a verified episode in its staging directory, ready to publish.
+
+    Attributes
+    ----------
+    staging:
+        The staging task directory (``staging/<id>-<hex>/<task>/``).
+    manifest:
+        The zip's manifest (verified member by member).
+    host_id:
+        The sender's host id (:meth:`Importer.client_host_id`).
+    info:
+        The slice's ``info.json``.
+    n:
+        The client's N (the data parquet's ``episode_index``).
+    validation:
+        ``{"ok", "errors", "warnings"}`` of the slice.
+    length:
+        Rows of the data parquet.
+    streams:
+        image_keys of the slice's videos.
+    hashed:
+        Staged file (str path) -> sha256 the extraction computed.
+    synced:
+        Staged files (str paths) already fsynced.
+    stats_columns, blocks:
+        The columns :func:`~egopool.meta.stats.stats_columns` picks with the slice's ``info.json`` and
+        their stats blocks (computed in the worker; :meth:`blocks_for` checks they are the server task's).
+    data_columns:
+        Column names of the data parquet.
+    task, upload_id:
+        Set by :meth:`Importer.verify`.
+    """
+
+    staging: Path
+    manifest: Manifest
+    host_id: str
+    info: dict[str, Any]
+    n: int
+    validation: dict[str, Any]
+    length: int
+    streams: list[str]
+    hashed: dict[str, str]
+    synced: list[str]
+    stats_columns: list[str]
+    blocks: dict[str, StatsBlock]
+    data_columns: list[str]
+    task: str = ""
+    upload_id: int = 0
+
+    def upload_log(self) -> dict[str, Any]:
+        """The upload log's fields this verification established."""
+        return {"form_episode_index": self.manifest.file, "client_host_id": self.host_id,
+                "client_hostname": self.manifest.source_hostname, "client_episode_index": self.n}
+
+    def blocks_for(self, merged: Mapping[str, Any]) -> dict[str, StatsBlock]:
+        """The episode's stats blocks under the server task's merged ``info.json`` (§4): the worker's
+        blocks when the merged declarations pick the same columns, else computed again here."""
+        if stats_columns(merged, self.data_columns) == self.stats_columns:
+            return self.blocks
+        layout = TaskLayout.from_info(self.staging, self.info)
+        return episode_stats_file(layout.data_file(self.n), merged)
+
+
+def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: str | None,
+                  client_key: str | None, token_id: str | None) -> Verified:
+    """Steps 1-5 and 7 of the module docstring on one spooled zip, extracting into ``staging``; runs in a
+    worker process (:class:`~egopool.server.workers.VerifyPool`) or inline. Touches no database and no
+    task of the store.
+
+    Raises
+    ------
+    UploadRejectedError
+        Every refusal (its ``upload_log`` attribute holds what was learnt before: f, host id).
+    OSError
+        The staging disk failed (``ENOSPC``: the caller answers 507).
+    """
+    learnt: dict[str, Any] = {}
+    try:
+        plan = inspect_zip(zip_path, limits)
+        if form_index is not None:
+            try:
+                f_form = int(form_index.strip())
+            except ValueError:
+                raise UploadRejectedError(400, "bad_form", f"form episode_index {form_index!r} is not an integer "
+                                                           "(the 0-based episode file number, §9)") from None
+            if f_form != plan.file:
+                raise UploadRejectedError(422, "episode_index_mismatch",
+                                          f"form episode_index {f_form} is not the zip's episode file number "
+                                          f"{plan.file} (episode-{plan.file:03d}; §9: the three must agree)")
+        host_id = Importer.client_host_id(plan.manifest, client_key, token_id)
+        learnt = {"form_episode_index": plan.file, "client_host_id": host_id,
+                  "client_hostname": plan.manifest.source_hostname}
+        extracted = extract_verified(zip_path, plan, staging, limits)
+        info, layout, n = Importer._check_slice(staging, plan.chunk, plan.file, plan.manifest, limits)
+        learnt["client_episode_index"] = n
+        # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="egopool-fsync") as syncer:
+            syncing = syncer.submit(_sync_episode_files, staging, layout, n)
+            report = validate_task(staging)
+            if not report.ok:
+                errors = [f for f in report.findings if f.severity == "error"]
+                hide = _StagingPaths(staging)
+                raise UploadRejectedError(422, "validation", f"the episode fails validation: {len(errors)} error(s), "
+                                                             f"first: {hide(errors[0].one_line())}",
+                                          findings=[{k: hide(v) for k, v in f.to_dict().items()}
+                                                    for f in report.findings])
+            validation = {"ok": True, "errors": 0,
+                          "warnings": sum(1 for f in report.findings if f.severity == "warning")}
+            length, streams = _facts(staging, n, layout)
+            names = pq.ParquetFile(str(layout.data_file(n))).schema_arrow.names
+            blocks = episode_stats_file(layout.data_file(n), info)
+            synced = syncing.result()
+    except UploadRejectedError as exc:
+        exc.upload_log = learnt  # type: ignore[attr-defined]
+        raise
+    return Verified(staging, plan.manifest, host_id, info, n, validation, length, streams,
+                    {str(staging.joinpath(*a.split("/"))): r.sha256 for a, r in extracted.items()},
+                    [str(p) for p in synced], stats_columns(info, names), blocks, names)
+
+
 class Importer:
     """Imports uploads into a :class:`~egopool.server.store.Store` (module docstring).
 
@@ -187,6 +336,8 @@ class Importer:
         server N; ``"reject"``: such an upload is answered 409 (docs/decisions.md U2).
     limits:
         Zip limits.
+    pool:
+        Worker processes for :meth:`verify` (docs/decisions.md U14); None verifies in the calling thread.
 
     Notes
     -----
@@ -196,7 +347,8 @@ class Importer:
     Unset in production.
     """
 
-    def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None) -> None:
+    def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None,
+                 pool: VerifyPool | None = None) -> None:
         if on_conflict not in ON_CONFLICT:
             raise EgopoolError(f"unknown --on-conflict {on_conflict!r}", hint=f"use one of {ON_CONFLICT}")
         self.store = store
@@ -204,7 +356,7 @@ class Importer:
         self.limits = limits or Limits()
         self._pause_at = os.environ.get(_PAUSE_ENV, "")
         self._scanned: dict[str, int] = {}
-        self._syncer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="egopool-fsync")
+        self.pool = pool
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -213,8 +365,9 @@ class Importer:
 
     # -- the import ----------------------------------------------------------------------------------
     def import_zip(self, zip_path: Path, *, task: str, form_index: str | None, zip_sha256: str, upload_id: int,
-                   token_id: str | None = None, client_key: str | None = None) -> ImportResult:
-        """Verify and publish one uploaded zip (module docstring).
+                   token_id: str | None = None, client_key: str | None = None,
+                   may_declare: bool = True) -> ImportResult:
+        """Verify and publish one uploaded zip (module docstring): :meth:`verify`, then :meth:`publish`.
 
         Parameters
         ----------
@@ -232,67 +385,84 @@ class Importer:
             The token that sent it.
         client_key:
             The request's :data:`~egopool.identity.CLIENT_KEY_HEADER` (None when absent).
+        may_declare:
+            The sender may set the task's declarations (:meth:`publish`).
 
         Raises
         ------
         UploadRejectedError
             Every refusal, with HTTP status, reason and findings; the store is unchanged.
         """
-        task_dir = self.store.task_dir(task)
+        verified = self.verify(zip_path, task=task, form_index=form_index, upload_id=upload_id, token_id=token_id,
+                               client_key=client_key)
+        return self.publish(verified, zip_sha256=zip_sha256, token_id=token_id, may_declare=may_declare)
+
+    def verify(self, zip_path: Path, *, task: str, form_index: str | None, upload_id: int,
+               token_id: str | None = None, client_key: str | None = None) -> Verified:
+        """Steps 1-5 and 7 (:func:`verify_upload`) into a fresh staging directory, in a worker process of
+        the ``pool`` when the importer has one (docs/decisions.md U14), else in this thread. The staging
+        directory is discarded here on a refusal, else by :meth:`publish`.
+
+        Raises
+        ------
+        UploadRejectedError
+            Every refusal; the upload log row gets what was learnt before it (task, f, host id).
+        """
+        self.store.task_dir(task)  # the name first: 400 before anything is staged
         self._pause("received")
-        plan = inspect_zip(zip_path, self.limits)
-        if form_index is not None:
-            try:
-                f_form = int(form_index.strip())
-            except ValueError:
-                raise UploadRejectedError(400, "bad_form", f"form episode_index {form_index!r} is not an integer "
-                                                           "(the 0-based episode file number, §9)") from None
-            if f_form != plan.file:
-                raise UploadRejectedError(422, "episode_index_mismatch",
-                                          f"form episode_index {f_form} is not the zip's episode file number "
-                                          f"{plan.file} (episode-{plan.file:03d}; §9: the three must agree)")
-        host_id = self.client_host_id(plan.manifest, client_key, token_id)
-        self.store.db.update_upload(upload_id, task=task, form_episode_index=plan.file, client_host_id=host_id,
-                                    client_hostname=plan.manifest.source_hostname)
         staging = self.store.new_staging(upload_id, task)
-        syncing: Future[frozenset[Path]] | None = None
         try:
-            extracted = extract_verified(zip_path, plan, staging, self.limits)
-            info, layout, n = self._check_slice(staging, plan.chunk, plan.file, plan.manifest)
-            self.store.db.update_upload(upload_id, client_episode_index=n)
-            dup = self._duplicate(task, plan.manifest, host_id, n, zip_sha256, upload_id)
+            run = self.pool.run if self.pool is not None else _inline
+            verified = run(verify_upload, zip_path, staging, self.limits, form_index=form_index,
+                           client_key=client_key, token_id=token_id)
+        except BaseException as exc:
+            learnt = getattr(exc, "upload_log", None)
+            if learnt:
+                self.store.db.update_upload(upload_id, task=task, **learnt)
+            self.store.discard(staging.parent)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
+                                          ) from exc
+            raise
+        verified.task, verified.upload_id = task, upload_id
+        self.store.db.update_upload(upload_id, task=task, **verified.upload_log())
+        return verified
+
+    def publish(self, v: Verified, *, zip_sha256: str, token_id: str | None = None,
+                may_declare: bool = True) -> ImportResult:
+        """Steps 6 and 8 for a :meth:`verify` result: the duplicate check, then the publish under the task's
+        import guard (module docstring). Discards ``v``'s staging directory. ``may_declare``: the sender
+        may set the task's declarations (docs/decisions.md U15: create the task, add a column or stream it
+        does not declare yet); without it only an upload that fits the existing task is published.
+
+        Raises
+        ------
+        UploadRejectedError
+            403 ``may_not_declare``, 409 (declarations, ``reject`` policy, a broken server task), 507 (disk
+            full); the store is unchanged.
+        """
+        task, upload_id, n, staging = v.task, v.upload_id, v.n, v.staging
+        task_dir = self.store.task_dir(task)
+        try:
+            dup = self._duplicate(task, v.manifest, v.host_id, n, zip_sha256, upload_id)
             if dup is not None:
                 return dup
-            # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
-            syncing = self._syncer.submit(_sync_episode_files, staging, layout, n)
-            report = validate_task(staging)
-            if not report.ok:
-                errors = [f for f in report.findings if f.severity == "error"]
-                hide = _StagingPaths(staging)
-                raise UploadRejectedError(422, "validation", f"the episode fails validation: {len(errors)} error(s), "
-                                                             f"first: {hide(errors[0].one_line())}",
-                                          findings=[{k: hide(v) for k, v in f.to_dict().items()}
-                                                    for f in report.findings])
-            validation = {"ok": True, "errors": 0,
-                          "warnings": sum(1 for f in report.findings if f.severity == "warning")}
-            length, streams = _facts(staging, n, layout)
-            synced = syncing.result()  # outside the task guard: imports into a task wait
-            with self.store.task_guard(task):  # for each other only for the publish
-                return self._publish(task, task_dir, staging, info, layout, n, plan.manifest, host_id, zip_sha256,
-                                     upload_id, token_id, validation, length, streams,
-                                     {staging.joinpath(*a.split("/")): r.sha256 for a, r in extracted.items()},
-                                     synced)
+            layout = TaskLayout.from_info(staging, v.info)
+            with self.store.task_guard(task):  # imports into a task wait for each other only for the publish
+                return self._publish(task, task_dir, staging, v.info, layout, n, v.manifest, v.host_id, zip_sha256,
+                                     upload_id, token_id, v.validation, v.length, v.streams,
+                                     {Path(p): h for p, h in v.hashed.items()}, frozenset(map(Path, v.synced)),
+                                     v.blocks_for, may_declare)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the store is full: nothing was published (U5)
                 raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
                                           ) from exc
             raise
         finally:
-            if syncing is not None:
-                syncing.exception()  # done before its files go (an error here was raised above, or is moot)
             self.store.discard(staging.parent)
 
-    def _check_slice(self, staging: Path, chunk: int, file: int, manifest: Manifest
+    @staticmethod
+    def _check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits
                      ) -> tuple[dict[str, Any], TaskLayout, int]:
         """Steps 4 and 5: format, templates, and N from the data parquet."""
         try:
@@ -312,10 +482,10 @@ class Importer:
             raise UploadRejectedError(422, "unknown_format", f"meta/info.json: {exc.message}") from exc
         data = staging / "data" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
         row = staging / "meta" / "episodes" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
-        check_parquet_bounds(data, self.limits)
-        check_parquet_bounds(row, self.limits, rows=1)
+        check_parquet_bounds(data, limits)
+        check_parquet_bounds(row, limits, rows=1)
         for video in sorted((staging / "videos").glob("chunk-*/*/episode-*.*")):
-            check_video_bounds(video, self.limits)
+            check_video_bounds(video, limits)
         try:
             values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
         except Exception as exc:  # pyarrow raises several types for a broken file
@@ -443,7 +613,8 @@ class Importer:
     def _publish(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout, n: int,
                  manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
                  validation: dict[str, Any], length: int, streams: list[str],
-                 hashed: Mapping[Path, str], synced: frozenset[Path]) -> ImportResult:
+                 hashed: Mapping[Path, str], synced: frozenset[Path],
+                 blocks_for: Callable[[Mapping[str, Any]], dict[str, StatsBlock]], may_declare: bool) -> ImportResult:
         existed = task_dir.exists()
         is_task = (task_dir / "meta" / "info.json").is_file()
         if existed and not is_task and any(p.name != "meta" for p in task_dir.iterdir()):
@@ -462,6 +633,10 @@ class Importer:
                     reclaim_stale(task_dir, server_layout)
                     fresh = None
                 else:
+                    if not may_declare:
+                        raise _may_not_declare(task, f"task {task!r} does not exist on this server, and this token "
+                                                     "may not create it (its first upload sets the fps, columns and "
+                                                     "streams every later upload must match)")
                     fresh = new_info(task, fps=float(info.get("fps") or 30.0),
                                      app_version=str(info.get("app_version") or "unknown"),
                                      created_at=float(info.get("created_at") or time.time()),
@@ -469,7 +644,7 @@ class Importer:
                     server_info, server_layout = fresh, TaskLayout.from_info(task_dir, fresh)
                 return self._publish_locked(task, task_dir, staging, info, layout, server_info, server_layout, fresh,
                                             n, manifest, host_id, zip_sha256, upload_id, token_id, validation, length,
-                                            streams, hashed, synced)
+                                            streams, hashed, synced, blocks_for, may_declare)
         except BaseException:
             if not existed and not (task_dir / "meta" / "info.json").is_file():
                 shutil.rmtree(task_dir, ignore_errors=True)  # only the lock anchor we created
@@ -479,7 +654,9 @@ class Importer:
                         server_info: dict[str, Any], server_layout: TaskLayout, fresh: dict[str, Any] | None, n: int,
                         manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
                         validation: dict[str, Any], length: int, streams: list[str],
-                        hashed: Mapping[Path, str], synced: frozenset[Path]) -> ImportResult:
+                        hashed: Mapping[Path, str], synced: frozenset[Path],
+                        blocks_for: Callable[[Mapping[str, Any]], dict[str, StatsBlock]],
+                        may_declare: bool) -> ImportResult:
         """Step 8 under the lock. ``hashed``: staged file -> sha256 the extraction computed (hash once:
         a file published as extracted is not read again for the answer's ``files``); ``synced``: staged
         files already fsynced (:func:`_sync_episode_files`)."""
@@ -500,7 +677,7 @@ class Importer:
         cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
         exts: dict[str, Any] = raw_exts if isinstance(raw_exts, dict) else {}
         merged = merge_info(server_info, decl)
-        blocks = episode_stats_file(layout.data_file(n), merged)
+        blocks = blocks_for(merged)  # computed by the verification unless the merge adds a stats column
         try:
             check_feature_declarations(server_info, info.get("features") or {})
             check_stream_declarations(server_info, [(k, "rgb" if k in cams else "depth", str(e))
@@ -510,6 +687,11 @@ class Importer:
             raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
         except FormatError as exc:
             raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
+        added = [] if may_declare or fresh is not None else _added_declarations(server_info, info)
+        if added:
+            raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
+                                         f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
+                                         "declare it yet, and this token may not declare")
         target = self._allocate(task, task_dir, server_layout, server_info, n)
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)

@@ -35,6 +35,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,21 @@ class Publication:
     synced: frozenset[Path] = frozenset()
 
 
+#: Threads of the parallel fsyncs of one publish step (several publishes into different tasks share them).
+_SYNC = ThreadPoolExecutor(max_workers=8, thread_name_prefix="egopool-publish-sync")
+
+
+def _settle(futures: list[Future[Any]]) -> None:
+    """Wait for every one of ``futures`` (none still runs on return), then raise the first failure."""
+    first: BaseException | None = None
+    for f in futures:
+        exc = f.exception()
+        if exc is not None and first is None:
+            first = exc
+    if first is not None:
+        raise first
+
+
 def _rel(root: Path, p: Path) -> str:
     return p.relative_to(root).as_posix()
 
@@ -145,22 +161,27 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
                                "files": [_rel(root, f) for f in finals], "commit": _rel(root, pub.row[1]),
                                "episode": pub.episode.to_dict(), "upload_fields": pub.upload_fields,
                                "declarations": pub.declarations}
-    atomic_write_json(jpath, journal, indent=None)
+    # each file's bytes once (the extraction wrote them unsynced), while the journal is written: the
+    # fsyncs of one step run in parallel threads (U14: the file system commits them together)
+    syncs = [_SYNC.submit(fsync_file, staged) for staged, _ in [*pub.moves, pub.row] if staged not in pub.synced]
+    try:
+        atomic_write_json(jpath, journal, indent=None)
+    except BaseException:
+        _settle(syncs)
+        raise
     try:
         if pub.new_info is not None:
             write_info(root, pub.new_info)
             atomic_write_bytes(root / "meta" / "tasks.jsonl", pub.tasks_jsonl or b"")
-        for staged, _ in [*pub.moves, pub.row]:  # each file's bytes once (the extraction wrote them unsynced)
-            if staged not in pub.synced:
-                fsync_file(staged)
+        _settle(syncs)
         dirs: set[Path] = set()
         for staged, final in pub.moves:
             final.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staged, final)
             dirs.add(final.parent)
-        write_pending(root, pub.index, pub.declarations)
-        for d in sorted(dirs):  # every file of the episode is durable before its commit object
-            fsync_dir(d)
+        # every file of the episode is durable before its commit object
+        _settle([_SYNC.submit(write_pending, root, pub.index, pub.declarations),
+                 *(_SYNC.submit(fsync_dir, d) for d in sorted(dirs))])
         pause("placed")
         pub.row[1].parent.mkdir(parents=True, exist_ok=True)
         os.rename(pub.row[0], pub.row[1])  # the commit point
@@ -172,13 +193,15 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
         raise
     fsync_dir(pub.row[1].parent)
     pause("committed")
-    store.db.add_episode(pub.episode, pub.upload_fields)
+    recorded = _SYNC.submit(store.db.add_episode, pub.episode, pub.upload_fields)  # its commit beside the merge's
     problem = None
     try:
         merge_task_meta(root, pub.index, pub.declarations, pub.blocks, layout)
         clear_pending(root, pub.index)
     except MetaUpdateError as exc:  # the episode stands; reclaim_stale replays the merge next time
         problem = exc.one_line()
+    finally:
+        _settle([recorded])  # a database error is raised with the journal kept: recovery records it again
     jpath.unlink()  # not synced: a journal the disk still holds after a crash is rolled forward again, which
     return problem  # is idempotent (the database row INSERT OR IGNORE, the pending merge already cleared)
 

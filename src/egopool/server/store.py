@@ -38,12 +38,13 @@ from typing import Any
 from .._atomic import exclusive_lock
 from .._safe_read import read_json
 from ..errors import EgopoolError, LockError, UploadRejectedError
+from ..meta import server_imports
 from ..write.checks import check_task_name
 from .db import ServerDB
 
 __all__ = ["STATE_DIR", "Store"]
 
-STATE_DIR = ".egopool-server"
+STATE_DIR = server_imports.STATE_DIR
 
 
 class Store:
@@ -193,7 +194,7 @@ class Store:
 
     def journal_prefix(self, name: str) -> str:
         """File-name prefix of the publish journals of task ``name``."""
-        return f"import-{hashlib.sha1(name.encode('utf-8')).hexdigest()[:20]}-"
+        return server_imports.journal_prefix(name)  # ls and validate on the store read them too (U16)
 
     def journals(self, task: str | None = None) -> list[tuple[Path, dict[str, Any] | None]]:
         """The publish journals of ``task`` (None: of every task), by file name.

@@ -10,7 +10,11 @@ Only the sha256 of a token is stored: tokens are 256-bit random strings
 leaked file does not let anyone upload. Scopes:
 
 * ``read`` — the read API, the HTML page and file downloads;
-* ``upload:*`` — upload to any task; ``upload:<task>`` — upload to that task only.
+* ``upload:*`` — upload to any task; ``upload:<task>`` — upload to that task only;
+* ``declare:*`` / ``declare:<task>`` — declare a task (docs/decisions.md U15): create it with
+  its first upload (which sets its fps, features and streams) or add a declaration it lacks (a
+  new column or stream). ``upload:<task>`` declares that one task too; ``upload:*`` alone
+  uploads only episodes that fit what the task already declares.
 
 A request without a valid token is 401; a valid token without the scope is 403. The file
 is re-read when it changes, so tokens can be added or revoked while the server runs.
@@ -50,20 +54,22 @@ def hash_token(token: str) -> str:
 
 
 def parse_scope(scope: str) -> str:
-    """Check one scope string (``read``, ``upload:*``, ``upload:<task>``).
+    """Check one scope string (``read``, ``upload:*``, ``upload:<task>``, ``declare:*``, ``declare:<task>``).
 
     Raises
     ------
     FormatError
         Anything else.
     """
-    if scope == READ or scope == "upload:*":
+    if scope in (READ, "upload:*", "declare:*"):
         return scope
-    if scope.startswith("upload:") and len(scope) > len("upload:"):
-        task = scope[len("upload:"):]
-        if "/" not in task and not task.startswith((".", "_")):
-            return scope
-    raise FormatError(f"unknown token scope {scope!r}", hint="use read, upload:* or upload:<task name>")
+    for kind in ("upload:", "declare:"):
+        if scope.startswith(kind) and len(scope) > len(kind):
+            task = scope[len(kind):]
+            if "/" not in task and not task.startswith((".", "_")):
+                return scope
+    raise FormatError(f"unknown token scope {scope!r}", hint="use read, upload:*, upload:<task name>, declare:* or "
+                                                             "declare:<task name>")
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,13 @@ class Token:
         return READ in self.scopes
 
     def can_upload(self, task: str) -> bool:
-        """True with ``upload:*`` or ``upload:<task>``."""
-        return "upload:*" in self.scopes or f"upload:{task}" in self.scopes
+        """True with ``upload:*`` or ``upload:<task>``, or a scope that declares ``task`` (:meth:`can_declare`)."""
+        return "upload:*" in self.scopes or f"upload:{task}" in self.scopes or self.can_declare(task)
+
+    def can_declare(self, task: str) -> bool:
+        """True when this token may set ``task``'s declarations (docs/decisions.md U15): ``declare:*``,
+        ``declare:<task>``, or ``upload:<task>`` (a token the operator named for exactly that task)."""
+        return any(s in self.scopes for s in ("declare:*", f"declare:{task}", f"upload:{task}"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form as stored."""

@@ -373,6 +373,10 @@ def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord 
             packed.path.unlink()
     seconds = time.monotonic() - start
     answer = _answer(resp)
+    if resp.status_code == 403 and answer.get("error") == "may_not_declare":  # docs/decisions.md U15
+        raise TransferError(f"the server refused to let this token declare the task: {answer.get('message', '')}",
+                            status=403, hint="the server's operator declares it (a token of scope declare:<task>); "
+                                             "then run the upload again")
     if resp.status_code in (401, 403):
         raise TransferError(f"the server refused the token ({resp.status_code}: {answer.get('message', '')})",
                             status=resp.status_code, hint="pass a token with scope upload:<task> or upload:* "

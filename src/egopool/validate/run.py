@@ -13,6 +13,7 @@ from ..errors import EgopoolError, OperationError
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes, static_prefix, walk_task_files
 from .._safe_read import read_json
+from ..meta import server_imports
 from ..meta.info import info_path
 from .context import Context
 from .data import first_line
@@ -150,6 +151,8 @@ def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bo
         return
     try:
         groups = list_task_episodes(root, ctx.layout)
+        publishing = server_imports.publishing(root)  # a pooling server's import in progress: not a damaged group
+        groups = [g for g in groups if g.committed or g.index not in publishing]
     except EgopoolError as exc:
         report.error("file_format.md §6.1", exc.path or root, f"cannot enumerate episodes: {exc.message}; restore "
                                                              "or remove that file")

@@ -1,0 +1,117 @@
+"""Worker processes for the verification of uploads (issue 15 H; docs/decisions.md U14).
+
+An import's verification (zip checks, extraction with sha256, footer and frame-size bounds,
+egopool's validator decoding every frame, the stats blocks) is Python and C work under one
+GIL: ~20 ms of CPU for a small episode. :class:`VerifyPool` runs it in ``workers`` separate
+processes (``spawn``: the server's threads are never forked), so the server process itself
+keeps only the HTTP, the database and the publish. Each worker verifies one upload at a time,
+so the per-import bounds of docs/decisions.md U9 hold per worker unchanged, and the pool has as
+many workers as ``egopool serve --max-imports``: at most that many uploads are verified at a time.
+
+The workers are started when the pool is (at server start-up; the server answers meanwhile, and a
+verification waits until a worker has imported pyarrow and PyAV: :attr:`VerifyPool.ready`), and
+leave on their own within half a second when the server process is gone (a SIGKILLed server: the
+crash tests, :envvar:`EGOPOOL_SERVER_PAUSE`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from ..errors import EgopoolError
+
+__all__ = ["VerifyPool"]
+
+T = TypeVar("T")
+_WATCH_S = 0.5
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(_WATCH_S)
+        if os.getppid() != parent:  # the server died (SIGKILL): this worker's work has no one to answer
+            os._exit(1)
+
+
+def _init_worker(parent: int, modules: tuple[str, ...]) -> None:
+    threading.Thread(target=_watch_parent, args=(parent,), name="egopool-parent-watch", daemon=True).start()
+    for name in modules:  # imported once per worker, before its first request
+        __import__(name)
+
+
+def _ready(pause_s: float) -> int:
+    time.sleep(pause_s)  # each warm-up call holds its worker a moment, so every worker is started
+    return os.getpid()
+
+
+class VerifyPool:
+    """``workers`` processes running verification calls (module docstring).
+
+    Parameters
+    ----------
+    workers:
+        Number of processes (>= 1).
+    modules:
+        Modules each worker imports at start (the verification code).
+
+    Raises
+    ------
+    EgopoolError
+        From :meth:`run` when a worker died mid-call (killed by the OOM killer, a crash in
+        native code); the pool is replaced, the caller answers 500 and the client retries.
+    """
+
+    def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",)) -> None:
+        self.workers = max(1, int(workers))
+        self.modules = modules
+        self._lock = threading.Lock()
+        self._warm: list[Future[int]] = []
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        """A new executor whose workers are all being started (not waited for: :attr:`ready`)."""
+        pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=(os.getpid(), self.modules))
+        self._warm = [pool.submit(_ready, 0.2) for _ in range(self.workers)]  # one per worker: all spawn now
+        return pool
+
+    @property
+    def ready(self) -> bool:
+        """True once every worker has started and imported its modules."""
+        return all(f.done() for f in self._warm)
+
+    def _replace(self, broken: ProcessPoolExecutor) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is broken:
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._start()
+            return self._pool
+
+    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in a worker; its result, or its exception re-raised here. A pool that
+        lost a worker while idle is replaced before the call (the call itself is not at fault)."""
+        with self._lock:
+            pool = self._pool
+        try:
+            future = pool.submit(fn, *args, **kwargs)
+        except BrokenProcessPool:
+            pool = self._replace(pool)
+            future = pool.submit(fn, *args, **kwargs)
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            self._replace(pool)
+            raise EgopoolError("a verification worker of the server died mid-upload",
+                               hint="the upload was not imported; send it again") from exc
+
+    def close(self) -> None:
+        """Stop the workers (pending calls are cancelled)."""
+        with self._lock:
+            self._pool.shutdown(wait=True, cancel_futures=True)
