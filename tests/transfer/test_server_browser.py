@@ -1,8 +1,9 @@
 """The server's HTML page in a real headless browser: Debian's chromium driven by selenium (chromium-driver).
 
 Nothing is installed here: `.ci/run` installs chromium and chromium-driver, the server extra installs
-selenium. The test signs in with a read token, checks that the tasks, their episodes (length, streams,
-uploader, validation) and the last uploads are listed, and takes a screenshot.
+selenium. The test signs in with a read token, checks that the tasks, the last uploads and a task's
+episodes (uploader, validation, review state) are listed, and takes a screenshot. The curation pages
+(filters, the episode player, review) are tests/transfer/test_server_curation.py.
 """
 
 from __future__ import annotations
@@ -72,16 +73,11 @@ def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> 
         wait.until(ec.presence_of_element_located((By.ID, "tasks")))
 
         tasks = browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")
-        cells = {r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+        cells = {r.find_elements(By.TAG_NAME, "td")[1].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
                  for r in tasks}
         assert set(cells) == {"pick_cup", "place_cup"}
-        assert cells["pick_cup"][1:3] == ["3", "3"] and cells["pick_cup"][4] == "cam"
-        rows = browser.find_elements(By.CSS_SELECTOR, "#episodes-pick_cup tbody tr")
-        eps = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
-        assert [e[0] for e in eps] == ["1", "2", "3"]
-        for n, e in enumerate(eps, 1):
-            assert e[1] == f"000/{n - 1:03d}" and e[2] == "3" and e[3] == "cam"  # chunk/file, length, streams
-            assert f"its N {n}" in e[4] and e[5] == "valid"
+        assert cells["pick_cup"][2] == "3" and cells["pick_cup"][7] == "cam"  # episodes, streams
+        assert cells["pick_cup"][5] == "0 accepted · 0 rejected · 0 flagged · 3 unreviewed"
         uploads = browser.find_elements(By.CSS_SELECTOR, "#uploads tbody tr")
         assert len(uploads) == 4
         assert all("imported" in u.text and "pc-7" in u.text for u in uploads)
@@ -92,6 +88,14 @@ def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> 
         assert img.shape[0] >= 500 and img.shape[1] >= 800
         assert img.std() > 10  # text and table borders, not a blank page
 
+        browser.find_element(By.LINK_TEXT, "pick_cup").click()
+        wait.until(ec.title_is("egopool · pick_cup"))
+        rows = browser.find_elements(By.CSS_SELECTOR, "#episodes-pick_cup tbody tr")
+        eps = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+        assert [e[1] for e in eps] == ["1", "2", "3"]
+        for n, e in enumerate(eps, 1):
+            assert f"its N {n}" in e[4] and e[6] == "valid" and e[8] == "unreviewed"
+        browser.find_element(By.LINK_TEXT, "all tasks").click()
         browser.find_element(By.LINK_TEXT, "place_cup").click()
         wait.until(ec.title_is("egopool · place_cup"))
         assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes-place_cup tbody tr")) == 1

@@ -207,7 +207,7 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
 def token_add_cmd(tokens: Path = typer.Option(..., "--tokens", help="Tokens file (created)."),
                   token_id: str = typer.Option(..., "--id", help="A name for the token, e.g. lab-pc-3."),
                   scopes: list[str] = typer.Option(..., "--scope",
-                                                   help="read, upload:* or upload:<task>; repeat for several."),
+                                                   help="read, review, upload:* or upload:<task>; repeat for several."),
                   json_out: bool = _JSON) -> None:
     """Create a token; it is printed once, only its sha256 is stored."""
     from ..server.tokens import add_token

@@ -12,6 +12,13 @@ Routes:
   ``/api/v1/uploads`` — scope ``read``;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
+* ``POST /api/v1/tasks/{task}/episodes/{n}/review`` — ``{"verdict", "reason"}``, scope
+  ``review`` (a bearer token, or the browser's cookie with the page's CSRF header from the same
+  origin, :mod:`egopool.server.review`); ``GET .../reviews`` — the history, scope ``read``;
+* ``GET /api/v1/episodes?<filters>&limit=&cursor=`` — search (:mod:`egopool.server.search`),
+  scope ``read``; ``GET /tasks/{task}?<filters>`` is the same as a page, and
+  ``GET /tasks/{task}/episodes/{n}`` the episode page (:mod:`egopool.server.curation_page`);
+* ``GET /static/{name}`` — the pages' script and style sheet (no token: nothing of the store);
 * ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` like the rest of the
   read API (docs/decisions.md U10; no ``/docs`` page);
 * ``GET /healthz`` — no token.
@@ -48,9 +55,14 @@ from starlette.requests import ClientDisconnect
 from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
+from ..meta.info import read_info
 from .catalog import episode_entries, episode_file, task_detail, task_summaries
 from .importer import Importer
-from .page import index_page, login_page, task_page
+from .curation_page import episode_page, task_page
+from .page import index_page, login_page
+from .review import CSRF_HEADER, csrf_ok, csrf_token, parse_review
+from .search import episode_neighbours, parse_query, search_episodes
+from .summary import task_totals
 from .publish import recover_journals
 from .receive import MultipartSpool
 from .store import Store
@@ -61,6 +73,7 @@ __all__ = ["ServerConfig", "create_app", "hide_paths"]
 
 log = logging.getLogger("egopool.server")
 _COOKIE = "egopool_token"
+_STATIC = Path(__file__).parent / "static"
 _WRITE_AT = 1 << 20  # write spooled file bytes in 1 MiB pieces, off the event loop
 
 
@@ -185,9 +198,26 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no read scope")
         return tok
 
+    def require_review(request: Request) -> Token | None:
+        """A bearer token, or the sign-in cookie on a same-origin request carrying the CSRF header."""
+        if not tokens.enabled:
+            return None
+        cookie = request.cookies.get(_COOKIE)
+        if _bearer(request) is None and cookie:
+            if not csrf_ok(cookie, request.headers.get(CSRF_HEADER), request.headers.get("origin"),
+                           request.headers.get("sec-fetch-site"), request.headers.get("host")):
+                raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
+                                                            f"server's page (same origin, {CSRF_HEADER} header)")
+        tok = authenticate(request, cookie_ok=True)
+        assert tok is not None
+        if not tok.can_review():
+            raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no review scope",
+                                      hint="egopool token add --scope review")
+        return tok
+
     @app.exception_handler(UploadRejectedError)
     async def _rejected(request: Request, exc: UploadRejectedError) -> Response:
-        page = request.url.path == "/" or request.url.path.startswith("/tasks/")
+        page = request.method == "GET" and (request.url.path == "/" or request.url.path.startswith("/tasks/"))
         if page and exc.status in (401, 403):  # a browser: offer the sign-in form
             return HTMLResponse(login_page(exc.message), status_code=exc.status)
         return _error(exc)
@@ -310,11 +340,48 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}")
     async def episode_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
-        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
-        for ep in eps:
+        return await anyio.to_thread.run_sync(_episode, task, index)
+
+    def _episode(task: str, index: int) -> dict[str, Any]:
+        for ep in episode_entries(store_(), _task(task)):
             if ep["episode_index"] == index:
-                return ep  # type: ignore[no-any-return]
+                return ep
         raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+
+    @app.post("/api/v1/tasks/{task}/episodes/{index}/review")
+    async def review_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        tok = require_review(request)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > 16384:
+                raise UploadRejectedError(413, "too_large", "a review body is at most 16 KiB")
+        verdict, reason = parse_review(body)
+        store = store_()
+        if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
+            raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
+        row = await anyio.to_thread.run_sync(store.db.add_review, task, index, verdict, reason, tok.id if tok else None)
+        return row.to_dict()
+
+    @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
+    async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        require_read(request)
+        rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), index)
+        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows]}
+
+    @app.get("/api/v1/episodes")
+    async def search_api(request: Request) -> dict[str, Any]:
+        require_read(request)
+        q = parse_query(dict(request.query_params))
+        eps, nxt = await anyio.to_thread.run_sync(search_episodes, store_().db, q)
+        return {"episodes": eps, "next_cursor": nxt}
+
+    @app.get("/static/{name}")
+    async def static(name: str) -> Response:
+        path = _STATIC / name
+        if "/" in name or name.startswith(".") or not path.is_file():
+            raise UploadRejectedError(404, "not_found", f"no static file {name!r}")
+        return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
@@ -335,20 +402,42 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         def build() -> str:
             store = store_()
-            tasks = task_summaries(store)
-            eps = {t["name"]: episode_entries(store, t["name"]) for t in tasks if "error" not in t}
-            return index_page(tasks, eps, store.db.uploads(limit=20))
+            return index_page(task_summaries(store), task_totals(store.db), store.db.uploads(limit=20))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
     @app.get("/tasks/{task}", response_class=HTMLResponse)
     async def task_html(task: str, request: Request) -> HTMLResponse:
         require_read(request)
+        params = dict(request.query_params)
+        params.pop("task", None)
+        q = parse_query({**params, "task": task})
 
         def build() -> str:
             store = store_()
-            return task_page(task, task_detail(store, _task(task)), episode_entries(store, task),
+            info = read_info(store.root / _task(task))
+            eps, nxt = search_episodes(store.db, q)
+            return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
                              store.db.uploads(limit=20, task=task))
+
+        return HTMLResponse(await anyio.to_thread.run_sync(build))
+
+    @app.get("/tasks/{task}/episodes/{index}", response_class=HTMLResponse)
+    async def episode_html(task: str, index: int, request: Request) -> HTMLResponse:
+        tok = require_read(request)
+        params = dict(request.query_params)
+        params.pop("cursor", None)
+        params.pop("task", None)
+        q = parse_query(params)
+        cookie = request.cookies.get(_COOKIE)
+
+        def build() -> str:
+            store = store_()
+            entry = _episode(task, index)
+            prev, nxt = episode_neighbours(store.db, q, task, index)
+            return episode_page(task, entry, store.db.reviews(task, index), (prev, nxt), q,
+                                can_review=tok is None or tok.can_review(),
+                                csrf=csrf_token(cookie) if cookie and tok is not None else "")
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

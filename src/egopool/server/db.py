@@ -12,9 +12,14 @@
   U2), the upload that brought it, its length, streams and the validator's verdict on the
   uploaded slice.
 
+* ``reviews``: every verdict a reviewer gave (accept / reject / flag, a reason, the token,
+  when), never overwritten; ``review_state``: the latest verdict per episode, written in the
+  same transaction (what the pages show and the search filters on, docs/decisions.md Q11).
+
 Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
-digest. An older file is migrated when the server opens it.
+digest; 4 adds ``reviews`` and ``review_state`` (created by the schema script: every row of
+an older file is kept). An older file is migrated when the server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
 server share the file safely. The episode mapping is committed with ``synchronous=FULL`` (it
@@ -37,9 +42,11 @@ from typing import Any
 
 from ..errors import RegistryError
 
-__all__ = ["EpisodeRow", "ServerDB", "UploadRow"]
+__all__ = ["EpisodeRow", "ReviewRow", "ServerDB", "UploadRow", "VERDICTS"]
 
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 4
+#: verdict -> the review state it leaves (docs/decisions.md Q10).
+VERDICTS = {"accept": "accepted", "reject": "rejected", "flag": "flagged"}
 _EPISODES_TABLE = """
 CREATE TABLE IF NOT EXISTS episodes (
     task                 TEXT    NOT NULL,
@@ -80,6 +87,23 @@ CREATE TABLE IF NOT EXISTS uploads (
 """ + _EPISODES_TABLE + """;
 CREATE INDEX IF NOT EXISTS uploads_received ON uploads (received_at);
 CREATE INDEX IF NOT EXISTS episodes_digest ON episodes (task, episode_digest);
+CREATE TABLE IF NOT EXISTS reviews (
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    verdict              TEXT    NOT NULL,
+    reason               TEXT    NOT NULL,
+    token_id             TEXT,
+    at                   REAL    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reviews_episode ON reviews (task, episode_index, id);
+CREATE TABLE IF NOT EXISTS review_state (
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    review_id            INTEGER NOT NULL,
+    verdict              TEXT    NOT NULL,
+    PRIMARY KEY (task, episode_index)
+);
 """
 
 
@@ -92,8 +116,12 @@ def _episodes_keyed_by_content(con: sqlite3.Connection) -> None:
     con.execute("DROP TABLE episodes_v1")
 
 
+def _tables_only(con: sqlite3.Connection) -> None:
+    """A step that only adds tables: the schema script creates them (``IF NOT EXISTS``)."""
+
+
 #: version -> the step that brings a file of that version to the next one.
-_MIGRATIONS = {1: _episodes_keyed_by_content}
+_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _tables_only, 3: _tables_only}
 
 
 @dataclass(frozen=True)
@@ -170,6 +198,44 @@ class UploadRow:
 
 
 _UPLOAD_FIELDS = tuple(UploadRow.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    """One verdict (``reviews`` row).
+
+    Attributes
+    ----------
+    id:
+        Ascending in time.
+    task, episode_index:
+        The episode (server N).
+    verdict:
+        ``accept``, ``reject`` or ``flag``.
+    reason:
+        Free text ("" allowed for accept only).
+    token_id:
+        The reviewer's token id (None on a server without tokens).
+    at:
+        Unix s.
+    """
+
+    id: int
+    task: str
+    episode_index: int
+    verdict: str
+    reason: str
+    token_id: str | None
+    at: float
+
+    @property
+    def state(self) -> str:
+        """``accepted``, ``rejected`` or ``flagged``."""
+        return VERDICTS[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (with ``state``)."""
+        return {**self.__dict__, "state": self.state}
 
 
 class ServerDB:
@@ -304,6 +370,36 @@ class ServerDB:
         with self._connect(write=False) as con:
             rows = con.execute("SELECT * FROM episodes WHERE task = ? ORDER BY episode_index", (task,)).fetchall()
         return {int(r[1]): _episode(r) for r in rows}
+
+    def add_review(self, task: str, index: int, verdict: str, reason: str, token_id: str | None) -> ReviewRow:
+        """Record a verdict on episode ``index`` of ``task`` and make it the episode's current state.
+
+        Raises
+        ------
+        ValueError
+            ``verdict`` is not one of :data:`VERDICTS` (the caller checked the request first).
+        """
+        if verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {verdict!r}")
+        at = time.time()
+        with self._connect() as con:
+            cur = con.execute("INSERT INTO reviews (task, episode_index, verdict, reason, token_id, at) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", (task, index, verdict, reason, token_id, at))
+            rid = int(cur.lastrowid or 0)
+            con.execute("INSERT OR REPLACE INTO review_state VALUES (?, ?, ?, ?)", (task, index, rid, VERDICTS[verdict]))
+        return ReviewRow(rid, task, index, verdict, reason, token_id, at)
+
+    def reviews(self, task: str, index: int) -> list[ReviewRow]:
+        """Every verdict on episode ``index`` of ``task``, oldest first."""
+        with self._connect(write=False) as con:
+            rows = con.execute("SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
+                               "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()
+        return [ReviewRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+
+    def select(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read-only query (the search and the page summaries build theirs)."""
+        with self._connect(write=False) as con:
+            return con.execute(sql, args).fetchall()
 
     def max_index(self, task: str) -> int:
         """Highest server N recorded for ``task`` (0 when none)."""

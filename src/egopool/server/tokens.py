@@ -10,7 +10,9 @@ Only the sha256 of a token is stored: tokens are 256-bit random strings
 leaked file does not let anyone upload. Scopes:
 
 * ``read`` — the read API, the HTML page and file downloads;
-* ``upload:*`` — upload to any task; ``upload:<task>`` — upload to that task only.
+* ``upload:*`` — upload to any task; ``upload:<task>`` — upload to that task only;
+* ``review`` — judge episodes (accept / reject / flag, docs/decisions.md Q10); the pages and
+  the read API still need ``read``.
 
 A request without a valid token is 401; a valid token without the scope is 403. The file
 is re-read when it changes, so tokens can be added or revoked while the server runs.
@@ -33,9 +35,10 @@ from .._atomic import atomic_write_bytes
 from .._safe_read import read_json
 from ..errors import FormatError
 
-__all__ = ["READ", "Token", "TokenStore", "add_token", "hash_token", "new_token", "parse_scope", "revoke_token"]
+__all__ = ["READ", "REVIEW", "Token", "TokenStore", "add_token", "hash_token", "new_token", "parse_scope", "revoke_token"]
 
 READ = "read"
+REVIEW = "review"
 _PREFIX = "egp_"
 
 
@@ -50,20 +53,20 @@ def hash_token(token: str) -> str:
 
 
 def parse_scope(scope: str) -> str:
-    """Check one scope string (``read``, ``upload:*``, ``upload:<task>``).
+    """Check one scope string (``read``, ``review``, ``upload:*``, ``upload:<task>``).
 
     Raises
     ------
     FormatError
         Anything else.
     """
-    if scope == READ or scope == "upload:*":
+    if scope in (READ, REVIEW, "upload:*"):
         return scope
     if scope.startswith("upload:") and len(scope) > len("upload:"):
         task = scope[len("upload:"):]
         if "/" not in task and not task.startswith((".", "_")):
             return scope
-    raise FormatError(f"unknown token scope {scope!r}", hint="use read, upload:* or upload:<task name>")
+    raise FormatError(f"unknown token scope {scope!r}", hint="use read, review, upload:* or upload:<task name>")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class Token:
     def can_read(self) -> bool:
         """True with the ``read`` scope."""
         return READ in self.scopes
+
+    def can_review(self) -> bool:
+        """True with the ``review`` scope."""
+        return REVIEW in self.scopes
 
     def can_upload(self, task: str) -> bool:
         """True with ``upload:*`` or ``upload:<task>``."""

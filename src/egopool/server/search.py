@@ -1,0 +1,251 @@
+"""Search and filter the pooled episodes of ``server.db`` (docs/decisions.md Q12, Q13).
+
+``GET /api/v1/episodes`` and the task page take the same filters (:data:`FILTERS`); the
+query runs on ``server.db`` alone (never the task directories), so a page costs the same at
+100,000 episodes as at 100. Results are ordered by ``(task, episode_index)`` and paged by
+*keyset* (seek): the cursor is the last ``(task, N)`` a page showed and the next page is
+``WHERE (task, episode_index) > (cursor) ORDER BY task, episode_index LIMIT n``, answered
+from the ``episodes`` primary-key index (no OFFSET: page 2,000 costs what page 1 does). An
+episode imported while someone pages is never shown twice and never makes another one be
+skipped: it lands after every row it sorts after.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as _dt
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import UploadRejectedError
+from .db import VERDICTS, ServerDB
+
+__all__ = ["FILTERS", "MAX_LIMIT", "EpisodeQuery", "episode_neighbours", "explain", "parse_query", "search_episodes"]
+
+MAX_LIMIT = 500
+_DEFAULT_LIMIT = 50
+_STATES = (*VERDICTS.values(), "unreviewed")
+
+
+def _bad(name: str, value: str, expected: str) -> UploadRejectedError:
+    return UploadRejectedError(400, "bad_request", f"filter {name}={value!r} is not {expected}",
+                               hint="see GET /api/v1/episodes in README's Curation section")
+
+
+def _time(name: str, value: str) -> float:
+    """Unix s, or an ISO 8601 date / date-time (UTC unless it names its zone)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise _bad(name, value, "a date (2026-05-01), a date-time (2026-05-01T12:00) or unix seconds") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t.timestamp()
+
+
+def _number(name: str, value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise _bad(name, value, "a number") from None
+    if not math.isfinite(x):
+        raise _bad(name, value, "a finite number")
+    return x
+
+
+def _bool(name: str, value: str) -> bool:
+    low = value.lower()
+    if low in ("1", "true", "yes"):
+        return True
+    if low in ("0", "false", "no"):
+        return False
+    raise _bad(name, value, "true or false")
+
+
+def _choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(name: str, value: str) -> str:
+        if value not in choices:
+            raise _bad(name, value, " or ".join(choices))
+        return value
+    return parse
+
+
+def _text(name: str, value: str) -> str:
+    return value
+
+
+#: filter -> (parser, SQL condition with one ``?``, or None when handled specially). The quality
+#: conditions read the ``quality`` table of the previews (``q.``), joined when such a filter is given.
+FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
+    "task": (_text, "e.task = ?"),
+    "host": (_text, "e.client_hostname = ?"),
+    "since": (_time, "e.imported_at >= ?"),
+    "until": (_time, "e.imported_at < ?"),
+    "min_duration": (_number, "q.duration_s >= ?"),
+    "max_duration": (_number, "q.duration_s <= ?"),
+    "validation": (_choice("passed", "failed"), None),
+    "review": (_choice(*_STATES), None),
+    "max_idle_fraction": (_number, "q.idle_fraction <= ?"),
+    "has_gaps": (_bool, None),
+}
+
+
+@dataclass(frozen=True)
+class EpisodeQuery:
+    """Parsed filters of one search.
+
+    Attributes
+    ----------
+    filters:
+        Filter name (:data:`FILTERS`) -> parsed value (times in unix s, durations in s).
+    limit:
+        Episodes per page, 1..:data:`MAX_LIMIT`.
+    after:
+        The cursor: the last ``(task, N)`` of the previous page, or None for the first page.
+    """
+
+    filters: dict[str, Any] = field(default_factory=dict)
+    limit: int = _DEFAULT_LIMIT
+    after: tuple[str, int] | None = None
+
+    def params(self, *, cursor: bool = False) -> dict[str, str]:
+        """The filters as query-string parameters (what :func:`parse_query` reads back)."""
+        out = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in self.filters.items()}
+        if cursor and self.after is not None:
+            out["cursor"] = encode_cursor(self.after)
+        return out
+
+
+def encode_cursor(key: tuple[str, int]) -> str:
+    """An opaque cursor for ``(task, N)``."""
+    return base64.urlsafe_b64encode(json.dumps([key[0], key[1]]).encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _decode_cursor(value: str) -> tuple[str, int]:
+    try:
+        task, n = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        if not isinstance(task, str) or not isinstance(n, int):
+            raise ValueError
+        return task, n
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise _bad("cursor", value, "a next_cursor this server gave") from None
+
+
+def parse_query(params: Mapping[str, str]) -> EpisodeQuery:
+    """Parse query-string parameters; empty values are ignored (an HTML form sends every field).
+
+    Raises
+    ------
+    UploadRejectedError
+        400 for an unknown parameter or a malformed value (one line naming it).
+    """
+    filters: dict[str, Any] = {}
+    limit, after = _DEFAULT_LIMIT, None
+    for name, value in params.items():
+        if value == "":
+            continue
+        if name == "limit":
+            if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+                raise _bad(name, value, f"an integer 1..{MAX_LIMIT}")
+            limit = int(value)
+        elif name == "cursor":
+            after = _decode_cursor(value)
+        elif name in FILTERS:
+            filters[name] = FILTERS[name][0](name, value)
+        else:
+            raise UploadRejectedError(400, "bad_request", f"unknown filter {name!r}",
+                                      hint=f"filters: {', '.join(FILTERS)}, limit, cursor")
+    return EpisodeQuery(filters, limit, after)
+
+
+_COLUMNS = ("e.task, e.episode_index, e.client_host_id, e.client_hostname, e.client_episode_index, e.upload_id, "
+            "e.token_id, e.imported_at, e.length, e.streams, e.validation, r.id, r.verdict, r.reason, r.token_id, r.at")
+_QUALITY_FILTERS = {"min_duration", "max_duration", "max_idle_fraction", "has_gaps"}
+
+
+def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> tuple[str, list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    for name, value in q.filters.items():
+        cond = FILTERS[name][1]
+        if cond is not None:
+            where.append(cond)
+            args.append(value)
+        elif name == "validation":
+            where.append("json_extract(e.validation, '$.ok') = ?")
+            args.append(1 if value == "passed" else 0)
+        elif name == "review":
+            where.append("s.verdict IS NULL" if value == "unreviewed" else "s.verdict = ?")
+            args += [] if value == "unreviewed" else [value]
+        elif name == "has_gaps":
+            where.append("q.has_gaps = ?")
+            args.append(1 if value else 0)
+    if q.after is not None:
+        where.append("(e.task, e.episode_index) < (?, ?)" if reverse else "(e.task, e.episode_index) > (?, ?)")
+        args += [q.after[0], q.after[1]]
+    order = "DESC" if reverse else "ASC"
+    sql = (f"SELECT {columns} FROM episodes AS e "
+           "LEFT JOIN review_state AS s ON s.task = e.task AND s.episode_index = e.episode_index "
+           "LEFT JOIN reviews AS r ON r.id = s.review_id "
+           + ("JOIN quality AS q ON q.task = e.task AND q.episode_index = e.episode_index "
+              if _QUALITY_FILTERS & set(q.filters) else "")
+           + (f"WHERE {' AND '.join(where)} " if where else "")
+           + f"ORDER BY e.task {order}, e.episode_index {order} LIMIT ?")
+    return sql, [*args, q.limit]
+
+
+def _row(r: tuple[Any, ...]) -> dict[str, Any]:
+    review = None
+    if r[11] is not None:
+        review = {"id": r[11], "verdict": r[12], "state": VERDICTS[r[12]], "reason": r[13], "token_id": r[14],
+                  "at": r[15]}
+    return {"task": r[0], "episode_index": r[1], "length": r[8], "streams": json.loads(r[9]),
+            "validation": json.loads(r[10]), "review": review,
+            "uploaded_by": {"client_host_id": r[2], "client_hostname": r[3], "client_episode_index": r[4],
+                            "upload_id": r[5], "token_id": r[6], "imported_at": r[7]}}
+
+
+def search_episodes(db: ServerDB, q: EpisodeQuery) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the episodes matching ``q`` and the cursor of the next page (None on the last).
+
+    Each episode: ``task``, ``episode_index``, ``length`` (rows), ``streams``, ``validation``,
+    ``review`` (the current verdict or None), ``uploaded_by`` (host, its N, upload, token,
+    ``imported_at`` unix s).
+
+    Raises
+    ------
+    RegistryError
+        ``server.db`` failed.
+    """
+    sql, args = _sql(replace(q, limit=q.limit + 1))
+    rows = [_row(r) for r in db.select(sql, tuple(args))]
+    more = len(rows) > q.limit
+    rows = rows[:q.limit]
+    nxt = encode_cursor((rows[-1]["task"], rows[-1]["episode_index"])) if more and rows else None
+    return rows, nxt
+
+
+def episode_neighbours(db: ServerDB, q: EpisodeQuery, task: str, index: int) -> tuple[int | None, int | None]:
+    """The previous and next episode N of ``task`` around ``index`` among those matching ``q``
+    (the episode page's j / k); None at either end."""
+    one = replace(q, filters={**q.filters, "task": task}, limit=1, after=(task, index))
+    found: list[int | None] = []
+    for reverse in (True, False):
+        sql, args = _sql(one, reverse=reverse, columns="e.episode_index")
+        rows = db.select(sql, tuple(args))
+        found.append(int(rows[0][0]) if rows else None)
+    return found[0], found[1]
+
+
+def explain(db: ServerDB, q: EpisodeQuery) -> list[str]:
+    """SQLite's ``EXPLAIN QUERY PLAN`` of the page query of ``q`` (one line per step)."""
+    sql, args = _sql(q)
+    return [str(r[-1]) for r in db.select("EXPLAIN QUERY PLAN " + sql, tuple(args))]
