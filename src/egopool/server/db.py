@@ -104,6 +104,7 @@ CREATE TABLE IF NOT EXISTS review_state (
     verdict              TEXT    NOT NULL,
     PRIMARY KEY (task, episode_index)
 );
+CREATE INDEX IF NOT EXISTS review_state_verdict ON review_state (verdict, task, episode_index);
 """
 
 
@@ -350,6 +351,15 @@ class ServerDB:
             if upload_fields:
                 cols = ", ".join(f"{k} = ?" for k in upload_fields)
                 con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*upload_fields.values(), row.upload_id))
+
+    def add_episodes(self, rows: list[EpisodeRow]) -> None:
+        """Insert many pooled episodes in one transaction (``INSERT OR IGNORE`` like :meth:`add_episode`;
+        no upload row is touched): a catalog rebuilt from task directories, and the page benchmark."""
+        with self._connect() as con:
+            con.executemany("INSERT OR IGNORE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(r.task, r.episode_index, r.client_host_id, r.client_hostname, r.client_episode_index,
+                              r.episode_digest, r.upload_id, r.token_id, r.imported_at, r.length,
+                              json.dumps(r.streams), json.dumps(r.validation)) for r in rows])
 
     def episodes_with_digest(self, task: str, digest: str) -> list[EpisodeRow]:
         """The episodes of ``task`` whose content is ``digest`` (ascending server N; one, unless the

@@ -172,10 +172,15 @@ _QUALITY_FILTERS = {"min_duration", "max_duration", "max_idle_fraction", "has_ga
 
 
 def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> tuple[str, list[Any]]:
+    # A verdict filter walks review_state's (verdict, task, N) index in key order; every other
+    # search walks the episodes primary key (task, N). Either way: no sort, no OFFSET.
+    k = "s" if q.filters.get("review") in VERDICTS.values() else "e"
     where: list[str] = []
     args: list[Any] = []
     for name, value in q.filters.items():
         cond = FILTERS[name][1]
+        if name == "task":
+            cond = f"{k}.task = ?"
         if cond is not None:
             where.append(cond)
             args.append(value)
@@ -188,17 +193,26 @@ def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> 
         elif name == "has_gaps":
             where.append("q.has_gaps = ?")
             args.append(1 if value else 0)
-    if q.after is not None:
-        where.append("(e.task, e.episode_index) < (?, ?)" if reverse else "(e.task, e.episode_index) > (?, ?)")
+    cmp = "<" if reverse else ">"
+    task = q.filters.get("task")
+    if q.after is not None and task is not None:  # one task: seek on N alone (the index's equality prefix)
+        if q.after[0] == task:
+            where.append(f"{k}.episode_index {cmp} ?")
+            args.append(q.after[1])
+        elif (q.after[0] > task) != reverse:  # the cursor is past every episode of the task
+            where.append("0")
+    elif q.after is not None:
+        where.append(f"({k}.task, {k}.episode_index) {cmp} (?, ?)")
         args += [q.after[0], q.after[1]]
     order = "DESC" if reverse else "ASC"
-    sql = (f"SELECT {columns} FROM episodes AS e "
-           "LEFT JOIN review_state AS s ON s.task = e.task AND s.episode_index = e.episode_index "
+    states = ("review_state AS s JOIN episodes AS e" if k == "s" else
+              "episodes AS e LEFT JOIN review_state AS s") + " ON s.task = e.task AND s.episode_index = e.episode_index "
+    sql = (f"SELECT {columns} FROM {states}"
            "LEFT JOIN reviews AS r ON r.id = s.review_id "
            + ("JOIN quality AS q ON q.task = e.task AND q.episode_index = e.episode_index "
               if _QUALITY_FILTERS & set(q.filters) else "")
            + (f"WHERE {' AND '.join(where)} " if where else "")
-           + f"ORDER BY e.task {order}, e.episode_index {order} LIMIT ?")
+           + f"ORDER BY {k}.task {order}, {k}.episode_index {order} LIMIT ?")
     return sql, [*args, q.limit]
 
 
