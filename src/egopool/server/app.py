@@ -10,6 +10,12 @@ Routes:
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
   ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
   ``/api/v1/uploads`` — scope ``read``;
+* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality``
+  (the stored quality facts, null until computed) and ``preview`` (state, streams with their
+  proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
+  ``GET /api/v1/tasks/{task}/episodes/{n}/preview/{name}`` serves a preview file (HTTP Range
+  for the videos), 404 until built; ``POST`` ``.../preview`` queues a rebuild (scope
+  ``upload:*`` or ``review``) — docs/decisions.md Q5, Q6;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
 * ``POST /api/v1/tasks/{task}/episodes/{n}/review`` — ``{"verdict", "reason"}``, scope
@@ -63,6 +69,7 @@ from .page import index_page, login_page
 from .review import CSRF_HEADER, csrf_ok, csrf_token, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_totals
+from .previews import PreviewConfig, PreviewWorker, describe
 from .publish import recover_journals
 from .receive import MultipartSpool
 from .store import Store
@@ -95,6 +102,8 @@ class ServerConfig:
         Imports verified and published at the same time (the rest wait).
     max_receiving:
         Upload bodies received at the same time (the rest wait before their body is read).
+    previews:
+        The preview worker's settings (``enabled=False``: ``--no-previews``).
     """
 
     store: Path
@@ -103,6 +112,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     max_imports: int = 2
     max_receiving: int = 32
+    previews: PreviewConfig = field(default_factory=PreviewConfig)
 
 
 def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
@@ -164,8 +174,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits)
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
+            state["previews"] = PreviewWorker(store, config.previews)
+            state["previews"].start()
             yield
         finally:
+            if "previews" in state:
+                state["previews"].stop()
             store.release()
 
     app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
@@ -282,6 +296,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                     lambda: importer.import_zip(spool, task=task, form_index=body.fields.get("episode_index"),
                                                 zip_sha256=sha, upload_id=upload_id, token_id=tok.id if tok else None,
                                                 client_key=request.headers.get(CLIENT_KEY_HEADER)))
+            if result.status == "imported":  # off the request path: the answer does not wait for it
+                await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
@@ -345,7 +361,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     def _episode(task: str, index: int) -> dict[str, Any]:
         for ep in episode_entries(store_(), _task(task)):
             if ep["episode_index"] == index:
-                return ep
+                return _curation(task, index, ep)
         raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
 
     @app.post("/api/v1/tasks/{task}/episodes/{index}/review")
@@ -382,6 +398,45 @@ def create_app(config: ServerConfig) -> FastAPI:
         if "/" in name or name.startswith(".") or not path.is_file():
             raise UploadRejectedError(404, "not_found", f"no static file {name!r}")
         return FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+    def _curation(task: str, index: int, ep: dict[str, Any]) -> dict[str, Any]:
+        store = store_()
+        fps = read_info(store.root / task).get("fps") or 0
+        size = 0
+        for rel in ep["files"]:
+            with contextlib.suppress(OSError):
+                size += (store.root / task / rel).stat().st_size
+        quality = store.db.quality(task, index)
+        preview = describe(state["previews"], task, index)
+        if preview.get("error"):
+            preview["error"] = hide(preview["error"])
+        return {**ep, "duration_s": round(ep["length"] / float(fps), 6) if ep.get("length") is not None and fps else None,
+                "size_bytes": size, "quality": quality, "preview": preview}
+
+    @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
+    async def preview_file_api(task: str, index: int, name: str, request: Request) -> Response:
+        require_read(request)
+        path = await anyio.to_thread.run_sync(state["previews"].file, _task(task), index, name)
+        if path is None:
+            raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no preview {name!r} "
+                                                        "(yet); its entry in the read API says the preview's state")
+        media = {".mp4": "video/mp4", ".jpg": "image/jpeg", ".json": "application/json"}[path.suffix]
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+
+    @app.post("/api/v1/tasks/{task}/episodes/{index}/preview")
+    async def preview_rebuild_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        tok = authenticate(request, cookie_ok=False)
+        if tok is not None and not ("upload:*" in tok.scopes or "review" in tok.scopes):
+            raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not rebuild previews (scope upload:* "
+                                                        "or review)")
+        worker: PreviewWorker = state["previews"]
+        if not worker.config.enabled:
+            raise UploadRejectedError(409, "previews_off", "this server runs with --no-previews")
+        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
+        if not any(ep["episode_index"] == index for ep in eps):
+            raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        queued = await anyio.to_thread.run_sync(worker.enqueue, task, index)
+        return {"task": task, "episode_index": index, "queued": queued, "state": "pending"}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:

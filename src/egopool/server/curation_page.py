@@ -46,21 +46,19 @@ def _review_cell(r: dict[str, Any] | None) -> str:
 
 
 def _quality_cell(q: dict[str, Any] | None) -> str:
-    """A few words on the quality facts: gaps, idle share, outliers."""
+    """A few words on the quality facts: gaps and drops, idle share, blur / exposure outliers."""
     if not q:
-        return "<span class=\"dim\">—</span>"
+        return "<span class=\"dim\">not computed</span>"
     bits = []
-    gaps = q.get("gap_total") or q.get("gaps") or 0
-    drops = q.get("drop_total") or q.get("drops") or 0
+    gaps, drops = q.get("gap_total") or 0, q.get("drop_total") or 0
     if gaps or drops:
         bits.append(f"<span class=\"warn\">{_e(gaps)} gaps, {_e(drops)} drops</span>")
     if q.get("idle_fraction") is not None:
         frac = float(q["idle_fraction"])
         bits.append(f"<span class=\"{'warn' if frac >= 0.3 else 'dim'}\">{frac:.0%} idle</span>")
-    outliers = q.get("blur_outliers") or q.get("outliers")
-    if outliers:
-        bits.append(f"<span class=\"warn\">{_e(len(outliers) if isinstance(outliers, list) else outliers)} "
-                    "blur/exposure outliers</span>")
+    odd = (q.get("blur_outliers") or 0) + (q.get("exposure_outliers") or 0)
+    if odd:
+        bits.append(f"<span class=\"warn\">{_e(odd)} blur/exposure outliers</span>")
     return " · ".join(bits) or "<span class=\"ok\">clean</span>"
 
 
@@ -76,7 +74,8 @@ _SELECTS = {"validation": ("", "passed", "failed"),
             "has_gaps": ("", "true", "false")}
 _INPUTS = (("host", "host", "text", "pc-3"), ("since", "imported since", "date", ""),
            ("until", "imported before", "date", ""), ("min_duration", "min s", "number", ""),
-           ("max_duration", "max s", "number", ""), ("max_idle_fraction", "max idle share", "number", "0.3"))
+           ("max_duration", "max s", "number", ""), ("max_idle_fraction", "max idle share", "number", "0.3"),
+           ("max_blur_outliers", "max blur outliers", "number", ""))
 
 
 def _filter_form(task: str, q: EpisodeQuery) -> str:
@@ -160,18 +159,11 @@ def _facts_table(ep: dict[str, Any]) -> str:
 
 
 def _idle_ranges(q: dict[str, Any] | None) -> list[list[float]]:
-    """``[[t0, t1], ...]`` s from the quality facts' idle ranges (``[{"start_s", "end_s"}]`` or pairs)."""
-    out = []
-    for r in (q or {}).get("idle_ranges") or []:
-        if isinstance(r, dict):
-            a, b = r.get("start_s", r.get("t0")), r.get("end_s", r.get("t1"))
-        elif isinstance(r, (list, tuple)) and len(r) == 2:
-            a, b = r
-        else:
-            continue
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            out.append([float(a), float(b)])
-    return out
+    """``[[t0, t1], ...]`` s of the quality facts' idle row ranges (``[start, stop)`` rows at ``fps``)."""
+    fps = (q or {}).get("fps")
+    if not fps:
+        return []
+    return [[a / fps, b / fps] for a, b in (q or {}).get("idle_ranges") or []]
 
 
 def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], neighbours: tuple[int | None, int | None],

@@ -17,6 +17,7 @@ import binascii
 import datetime as _dt
 import json
 import math
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,7 +25,8 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .db import VERDICTS, ServerDB
 
-__all__ = ["FILTERS", "MAX_LIMIT", "EpisodeQuery", "episode_neighbours", "explain", "parse_query", "search_episodes"]
+__all__ = ["FILTERS", "MAX_LIMIT", "EpisodeQuery", "encode_cursor", "episode_neighbours", "explain", "parse_query",
+           "preview_url", "search_episodes", "thumbnail_url"]
 
 MAX_LIMIT = 500
 _DEFAULT_LIMIT = 50
@@ -83,7 +85,8 @@ def _text(name: str, value: str) -> str:
 
 
 #: filter -> (parser, SQL condition with one ``?``, or None when handled specially). The quality
-#: conditions read the ``quality`` table of the previews (``q.``), joined when such a filter is given.
+#: conditions read the ``quality`` table (``q.``, :mod:`egopool.curation.quality`): an episode
+#: whose facts are not computed yet (NULL) matches none of them.
 FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "task": (_text, "e.task = ?"),
     "host": (_text, "e.client_hostname = ?"),
@@ -94,6 +97,7 @@ FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "validation": (_choice("passed", "failed"), None),
     "review": (_choice(*_STATES), None),
     "max_idle_fraction": (_number, "q.idle_fraction <= ?"),
+    "max_blur_outliers": (_number, "q.blur_outliers <= ?"),
     "has_gaps": (_bool, None),
 }
 
@@ -167,8 +171,11 @@ def parse_query(params: Mapping[str, str]) -> EpisodeQuery:
 
 
 _COLUMNS = ("e.task, e.episode_index, e.client_host_id, e.client_hostname, e.client_episode_index, e.upload_id, "
-            "e.token_id, e.imported_at, e.length, e.streams, e.validation, r.id, r.verdict, r.reason, r.token_id, r.at")
-_QUALITY_FILTERS = {"min_duration", "max_duration", "max_idle_fraction", "has_gaps"}
+            "e.token_id, e.imported_at, e.length, e.streams, e.validation, r.id, r.verdict, r.reason, r.token_id, r.at, "
+            "q.duration_s, q.size_bytes, q.gap_total, q.drop_total, q.idle_fraction, q.blur_outliers, "
+            "q.exposure_outliers, p.state, p.manifest")
+#: the quality columns a result carries as its ``quality`` summary (the full facts: the episode API)
+_SUMMARY = ("gap_total", "drop_total", "idle_fraction", "blur_outliers", "exposure_outliers")
 
 
 def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> tuple[str, list[Any]]:
@@ -191,8 +198,7 @@ def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> 
             where.append("s.verdict IS NULL" if value == "unreviewed" else "s.verdict = ?")
             args += [] if value == "unreviewed" else [value]
         elif name == "has_gaps":
-            where.append("q.has_gaps = ?")
-            args.append(1 if value else 0)
+            where.append("q.gap_total > 0" if value else "q.gap_total = 0")
     cmp = "<" if reverse else ">"
     task = q.filters.get("task")
     if q.after is not None and task is not None:  # one task: seek on N alone (the index's equality prefix)
@@ -209,11 +215,28 @@ def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> 
               "episodes AS e LEFT JOIN review_state AS s") + " ON s.task = e.task AND s.episode_index = e.episode_index "
     sql = (f"SELECT {columns} FROM {states}"
            "LEFT JOIN reviews AS r ON r.id = s.review_id "
-           + ("JOIN quality AS q ON q.task = e.task AND q.episode_index = e.episode_index "
-              if _QUALITY_FILTERS & set(q.filters) else "")
+           + "LEFT JOIN quality AS q ON q.task = e.task AND q.episode_index = e.episode_index "
+           + "LEFT JOIN previews AS p ON p.task = e.task AND p.episode_index = e.episode_index "
            + (f"WHERE {' AND '.join(where)} " if where else "")
            + f"ORDER BY {k}.task {order}, {k}.episode_index {order} LIMIT ?")
     return sql, [*args, q.limit]
+
+
+def preview_url(task: str, index: int, name: str) -> str:
+    """The URL path of preview file ``name`` of ``(task, N)`` (the route of :mod:`egopool.server.previews`)."""
+    return (f"/api/v1/tasks/{urllib.parse.quote(task, safe='')}/episodes/{index}/preview/"
+            f"{urllib.parse.quote(name)}")
+
+
+def thumbnail_url(task: str, index: int, state: str | None, manifest: str | None) -> str | None:
+    """The first RGB stream's thumbnail of a built preview, else None."""
+    if state != "ready" or not manifest:
+        return None
+    streams = json.loads(manifest).get("streams") or []
+    for s in sorted(streams, key=lambda s: s.get("kind") != "rgb"):
+        if s.get("thumbnail"):
+            return preview_url(task, index, s["thumbnail"])
+    return None
 
 
 def _row(r: tuple[Any, ...]) -> dict[str, Any]:
@@ -221,8 +244,11 @@ def _row(r: tuple[Any, ...]) -> dict[str, Any]:
     if r[11] is not None:
         review = {"id": r[11], "verdict": r[12], "state": VERDICTS[r[12]], "reason": r[13], "token_id": r[14],
                   "at": r[15]}
+    computed = r[16] is not None or r[17] is not None
     return {"task": r[0], "episode_index": r[1], "length": r[8], "streams": json.loads(r[9]),
-            "validation": json.loads(r[10]), "review": review,
+            "validation": json.loads(r[10]), "review": review, "duration_s": r[16], "size_bytes": r[17],
+            "quality": dict(zip(_SUMMARY, r[18:23])) if computed else None,
+            "preview_state": r[23], "thumbnail": thumbnail_url(r[0], r[1], r[23], r[24]),
             "uploaded_by": {"client_host_id": r[2], "client_hostname": r[3], "client_episode_index": r[4],
                             "upload_id": r[5], "token_id": r[6], "imported_at": r[7]}}
 
@@ -231,8 +257,10 @@ def search_episodes(db: ServerDB, q: EpisodeQuery) -> tuple[list[dict[str, Any]]
     """One page of the episodes matching ``q`` and the cursor of the next page (None on the last).
 
     Each episode: ``task``, ``episode_index``, ``length`` (rows), ``streams``, ``validation``,
-    ``review`` (the current verdict or None), ``uploaded_by`` (host, its N, upload, token,
-    ``imported_at`` unix s).
+    ``review`` (the current verdict or None), ``duration_s`` (s), ``size_bytes``, ``quality``
+    (``gap_total``, ``drop_total``, ``idle_fraction``, ``blur_outliers``, ``exposure_outliers``;
+    None before the facts are computed), ``preview_state``, ``thumbnail`` (URL or None),
+    ``uploaded_by`` (host, its N, upload, token, ``imported_at`` unix s).
 
     Raises
     ------
