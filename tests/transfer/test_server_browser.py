@@ -8,7 +8,6 @@ episodes (uploader, validation, review state) are listed, and takes a screenshot
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.extra("server")
 pytest.importorskip("fastapi")
 webdriver = pytest.importorskip("selenium.webdriver")
 
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from browser_helpers import chromium  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -28,27 +27,11 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from egopool.server.tokens import add_token  # noqa: E402
 from egopool.transfer import upload_episodes  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1000"]
-
 
 @pytest.fixture()
 def browser(tmp_path: Path):
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip("Debian chromium + chromium-driver are not installed (.ci/run installs them)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    driver = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
-    try:
+    with chromium(tmp_path / "chromium-profile") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> None:

@@ -177,7 +177,10 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
     keep = {k: v for k, v in q.params().items() if k != "task"}
     prev, nxt = neighbours
     preview = ep.get("preview") or {}
-    streams = [s for s in preview.get("streams") or [] if s.get("video")]
+    ego = (ep.get("quality") or {}).get("ego_stream")
+    # the master clock is the first video: the ego stream, then the other RGB streams, then depth
+    streams = sorted((s for s in preview.get("streams") or [] if s.get("video")),
+                     key=lambda s: (s.get("key") != ego, s.get("kind") != "rgb", str(s.get("key"))))
     fps = next((s.get("fps") for s in streams if s.get("fps")), None)
     data = {"task": task, "index": n, "fps": fps, "duration": ep.get("duration_s"),
             "streams": streams, "signals": preview.get("signals"), "idle": _idle_ranges(ep.get("quality")),
@@ -198,9 +201,9 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
             f"{_e(s.get('width'))}×{_e(s.get('height'))} · {_e(s.get('frames'))} frames</span></figcaption></figure>"
             for i, s in enumerate(streams))
         player = (f"<div id=\"videos\">{figs}</div><div id=\"transport\">"
-                  "<button id=\"step-back\" title=\"one frame back (←)\">⏮</button>"
-                  "<button id=\"play\" title=\"play / pause (space)\">▶</button>"
-                  "<button id=\"step-fwd\" title=\"one frame forward (→)\">⏭</button>"
+                  "<button id=\"step-back\" title=\"one frame back (←)\">← frame</button>"
+                  "<button id=\"play\" title=\"play / pause (space)\">Play</button>"
+                  "<button id=\"step-fwd\" title=\"one frame forward (→)\">frame →</button>"
                   "<input id=\"seek\" type=\"range\" min=\"0\" max=\"1\" step=\"any\" value=\"0\">"
                   "<span id=\"clock\">0.000 s · frame 0</span></div><canvas id=\"timeline\" height=\"18\"></canvas>")
     elif state in ("pending", None):

@@ -51,6 +51,7 @@ def _size(n: int | None) -> str:
 def _doc(title: str, body: str, script: str = "") -> str:
     js = f"<script src=\"/static/{_e(script)}\" defer></script>" if script else ""
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
+            "<link rel=\"icon\" href=\"data:,\">"
             f"<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
             f"<p class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
             "<a href=\"/api/v1/tasks\">JSON API</a></p></body></html>")

@@ -42,14 +42,14 @@
     const t = master.currentTime;
     for (const v of vids) { v.playbackRate = 1; if (Math.abs(v.currentTime - t) > frame / 4) v.currentTime = t; }
     Promise.all(vids.map((v) => v.play().catch(() => undefined))).then(() => requestAnimationFrame(tick));
-    playBtn.textContent = "⏸";
+    playBtn.textContent = "Pause";
   }
   function pause() {
     if (!master) return;
     for (const v of vids) { v.pause(); v.playbackRate = 1; }
     const t = master.currentTime;
     for (const v of vids.slice(1)) v.currentTime = t;  // paused videos show the master's frame
-    playBtn.textContent = "▶";
+    playBtn.textContent = "Play";
     render();
   }
   function toggle() { if (master && master.paused) play(); else pause(); }
@@ -197,8 +197,8 @@
       signals = doc;
       $("plots").textContent = "";
       const groups = new Map();
-      for (const s of doc.series || []) {
-        const k = s.group || s.name;
+      for (const s of doc.series || []) {  // one plot per group and unit: one y scale each
+        const k = (s.group || s.name) + (s.unit ? ` [${s.unit}]` : "");
         if (!groups.has(k)) groups.set(k, []);
         groups.get(k).push(s);
       }
@@ -264,9 +264,10 @@
     if (k === " " || k === "Spacebar") { ev.preventDefault(); toggle(); }
     else if (k === "ArrowLeft") { ev.preventDefault(); step(-1); }
     else if (k === "ArrowRight") { ev.preventDefault(); step(1); }
-    else if (k === "a") review("accept");
-    else if (k === "r") review("reject");
-    else if (k === "f") review("flag");
+    else if (k === "a" || k === "r" || k === "f") {
+      ev.preventDefault();  // r / f focus the reason field: the key must not be typed into it
+      review({ a: "accept", r: "reject", f: "flag" }[k]);
+    }
     else if (k === "j" && data.next) location.href = data.next;
     else if (k === "k" && data.prev) location.href = data.prev;
   });
