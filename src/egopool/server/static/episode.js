@@ -148,7 +148,7 @@
       lx += g.measureText(label).width + 12;
     });
     g.fillStyle = "#555";
-    g.fillText(`${title}  ${lo.toPrecision(3)} … ${hi.toPrecision(3)}`, Math.max(lx, w - 260), 12);
+    g.fillText(`${title}  ${lo.toPrecision(5)} … ${hi.toPrecision(5)}`, Math.max(lx, w - 260), 12);
     plots.push({ canvas: c, draw(t) {
       const cg = c.getContext("2d");
       cg.drawImage(base, 0, 0);
@@ -168,7 +168,8 @@
     const xs = tr.x.filter((v) => v !== null), ys = tr.y.filter((v) => v !== null);
     const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
     const span = Math.max(x1 - x0, y1 - y0) || 1;
-    const X = (x) => pad + ((x - x0) / span) * (w - 2 * pad), Y = (y) => h - pad - ((y - y0) / span) * (h - 2 * pad);
+    const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;  // centred, one scale for both axes (a true top view)
+    const X = (x) => w / 2 + ((x - cx) / span) * (w - 2 * pad), Y = (y) => h / 2 - ((y - cy) / span) * (h - 2 * pad);
     g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
     g.strokeStyle = "#1f77b4"; g.beginPath();
     let pen = false;
