@@ -26,6 +26,7 @@ pytest.importorskip("fastapi")
 from egopool.cli.app import main as cli  # noqa: E402
 from egopool.server.db import EpisodeRow, ServerDB  # noqa: E402
 from egopool.server.search import explain, parse_query, search_episodes  # noqa: E402
+from egopool.server.summary import task_totals  # noqa: E402
 from egopool.server.tokens import add_token, parse_scope  # noqa: E402
 from egopool.transfer import upload_episodes  # noqa: E402
 
@@ -188,9 +189,18 @@ def test_search_page_query_walks_an_index_in_key_order(tmp_path: Path) -> None:
     db.add_episodes(rows)
     for n in range(1, 5001, 3):
         db.add_review("task1", n, "reject" if n % 2 else "accept", "blur", "anna")
-    sqlite3.connect(tmp_path / "server.db").execute("ANALYZE").connection.commit()
+    con = sqlite3.connect(tmp_path / "server.db")
+    with con:  # quality facts as the preview worker stores them (its columns; the JSON is not read here)
+        con.executemany("INSERT INTO quality (task, episode_index, duration_s, idle_fraction, gap_total, updated_at, "
+                        "facts) VALUES (?, ?, ?, ?, ?, 0, '{}')",
+                        [(r.task, r.episode_index, r.length / 30 + r.episode_index % 9, (r.episode_index % 10) / 10,
+                          r.episode_index % 5 == 0) for r in rows])
+        con.execute("ANALYZE")
+    con.close()
     for params in [{}, {"task": "task2"}, {"host": "pc-3"}, {"review": "unreviewed"}, {"review": "rejected"},
-                   {"validation": "failed", "since": "2023-11-14"}, {"task": "task1", "review": "accepted"}]:
+                   {"validation": "failed", "since": "2023-11-14"}, {"task": "task1", "review": "accepted"},
+                   {"task": "task1", "review": "rejected", "min_duration": "14", "max_idle_fraction": "0.5"},
+                   {"task": "task3", "min_duration": "15", "has_gaps": "false"}]:
         first, cursor = search_episodes(db, parse_query({**params, "limit": "100"}))
         q = parse_query({**params, "limit": "100", **({"cursor": cursor} if cursor else {})})
         plan = explain(db, q)
@@ -203,3 +213,14 @@ def test_search_page_query_walks_an_index_in_key_order(tmp_path: Path) -> None:
         assert keys == sorted(keys) and len(set(keys)) == len(keys)
     got, _ = search_episodes(db, parse_query({"task": "task1", "review": "rejected", "limit": "3"}))
     assert [e["episode_index"] for e in got] == [1, 7, 13] and got[0]["review"]["reason"] == "blur"
+    got, _ = search_episodes(db, parse_query({"task": "task1", "review": "rejected", "min_duration": "14",
+                                              "max_idle_fraction": "0.5", "limit": "4"}))
+    # rejected: N = 1, 7, 13, ... (every 6th); duration 10 + N % 9 >= 14 and idle (N % 10) / 10 <= 0.5
+    want = [n for n in range(1, 5001, 6) if 10 + n % 9 >= 14 and n % 10 <= 5][:4]
+    assert [e["episode_index"] for e in got] == want and got[0]["duration_s"] == 10 + want[0] % 9
+    got, _ = search_episodes(db, parse_query({"task": "task3", "has_gaps": "true", "limit": "3"}))
+    assert [e["episode_index"] for e in got] == [5, 10, 15]
+    totals = task_totals(db)
+    assert totals["task1"]["episodes"] == 5000 and totals["task1"]["rejected"] == 834
+    assert totals["task1"]["accepted"] == 833 and totals["task1"]["unreviewed"] == 5000 - 1667
+    assert totals["task0"]["duration_s"] == pytest.approx(sum(10 + n % 9 for n in range(1, 5001)))

@@ -86,18 +86,19 @@ def _text(name: str, value: str) -> str:
 
 #: filter -> (parser, SQL condition with one ``?``, or None when handled specially). The quality
 #: conditions read the ``quality`` table (``q.``, :mod:`egopool.curation.quality`): an episode
-#: whose facts are not computed yet (NULL) matches none of them.
+#: whose facts are not computed yet (NULL) matches none of them. Their unary ``+`` keeps SQLite from
+#: driving the query by a quality index (``quality_duration``), which would need a sort per page.
 FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "task": (_text, "e.task = ?"),
     "host": (_text, "e.client_hostname = ?"),
     "since": (_time, "e.imported_at >= ?"),
     "until": (_time, "e.imported_at < ?"),
-    "min_duration": (_number, "q.duration_s >= ?"),
-    "max_duration": (_number, "q.duration_s <= ?"),
+    "min_duration": (_number, "+q.duration_s >= ?"),
+    "max_duration": (_number, "+q.duration_s <= ?"),
     "validation": (_choice("passed", "failed"), None),
     "review": (_choice(*_STATES), None),
-    "max_idle_fraction": (_number, "q.idle_fraction <= ?"),
-    "max_blur_outliers": (_number, "q.blur_outliers <= ?"),
+    "max_idle_fraction": (_number, "+q.idle_fraction <= ?"),
+    "max_blur_outliers": (_number, "+q.blur_outliers <= ?"),
     "has_gaps": (_bool, None),
 }
 
@@ -198,7 +199,7 @@ def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> 
             where.append("s.verdict IS NULL" if value == "unreviewed" else "s.verdict = ?")
             args += [] if value == "unreviewed" else [value]
         elif name == "has_gaps":
-            where.append("q.gap_total > 0" if value else "q.gap_total = 0")
+            where.append("+q.gap_total > 0" if value else "+q.gap_total = 0")
     cmp = "<" if reverse else ">"
     task = q.filters.get("task")
     if q.after is not None and task is not None:  # one task: seek on N alone (the index's equality prefix)
@@ -211,7 +212,7 @@ def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> 
         where.append(f"({k}.task, {k}.episode_index) {cmp} (?, ?)")
         args += [q.after[0], q.after[1]]
     order = "DESC" if reverse else "ASC"
-    states = ("review_state AS s JOIN episodes AS e" if k == "s" else
+    states = ("review_state AS s CROSS JOIN episodes AS e" if k == "s" else
               "episodes AS e LEFT JOIN review_state AS s") + " ON s.task = e.task AND s.episode_index = e.episode_index "
     sql = (f"SELECT {columns} FROM {states}"
            "LEFT JOIN reviews AS r ON r.id = s.review_id "

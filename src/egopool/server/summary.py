@@ -16,35 +16,34 @@ __all__ = ["task_totals"]
 
 
 def task_totals(db: ServerDB, task: str | None = None) -> dict[str, dict[str, Any]]:
-    """Task -> ``{"episodes", "rows", "duration_s", "size_bytes", "accepted", "rejected", "flagged",
+    """Task -> ``{"episodes", "duration_s", "size_bytes", "accepted", "rejected", "flagged",
     "unreviewed", "thumbnail"}`` for the pooled episodes (those with a ``server.db`` row);
     duration (s) and size (bytes) sum the episodes whose quality facts are computed (None when
     none is); ``thumbnail`` is the lowest N's with a built preview. Only ``task`` when given.
+
+    Each figure is read from a covering index (episodes' primary key, ``review_state_verdict``,
+    ``quality_totals``): no table row is touched, so 100,000 episodes cost milliseconds.
 
     Raises
     ------
     RegistryError
         ``server.db`` failed.
     """
-    where, args = ("WHERE e.task = ? ", (task,)) if task is not None else ("", ())
+    names = [task] if task is not None else [r[0] for r in db.select("SELECT DISTINCT task FROM episodes")]
     out: dict[str, dict[str, Any]] = {}
-    for name, state, n, rows, seconds, size in db.select(
-            "SELECT e.task, s.verdict, COUNT(*), SUM(e.length), SUM(q.duration_s), SUM(q.size_bytes) FROM episodes AS e "
-            "LEFT JOIN review_state AS s ON s.task = e.task AND s.episode_index = e.episode_index "
-            "LEFT JOIN quality AS q ON q.task = e.task AND q.episode_index = e.episode_index "
-            f"{where}GROUP BY e.task, s.verdict", args):
-        t = out.setdefault(name, {"episodes": 0, "rows": 0, "duration_s": None, "size_bytes": None,
-                                  **{v: 0 for v in VERDICTS.values()}, "unreviewed": 0, "thumbnail": None})
-        t["episodes"] += n
-        t["rows"] += rows or 0
-        if seconds is not None:
-            t["duration_s"] = (t["duration_s"] or 0.0) + seconds
-        if size is not None:
-            t["size_bytes"] = (t["size_bytes"] or 0) + size
-        t[state or "unreviewed"] += n
-    for name, t in out.items():
+    for name in names:
+        n = int(db.select("SELECT COUNT(*) FROM episodes WHERE task = ?", (name,))[0][0])
+        if not n:
+            continue
+        t: dict[str, Any] = {"episodes": n}
+        for state in VERDICTS.values():
+            t[state] = int(db.select("SELECT COUNT(*) FROM review_state WHERE verdict = ? AND task = ?",
+                                     (state, name))[0][0])
+        t["unreviewed"] = n - sum(t[v] for v in VERDICTS.values())
+        t["duration_s"], t["size_bytes"] = db.select(
+            "SELECT SUM(duration_s), SUM(size_bytes) FROM quality WHERE task = ?", (name,))[0]
         first = db.select("SELECT episode_index, state, manifest FROM previews WHERE task = ? AND state = 'ready' "
                           "ORDER BY episode_index LIMIT 1", (name,))
-        if first:
-            t["thumbnail"] = thumbnail_url(name, *first[0])
+        t["thumbnail"] = thumbnail_url(name, *first[0]) if first else None
+        out[name] = t
     return out
