@@ -224,3 +224,28 @@ def test_search_page_query_walks_an_index_in_key_order(tmp_path: Path) -> None:
     assert totals["task1"]["episodes"] == 5000 and totals["task1"]["rejected"] == 834
     assert totals["task1"]["accepted"] == 833 and totals["task1"]["unreviewed"] == 5000 - 1667
     assert totals["task0"]["duration_s"] == pytest.approx(sum(10 + n % 9 for n in range(1, 5001)))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_server_db_gains_the_review_tables(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "server.db"
+    db = ServerDB(path)
+    db.add_episode(EpisodeRow("pick", 1, "ab" * 16, "pc-1", 1, "d1", 1, "pc", 1.0, 30, ["ego"],
+                              {"ok": True, "errors": 0, "warnings": 0}))
+    del db
+    con = sqlite3.connect(path)
+    with con:  # back to what an egopool of that schema wrote
+        con.execute("DROP TABLE reviews")
+        con.execute("DROP TABLE review_state")
+        con.execute("DROP INDEX quality_totals")
+        if version == 2:
+            con.execute("DROP TABLE previews")
+            con.execute("DROP TABLE quality")
+        con.execute(f"PRAGMA user_version = {version}")
+    con.close()
+    db = ServerDB(path)
+    assert db.select("PRAGMA user_version") == [(4,)]
+    assert db.episode("pick", 1) is not None and db.reviews("pick", 1) == []
+    db.add_review("pick", 1, "flag", "check", "anna")
+    got, _ = search_episodes(db, parse_query({"review": "flagged"}))
+    assert [(e["task"], e["episode_index"], e["quality"]) for e in got] == [("pick", 1, None)]

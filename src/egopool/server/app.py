@@ -62,7 +62,7 @@ from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
 from ..meta.info import read_info
-from .catalog import episode_entries, episode_file, task_detail, task_summaries
+from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import index_page, login_page
@@ -359,10 +359,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         return await anyio.to_thread.run_sync(_episode, task, index)
 
     def _episode(task: str, index: int) -> dict[str, Any]:
-        for ep in episode_entries(store_(), _task(task)):
-            if ep["episode_index"] == index:
-                return _curation(task, index, ep)
-        raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        ep = episode_entry(store_(), _task(task), index)
+        if ep is None:
+            raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        return _curation(task, index, ep)
 
     @app.post("/api/v1/tasks/{task}/episodes/{index}/review")
     async def review_api(task: str, index: int, request: Request) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from ..meta.info import read_info
 from .publish import committed_unrecorded
 from .store import Store
 
-__all__ = ["episode_entries", "episode_file", "task_detail", "task_summaries"]
+__all__ = ["episode_entries", "episode_entry", "episode_file", "task_detail", "task_summaries"]
 
 
 def _layout(store: Store, task: str) -> tuple[Path, dict[str, Any], TaskLayout]:
@@ -96,6 +96,28 @@ def episode_entries(store: Store, task: str) -> list[dict[str, Any]]:
     rows = committed_unrecorded(store, task) if groups else {}
     rows.update(store.db.episodes(task))
     return [_entry(root, g, rows.get(g.index)) for g in groups]
+
+
+def episode_entry(store: Store, task: str, index: int) -> dict[str, Any] | None:
+    """Episode N's entry (as in :func:`episode_entries`), found from N's own paths: the cost does
+    not grow with the task (the episode page and ``GET .../episodes/<N>``). None when N is not a
+    committed episode.
+
+    Raises
+    ------
+    EgopoolError
+        No such task.
+    """
+    root, info, layout = _layout(store, task)
+    g = find_episode_files(root, layout, index, info.get("video_extensions")) if index >= 1 else None
+    if g is None or not g.committed:
+        return None
+    row = store.db.episode(task, index)
+    if row is None:
+        row = committed_unrecorded(store, task).get(index)
+    if row is None:  # the journal was unlinked after the row was recorded: read the row again
+        row = store.db.episode(task, index)
+    return _entry(root, g, row)
 
 
 def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
