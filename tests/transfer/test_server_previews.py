@@ -10,10 +10,13 @@ A preview that cannot be built leaves the import confirmed and says why; a rebui
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import sqlite3
+import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import av
@@ -25,6 +28,8 @@ from PIL import Image
 from transfer_helpers import ServerProc, cli
 
 from egopool.codecs.video import count_video_frames, video_info
+from egopool.curation.selection import read_selection
+from egopool.errors import EgopoolError
 from egopool.read.reader import open_task
 from egopool.schema import slam_trajectory_columns, vector_column
 from egopool.write.episode_writer import StreamSpec
@@ -289,3 +294,49 @@ def test_export_only_the_selected_episodes(tmp_path: Path) -> None:
     answer.write_text(json.dumps({"episodes": [{"task": "other", "index": 2}]}))
     assert cli(["export", "lerobot", str(task), str(tmp_path / "c"), "--episodes-from", str(answer)]) == 1
     assert not (tmp_path / "c").exists()
+
+
+class _Pages(http.server.BaseHTTPRequestHandler):
+    """Two pages of a search answer in the shape the server's ``/api/v1/episodes`` gives, behind a token."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        if self.headers.get("Authorization") != "Bearer sesame":
+            body, status = {"error": "unauthorized"}, 401
+        elif q.get("review") != ["accepted"]:
+            body, status = {"error": "bad_request"}, 400
+        elif "cursor" not in q:
+            body, status = {"episodes": [{"task": "sel", "index": 2}], "next_cursor": "p2"}, 200
+        else:
+            body, status = {"episodes": [{"task": "sel", "index": 4}, {"task": "x", "index": 1}], "next_cursor": None}, 200
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_selection_url_pages_and_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli(["simulate", "--rig", "uvc3", "--episodes", "4", "--seconds", "0.2", "--scale", "8",
+                "--out", str(tmp_path / "pc"), "--task", "sel", "--seed", "3", "--json"]) == 0
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/api/v1/episodes?task=sel&review=accepted"
+    try:
+        monkeypatch.delenv("EGOPOOL_TOKEN", raising=False)
+        with pytest.raises(EgopoolError, match="refused the selection"):
+            read_selection(url)
+        monkeypatch.setenv("EGOPOOL_TOKEN", "sesame")
+        sel = read_selection(url)
+        assert sel.for_task("sel") == [2, 4] and sel.by_task() == {"sel": [2, 4], "x": [1]}
+        assert cli(["export", "lerobot", str(tmp_path / "pc" / "sel"), str(tmp_path / "out"), "--episodes-from", url,
+                    "--json"]) == 0
+        mapping = json.loads((tmp_path / "out" / "egopool_mapping.json").read_text())
+        assert [e["pooled_episode_index"] for e in mapping["episodes"]] == [2, 4]
+    finally:
+        srv.shutdown()
+        srv.server_close()
