@@ -30,7 +30,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from transfer_helpers import ServerProc, _digest, rebuild_zip, store_files, write_task
+from transfer_helpers import ServerProc, _digest, previews_settled, rebuild_zip, store_files, write_task
 
 from egopool.transfer import MANIFEST_NAME, pack_episode
 
@@ -301,6 +301,7 @@ def test_quoted_overlap_zip_bomb_is_refused_before_anything_is_extracted(server:
 # -- unauthenticated requests cost nothing -----------------------------------------------------------------
 def test_token_less_posts_leave_no_row_and_write_nothing(server: ServerProc, tokens, good: Path) -> None:
     reader = {"Authorization": f"Bearer {tokens[1]['reader']}"}
+    previews_settled(server.store)  # the earlier uploads' previews are built in the background
     log_before = httpx.get(server.url + "/api/v1/uploads?limit=1000", headers=reader).json()["uploads"]
     state = server.store / ".egopool-server"
     db_before = {p.name: p.stat().st_size for p in state.glob("server.db*")}

@@ -249,3 +249,18 @@ def test_an_older_server_db_gains_the_review_tables(tmp_path: Path, version: int
     db.add_review("pick", 1, "flag", "check", "anna")
     got, _ = search_episodes(db, parse_query({"review": "flagged"}))
     assert [(e["task"], e["episode_index"], e["quality"]) for e in got] == [("pick", 1, None)]
+
+
+def test_the_accepted_episodes_are_a_training_selection(served) -> None:
+    """The judgement reaches training: `--episodes-from <search URL>` (egopool.curation.selection) reads
+    this API page by page."""
+    from egopool.curation.selection import read_selection
+
+    srv, tok, _ = served
+    for n, verdict in ((1, "accept"), (2, "reject"), (3, "accept"), (4, "accept")):
+        assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/{n}/review", headers=_bearer(tok["rev"]),
+                          json={"verdict": verdict, "reason": "" if verdict == "accept" else "blur"}).status_code == 200
+    assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/4/review", headers=_bearer(tok["rev"]),
+                      json={"verdict": "flag", "reason": "look again"}).status_code == 200
+    sel = read_selection(f"{srv.url}/api/v1/episodes?task=pick_cup&review=accepted&limit=1", token=tok["read"])
+    assert sel.by_task() == {"pick_cup": [1, 3]}

@@ -54,9 +54,9 @@ class FrameStats:
     sharpness:
         ``(S,)`` float64 variance of the 4-neighbour Laplacian of the luma (0..255 units²).
     brightness:
-        ``(S,)`` float64 mean luma (0..255).
+        ``(S,)`` float64 mean luma, full range (0 black .. 255 white).
     clipped:
-        ``(S,)`` float64 fraction of luma pixels at ≤ 2 or ≥ 253.
+        ``(S,)`` float64 fraction of luma pixels at ≤ 2 or ≥ 253 (full range).
     """
 
     rows: np.ndarray
@@ -225,7 +225,9 @@ def rgb_proxy(src: str | Path, out_dir: Path, key: str, fps: float, *, rows: int
                     proxy = _Proxy(video, w, h, fps)
                 small = frame.reformat(width=proxy.width, height=proxy.height, format="yuv420p")
                 if i % every == 0:
-                    y = small.to_ndarray()[: proxy.height]
+                    # limited-range luma (16..235) -> 0..255, so black is 0 and white 255
+                    y = np.clip((small.to_ndarray()[: proxy.height].astype(np.float32) - 16.0) * (255.0 / 219.0),
+                                0.0, 255.0)
                     s_rows.append(i)
                     sharp.append(_laplacian_var(y))
                     bright.append(float(y.mean()))

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ..arrowutil import int_values_to_numpy, list_offsets
 from ..errors import EgopoolError
-from ..read.forces import force_matrix_sampled, iter_force_matrix_blocks
+from ..read.forces import iter_force_matrix_blocks
 from ..read.reader import Episode
 
 __all__ = ["MAX_POINTS", "downsample_rows", "episode_signals"]
@@ -153,9 +153,12 @@ def episode_signals(ep: Episode, max_points: int = MAX_POINTS) -> dict[str, Any]
 
     def matrix(col: str) -> None:
         total = np.full(rows, np.nan)
-        for first, frames in iter_force_matrix_blocks(ep, col):
-            total[first: first + frames.shape[0]] = frames[..., 2].sum(axis=(1, 2), dtype=np.float64)
-        total[~force_matrix_sampled(ep, col)] = np.nan
+        sampled = np.zeros(rows, bool)
+        for first, frames in iter_force_matrix_blocks(ep, col):  # one decode: the sum and the sample mask
+            stop = first + frames.shape[0]
+            total[first:stop] = frames[..., 2].sum(axis=(1, 2), dtype=np.float64)
+            sampled[first:stop] = np.any(frames.reshape(frames.shape[0], -1) != 0, axis=1)
+        total[~_ns_present(ep, col, sampled)] = np.nan  # as force_matrix_sampled says
         series.append(_series(f"{col}.sum_fz", "mN", "force", total, idx))
 
     for col in names:

@@ -9,7 +9,8 @@ Layout (never inside a task directory: readers and the store's tasks stay as the
         ├── <image_key>.jpg          thumbnail
         └── signals.json
 
-A published episode is queued (:meth:`PreviewWorker.enqueue`); worker threads build it into a
+A published episode is queued (:meth:`PreviewWorker.enqueue`); worker threads (niced: imports
+come first) build it into a
 temporary directory beside its place and rename it in whole, so a reader sees the old build or
 the new one, never half of one. Each build is tried up to :data:`ATTEMPTS` times (a transient
 error, e.g. a full disk, may pass); ``server.db`` records ``pending`` / ``ready`` / ``failed``
@@ -50,6 +51,8 @@ __all__ = ["ATTEMPTS", "PreviewConfig", "PreviewWorker", "describe", "preview_na
 log = logging.getLogger("egopool.server.previews")
 #: Builds tried per queued episode before it is ``failed``.
 ATTEMPTS = 3
+#: Niceness of the builder threads: imports (the request path) come first on a busy machine.
+_NICE = 10
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.(mp4|jpg|json)$")
 
 
@@ -184,6 +187,8 @@ class PreviewWorker:
             log.exception("the preview scan at start-up failed")
 
     def _run(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: per thread; FFmpeg's threads inherit it
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
         while not self._stop.is_set():
             item = self._queue.get()
             if item is None:
