@@ -88,7 +88,8 @@ def main(out: Path) -> None:
                 time.sleep(2.0)
                 driver.execute_script("for (const v of document.querySelectorAll('video')) v.currentTime = 1.2;")
                 time.sleep(1.5)
-                driver.execute_script("document.getElementById('seek').dispatchEvent(new Event('input'))")
+                height = driver.execute_script("return document.documentElement.scrollHeight")
+                driver.set_window_size(1400, min(int(height) + 200, 3200))  # the whole page: review, facts, keys
                 time.sleep(1.0)
                 driver.save_screenshot(str(out / "episode.png"))
             finally:

@@ -151,9 +151,9 @@ def _facts_table(ep: dict[str, Any]) -> str:
     q = ep.get("quality") or {}
     rows = [["duration", _duration(ep.get("duration_s"))], ["size", _size(ep.get("size_bytes"))],
             ["rows", _e(ep.get("length"))], ["validation", _validation(ep.get("validation"))]]
-    for k in sorted(q):
+    for k in sorted(set(q) - {"duration_s", "rows", "size_bytes"}):  # those three are the rows above
         v = q[k]
-        text = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+        text = v if isinstance(v, str) else json.dumps(v)
         rows.append([_e(k), _e(text if len(text) <= 300 else text[:300] + " …")])
     return _table("quality", ("fact", "value"), rows)
 
@@ -229,9 +229,9 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
     keys = "".join(f"<li><kbd>{_e(k)}</kbd> {_e(v)}</li>" for k, v in SHORTCUTS.items()
                    if can_review or k not in ("a", "r", "f"))
     body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin, player,
-            "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",
             f"<h2>Review</h2><p>Current: <span id=\"review-state\">{_review_cell(current)}</span></p>", review_box,
-            hist, "<h2>Quality facts</h2>", _facts_table(ep),
-            f"<h2>Keyboard</h2><ul id=\"shortcuts\">{keys}</ul>", _json_script(data)]
+            hist, f"<ul id=\"shortcuts\">{keys}</ul>",
+            "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",
+            "<h2>Quality facts</h2>", _facts_table(ep), _json_script(data)]
     return _doc(f"egopool · {task} · {n}", "".join(body), script="episode.js")
 

@@ -123,7 +123,8 @@ def index_page(tasks: Sequence[dict[str, Any]], totals: dict[str, dict[str, Any]
                                         "unreviewed": 0}
         trows.append([_thumb(tot.get("thumbnail")), _task_link(t["name"]), _e(t["episodes"]),
                       _duration(tot.get("duration_s")), _size(tot.get("size_bytes")), _reviews(tot),
-                      _e(t["fps"]), _e(", ".join(t["streams"])), _time(t["last_upload_at"])])
+                      _e(t["fps"]), f"<span class=\"wrap\">{_e(', '.join(t['streams']))}</span>",
+                      _time(t["last_upload_at"])])
     body = ["<h1>egopool pooling server</h1>", "<h2>Tasks</h2>",
             _table("tasks", ("", "task", "episodes", "duration", "size", "review", "fps", "streams", "last upload"),
                    trows)

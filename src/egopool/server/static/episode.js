@@ -159,7 +159,7 @@
   function topView(tr, ts) {
     const c = document.createElement("canvas");
     c.setAttribute("data-group", "trajectory " + tr.column);
-    c.style.width = "320px"; c.style.height = "320px";
+    c.className = "top";
     $("plots").appendChild(c);
     fitCanvas(c);
     const base = document.createElement("canvas");
