@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .db import ReviewRow, UploadRow
-from .page import _doc, _duration, _e, _size, _table, _task_link, _thumb, _time, _uploads_table, _validation
+from .page import _doc, _duration, _e, _size, _table, _thumb, _time, _uploads_table, _validation
 from .search import EpisodeQuery
 
 __all__ = ["SHORTCUTS", "episode_page", "task_page"]
