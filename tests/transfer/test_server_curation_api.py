@@ -67,7 +67,10 @@ def test_review_history_and_scopes(served) -> None:
                       ({"verdict": "flag", "reason": "   "}, "a flag needs a reason")]:
         r = httpx.post(url, json=body, headers=_bearer(tok["rev"]))
         assert r.status_code == 400 and r.json()["message"].startswith(why)
-    assert httpx.post(url, content=b"[1]", headers=_bearer(tok["rev"])).status_code == 400
+    assert httpx.post(url, content=b"[1]", headers={**_bearer(tok["rev"]), "Content-Type": "application/json"}
+                      ).status_code == 400
+    r = httpx.post(url, content=b'{"verdict": "accept"}', headers={**_bearer(tok["rev"]), "Content-Type": "text/plain"})
+    assert r.status_code == 415 and r.json()["message"].startswith("a review is a JSON body")
     assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/9/review", json={"verdict": "accept"},
                       headers=_bearer(tok["rev"])).status_code == 404
 
@@ -128,6 +131,21 @@ def test_browser_cookie_review_needs_same_origin_and_csrf(served) -> None:
         assert data["can_review"] is False and 'id="accept"' not in page
         r = c.post(url, json=body, headers={"X-Egopool-CSRF": data["csrf"], "Origin": srv.url})
         assert r.status_code == 403 and r.json()["message"].startswith("token 'viewer' has no review scope")
+
+
+def test_without_tokens_only_the_servers_own_pages_review(tmp_path: Path) -> None:
+    task = write_task(tmp_path / "pc", "pick_cup", episodes=1)
+    with ServerProc(tmp_path / "store") as srv:
+        assert upload_episodes(task, server=srv.url).ok
+        url = f"{srv.url}/api/v1/tasks/pick_cup/episodes/1/review"
+        body = json.dumps({"verdict": "reject", "reason": "cross-site"})
+        refused = [httpx.post(url, content=body, headers={"Content-Type": "text/plain", "Origin": "http://evil.example"}),
+                   httpx.post(url, content=body, headers={"Content-Type": "application/json",
+                                                          "Origin": "http://evil.example"})]
+        assert [r.status_code for r in refused] == [415, 403]
+        ok = httpx.post(url, content=body, headers={"Content-Type": "application/json", "Origin": srv.url})
+        assert ok.status_code == 200 and ok.json()["token_id"] is None
+        assert len(httpx.get(url + "s").json()["reviews"]) == 1
 
 
 def test_search_filters_and_stable_paging(served) -> None:

@@ -214,11 +214,19 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def require_review(request: Request) -> Token | None:
         """A bearer token, or the sign-in cookie on a same-origin request carrying the CSRF header."""
-        if not tokens.enabled:
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            # an HTML form or a "simple" cross-site fetch cannot send application/json (a CORS preflight would)
+            raise UploadRejectedError(415, "unsupported_media_type", "a review is a JSON body",
+                                      hint="send Content-Type: application/json")
+        origin = request.headers.get("origin")
+        if not tokens.enabled:  # loopback without tokens: still only this server's own pages
+            if origin not in (None, "null") and origin.split("://", 1)[-1] != request.headers.get("host"):
+                raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
+                                                            "server's page (same origin)")
             return None
         cookie = request.cookies.get(_COOKIE)
         if _bearer(request) is None and cookie:
-            if not csrf_ok(cookie, request.headers.get(CSRF_HEADER), request.headers.get("origin"),
+            if not csrf_ok(cookie, request.headers.get(CSRF_HEADER), origin,
                            request.headers.get("sec-fetch-site"), request.headers.get("host")):
                 raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
                                                             f"server's page (same origin, {CSRF_HEADER} header)")
