@@ -29,6 +29,7 @@ from transfer_helpers import ServerProc, cli
 
 from egopool.codecs.video import count_video_frames, video_info
 from egopool.curation.selection import read_selection
+from egopool.dataset import PooledDataset
 from egopool.errors import EgopoolError
 from egopool.read.reader import open_task
 from egopool.schema import slam_trajectory_columns, vector_column
@@ -333,6 +334,9 @@ def test_selection_url_pages_and_token(tmp_path: Path, monkeypatch: pytest.Monke
         monkeypatch.setenv("EGOPOOL_TOKEN", "sesame")
         sel = read_selection(url)
         assert sel.for_task("sel") == [2, 4] and sel.by_task() == {"sel": [2, 4], "x": [1]}
+        ds = PooledDataset(tmp_path / "pc" / "sel", ["timestamp"],
+                           episodes=sel.by_task(only=["sel"]))
+        assert sorted({int(ds[i]["episode_index"]) for i in range(len(ds))}) == [2, 4]
         assert cli(["export", "lerobot", str(tmp_path / "pc" / "sel"), str(tmp_path / "out"), "--episodes-from", url,
                     "--json"]) == 0
         mapping = json.loads((tmp_path / "out" / "egopool_mapping.json").read_text())
