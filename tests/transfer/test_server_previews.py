@@ -53,7 +53,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
 
 
 def _auth(tok: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tok}"}
+    return {"Authorization": f"Bearer {tok}"} if tok else {}
 
 
 def _settled(url: str, task: str, n: int, tok: str, timeout: float = 600.0) -> dict:
@@ -344,3 +344,22 @@ def test_selection_url_pages_and_token(tmp_path: Path, monkeypatch: pytest.Monke
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_episodes_without_previews_are_built_at_start(tmp_path: Path) -> None:
+    """A store pooled with --no-previews (or before schema 3): the next server with previews builds them."""
+    assert cli(["simulate", "--rig", "uvc3", "--episodes", "2", "--seconds", "0.2", "--scale", "8",
+                "--out", str(tmp_path / "pc"), "--task", "late", "--seed", "4", "--json"]) == 0
+    store = tmp_path / "store"
+    with ServerProc(store, "--no-previews") as srv:
+        assert upload_episodes(tmp_path / "pc" / "late", server=srv.url).ok
+        ep = httpx.get(f"{srv.url}/api/v1/tasks/late/episodes/2").json()
+        assert ep["preview"] == {"state": "pending", "error": None, "streams": [], "signals": None, "enabled": False}
+        assert ep["quality"] is None and ep["duration_s"] == pytest.approx(ep["length"] / 30.0)
+        assert httpx.post(f"{srv.url}/api/v1/tasks/late/episodes/2/preview").status_code == 409
+    assert not (store / ".egopool-server" / "previews").exists()
+    with ServerProc(store) as srv:
+        for n in (1, 2):
+            ep = _settled(srv.url, "late", n, "")
+            assert ep["preview"]["state"] == "ready" and len(ep["preview"]["streams"]) == 3
+            assert ep["quality"]["frames"] == {k: ep["length"] for k in ep["streams"]}
