@@ -154,7 +154,12 @@ class PreviewWorker:
             if (task, index) in self._queued:
                 return False
             self._queued.add((task, index))
-        self.store.db.set_preview(task, index, "pending", attempts=0)
+        try:
+            self.store.db.set_preview(task, index, "pending", attempts=0)
+        except BaseException:
+            with self._lock:
+                self._queued.discard((task, index))
+            raise
         self._queue.put((task, index))
         return True
 
