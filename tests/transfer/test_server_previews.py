@@ -29,6 +29,7 @@ from transfer_helpers import ServerProc, cli
 
 from egopool.codecs.video import count_video_frames, video_info
 from egopool.curation.selection import read_selection
+from egopool.dataset import PooledDataset
 from egopool.errors import EgopoolError
 from egopool.read.reader import open_task
 from egopool.schema import slam_trajectory_columns, vector_column
@@ -52,7 +53,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
 
 
 def _auth(tok: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tok}"}
+    return {"Authorization": f"Bearer {tok}"} if tok else {}
 
 
 def _settled(url: str, task: str, n: int, tok: str, timeout: float = 600.0) -> dict:
@@ -333,6 +334,9 @@ def test_selection_url_pages_and_token(tmp_path: Path, monkeypatch: pytest.Monke
         monkeypatch.setenv("EGOPOOL_TOKEN", "sesame")
         sel = read_selection(url)
         assert sel.for_task("sel") == [2, 4] and sel.by_task() == {"sel": [2, 4], "x": [1]}
+        ds = PooledDataset(tmp_path / "pc" / "sel", ["timestamp"],
+                           episodes=sel.by_task(only=["sel"]))
+        assert sorted({int(ds[i]["episode_index"]) for i in range(len(ds))}) == [2, 4]
         assert cli(["export", "lerobot", str(tmp_path / "pc" / "sel"), str(tmp_path / "out"), "--episodes-from", url,
                     "--json"]) == 0
         mapping = json.loads((tmp_path / "out" / "egopool_mapping.json").read_text())
@@ -340,3 +344,22 @@ def test_selection_url_pages_and_token(tmp_path: Path, monkeypatch: pytest.Monke
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_episodes_without_previews_are_built_at_start(tmp_path: Path) -> None:
+    """A store pooled with --no-previews (or before schema 3): the next server with previews builds them."""
+    assert cli(["simulate", "--rig", "uvc3", "--episodes", "2", "--seconds", "0.2", "--scale", "8",
+                "--out", str(tmp_path / "pc"), "--task", "late", "--seed", "4", "--json"]) == 0
+    store = tmp_path / "store"
+    with ServerProc(store, "--no-previews") as srv:
+        assert upload_episodes(tmp_path / "pc" / "late", server=srv.url).ok
+        ep = httpx.get(f"{srv.url}/api/v1/tasks/late/episodes/2").json()
+        assert ep["preview"] == {"state": "pending", "error": None, "streams": [], "signals": None, "enabled": False}
+        assert ep["quality"] is None and ep["duration_s"] == pytest.approx(ep["length"] / 30.0)
+        assert httpx.post(f"{srv.url}/api/v1/tasks/late/episodes/2/preview").status_code == 409
+    assert not (store / ".egopool-server" / "previews").exists()
+    with ServerProc(store) as srv:
+        for n in (1, 2):
+            ep = _settled(srv.url, "late", n, "")
+            assert ep["preview"]["state"] == "ready" and len(ep["preview"]["streams"]) == 3
+            assert ep["quality"]["frames"] == {k: ep["length"] for k in ep["streams"]}

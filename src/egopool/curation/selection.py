@@ -9,7 +9,7 @@ A selection is one of:
   ``$EGOPOOL_TOKEN`` (``Authorization: Bearer``); while an answer has a ``next_cursor``, the
   next page is fetched with ``cursor=<next_cursor>`` added to the URL's query.
 
-Use it with the loader: ``PooledDataset(roots, episodes=read_selection(src).by_task())``.
+Use it with the loader: ``PooledDataset(roots, keys, episodes=read_selection(src).by_task(only=names))``.
 """
 
 from __future__ import annotations
@@ -64,12 +64,13 @@ class Selection:
                                hint="select episodes of this task on the server, or export the task it names")
         return picked
 
-    def by_task(self) -> dict[str, list[int]]:
+    def by_task(self, only: Iterable[str] | None = None) -> dict[str, list[int]]:
         """``{task: ascending N}`` for :class:`egopool.dataset.PooledDataset`'s ``episodes`` (a bare N
-        has no task: use :meth:`for_task`)."""
+        has no task: use :meth:`for_task`); ``only``: keep these task names (the tasks the dataset reads)."""
+        keep = set(only) if only is not None else None
         out: dict[str, set[int]] = {}
         for t, n in self.items:
-            if t is not None:
+            if t is not None and (keep is None or t in keep):
                 out.setdefault(t, set()).add(n)
         return {t: sorted(v) for t, v in sorted(out.items())}
 

@@ -305,7 +305,10 @@ def create_app(config: ServerConfig) -> FastAPI:
                                                 zip_sha256=sha, upload_id=upload_id, token_id=tok.id if tok else None,
                                                 client_key=request.headers.get(CLIENT_KEY_HEADER)))
             if result.status == "imported":  # off the request path: the answer does not wait for it
-                await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
+                try:
+                    await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
+                except Exception:  # noqa: BLE001 - a preview never fails an import (rebuilt at the next start)
+                    log.exception("could not queue the previews of %s episode %d", task, result.episode_index)
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,

@@ -104,8 +104,6 @@ class PreviewWorker:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
-        self._idle = threading.Condition(self._lock)
-        self._busy = 0
 
     # -- paths ---------------------------------------------------------------------------------------
     def episode_dir(self, task: str, index: int) -> Path:
@@ -154,19 +152,13 @@ class PreviewWorker:
             if (task, index) in self._queued:
                 return False
             self._queued.add((task, index))
-        self.store.db.set_preview(task, index, "pending", attempts=0)
+        try:
+            self.store.db.set_preview(task, index, "pending", attempts=0)
+        except BaseException:
+            with self._lock:
+                self._queued.discard((task, index))
+            raise
         self._queue.put((task, index))
-        return True
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until nothing is queued or building (benchmarks); False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._idle:
-            while self._queued or self._busy:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._idle.wait(left)
         return True
 
     def _backfill(self) -> None:
@@ -195,15 +187,10 @@ class PreviewWorker:
                 return
             with self._lock:
                 self._queued.discard(item)
-                self._busy += 1
             try:
                 self._build_with_retries(*item)
             except Exception:  # noqa: BLE001 - the worker outlives any one episode
                 log.exception("preview of %s episode %d", *item)
-            finally:
-                with self._idle:
-                    self._busy -= 1
-                    self._idle.notify_all()
 
     def _clean(self, text: str) -> str:
         """An error line without the server's paths (the answer must never name one)."""
