@@ -274,7 +274,7 @@ def test_schema_2_catalog_is_migrated(tmp_path: Path) -> None:
     assert again.quality("t", 1) is None and again.previews() == [] and len(again.uploads()) == 1
     again.set_preview("t", 1, "ready", manifest={"streams": []})
     assert again.preview("t", 1).state == "ready"
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 4  # 3 + the reviews of schema 4 (Q11)
 
 
 def test_export_only_the_selected_episodes(tmp_path: Path) -> None:

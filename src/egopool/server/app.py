@@ -70,7 +70,7 @@ from .review import CSRF_HEADER, csrf_ok, csrf_token, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_totals
 from .previews import PreviewConfig, PreviewWorker, describe
-from .publish import recover_journals
+from .publish import pending_rows, recover_journals
 from .receive import MultipartSpool
 from .store import Store
 from .tokens import Token, TokenStore
@@ -400,7 +400,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def search_api(request: Request) -> dict[str, Any]:
         require_read(request)
         q = parse_query(dict(request.query_params))
-        eps, nxt = await anyio.to_thread.run_sync(search_episodes, store_().db, q)
+
+        def run() -> tuple[list[dict[str, Any]], str | None]:
+            store = store_()
+            pending = pending_rows(store, q.filters.get("task"))  # the journals first, then server.db (U5)
+            return search_episodes(store.db, q, pending)
+
+        eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
 
     @app.get("/static/{name}")
@@ -482,7 +488,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         def build() -> str:
             store = store_()
             info = read_info(store.root / _task(task))
-            eps, nxt = search_episodes(store.db, q)
+            eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
                              store.db.uploads(limit=20, task=task))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import UploadRejectedError
-from .db import VERDICTS, ServerDB
+from .db import VERDICTS, EpisodeRow, ServerDB
 
 __all__ = ["FILTERS", "MAX_LIMIT", "EpisodeQuery", "encode_cursor", "episode_neighbours", "explain", "parse_query",
            "preview_url", "search_episodes", "thumbnail_url"]
@@ -254,8 +254,35 @@ def _row(r: tuple[Any, ...]) -> dict[str, Any]:
                             "upload_id": r[5], "token_id": r[6], "imported_at": r[7]}}
 
 
-def search_episodes(db: ServerDB, q: EpisodeQuery) -> tuple[list[dict[str, Any]], str | None]:
+def _pending_matches(row: EpisodeRow, q: EpisodeQuery) -> bool:
+    """``q``'s filters on an episode that committed but has no ``server.db`` row yet: no verdict, no
+    quality facts (so a quality filter never matches, as for a NULL fact)."""
+    for name, value in q.filters.items():
+        ok = {"task": lambda: row.task == value, "host": lambda: row.client_hostname == value,
+              "since": lambda: row.imported_at >= value, "until": lambda: row.imported_at < value,
+              "validation": lambda: bool(row.validation.get("ok")) == (value == "passed"),
+              "review": lambda: value == "unreviewed"}.get(name, lambda: False)()
+        if not ok:
+            return False
+    return q.after is None or (row.task, row.episode_index) > q.after
+
+
+def _pending_dict(r: EpisodeRow) -> dict[str, Any]:
+    return {"task": r.task, "episode_index": r.episode_index, "length": r.length, "streams": r.streams,
+            "validation": r.validation, "review": None, "duration_s": None, "size_bytes": None, "quality": None,
+            "preview_state": None, "thumbnail": None,
+            "uploaded_by": {"client_host_id": r.client_host_id, "client_hostname": r.client_hostname,
+                            "client_episode_index": r.client_episode_index, "upload_id": r.upload_id,
+                            "token_id": r.token_id, "imported_at": r.imported_at}}
+
+
+def search_episodes(db: ServerDB, q: EpisodeQuery, pending: Mapping[tuple[str, int], EpisodeRow] | None = None
+                    ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of the episodes matching ``q`` and the cursor of the next page (None on the last).
+
+    ``pending``: episodes that committed a moment before their ``server.db`` row
+    (:func:`~egopool.server.publish.pending_rows`, read *before* this call), merged in so that the
+    search, like every reader, lists an episode from its commit on (docs/decisions.md U5).
 
     Each episode: ``task``, ``episode_index``, ``length`` (rows), ``streams``, ``validation``,
     ``review`` (the current verdict or None), ``duration_s`` (s), ``size_bytes``, ``quality``
@@ -270,6 +297,11 @@ def search_episodes(db: ServerDB, q: EpisodeQuery) -> tuple[list[dict[str, Any]]
     """
     sql, args = _sql(replace(q, limit=q.limit + 1))
     rows = [_row(r) for r in db.select(sql, tuple(args))]
+    extra = [_pending_dict(r) for key, r in (pending or {}).items() if _pending_matches(r, q)]
+    if extra:
+        have = {(r["task"], r["episode_index"]) for r in rows}
+        rows = sorted(rows + [r for r in extra if (r["task"], r["episode_index"]) not in have],
+                      key=lambda r: (r["task"], r["episode_index"]))
     more = len(rows) > q.limit
     rows = rows[:q.limit]
     nxt = encode_cursor((rows[-1]["task"], rows[-1]["episode_index"])) if more and rows else None
