@@ -55,7 +55,7 @@ from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
 from ..meta.info import read_info
-from .catalog import episode_entries, episode_file, task_detail, task_summaries
+from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .page import index_page, login_page, task_page
 from .previews import PreviewConfig, PreviewWorker, describe
@@ -330,11 +330,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}")
     async def episode_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
-        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
-        for ep in eps:
-            if ep["episode_index"] == index:
-                return await anyio.to_thread.run_sync(_curation, task, index, ep)
-        raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        ep = await anyio.to_thread.run_sync(episode_entry, store_(), _task(task), index)
+        if ep is None:
+            raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        return await anyio.to_thread.run_sync(_curation, task, index, ep)
 
     def _curation(task: str, index: int, ep: dict[str, Any]) -> dict[str, Any]:
         store = store_()
@@ -369,8 +368,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         worker: PreviewWorker = state["previews"]
         if not worker.config.enabled:
             raise UploadRejectedError(409, "previews_off", "this server runs with --no-previews")
-        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
-        if not any(ep["episode_index"] == index for ep in eps):
+        if await anyio.to_thread.run_sync(episode_entry, store_(), _task(task), index) is None:
             raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
         queued = await anyio.to_thread.run_sync(worker.enqueue, task, index)
         return {"task": task, "episode_index": index, "queued": queued, "state": "pending"}
