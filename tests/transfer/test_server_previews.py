@@ -212,6 +212,12 @@ def test_quality_facts_find_idle_blur_and_exposure(tmp_path: Path, tokens: tuple
         assert q["exposure_rows"] == list(range(*_BLACK)) and q["exposure_outliers"] == _BLACK[1] - _BLACK[0]
         assert q["duration_s"] == pytest.approx(_ROWS / 30.0) and q["frames"] == {"head_depth": _ROWS,
                                                                                  "head_rgb": _ROWS}
+        # the trajectory's top view: down_left_forward re-expressed as right_forward_up (right = -left, forward)
+        sig = httpx.get(srv.url + ep["preview"]["signals"], headers=_auth(tok["reader"])).json()
+        (top,) = sig["trajectories"]
+        assert top["column"] == "observation.slam_trajectory" and top["frame"] == "right_forward_up"
+        np.testing.assert_allclose(top["x"], -pos[:, 1], atol=1e-9)
+        np.testing.assert_allclose(top["y"], pos[:, 2], atol=1e-9)
         # the catalog query curui filters with
         db = ServerDB(store / ".egopool-server" / "server.db")
         assert [(t, n) for t, n, _ in db.quality_facts("idle", {"blur_outliers": (">", 0)})] == [("idle", 1)]
