@@ -315,7 +315,8 @@ class _Pages(http.server.BaseHTTPRequestHandler):
         elif "cursor" not in q:
             body, status = {"episodes": [{"task": "sel", "index": 2}], "next_cursor": "p2"}, 200
         else:
-            body, status = {"episodes": [{"task": "sel", "index": 4}, {"task": "x", "index": 1}], "next_cursor": None}, 200
+            body = {"episodes": [{"task": "sel", "index": 4}, {"task": "x", "index": 1}], "next_cursor": None}
+            status = 200
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

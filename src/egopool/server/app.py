@@ -337,7 +337,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def _curation(task: str, index: int, ep: dict[str, Any]) -> dict[str, Any]:
         store = store_()
-        fps = read_info(store.root / task).get("fps") or 0
+        fps = read_info(store.root / task).get("fps")
+        fps = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0 else None
         size = 0
         for rel in ep["files"]:
             with contextlib.suppress(OSError):
@@ -346,7 +347,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         preview = describe(state["previews"], task, index)
         if preview.get("error"):
             preview["error"] = hide(preview["error"])
-        return {**ep, "duration_s": round(ep["length"] / float(fps), 6) if ep.get("length") is not None and fps else None,
+        if quality and quality.get("errors"):
+            quality["errors"] = [hide(str(e)) for e in quality["errors"]]
+        length = ep.get("length")
+        return {**ep, "duration_s": round(length / fps, 6) if length is not None and fps else None,
                 "size_bytes": size, "quality": quality, "preview": preview}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
