@@ -40,7 +40,7 @@ pytestmark = pytest.mark.extra("server")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from egopool.server.db import ServerDB  # noqa: E402
+from egopool.server.db import _SCHEMA_VERSION, ServerDB  # noqa: E402
 from egopool.transfer import upload_episodes  # noqa: E402
 
 
@@ -212,6 +212,12 @@ def test_quality_facts_find_idle_blur_and_exposure(tmp_path: Path, tokens: tuple
         assert q["exposure_rows"] == list(range(*_BLACK)) and q["exposure_outliers"] == _BLACK[1] - _BLACK[0]
         assert q["duration_s"] == pytest.approx(_ROWS / 30.0) and q["frames"] == {"head_depth": _ROWS,
                                                                                  "head_rgb": _ROWS}
+        # the trajectory's top view: down_left_forward re-expressed as right_forward_up (right = -left, forward)
+        sig = httpx.get(srv.url + ep["preview"]["signals"], headers=_auth(tok["reader"])).json()
+        (top,) = sig["trajectories"]
+        assert top["column"] == "observation.slam_trajectory" and top["frame"] == "right_forward_up"
+        np.testing.assert_allclose(top["x"], -pos[:, 1], atol=1e-9)
+        np.testing.assert_allclose(top["y"], pos[:, 2], atol=1e-9)
         # the catalog query curui filters with
         db = ServerDB(store / ".egopool-server" / "server.db")
         assert [(t, n) for t, n, _ in db.quality_facts("idle", {"blur_outliers": (">", 0)})] == [("idle", 1)]
@@ -274,7 +280,7 @@ def test_schema_2_catalog_is_migrated(tmp_path: Path) -> None:
     assert again.quality("t", 1) is None and again.previews() == [] and len(again.uploads()) == 1
     again.set_preview("t", 1, "ready", manifest={"streams": []})
     assert again.preview("t", 1).state == "ready"
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 4  # 3 + the reviews of schema 4 (Q11)
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == _SCHEMA_VERSION >= 3
 
 
 def test_export_only_the_selected_episodes(tmp_path: Path) -> None:
@@ -309,7 +315,8 @@ class _Pages(http.server.BaseHTTPRequestHandler):
         elif "cursor" not in q:
             body, status = {"episodes": [{"task": "sel", "index": 2}], "next_cursor": "p2"}, 200
         else:
-            body, status = {"episodes": [{"task": "sel", "index": 4}, {"task": "x", "index": 1}], "next_cursor": None}, 200
+            body = {"episodes": [{"task": "sel", "index": 4}, {"task": "x", "index": 1}], "next_cursor": None}
+            status = 200
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

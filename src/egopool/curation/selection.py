@@ -134,7 +134,8 @@ def _fetch(url: str, token: str | None, timeout: float) -> list[tuple[str | None
         try:
             r = httpx.get(page, headers=headers, timeout=timeout, follow_redirects=False)
         except httpx.HTTPError as exc:
-            raise EgopoolError(f"cannot fetch the selection {shown}: {exc}", hint="check the URL and the server") from exc
+            raise EgopoolError(f"cannot fetch the selection {shown}: {exc}",
+                               hint="check the URL and the server") from exc
         if r.status_code in (401, 403):
             raise EgopoolError(f"the server refused the selection {shown} ({r.status_code})",
                                hint=f"put a token with the read scope in ${TOKEN_ENV}")

@@ -418,7 +418,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def _curation(task: str, index: int, ep: dict[str, Any]) -> dict[str, Any]:
         store = store_()
-        fps = read_info(store.root / task).get("fps") or 0
+        fps = read_info(store.root / task).get("fps")
+        fps = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0 else None
         size = 0
         for rel in ep["files"]:
             with contextlib.suppress(OSError):
@@ -427,7 +428,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         preview = describe(state["previews"], task, index)
         if preview.get("error"):
             preview["error"] = hide(preview["error"])
-        return {**ep, "duration_s": round(ep["length"] / float(fps), 6) if ep.get("length") is not None and fps else None,
+        if quality and quality.get("errors"):
+            quality["errors"] = [hide(str(e)) for e in quality["errors"]]
+        length = ep.get("length")
+        return {**ep, "duration_s": round(length / fps, 6) if length is not None and fps else None,
                 "size_bytes": size, "quality": quality, "preview": preview}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
@@ -449,8 +453,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         worker: PreviewWorker = state["previews"]
         if not worker.config.enabled:
             raise UploadRejectedError(409, "previews_off", "this server runs with --no-previews")
-        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
-        if not any(ep["episode_index"] == index for ep in eps):
+        if await anyio.to_thread.run_sync(episode_entry, store_(), _task(task), index) is None:
             raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
         queued = await anyio.to_thread.run_sync(worker.enqueue, task, index)
         return {"task": task, "episode_index": index, "queued": queued, "state": "pending"}

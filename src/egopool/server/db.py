@@ -573,7 +573,8 @@ class ServerDB:
             args.append(task)
         for fact, (op, value) in (filters or {}).items():
             if fact not in QUALITY_COLUMNS or op not in _FILTER_OPS:
-                raise ValueError(f"cannot filter on {fact!r} {op!r}: facts are {QUALITY_COLUMNS}, ops {sorted(_FILTER_OPS)}")
+                raise ValueError(f"cannot filter on {fact!r} {op!r}: facts are {QUALITY_COLUMNS}, "
+                                 f"ops {sorted(_FILTER_OPS)}")
             where.append(f"{fact} {_FILTER_OPS[op]} ?")
             args.append(value)
         if after is not None:
