@@ -13,6 +13,7 @@ timed with one keep-alive client; each figure is the median wall time of ``--rep
 requests, interleaved round by round:
 
 * baseline ``GET /healthz`` (routing, no work) and ``GET /static/egopool.css`` (a file);
+* ``GET /`` (the index: every task with its totals);
 * ``GET /tasks/<task>`` (page 1: 50 rows, filter form, totals), the same page at a cursor
   near the end (keyset paging: should cost what page 1 does), a filtered search page
   (``review=rejected&min_duration=...&max_idle_fraction=...``);
@@ -105,6 +106,7 @@ def main() -> None:
         targets = {
             "GET /healthz (baseline)": "/healthz",
             "GET /static/egopool.css": "/static/egopool.css",
+            "index page": "/",
             "task page, page 1": f"/tasks/{task}",
             "task page, deep cursor": f"/tasks/{task}?cursor={deep}",
             "task page, filtered": f"/tasks/{task}?review=rejected&min_duration=20&max_idle_fraction=0.3",
