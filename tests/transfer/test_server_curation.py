@@ -167,7 +167,11 @@ def test_review_an_episode_in_the_browser(tmp_path: Path) -> None:
         assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == ["1"]
         assert rows[0].find_elements(By.TAG_NAME, "td")[8].text == "flagged depth has holes <check>"
 
-        # a read-only token: no review buttons, keys do nothing, its POST is refused
+        # sign out; a read-only token: no review buttons, keys do nothing, its POST is refused
+        browser.find_element(By.ID, "logout").click()
+        wait.until(ec.presence_of_element_located((By.ID, "token")))
+        browser.get(srv.url + "/tasks/grasp")
+        assert browser.find_elements(By.ID, "token") and not browser.find_elements(By.ID, "filters")
         _sign_in(browser, wait, srv.url, viewer)
         browser.get(srv.url + "/tasks/grasp/episodes/3")
         wait.until(ec.title_is("egopool · grasp · 3"))

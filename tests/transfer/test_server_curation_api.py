@@ -94,8 +94,10 @@ def test_review_history_and_scopes(served) -> None:
     assert [e["episode_index"] for e in found.json()["episodes"]] == [1, 3, 4]
 
     # the task page shows the state; the reason is escaped
-    page = httpx.get(f"{srv.url}/tasks/pick_cup", headers=_bearer(tok["read"])).text
+    r = httpx.get(f"{srv.url}/tasks/pick_cup", headers=_bearer(tok["read"]))
+    page = r.text
     assert "1 accepted" in page and 'data-state="accepted"' in page
+    assert "script-src 'self'" in r.headers["content-security-policy"]
     r = httpx.post(url, json={"verdict": "flag", "reason": "<script>x</script>"}, headers=_bearer(tok["rev"]))
     page = httpx.get(f"{srv.url}/tasks/pick_cup/episodes/2", headers=_bearer(tok["read"])).text
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page

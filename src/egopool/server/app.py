@@ -185,6 +185,17 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url=None)  # the schema is served below, scope read
 
+    @app.middleware("http")
+    async def _page_policy(request: Request, call_next: Any) -> Response:
+        """Pages load only this server's script, style, images and videos (docs/decisions.md Q16)."""
+        response: Response = await call_next(request)
+        if response.headers.get("content-type", "").startswith("text/html"):
+            response.headers["Content-Security-Policy"] = (
+                "default-src 'self'; img-src 'self' data:; media-src 'self'; script-src 'self'; "
+                "style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+            response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
     def store_() -> Store:
         return state["store"]  # type: ignore[no-any-return]
 

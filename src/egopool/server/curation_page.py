@@ -37,12 +37,16 @@ def _qs(params: dict[str, str]) -> str:
     return ("?" + urllib.parse.urlencode(params)) if params else ""
 
 
+def _state(state: str) -> str:
+    cls = {"accepted": "ok", "rejected": "bad", "flagged": "warn"}[state]
+    return f"<span class=\"{cls}\" data-state=\"{_e(state)}\">{_e(state)}</span>"
+
+
 def _review_cell(r: dict[str, Any] | None) -> str:
     if not r:
         return "<span class=\"dim\">unreviewed</span>"
-    cls = {"accepted": "ok", "rejected": "bad", "flagged": "warn"}[r["state"]]
     reason = f" <span class=\"dim\">{_e(r['reason'])}</span>" if r.get("reason") else ""
-    return f"<span class=\"{cls}\" data-state=\"{_e(r['state'])}\">{_e(r['state'])}</span>{reason}"
+    return _state(r["state"]) + reason
 
 
 def _quality_cell(q: dict[str, Any] | None) -> str:
@@ -224,7 +228,7 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
                       "<button id=\"reject\" class=\"bad\">reject (r)</button> "
                       "<button id=\"flag\" class=\"warn\">flag (f)</button> <span id=\"review-msg\"></span></div>")
     hist = _table("reviews", ("when", "verdict", "reason", "token"),
-                  [[_time(r.at), _review_cell(r.to_dict()).split(" <span class=\"dim\">")[0], _e(r.reason),
+                  [[_time(r.at), _state(r.state), _e(r.reason),
                     _e(r.token_id or "—")] for r in reversed(reviews)])
     keys = "".join(f"<li><kbd>{_e(k)}</kbd> {_e(v)}</li>" for k, v in SHORTCUTS.items()
                    if can_review or k not in ("a", "r", "f"))

@@ -53,8 +53,9 @@ def _doc(title: str, body: str, script: str = "") -> str:
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
             "<link rel=\"icon\" href=\"data:,\">"
             f"<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
-            f"<p class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
-            "<a href=\"/api/v1/tasks\">JSON API</a></p></body></html>")
+            f"<footer class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
+            "<a href=\"/api/v1/tasks\">JSON API</a> · <form method=\"post\" action=\"/logout\">"
+            "<button type=\"submit\" id=\"logout\">sign out</button></form></footer></body></html>")
 
 
 def _table(table_id: str, head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
