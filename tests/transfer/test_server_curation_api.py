@@ -284,3 +284,29 @@ def test_the_accepted_episodes_are_a_training_selection(served) -> None:
                       json={"verdict": "flag", "reason": "look again"}).status_code == 200
     sel = read_selection(f"{srv.url}/api/v1/episodes?task=pick_cup&review=accepted&limit=1", token=tok["read"])
     assert sel.by_task() == {"pick_cup": [1, 3]}
+
+
+def test_episode_page_escapes_values_and_marks_idle_ranges() -> None:
+    from egopool.server.curation_page import episode_page
+    from egopool.server.db import ReviewRow
+
+    evil = "</script><script>alert(1)</script>"
+    ep = {"episode_index": 7, "length": 150, "validation": {"ok": True, "errors": 0, "warnings": 0},
+          "duration_s": 5.0, "size_bytes": 1234,
+          "quality": {"fps": 30.0, "idle_ranges": [[30, 90], [120, 150]], "ego_stream": "wrist",
+                      "note": evil},
+          "preview": {"state": "ready", "signals": "/api/v1/tasks/t/episodes/7/preview/signals.json",
+                      "streams": [{"key": "depth", "kind": "depth", "video": "/d.mp4", "thumbnail": None, "fps": 30.0,
+                                   "width": 8, "height": 6, "frames": 150},
+                                  {"key": "wrist", "kind": "rgb", "video": "/w.mp4", "thumbnail": "/w.jpg",
+                                   "fps": 30.0, "width": 8, "height": 6, "frames": 150}]},
+          "uploaded_by": {"client_hostname": evil, "client_host_id": "ab" * 16, "client_episode_index": 3,
+                          "upload_id": 9, "token_id": "pc", "imported_at": 0.0}}
+    page = episode_page("t<b>", ep, [ReviewRow(1, "t<b>", 7, "flag", evil, "anna", 0.0)], (6, None),
+                        parse_query({"host": "pc-1"}), can_review=False, csrf="")
+    assert "<script>alert" not in page and "&lt;/script&gt;&lt;script&gt;alert(1)" in page
+    data = json.loads(re.search(r'id="episode-data">(.*?)</script>', page).group(1))
+    assert data["idle"] == [[1.0, 3.0], [4.0, 5.0]]  # rows [start, stop) at 30 fps -> s
+    assert [s["key"] for s in data["streams"]] == ["wrist", "depth"]  # the ego stream is the master clock
+    assert data["prev"] == "/tasks/t%3Cb%3E/episodes/6?host=pc-1" and data["next"] is None
+    assert data["can_review"] is False and 'id="accept"' not in page and "<kbd>a</kbd>" not in page
