@@ -148,6 +148,11 @@ def test_without_tokens_only_the_servers_own_pages_review(tmp_path: Path) -> Non
         ok = httpx.post(url, content=body, headers={"Content-Type": "application/json", "Origin": srv.url})
         assert ok.status_code == 200 and ok.json()["token_id"] is None
         assert len(httpx.get(url + "s").json()["reviews"]) == 1
+        # a task copied into the store (not pooled here) is on the index with its total_episodes
+        write_task(srv.store, "copied", episodes=2, registry=False)
+        index = httpx.get(srv.url + "/").text
+        assert 'href="/tasks/copied">copied</a></td><td>2 <span class="dim">(none pooled here)</span>' in index
+        assert "1 rejected" in index
 
 
 def test_search_filters_and_stable_paging(served) -> None:

@@ -68,7 +68,7 @@ from .curation_page import episode_page, task_page
 from .page import index_page, login_page
 from .review import CSRF_HEADER, csrf_ok, csrf_token, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
-from .summary import task_totals
+from .summary import task_overview, task_totals
 from .previews import PreviewConfig, PreviewWorker, describe
 from .publish import pending_rows, recover_journals
 from .receive import MultipartSpool
@@ -488,7 +488,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         def build() -> str:
             store = store_()
-            return index_page(task_summaries(store), task_totals(store.db), store.db.uploads(limit=20))
+            return index_page(task_overview(store), store.db.uploads(limit=20))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

@@ -24,7 +24,7 @@
 Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
 digest; 3 adds ``previews`` and ``quality``; 4 adds ``reviews``, ``review_state`` and the covering
-index ``quality_totals`` (created by the schema script: every row of an older file is kept). An older file is migrated when the
+indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept). An older file is migrated when the
 server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
@@ -147,7 +147,8 @@ CREATE TABLE IF NOT EXISTS review_state (
 );
 CREATE INDEX IF NOT EXISTS review_state_verdict ON review_state (verdict, task, episode_index);
 """ + _CURATION_TABLES + """;
-CREATE INDEX IF NOT EXISTS quality_totals ON quality (task, duration_s, size_bytes)
+CREATE INDEX IF NOT EXISTS quality_totals ON quality (task, duration_s, size_bytes);
+CREATE INDEX IF NOT EXISTS uploads_task ON uploads (task, outcome, finished_at)
 """
 
 

@@ -110,19 +110,21 @@ def _thumb(url: str | None) -> str:
         "<span class=\"thumb none\"></span>"
 
 
-def index_page(tasks: Sequence[dict[str, Any]], totals: dict[str, dict[str, Any]],
-               uploads: Sequence[UploadRow]) -> str:
-    """``/``: the tasks (``tasks`` from :func:`~egopool.server.catalog.task_summaries`, ``totals`` from
-    :func:`~egopool.server.summary.task_totals`) and the last uploads."""
+def index_page(tasks: Sequence[dict[str, Any]], uploads: Sequence[UploadRow]) -> str:
+    """``/``: the tasks (:func:`~egopool.server.summary.task_overview`: episodes, duration, size and
+    review totals of the pooled episodes, a thumbnail) and the last uploads. A task with no pooled
+    episode (copied into the store) shows its ``total_episodes``."""
     trows = []
     for t in tasks:
         if "error" in t:
             trows.append(["", _task_link(t["name"]), f"<span class=\"bad\">{_e(t['error'])}</span>", "", "", "", "",
                           "", ""])
             continue
-        tot = totals.get(t["name"]) or {"episodes": 0, "accepted": 0, "rejected": 0, "flagged": 0,
-                                        "unreviewed": 0}
-        trows.append([_thumb(tot.get("thumbnail")), _task_link(t["name"]), _e(t["episodes"]),
+        tot = t.get("totals")
+        count = _e(tot["episodes"]) if tot else \
+            f"{_e(t.get('total_episodes'))} <span class=\"dim\">(none pooled here)</span>"
+        tot = tot or {"accepted": 0, "rejected": 0, "flagged": 0, "unreviewed": 0}
+        trows.append([_thumb(tot.get("thumbnail")), _task_link(t["name"]), count,
                       _duration(tot.get("duration_s")), _size(tot.get("size_bytes")), _reviews(tot),
                       _e(t["fps"]), f"<span class=\"wrap\">{_e(', '.join(t['streams']))}</span>",
                       _time(t["last_upload_at"])])

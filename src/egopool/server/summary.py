@@ -9,10 +9,40 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import EgopoolError
+from ..meta.info import read_info
 from .db import VERDICTS, ServerDB
 from .search import thumbnail_url
+from .store import Store
 
-__all__ = ["task_totals"]
+__all__ = ["task_overview", "task_totals"]
+
+
+def task_overview(store: Store) -> list[dict[str, Any]]:
+    """The index's tasks without walking a task directory: ``name``, ``fps``, ``streams`` and
+    ``total_episodes`` from ``info.json`` (or ``error``: why it does not read), ``last_upload_at``
+    (unix s of the last imported upload, None when none; an index of ``server.db``), plus the
+    :func:`task_totals` of the pooled episodes under ``totals`` (None for a task copied into the store).
+
+    Raises
+    ------
+    RegistryError
+        ``server.db`` failed.
+    """
+    totals = task_totals(store.db)
+    out: list[dict[str, Any]] = []
+    for name in store.tasks():
+        last = store.db.select("SELECT MAX(finished_at) FROM uploads WHERE task = ? AND outcome = 'imported'",
+                               (name,))[0][0]
+        try:
+            info = read_info(store.root / name)
+        except EgopoolError as exc:
+            out.append({"name": name, "error": exc.one_line(), "totals": totals.get(name), "last_upload_at": last})
+            continue
+        out.append({"name": name, "total_episodes": info.get("total_episodes"), "fps": info.get("fps"),
+                    "streams": sorted((info.get("video_extensions") or {}).keys()), "last_upload_at": last,
+                    "totals": totals.get(name)})
+    return out
 
 
 def task_totals(db: ServerDB, task: str | None = None) -> dict[str, dict[str, Any]]:
