@@ -339,7 +339,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
     port = free_port()
     store = work / "store"
     server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
-                    "--log-level", "warning"], work / "server.log")
+                    "--log-level", "warning", "--no-previews"], work / "server.log")  # previews: bench_previews.py
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
     wall, reports, client_rss = run_clients(roots, url, "egopool", work)
@@ -366,7 +366,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
         print(f"\nbig episode: {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB) recorded in {time.perf_counter() - t:.0f} s")
         stop(server)
         server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
-                        "--log-level", "warning"], work / "server.log")
+                        "--log-level", "warning", "--no-previews"], work / "server.log")
         wait_up(url + "/healthz", server)
         wall, reports, client_rss = run_clients([work / "bigpc"], url, "egopool", work)
         server_rss = rss_text(server.pid)

@@ -1,13 +1,13 @@
 """The server's HTML page in a real headless browser: Debian's chromium driven by selenium (chromium-driver).
 
 Nothing is installed here: `.ci/run` installs chromium and chromium-driver, the server extra installs
-selenium. The test signs in with a read token, checks that the tasks, their episodes (length, streams,
-uploader, validation) and the last uploads are listed, and takes a screenshot.
+selenium. The test signs in with a read token, checks that the tasks, the last uploads and a task's
+episodes (uploader, validation, review state) are listed, and takes a screenshot. The curation pages
+(filters, the episode player, review) are tests/transfer/test_server_curation.py.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.extra("server")
 pytest.importorskip("fastapi")
 webdriver = pytest.importorskip("selenium.webdriver")
 
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from browser_helpers import chromium  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -27,27 +27,11 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from egopool.server.tokens import add_token  # noqa: E402
 from egopool.transfer import upload_episodes  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1000"]
-
 
 @pytest.fixture()
 def browser(tmp_path: Path):
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip("Debian chromium + chromium-driver are not installed (.ci/run installs them)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    driver = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
-    try:
+    with chromium(tmp_path / "chromium-profile") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> None:
@@ -72,16 +56,11 @@ def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> 
         wait.until(ec.presence_of_element_located((By.ID, "tasks")))
 
         tasks = browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")
-        cells = {r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+        cells = {r.find_elements(By.TAG_NAME, "td")[1].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
                  for r in tasks}
         assert set(cells) == {"pick_cup", "place_cup"}
-        assert cells["pick_cup"][1:3] == ["3", "3"] and cells["pick_cup"][4] == "cam"
-        rows = browser.find_elements(By.CSS_SELECTOR, "#episodes-pick_cup tbody tr")
-        eps = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
-        assert [e[0] for e in eps] == ["1", "2", "3"]
-        for n, e in enumerate(eps, 1):
-            assert e[1] == f"000/{n - 1:03d}" and e[2] == "3" and e[3] == "cam"  # chunk/file, length, streams
-            assert f"its N {n}" in e[4] and e[5] == "valid"
+        assert cells["pick_cup"][2] == "3" and cells["pick_cup"][7] == "cam"  # episodes, streams
+        assert cells["pick_cup"][5] == "0 accepted · 0 rejected · 0 flagged · 3 unreviewed"
         uploads = browser.find_elements(By.CSS_SELECTOR, "#uploads tbody tr")
         assert len(uploads) == 4
         assert all("imported" in u.text and "pc-7" in u.text for u in uploads)
@@ -92,6 +71,14 @@ def test_html_page_lists_tasks_episodes_and_uploads(browser, tmp_path: Path) -> 
         assert img.shape[0] >= 500 and img.shape[1] >= 800
         assert img.std() > 10  # text and table borders, not a blank page
 
+        browser.find_element(By.LINK_TEXT, "pick_cup").click()
+        wait.until(ec.title_is("egopool · pick_cup"))
+        rows = browser.find_elements(By.CSS_SELECTOR, "#episodes-pick_cup tbody tr")
+        eps = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+        assert [e[1] for e in eps] == ["1", "2", "3"]
+        for n, e in enumerate(eps, 1):
+            assert f"its N {n}" in e[4] and e[6] == "valid" and e[8] == "unreviewed"
+        browser.find_element(By.LINK_TEXT, "all tasks").click()
         browser.find_element(By.LINK_TEXT, "place_cup").click()
         wait.until(ec.title_is("egopool · place_cup"))
         assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes-place_cup tbody tr")) == 1

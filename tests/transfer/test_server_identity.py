@@ -31,6 +31,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from egopool.transfer import upload_episodes  # noqa: E402
+from egopool.server.db import _SCHEMA_VERSION  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_a_version_1_catalog_keeps_working(tmp_path: Path) -> None:
         version = con.execute("PRAGMA user_version").fetchone()[0]
         table = con.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes'").fetchone()[0]
         con.close()
-        assert version == 2 and "UNIQUE" not in table
+        assert version == _SCHEMA_VERSION and "UNIQUE" not in table
         before = store_files(store)
         assert _pairs(upload_episodes(pc, [1, 2], server=srv.url, registry=False)) == [(1, "duplicate", 1),
                                                                                        (2, "duplicate", 2)]

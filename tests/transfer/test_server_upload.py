@@ -235,7 +235,9 @@ def test_task_names_in_chinese(server: ServerProc, tokens, tmp_path: Path) -> No
     eps = httpx.get(f"{server.url}/api/v1/tasks/抓取杯子_双手/episodes", headers=h).json()["episodes"]
     assert [e["episode_index"] for e in eps] == [1, 2]
     page = httpx.get(f"{server.url}/", headers=h).text
-    assert "抓取杯子_双手" in page and 'id="episodes-抓取杯子_双手"' in page
+    assert "抓取杯子_双手" in page and 'href="/tasks/%E6%8A%93' in page
+    page = httpx.get(f"{server.url}/tasks/抓取杯子_双手", headers=h).text
+    assert 'id="episodes-抓取杯子_双手"' in page and "/tasks/%E6%8A%93%E5%8F%96%E6%9D%AF%E5%AD%90_%E5%8F%8C%E6%89%8B/episodes/2" in page
 
 
 def test_request_size_limit(tmp_path: Path) -> None:

@@ -149,9 +149,9 @@ class Poller:
             if not whole:
                 self._bad(f"episode {n} listed half: complete={ep['complete']} length={ep['length']} "
                           f"streams={ep['streams']} files={len(ep['files'])} uploaded_by={ep['uploaded_by']}")
-        page = client.get("/").text
+        page = client.get(f"/tasks/{TASK}?limit=500").text  # the task page: its search reads journals + server.db
         table = re.search(rf'<table id="episodes-{TASK}">.*?</table>', page, re.S)
-        on_page = {int(v) for v in re.findall(r"<tr><td>(\d+)</td>", table.group(0))} if table else set()
+        on_page = {int(v) for v in re.findall(r'/episodes/(\d+)[^"]*">\d+</a>', table.group(0))} if table else set()
         if set(self.first_seen) - on_page:  # the page is built after the listing: it holds at least as much
             self._bad(f"the page lists {sorted(on_page)}, the read API listed {sorted(self.first_seen)}")
         if listed:

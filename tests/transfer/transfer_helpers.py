@@ -22,8 +22,8 @@ from ops_helpers import clone_episode, snapshot, write_task  # noqa: E402  (shar
 from egopool.cli.app import main as cli  # noqa: E402
 from egopool.transfer.manifest import MANIFEST_NAME, MemberRecord, episode_digest  # noqa: E402
 
-__all__ = ["ServerProc", "clone_episode", "cli", "rebuild_zip", "server_pids", "simulate", "snapshot", "store_files",
-           "verify_workers", "write_task"]
+__all__ = ["ServerProc", "clone_episode", "cli", "previews_settled", "rebuild_zip", "server_pids", "simulate", "snapshot",
+           "store_files", "verify_workers", "write_task"]
 
 
 def free_port() -> int:
@@ -122,6 +122,24 @@ class ServerProc:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def previews_settled(store: Path, timeout: float = 600.0) -> None:
+    """Wait until the server has no preview queued or being built (``server.db``; docs/decisions.md Q5): a test
+    measuring what the server writes must not count the background builds of earlier uploads."""
+    import sqlite3
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        con = sqlite3.connect(store / ".egopool-server" / "server.db", timeout=30)
+        try:
+            pending = con.execute("SELECT COUNT(*) FROM previews WHERE state = 'pending'").fetchone()[0]
+        finally:
+            con.close()
+        if not pending:
+            return
+        time.sleep(0.2)
+    raise TimeoutError("previews still pending")
 
 
 def simulate(root: Path, task: str, episodes: int, rig: str = "uvc3", seconds: float = 0.3, seed: int = 0) -> Path:

@@ -47,6 +47,11 @@ def lerobot_cmd(
     out: Path = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT))."),
     episodes: list[int] = episode_option("--episodes", "-e",
                                          help="Global N to export (repeat; default all), in ascending N."),
+    episodes_from: str | None = typer.Option(None, "--episodes-from", metavar="FILE|URL",
+                                             help="Export only the episodes a selection names: a file of N per "
+                                                  "line, a JSON list of N or a pooling server's JSON answer "
+                                                  "({\"episodes\": [{\"task\", \"index\"}]}), or the URL of "
+                                                  "one (token from $EGOPOOL_TOKEN; pages followed)."),
     state: list[str] = typer.Option(None, "--state", metavar="COL",
                                     help="Columns concatenated (float32) into observation.state (repeat, in order)."),
     action: list[str] = typer.Option(None, "--action", metavar="COL",
@@ -70,6 +75,15 @@ def lerobot_cmd(
     written by its own Ray task and meta/ is assembled here: the same files as without --ray (TASK and OUT must
     be on a file system every node sees). --dry-run does not start Ray.
     """
+    if episodes_from is not None:
+        from ..curation.selection import read_selection
+
+        if episodes:
+            raise typer.BadParameter("give --episodes or --episodes-from, not both", param_hint="--episodes-from")
+        from ..meta.info import read_info
+
+        name = str((read_info(task).get("task_name") or "")) if (task / "meta" / "info.json").is_file() else ""
+        episodes = read_selection(episodes_from).for_task(task.resolve().name, *([name] if name else []))
     with progress_bar("exporting episodes", json_out or dry_run) as tick, \
             executor_for(None if dry_run else ray) as executor:
         result = export_lerobot(task, out, episodes=episodes or None, state=state or (), action=action or (),

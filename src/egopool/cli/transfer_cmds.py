@@ -174,10 +174,21 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
               max_connections: int = typer.Option(1024, "--max-connections", min=1,
                                                   help="Open connections; more are answered 503 (the client "
                                                        "retries)."),
+              previews: bool = typer.Option(True, "--previews/--no-previews",
+                                            help="Build browser previews (H.264 proxies, thumbnails, signals.json) "
+                                                 "and quality facts of every published episode, in the background."),
+              previews_dir: Path | None = typer.Option(None, "--previews-dir",
+                                                       help="Where previews go (default: the store's "
+                                                            ".egopool-server/previews; never inside a task)."),
+              preview_workers: int = typer.Option(1, "--preview-workers", min=1,
+                                                  help="Episodes whose previews are built at the same time."),
+              idle_frames: int = typer.Option(30, "--idle-frames", min=1,
+                                              help="Quality facts: rows without motion of trajectories and grippers "
+                                                   "that make an idle range."),
               log_level: str = typer.Option("info", "--log-level")) -> None:
     """Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool).
 
-    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports. A new task, or a column or stream a task does not declare yet, needs a token that may declare it (scope declare:<task>, declare:* or upload:<task>).
+    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Previews (H.264 proxies of every stream, depth colour-mapped, thumbnails, signals.json) and quality facts of each published episode are built in the background (--no-previews: not at all); a failed preview never fails an import. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports. A new task, or a column or stream a task does not declare yet, needs a token that may declare it (scope declare:<task>, declare:* or upload:<task>).
     """
     if on_conflict not in ("renumber", "reject"):
         raise typer.BadParameter("use renumber or reject", param_hint="--on-conflict")
@@ -187,7 +198,9 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
     try:
         import uvicorn
 
+        from ..curation.quality import QualityParams
         from ..server.app import ServerConfig, create_app
+        from ..server.previews import PreviewConfig
         from ..server.zipcheck import Limits
     except ImportError as exc:
         raise EgopoolError(f"the server needs the optional packages of egopool[server] ({exc.name} is missing)",
@@ -196,7 +209,9 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
     limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
                     max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
     config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict, limits=limits,
-                          max_imports=max_imports, max_receiving=max_receiving)
+                          max_imports=max_imports, max_receiving=max_receiving,
+                          previews=PreviewConfig(enabled=previews, root=previews_dir, workers=preview_workers,
+                                                 quality=QualityParams(idle_min_frames=idle_frames)))
     web = create_app(config)
     err_console.print(f"egopool serve: store {store.resolve()}, http://{host}:{port}/, on conflict: {on_conflict}, "
                       f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}")
@@ -208,7 +223,7 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
 def token_add_cmd(tokens: Path = typer.Option(..., "--tokens", help="Tokens file (created)."),
                   token_id: str = typer.Option(..., "--id", help="A name for the token, e.g. lab-pc-3."),
                   scopes: list[str] = typer.Option(..., "--scope",
-                                                   help="read, upload:*, upload:<task>, declare:* or "
+                                                   help="read, review, upload:*, upload:<task>, declare:* or "
                                                         "declare:<task> (may create the task and set its fps, "
                                                         "columns and streams); repeat for several."),
                   json_out: bool = _JSON) -> None:

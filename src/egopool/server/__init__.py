@@ -7,5 +7,7 @@ same name, merging ``info.json`` / ``stats.json`` with the local writer's own co
 Imports run one way: ``app`` (FastAPI routes) -> ``importer`` (verify, allocate, renumber)
 -> ``publish`` (journaled placement, recovery) / ``zipcheck`` / ``renumber`` -> ``store``
 -> ``db``; ``receive`` (streaming multipart), ``tokens``, ``catalog`` and ``page`` serve
-``app``. Only ``app`` and ``receive`` need the extra's packages (FastAPI, python-multipart).
+``app``; so do the curation modules: ``review`` (verdicts, CSRF), ``search`` (filters, keyset
+paging), ``summary`` (task totals) and ``curation_page`` (task and episode pages, with
+``static/``). Only ``app`` and ``receive`` need the extra's packages (FastAPI, python-multipart).
 """

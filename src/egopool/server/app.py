@@ -10,8 +10,21 @@ Routes:
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
   ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
   ``/api/v1/uploads`` — scope ``read``;
+* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality``
+  (the stored quality facts, null until computed) and ``preview`` (state, streams with their
+  proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
+  ``GET /api/v1/tasks/{task}/episodes/{n}/preview/{name}`` serves a preview file (HTTP Range
+  for the videos), 404 until built; ``POST`` ``.../preview`` queues a rebuild (scope
+  ``upload:*`` or ``review``) — docs/decisions.md Q5, Q6;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
+* ``POST /api/v1/tasks/{task}/episodes/{n}/review`` — ``{"verdict", "reason"}``, scope
+  ``review`` (a bearer token, or the browser's cookie with the page's CSRF header from the same
+  origin, :mod:`egopool.server.review`); ``GET .../reviews`` — the history, scope ``read``;
+* ``GET /api/v1/episodes?<filters>&limit=&cursor=`` — search (:mod:`egopool.server.search`),
+  scope ``read``; ``GET /tasks/{task}?<filters>`` is the same as a page, and
+  ``GET /tasks/{task}/episodes/{n}`` the episode page (:mod:`egopool.server.curation_page`);
+* ``GET /static/{name}`` — the pages' script and style sheet (no token: nothing of the store);
 * ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` like the rest of the
   read API (docs/decisions.md U10; no ``/docs`` page);
 * ``GET /healthz`` — no token.
@@ -49,10 +62,16 @@ from starlette.requests import ClientDisconnect
 from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
-from .catalog import episode_entries, episode_file, task_detail, task_summaries
+from ..meta.info import read_info
+from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
 from .importer import Importer
-from .page import index_page, login_page, task_page
-from .publish import recover_journals
+from .curation_page import episode_page, task_page
+from .page import index_page, login_page
+from .review import CSRF_HEADER, csrf_ok, csrf_token, parse_review
+from .search import episode_neighbours, parse_query, search_episodes
+from .summary import task_overview, task_totals
+from .previews import PreviewConfig, PreviewWorker, describe
+from .publish import pending_rows, recover_journals
 from .receive import MultipartSpool
 from .store import Store
 from .tokens import Token, TokenStore
@@ -63,6 +82,7 @@ __all__ = ["ServerConfig", "create_app", "hide_paths"]
 
 log = logging.getLogger("egopool.server")
 _COOKIE = "egopool_token"
+_STATIC = Path(__file__).parent / "static"
 _WRITE_AT = 1 << 20  # write spooled file bytes in 1 MiB pieces, off the event loop
 
 
@@ -87,6 +107,8 @@ class ServerConfig:
     verify_processes:
         Verify uploads in ``max_imports`` worker processes (docs/decisions.md U14); False verifies in
         the server process's threads.
+    previews:
+        The preview worker's settings (``enabled=False``: ``--no-previews``).
     """
 
     store: Path
@@ -96,6 +118,7 @@ class ServerConfig:
     max_imports: int = 2
     max_receiving: int = 32
     verify_processes: bool = True
+    previews: PreviewConfig = field(default_factory=PreviewConfig)
 
 
 def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
@@ -161,14 +184,29 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
             state["publishing"] = anyio.Semaphore(max(1, config.max_imports))  # publishes at a time
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
+            state["previews"] = PreviewWorker(store, config.previews)
+            state["previews"].start()
             yield
         finally:
+            if "previews" in state:
+                state["previews"].stop()
             if "pool" in state:
                 state.pop("pool").close()
             store.release()
 
     app = FastAPI(title="egopool pooling server", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url=None)  # the schema is served below, scope read
+
+    @app.middleware("http")
+    async def _page_policy(request: Request, call_next: Any) -> Response:
+        """Pages load only this server's script, style, images and videos (docs/decisions.md Q16)."""
+        response: Response = await call_next(request)
+        if response.headers.get("content-type", "").startswith("text/html"):
+            response.headers["Content-Security-Policy"] = (
+                "default-src 'self'; img-src 'self' data:; media-src 'self'; script-src 'self'; "
+                "style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+            response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     def store_() -> Store:
         return state["store"]  # type: ignore[no-any-return]
@@ -197,9 +235,34 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no read scope")
         return tok
 
+    def require_review(request: Request) -> Token | None:
+        """A bearer token, or the sign-in cookie on a same-origin request carrying the CSRF header."""
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            # an HTML form or a "simple" cross-site fetch cannot send application/json (a CORS preflight would)
+            raise UploadRejectedError(415, "unsupported_media_type", "a review is a JSON body",
+                                      hint="send Content-Type: application/json")
+        origin = request.headers.get("origin")
+        if not tokens.enabled:  # loopback without tokens: still only this server's own pages
+            if origin not in (None, "null") and origin.split("://", 1)[-1] != request.headers.get("host"):
+                raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
+                                                            "server's page (same origin)")
+            return None
+        cookie = request.cookies.get(_COOKIE)
+        if _bearer(request) is None and cookie:
+            if not csrf_ok(cookie, request.headers.get(CSRF_HEADER), origin,
+                           request.headers.get("sec-fetch-site"), request.headers.get("host")):
+                raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
+                                                            f"server's page (same origin, {CSRF_HEADER} header)")
+        tok = authenticate(request, cookie_ok=True)
+        assert tok is not None
+        if not tok.can_review():
+            raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no review scope",
+                                      hint="egopool token add --scope review")
+        return tok
+
     @app.exception_handler(UploadRejectedError)
     async def _rejected(request: Request, exc: UploadRejectedError) -> Response:
-        page = request.url.path == "/" or request.url.path.startswith("/tasks/")
+        page = request.method == "GET" and (request.url.path == "/" or request.url.path.startswith("/tasks/"))
         if page and exc.status in (401, 403):  # a browser: offer the sign-in form
             return HTMLResponse(login_page(exc.message), status_code=exc.status)
         return _error(exc)
@@ -281,6 +344,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             except BaseException:
                 store.discard(verified.staging.parent)  # publish discards it itself; not reached when cancelled
                 raise
+            if result.status == "imported":  # off the request path: the answer does not wait for it
+                try:
+                    await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
+                except Exception:  # noqa: BLE001 - a preview never fails an import (rebuilt at the next start)
+                    log.exception("could not queue the previews of %s episode %d", task, result.episode_index)
             if result.status == "duplicate":
                 await anyio.to_thread.run_sync(lambda: store.db.finish_upload(
                     upload_id, "duplicate", 200, client_episode_index=result.client_episode_index,
@@ -340,11 +408,96 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}")
     async def episode_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
-        eps = await anyio.to_thread.run_sync(episode_entries, store_(), _task(task))
-        for ep in eps:
-            if ep["episode_index"] == index:
-                return ep  # type: ignore[no-any-return]
-        raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        return await anyio.to_thread.run_sync(_episode, task, index)
+
+    def _episode(task: str, index: int) -> dict[str, Any]:
+        ep = episode_entry(store_(), _task(task), index)
+        if ep is None:
+            raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        return _curation(task, index, ep)
+
+    @app.post("/api/v1/tasks/{task}/episodes/{index}/review")
+    async def review_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        tok = require_review(request)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > 16384:
+                raise UploadRejectedError(413, "too_large", "a review body is at most 16 KiB")
+        verdict, reason = parse_review(body)
+        store = store_()
+        if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
+            raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
+        row = await anyio.to_thread.run_sync(store.db.add_review, task, index, verdict, reason, tok.id if tok else None)
+        return row.to_dict()
+
+    @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
+    async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        require_read(request)
+        rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), index)
+        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows]}
+
+    @app.get("/api/v1/episodes")
+    async def search_api(request: Request) -> dict[str, Any]:
+        require_read(request)
+        q = parse_query(dict(request.query_params))
+
+        def run() -> tuple[list[dict[str, Any]], str | None]:
+            store = store_()
+            pending = pending_rows(store, q.filters.get("task"))  # the journals first, then server.db (U5)
+            return search_episodes(store.db, q, pending)
+
+        eps, nxt = await anyio.to_thread.run_sync(run)
+        return {"episodes": eps, "next_cursor": nxt}
+
+    @app.get("/static/{name}")
+    async def static(name: str) -> Response:
+        path = _STATIC / name
+        if "/" in name or name.startswith(".") or not path.is_file():
+            raise UploadRejectedError(404, "not_found", f"no static file {name!r}")
+        return FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+    def _curation(task: str, index: int, ep: dict[str, Any]) -> dict[str, Any]:
+        store = store_()
+        fps = read_info(store.root / task).get("fps")
+        fps = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0 else None
+        size = 0
+        for rel in ep["files"]:
+            with contextlib.suppress(OSError):
+                size += (store.root / task / rel).stat().st_size
+        quality = store.db.quality(task, index)
+        preview = describe(state["previews"], task, index)
+        if preview.get("error"):
+            preview["error"] = hide(preview["error"])
+        if quality and quality.get("errors"):
+            quality["errors"] = [hide(str(e)) for e in quality["errors"]]
+        length = ep.get("length")
+        return {**ep, "duration_s": round(length / fps, 6) if length is not None and fps else None,
+                "size_bytes": size, "quality": quality, "preview": preview}
+
+    @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
+    async def preview_file_api(task: str, index: int, name: str, request: Request) -> Response:
+        require_read(request)
+        path = await anyio.to_thread.run_sync(state["previews"].file, _task(task), index, name)
+        if path is None:
+            raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no preview {name!r} "
+                                                        "(yet); its entry in the read API says the preview's state")
+        media = {".mp4": "video/mp4", ".jpg": "image/jpeg", ".json": "application/json"}[path.suffix]
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+
+    @app.post("/api/v1/tasks/{task}/episodes/{index}/preview")
+    async def preview_rebuild_api(task: str, index: int, request: Request) -> dict[str, Any]:
+        tok = authenticate(request, cookie_ok=False)
+        if tok is not None and not ("upload:*" in tok.scopes or "review" in tok.scopes):
+            raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not rebuild previews (scope upload:* "
+                                                        "or review)")
+        worker: PreviewWorker = state["previews"]
+        if not worker.config.enabled:
+            raise UploadRejectedError(409, "previews_off", "this server runs with --no-previews")
+        if await anyio.to_thread.run_sync(episode_entry, store_(), _task(task), index) is None:
+            raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        queued = await anyio.to_thread.run_sync(worker.enqueue, task, index)
+        return {"task": task, "episode_index": index, "queued": queued, "state": "pending"}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
@@ -365,20 +518,42 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         def build() -> str:
             store = store_()
-            tasks = task_summaries(store)
-            eps = {t["name"]: episode_entries(store, t["name"]) for t in tasks if "error" not in t}
-            return index_page(tasks, eps, store.db.uploads(limit=20))
+            return index_page(task_overview(store), store.db.uploads(limit=20))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
     @app.get("/tasks/{task}", response_class=HTMLResponse)
     async def task_html(task: str, request: Request) -> HTMLResponse:
         require_read(request)
+        params = dict(request.query_params)
+        params.pop("task", None)
+        q = parse_query({**params, "task": task})
 
         def build() -> str:
             store = store_()
-            return task_page(task, task_detail(store, _task(task)), episode_entries(store, task),
+            info = read_info(store.root / _task(task))
+            eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
+            return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
                              store.db.uploads(limit=20, task=task))
+
+        return HTMLResponse(await anyio.to_thread.run_sync(build))
+
+    @app.get("/tasks/{task}/episodes/{index}", response_class=HTMLResponse)
+    async def episode_html(task: str, index: int, request: Request) -> HTMLResponse:
+        tok = require_read(request)
+        params = dict(request.query_params)
+        params.pop("cursor", None)
+        params.pop("task", None)
+        q = parse_query(params)
+        cookie = request.cookies.get(_COOKIE)
+
+        def build() -> str:
+            store = store_()
+            entry = _episode(task, index)
+            prev, nxt = episode_neighbours(store.db, q, task, index)
+            return episode_page(task, entry, store.db.reviews(task, index), (prev, nxt), q,
+                                can_review=tok is None or tok.can_review(),
+                                csrf=csrf_token(cookie) if cookie and tok is not None else "")
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

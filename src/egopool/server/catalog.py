@@ -23,7 +23,7 @@ from ..meta.info import read_info
 from .publish import committed_unrecorded
 from .store import Store
 
-__all__ = ["episode_entries", "episode_file", "task_detail", "task_summaries"]
+__all__ = ["episode_entries", "episode_entry", "episode_file", "task_detail", "task_summaries"]
 
 
 def _layout(store: Store, task: str) -> tuple[Path, dict[str, Any], TaskLayout]:
@@ -116,3 +116,23 @@ def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
             return p
     raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no file {rel!r}; the "
                                                 "episode's entry in the read API lists its files")
+
+
+def episode_entry(store: Store, task: str, index: int) -> dict[str, Any] | None:
+    """Episode N's entry as :func:`episode_entries` gives it, from N's own paths (the cost does not grow
+    with the task's episodes); None when the task has no committed episode N.
+
+    Raises
+    ------
+    EgopoolError
+        No such task.
+    """
+    root, info, layout = _layout(store, task)
+    g = find_episode_files(root, layout, index, info.get("video_extensions")) if index >= 1 else None
+    if g is None or not g.committed:
+        return None
+    # disk first, then database, journal, database again: the journal goes only after the row is recorded (U5)
+    row = store.db.episode(task, index) or committed_unrecorded(store, task).get(index)
+    if row is None:
+        row = store.db.episode(task, index)
+    return _entry(root, g, row)

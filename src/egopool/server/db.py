@@ -12,9 +12,20 @@
   U2), the upload that brought it, its length, streams and the validator's verdict on the
   uploaded slice.
 
+* ``previews`` (schema 3): per episode, the state of its browser previews (``pending`` /
+  ``ready`` / ``failed``), the error of the last failed build, attempts, and the preview
+  manifest (streams, files; :mod:`egopool.server.previews`);
+* ``quality`` (schema 3): per episode, its quality facts (:mod:`egopool.curation.quality`): the
+  filterable ones as columns (:data:`QUALITY_COLUMNS`), all of them as JSON;
+* ``reviews`` (schema 4): every verdict a reviewer gave (accept / reject / flag, a reason, the token,
+  when), never overwritten; ``review_state``: the latest verdict per episode, written in the
+  same transaction (what the pages show and the search filters on, docs/decisions.md Q11).
+
 Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
-digest. An older file is migrated when the server opens it.
+digest; 3 adds ``previews`` and ``quality``; 4 adds ``reviews``, ``review_state`` and the covering
+indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept). An older file is migrated when the
+server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
 server share the file safely. The episode mapping is committed with ``synchronous=FULL`` (it
@@ -37,9 +48,46 @@ from typing import Any
 
 from ..errors import RegistryError
 
-__all__ = ["EpisodeRow", "ServerDB", "UploadRow"]
+__all__ = ["QUALITY_COLUMNS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "ServerDB", "UploadRow"]
 
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 4
+#: verdict -> the review state it leaves (docs/decisions.md Q10).
+VERDICTS = {"accept": "accepted", "reject": "rejected", "flag": "flagged"}
+#: Quality facts stored as columns of ``quality`` (filterable in SQL); every fact is in its ``facts`` JSON.
+QUALITY_COLUMNS = ("duration_s", "rows", "size_bytes", "idle_fraction", "idle_frames", "gap_total", "drop_total",
+                   "validation_errors", "validation_warnings", "blur_outliers", "exposure_outliers")
+_CURATION_TABLES = """
+CREATE TABLE IF NOT EXISTS previews (
+    task          TEXT    NOT NULL,
+    episode_index INTEGER NOT NULL,
+    state         TEXT    NOT NULL,
+    error         TEXT,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    updated_at    REAL    NOT NULL,
+    manifest      TEXT,
+    PRIMARY KEY (task, episode_index)
+);
+CREATE INDEX IF NOT EXISTS previews_state ON previews (state);
+CREATE TABLE IF NOT EXISTS quality (
+    task                TEXT    NOT NULL,
+    episode_index       INTEGER NOT NULL,
+    duration_s          REAL,
+    rows                INTEGER,
+    size_bytes          INTEGER,
+    idle_fraction       REAL,
+    idle_frames         INTEGER,
+    gap_total           INTEGER,
+    drop_total          INTEGER,
+    validation_errors   INTEGER,
+    validation_warnings INTEGER,
+    blur_outliers       INTEGER,
+    exposure_outliers   INTEGER,
+    updated_at          REAL    NOT NULL,
+    facts               TEXT    NOT NULL,
+    PRIMARY KEY (task, episode_index)
+);
+CREATE INDEX IF NOT EXISTS quality_duration ON quality (task, duration_s)
+"""
 _EPISODES_TABLE = """
 CREATE TABLE IF NOT EXISTS episodes (
     task                 TEXT    NOT NULL,
@@ -80,6 +128,27 @@ CREATE TABLE IF NOT EXISTS uploads (
 """ + _EPISODES_TABLE + """;
 CREATE INDEX IF NOT EXISTS uploads_received ON uploads (received_at);
 CREATE INDEX IF NOT EXISTS episodes_digest ON episodes (task, episode_digest);
+CREATE TABLE IF NOT EXISTS reviews (
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    verdict              TEXT    NOT NULL,
+    reason               TEXT    NOT NULL,
+    token_id             TEXT,
+    at                   REAL    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reviews_episode ON reviews (task, episode_index, id);
+CREATE TABLE IF NOT EXISTS review_state (
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    review_id            INTEGER NOT NULL,
+    verdict              TEXT    NOT NULL,
+    PRIMARY KEY (task, episode_index)
+);
+CREATE INDEX IF NOT EXISTS review_state_verdict ON review_state (verdict, task, episode_index);
+""" + _CURATION_TABLES + """;
+CREATE INDEX IF NOT EXISTS quality_totals ON quality (task, duration_s, size_bytes);
+CREATE INDEX IF NOT EXISTS uploads_task ON uploads (task, outcome, finished_at)
 """
 
 
@@ -92,8 +161,48 @@ def _episodes_keyed_by_content(con: sqlite3.Connection) -> None:
     con.execute("DROP TABLE episodes_v1")
 
 
+def _tables_only(con: sqlite3.Connection) -> None:
+    """3 -> 4: ``reviews`` and ``review_state``, created by the schema script (``IF NOT EXISTS``)."""
+
+
+def _curation_tables(con: sqlite3.Connection) -> None:
+    """2 -> 3: add ``previews`` and ``quality`` (empty; the server fills them in the background)."""
+    for stmt in _CURATION_TABLES.split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+
+
 #: version -> the step that brings a file of that version to the next one.
-_MIGRATIONS = {1: _episodes_keyed_by_content}
+_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only}
+
+
+@dataclass(frozen=True)
+class PreviewRow:
+    """The previews of one episode (``previews`` row).
+
+    Attributes
+    ----------
+    task, episode_index:
+        Server task and N.
+    state:
+        ``"pending"`` (queued or being built), ``"ready"`` or ``"failed"``.
+    error:
+        One line: why the last build failed (None unless failed); no path of the server's disk.
+    attempts:
+        Builds tried since it was last queued.
+    updated_at:
+        Unix s.
+    manifest:
+        ``{"streams": [...], "signals": name|None}`` of the last build (None before one finished).
+    """
+
+    task: str
+    episode_index: int
+    state: str
+    error: str | None
+    attempts: int
+    updated_at: float
+    manifest: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -170,6 +279,44 @@ class UploadRow:
 
 
 _UPLOAD_FIELDS = tuple(UploadRow.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    """One verdict (``reviews`` row).
+
+    Attributes
+    ----------
+    id:
+        Ascending in time.
+    task, episode_index:
+        The episode (server N).
+    verdict:
+        ``accept``, ``reject`` or ``flag``.
+    reason:
+        Free text ("" allowed for accept only).
+    token_id:
+        The reviewer's token id (None on a server without tokens).
+    at:
+        Unix s.
+    """
+
+    id: int
+    task: str
+    episode_index: int
+    verdict: str
+    reason: str
+    token_id: str | None
+    at: float
+
+    @property
+    def state(self) -> str:
+        """``accepted``, ``rejected`` or ``flagged``."""
+        return VERDICTS[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (with ``state``)."""
+        return {**self.__dict__, "state": self.state}
 
 
 class ServerDB:
@@ -285,6 +432,15 @@ class ServerDB:
                 cols = ", ".join(f"{k} = ?" for k in upload_fields)
                 con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*upload_fields.values(), row.upload_id))
 
+    def add_episodes(self, rows: list[EpisodeRow]) -> None:
+        """Insert many pooled episodes in one transaction (``INSERT OR IGNORE`` like :meth:`add_episode`;
+        no upload row is touched): a catalog rebuilt from task directories, and the page benchmark."""
+        with self._connect() as con:
+            con.executemany("INSERT OR IGNORE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(r.task, r.episode_index, r.client_host_id, r.client_hostname, r.client_episode_index,
+                              r.episode_digest, r.upload_id, r.token_id, r.imported_at, r.length,
+                              json.dumps(r.streams), json.dumps(r.validation)) for r in rows])
+
     def episodes_with_digest(self, task: str, digest: str) -> list[EpisodeRow]:
         """The episodes of ``task`` whose content is ``digest`` (ascending server N; one, unless the
         store predates U11)."""
@@ -305,6 +461,36 @@ class ServerDB:
             rows = con.execute("SELECT * FROM episodes WHERE task = ? ORDER BY episode_index", (task,)).fetchall()
         return {int(r[1]): _episode(r) for r in rows}
 
+    def add_review(self, task: str, index: int, verdict: str, reason: str, token_id: str | None) -> ReviewRow:
+        """Record a verdict on episode ``index`` of ``task`` and make it the episode's current state.
+
+        Raises
+        ------
+        ValueError
+            ``verdict`` is not one of :data:`VERDICTS` (the caller checked the request first).
+        """
+        if verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {verdict!r}")
+        at = time.time()
+        with self._connect() as con:
+            cur = con.execute("INSERT INTO reviews (task, episode_index, verdict, reason, token_id, at) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", (task, index, verdict, reason, token_id, at))
+            rid = int(cur.lastrowid or 0)
+            con.execute("INSERT OR REPLACE INTO review_state VALUES (?, ?, ?, ?)", (task, index, rid, VERDICTS[verdict]))
+        return ReviewRow(rid, task, index, verdict, reason, token_id, at)
+
+    def reviews(self, task: str, index: int) -> list[ReviewRow]:
+        """Every verdict on episode ``index`` of ``task``, oldest first."""
+        with self._connect(write=False) as con:
+            rows = con.execute("SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
+                               "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()
+        return [ReviewRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+
+    def select(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read-only query (the search and the page summaries build theirs)."""
+        with self._connect(write=False) as con:
+            return con.execute(sql, args).fetchall()
+
     def max_index(self, task: str) -> int:
         """Highest server N recorded for ``task`` (0 when none)."""
         with self._connect(write=False) as con:
@@ -312,6 +498,102 @@ class ServerDB:
         return int(r[0] or 0)
 
 
+    # -- previews and quality facts (schema 3) ------------------------------------------------------
+    def set_preview(self, task: str, index: int, state: str, *, error: str | None = None,
+                    manifest: Mapping[str, Any] | None = None, attempts: int | None = None) -> None:
+        """Record the preview state of ``(task, N)`` (insert or replace). ``manifest`` None keeps the
+        last one; ``attempts`` None keeps the count (0 for a new row)."""
+        with self._connect(durable=False) as con:
+            old = con.execute("SELECT attempts, manifest FROM previews WHERE task = ? AND episode_index = ?",
+                              (task, index)).fetchone()
+            n = attempts if attempts is not None else (int(old[0]) if old else 0)
+            man = json.dumps(manifest) if manifest is not None else (old[1] if old else None)
+            con.execute("INSERT OR REPLACE INTO previews VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (task, index, state, error, n, time.time(), man))
+
+    def preview(self, task: str, index: int) -> PreviewRow | None:
+        """The preview row of ``(task, N)``, or None."""
+        with self._connect(write=False) as con:
+            r = con.execute("SELECT * FROM previews WHERE task = ? AND episode_index = ?", (task, index)).fetchone()
+        return _preview(r) if r else None
+
+    def previews(self, task: str | None = None, state: str | None = None) -> list[PreviewRow]:
+        """Preview rows, by task and N; only ``task`` / ``state`` when given."""
+        q, args = "SELECT * FROM previews WHERE 1 = 1", []
+        if task is not None:
+            q, args = q + " AND task = ?", [*args, task]
+        if state is not None:
+            q, args = q + " AND state = ?", [*args, state]
+        with self._connect(write=False) as con:
+            rows = con.execute(q + " ORDER BY task, episode_index", args).fetchall()
+        return [_preview(r) for r in rows]
+
+    def set_quality(self, task: str, index: int, facts: Mapping[str, Any]) -> None:
+        """Store the quality facts of ``(task, N)`` (replacing earlier ones)."""
+        cols = [facts.get(c) for c in QUALITY_COLUMNS]
+        with self._connect(durable=False) as con:
+            con.execute(f"INSERT OR REPLACE INTO quality (task, episode_index, {', '.join(QUALITY_COLUMNS)}, "
+                        f"updated_at, facts) VALUES ({', '.join('?' * (len(QUALITY_COLUMNS) + 4))})",
+                        (task, index, *cols, time.time(), json.dumps(facts)))
+
+    def quality(self, task: str, index: int) -> dict[str, Any] | None:
+        """The quality facts of ``(task, N)``, or None before they were computed."""
+        with self._connect(write=False) as con:
+            r = con.execute("SELECT facts FROM quality WHERE task = ? AND episode_index = ?", (task, index)).fetchone()
+        return json.loads(r[0]) if r else None
+
+    def quality_facts(self, task: str | None = None, filters: Mapping[str, tuple[str, Any]] | None = None, *,
+                      after: tuple[str, int] | None = None, limit: int = 1000) -> list[tuple[str, int, dict[str, Any]]]:
+        """Episodes whose stored quality facts pass ``filters``, ascending ``(task, N)``: keyset paging.
+
+        Parameters
+        ----------
+        task:
+            Only this task (None: every task).
+        filters:
+            ``{fact: (op, value)}`` over :data:`QUALITY_COLUMNS`, ``op`` one of ``< <= > >= = !=``,
+            e.g. ``{"duration_s": (">=", 5.0), "idle_fraction": ("<", 0.2), "blur_outliers": ("=", 0)}``.
+            A fact that is NULL (not computed) never passes.
+        after:
+            ``(task, N)`` of the last row of the previous page (None: from the start).
+        limit:
+            Rows at most.
+
+        Returns
+        -------
+        list of (task, N, facts)
+
+        Raises
+        ------
+        ValueError
+            An unknown fact or operator.
+        """
+        where, args = ["1 = 1"], []
+        if task is not None:
+            where.append("task = ?")
+            args.append(task)
+        for fact, (op, value) in (filters or {}).items():
+            if fact not in QUALITY_COLUMNS or op not in _FILTER_OPS:
+                raise ValueError(f"cannot filter on {fact!r} {op!r}: facts are {QUALITY_COLUMNS}, "
+                                 f"ops {sorted(_FILTER_OPS)}")
+            where.append(f"{fact} {_FILTER_OPS[op]} ?")
+            args.append(value)
+        if after is not None:
+            where.append("(task, episode_index) > (?, ?)")
+            args += [after[0], int(after[1])]
+        with self._connect(write=False) as con:
+            rows = con.execute(f"SELECT task, episode_index, facts FROM quality WHERE {' AND '.join(where)} "
+                               "ORDER BY task, episode_index LIMIT ?", (*args, int(limit))).fetchall()
+        return [(r[0], int(r[1]), json.loads(r[2])) for r in rows]
+
 def _episode(r: tuple[Any, ...]) -> EpisodeRow:
     return EpisodeRow(r[0], int(r[1]), r[2], r[3], int(r[4]), r[5], int(r[6]), r[7], float(r[8]), int(r[9]),
                       json.loads(r[10]), json.loads(r[11]))
+
+
+def _preview(r: tuple[Any, ...]) -> PreviewRow:
+    return PreviewRow(r[0], int(r[1]), r[2], r[3], int(r[4]), float(r[5]), json.loads(r[6]) if r[6] else None)
+
+
+_FILTER_OPS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "=": "=", "==": "=", "!=": "!="}
+

@@ -1,9 +1,9 @@
-"""The server's HTML pages: plain server-rendered HTML, no JavaScript.
+"""The server's HTML pages: server-rendered HTML; the episode page adds one small script.
 
-``/`` lists the tasks, each task's episodes (length, streams, who uploaded them, the
-validator's verdict on the uploaded slice; the newest :data:`EPISODES_ON_INDEX` per task)
-and the last uploads; ``/tasks/<task>`` lists every episode of one task; ``/login`` takes a
-token for the browser (kept in an HttpOnly cookie). Every value is HTML-escaped.
+``/`` lists the tasks (episodes, duration, size, review totals, a thumbnail) and the last
+uploads; ``/login`` takes a token for the browser (kept in an HttpOnly cookie). The task and
+episode pages are :mod:`egopool.server.curation_page`. Style and script are files of the
+package under ``static/`` (no CDN, no build step). Every value is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -17,17 +17,7 @@ from typing import Any
 from .. import __version__
 from .db import UploadRow
 
-__all__ = ["EPISODES_ON_INDEX", "index_page", "login_page", "task_page"]
-
-EPISODES_ON_INDEX = 200
-
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.4em 0 1em}
-th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.92em}
-th{background:#f0f0f0}.ok{color:#176b24}.bad{color:#a31515}.dim{color:#777}
-"""
+__all__ = ["index_page", "login_page"]
 
 
 def _e(value: Any) -> str:
@@ -40,11 +30,32 @@ def _time(ts: float | None) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _doc(title: str, body: str) -> str:
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = float(seconds)
+    return f"{s:.1f} s" if s < 60 else f"{int(s // 3600)}:{int(s % 3600 // 60):02d}:{int(s % 60):02d}"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "—"
+    x = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if x < 1000 or unit == "GB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1000
+    return f"{x:.1f} TB"
+
+
+def _doc(title: str, body: str, script: str = "") -> str:
+    js = f"<script src=\"/static/{_e(script)}\" defer></script>" if script else ""
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{body}"
-            f"<p class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
-            "<a href=\"/api/v1/tasks\">JSON API</a></p></body></html>")
+            "<link rel=\"icon\" href=\"data:,\">"
+            f"<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
+            f"<footer class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
+            "<a href=\"/api/v1/tasks\">JSON API</a> · <form method=\"post\" action=\"/logout\">"
+            "<button type=\"submit\" id=\"logout\">sign out</button></form></footer></body></html>")
 
 
 def _table(table_id: str, head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -65,20 +76,6 @@ def _validation(v: dict[str, Any] | None) -> str:
         w = int(v.get("warnings") or 0)
         return "<span class=\"ok\">valid</span>" + (f" ({w} warning{'s' if w != 1 else ''})" if w else "")
     return f"<span class=\"bad\">{_e(v.get('errors'))} errors</span>"
-
-
-def _episode_rows(episodes: Sequence[dict[str, Any]]) -> list[list[str]]:
-    rows = []
-    for ep in episodes:
-        up = ep.get("uploaded_by")
-        who = (f"{_e(up['client_hostname'])} <span class=\"dim\">({_e(up['client_host_id'][:8])}, its N "
-               f"{_e(up['client_episode_index'])})</span>") if up else "<span class=\"dim\">—</span>"
-        rows.append([_e(ep["episode_index"]), f"{ep['chunk']:03d}/{ep['file']:03d}", _e(ep.get("length")),
-                     _e(", ".join(ep["streams"])), who, _validation(ep.get("validation"))])
-    return rows
-
-
-_EP_HEAD = ("N", "chunk/file", "length (rows)", "streams", "uploaded by", "validation")
 
 
 def _client(u: UploadRow) -> str:
@@ -102,41 +99,42 @@ def _uploads_table(uploads: Sequence[UploadRow]) -> str:
                               "reason", "token"), rows)
 
 
-def index_page(tasks: Sequence[dict[str, Any]], episodes: dict[str, list[dict[str, Any]]],
-               uploads: Sequence[UploadRow]) -> str:
-    """``/``: tasks, their (newest) episodes, the last uploads."""
+def _reviews(t: dict[str, Any]) -> str:
+    return (f"<span class=\"ok\">{_e(t['accepted'])} accepted</span> · <span class=\"bad\">{_e(t['rejected'])} "
+            f"rejected</span> · <span class=\"warn\">{_e(t['flagged'])} flagged</span> · "
+            f"<span class=\"dim\">{_e(t['unreviewed'])} unreviewed</span>")
+
+
+def _thumb(url: str | None) -> str:
+    return f"<img class=\"thumb\" src=\"{_e(url)}\" alt=\"\" loading=\"lazy\">" if url else \
+        "<span class=\"thumb none\"></span>"
+
+
+def index_page(tasks: Sequence[dict[str, Any]], uploads: Sequence[UploadRow]) -> str:
+    """``/``: the tasks (:func:`~egopool.server.summary.task_overview`: episodes, duration, size and
+    review totals of the pooled episodes, a thumbnail) and the last uploads. A task with no pooled
+    episode (copied into the store) shows its ``total_episodes``."""
     trows = []
     for t in tasks:
         if "error" in t:
-            trows.append([_task_link(t["name"]), f"<span class=\"bad\">{_e(t['error'])}</span>", "", "", "", ""])
+            trows.append(["", _task_link(t["name"]), f"<span class=\"bad\">{_e(t['error'])}</span>", "", "", "", "",
+                          "", ""])
             continue
-        trows.append([_task_link(t["name"]), _e(t["episodes"]), _e(t["total_episodes"]), _e(t["fps"]),
-                      _e(", ".join(t["streams"])), _time(t["last_upload_at"])])
+        tot = t.get("totals")
+        count = _e(tot["episodes"]) if tot else \
+            f"{_e(t.get('total_episodes'))} <span class=\"dim\">(none pooled here)</span>"
+        tot = tot or {"accepted": 0, "rejected": 0, "flagged": 0, "unreviewed": 0}
+        trows.append([_thumb(tot.get("thumbnail")), _task_link(t["name"]), count,
+                      _duration(tot.get("duration_s")), _size(tot.get("size_bytes")), _reviews(tot),
+                      _e(t["fps"]), f"<span class=\"wrap\">{_e(', '.join(t['streams']))}</span>",
+                      _time(t["last_upload_at"])])
     body = ["<h1>egopool pooling server</h1>", "<h2>Tasks</h2>",
-            _table("tasks", ("task", "episodes", "total_episodes", "fps", "streams", "last upload"), trows)
+            _table("tasks", ("", "task", "episodes", "duration", "size", "review", "fps", "streams", "last upload"),
+                   trows)
             if trows else "<p id=\"tasks\">No task yet: upload with <code>egopool upload TASK --server URL</code>.</p>"]
-    for t in tasks:
-        eps = episodes.get(t["name"], [])
-        shown = eps[-EPISODES_ON_INDEX:]
-        more = f" <span class=\"dim\">(newest {len(shown)} of {len(eps)})</span>" if len(shown) < len(eps) else ""
-        body.append(f"<h2>Episodes of {_task_link(t['name'])}{more}</h2>")
-        body.append(_table(f"episodes-{t['name']}", _EP_HEAD, _episode_rows(shown)))
     body.append("<h2>Last uploads</h2>")
     body.append(_uploads_table(uploads))
     return _doc("egopool pooling server", "".join(body))
-
-
-def task_page(task: str, detail: dict[str, Any], episodes: Sequence[dict[str, Any]],
-              uploads: Sequence[UploadRow]) -> str:
-    """``/tasks/<task>``: every episode of one task and its last uploads."""
-    info = detail["info"]
-    body = [f"<h1>Task {_e(task)}</h1>", "<p><a href=\"/\">all tasks</a> · "
-            f"<a href=\"/api/v1/tasks/{urllib.parse.quote(task, safe='')}\">info.json</a></p>",
-            f"<p>{_e(detail['episodes'])} episodes, total_episodes {_e(info.get('total_episodes'))}, "
-            f"fps {_e(info.get('fps'))}, app_version {_e(info.get('app_version'))}</p>",
-            _table(f"episodes-{task}", _EP_HEAD, _episode_rows(episodes)), "<h2>Last uploads</h2>",
-            _uploads_table(uploads)]
-    return _doc(f"egopool · {task}", "".join(body))
 
 
 def login_page(message: str | None = None) -> str:

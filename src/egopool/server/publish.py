@@ -51,7 +51,7 @@ from ..write.task_meta import merge_task_meta
 from .db import EpisodeRow
 from .store import Store
 
-__all__ = ["Publication", "committed_unrecorded", "publish_episode", "recover_journals"]
+__all__ = ["Publication", "committed_unrecorded", "pending_rows", "publish_episode", "recover_journals"]
 
 #: ``pause(stage)``: a fault-injection seam for the crash tests (see :class:`egopool.server.importer.Importer`).
 Pause = Callable[[str], None]
@@ -248,6 +248,13 @@ def _recover_one(store: Store, jp: Path, journal: Mapping[str, Any], root: Path)
     jp.unlink()
     fsync_dir(jp.parent)
     return line
+
+
+def pending_rows(store: Store, task: str | None = None) -> dict[tuple[str, int], EpisodeRow]:
+    """:func:`committed_unrecorded` of ``task`` (None: of every task), keyed ``(task, N)``: what the
+    search adds to ``server.db``'s rows (read this first, then the database)."""
+    return {(str(doc["task"]), int(doc["index"])): _episode_from(doc["episode"]) for _, doc in store.journals(task)
+            if doc is not None and (task is None or doc.get("task") == task) and store.committed(doc)}
 
 
 def committed_unrecorded(store: Store, task: str) -> dict[int, EpisodeRow]:

@@ -15,6 +15,8 @@ leaked file does not let anyone upload. Scopes:
   its first upload (which sets its fps, features and streams) or add a declaration it lacks (a
   new column or stream). ``upload:<task>`` declares that one task too; ``upload:*`` alone
   uploads only episodes that fit what the task already declares.
+* ``review`` — judge episodes (accept / reject / flag, docs/decisions.md Q10); the pages and
+  the read API still need ``read``.
 
 A request without a valid token is 401; a valid token without the scope is 403. The file
 is re-read when it changes, so tokens can be added or revoked while the server runs.
@@ -37,9 +39,10 @@ from .._atomic import atomic_write_bytes
 from .._safe_read import read_json
 from ..errors import FormatError
 
-__all__ = ["READ", "Token", "TokenStore", "add_token", "hash_token", "new_token", "parse_scope", "revoke_token"]
+__all__ = ["READ", "REVIEW", "Token", "TokenStore", "add_token", "hash_token", "new_token", "parse_scope", "revoke_token"]
 
 READ = "read"
+REVIEW = "review"
 _PREFIX = "egp_"
 
 
@@ -54,22 +57,22 @@ def hash_token(token: str) -> str:
 
 
 def parse_scope(scope: str) -> str:
-    """Check one scope string (``read``, ``upload:*``, ``upload:<task>``, ``declare:*``, ``declare:<task>``).
+    """Check one scope string (``read``, ``review``, ``upload:*``, ``upload:<task>``, ``declare:*``, ``declare:<task>``).
 
     Raises
     ------
     FormatError
         Anything else.
     """
-    if scope in (READ, "upload:*", "declare:*"):
+    if scope in (READ, REVIEW, "upload:*", "declare:*"):
         return scope
     for kind in ("upload:", "declare:"):
         if scope.startswith(kind) and len(scope) > len(kind):
             task = scope[len(kind):]
             if "/" not in task and not task.startswith((".", "_")):
                 return scope
-    raise FormatError(f"unknown token scope {scope!r}", hint="use read, upload:*, upload:<task name>, declare:* or "
-                                                             "declare:<task name>")
+    raise FormatError(f"unknown token scope {scope!r}", hint="use read, review, upload:*, upload:<task name>, declare:* "
+                                                             "or declare:<task name>")
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,10 @@ class Token:
     def can_read(self) -> bool:
         """True with the ``read`` scope."""
         return READ in self.scopes
+
+    def can_review(self) -> bool:
+        """True with the ``review`` scope."""
+        return REVIEW in self.scopes
 
     def can_upload(self, task: str) -> bool:
         """True with ``upload:*`` or ``upload:<task>``, or a scope that declares ``task`` (:meth:`can_declare`)."""

@@ -1,0 +1,241 @@
+"""The curation pages: a task's episodes (filters, paging) and one episode (docs/decisions.md Q14, Q15).
+
+``/tasks/<task>?<filters>`` lists one page of a task's pooled episodes (the filters and keyset
+paging of :mod:`egopool.server.search`) with a thumbnail, duration, size, origin, validation,
+quality summary and review state. ``/tasks/<task>/episodes/<N>`` plays every camera's proxy on
+one transport (``static/episode.js``), plots the signals with a playhead, lists the quality
+facts, the origin and the review history, and offers the review buttons to a token with the
+``review`` scope. Every value is HTML-escaped; the episode's data reaches the script as JSON
+in a ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` escaped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+from .db import ReviewRow, UploadRow
+from .page import _doc, _duration, _e, _size, _table, _thumb, _time, _uploads_table, _validation
+from .search import EpisodeQuery
+
+__all__ = ["SHORTCUTS", "episode_page", "task_page"]
+
+#: key -> what it does on the episode page (listed on the page; static/episode.js implements them).
+SHORTCUTS = {"space": "play / pause", "← / →": "one frame back / forward", "a": "accept",
+             "r": "reject (asks for a reason)", "f": "flag (asks for a reason)", "j": "next episode",
+             "k": "previous episode"}
+
+
+def _q(task: str) -> str:
+    return urllib.parse.quote(task, safe="")
+
+
+def _qs(params: dict[str, str]) -> str:
+    return ("?" + urllib.parse.urlencode(params)) if params else ""
+
+
+def _state(state: str) -> str:
+    cls = {"accepted": "ok", "rejected": "bad", "flagged": "warn"}[state]
+    return f"<span class=\"{cls}\" data-state=\"{_e(state)}\">{_e(state)}</span>"
+
+
+def _review_cell(r: dict[str, Any] | None) -> str:
+    if not r:
+        return "<span class=\"dim\">unreviewed</span>"
+    reason = f" <span class=\"dim\">{_e(r['reason'])}</span>" if r.get("reason") else ""
+    return _state(r["state"]) + reason
+
+
+def _quality_cell(q: dict[str, Any] | None) -> str:
+    """A few words on the quality facts: gaps and drops, idle share, blur / exposure outliers."""
+    if not q:
+        return "<span class=\"dim\">not computed</span>"
+    bits = []
+    gaps, drops = q.get("gap_total") or 0, q.get("drop_total") or 0
+    if gaps or drops:
+        bits.append(f"<span class=\"warn\">{_e(gaps)} gaps, {_e(drops)} drops</span>")
+    if q.get("idle_fraction") is not None:
+        frac = float(q["idle_fraction"])
+        bits.append(f"<span class=\"{'warn' if frac >= 0.3 else 'dim'}\">{frac:.0%} idle</span>")
+    odd = (q.get("blur_outliers") or 0) + (q.get("exposure_outliers") or 0)
+    if odd:
+        bits.append(f"<span class=\"warn\">{_e(odd)} blur/exposure outliers</span>")
+    return " · ".join(bits) or "<span class=\"ok\">clean</span>"
+
+
+def _origin(up: dict[str, Any] | None) -> str:
+    if not up:
+        return "<span class=\"dim\">—</span>"
+    return (f"{_e(up['client_hostname'])} <span class=\"dim\">({_e(str(up['client_host_id'])[:8])}, its N "
+            f"{_e(up['client_episode_index'])})</span>")
+
+
+_SELECTS = {"validation": ("", "passed", "failed"),
+            "review": ("", "unreviewed", "accepted", "rejected", "flagged"),
+            "has_gaps": ("", "true", "false")}
+_INPUTS = (("host", "host", "text", "pc-3"), ("since", "imported since", "date", ""),
+           ("until", "imported before", "date", ""), ("min_duration", "min s", "number", ""),
+           ("max_duration", "max s", "number", ""), ("max_idle_fraction", "max idle share", "number", "0.3"),
+           ("max_blur_outliers", "max blur outliers", "number", ""))
+
+
+def _filter_form(task: str, q: EpisodeQuery) -> str:
+    vals = q.params()
+    raw = dict(vals)
+    for k in ("since", "until"):  # shown back as the date the form sent
+        if k in q.filters:
+            raw[k] = _dt.datetime.fromtimestamp(q.filters[k], _dt.timezone.utc).strftime("%Y-%m-%d")
+    fields = []
+    for name, label, kind, ph in _INPUTS:
+        step = " step=\"any\"" if kind == "number" else ""
+        fields.append(f"<label>{_e(label)} <input name=\"{name}\" id=\"f-{name}\" type=\"{kind}\"{step} "
+                      f"value=\"{_e(raw.get(name, ''))}\" placeholder=\"{_e(ph)}\"></label>")
+    for name, options in _SELECTS.items():
+        opts = "".join(f"<option value=\"{_e(o)}\"{' selected' if raw.get(name) == o else ''}>{_e(o or 'any')}</option>"
+                       for o in options)
+        fields.append(f"<label>{_e(name.replace('_', ' '))} <select name=\"{name}\" id=\"f-{name}\">{opts}</select>"
+                      "</label>")
+    fields.append(f"<label>per page <input name=\"limit\" id=\"f-limit\" type=\"number\" min=\"1\" max=\"500\" "
+                  f"value=\"{_e(q.limit)}\"></label>")
+    return (f"<form id=\"filters\" method=\"get\" action=\"/tasks/{_q(task)}\">{''.join(fields)}"
+            f"<button type=\"submit\" id=\"apply\">Filter</button> <a href=\"/tasks/{_q(task)}\">clear</a></form>")
+
+
+def task_page(task: str, info: dict[str, Any], totals: dict[str, Any] | None, q: EpisodeQuery,
+              episodes: Sequence[dict[str, Any]], next_cursor: str | None, uploads: Sequence[UploadRow]) -> str:
+    """``/tasks/<task>``: the filter form, one page of matching episodes, the last uploads.
+
+    ``episodes`` and ``next_cursor`` come from :func:`~egopool.server.search.search_episodes`;
+    ``totals`` from :func:`~egopool.server.summary.task_totals`.
+    """
+    t = totals or {"episodes": 0, "accepted": 0, "rejected": 0, "flagged": 0, "unreviewed": 0}
+    keep = {k: v for k, v in q.params().items() if k != "task"}
+    if q.limit != 50:
+        keep["limit"] = str(q.limit)
+    rows = []
+    for ep in episodes:
+        link = f"/tasks/{_q(task)}/episodes/{ep['episode_index']}{_qs(keep)}"
+        up = ep.get("uploaded_by")
+        rows.append([_thumb(ep.get("thumbnail")), f"<a href=\"{_e(link)}\">{_e(ep['episode_index'])}</a>",
+                     _duration(ep.get("duration_s")), _size(ep.get("size_bytes")), _origin(up),
+                     _time(up["imported_at"]) if up else "—", _validation(ep.get("validation")),
+                     _quality_cell(ep.get("quality")), _review_cell(ep.get("review"))])
+    filtered = any(k != "task" for k in q.filters)
+    paging = []
+    if q.after is not None:
+        paging.append(f"<a id=\"first-page\" href=\"/tasks/{_q(task)}{_e(_qs(keep))}\">« first page</a>")
+    if next_cursor:
+        paging.append(f"<a id=\"next-page\" href=\"/tasks/{_q(task)}{_e(_qs({**keep, 'cursor': next_cursor}))}\">"
+                      "next page »</a>")
+    shown = (f"{len(episodes)} shown" + (" (filtered)" if filtered else "")
+             + (f", after episode {_e(q.after[1])}" if q.after else ""))
+    body = [f"<h1>Task {_e(task)}</h1>", "<p><a href=\"/\">all tasks</a> · "
+            f"<a href=\"/api/v1/tasks/{_q(task)}\">info.json</a> · "
+            f"<a href=\"/api/v1/episodes{_e(_qs({**q.params(), 'task': task}))}\">these results as JSON</a></p>",
+            f"<p id=\"summary\">{_e(t['episodes'])} pooled episodes · fps {_e(info.get('fps'))} · "
+            f"<span class=\"ok\">{_e(t['accepted'])} accepted</span> · <span class=\"bad\">{_e(t['rejected'])} "
+            f"rejected</span> · <span class=\"warn\">{_e(t['flagged'])} flagged</span> · "
+            f"{_e(t['unreviewed'])} unreviewed</p>",
+            _filter_form(task, q), f"<p class=\"dim\" id=\"shown\">{shown}</p>",
+            _table(f"episodes-{task}", ("", "N", "duration", "size", "host (its N)", "imported", "validation",
+                                        "quality", "review"), rows),
+            f"<p class=\"paging\">{' · '.join(paging)}</p>", "<h2>Last uploads</h2>", _uploads_table(uploads)]
+    return _doc(f"egopool · {task}", "".join(body))
+
+
+def _json_script(data: Any) -> str:
+    text = json.dumps(data).replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    return f"<script type=\"application/json\" id=\"episode-data\">{text}</script>"
+
+
+def _facts_table(ep: dict[str, Any]) -> str:
+    q = ep.get("quality") or {}
+    rows = [["duration", _duration(ep.get("duration_s"))], ["size", _size(ep.get("size_bytes"))],
+            ["rows", _e(ep.get("length"))], ["validation", _validation(ep.get("validation"))]]
+    for k in sorted(set(q) - {"duration_s", "rows", "size_bytes"}):  # those three are the rows above
+        v = q[k]
+        text = v if isinstance(v, str) else json.dumps(v)
+        rows.append([_e(k), _e(text if len(text) <= 300 else text[:300] + " …")])
+    return _table("quality", ("fact", "value"), rows)
+
+
+def _idle_ranges(q: dict[str, Any] | None) -> list[list[float]]:
+    """``[[t0, t1], ...]`` s of the quality facts' idle row ranges (``[start, stop)`` rows at ``fps``)."""
+    fps = (q or {}).get("fps")
+    if not fps:
+        return []
+    return [[a / fps, b / fps] for a, b in (q or {}).get("idle_ranges") or []]
+
+
+def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], neighbours: tuple[int | None, int | None],
+                 q: EpisodeQuery, *, can_review: bool, csrf: str) -> str:
+    """``/tasks/<task>/episodes/<N>``: synced cameras, signal plots, quality facts, origin, review.
+
+    ``ep`` is the read API's episode entry (``preview`` and ``quality`` when the previews
+    exist); ``neighbours`` the previous / next N under the same filters ``q`` (j / k).
+    """
+    n = ep["episode_index"]
+    keep = {k: v for k, v in q.params().items() if k != "task"}
+    prev, nxt = neighbours
+    preview = ep.get("preview") or {}
+    ego = (ep.get("quality") or {}).get("ego_stream")
+    # the master clock is the first video: the ego stream, then the other RGB streams, then depth
+    streams = sorted((s for s in preview.get("streams") or [] if s.get("video")),
+                     key=lambda s: (s.get("key") != ego, s.get("kind") != "rgb", str(s.get("key"))))
+    fps = next((s.get("fps") for s in streams if s.get("fps")), None)
+    data = {"task": task, "index": n, "fps": fps, "duration": ep.get("duration_s"),
+            "streams": streams, "signals": preview.get("signals"), "idle": _idle_ranges(ep.get("quality")),
+            "prev": f"/tasks/{_q(task)}/episodes/{prev}{_qs(keep)}" if prev is not None else None,
+            "next": f"/tasks/{_q(task)}/episodes/{nxt}{_qs(keep)}" if nxt is not None else None,
+            "review_url": f"/api/v1/tasks/{_q(task)}/episodes/{n}/review", "can_review": can_review, "csrf": csrf}
+    nav = [f"<a href=\"/tasks/{_q(task)}{_e(_qs(keep))}\">{_e(task)}</a>"]
+    if prev is not None:
+        nav.append(f"<a id=\"prev\" href=\"{_e(data['prev'])}\">« episode {_e(prev)} (k)</a>")
+    if nxt is not None:
+        nav.append(f"<a id=\"next\" href=\"{_e(data['next'])}\">episode {_e(nxt)} » (j)</a>")
+    state = preview.get("state")
+    if streams:
+        figs = "".join(
+            f"<figure><video id=\"video-{i}\" data-key=\"{_e(s.get('key'))}\" src=\"{_e(s['video'])}\" muted "
+            f"playsinline preload=\"auto\"{' poster=' + chr(34) + _e(s['thumbnail']) + chr(34) if s.get('thumbnail') else ''}>"
+            f"</video><figcaption>{_e(s.get('key'))} <span class=\"dim\">{_e(s.get('kind'))} · "
+            f"{_e(s.get('width'))}×{_e(s.get('height'))} · {_e(s.get('frames'))} frames</span></figcaption></figure>"
+            for i, s in enumerate(streams))
+        player = (f"<div id=\"videos\">{figs}</div><div id=\"transport\">"
+                  "<button id=\"step-back\" title=\"one frame back (←)\">← frame</button>"
+                  "<button id=\"play\" title=\"play / pause (space)\">Play</button>"
+                  "<button id=\"step-fwd\" title=\"one frame forward (→)\">frame →</button>"
+                  "<input id=\"seek\" type=\"range\" min=\"0\" max=\"1\" step=\"any\" value=\"0\">"
+                  "<span id=\"clock\">0.000 s · frame 0</span></div><canvas id=\"timeline\" height=\"18\"></canvas>")
+    elif state in ("pending", None):
+        player = "<p id=\"videos\" class=\"dim\">The previews of this episode are being built; reload in a moment.</p>"
+    else:
+        player = (f"<p id=\"videos\" class=\"bad\">No preview: {_e(preview.get('error') or state)} "
+                  "(the episode itself is fine; the server rebuilds previews on demand).</p>")
+    up = ep.get("uploaded_by")
+    origin = (f"<p id=\"origin\">Uploaded from {_origin(up)} at {_time(up['imported_at'])}, upload "
+              f"#{_e(up['upload_id'])}, token {_e(up.get('token_id') or '—')}</p>") if up else \
+        "<p id=\"origin\" class=\"dim\">Not uploaded to this server (copied into the store).</p>"
+    current = reviews[-1].to_dict() if reviews else None
+    review_box = ""
+    if can_review:
+        review_box = ("<div id=\"review\"><input id=\"reason\" type=\"text\" size=\"50\" maxlength=\"2000\" "
+                      "placeholder=\"reason (needed to reject or flag)\"> "
+                      "<button id=\"accept\" class=\"ok\">accept (a)</button> "
+                      "<button id=\"reject\" class=\"bad\">reject (r)</button> "
+                      "<button id=\"flag\" class=\"warn\">flag (f)</button> <span id=\"review-msg\"></span></div>")
+    hist = _table("reviews", ("when", "verdict", "reason", "token"),
+                  [[_time(r.at), _state(r.state), _e(r.reason),
+                    _e(r.token_id or "—")] for r in reversed(reviews)])
+    keys = "".join(f"<li><kbd>{_e(k)}</kbd> {_e(v)}</li>" for k, v in SHORTCUTS.items()
+                   if can_review or k not in ("a", "r", "f"))
+    body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin, player,
+            f"<h2>Review</h2><p>Current: <span id=\"review-state\">{_review_cell(current)}</span></p>", review_box,
+            hist, f"<ul id=\"shortcuts\">{keys}</ul>",
+            "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",
+            "<h2>Quality facts</h2>", _facts_table(ep), _json_script(data)]
+    return _doc(f"egopool · {task} · {n}", "".join(body), script="episode.js")
+

@@ -1,0 +1,79 @@
+"""Reviewers' verdicts on pooled episodes: the request body, the browser's CSRF guard
+(docs/decisions.md Q10, Q11).
+
+A verdict is ``accept``, ``reject`` or ``flag``; reject and flag need a reason (what a data
+team reads later to know why an episode left the training set). Verdicts are appended to
+``server.db`` (:meth:`~egopool.server.db.ServerDB.add_review`), never overwritten: the
+latest is the episode's state, the rest its history.
+
+A browser posts a verdict with its sign-in cookie. The cookie is ``SameSite=Strict`` (a
+cross-site request does not carry it), and a cookie-authenticated POST must also (a) come
+from the same origin (``Origin`` or ``Sec-Fetch-Site``) and (b) carry ``X-Egopool-CSRF``,
+a per-session value derived from the token (:func:`csrf_token`) that only a page of this
+server can read. A bearer token needs neither (it is not sent by a browser on its own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+from ..errors import UploadRejectedError
+from .db import VERDICTS
+
+__all__ = ["CSRF_HEADER", "MAX_REASON", "csrf_ok", "csrf_token", "parse_review"]
+
+CSRF_HEADER = "X-Egopool-CSRF"
+MAX_REASON = 2000  # characters
+
+
+def csrf_token(session: str) -> str:
+    """The per-session CSRF value of a signed-in browser: derived from its token (never the token
+    itself), so it needs no server state and dies with the session."""
+    return hashlib.sha256(b"egopool-csrf\0" + session.encode("utf-8")).hexdigest()[:32]
+
+
+def csrf_ok(session: str, sent: str | None, origin: str | None, fetch_site: str | None, host: str | None) -> bool:
+    """True when a cookie-authenticated POST is same-origin and carries the session's CSRF value."""
+    if not sent or not hmac.compare_digest(sent, csrf_token(session)):
+        return False
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    if origin is not None and origin != "null":
+        return origin.split("://", 1)[-1] == host
+    return fetch_site is not None  # no Origin at all: only with a same-origin Sec-Fetch-Site
+
+
+def parse_review(body: bytes) -> tuple[str, str]:
+    """``(verdict, reason)`` of a review request body ``{"verdict": ..., "reason": ...}``.
+
+    Raises
+    ------
+    UploadRejectedError
+        400: not a JSON object, an unknown verdict, reject / flag without a reason, a reason over
+        :data:`MAX_REASON` characters.
+    """
+    try:
+        doc: Any = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise UploadRejectedError(400, "bad_request", "the review body is not JSON",
+                                  hint='send {"verdict": "accept"|"reject"|"flag", "reason": "..."}') from None
+    if not isinstance(doc, dict):
+        raise UploadRejectedError(400, "bad_request", "the review body is not a JSON object",
+                                  hint='send {"verdict": "accept"|"reject"|"flag", "reason": "..."}')
+    verdict, reason = doc.get("verdict"), doc.get("reason", "")
+    if verdict not in VERDICTS:
+        raise UploadRejectedError(400, "bad_request", f"unknown verdict {verdict!r}",
+                                  hint="verdict is accept, reject or flag")
+    if not isinstance(reason, str):
+        raise UploadRejectedError(400, "bad_request", "reason must be a string")
+    reason = reason.strip()
+    if verdict != "accept" and not reason:
+        raise UploadRejectedError(400, "bad_request", f"a {verdict} needs a reason",
+                                  hint="say what is wrong, e.g. \"gripper occluded\"")
+    if len(reason) > MAX_REASON:
+        raise UploadRejectedError(400, "bad_request", f"the reason has {len(reason)} characters, more than "
+                                                      f"{MAX_REASON}")
+    return verdict, reason

@@ -1,0 +1,288 @@
+// The episode page of `egopool serve` (docs/decisions.md Q15): every camera on one transport,
+// the signal plots with a playhead, the idle ranges on a timeline, review buttons and keys.
+// Plain JavaScript served from the package: no library, no build step.
+//
+// Sync: the first video is the master clock. The others play along natively and are steered
+// toward it on every animation frame: a drift under a quarter frame is left alone, a drift
+// under two frames is taken out by a playbackRate nudge (no stall), a larger one (a slow
+// start, a stalled decoder) by a seek that aims ahead by the seek time measured last time.
+"use strict";
+(function () {
+  const data = JSON.parse(document.getElementById("episode-data").textContent);
+  const vids = Array.from(document.querySelectorAll("#videos video"));
+  const master = vids[0];
+  const fps = data.fps || 30;
+  const frame = 1 / fps;
+  const $ = (id) => document.getElementById(id);
+  const playBtn = $("play"), seek = $("seek"), clock = $("clock"), timeline = $("timeline");
+  const plots = [];  // {canvas, base, t0, t1, draw(t)}
+  let signals = null;
+
+  // ---- transport -------------------------------------------------------------------------------
+  const seekLead = new Map();  // video -> seconds its last catch-up seek took
+  const seekStart = new Map();
+  function duration() {
+    const d = master && isFinite(master.duration) ? master.duration : data.duration;
+    return d || 0;
+  }
+  function setAll(t) {
+    t = Math.max(0, Math.min(t, duration() || t));
+    for (const v of vids) v.currentTime = t;
+    render();
+  }
+  function frameOf(t) { return Math.floor(t * fps + 1e-6); }
+  function step(k) {
+    pause();
+    const i = Math.max(0, frameOf(master.currentTime) + k);
+    setAll(i * frame + 0.001);  // a hair past the frame's start: never shows the frame before
+  }
+  function play() {
+    if (!master) return;
+    if (master.ended || master.currentTime >= duration() - frame / 2) setAll(0);
+    const t = master.currentTime;
+    for (const v of vids) { v.playbackRate = 1; if (Math.abs(v.currentTime - t) > frame / 4) v.currentTime = t; }
+    Promise.all(vids.map((v) => v.play().catch(() => undefined))).then(() => requestAnimationFrame(tick));
+    playBtn.textContent = "Pause";
+  }
+  function pause() {
+    if (!master) return;
+    for (const v of vids) { v.pause(); v.playbackRate = 1; }
+    const t = master.currentTime;
+    for (const v of vids.slice(1)) v.currentTime = t;  // paused videos show the master's frame
+    playBtn.textContent = "Play";
+    render();
+  }
+  function toggle() { if (master && master.paused) play(); else pause(); }
+
+  function steer() {
+    const t = master.currentTime;
+    for (const v of vids.slice(1)) {
+      if (v.seeking) continue;
+      if (v.ended && !master.ended) { v.currentTime = t; continue; }
+      const d = v.currentTime - t;
+      if (Math.abs(d) > 2 * frame || (v.paused && !master.paused)) {
+        const lead = Math.min(seekLead.get(v) || 0, 0.5);
+        seekStart.set(v, performance.now());
+        v.playbackRate = 1;
+        v.currentTime = Math.min(t + lead, duration());
+        if (v.paused) v.play().catch(() => undefined);
+      } else if (Math.abs(d) > frame / 4) {
+        v.playbackRate = Math.max(0.5, Math.min(1.5, 1 - d * 4));
+      } else if (v.playbackRate !== 1) {
+        v.playbackRate = 1;
+      }
+    }
+  }
+  for (const v of vids.slice(1)) {
+    v.addEventListener("seeked", () => {
+      const s = seekStart.get(v);
+      if (s !== undefined) { seekLead.set(v, (performance.now() - s) / 1000); seekStart.delete(v); }
+    });
+  }
+  function tick() {
+    if (!master || master.paused) { render(); return; }
+    steer();
+    render();
+    if (master.ended) { pause(); return; }
+    requestAnimationFrame(tick);
+  }
+
+  // ---- drawing ---------------------------------------------------------------------------------
+  function fitCanvas(c) {
+    const w = Math.max(100, Math.round(c.clientWidth * (window.devicePixelRatio || 1)));
+    const h = Math.max(10, Math.round(c.clientHeight * (window.devicePixelRatio || 1)));
+    if (c.width !== w || c.height !== h) { c.width = w; c.height = h; return true; }
+    return false;
+  }
+  function drawTimeline(t) {
+    if (!timeline) return;
+    fitCanvas(timeline);
+    const g = timeline.getContext("2d"), d = duration() || 1, w = timeline.width, h = timeline.height;
+    g.clearRect(0, 0, w, h);
+    g.fillStyle = "rgba(230,140,0,0.55)";
+    for (const [a, b] of data.idle) g.fillRect((a / d) * w, 0, Math.max(2, ((b - a) / d) * w), h);
+    g.fillStyle = "#c00";
+    g.fillRect((t / d) * w - 1, 0, 2, h);
+  }
+  function render() {
+    if (!master) return;
+    const t = master.currentTime;
+    if (seek) { seek.max = String(duration() || 1); if (document.activeElement !== seek) seek.value = String(t); }
+    if (clock) clock.textContent = `${t.toFixed(3)} s · frame ${frameOf(t)} / ${Math.max(0, Math.round(duration() * fps) - 1)}`;
+    drawTimeline(t);
+    for (const p of plots) p.draw(t);
+  }
+
+  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
+  function linePlot(title, ts, series) {
+    const c = document.createElement("canvas");
+    c.setAttribute("data-group", title);
+    $("plots").appendChild(c);
+    fitCanvas(c);
+    const base = document.createElement("canvas");
+    base.width = c.width; base.height = c.height;
+    const g = base.getContext("2d"), w = base.width, h = base.height, pad = 4, top = 18;
+    let lo = Infinity, hi = -Infinity;
+    for (const s of series) for (const v of s.values) if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (hi === lo) { hi += 1; lo -= 1; }
+    const t0 = ts[0] || 0, t1 = ts[ts.length - 1] || 1;
+    const X = (t) => pad + ((t - t0) / ((t1 - t0) || 1)) * (w - 2 * pad);
+    const Y = (v) => top + (1 - (v - lo) / (hi - lo)) * (h - top - pad);
+    g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
+    g.fillStyle = "rgba(230,140,0,0.18)";
+    for (const [a, b] of data.idle) g.fillRect(X(a), 0, Math.max(1, X(b) - X(a)), h);
+    g.font = "12px system-ui, sans-serif";
+    let lx = pad;
+    series.forEach((s, k) => {
+      g.strokeStyle = COLORS[k % COLORS.length]; g.lineWidth = 1.2; g.beginPath();
+      let pen = false;
+      s.values.forEach((v, i) => {
+        if (v === null || !isFinite(v)) { pen = false; return; }
+        if (pen) g.lineTo(X(ts[i]), Y(v)); else { g.moveTo(X(ts[i]), Y(v)); pen = true; }
+      });
+      g.stroke();
+      g.fillStyle = COLORS[k % COLORS.length];
+      const label = s.unit ? `${s.name} [${s.unit}]` : s.name;
+      g.fillText(label, lx, 12);
+      lx += g.measureText(label).width + 12;
+    });
+    g.fillStyle = "#555";
+    g.fillText(`${title}  ${lo.toPrecision(5)} … ${hi.toPrecision(5)}`, Math.max(lx, w - 260), 12);
+    plots.push({ canvas: c, draw(t) {
+      const cg = c.getContext("2d");
+      cg.drawImage(base, 0, 0);
+      cg.fillStyle = "#c00";
+      cg.fillRect(X(t) - 1, 0, 2, h);
+    } });
+  }
+  function topView(tr, ts) {
+    const c = document.createElement("canvas");
+    c.setAttribute("data-group", "trajectory " + tr.column);
+    c.className = "top";
+    $("plots").appendChild(c);
+    fitCanvas(c);
+    const base = document.createElement("canvas");
+    base.width = c.width; base.height = c.height;
+    const g = base.getContext("2d"), w = base.width, h = base.height, pad = 16;
+    const xs = tr.x.filter((v) => v !== null), ys = tr.y.filter((v) => v !== null);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+    const span = Math.max(x1 - x0, y1 - y0) || 1;
+    const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;  // centred, one scale for both axes (a true top view)
+    const X = (x) => w / 2 + ((x - cx) / span) * (w - 2 * pad), Y = (y) => h / 2 - ((y - cy) / span) * (h - 2 * pad);
+    g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
+    g.strokeStyle = "#1f77b4"; g.beginPath();
+    let pen = false;
+    tr.x.forEach((x, i) => {
+      const y = tr.y[i];
+      if (x === null || y === null) { pen = false; return; }
+      if (pen) g.lineTo(X(x), Y(y)); else { g.moveTo(X(x), Y(y)); pen = true; }
+    });
+    g.stroke();
+    g.fillStyle = "#555"; g.font = "12px system-ui, sans-serif";
+    g.fillText(`${tr.column} (top view, x→ y↑)`, 4, 12);
+    plots.push({ canvas: c, draw(t) {
+      const cg = c.getContext("2d");
+      cg.drawImage(base, 0, 0);
+      let i = 0;
+      while (i + 1 < ts.length && ts[i + 1] <= t) i++;
+      if (tr.x[i] !== null && tr.y[i] !== null) {
+        cg.fillStyle = "#c00"; cg.beginPath(); cg.arc(X(tr.x[i]), Y(tr.y[i]), 5, 0, 2 * Math.PI); cg.fill();
+      }
+    } });
+  }
+  function loadSignals() {
+    if (!data.signals) return;
+    fetch(data.signals, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : null)).then((doc) => {
+      if (!doc || !Array.isArray(doc.t)) return;
+      signals = doc;
+      $("plots").textContent = "";
+      const groups = new Map();
+      for (const s of doc.series || []) {  // one plot per group and unit: one y scale each
+        const k = (s.group || s.name) + (s.unit ? ` [${s.unit}]` : "");
+        if (!groups.has(k)) groups.set(k, []);
+        groups.get(k).push(s);
+      }
+      for (const [name, ss] of groups) linePlot(name, doc.t, ss);
+      for (const tr of doc.trajectories || []) topView(tr, doc.t);
+      render();
+    }).catch(() => undefined);
+  }
+
+  // ---- review ----------------------------------------------------------------------------------
+  let pending = null;  // a reject / flag waiting for its reason
+  function say(text, cls) { const m = $("review-msg"); if (m) { m.textContent = text; m.className = cls || ""; } }
+  function review(verdict) {
+    if (!data.can_review || !$("review")) return;
+    const reason = $("reason").value.trim();
+    if (verdict !== "accept" && !reason) {
+      pending = verdict;
+      $("reason").focus();
+      say(`type why, then Enter to ${verdict}`, "warn");
+      return;
+    }
+    pending = null;
+    fetch(data.review_url, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Egopool-CSRF": data.csrf },
+      body: JSON.stringify({ verdict, reason }),
+    }).then((r) => r.json().then((body) => ({ ok: r.ok, body }))).then(({ ok, body }) => {
+      if (!ok) { say(body.message || "refused", "bad"); return; }
+      const cls = { accepted: "ok", rejected: "bad", flagged: "warn" }[body.state];
+      const cell = $("review-state");
+      cell.textContent = "";
+      const s = document.createElement("span");
+      s.className = cls; s.dataset.state = body.state; s.textContent = body.state;
+      cell.appendChild(s);
+      if (body.reason) { const d = document.createElement("span"); d.className = "dim"; d.textContent = " " + body.reason; cell.appendChild(d); }
+      const tb = document.querySelector("#reviews tbody");
+      if (tb) {
+        const tr = document.createElement("tr");
+        const when = new Date(body.at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+        for (const v of [when, body.state, body.reason, body.token_id || "—"]) {
+          const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
+        }
+        tb.insertBefore(tr, tb.firstChild);
+      }
+      $("reason").value = "";
+      say(`${body.state}`, cls);
+    }).catch((e) => say(String(e), "bad"));
+  }
+  for (const v of ["accept", "reject", "flag"]) { const b = $(v); if (b) b.addEventListener("click", () => review(v)); }
+  if ($("reason")) {
+    $("reason").addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter") { ev.preventDefault(); if (pending) review(pending); }
+      else if (ev.key === "Escape") { pending = null; $("reason").blur(); say(""); }
+    });
+  }
+
+  // ---- keys ------------------------------------------------------------------------------------
+  document.addEventListener("keydown", (ev) => {
+    const tag = ev.target && ev.target.tagName;
+    if (tag === "INPUT" && ev.target.type !== "range" || tag === "TEXTAREA" || tag === "SELECT") return;
+    if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const k = ev.key;
+    if (k === " " || k === "Spacebar") { ev.preventDefault(); toggle(); }
+    else if (k === "ArrowLeft") { ev.preventDefault(); step(-1); }
+    else if (k === "ArrowRight") { ev.preventDefault(); step(1); }
+    else if (k === "a" || k === "r" || k === "f") {
+      ev.preventDefault();  // r / f focus the reason field: the key must not be typed into it
+      review({ a: "accept", r: "reject", f: "flag" }[k]);
+    }
+    else if (k === "j" && data.next) location.href = data.next;
+    else if (k === "k" && data.prev) location.href = data.prev;
+  });
+
+  if (master) {
+    playBtn.addEventListener("click", toggle);
+    $("step-back").addEventListener("click", () => step(-1));
+    $("step-fwd").addEventListener("click", () => step(1));
+    seek.addEventListener("input", () => setAll(parseFloat(seek.value)));
+    master.addEventListener("loadedmetadata", render);
+    master.addEventListener("seeked", render);
+    master.addEventListener("ended", pause);
+    window.addEventListener("resize", () => { plots.length = 0; loadSignals(); render(); });
+    render();
+  }
+  loadSignals();
+})();
