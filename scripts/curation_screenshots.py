@@ -38,7 +38,7 @@ def main(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
         tokens = tmp / "tokens.json"
-        up = add_token(tokens, "lab-pc-3", ["upload:*"])
+        up = add_token(tokens, "lab-pc-3", ["upload:*", "declare:*"])
         anna = add_token(tokens, "anna", ["read", "review"])
         for task, rig, n, seed in (("grasp_cup", "gripper_d405", 5, 7), ("wipe_table", "uvc3", 3, 8)):
             assert cli(["simulate", "--rig", rig, "--episodes", str(n), "--seconds", "4", "--scale", "8",

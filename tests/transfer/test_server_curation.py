@@ -60,7 +60,7 @@ def _body_key(browser, key: str) -> None:
 
 def test_review_an_episode_in_the_browser(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
-    up = add_token(tokens, "pc-7", ["upload:*"])
+    up = add_token(tokens, "pc-7", ["upload:*", "declare:*"])
     anna = add_token(tokens, "anna", ["read", "review"])
     viewer = add_token(tokens, "viewer", ["read"])
     pc = simulate(tmp_path / "pc", "grasp", 3, rig="gripper_d405", seconds=4.0, seed=11)

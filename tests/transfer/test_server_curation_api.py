@@ -38,7 +38,7 @@ def _bearer(token: str) -> dict[str, str]:
 @pytest.fixture()
 def served(tmp_path: Path):
     tokens = tmp_path / "tokens.json"
-    tok = {"up": add_token(tokens, "pc-7", ["upload:*"]), "read": add_token(tokens, "viewer", ["read"]),
+    tok = {"up": add_token(tokens, "pc-7", ["upload:*", "declare:*"]), "read": add_token(tokens, "viewer", ["read"]),
            "rev": add_token(tokens, "anna", ["read", "review"]), "revonly": add_token(tokens, "bot", ["review"])}
     task = write_task(tmp_path / "pc", "pick_cup", episodes=4)
     with ServerProc(tmp_path / "store", "--tokens", str(tokens)) as srv:

@@ -49,7 +49,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
     from egopool.server.tokens import add_token
 
     path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    return path, {"pc": add_token(path, "pc", ["upload:*", "read"]), "reader": add_token(path, "reader", ["read"])}
+    return path, {"pc": add_token(path, "pc", ["upload:*", "declare:*", "read"]), "reader": add_token(path, "reader", ["read"])}
 
 
 def _auth(tok: str) -> dict[str, str]:
