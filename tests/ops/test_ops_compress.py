@@ -363,3 +363,40 @@ def test_a_task_already_mixed_by_hand_ends_all_hevc(tmp_path, capsys):
     report = compress_task(task)
     assert report.committed and len(report.streams) == 3
     _assert_finished(task, originals, rgb)
+
+
+def test_recording_ffv1_into_a_compressed_task_is_refused_naming_info_json_and_the_fix(tmp_path, capsys):
+    """After `compress` the task is HEVC: an FFV1 episode is refused before a tick, naming the file and the flag."""
+    task = _sim(tmp_path, capsys, episodes=1)
+    assert compress_task(task).committed
+    before = snapshot(task)
+    code, out, err = _run(capsys, "simulate", "--rig", "d435x2", "--scale", "4", "--depth-codec", "ffv1",
+                          "--seconds", "0.2", "--out", tmp_path, "--task", "sim")
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert str(task / "meta" / "info.json") in err and "--depth-codec hevc12 or auto" in err
+    assert snapshot(task) == before
+    code, out, err = _run(capsys, "simulate", "--rig", "d435x2", "--scale", "4", "--seconds", "0.2",
+                          "--out", tmp_path, "--task", "sim", "--json")  # auto follows the task: HEVC
+    assert code == 0, err
+    assert [p.suffix for p in _depth_files(task).values()] == [".mp4"] * 4
+
+
+def test_cli_says_how_many_pixels_the_log_code_clipped(tmp_path, capsys):
+    """The human output names the clipped pixels (a value changed is never silent), --json counts them."""
+    task = _sim(tmp_path, capsys, episodes=1)
+    tmp = tmp_path / "far.mkv"
+    src = _depth_files(task)[(1, "d435_depth")]
+    frames = np.stack(list(read_depth_frames(src)))
+    frames[:, :4, :10] = 30000  # beyond d_max (20000 mm): 40 pixels a frame
+    from egopool.codecs.depth import DepthEncoder
+
+    enc = DepthEncoder(tmp, frames.shape[2], frames.shape[1], 30.0, codec="ffv1")
+    for f in frames:
+        enc.encode(f)
+    enc.close()
+    os.replace(tmp, src)
+    code, out, err = _run(capsys, "compress", task)
+    assert code == 0, err
+    n = 40 * len(frames)
+    assert f"{n} depth pixel(s)" in err and "d435_depth_clipped_count" in err
+    assert open_task(task).episode(1).meta["drop_stats"]["d435_depth_clipped_count"] == n

@@ -176,7 +176,8 @@ class TaskWriter:
                      devices: Sequence[Mapping[str, Any]]) -> None:
         """Refuse, before anything is recorded, an episode its own task could not take (writer_checks)."""
         checks.check_column_declarations(info, columns)
-        checks.check_stream_declarations(info, [(st.image_key, st.kind, st.codec_ext()[1]) for st in streams])
+        checks.check_stream_declarations(info, [(st.image_key, st.kind, st.codec_ext()[1]) for st in streams],
+                                         path=self.task_dir / "meta" / "info.json")
         stats_cols = {f"observation.{s}" for s in sensors or []} | {"observation.imu"}
         dims = {c.name: c.length or 0 for c in columns if c.name in stats_cols}
         preview = {"features": {c.name: dict(c.feature) for c in columns if c.feature is not None},
