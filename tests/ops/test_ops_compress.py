@@ -400,3 +400,57 @@ def test_cli_says_how_many_pixels_the_log_code_clipped(tmp_path, capsys):
     n = 40 * len(frames)
     assert f"{n} depth pixel(s)" in err and "d435_depth_clipped_count" in err
     assert open_task(task).episode(1).meta["drop_stats"]["d435_depth_clipped_count"] == n
+
+
+def _kill_at(task: Path, stage: str) -> None:
+    """Run a real `egopool compress` and SIGKILL it at ``stage`` (EGOPOOL_COMPRESS_PAUSE)."""
+    env = {**os.environ, "EGOPOOL_COMPRESS_PAUSE": stage}
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "compress", str(task), "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    marker = task / "meta" / f".compress-paused-{stage}"
+    try:
+        _wait_for(marker, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    marker.unlink()
+
+
+def test_an_episode_deleted_after_the_commit_does_not_block_the_roll_forward(tmp_path, capsys):
+    """Killed after info.json switched, then `egopool delete 2`: the next run finishes the others (it looped)."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "committed")
+    code, _, err = _run(capsys, "delete", task, "2")
+    assert code == 0, err
+    code, out, err = _run(capsys, "compress", task)
+    assert code == 0, err
+    assert [g.index for g in list_task_episodes(task)] == [1]
+    _assert_finished(task, {nk: a for nk, a in originals.items() if nk[0] == 1},
+                     {k: v for k, v in rgb.items() if k.endswith("episode-000.mp4")})
+
+
+def test_a_placed_output_lost_after_the_commit_is_encoded_again_from_its_mkv(tmp_path, capsys):
+    """Killed after the commit, episode 1's .mp4 removed by hand: the next run re-encodes it from the .mkv."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "committed")
+    lost = next(task.glob("videos/chunk-000/d435_depth/episode-000.mp4"))
+    assert (task / "videos/chunk-000/d435_depth/episode-000.mkv").is_file()
+    lost.unlink()
+    report = compress_task(task)
+    assert report.committed and report.resumed and not report.notes
+    _assert_finished(task, originals, rgb)
+
+
+def test_a_hidden_output_of_a_deleted_episode_is_swept_by_the_next_run(tmp_path, capsys):
+    """Killed before the commit, episode 1 deleted: its `.compressing` file does not stay behind forever."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "encoded")
+    assert len(list(task.rglob(".*.compressing"))) == 1
+    code, _, err = _run(capsys, "delete", task, "1")
+    assert code == 0, err
+    assert compress_task(task).committed
+    _assert_finished(task, {nk: a for nk, a in originals.items() if nk[0] == 2},
+                     {k: v for k, v in rgb.items() if k.endswith("episode-001.mp4")})

@@ -309,7 +309,10 @@ def _discard(root: Path, old: dict[str, Any] | None, keep: set[str]) -> None:
         prev = StreamJob.from_dict(d)
         for where in (prev.hidden, prev.dst):
             p = root / where
-            if where not in keep and p.suffix in (".mp4", _HIDDEN) and p.is_file() and (root / prev.src).exists():
+            if where in keep or not p.is_file():
+                continue
+            # a hidden output is only ever ours; a placed .mp4 only while its source is still there (R37)
+            if p.name.endswith(_HIDDEN) or (p.suffix == ".mp4" and (root / prev.src).exists()):
                 p.unlink()
 
 
@@ -335,6 +338,22 @@ def _encode(root: Path, fps: float, jobs: list[StreamJob], keys: list[str], pres
             _pause(root, "encoded")
 
 
+def _resumable(root: Path, layout: TaskLayout, jobs: list[StreamJob]) -> list[StreamJob]:
+    """The journal's streams of a committed switch that still have something to roll forward (R37).
+
+    An episode deleted since (no ``meta/episodes`` row) is dropped; a stream whose output is gone
+    while its ``.mkv`` is still there gets ``result`` None, to be encoded and checked again.
+    """
+    kept: list[StreamJob] = []
+    for j in jobs:
+        if not layout.episodes_file(j.index).is_file():
+            continue  # `egopool delete` took the episode: nothing of it to switch
+        if not (root / j.hidden).is_file() and not (root / j.dst).is_file() and (root / j.src).is_file():
+            j.result, j.reused = None, False
+        kept.append(j)
+    return kept
+
+
 def _place(root: Path, jobs: list[StreamJob]) -> None:
     """Rename each hidden output to its final name beside the ``.mkv`` (idempotent)."""
     dirs = set()
@@ -344,8 +363,11 @@ def _place(root: Path, jobs: list[StreamJob]) -> None:
             os.replace(hidden, dst)
             dirs.add(dst.parent)
         elif not dst.is_file():
-            raise OperationError(f"the compressed stream of episode {job.index} {job.key!r} is gone", path=dst,
-                                 hint="run `egopool compress TASK` again; it encodes it anew")
+            again = (root / job.src).is_file()
+            raise OperationError(f"the compressed stream of episode {job.index} {job.key!r} is gone"
+                                 + ("" if again else f", and so is its source {job.src}"), path=dst,
+                                 hint="run `egopool compress TASK` again; it encodes it anew" if again else
+                                 f"restore either from a backup, or `egopool delete TASK {job.index}`")
     for d in dirs:
         fsync_dir(d)
 
@@ -435,6 +457,11 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
             report.streams = [StreamJob.from_dict(d) for d in old["streams"]]
             report.committed = True
             if not dry_run:
+                report.streams = _resumable(root, layout, report.streams)
+                redo = [j for j in report.streams if j.result is None]
+                if redo:
+                    _encode(root, float(info.get("fps") or 30.0), report.streams, report.keys, preset, progress,
+                            cancel)
                 _place(root, report.streams)
                 report.notes += _finish(root, layout, report.streams, reg)
                 if not report.notes:
