@@ -454,3 +454,41 @@ def test_a_hidden_output_of_a_deleted_episode_is_swept_by_the_next_run(tmp_path,
     assert compress_task(task).committed
     _assert_finished(task, {nk: a for nk, a in originals.items() if nk[0] == 2},
                      {k: v for k, v in rgb.items() if k.endswith("episode-001.mp4")})
+
+
+def test_a_writer_is_refused_at_once_while_compress_holds_the_task_lock(tmp_path, capsys):
+    """Recording into a task being compressed fails in one line instead of waiting hours for the lock (R38)."""
+    from egopool import TaskWriter
+    from egopool.errors import LockError
+    from egopool.ops.compress import JOURNAL
+    from egopool.write.episode_writer import StreamSpec
+    from egopool.write.task_writer import COMPRESS_JOURNAL
+
+    assert COMPRESS_JOURNAL == JOURNAL
+    task = _sim(tmp_path, capsys)
+    early = TaskWriter(tmp_path, "sim")  # opened before the compress started (a recorder between episodes)
+    env = {**os.environ, "EGOPOOL_COMPRESS_PAUSE": "encoded"}
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "compress", str(task)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    marker = task / "meta" / ".compress-paused-encoded"
+    try:
+        _wait_for(marker, proc)
+        before = snapshot(task)
+        # a CLI recorder: one line, exit 1 (before the fix it blocked on the lock; the timeout turns that into a failure)
+        done = subprocess.run([sys.executable, "-m", "egopool", "simulate", "--rig", "d435x2", "--scale", "8",
+                               "--seconds", "0.2", "--out", str(tmp_path), "--task", "sim"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "egopool compress" in done.stderr
+        assert str(task / JOURNAL) in done.stderr
+        with pytest.raises(LockError, match="egopool compress"):
+            early.begin_episode(streams=[StreamSpec("d435_depth", "depth", 8, 8, codec="ffv1")])
+        assert snapshot(task) == before
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    marker.unlink()
+    # a compress killed (journal left, lock free) does not block recording
+    ep = early.begin_episode(streams=[StreamSpec("d435_depth", "depth", 8, 8, codec="ffv1")])
+    ep.add_frame(images={"d435_depth": np.full((8, 8), 900, np.uint16)})
+    assert ep.finish().index == 3
