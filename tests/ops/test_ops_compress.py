@@ -492,3 +492,27 @@ def test_a_writer_is_refused_at_once_while_compress_holds_the_task_lock(tmp_path
     ep = early.begin_episode(streams=[StreamSpec("d435_depth", "depth", 8, 8, codec="ffv1")])
     ep.add_frame(images={"d435_depth": np.full((8, 8), 900, np.uint16)})
     assert ep.finish().index == 3
+
+
+def _no_file_growth() -> None:  # preexec_fn: any write past byte 0 fails with EFBIG (a real OS limit)
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_a_write_failure_after_the_commit_is_one_line_saying_the_task_is_hevc(tmp_path, capsys):
+    """The roll-forward cannot write (a file-size limit of 0): one line naming the task and where it stands (R39)."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "committed")
+    done = subprocess.run([sys.executable, "-m", "egopool", "compress", str(task)], capture_output=True, text=True,
+                          preexec_fn=_no_file_growth)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"egopool: error: {task}") and "cannot finish the switch to HEVC" in done.stderr
+    assert "already HEVC" in done.stderr and "egopool compress TASK" in done.stderr
+    _assert_all(task, "mp4")
+    assert validate_task(task).ok
+    report = compress_task(task)  # without the limit it finishes
+    assert report.committed and not report.notes
+    _assert_finished(task, originals, rgb)

@@ -53,7 +53,8 @@ from .._safe_read import read_json, read_parquet
 from ..codecs.depth import LogDepthCodec, probe_depth
 from ..codecs.depth_transcode import TranscodeCancelled, TranscodeResult, transcode_depth
 from ..codecs.video import video_info
-from ..errors import CodecError, EgopoolError, FormatError, LockError, OperationError, RegistryError
+from ..errors import (CodecError, EgopoolError, FormatError, LockError, OperationError, RegistryError,
+                      StorageError)
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
@@ -428,6 +429,23 @@ def _finish(root: Path, layout: TaskLayout, jobs: list[StreamJob], reg: Registry
     return problems
 
 
+_BEFORE_COMMIT = ("free disk space (or fix what is named) and run `egopool compress TASK` again: the task is still "
+                  "all-FFV1 and valid, finished streams are re-used")
+_AFTER_COMMIT = ("the task is already HEVC (info.json switched) and valid; free disk space (or fix what is named) and "
+                 "run `egopool compress TASK` again to finish the rows, .mkv removal and registry")
+
+
+@contextmanager
+def _rehint(hint: str) -> Iterator[None]:
+    """A :class:`StorageError` raised inside says where the task stands (R39), in place of the generic hint."""
+    try:
+        yield
+    except StorageError as exc:
+        exc.hint = hint
+        exc.args = (exc.one_line(),)
+        raise
+
+
 @contextmanager
 def _locked(root: Path, dry_run: bool) -> Iterator[None]:
     if dry_run:
@@ -462,8 +480,10 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
                 if redo:
                     _encode(root, float(info.get("fps") or 30.0), report.streams, report.keys, preset, progress,
                             cancel)
-                _place(root, report.streams)
-                report.notes += _finish(root, layout, report.streams, reg)
+                with _rehint(_AFTER_COMMIT), \
+                        StorageError.guard(root, action="cannot finish the switch to HEVC"):
+                    _place(root, report.streams)
+                    report.notes += _finish(root, layout, report.streams, reg)
                 if not report.notes:
                     (root / JOURNAL).unlink()
             return report
@@ -486,8 +506,9 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
         report.streams = jobs
         if dry_run:
             return report
-        _discard(root, old, {w for j in jobs if j.reused for w in (j.hidden, j.dst)})
-        _write_journal(root, keys, jobs, "encoding")
+        with _rehint(_BEFORE_COMMIT), StorageError.guard(root, action="cannot start the compress"):
+            _discard(root, old, {w for j in jobs if j.reused for w in (j.hidden, j.dst)})
+            _write_journal(root, keys, jobs, "encoding")
         try:
             _encode(root, float(info.get("fps") or 30.0), jobs, keys, preset, progress, cancel)
         except (EgopoolError, OSError) as exc:  # a damaged source or a failed check: undo every output
@@ -501,16 +522,19 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
                 raise
             raise OperationError(f"cannot write the compressed stream: {exc}", path=root,
                                  hint="free disk space and run it again; nothing was changed") from exc
-        _write_journal(root, keys, jobs, "placing")
-        _place(root, jobs)
-        _pause(root, "placed")
-        info = read_info(root)
-        info["video_extensions"] = {**info.get("video_extensions", {}), **{k: "mp4" for k in keys}}
-        write_info(root, info)  # the commit: from here on the task is HEVC
+        with _rehint(_BEFORE_COMMIT), \
+                StorageError.guard(root, action="cannot switch the task to HEVC"):
+            _write_journal(root, keys, jobs, "placing")
+            _place(root, jobs)
+            _pause(root, "placed")
+            info = read_info(root)
+            info["video_extensions"] = {**info.get("video_extensions", {}), **{k: "mp4" for k in keys}}
+            write_info(root, info)  # the commit: from here on the task is HEVC
         report.committed = True
         _pause(root, "committed")
-        _write_journal(root, keys, jobs, "committed")
-        report.notes += _finish(root, layout, jobs, reg)
+        with _rehint(_AFTER_COMMIT), StorageError.guard(root, action="cannot finish the switch to HEVC"):
+            _write_journal(root, keys, jobs, "committed")
+            report.notes += _finish(root, layout, jobs, reg)
         if not report.notes:
             (root / JOURNAL).unlink()
             fsync_dir(root / "meta")
