@@ -612,6 +612,9 @@ def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry
         pending migration): one line naming the file; nothing was changed.
     CodecError
         A stream failed its check after encoding (named; every output removed, nothing changed).
+    StorageError
+        The journal, an output, ``info.json`` or a row could not be written (a full disk): one line naming
+        the task and saying whether it is still all-FFV1 or already HEVC; run it again (R39).
     FormatError
         ``info.json`` cannot be read.
     """

@@ -141,6 +141,8 @@ class TaskWriter:
         The existing task records at another ``fps`` (nothing is written).
     LegacyLayoutError
         The directory is the legacy v1.0 per-session layout (nothing is written).
+    LockError
+        ``egopool compress`` is running on the task (:func:`refuse_while_compressing`; nothing is written).
     """
 
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None,
@@ -307,6 +309,8 @@ class TaskWriter:
             ``egopool stats recalc TASK``); nothing is recorded.
         StorageError
             The task directory cannot be written (read-only, disk full).
+        LockError
+            ``egopool compress`` is running on the task (:func:`refuse_while_compressing`; nothing is written).
         """
         if created_at is not None:
             checks.check_created_at(created_at, self.fps)
