@@ -238,3 +238,16 @@ def test_an_unknown_depth_codec_is_one_line_naming_auto_and_nothing_is_written(t
     err = capsys.readouterr().err
     assert rc == 1 and len(err.splitlines()) == 1 and "unknown depth codec 'h265'" in err and "use auto" in err
     assert not root.exists()
+
+
+def test_an_ffv1_depth_stream_is_reported_without_an_x265_preset(tmp_path):
+    """FFV1 has no speed preset: a task kept in FFV1 (or --depth-codec ffv1) is not shown as `ffv1 superfast`."""
+    rig = _rig(D435, depth_codec="ffv1")
+    probe = FixedProbe({"hevc12": 60.0, "ffv1": 5.0, "h264": 2.0})
+    rec = Recorder(TaskWriter(tmp_path, "t"), rig, capacity_probe=probe, cores=2)
+    report = rec.check_capacity()
+    depth = next(s for s in report.streams if s.kind == "depth")
+    assert (depth.codec, depth.preset) == ("ffv1", None)
+    assert [line for line in report.lines() if "d435_depth" in line][0].split()[:2] == ["d435_depth", "ffv1"]
+    assert not any("ffv1 superfast" in line for line in report.lines())
+    assert report.to_dict()["streams"][1]["preset"] is None

@@ -382,7 +382,8 @@ def _cost(probe: CostProbe, spec: StreamSpec, fps: float) -> StreamCost:
     rate = spec.fps or fps
     ms = float(probe.stream_ms(spec, rate))
     codec = spec.codec_ext()[0]
-    return StreamCost(spec.image_key, spec.kind, codec, spec.preset, spec.width, spec.height, ms, ms * rate / 1000.0)
+    preset = None if codec == "ffv1" else spec.preset  # FFV1 has no speed preset (the recorder's is ignored)
+    return StreamCost(spec.image_key, spec.kind, codec, preset, spec.width, spec.height, ms, ms * rate / 1000.0)
 
 
 def assess(streams: Sequence[StreamSpec], columns: Sequence[ColumnSpec], fps: float, *,

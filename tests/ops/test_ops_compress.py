@@ -363,3 +363,156 @@ def test_a_task_already_mixed_by_hand_ends_all_hevc(tmp_path, capsys):
     report = compress_task(task)
     assert report.committed and len(report.streams) == 3
     _assert_finished(task, originals, rgb)
+
+
+def test_recording_ffv1_into_a_compressed_task_is_refused_naming_info_json_and_the_fix(tmp_path, capsys):
+    """After `compress` the task is HEVC: an FFV1 episode is refused before a tick, naming the file and the flag."""
+    task = _sim(tmp_path, capsys, episodes=1)
+    assert compress_task(task).committed
+    before = snapshot(task)
+    code, out, err = _run(capsys, "simulate", "--rig", "d435x2", "--scale", "4", "--depth-codec", "ffv1",
+                          "--seconds", "0.2", "--out", tmp_path, "--task", "sim")
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert str(task / "meta" / "info.json") in err and "--depth-codec hevc12 or auto" in err
+    assert snapshot(task) == before
+    code, out, err = _run(capsys, "simulate", "--rig", "d435x2", "--scale", "4", "--seconds", "0.2",
+                          "--out", tmp_path, "--task", "sim", "--json")  # auto follows the task: HEVC
+    assert code == 0, err
+    assert [p.suffix for p in _depth_files(task).values()] == [".mp4"] * 4
+
+
+def test_cli_says_how_many_pixels_the_log_code_clipped(tmp_path, capsys):
+    """The human output names the clipped pixels (a value changed is never silent), --json counts them."""
+    task = _sim(tmp_path, capsys, episodes=1)
+    tmp = tmp_path / "far.mkv"
+    src = _depth_files(task)[(1, "d435_depth")]
+    frames = np.stack(list(read_depth_frames(src)))
+    frames[:, :4, :10] = 30000  # beyond d_max (20000 mm): 40 pixels a frame
+    from egopool.codecs.depth import DepthEncoder
+
+    enc = DepthEncoder(tmp, frames.shape[2], frames.shape[1], 30.0, codec="ffv1")
+    for f in frames:
+        enc.encode(f)
+    enc.close()
+    os.replace(tmp, src)
+    code, out, err = _run(capsys, "compress", task)
+    assert code == 0, err
+    n = 40 * len(frames)
+    assert f"{n} depth pixel(s)" in err and "d435_depth_clipped_count" in err
+    assert open_task(task).episode(1).meta["drop_stats"]["d435_depth_clipped_count"] == n
+
+
+def _kill_at(task: Path, stage: str) -> None:
+    """Run a real `egopool compress` and SIGKILL it at ``stage`` (EGOPOOL_COMPRESS_PAUSE)."""
+    env = {**os.environ, "EGOPOOL_COMPRESS_PAUSE": stage}
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "compress", str(task), "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    marker = task / "meta" / f".compress-paused-{stage}"
+    try:
+        _wait_for(marker, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    marker.unlink()
+
+
+def test_an_episode_deleted_after_the_commit_does_not_block_the_roll_forward(tmp_path, capsys):
+    """Killed after info.json switched, then `egopool delete 2`: the next run finishes the others (it looped)."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "committed")
+    code, _, err = _run(capsys, "delete", task, "2")
+    assert code == 0, err
+    code, out, err = _run(capsys, "compress", task)
+    assert code == 0, err
+    assert [g.index for g in list_task_episodes(task)] == [1]
+    _assert_finished(task, {nk: a for nk, a in originals.items() if nk[0] == 1},
+                     {k: v for k, v in rgb.items() if k.endswith("episode-000.mp4")})
+
+
+def test_a_placed_output_lost_after_the_commit_is_encoded_again_from_its_mkv(tmp_path, capsys):
+    """Killed after the commit, episode 1's .mp4 removed by hand: the next run re-encodes it from the .mkv."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "committed")
+    lost = next(task.glob("videos/chunk-000/d435_depth/episode-000.mp4"))
+    assert (task / "videos/chunk-000/d435_depth/episode-000.mkv").is_file()
+    lost.unlink()
+    report = compress_task(task)
+    assert report.committed and report.resumed and not report.notes
+    _assert_finished(task, originals, rgb)
+
+
+def test_a_hidden_output_of_a_deleted_episode_is_swept_by_the_next_run(tmp_path, capsys):
+    """Killed before the commit, episode 1 deleted: its `.compressing` file does not stay behind forever."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "encoded")
+    assert len(list(task.rglob(".*.compressing"))) == 1
+    code, _, err = _run(capsys, "delete", task, "1")
+    assert code == 0, err
+    assert compress_task(task).committed
+    _assert_finished(task, {nk: a for nk, a in originals.items() if nk[0] == 2},
+                     {k: v for k, v in rgb.items() if k.endswith("episode-001.mp4")})
+
+
+def test_a_writer_is_refused_at_once_while_compress_holds_the_task_lock(tmp_path, capsys):
+    """Recording into a task being compressed fails in one line instead of waiting hours for the lock (R38)."""
+    from egopool import TaskWriter
+    from egopool.errors import LockError
+    from egopool.ops.compress import JOURNAL
+    from egopool.write.episode_writer import StreamSpec
+    from egopool.write.task_writer import COMPRESS_JOURNAL
+
+    assert COMPRESS_JOURNAL == JOURNAL
+    task = _sim(tmp_path, capsys)
+    early = TaskWriter(tmp_path, "sim")  # opened before the compress started (a recorder between episodes)
+    env = {**os.environ, "EGOPOOL_COMPRESS_PAUSE": "encoded"}
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "compress", str(task)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    marker = task / "meta" / ".compress-paused-encoded"
+    try:
+        _wait_for(marker, proc)
+        before = snapshot(task)
+        # a CLI recorder: one line, exit 1 (before the fix it blocked on the lock; the timeout turns that into a failure)
+        done = subprocess.run([sys.executable, "-m", "egopool", "simulate", "--rig", "d435x2", "--scale", "8",
+                               "--seconds", "0.2", "--out", str(tmp_path), "--task", "sim"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "egopool compress" in done.stderr
+        assert str(task / JOURNAL) in done.stderr
+        with pytest.raises(LockError, match="egopool compress"):
+            early.begin_episode(streams=[StreamSpec("d435_depth", "depth", 8, 8, codec="ffv1")])
+        assert snapshot(task) == before
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    marker.unlink()
+    # a compress killed (journal left, lock free) does not block recording
+    ep = early.begin_episode(streams=[StreamSpec("d435_depth", "depth", 8, 8, codec="ffv1")])
+    ep.add_frame(images={"d435_depth": np.full((8, 8), 900, np.uint16)})
+    assert ep.finish().index == 3
+
+
+def _no_file_growth() -> None:  # preexec_fn: any write past byte 0 fails with EFBIG (a real OS limit)
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_a_write_failure_after_the_commit_is_one_line_saying_the_task_is_hevc(tmp_path, capsys):
+    """The roll-forward cannot write (a file-size limit of 0): one line naming the task and where it stands (R39)."""
+    task = _sim(tmp_path, capsys)
+    originals, rgb = _originals(task), _rgb_bytes(task)
+    _kill_at(task, "committed")
+    done = subprocess.run([sys.executable, "-m", "egopool", "compress", str(task)], capture_output=True, text=True,
+                          preexec_fn=_no_file_growth)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"egopool: error: {task}") and "cannot finish the switch to HEVC" in done.stderr
+    assert "already HEVC" in done.stderr and "egopool compress TASK" in done.stderr
+    _assert_all(task, "mp4")
+    assert validate_task(task).ok
+    report = compress_task(task)  # without the limit it finishes
+    assert report.committed and not report.notes
+    _assert_finished(task, originals, rgb)

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .. import ops
 from ..errors import EgopoolError, RegistryError
+from ..meta.drop_stats import clipped_key
 from ..ops._common import Progress as ProgressFn
 from .app import app
 from .args import episode_argument
@@ -316,6 +317,13 @@ def compress_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSO
     console.print(f"compressed {len(report.streams)} depth stream(s) of {', '.join(report.keys)}: {report.frames} "
                   f"frames, {human_bytes(report.bytes_before)} -> {human_bytes(report.bytes_after)} ({ratio:.1f}x); "
                   f"max error {report.max_error_mm:.0f} mm; {report.wall_seconds:.1f} s", highlight=False)
+    clipped: dict[str, int] = {}
+    for s in report.streams:
+        if s.result is not None and s.result.clipped:
+            clipped[s.key] = clipped.get(s.key, 0) + s.result.clipped
+    for key, n in sorted(clipped.items()):  # a value the format cannot hold is never changed silently (R36)
+        err_console.print(f"warning: {n} depth pixel(s) of {key} outside the log code's range were stored clipped "
+                          f"(counted per episode in drop_stats {clipped_key(key)})", markup=False, highlight=False)
     for note in report.notes:
         err_console.print(f"[red]{escape(note)}[/red]")
     if report.notes:

@@ -53,7 +53,8 @@ from .._safe_read import read_json, read_parquet
 from ..codecs.depth import LogDepthCodec, probe_depth
 from ..codecs.depth_transcode import TranscodeCancelled, TranscodeResult, transcode_depth
 from ..codecs.video import video_info
-from ..errors import CodecError, EgopoolError, FormatError, LockError, OperationError, RegistryError
+from ..errors import (CodecError, EgopoolError, FormatError, LockError, OperationError, RegistryError,
+                      StorageError)
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
@@ -309,7 +310,10 @@ def _discard(root: Path, old: dict[str, Any] | None, keep: set[str]) -> None:
         prev = StreamJob.from_dict(d)
         for where in (prev.hidden, prev.dst):
             p = root / where
-            if where not in keep and p.suffix in (".mp4", _HIDDEN) and p.is_file() and (root / prev.src).exists():
+            if where in keep or not p.is_file():
+                continue
+            # a hidden output is only ever ours; a placed .mp4 only while its source is still there (R37)
+            if p.name.endswith(_HIDDEN) or (p.suffix == ".mp4" and (root / prev.src).exists()):
                 p.unlink()
 
 
@@ -335,6 +339,22 @@ def _encode(root: Path, fps: float, jobs: list[StreamJob], keys: list[str], pres
             _pause(root, "encoded")
 
 
+def _resumable(root: Path, layout: TaskLayout, jobs: list[StreamJob]) -> list[StreamJob]:
+    """The journal's streams of a committed switch that still have something to roll forward (R37).
+
+    An episode deleted since (no ``meta/episodes`` row) is dropped; a stream whose output is gone
+    while its ``.mkv`` is still there gets ``result`` None, to be encoded and checked again.
+    """
+    kept: list[StreamJob] = []
+    for j in jobs:
+        if not layout.episodes_file(j.index).is_file():
+            continue  # `egopool delete` took the episode: nothing of it to switch
+        if not (root / j.hidden).is_file() and not (root / j.dst).is_file() and (root / j.src).is_file():
+            j.result, j.reused = None, False
+        kept.append(j)
+    return kept
+
+
 def _place(root: Path, jobs: list[StreamJob]) -> None:
     """Rename each hidden output to its final name beside the ``.mkv`` (idempotent)."""
     dirs = set()
@@ -344,8 +364,11 @@ def _place(root: Path, jobs: list[StreamJob]) -> None:
             os.replace(hidden, dst)
             dirs.add(dst.parent)
         elif not dst.is_file():
-            raise OperationError(f"the compressed stream of episode {job.index} {job.key!r} is gone", path=dst,
-                                 hint="run `egopool compress TASK` again; it encodes it anew")
+            again = (root / job.src).is_file()
+            raise OperationError(f"the compressed stream of episode {job.index} {job.key!r} is gone"
+                                 + ("" if again else f", and so is its source {job.src}"), path=dst,
+                                 hint="run `egopool compress TASK` again; it encodes it anew" if again else
+                                 f"restore either from a backup, or `egopool delete TASK {job.index}`")
     for d in dirs:
         fsync_dir(d)
 
@@ -406,6 +429,23 @@ def _finish(root: Path, layout: TaskLayout, jobs: list[StreamJob], reg: Registry
     return problems
 
 
+_BEFORE_COMMIT = ("free disk space (or fix what is named) and run `egopool compress TASK` again: the task is still "
+                  "all-FFV1 and valid, finished streams are re-used")
+_AFTER_COMMIT = ("the task is already HEVC (info.json switched) and valid; free disk space (or fix what is named) and "
+                 "run `egopool compress TASK` again to finish the rows, .mkv removal and registry")
+
+
+@contextmanager
+def _rehint(hint: str) -> Iterator[None]:
+    """A :class:`StorageError` raised inside says where the task stands (R39), in place of the generic hint."""
+    try:
+        yield
+    except StorageError as exc:
+        exc.hint = hint
+        exc.args = (exc.one_line(),)
+        raise
+
+
 @contextmanager
 def _locked(root: Path, dry_run: bool) -> Iterator[None]:
     if dry_run:
@@ -435,8 +475,15 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
             report.streams = [StreamJob.from_dict(d) for d in old["streams"]]
             report.committed = True
             if not dry_run:
-                _place(root, report.streams)
-                report.notes += _finish(root, layout, report.streams, reg)
+                report.streams = _resumable(root, layout, report.streams)
+                redo = [j for j in report.streams if j.result is None]
+                if redo:
+                    _encode(root, float(info.get("fps") or 30.0), report.streams, report.keys, preset, progress,
+                            cancel)
+                with _rehint(_AFTER_COMMIT), \
+                        StorageError.guard(root, action="cannot finish the switch to HEVC"):
+                    _place(root, report.streams)
+                    report.notes += _finish(root, layout, report.streams, reg)
                 if not report.notes:
                     (root / JOURNAL).unlink()
             return report
@@ -459,8 +506,9 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
         report.streams = jobs
         if dry_run:
             return report
-        _discard(root, old, {w for j in jobs if j.reused for w in (j.hidden, j.dst)})
-        _write_journal(root, keys, jobs, "encoding")
+        with _rehint(_BEFORE_COMMIT), StorageError.guard(root, action="cannot start the compress"):
+            _discard(root, old, {w for j in jobs if j.reused for w in (j.hidden, j.dst)})
+            _write_journal(root, keys, jobs, "encoding")
         try:
             _encode(root, float(info.get("fps") or 30.0), jobs, keys, preset, progress, cancel)
         except (EgopoolError, OSError) as exc:  # a damaged source or a failed check: undo every output
@@ -474,16 +522,19 @@ def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | 
                 raise
             raise OperationError(f"cannot write the compressed stream: {exc}", path=root,
                                  hint="free disk space and run it again; nothing was changed") from exc
-        _write_journal(root, keys, jobs, "placing")
-        _place(root, jobs)
-        _pause(root, "placed")
-        info = read_info(root)
-        info["video_extensions"] = {**info.get("video_extensions", {}), **{k: "mp4" for k in keys}}
-        write_info(root, info)  # the commit: from here on the task is HEVC
+        with _rehint(_BEFORE_COMMIT), \
+                StorageError.guard(root, action="cannot switch the task to HEVC"):
+            _write_journal(root, keys, jobs, "placing")
+            _place(root, jobs)
+            _pause(root, "placed")
+            info = read_info(root)
+            info["video_extensions"] = {**info.get("video_extensions", {}), **{k: "mp4" for k in keys}}
+            write_info(root, info)  # the commit: from here on the task is HEVC
         report.committed = True
         _pause(root, "committed")
-        _write_journal(root, keys, jobs, "committed")
-        report.notes += _finish(root, layout, jobs, reg)
+        with _rehint(_AFTER_COMMIT), StorageError.guard(root, action="cannot finish the switch to HEVC"):
+            _write_journal(root, keys, jobs, "committed")
+            report.notes += _finish(root, layout, jobs, reg)
         if not report.notes:
             (root / JOURNAL).unlink()
             fsync_dir(root / "meta")
@@ -561,6 +612,9 @@ def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry
         pending migration): one line naming the file; nothing was changed.
     CodecError
         A stream failed its check after encoding (named; every output removed, nothing changed).
+    StorageError
+        The journal, an output, ``info.json`` or a row could not be written (a full disk): one line naming
+        the task and saying whether it is still all-FFV1 or already HEVC; run it again (R39).
     FormatError
         ``info.json`` cannot be read.
     """

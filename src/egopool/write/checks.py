@@ -285,17 +285,20 @@ def check_feature_declarations(info: Mapping[str, Any], features: Mapping[str, A
                                   hint="keep the declaration, or record into a new task")
 
 
-def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[str, str, str]]) -> None:
+def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[str, str, str]], *,
+                              path: Path | None = None) -> None:
     """An image_key the task already has stays RGB or depth, with the same file extension.
 
     ``streams`` holds ``(image_key, kind, ext)``. An existing slot is RGB when it is in
     ``cameras`` and depth when it is only in ``video_extensions`` (multi_device_storage.md
-    §4.8, §6.3); the file extension of a slot is task-wide (file_format.md §8).
+    §4.8, §6.3); the file extension of a slot is task-wide (file_format.md §8). ``path`` is the
+    task's ``info.json`` (named in the error).
 
     Raises
     ------
     SchemaError
-        Naming the stream and the existing declaration.
+        Naming the stream, the existing declaration and, for a depth slot, the ``--depth-codec`` that
+        records into it (a task compressed by ``egopool compress`` is HEVC from then on, R36).
     """
     raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
     cams: Mapping[str, Any] = raw_cams if isinstance(raw_cams, Mapping) else {}
@@ -308,12 +311,17 @@ def check_stream_declarations(info: Mapping[str, Any], streams: Iterable[tuple[s
             was = "an RGB slot in this task (info.json cameras)" if old_kind == "rgb" else \
                 "a depth slot in this task (info.json video_extensions, not cameras)"
             raise SchemaError(f"stream {key!r} is {was}, this episode records it as "
-                              f"{'RGB' if kind == 'rgb' else 'depth'}", hint="use another image_key for the new stream")
+                              f"{'RGB' if kind == 'rgb' else 'depth'}", path=path,
+                              hint="use another image_key for the new stream")
         if key in exts and exts[key] != ext:
+            depth_fix = {"mp4": "record depth with --depth-codec hevc12 or auto (auto keeps the task's codec)",
+                         "mkv": "record depth with --depth-codec ffv1 or auto (auto keeps the task's codec), or "
+                                "run `egopool compress TASK` first to bring the task to HEVC"}
+            hint = depth_fix.get(str(exts[key])) if kind == "depth" else None
             raise SchemaError(f"stream {key!r} is stored as .{exts[key]} in this task (info.json "
-                              f"video_extensions), this episode would write .{ext}",
-                              hint="record it with the codec of the earlier episodes; depth: hevc12 -> mp4, "
-                                   "ffv1 -> mkv")
+                              f"video_extensions), this episode would write .{ext}", path=path,
+                              hint=hint or "record it with the codec of the earlier episodes; depth: hevc12 -> mp4, "
+                                           "ffv1 -> mkv")
 
 
 def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarations: Mapping[str, Any],

@@ -28,7 +28,7 @@ from .. import __version__
 from . import checks
 from .._atomic import task_lock
 from .episode_writer import EpisodeResult, EpisodeWriter, StreamSpec
-from ..errors import FormatError, LegacyLayoutError, RegistryError, SchemaError, StorageError
+from ..errors import FormatError, LegacyLayoutError, LockError, RegistryError, SchemaError, StorageError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import info_path, new_info, read_info, write_info
@@ -37,7 +37,7 @@ from .recovery import reclaim_stale, remove_episode_temps, sweep_stale_temps
 from ..registry import Registry, record_episode, task_key
 from ..schema import ColumnSpec
 
-__all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter", "refuse_foreign"]
+__all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter", "refuse_foreign", "refuse_while_compressing"]
 
 
 def refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
@@ -79,6 +79,35 @@ def refuse_foreign(task_dir: Path, fps: float, fps_hint: str | None) -> None:
             pass  # no info.json yet: a new task in an existing directory
 
 
+#: ``egopool compress``'s journal (egopool.ops.compress.JOURNAL; write/ does not import ops/).
+COMPRESS_JOURNAL = "meta/.compress.json"
+
+
+def refuse_while_compressing(task_dir: Path) -> None:
+    """Refuse at once, rather than wait hours for the task lock, while ``egopool compress`` holds it (R38).
+
+    A compress holds the exclusive task lock for its whole run (file_format.md §3: the switch is
+    task-wide); every writer would block on it silently. When its journal exists and the lock is
+    busy, this raises; otherwise (the lock free, or busy without a journal: a short maintenance
+    command) the caller takes the lock as usual.
+
+    Raises
+    ------
+    LockError
+        Naming the journal and the fix; nothing was written.
+    """
+    journal = Path(task_dir) / COMPRESS_JOURNAL
+    if not journal.is_file():
+        return
+    try:
+        with task_lock(task_dir, wait=False):
+            return
+    except LockError:
+        raise LockError("`egopool compress` is converting this task's depth to HEVC and holds the task lock",
+                        path=journal, hint="record after it has finished, or into another task; nothing was "
+                                           "written") from None
+
+
 class TaskWriter:
     """Writes episodes into ``<root>/<task_name>`` (file_format.md §1).
 
@@ -112,6 +141,8 @@ class TaskWriter:
         The existing task records at another ``fps`` (nothing is written).
     LegacyLayoutError
         The directory is the legacy v1.0 per-session layout (nothing is written).
+    LockError
+        ``egopool compress`` is running on the task (:func:`refuse_while_compressing`; nothing is written).
     """
 
     def __init__(self, root: str | Path, task_name: str, fps: float = 30.0, *, app_version: str | None = None,
@@ -132,6 +163,7 @@ class TaskWriter:
 
     def _create(self) -> None:
         task_name = self.task_name
+        refuse_while_compressing(self.task_dir)
         (self.task_dir / "meta" / "episodes").mkdir(parents=True, exist_ok=True)
         with task_lock(self.task_dir):
             if (self.task_dir / "meta" / "info.json").exists():
@@ -176,7 +208,8 @@ class TaskWriter:
                      devices: Sequence[Mapping[str, Any]]) -> None:
         """Refuse, before anything is recorded, an episode its own task could not take (writer_checks)."""
         checks.check_column_declarations(info, columns)
-        checks.check_stream_declarations(info, [(st.image_key, st.kind, st.codec_ext()[1]) for st in streams])
+        checks.check_stream_declarations(info, [(st.image_key, st.kind, st.codec_ext()[1]) for st in streams],
+                                         path=self.task_dir / "meta" / "info.json")
         stats_cols = {f"observation.{s}" for s in sensors or []} | {"observation.imu"}
         dims = {c.name: c.length or 0 for c in columns if c.name in stats_cols}
         preview = {"features": {c.name: dict(c.feature) for c in columns if c.feature is not None},
@@ -276,6 +309,8 @@ class TaskWriter:
             ``egopool stats recalc TASK``); nothing is recorded.
         StorageError
             The task directory cannot be written (read-only, disk full).
+        LockError
+            ``egopool compress`` is running on the task (:func:`refuse_while_compressing`; nothing is written).
         """
         if created_at is not None:
             checks.check_created_at(created_at, self.fps)
@@ -286,6 +321,7 @@ class TaskWriter:
         for what, value in (("devices", list(devices)), ("device_names", dict(device_names or {})),
                             ("calibration", dict(calibration or {})), ("info_extra", dict(info_extra or {}))):
             checks.check_json_value(value, what)
+        refuse_while_compressing(self.task_dir)
         with StorageError.guard(self.task_dir, action="cannot start an episode"), task_lock(self.task_dir):
             info = read_info(self.task_dir)
             self._check_begin(info, columns, streams, sensors, device_names, devices)
