@@ -48,7 +48,7 @@ from starlette.requests import ClientDisconnect
 from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
-from .bucket import is_bucket_uri
+from ..storage.bucket import is_bucket_uri
 from .bucket_importer import open_bucket_store
 from .bucket_store import hide_state
 from .catalog import episode_entries, episode_file, task_detail, task_summaries

@@ -212,7 +212,7 @@ def open_bucket_store(uri: str, state: Path | None, log: logging.Logger) -> tupl
     ------
     LockError
         Another server uses this state directory.
-    StorageError
+    ObjectStoreError
         The bucket cannot be reached.
     """
     store = BucketStore(uri, state)

@@ -46,7 +46,7 @@ from ..errors import EgopoolError, FormatError, MetaUpdateError
 from ..layout import TaskLayout
 from ..meta.info import merge_info
 from ..meta.stats import ACTION_BLOCK, StatsBlock, episode_stats_file, merge_stats, needs_recalc
-from .bucket import Bucket, Conflict
+from ..storage.bucket import Bucket, Conflict
 from .db import EpisodeRow, ServerDB
 
 __all__ = ["BucketPublication", "claim", "journal_key", "publish_to_bucket", "recover_bucket", "update_json"]
@@ -91,7 +91,7 @@ def claim(bucket: Bucket, task: str, index: int, row_rel: str, doc: Mapping[str,
 
     Raises
     ------
-    StorageError
+    ObjectStoreError
         The bucket cannot be reached.
     """
     key = journal_key(task, index)
@@ -114,7 +114,7 @@ def update_json(bucket: Bucket, rel: str, change: Callable[[Any], Any], *, inden
 
     Raises
     ------
-    MetaUpdateError-free: FormatError from ``change``; StorageError; Conflict after ``attempts`` lost races.
+    MetaUpdateError-free: FormatError from ``change``; ObjectStoreError; Conflict after ``attempts`` lost races.
     """
     for i in range(attempts):
         got = bucket.get(rel)
@@ -333,7 +333,7 @@ def recover_bucket(bucket: Bucket, db: ServerDB | None, owner: str, *, stale_aft
 
     Raises
     ------
-    StorageError
+    ObjectStoreError
         The bucket cannot be reached.
     """
     now = time.time() if now is None else now

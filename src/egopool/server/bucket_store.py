@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import EgopoolError, UploadRejectedError
 from ..write.checks import check_task_name
-from .bucket import Bucket, ObjectInfo
+from ..storage.bucket import Bucket, ObjectInfo
 from .bucket_publish import new_owner_id
 from .store import Store
 
@@ -51,7 +51,7 @@ class BucketStore(Store):
     Raises
     ------
     EgopoolError
-        boto3 missing, a malformed URI; StorageError: the bucket cannot be reached.
+        boto3 missing, a malformed URI; ObjectStoreError: the bucket cannot be reached.
     """
 
     def __init__(self, uri: str, state: str | Path | None = None) -> None:

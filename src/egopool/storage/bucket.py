@@ -11,8 +11,10 @@ the conditional writes that make publishing safe without rename or locks:
 SeaweedFS (the tests' real server) honours all three, atomically under concurrent writers
 (measured: 16 racing creates of one key, one winner; 8 writers x 5 read-modify-writes of
 one object with If-Match, 40 of 40 kept). Credentials and endpoint come from boto3's usual
-chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_PROFILE``, ``AWS_ENDPOINT_URL``
-or ``AWS_ENDPOINT_URL_S3``, ``AWS_REGION``). Every request has connect/read timeouts.
+settings the readers use (:class:`~egopool.storage.S3Settings`: ``AWS_ENDPOINT_URL(_S3)``,
+``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` or boto3's own chain (``AWS_PROFILE``),
+``AWS_REGION``, ``EGOPOOL_S3_CONNECT_TIMEOUT``/``EGOPOOL_S3_REQUEST_TIMEOUT``, ``AWS_MAX_ATTEMPTS``):
+every request has timeouts. Errors are :class:`~egopool.errors.ObjectStoreError`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, StorageError
+from ..errors import EgopoolError, ObjectStoreError
+from ._s3 import S3Settings
 
-__all__ = ["Bucket", "Conflict", "is_bucket_uri", "parse_bucket_uri"]
+__all__ = ["Bucket", "Conflict", "ObjectInfo", "is_bucket_uri", "parse_bucket_uri"]
 
 #: objects above this size go up as a multipart upload (boto3's transfer manager), the rest in one PUT
 MULTIPART_THRESHOLD = 64 << 20
@@ -74,8 +77,8 @@ class Bucket:
     ----------
     uri:
         ``s3://bucket/prefix``.
-    timeout:
-        Connect and read timeout per request, s.
+    settings:
+        The connection (None: :meth:`S3Settings.from_env <egopool.storage.S3Settings.from_env>`).
 
     Raises
     ------
@@ -83,7 +86,7 @@ class Bucket:
         boto3 is not installed (``pip install 'egopool[s3]'``) or the URI is malformed.
     """
 
-    def __init__(self, uri: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, uri: str, *, settings: S3Settings | None = None) -> None:
         try:
             import boto3
             from botocore.config import Config
@@ -91,11 +94,13 @@ class Bucket:
             raise EgopoolError("s3:// stores need boto3", hint="pip install 'egopool[s3]'") from exc
         self.uri = uri.rstrip("/")
         self.name, self.prefix = parse_bucket_uri(uri)
-        cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 5, "mode": "standard"},
-                     max_pool_connections=32)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        self.client: Any = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=cfg)
+        st = settings or S3Settings.from_env()
+        cfg = Config(connect_timeout=st.connect_timeout, read_timeout=st.request_timeout,
+                     retries={"max_attempts": st.max_attempts, "mode": "standard"}, max_pool_connections=32)
+        endpoint = f"{st.scheme}://{st.endpoint}" if st.endpoint else None
+        self.client: Any = boto3.session.Session().client(
+            "s3", endpoint_url=endpoint, region_name=st.region or "us-east-1", config=cfg,
+            aws_access_key_id=st.access_key, aws_secret_access_key=st.secret_key, aws_session_token=st.session_token)
         self._errors: Any = __import__("botocore.exceptions", fromlist=["ClientError"])
 
     # -- keys --------------------------------------------------------------------------------------
@@ -114,8 +119,10 @@ class Bucket:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return Conflict(f"{what} {self.url(rel)}: the object exists or changed meanwhile ({code or status})")
-        return StorageError(f"{what} {self.url(rel)} failed: {exc}", hint="check the bucket, the endpoint "
-                                                                          "(AWS_ENDPOINT_URL) and the credentials")
+        cause = {403: "denied", 404: "no_bucket"}.get(status, "unreachable" if not status else "error")
+        return ObjectStoreError(f"{what} {self.url(rel)} failed: {exc}", uri=self.url(rel), cause=cause,
+                                hint="check the bucket, the endpoint (AWS_ENDPOINT_URL) and the credentials "
+                                     "(AWS_ACCESS_KEY_ID / AWS_PROFILE)")
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, rel: str) -> tuple[bytes, str] | None:
@@ -123,7 +130,7 @@ class Bucket:
 
         Raises
         ------
-        StorageError
+        ObjectStoreError
             Any other failure (network, permissions).
         """
         try:
@@ -173,7 +180,7 @@ class Bucket:
 
         Raises
         ------
-        StorageError
+        ObjectStoreError
             The object cannot be read.
         """
         try:
@@ -220,7 +227,7 @@ class Bucket:
         ------
         Conflict
             The condition failed (412/409): nothing was written.
-        StorageError
+        ObjectStoreError
             Any other failure.
         """
         kw: dict[str, Any] = {}
