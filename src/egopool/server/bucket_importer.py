@@ -95,6 +95,7 @@ class BucketImporter(Importer):
                  validation: dict[str, Any], length: int, streams: list[str],
                  hashed: Mapping[Path, str], synced: frozenset[Path]) -> ImportResult:
         b = self.store.bucket
+        recover_bucket(b, self.store.db, self.store.owner, task=task)  # our own failed publishes into it
         server_info = self._shadow(task, task_dir)
         fresh = None
         if server_info is None:

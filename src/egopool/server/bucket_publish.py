@@ -324,7 +324,7 @@ def _read_journal(bucket: Bucket, key: str) -> dict[str, Any] | None:
 
 
 def recover_bucket(bucket: Bucket, db: ServerDB | None, owner: str, *, stale_after: float = STALE_AFTER,
-                   now: float | None = None) -> list[str]:
+                   now: float | None = None, task: str | None = None) -> list[str]:
     """The start-up sweep (module docstring); returns one line per journal handled.
 
     Journals of ``owner`` and journals older than ``stale_after`` s are finished (row present)
@@ -339,7 +339,7 @@ def recover_bucket(bucket: Bucket, db: ServerDB | None, owner: str, *, stale_aft
     now = time.time() if now is None else now
     lines: list[str] = []
     undone: set[str] = set()
-    for o in bucket.list_objects(JOURNALS + "/"):
+    for o in bucket.list_objects(f"{JOURNALS}/{task_hash(task)}/" if task is not None else JOURNALS + "/"):
         doc = _read_journal(bucket, o.key)
         if doc is None:
             continue  # unreadable: written whole (one PUT) or not at all; a foreign object: left alone
@@ -359,7 +359,7 @@ def recover_bucket(bucket: Bucket, db: ServerDB | None, owner: str, *, stale_aft
             bucket.delete([o.key])
             undone.update(keys)
             lines.append(f"{task}: rolled back the interrupted publish of episode {n} into {bucket.uri}")
-    for key, upload_id, started in bucket.incomplete_uploads(""):
+    for key, upload_id, started in bucket.incomplete_uploads("") if task is None else []:
         if key in undone or now - started > stale_after:
             bucket.abort_upload(key, upload_id)
             lines.append(f"aborted an incomplete multipart upload of {bucket.url(key)}")
