@@ -14,7 +14,7 @@ from typing import Any
 
 from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError
-from ..storage import ObjectPath
+from ..storage import ObjectPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
 from ..unix_time import created_at_problem
@@ -102,6 +102,8 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
     else can be checked then: the spec says to fail on an unknown format, never guess.
     """
     if not root.exists():
+        if isinstance(root, ObjectPath):
+            require_bucket(root)  # a missing bucket is said as such (ObjectStoreError), not as a missing task
         report.error(R_LAYOUT, root, "task directory does not exist; pass the directory holding data/, videos/, meta/")
         return None
     if not root.is_dir():

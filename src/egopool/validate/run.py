@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, OperationError
+from ..errors import EgopoolError, ObjectStoreError, OperationError
 from ..storage import ObjectPath, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes, static_prefix, walk_task_files
@@ -111,12 +111,15 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     OperationError
         Only from a Ray ``executor`` that could not finish (the cluster was lost): then
         there is no verdict on the task at all.
+    ObjectStoreError
+        ``s3://``: the bucket does not exist, access is denied or the store does not answer
+        (no verdict on the task either).
     """
     root = as_path(path)
     report = Report(task=str(root) if isinstance(root, ObjectPath) else str(path))
     try:
         _run(root, report, progress, fast, executor or LocalExecutor())
-    except OperationError:  # the executor failed (a Ray cluster lost): no verdict on the task at all
+    except (OperationError, ObjectStoreError):  # a Ray cluster lost, a bucket unreachable: no verdict at all
         raise
     except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
         report.error(R_CHECKLIST, root, f"the validator stopped early on an unexpected problem "
