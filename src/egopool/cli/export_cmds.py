@@ -11,7 +11,7 @@ from ..interop.lerobot_export import LeRobotExport, export_lerobot
 from ..interop.rerun import RerunExport, export_rerun
 from ..interop.tum import CLOCKS, export_tum
 from .app import app
-from .args import episode_argument, episode_option
+from .args import episode_argument, episode_option, task_argument
 from .output import console, print_json, progress_bar
 from .ray_option import RAY_OPTION, executor_for
 
@@ -19,7 +19,7 @@ export_app = typer.Typer(help="Export a task to other tools' formats: a LeRobot 
                               "recording, TUM trajectory files.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 
-_TASK = typer.Argument(..., metavar="TASK", help="Task directory.")
+_TASK = task_argument()
 _JSON = typer.Option(False, "--json", help="Print the result as JSON.")
 
 

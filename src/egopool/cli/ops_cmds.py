@@ -21,7 +21,7 @@ from .. import ops
 from ..errors import EgopoolError, RegistryError
 from ..ops._common import Progress as ProgressFn
 from .app import app
-from .args import episode_argument
+from .args import episode_argument, task_argument
 from .output import console, err_console, human_bytes, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -32,13 +32,19 @@ app.add_typer(stats_app, name="stats")
 app.add_typer(repair_app, name="repair")
 
 def _task_path(value: str) -> Path:
-    """TASK as a path; an empty string is refused (an unset shell variable must not mean the current directory)."""
+    """TASK as a path; an empty string is refused (an unset shell variable must not mean the current directory),
+    and so is an ``s3://`` URI: these commands change a task, which they do in a local directory only."""
     if not value.strip():
         raise typer.BadParameter("TASK is empty; pass the task directory (`.` for the current one)")
+    if value.startswith("s3://"):
+        raise typer.BadParameter(f"{value}: this command changes the task and works on a local directory only; "
+                                 "the commands that read (ls, info, show, validate, stats check, export, ...) "
+                                 "take s3:// tasks")
     return Path(value)
 
 
 _TASK = typer.Argument(..., metavar="TASK", parser=_task_path, help="Task directory (holds data/, videos/, meta/).")
+_READ_TASK = task_argument()
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _REG = typer.Option(True, "--registry/--no-registry",
@@ -138,7 +144,7 @@ def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = 
 
 
 @stats_app.command("check")
-def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON, ray: str | None = RAY_OPTION) -> None:
+def stats_check_cmd(task: Path = _READ_TASK, json_out: bool = _JSON, ray: str | None = RAY_OPTION) -> None:
     """Compare stats.json with a fresh recomputation from data/; exit 1 when a block differs.
 
     After deletes the two are expected to differ: stats.json is not rolled back (§4). An episode whose data

@@ -18,7 +18,8 @@ becomes an :class:`~egopool.errors.ObjectStoreError` naming the URI and the fix
 (docs/decisions.md O1–O3).
 """
 
-from ._path import READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, as_path, is_object_uri
+from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, as_path, is_object_uri, require_bucket,
+                    seekable_reader)
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "S3Settings",
     "as_path",
     "is_object_uri",
+    "require_bucket",
     "s3_filesystem",
+    "seekable_reader",
     "translate_s3_error",
 ]

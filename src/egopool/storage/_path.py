@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ..errors import EgopoolError, FormatError
+from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
-__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "as_path", "is_object_uri"]
+__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "as_path", "is_object_uri", "require_bucket", "seekable_reader"]
 
 #: Read size of the buffered file object handed to PyAV (one ranged GET per refill).
 READ_BUFFER = 4 << 20
@@ -49,6 +49,20 @@ def as_path(value: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
     if isinstance(value, str) and value.startswith(_SCHEMES):
         return ObjectPath(value)
     return Path(value)
+
+
+def require_bucket(path: ObjectPath) -> None:
+    """Raise when the bucket of ``path`` does not exist (one HEAD request on the bucket).
+
+    Raises
+    ------
+    ObjectStoreError
+        ``cause="no_bucket"``: the message names the URI, the endpoint and the fix.
+    """
+    if not ObjectPath._make(path.bucket, "", path.settings).exists():
+        raise ObjectStoreError(f"the bucket {path.bucket!r} does not exist at {path.settings.describe()}",
+                               uri=str(path), cause="no_bucket",
+                               hint="check the bucket name, and AWS_ENDPOINT_URL / AWS_REGION for where it is")
 
 
 class ObjectStat(NamedTuple):
@@ -376,10 +390,8 @@ class ObjectPath:
         base = len(self.fs_path) + 1
         return sorted((i.path[base:], int(i.size or 0)) for i in infos if i.type == pafs.FileType.File)
 
-    def open_input(self, size: int | None = None) -> Any:
-        """A ``pyarrow.NativeFile`` (random access: each ``read_at`` is one ranged GET).
-
-        ``size`` (known from a listing) saves the HEAD request that finds it.
+    def open_input(self) -> Any:
+        """A ``pyarrow.NativeFile`` (random access: one HEAD to open, then each ``read_at`` is one ranged GET).
 
         Raises
         ------
@@ -388,13 +400,8 @@ class ObjectPath:
         ObjectStoreError
             See :meth:`info`.
         """
-        from pyarrow import fs as pafs
-
-        target: Any = self.fs_path
-        if size is not None:
-            target = pafs.FileInfo(self.fs_path, pafs.FileType.File, size=size)
         try:
-            return self.filesystem.open_input_file(target)
+            return self.filesystem.open_input_file(self.fs_path)
         except FileNotFoundError:
             raise
         except Exception as exc:
@@ -407,8 +414,7 @@ class ObjectPath:
         """A file object: ``"rb"`` seekable and buffered (:data:`READ_BUFFER` bytes a GET), ``"r"`` text,
         ``"wb"`` an output stream (the object appears when it is closed)."""
         if mode in ("rb", "r"):
-            raw = _RangeReader(self.open_input(), str(self))
-            buf = io.BufferedReader(raw, buffer_size=buffering if buffering > 0 else READ_BUFFER)
+            buf = seekable_reader(self.open_input(), buffering if buffering > 0 else READ_BUFFER)
             return buf if mode == "rb" else io.TextIOWrapper(buf, encoding=encoding or "utf-8")
         if mode == "wb":
             try:
@@ -461,12 +467,21 @@ class ObjectPath:
         """Nothing: an object store has no directories (a prefix exists once an object has it)."""
 
 
+def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedReader:
+    """A seekable, buffered Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
+
+    Each refill is one ranged GET of ``buffer_size`` bytes (at most that much memory); a seek
+    inside the buffer costs nothing. Closing it closes ``native``.
+    """
+    return io.BufferedReader(_RangeReader(native), buffer_size=buffer_size)
+
+
 class _RangeReader(io.RawIOBase):
     """A raw, seekable reader over a ``pyarrow.NativeFile`` (PyAV and ``io.BufferedReader`` need ``readinto``)."""
 
-    def __init__(self, native: Any, uri: str) -> None:
+    def __init__(self, native: Any) -> None:
         super().__init__()
-        self._f, self._uri = native, uri
+        self._f = native
 
     def readable(self) -> bool:
         return True
