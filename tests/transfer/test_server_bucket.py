@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from transfer_helpers import ServerProc, simulate, write_task
+from transfer_helpers import ServerProc, cli, simulate, write_task
 
 from egopool.layout import list_task_episodes
 from egopool.meta.stats import recalc_stats
@@ -124,6 +124,11 @@ def test_round_trip_simulated_rigs_into_a_bucket(uri: str, tmp_path: Path) -> No
         if rel.startswith(("data/", "videos/", "meta/episodes/")):
             assert b.sha256_of(f"pick/{rel}") == _sha(data)
     assert not b.list_objects(".egopool-server/journals/")  # every journal gone
+    assert cli(["validate", f"{uri}/pick"]) == 0  # `egopool validate s3://...` on the bucket itself
+    from egopool import open_task
+
+    remote = open_task(f"{uri}/pick")
+    assert [e.index for e in remote.episodes()] == [1, 2, 3]
     local = _download(uri, "pick", tmp_path / "copy")
     report = validate_task(local)
     assert report.ok, [f.one_line() for f in report.findings]
@@ -150,6 +155,9 @@ def test_kill_server_mid_publish(stage: str, uri: str, tmp_path: Path) -> None:
         assert ("pick/meta/episodes/chunk-000/episode-001.parquet" in mid) == (stage == "committed")
         listed = httpx.get(paused.url + "/api/v1/tasks/pick/episodes").json()["episodes"]
         assert [e["episode_index"] for e in listed] == ([1] if stage == "placed" else [1, 2])
+        from egopool import open_task  # a reader of the bucket counts an episode from its row on, too
+
+        assert [e.index for e in open_task(f"{uri}/pick").episodes()] == ([1] if stage == "placed" else [1, 2])
         assert httpx.get(paused.url + "/api/v1/tasks/pick/episodes/2/files/data/chunk-000/episode-001.parquet"
                          ).status_code == (404 if stage == "placed" else 200)
     finally:
@@ -165,9 +173,9 @@ def test_kill_server_mid_publish(stage: str, uri: str, tmp_path: Path) -> None:
         assert report.ok
         assert [o.status for o in report.outcomes] == ["duplicate", "uploaded" if stage == "placed" else "duplicate"]
         assert report.outcomes[1].server_episode_index == 2
+    assert validate_task(f"{uri}/pick").ok
     local = _download(uri, "pick", tmp_path / "copy")
     assert [g.index for g in list_task_episodes(local)] == [1, 2]
-    assert validate_task(local).ok
     assert json.loads((local / "meta/info.json").read_text())["total_episodes"] == 2
     _stats_match(local)
 
