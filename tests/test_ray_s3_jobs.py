@@ -22,6 +22,7 @@ from egopool.validate import validate_task  # noqa: E402
 
 pytestmark = [pytest.mark.extra("ray"), pytest.mark.extra("s3")]
 EPISODES = 12
+GLOVE = "observation.right_glove"
 
 
 @pytest.fixture()
@@ -62,3 +63,25 @@ def test_cli_jobs_with_ray_on_s3(bucket_task: tuple[Path, str], ray_cluster: Any
                            capture_output=True, text=True, env=env)
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["episodes"] == EPISODES
+
+
+def test_stats_recalc_on_ray_writes_the_bucket(bucket_task: tuple[Path, str], ray_cluster: Any) -> None:
+    from egopool.storage.bucket import Bucket
+
+    local, uri = bucket_task
+    store, _, task = uri.rpartition("/")
+    b = Bucket(store)
+    merged = json.loads(b.get(f"{task}/meta/stats.json")[0])  # sync merged every episode's blocks, one by one
+    good = compute_stats(local)[0]  # the recalc's tree merge: equal up to the last bits of std
+    assert merged.keys() == good.keys() and merged[GLOVE]["count"] == good[GLOVE]["count"] == EPISODES * 5
+    broken = {**good, GLOVE: {**good[GLOVE], "count": 1}}
+    b.put(f"{task}/meta/stats.json", json.dumps(broken).encode())
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    r = subprocess.run([sys.executable, "-m", "egopool", "stats", "recalc", uri, "--ray", ray_cluster.address,
+                        "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["written"] and out["episodes"] == EPISODES and out["changed_blocks"] == [GLOVE]
+    assert json.loads(b.get(f"{task}/meta/stats.json")[0]) == good
+    backups = [o.key for o in b.list_objects(f"{task}/.egopool_backup/")]
+    assert len(backups) == 1 and json.loads(b.get(backups[0])[0]) == broken

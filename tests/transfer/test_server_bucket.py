@@ -291,3 +291,31 @@ def _first_values(task_dir: Path) -> list[float]:
         col = next(c for c in t.column_names if c.startswith("observation.") or c.endswith("glove"))
         out.append(float(t.column(col)[0].as_py()[0]))
     return out
+
+
+def test_stats_recalc_waits_for_a_publish_in_progress(uri: str, tmp_path: Path) -> None:
+    """`stats recalc s3://` while a server has committed a row but not merged its stats: the recalc waits for the
+    merge (the journal), so the episode is counted once."""
+    from egopool.ops.stats_bucket import recalc_bucket_stats
+    from egopool.storage import as_path
+    from egopool.transfer import pack_episode
+
+    task = write_task(tmp_path / "pc", episodes=2)
+    with _server(tmp_path, uri) as srv:
+        assert upload_episodes(task, [1], server=srv.url).ok
+    packed = pack_episode(task, 2, tmp_path / "zips")
+    marker = tmp_path / "state" / "paused-committed"
+    with _server(tmp_path, uri, EGOPOOL_SERVER_PAUSE="committed") as srv:
+        thread, result = _post_in_thread(srv.url, packed.path, packed.file)
+        _wait_for(marker)  # episode 2's row is in place, its stats merge not done
+        box: dict[str, Any] = {}
+        recalc = threading.Thread(target=lambda: box.update(r=recalc_bucket_stats(as_path(f"{uri}/pick"))))
+        recalc.start()
+        time.sleep(2.0)
+        assert recalc.is_alive()  # waiting for the journal to go
+        marker.unlink()
+        thread.join(120)
+        recalc.join(120)
+        assert isinstance(result[0], httpx.Response) and result[0].status_code == 200
+    assert box["r"].episodes == 2
+    _stats_match(_download(uri, "pick", tmp_path / "copy"))  # counted once

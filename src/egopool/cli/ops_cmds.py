@@ -121,14 +121,19 @@ def delete_cmd(task: Path = _TASK,
 
 
 @stats_app.command("recalc")
-def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON,
+def stats_recalc_cmd(task: Path = _READ_TASK, dry_run: bool = _DRY, json_out: bool = _JSON,
                      ray: str | None = RAY_OPTION) -> None:
     """Rebuild meta/stats.json from every data parquet (legacy blocks without count, §4).
 
-    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one. With --ray each episode's blocks come from its own Ray task; they are merged here and written under the task lock.
+    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one. With --ray each episode's blocks come from its own Ray task; they are merged here and written under the task lock. An s3:// task's stats.json is replaced with a conditional PUT once no publish into it is in progress (docs/decisions.md O17).
     """
     with _progress("recomputing") as cb, executor_for(ray) as executor:
-        report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb, executor=executor)
+        if str(task).startswith("s3://"):
+            from ..ops.stats_bucket import recalc_bucket_stats
+
+            report = recalc_bucket_stats(task, dry_run=dry_run, progress=cb, executor=executor)  # type: ignore[arg-type]
+        else:
+            report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb, executor=executor)
     if json_out:
         print_json(report.to_dict())
         return
