@@ -200,6 +200,12 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
     limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
                     max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
     bucket = store.startswith("s3://")
+    if bucket:
+        try:
+            import boto3  # noqa: F401
+        except ImportError as exc:
+            raise EgopoolError("an s3:// store needs the optional packages of egopool[s3] (boto3 is missing)",
+                               hint="pip install 'egopool[s3]'") from exc
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")

@@ -209,12 +209,12 @@ def publish_to_bucket(bucket: Bucket, db: ServerDB | None, pub: BucketPublicatio
         pause("placed")
         bucket.put(pub.row[1], pub.row[0].read_bytes(), if_none_match=True, sha256=pub.sha.get(pub.row[1]))  # commit
     except BaseException:
-        if not bucket.exists(pub.row[1]):
-            try:
+        try:
+            if not bucket.exists(pub.row[1]):
                 bucket.delete(placed)
                 bucket.delete([jkey])
-            except EgopoolError:
-                pass  # the start-up sweep deletes them (the journal names them)
+        except EgopoolError:
+            pass  # the bucket is unreachable: the next import into the task, or the start-up sweep, undoes it
         raise
     return finish(bucket, db, pub.task, pub.index, pub.declarations, pub.blocks, pub.episode, pub.upload_fields,
                   pub.new_info, pub.tasks_jsonl, pause)

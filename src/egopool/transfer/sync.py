@@ -348,8 +348,8 @@ class _BucketDest:
             self.bucket.put(row_key, row_path.read_bytes(), if_none_match=True, sha256=row_sha)  # the commit
             source.release(row_path)
         except BaseException:
-            if not self.bucket.exists(row_key):
-                with contextlib.suppress(EgopoolError):
+            with contextlib.suppress(EgopoolError):  # unreachable: the next run undoes it (its own journal)
+                if not self.bucket.exists(row_key):
                     self.bucket.delete([*keys, journal_key(self.task, n)])
             raise
         tasks_jsonl = source.tasks_jsonl() if new else None
