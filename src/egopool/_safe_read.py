@@ -447,7 +447,7 @@ def open_parquet(path: str | Path, *, what: str = "parquet file", hint: str | No
     path = as_path(path)
     source = _parquet_source(path, what)
     try:
-        return pq.ParquetFile(source)
+        return pq.ParquetFile(source, pre_buffer=isinstance(path, ObjectPath))  # bucket: coalesced ranged GETs
     except EgopoolError:
         raise
     except Exception as exc:  # ArrowInvalid, OSError, ...: one boundary
@@ -468,7 +468,7 @@ def read_parquet(path: str | Path, columns: list[str] | None = None, *, what: st
     path = as_path(path)
     source = _parquet_source(path, what)
     try:
-        with pq.ParquetFile(source) as pf:
+        with pq.ParquetFile(source, pre_buffer=isinstance(path, ObjectPath)) as pf:
             if columns is None:
                 return pf.read()
             missing = [c for c in columns if c not in pf.schema_arrow.names]

@@ -253,18 +253,23 @@ class EpisodeFiles:
         return self.meta is not None
 
 
-def walk_task_files(root: Path | ObjectPath, top: Path | ObjectPath) -> Iterable[str]:
+def walk_task_files(root: Path | ObjectPath, top: Path | ObjectPath,
+                    found: dict[str, ObjectPath] | None = None) -> Iterable[str]:
     """Relative POSIX paths of the non-directory entries under ``top``, skipping dot and ``_`` entries (§11).
 
     Symlinks are not followed into directories; a symlink, FIFO or other non-regular entry is
     listed like a file, so that it is reported when its episode is read instead of vanishing.
-    In a bucket, ``top`` is listed with one recursive LIST (a request per 1000 keys, decisions O5).
+    In a bucket, ``top`` is listed with one recursive LIST (a request per 1000 keys, decisions O5),
+    and ``found`` (when given) receives each object's path, which knows its size from the listing.
     """
     if isinstance(top, ObjectPath):
         base = top.relative_to(root).as_posix()
-        for rel, _ in top.walk_files():
+        for rel, obj in top.walk_objects():
             if not any(part.startswith(_SKIP_DIR_PREFIXES) for part in rel.split("/")):
-                yield rel if base == "." else f"{base}/{rel}"
+                rel = rel if base == "." else f"{base}/{rel}"
+                if found is not None:
+                    found[rel] = obj
+                yield rel
         return
     if not top.is_dir():
         return
@@ -349,6 +354,7 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
 
         layout = TaskLayout.from_info(root, read_info(root))
     groups: dict[int, EpisodeFiles] = {}
+    listed: dict[str, ObjectPath] = {}  # in a bucket: the listed objects, which know their size
 
     def group(c: int, f: int) -> EpisodeFiles:
         n = layout.index_of(c, f)
@@ -358,11 +364,11 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
         return g
 
     ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
-    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path))):
+    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path), listed)):
         m = ep_re.match(rel)
         if not m:
             continue
-        path = root / rel
+        path = listed.get(rel) or root / rel
         c, f = int(m["c"]), int(m["f"])
         if path.name.startswith("episode-"):
             if f < layout.chunks_size:
@@ -382,18 +388,18 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
                 g.meta, g.meta_is_shard = path, shard
 
     data_re = _template_regex(layout.data_path, legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.data_path)):
+    for rel in walk_task_files(root, root / static_prefix(layout.data_path), listed):
         m = data_re.match(rel)
         if m and int(m["f"]) < layout.chunks_size:
             g = group(int(m["c"]), int(m["f"]))
             if g.data is None or Path(rel).name.startswith("episode-"):
-                g.data = root / rel
+                g.data = listed.get(rel) or root / rel
 
     video_re = _template_regex(layout.video_path, legacy_prefix=True)
     png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.video_path)):
+    for rel in walk_task_files(root, root / static_prefix(layout.video_path), listed):
         m = video_re.match(rel)
-        target = root / rel
+        target = listed.get(rel) or root / rel
         if m is None and rel.lower().endswith(".png") and "/" in rel:
             # legacy PNG16 depth: a directory of frames at the stream's place (docs/decisions.md)
             parent = rel.rsplit("/", 1)[0]

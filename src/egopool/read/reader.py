@@ -558,7 +558,7 @@ class Episode:
         ext = self._declared_ext(key)
         if ext:
             preferred = self.task.layout.video_file(self.index, key, ext)
-            if preferred.exists():
+            if preferred != path and preferred.exists():  # (the found file itself needs no check)
                 return preferred
         return path
 

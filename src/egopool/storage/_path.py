@@ -130,17 +130,26 @@ class ObjectPath:
         A URI without a bucket or with an empty / ``.`` / ``..`` component.
     """
 
-    __slots__ = ("bucket", "key", "settings")
+    __slots__ = ("bucket", "key", "settings", "_info")
 
     def __init__(self, uri: str, settings: S3Settings | None = None) -> None:
         self.bucket, self.key = _split(uri)
         self.settings = settings if settings is not None else S3Settings.from_env()
+        self._info: Any = None
 
     @classmethod
     def _make(cls, bucket: str, key: str, settings: S3Settings) -> ObjectPath:
         p = cls.__new__(cls)
-        p.bucket, p.key, p.settings = bucket, key, settings
+        p.bucket, p.key, p.settings, p._info = bucket, key, settings, None
         return p
+
+    def _seen(self, info: Any) -> ObjectPath:
+        """This path remembering ``info`` of an object (what a listing saw), as ``os.DirEntry`` caches its stat."""
+        from pyarrow import fs as pafs
+
+        if info.type == pafs.FileType.File:
+            self._info = info
+        return self
 
     # -- pure path operations ----------------------------------------------------------------------
     def __str__(self) -> str:
@@ -285,13 +294,26 @@ class ObjectPath:
     def info(self) -> Any:
         """``pyarrow.fs.FileInfo`` of this key (a HEAD request; a LIST when it is no object).
 
+        An object's size and kind are remembered by this path object once seen (by this HEAD or
+        by the listing that made it, :meth:`walk_objects`, :meth:`scandir`), as ``os.DirEntry``
+        keeps its stat: ``exists``, ``is_file`` and ``stat`` then cost no request. "No such object"
+        and prefixes are asked again each time; opening and reading always ask the store afresh
+        (:meth:`open_input`), and writing or deleting through this path forgets what it knew.
+
         Raises
         ------
         ObjectStoreError
             The bucket is missing, access is denied, the endpoint does not answer in time.
         """
         try:
-            return self.filesystem.get_file_info(self.fs_path)
+            if self._info is not None:
+                return self._info
+            from pyarrow import fs as pafs
+
+            info = self.filesystem.get_file_info(self.fs_path)
+            if info.type == pafs.FileType.File:  # an object seen stays known; "no object" is asked again
+                self._info = info
+            return info
         except Exception as exc:  # OSError from the AWS SDK: one boundary
             raise self._error(exc) from exc
 
@@ -357,7 +379,8 @@ class ObjectPath:
             if not name:
                 continue
             mtime = i.mtime.timestamp() if i.mtime is not None else 0.0
-            out.append(ObjectEntry(self / name, i.type == pafs.FileType.Directory, int(i.size or 0), mtime))
+            out.append(ObjectEntry((self / name)._seen(i), i.type == pafs.FileType.Directory, int(i.size or 0),
+                                   mtime))
         return out
 
     def iterdir(self) -> Iterator[ObjectPath]:
@@ -368,6 +391,20 @@ class ObjectPath:
         if "/" in pattern:
             raise ValueError("ObjectPath.glob matches one path component")
         return iter([e.path for e in self.scandir() if fnmatch.fnmatchcase(e.name, pattern)])
+
+    def walk_objects(self) -> list[tuple[str, ObjectPath]]:
+        """Every object below this prefix as ``(relative key, path)``, sorted; each path knows its size
+        and kind from the listing (:meth:`info`). One recursive LIST as :meth:`walk_files`."""
+        from pyarrow import fs as pafs
+
+        try:
+            infos = self.filesystem.get_file_info(pafs.FileSelector(self.fs_path, recursive=True,
+                                                                    allow_not_found=True))
+        except Exception as exc:
+            raise self._error(exc, "cannot list") from exc
+        base = len(self.fs_path) + 1
+        return sorted((i.path[base:], ObjectPath._make(self.bucket, i.path[len(self.bucket) + 1:], self.settings)._seen(i))
+                      for i in infos if i.type == pafs.FileType.File)
 
     def walk_files(self) -> list[tuple[str, int]]:
         """Every object below this prefix as ``(relative key, size in bytes)``, sorted by key.
@@ -380,15 +417,7 @@ class ObjectPath:
         ObjectStoreError
             See :meth:`info`.
         """
-        from pyarrow import fs as pafs
-
-        try:
-            infos = self.filesystem.get_file_info(pafs.FileSelector(self.fs_path, recursive=True,
-                                                                    allow_not_found=True))
-        except Exception as exc:
-            raise self._error(exc, "cannot list") from exc
-        base = len(self.fs_path) + 1
-        return sorted((i.path[base:], int(i.size or 0)) for i in infos if i.type == pafs.FileType.File)
+        return [(rel, int(p._info.size or 0)) for rel, p in self.walk_objects()]
 
     def open_input(self) -> Any:
         """A ``pyarrow.NativeFile`` (random access: one HEAD to open, then each ``read_at`` is one ranged GET).
@@ -417,6 +446,7 @@ class ObjectPath:
             buf = seekable_reader(self.open_input(), buffering if buffering > 0 else READ_BUFFER)
             return buf if mode == "rb" else io.TextIOWrapper(buf, encoding=encoding or "utf-8")
         if mode == "wb":
+            self._info = None
             try:
                 return self.filesystem.open_output_stream(self.fs_path)
             except Exception as exc:
@@ -441,6 +471,7 @@ class ObjectPath:
         ObjectStoreError
             The store refused or did not answer.
         """
+        self._info = None
         try:
             with self.filesystem.open_output_stream(self.fs_path) as out:
                 out.write(data)
@@ -455,6 +486,7 @@ class ObjectPath:
         """Delete the object (S3 deletes are idempotent: a missing key raises only without ``missing_ok``)."""
         if not missing_ok and not self.is_file():
             raise FileNotFoundError(2, "No such object", str(self))
+        self._info = None
         try:
             self.filesystem.delete_file(self.fs_path)
         except FileNotFoundError:
