@@ -85,3 +85,30 @@ def test_stats_recalc_on_ray_writes_the_bucket(bucket_task: tuple[Path, str], ra
     assert json.loads(b.get(f"{task}/meta/stats.json")[0]) == good
     backups = [o.key for o in b.list_objects(f"{task}/.egopool_backup/")]
     assert len(backups) == 1 and json.loads(b.get(backups[0])[0]) == broken
+
+
+def test_export_lerobot_on_ray_from_bucket_into_bucket(bucket_task: tuple[Path, str], ray_cluster: Any,
+                                                       tmp_path: Path) -> None:
+    """No shared file system at all: the workers read the task from the bucket and PUT their episode's files into
+    the OUT prefix; the dataset equals the in-process export of the local task, file for file."""
+    from egopool.interop import export_lerobot
+    from egopool.storage.bucket import Bucket
+
+    local, uri = bucket_task
+    ref = tmp_path / "ref"
+    export_lerobot(local, ref)
+    out = f"s3://jobs/{uuid.uuid4().hex[:10]}-lerobot"
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    r = subprocess.run([sys.executable, "-m", "egopool", "export", "lerobot", uri, out, "--ray", ray_cluster.address,
+                        "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["episodes"] == EPISODES
+    b = Bucket(out)
+    held = {o.key: b.get(o.key)[0] for o in b.list_objects("")}
+    want = {p.relative_to(ref).as_posix(): p.read_bytes() for p in ref.rglob("*") if p.is_file()}
+    assert held.keys() == want.keys()
+    differing = sorted(k for k in want if held[k] != want[k])
+    assert differing in ([], ["egopool_mapping.json"])  # the mapping names its source task
+    again = subprocess.run([sys.executable, "-m", "egopool", "export", "lerobot", uri, out, "--json"],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode != 0 and "already holds objects" in again.stderr  # never written over

@@ -44,7 +44,8 @@ def _print_mapping(result: LeRobotExport) -> None:
 @export_app.command("lerobot")
 def lerobot_cmd(
     task: Path = _TASK,
-    out: Path = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT))."),
+    out: str = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT)), "
+                                                       "or an empty s3://BUCKET/PREFIX (meta/info.json written last)."),
     episodes: list[int] = episode_option("--episodes", "-e",
                                          help="Global N to export (repeat; default all), in ascending N."),
     state: list[str] = typer.Option(None, "--state", metavar="COL",
@@ -70,11 +71,22 @@ def lerobot_cmd(
     written by its own Ray task and meta/ is assembled here: the same files as without --ray (TASK and OUT must
     be on a file system every node sees). --dry-run does not start Ray.
     """
+    to_bucket = out.startswith("s3://")
+    if to_bucket and overwrite:
+        raise typer.BadParameter("an s3:// OUT must be empty: a bucket has no rename to replace a dataset "
+                                 "atomically", param_hint="--overwrite")
     with progress_bar("exporting episodes", json_out or dry_run) as tick, \
             executor_for(None if dry_run else ray) as executor:
-        result = export_lerobot(task, out, episodes=episodes or None, state=state or (), action=action or (),
-                                depth=depth, repo_id=repo_id, dry_run=dry_run, overwrite=overwrite, progress=tick,
-                                executor=executor)
+        if to_bucket:  # docs/decisions.md O18
+            from ..interop.lerobot_bucket import export_lerobot_to_bucket
+
+            result = export_lerobot_to_bucket(task, out, episodes=episodes or None, state=state or (),
+                                              action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
+                                              progress=tick, executor=executor)
+        else:
+            result = export_lerobot(task, Path(out), episodes=episodes or None, state=state or (),
+                                    action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
+                                    overwrite=overwrite, progress=tick, executor=executor)
     if json_out:
         print_json(result.to_dict())
         return
@@ -85,7 +97,7 @@ def lerobot_cmd(
     copied = sum(len(p.copied) for p in result.parts)
     total = len(result.parts) * len(result.plan.streams)
     console.print(f"wrote {result.out} ({len(result.parts)} episodes; videos copied without re-encoding: "
-                  f"{copied} of {total}); mapping: {result.out / 'egopool_mapping.json'}")
+                  f"{copied} of {total}); mapping: {str(result.out).rstrip('/')}/egopool_mapping.json")
 
 
 @export_app.command("tum", context_settings={"ignore_unknown_options": True})
