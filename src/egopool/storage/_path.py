@@ -499,12 +499,20 @@ class ObjectPath:
         """Nothing: an object store has no directories (a prefix exists once an object has it)."""
 
 
-def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedReader:
-    """A seekable, buffered Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
+def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedIOBase:
+    """A seekable Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
 
-    Each refill is one ranged GET of ``buffer_size`` bytes (at most that much memory); a seek
-    inside the buffer costs nothing. Closing it closes ``native``.
+    An object of at most ``buffer_size`` bytes is fetched whole with one GET (a container's
+    index at its end and its start then cost nothing more); a larger one is read through an
+    ``io.BufferedReader`` whose every refill is one ranged GET of ``buffer_size`` bytes. Either
+    way at most ``buffer_size`` bytes are held. Closing it closes ``native``.
     """
+    if native.size() <= buffer_size:
+        try:
+            data = native.read()
+        finally:
+            native.close()
+        return io.BytesIO(data)
     return io.BufferedReader(_RangeReader(native), buffer_size=buffer_size)
 
 
