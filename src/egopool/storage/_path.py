@@ -83,6 +83,7 @@ class ObjectEntry:
 
     @property
     def name(self) -> str:
+        """The last key component (the bucket's name at its root), as ``Path.name``."""
         return self._path.name
 
     @property
@@ -96,6 +97,7 @@ class ObjectEntry:
         return not self._dir
 
     def is_symlink(self) -> bool:
+        """False: an object store has no symlinks."""
         return False
 
     def stat(self, *, follow_symlinks: bool = True) -> ObjectStat:
@@ -210,24 +212,29 @@ class ObjectPath:
 
     @property
     def suffix(self) -> str:
+        """``.parquet`` of ``episode-000.parquet``, as ``Path.suffix``."""
         return PurePosixPath(self.name).suffix
 
     @property
     def suffixes(self) -> list[str]:
+        """Every suffix of the name, as ``Path.suffixes``."""
         return PurePosixPath(self.name).suffixes
 
     @property
     def stem(self) -> str:
+        """The name without its suffix, as ``Path.stem``."""
         return PurePosixPath(self.name).stem
 
     @property
     def parent(self) -> ObjectPath:
+        """The prefix one component up (the bucket root is its own parent)."""
         if not self.key:
             return self
         return ObjectPath._make(self.bucket, self.key.rpartition("/")[0], self.settings)
 
     @property
     def parents(self) -> list[ObjectPath]:
+        """Every prefix above, nearest first, down to the bucket root."""
         out, p = [], self
         while p.key:
             p = p.parent
@@ -236,14 +243,17 @@ class ObjectPath:
 
     @property
     def parts(self) -> tuple[str, ...]:
+        """``("s3://bucket", "prefix", ..., "name")``."""
         return (f"s3://{self.bucket}", *([p for p in self.key.split("/")] if self.key else []))
 
     def with_name(self, name: str) -> ObjectPath:
+        """The sibling called ``name``; ValueError at the bucket root."""
         if not self.key:
             raise ValueError(f"{self} has an empty name")
         return self.parent / name
 
     def with_suffix(self, suffix: str) -> ObjectPath:
+        """The sibling with ``suffix`` in place of this one's."""
         return self.with_name(str(PurePosixPath(self.name).with_suffix(suffix)))
 
     def relative_to(self, other: ObjectPath | str) -> PurePosixPath:
@@ -261,6 +271,7 @@ class ObjectPath:
         return PurePosixPath(self.key[len(o.key):].lstrip("/") or ".")
 
     def is_relative_to(self, other: ObjectPath | str) -> bool:
+        """True when this path is ``other`` or below it."""
         try:
             self.relative_to(other)
         except ValueError:
@@ -268,18 +279,23 @@ class ObjectPath:
         return True
 
     def as_posix(self) -> str:
+        """The URI (``s3://bucket/key``)."""
         return str(self)
 
     def resolve(self, strict: bool = False) -> ObjectPath:
+        """Itself: a URI is absolute and has no links."""
         return self
 
     def absolute(self) -> ObjectPath:
+        """Itself: a URI is absolute."""
         return self
 
     def expanduser(self) -> ObjectPath:
+        """Itself: a URI has no ``~``."""
         return self
 
     def is_absolute(self) -> bool:
+        """True: a URI is absolute."""
         return True
 
     # -- requests -----------------------------------------------------------------------------------
@@ -338,19 +354,23 @@ class ObjectPath:
         return ObjectStat(_stat.S_IFREG | 0o644, int(info.size or 0), mtime)
 
     def lstat(self) -> ObjectStat:
+        """:meth:`stat` (an object store has no symlinks)."""
         return self.stat()
 
     def exists(self, *, follow_symlinks: bool = True) -> bool:
+        """True for an object or a prefix holding objects (see :meth:`info`)."""
         from pyarrow import fs as pafs
 
         return self.info().type != pafs.FileType.NotFound
 
     def is_file(self) -> bool:
+        """True for an object (see :meth:`info`)."""
         from pyarrow import fs as pafs
 
         return self.info().type == pafs.FileType.File
 
     def is_dir(self) -> bool:
+        """True for a prefix that holds objects (see :meth:`info`)."""
         from pyarrow import fs as pafs
 
         return self.info().type == pafs.FileType.Directory
@@ -384,6 +404,7 @@ class ObjectPath:
         return out
 
     def iterdir(self) -> Iterator[ObjectPath]:
+        """The children of this prefix (:meth:`scandir`)."""
         return iter([e.path for e in self.scandir()])
 
     def glob(self, pattern: str) -> Iterator[ObjectPath]:
@@ -454,6 +475,7 @@ class ObjectPath:
         raise ValueError(f"ObjectPath.open supports 'rb', 'r' and 'wb', not {mode!r}")
 
     def read_bytes(self) -> bytes:
+        """The whole object (a HEAD and one GET); FileNotFoundError / ObjectStoreError as :meth:`open_input`."""
         with self.open_input() as f:
             try:
                 return f.read()
@@ -461,6 +483,7 @@ class ObjectPath:
                 raise self._error(exc) from exc
 
     def read_text(self, encoding: str = "utf-8") -> str:
+        """The whole object decoded (:meth:`read_bytes`)."""
         return self.read_bytes().decode(encoding)
 
     def write_bytes(self, data: bytes) -> int:
@@ -480,6 +503,7 @@ class ObjectPath:
         return len(data)
 
     def write_text(self, text: str, encoding: str = "utf-8") -> int:
+        """Put ``text`` encoded (:meth:`write_bytes`)."""
         return self.write_bytes(text.encode(encoding))
 
     def unlink(self, missing_ok: bool = False) -> None:
@@ -499,12 +523,20 @@ class ObjectPath:
         """Nothing: an object store has no directories (a prefix exists once an object has it)."""
 
 
-def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedReader:
-    """A seekable, buffered Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
+def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedIOBase:
+    """A seekable Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
 
-    Each refill is one ranged GET of ``buffer_size`` bytes (at most that much memory); a seek
-    inside the buffer costs nothing. Closing it closes ``native``.
+    An object of at most ``buffer_size`` bytes is fetched whole with one GET (a container's
+    index at its end and its start then cost nothing more); a larger one is read through an
+    ``io.BufferedReader`` whose every refill is one ranged GET of ``buffer_size`` bytes. Either
+    way at most ``buffer_size`` bytes are held. Closing it closes ``native``.
     """
+    if native.size() <= buffer_size:
+        try:
+            data = native.read()
+        finally:
+            native.close()
+        return io.BytesIO(data)
     return io.BufferedReader(_RangeReader(native), buffer_size=buffer_size)
 
 
