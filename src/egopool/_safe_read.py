@@ -16,6 +16,13 @@ bounded time and memory (issue 12 D):
 * a parquet's footer length (its last 8 bytes) is checked against the file size and
   :data:`MAX_PARQUET_FOOTER` before pyarrow reads it, so a corrupt length cannot make
   pyarrow allocate gigabytes.
+
+An object in a bucket (an :class:`~egopool.storage.ObjectPath`, ``s3://...``) takes the same
+checks through the store's own requests (docs/decisions.md O4): an object is always a "regular
+file" (a prefix is refused as a directory), its size comes from a HEAD, limits are checked
+before the GET, and a parquet is read through a random-access file (ranged GETs of the footer
+and of the columns asked for). Failures of the store itself (no bucket, access denied, no answer
+in time) become an :class:`~egopool.errors.ObjectStoreError` naming the URI.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EgopoolError, FormatError
+from .storage import ObjectPath, as_path
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -120,15 +128,67 @@ def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def require_directory(path: str | Path, *, what: str = "directory", hint: str | None = None) -> Path:
+def _object_open(path: ObjectPath, what: str) -> Any:
+    """The object's random-access file (its HEAD gives the size); a missing key or a prefix is a
+    FormatError like a missing file or a directory on disk."""
+    from pyarrow import fs as pafs
+
+    try:
+        return path.open_input()
+    except FileNotFoundError:
+        if path.info().type == pafs.FileType.Directory:
+            raise FormatError(f"{what} is a prefix (a directory), not an object; egopool does not open it",
+                              path=path, hint="replace it with the object the format expects") from None
+        raise FormatError(f"{what} is missing", path=path) from None
+
+
+def _object_size(path: ObjectPath, what: str) -> int:
+    """Size of the object at ``path`` (one HEAD), checked as :func:`_object_open` does."""
+    with _object_open(path, what) as f:
+        return int(f.size())
+
+
+def _object_read(path: ObjectPath, what: str, limit: int) -> bytes:
+    with _object_open(path, what) as f:
+        size = int(f.size())
+        if size > limit:
+            raise FormatError(f"{what} is {size} bytes, more than the {limit} egopool reads", path=path,
+                              hint="this is not the file the format expects; restore it")
+        try:
+            data = f.read()
+        except Exception as exc:  # the AWS SDK's OSError: one boundary
+            raise path._error(exc) from exc
+    if len(data) > limit:  # replaced by a larger object between HEAD and GET
+        raise FormatError(f"{what} grew beyond {limit} bytes while being read", path=path)
+    return bytes(data)
+
+
+def require_directory(path: str | Path | ObjectPath, *, what: str = "directory",
+                      hint: str | None = None) -> Path | ObjectPath:
     """``path`` when it is a directory (a symlink to one is fine), checked with ``stat`` (never blocks).
+
+    In a bucket: a prefix that holds objects.
 
     Raises
     ------
     FormatError
         Missing, or a regular file, FIFO, socket or device (named: "is a FIFO, not a directory").
+    ObjectStoreError
+        In a bucket: the bucket does not exist, access denied, no answer in time.
     """
-    path = Path(path)
+    path = as_path(path)
+    if isinstance(path, ObjectPath):
+        from pyarrow import fs as pafs
+
+        from .storage import require_bucket
+
+        kind = path.info().type
+        if kind == pafs.FileType.NotFound:
+            require_bucket(path)
+            raise FormatError(f"{what} is missing", path=path, hint=hint)
+        if kind != pafs.FileType.Directory:
+            raise FormatError(f"{what} is an object, not a prefix (directory)", path=path, hint=hint)
+        return path
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -148,7 +208,10 @@ def regular_file_size(path: str | Path, *, what: str = "file") -> int:
     FormatError
         Missing, a directory, FIFO, socket or device, a symlink loop, or unreadable.
     """
-    fd, st = _open_regular(Path(path), what)
+    path = as_path(path)
+    if isinstance(path, ObjectPath):
+        return _object_size(path, what)
+    fd, st = _open_regular(path, what)
     os.close(fd)
     return int(st.st_size)
 
@@ -163,7 +226,16 @@ def open_regular(path: str | Path, *, what: str = "file") -> Any:
     FormatError
         Missing, a directory, FIFO, socket or device, a symlink loop, or unreadable.
     """
-    fd, _ = _open_regular(Path(path), what)
+    path = as_path(path)
+    if isinstance(path, ObjectPath):
+        from .storage import seekable_reader
+
+        native = _object_open(path, what)
+        try:
+            return seekable_reader(native)
+        except Exception as exc:  # the first GET failed (an object of at most 4 MiB is read at once)
+            raise path._error(exc) from exc
+    fd, _ = _open_regular(path, what)
     return os.fdopen(fd, "rb")
 
 
@@ -175,7 +247,9 @@ def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BY
     FormatError
         Not a regular file (see :func:`regular_file_size`), larger than ``limit``, or a read error.
     """
-    path = Path(path)
+    path = as_path(path)
+    if isinstance(path, ObjectPath):
+        return _object_read(path, what, limit)
     fd, st = _open_regular(path, what)
     try:
         if st.st_size > limit:
@@ -301,7 +375,10 @@ def check_parquet(path: str | Path, *, what: str = "parquet file") -> int:
     FormatError
         Not a regular file, too short, no ``PAR1`` magic, or an impossible footer length.
     """
-    path = Path(path)
+    path = as_path(path)
+    if isinstance(path, ObjectPath):
+        with _check_object_parquet(path, what) as f:
+            return int(f.size())
     fd, st = _open_regular(path, what)
     try:
         size = int(st.st_size)
@@ -313,6 +390,31 @@ def check_parquet(path: str | Path, *, what: str = "parquet file") -> int:
         raise FormatError(f"cannot read {what}: {exc.strerror or exc}", path=path) from exc
     finally:
         os.close(fd)
+    _check_parquet_tail(tail, size, path, what)
+    return size
+
+
+def _check_object_parquet(path: ObjectPath, what: str) -> Any:
+    """:func:`check_parquet` of an object (a HEAD and a ranged GET of its last 8 bytes); returns the
+    open random-access file, for pyarrow to read the footer and columns from."""
+    f = _object_open(path, what)
+    try:
+        size = int(f.size())
+        if size < 12:
+            raise FormatError(f"{what} is {size} bytes, too short for a parquet file (truncated)", path=path,
+                              hint="restore it from a backup")
+        tail = f.read_at(8, size - 8)
+        _check_parquet_tail(bytes(tail), size, path, what)
+    except EgopoolError:
+        f.close()
+        raise
+    except Exception as exc:
+        f.close()
+        raise path._error(exc) from exc
+    return f
+
+
+def _check_parquet_tail(tail: bytes, size: int, path: Path | ObjectPath, what: str) -> None:
     if len(tail) != 8 or tail[4:] != _PARQUET_MAGIC:
         raise FormatError(f"{what} does not end in the parquet magic PAR1 (truncated or not parquet)", path=path,
                           hint="restore it from a backup")
@@ -323,10 +425,20 @@ def check_parquet(path: str | Path, *, what: str = "parquet file") -> int:
     if footer > MAX_PARQUET_FOOTER:
         raise FormatError(f"{what} claims a {footer}-byte footer, more than the {MAX_PARQUET_FOOTER} egopool reads "
                           "(corrupt)", path=path, hint="restore it from a backup")
-    return size
 
 
-def _parquet_error(exc: BaseException, path: Path, what: str, hint: str | None) -> FormatError:
+def _parquet_source(path: Path | ObjectPath, what: str) -> Any:
+    """What pyarrow opens after :func:`check_parquet`: the local path as text, or the object's
+    random-access file (the same one the check read from, so no second HEAD)."""
+    if isinstance(path, ObjectPath):
+        return _check_object_parquet(path, what)
+    check_parquet(path, what=what)
+    return str(path)
+
+
+def _parquet_error(exc: BaseException, path: Path | ObjectPath, what: str, hint: str | None) -> EgopoolError:
+    if isinstance(path, ObjectPath) and isinstance(exc, OSError) and "AWS Error" in str(exc):
+        return path._error(exc)  # the store failed, not the file: say which and how to fix it
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return FormatError(f"cannot read {what}: {text}", path=path,
                        hint=hint or "the file is truncated or corrupt; run `egopool validate TASK`")
@@ -336,10 +448,10 @@ def open_parquet(path: str | Path, *, what: str = "parquet file", hint: str | No
     """A ``pyarrow.parquet.ParquetFile`` after :func:`check_parquet`; errors become FormatError."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    check_parquet(path, what=what)
+    path = as_path(path)
+    source = _parquet_source(path, what)
     try:
-        return pq.ParquetFile(str(path))
+        return pq.ParquetFile(source, pre_buffer=isinstance(path, ObjectPath))  # bucket: coalesced ranged GETs
     except EgopoolError:
         raise
     except Exception as exc:  # ArrowInvalid, OSError, ...: one boundary
@@ -357,10 +469,10 @@ def read_parquet(path: str | Path, columns: list[str] | None = None, *, what: st
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    check_parquet(path, what=what)
+    path = as_path(path)
+    source = _parquet_source(path, what)
     try:
-        with pq.ParquetFile(str(path)) as pf:
+        with pq.ParquetFile(source, pre_buffer=isinstance(path, ObjectPath)) as pf:
             if columns is None:
                 return pf.read()
             missing = [c for c in columns if c not in pf.schema_arrow.names]
@@ -375,9 +487,9 @@ def read_parquet_schema(path: str | Path, *, what: str = "parquet file", hint: s
     """``pyarrow.parquet.read_schema`` after :func:`check_parquet`; errors become FormatError."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    check_parquet(path, what=what)
+    path = as_path(path)
+    source = _parquet_source(path, what)
     try:
-        return pq.read_schema(str(path))
+        return pq.read_schema(source)
     except Exception as exc:
         raise _parquet_error(exc, path, what, hint) from exc

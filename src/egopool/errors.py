@@ -15,6 +15,7 @@
     ├── RegistryError                the local registry pipeline.db could not be read or written
     ├── OperationError               a maintenance operation (delete, migrate, repair) could not complete
     ├── StorageError                 the operating system refused a write (disk full, read-only, not a directory)
+    │   └── ObjectStoreError         an object store (s3://) refused or did not answer: endpoint, credentials, bucket
     ├── MetaUpdateError              an episode was saved but info.json / stats.json could not be updated
     ├── TransferError                packing or uploading an episode failed (network, server answer)
     └── UploadRejectedError          the pooling server refused an upload (HTTP status, reason, findings)
@@ -48,6 +49,7 @@ __all__ = [
     "LegacyLayoutError",
     "LockError",
     "MetaUpdateError",
+    "ObjectStoreError",
     "OperationError",
     "RegistryError",
     "SchemaError",
@@ -73,7 +75,7 @@ class EgopoolError(Exception):
 
     def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None) -> None:
         self.message = message
-        self.path = Path(path) if path is not None else None
+        self.path = _as_path(path)
         self.hint = hint
         super().__init__(self.one_line())
 
@@ -94,6 +96,17 @@ class EgopoolError(Exception):
         if self.hint:
             text = f"{text} ({self.hint})"
         return text
+
+
+def _as_path(path: Any) -> Any:
+    """``path`` as a :class:`Path`; an object-store location (``s3://...`` text or an
+    ``egopool.storage.ObjectPath``, which has no ``__fspath__``) is kept as given, so it is named
+    as such and not folded into a local path (``s3:/bucket``)."""
+    if path is None:
+        return None
+    if isinstance(path, str) and "://" in path or not isinstance(path, (str, os.PathLike)):
+        return path
+    return Path(path)
 
 
 def _rebuild(cls: type[EgopoolError], args: tuple[Any, ...], state: dict[str, Any]) -> EgopoolError:
@@ -239,6 +252,26 @@ class StorageError(EgopoolError):
             raise
         except OSError as exc:
             raise cls.from_os_error(exc, path, action=action) from exc
+
+
+class ObjectStoreError(StorageError):
+    """An object store (``s3://bucket/key``) refused a request or did not answer in time.
+
+    The message names the URI and the cause (no such bucket, access denied, endpoint
+    unreachable, timed out) and the hint names the environment variable that fixes it.
+
+    Attributes
+    ----------
+    uri:
+        The ``s3://`` location of the request.
+    cause:
+        ``"no_bucket"``, ``"denied"``, ``"unreachable"``, ``"timeout"`` or ``"error"``.
+    """
+
+    def __init__(self, message: str, *, uri: str, cause: str = "error", hint: str | None = None) -> None:
+        self.uri = uri
+        self.cause = cause
+        super().__init__(message, path=uri, hint=hint)
 
 
 class MetaUpdateError(EgopoolError):

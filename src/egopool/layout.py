@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, LayoutError
+from .storage import ObjectPath, as_path
 from .meta.info import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH,
                         read_info)
 
@@ -142,7 +143,7 @@ class TaskLayout:
     Attributes
     ----------
     root:
-        The task directory.
+        The task directory (a ``Path``, or an :class:`~egopool.storage.ObjectPath` for ``s3://``).
     chunks_size:
         Episodes per chunk (1000 in every known task, but read, never assumed).
     video_extensions:
@@ -151,7 +152,7 @@ class TaskLayout:
         output), the declared one is the stream's file (§3 "读侧必须按此判文件"; docs/decisions.md R32).
     """
 
-    root: Path
+    root: Path | ObjectPath
     chunks_size: int = DEFAULT_CHUNKS_SIZE
     data_path: str = DEFAULT_DATA_PATH
     video_path: str = DEFAULT_VIDEO_PATH
@@ -159,7 +160,7 @@ class TaskLayout:
     video_extensions: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_info(cls, root: str | Path, info: Mapping[str, Any]) -> TaskLayout:
+    def from_info(cls, root: str | Path | ObjectPath, info: Mapping[str, Any]) -> TaskLayout:
         """Build from an ``info.json`` dict; missing keys fall back to the spec's templates.
 
         Raises
@@ -168,7 +169,8 @@ class TaskLayout:
             ``chunks_size`` not a positive integer, or a template that :func:`parse_template`
             refuses (named with the info.json path).
         """
-        where = Path(root) / "meta" / "info.json"
+        root = as_path(root)
+        where = root / "meta" / "info.json"
         cs = info.get("chunks_size", DEFAULT_CHUNKS_SIZE)
         if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
             raise FormatError(f"chunks_size must be a positive integer, got {cs!r:.60}", path=where)
@@ -178,7 +180,7 @@ class TaskLayout:
         ve = info.get("video_extensions")
         exts = tuple(sorted((str(k), v) for k, v in ve.items() if isinstance(v, str) and v)) \
             if isinstance(ve, Mapping) else ()
-        return cls(Path(root), cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"], exts)
+        return cls(root, cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"], exts)
 
     def chunk_file(self, index: int) -> tuple[int, int]:
         """``N -> (chunk, file)`` for this task's ``chunks_size``."""
@@ -188,17 +190,17 @@ class TaskLayout:
         """``(chunk, file) -> N`` for this task's ``chunks_size``."""
         return episode_index_from(chunk, file, self.chunks_size)
 
-    def data_file(self, index: int) -> Path:
+    def data_file(self, index: int) -> Path | ObjectPath:
         """Path of episode N's data parquet."""
         c, f = self.chunk_file(index)
         return self.root / self.data_path.format(c=c, f=f, chunk_index=c, file_index=f)
 
-    def episodes_file(self, index: int) -> Path:
+    def episodes_file(self, index: int) -> Path | ObjectPath:
         """Path of episode N's one-row ``meta/episodes`` parquet."""
         c, f = self.chunk_file(index)
         return self.root / self.episodes_path.format(c=c, f=f, chunk_index=c, file_index=f)
 
-    def video_file(self, index: int, image_key: str, ext: str) -> Path:
+    def video_file(self, index: int, image_key: str, ext: str) -> Path | ObjectPath:
         """Path of episode N's video for ``image_key`` with extension ``ext`` (from ``video_extensions``)."""
         c, f = self.chunk_file(index)
         return self.root / self.video_path.format(c=c, f=f, chunk_index=c, file_index=f,
@@ -259,12 +261,24 @@ class EpisodeFiles:
         return self.meta is not None
 
 
-def walk_task_files(root: Path, top: Path) -> Iterable[str]:
+def walk_task_files(root: Path | ObjectPath, top: Path | ObjectPath,
+                    found: dict[str, ObjectPath] | None = None) -> Iterable[str]:
     """Relative POSIX paths of the non-directory entries under ``top``, skipping dot and ``_`` entries (§11).
 
     Symlinks are not followed into directories; a symlink, FIFO or other non-regular entry is
     listed like a file, so that it is reported when its episode is read instead of vanishing.
+    In a bucket, ``top`` is listed with one recursive LIST (a request per 1000 keys, decisions O5),
+    and ``found`` (when given) receives each object's path, which knows its size from the listing.
     """
+    if isinstance(top, ObjectPath):
+        base = top.relative_to(root).as_posix()
+        for rel, obj in top.walk_objects():
+            if not any(part.startswith(_SKIP_DIR_PREFIXES) for part in rel.split("/")):
+                rel = rel if base == "." else f"{base}/{rel}"
+                if found is not None:
+                    found[rel] = obj
+                yield rel
+        return
     if not top.is_dir():
         return
     stack = [top]
@@ -343,11 +357,12 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
     FormatError
         ``info.json`` unreadable or a legacy shard is corrupt.
     """
-    root = Path(task_dir)
+    root = as_path(task_dir)
     if layout is None:
 
         layout = TaskLayout.from_info(root, read_info(root))
     groups: dict[int, EpisodeFiles] = {}
+    listed: dict[str, ObjectPath] = {}  # in a bucket: the listed objects, which know their size
 
     def group(c: int, f: int) -> EpisodeFiles:
         n = layout.index_of(c, f)
@@ -357,11 +372,11 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
         return g
 
     ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
-    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path))):
+    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path), listed)):
         m = ep_re.match(rel)
         if not m:
             continue
-        path = root / rel
+        path = listed.get(rel) or root / rel
         c, f = int(m["c"]), int(m["f"])
         if path.name.startswith("episode-"):
             if f < layout.chunks_size:
@@ -381,19 +396,19 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
                 g.meta, g.meta_is_shard = path, shard
 
     data_re = _template_regex(layout.data_path, legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.data_path)):
+    for rel in walk_task_files(root, root / static_prefix(layout.data_path), listed):
         m = data_re.match(rel)
         if m and int(m["f"]) < layout.chunks_size:
             g = group(int(m["c"]), int(m["f"]))
             if g.data is None or Path(rel).name.startswith("episode-"):
-                g.data = root / rel
+                g.data = listed.get(rel) or root / rel
 
     declared = dict(layout.video_extensions)
     video_re = _template_regex(layout.video_path, legacy_prefix=True)
     png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.video_path)):
+    for rel in walk_task_files(root, root / static_prefix(layout.video_path), listed):
         m = video_re.match(rel)
-        target = root / rel
+        target = listed.get(rel) or root / rel
         if m is None and rel.lower().endswith(".png") and "/" in rel:
             # legacy PNG16 depth: a directory of frames at the stream's place (docs/decisions.md)
             parent = rel.rsplit("/", 1)[0]
@@ -421,7 +436,11 @@ def _fill(template: str, c: int, f: int | None) -> str:
     return _FIELD_RE.sub(sub, template)
 
 
-def _entries(d: Path) -> list[os.DirEntry[str]]:
+def _entries(d: Path | ObjectPath) -> list[Any]:
+    """The non-dot, non-``_`` entries of ``d`` (``os.DirEntry``, or :class:`~egopool.storage.ObjectEntry`
+    from one LIST in a bucket); [] when ``d`` cannot be listed locally."""
+    if isinstance(d, ObjectPath):
+        return [e for e in d.scandir() if not e.name.startswith(_SKIP_DIR_PREFIXES)]
     try:
         with os.scandir(d) as it:
             return [e for e in it if not e.name.startswith(_SKIP_DIR_PREFIXES)]
@@ -429,11 +448,13 @@ def _entries(d: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _file_like(e: os.DirEntry[str] | Path) -> bool:
+def _file_like(e: Any) -> bool:
     """An entry that is not a directory (not following symlinks): files, and also symlinks and FIFOs,
     which :func:`walk_task_files` lists the same way so that a damaged entry is reported when read
     (decisions.md H1). Never raises (a symlink loop is an entry like any other)."""
     try:
+        if isinstance(e, ObjectPath):
+            return e.is_file()  # a HEAD; an object store has no symlinks or FIFOs
         if isinstance(e, Path):
             return not stat.S_ISDIR(e.lstat().st_mode)
         return not e.is_dir(follow_symlinks=False)
@@ -441,13 +462,13 @@ def _file_like(e: os.DirEntry[str] | Path) -> bool:
         return False
 
 
-def _has_png(d: str) -> bool:
+def _has_png(d: str | Path | ObjectPath) -> bool:
     """A legacy PNG16 depth directory: it directly holds a (non-dot) ``.png`` file (decisions C4)."""
-    return any(e.name.lower().endswith(".png") and _file_like(e) for e in _entries(Path(d)))
+    return any(e.name.lower().endswith(".png") and _file_like(e) for e in _entries(as_path(d)))
 
 
-def _resolve(root: Path, template: str, c: int, f: int | None, *, png_dirs: bool = False,
-             prefer: Mapping[str, str] | None = None) -> list[tuple[Path, dict[str, str]]]:
+def _resolve(root: Path | ObjectPath, template: str, c: int, f: int | None, *, png_dirs: bool = False,
+             prefer: Mapping[str, str] | None = None) -> list[tuple[Any, dict[str, str]]]:
     """Files of ``template`` with N's chunk (and file, unless None) filled in, found component by component.
 
     Only directories whose name still holds a field are listed (for videos: N's chunk
@@ -461,16 +482,20 @@ def _resolve(root: Path, template: str, c: int, f: int | None, *, png_dirs: bool
     """
     static = len(static_prefix(template).split("/")) if static_prefix(template) else 0
     parts = _fill(template, c, f).split("/")
-    found: list[tuple[Path, dict[str, str]]] = [(root, {})]
+    found: list[tuple[Any, dict[str, str]]] = [(root, {})]
+    in_bucket = isinstance(root, ObjectPath)
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         fields = set(_FIELD_RE.findall(part))
-        out: list[tuple[Path, dict[str, str]]] = []
+        out: list[tuple[Any, dict[str, str]]] = []
         for d, caps in found:
             if not fields:
                 names = [part] + ([part.replace("episode-", "file-")] if "episode-" in part else [])
                 for name in names:
                     p = d / name
+                    if in_bucket and not last:  # a prefix is no object: the file's own HEAD or LIST decides
+                        out.append((p, caps))
+                        break
                     if _file_like(p) if last else p.is_dir() and (i < static or not p.is_symlink()):
                         out.append((p, caps))
                         if last:
@@ -486,13 +511,13 @@ def _resolve(root: Path, template: str, c: int, f: int | None, *, png_dirs: bool
             for e in sorted(_entries(d), key=lambda e: e.name):
                 m = rx.match(e.name)
                 if last and m and _file_like(e):
-                    out.append((Path(e.path), {**caps, **m.groupdict()}))
-                elif last and rx_dir is not None and e.is_dir(follow_symlinks=False) and _has_png(e.path):
+                    out.append((d / e.name, {**caps, **m.groupdict()}))
+                elif last and rx_dir is not None and e.is_dir(follow_symlinks=False) and _has_png(d / e.name):
                     m = m or rx_dir.match(e.name)
                     if m:
-                        out.append((Path(e.path), {**caps, **m.groupdict()}))
+                        out.append((d / e.name, {**caps, **m.groupdict()}))
                 elif not last and m and e.is_dir(follow_symlinks=False):
-                    out.append((Path(e.path), {**caps, **m.groupdict()}))
+                    out.append((d / e.name, {**caps, **m.groupdict()}))
         found = out
     return found
 
@@ -536,7 +561,7 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
     FormatError
         A legacy ``file-`` row file of N's chunk is corrupt.
     """
-    root = Path(task_dir)
+    root = as_path(task_dir)
     c, f = layout.chunk_file(index)
     g = EpisodeFiles(index, c, f)
     own = [path for path, _ in _resolve(root, layout.episodes_path, c, f) if path.name.startswith("episode-")]

@@ -216,3 +216,24 @@ def test_mediapipes_own_messages_stay_off_the_terminal_unless_verbose(tmp_path) 
             assert "inference_feedback_manager" in done.stderr, done.stderr
         else:
             assert done.stderr == "", done.stderr
+
+
+@pytest.mark.extra("s3")
+def test_extraction_reading_the_ego_stream_from_s3_equals_the_local_one(extracted, s3_server, tmp_path) -> None:
+    """``keypoints extract s3://...`` reads the stream from the bucket (a real SeaweedFS) and writes the
+    local mirror it names: the same files as from the directory (issue 17)."""
+    import contextlib
+    import io
+
+    task, mirror, _ = extracted
+    uri = s3_server.upload_dir(task, "s3read-keypoints", "pooled/hand_video")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["keypoints", "extract", uri, "1", "--stream", "head_left_rgb", "--mirror-root",
+                     str(tmp_path / "from_s3"), "--json"])
+    assert code == 0, buf.getvalue()
+    assert json.loads(buf.getvalue())["episodes"][0]["ok"]
+    for rel in (HAND_POSE_2D, AUTO_LABELS, HAND_POSE_3D):
+        a = pq.read_table(mirror / "hand_video" / "episode_000001" / rel)
+        b = pq.read_table(tmp_path / "from_s3" / "hand_video" / "episode_000001" / rel)
+        assert a.equals(b, check_metadata=True), rel

@@ -65,8 +65,10 @@ def verify_workers(pid: int) -> list[int]:
 class ServerProc:
     """``python -m egopool serve`` in a subprocess on a free loopback port (started and stopped by the test)."""
 
-    def __init__(self, store: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(self, store: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None,
+                 store_arg: str | None = None) -> None:
         self.store = Path(store)
+        self.store_arg = store_arg or str(self.store)  # e.g. s3://bucket/prefix (then ``store`` is the state dir)
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.port = port or free_port()
@@ -77,7 +79,7 @@ class ServerProc:
     def start(self, timeout: float = 120.0) -> ServerProc:  # a loaded 2-core machine starts Python slowly
         self.store.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "egopool", "serve", "--store", str(self.store),
+            self.proc = subprocess.Popen([sys.executable, "-m", "egopool", "serve", "--store", self.store_arg,
                                           "--port", str(self.port), "--log-level", "warning", *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout

@@ -1,4 +1,4 @@
-"""Command-line values every command parses the same way: the global episode number N.
+"""Command-line values every command parses the same way: the global episode number N, and TASK.
 
 Every command that takes N (``show TASK N``, ``delete TASK N...``, ``pack TASK N...``,
 ``upload TASK [N...]``, ``audit-gaps --episode N``, ``export lerobot|rerun|tum``, ``view``, ``plot``,
@@ -17,10 +17,39 @@ from typing import Any
 
 import typer
 
-from ..errors import LayoutError
+from ..errors import EgopoolError, LayoutError
 
 __all__ = ["MAX_EPISODE_N", "episode_argument", "episode_option", "parse_episode_n", "parse_lerobot_index",
-           "lerobot_index_option"]
+           "lerobot_index_option", "parse_task_location", "task_argument"]
+
+#: What a reading command's TASK help says about object storage.
+TASK_HELP = "Task directory (holds data/, videos/, meta/), or s3://BUCKET/PREFIX/TASK."
+
+
+def parse_task_location(value: str) -> Any:
+    """TASK of a reading command: a local directory (``pathlib.Path``) or ``s3://bucket/prefix/task``
+    (:class:`~egopool.storage.ObjectPath`, reached with the AWS environment variables).
+
+    Raises
+    ------
+    typer.BadParameter
+        Empty text (an unset shell variable must not mean the current directory), or an ``s3://``
+        URI without a bucket or with ``.``/``..``/empty components.
+    """
+    from ..storage import as_path
+
+    if not value.strip():
+        raise typer.BadParameter("TASK is empty; pass the task directory (`.` for the current one) or s3://BUCKET/TASK")
+    try:
+        return as_path(value)
+    except EgopoolError as exc:
+        raise typer.BadParameter(exc.one_line()) from None
+
+
+def task_argument(help: str = TASK_HELP) -> Any:
+    """A Typer ``Argument`` for the TASK of a command that only reads: a path or an ``s3://`` URI
+    (declare the parameter as ``Path``; it receives a ``Path`` or an ``ObjectPath``)."""
+    return typer.Argument(..., metavar="TASK", parser=parse_task_location, help=help)
 
 #: Largest N accepted: ``episode_index`` is an int64 column (file_format.md §7.1).
 MAX_EPISODE_N = 2**63 - 1

@@ -13,13 +13,13 @@ from rich.table import Table
 from ..gaps import audit_task_gaps, check_rate
 from ..read.reader import open_task
 from .app import app
-from .args import episode_option
+from .args import episode_option, task_argument
 from .output import console, err_console, print_json
 
 
 @app.command("audit-gaps")
 def audit_gaps_cmd(
-    task: Path = typer.Argument(..., metavar="TASK", help="Task directory (holds data/, videos/, meta/)."),
+    task: Path = task_argument(),
     episode: Optional[list[int]] = episode_option("--episode", "-e",
                                                   help="Only these global N (repeatable). Default: every episode."),
     tolerance: float = typer.Option(0.5, "--tolerance", min=0.0,

@@ -38,6 +38,8 @@ COMMANDS: tuple[Entry, ...] = (
      "Pack episodes into upload zips, one per episode: the §9 single-episode slice plus a manifest."),
     ("upload", ("transfer_cmds",),
      "Upload episodes to a pooling server (`egopool serve`), resumably (file_format.md §9)."),
+    ("sync", ("sync_cmd",),
+     "Copy a task's committed episodes between a directory and a bucket, both ways, resumably."),
     ("serve", ("transfer_cmds",),
      "Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool)."),
     ("validate", ("validate_cmd",),

@@ -11,7 +11,7 @@ from ..interop.lerobot_export import LeRobotExport, export_lerobot
 from ..interop.rerun import RerunExport, export_rerun
 from ..interop.tum import CLOCKS, export_tum
 from .app import app
-from .args import episode_argument, episode_option
+from .args import episode_argument, episode_option, task_argument
 from .output import console, print_json, progress_bar
 from .ray_option import RAY_OPTION, executor_for
 
@@ -19,7 +19,7 @@ export_app = typer.Typer(help="Export a task to other tools' formats: a LeRobot 
                               "recording, TUM trajectory files.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 
-_TASK = typer.Argument(..., metavar="TASK", help="Task directory.")
+_TASK = task_argument()
 _JSON = typer.Option(False, "--json", help="Print the result as JSON.")
 
 
@@ -44,7 +44,8 @@ def _print_mapping(result: LeRobotExport) -> None:
 @export_app.command("lerobot")
 def lerobot_cmd(
     task: Path = _TASK,
-    out: Path = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT))."),
+    out: str = typer.Argument(..., metavar="OUT", help="Dataset root to create (LeRobotDataset(repo_id, root=OUT)), "
+                                                       "or an empty s3://BUCKET/PREFIX (meta/info.json written last)."),
     episodes: list[int] = episode_option("--episodes", "-e",
                                          help="Global N to export (repeat; default all), in ascending N."),
     episodes_from: str | None = typer.Option(None, "--episodes-from", metavar="FILE|URL",
@@ -84,11 +85,22 @@ def lerobot_cmd(
 
         name = str((read_info(task).get("task_name") or "")) if (task / "meta" / "info.json").is_file() else ""
         episodes = read_selection(episodes_from).for_task(task.resolve().name, *([name] if name else []))
+    to_bucket = out.startswith("s3://")
+    if to_bucket and overwrite:
+        raise typer.BadParameter("an s3:// OUT must be empty: a bucket has no rename to replace a dataset "
+                                 "atomically", param_hint="--overwrite")
     with progress_bar("exporting episodes", json_out or dry_run) as tick, \
             executor_for(None if dry_run else ray) as executor:
-        result = export_lerobot(task, out, episodes=episodes or None, state=state or (), action=action or (),
-                                depth=depth, repo_id=repo_id, dry_run=dry_run, overwrite=overwrite, progress=tick,
-                                executor=executor)
+        if to_bucket:  # docs/decisions.md O18
+            from ..interop.lerobot_bucket import export_lerobot_to_bucket
+
+            result = export_lerobot_to_bucket(task, out, episodes=episodes or None, state=state or (),
+                                              action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
+                                              progress=tick, executor=executor)
+        else:
+            result = export_lerobot(task, Path(out), episodes=episodes or None, state=state or (),
+                                    action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
+                                    overwrite=overwrite, progress=tick, executor=executor)
     if json_out:
         print_json(result.to_dict())
         return
@@ -99,7 +111,7 @@ def lerobot_cmd(
     copied = sum(len(p.copied) for p in result.parts)
     total = len(result.parts) * len(result.plan.streams)
     console.print(f"wrote {result.out} ({len(result.parts)} episodes; videos copied without re-encoding: "
-                  f"{copied} of {total}); mapping: {result.out / 'egopool_mapping.json'}")
+                  f"{copied} of {total}); mapping: {str(result.out).rstrip('/')}/egopool_mapping.json")
 
 
 @export_app.command("tum", context_settings={"ignore_unknown_options": True})

@@ -20,7 +20,7 @@ from ..errors import EgopoolError
 from ..meta import server_imports
 from ..read.reader import Episode, open_task
 from .app import app
-from .args import episode_argument
+from .args import episode_argument, task_argument
 from .output import console, human_bytes, print_json
 
 
@@ -109,7 +109,7 @@ def episode_summary(ep: Episode) -> dict[str, Any]:
 
 
 @app.command("info")
-def info_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory (holds data/, videos/, meta/)."),
+def info_cmd(task: Path = task_argument(),
              json_out: bool = typer.Option(False, "--json", help="Print info.json as JSON.")) -> None:
     """Show a task's meta/info.json declarations."""
     t = open_task(task)
@@ -137,7 +137,7 @@ def info_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directo
 
 
 @app.command("ls")
-def ls_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
+def ls_cmd(task: Path = task_argument(),
            json_out: bool = typer.Option(False, "--json", help="Print a JSON list of episodes (with 'complete' "
                                                                 "and 'problems').")) -> None:
     """List a task's episodes (global N, chunk, file, rows, streams, size, complete).
@@ -171,7 +171,7 @@ def _number(v: Any) -> str:
 
 
 @app.command("show", context_settings={"ignore_unknown_options": True})
-def show_cmd(task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
+def show_cmd(task: Path = task_argument(),
              n: int = episode_argument("Global 1-based episode index N."),
              json_out: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Show one episode: its meta row, columns with types, streams and trajectories.

@@ -10,7 +10,7 @@ from rich.table import Table
 from ..keypoints import ExtractOptions, backfill_hand_pose, extract_keypoints
 from .app import app
 from .args import episode_argument
-from .ops_cmds import _DRY, _JSON, _REG, _TASK, _progress, _registry_hint
+from .ops_cmds import _DRY, _JSON, _READ_TASK, _REG, _TASK, _progress, _registry_hint
 from .output import console, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -25,7 +25,7 @@ _MIRROR = typer.Option(None, "--mirror-root", metavar="DIR",
 
 
 @keypoints_app.command("extract", context_settings={"ignore_unknown_options": True})
-def extract_cmd(task: Path = _TASK, indices: list[int] = _INDICES,
+def extract_cmd(task: Path = _READ_TASK, indices: list[int] = _INDICES,
                 stream: str = typer.Option(None, "--stream", metavar="KEY",
                                            help="RGB stream to read (default: the ego trajectory's source slot, "
                                                 "else the only RGB stream)."),

@@ -23,7 +23,7 @@ from ..errors import EgopoolError, RegistryError
 from ..meta.drop_stats import clipped_key
 from ..ops._common import Progress as ProgressFn
 from .app import app
-from .args import episode_argument
+from .args import episode_argument, task_argument
 from .output import console, err_console, human_bytes, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -34,13 +34,19 @@ app.add_typer(stats_app, name="stats")
 app.add_typer(repair_app, name="repair")
 
 def _task_path(value: str) -> Path:
-    """TASK as a path; an empty string is refused (an unset shell variable must not mean the current directory)."""
+    """TASK as a path; an empty string is refused (an unset shell variable must not mean the current directory),
+    and so is an ``s3://`` URI: these commands change a task, which they do in a local directory only."""
     if not value.strip():
         raise typer.BadParameter("TASK is empty; pass the task directory (`.` for the current one)")
+    if value.startswith("s3://"):
+        raise typer.BadParameter(f"{value}: this command changes the task and works on a local directory only; "
+                                 "the commands that read (ls, info, show, validate, stats check, export, ...) "
+                                 "take s3:// tasks")
     return Path(value)
 
 
 _TASK = typer.Argument(..., metavar="TASK", parser=_task_path, help="Task directory (holds data/, videos/, meta/).")
+_READ_TASK = task_argument()
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _REG = typer.Option(True, "--registry/--no-registry",
@@ -117,14 +123,19 @@ def delete_cmd(task: Path = _TASK,
 
 
 @stats_app.command("recalc")
-def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON,
+def stats_recalc_cmd(task: Path = _READ_TASK, dry_run: bool = _DRY, json_out: bool = _JSON,
                      ray: str | None = RAY_OPTION) -> None:
     """Rebuild meta/stats.json from every data parquet (legacy blocks without count, §4).
 
-    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one. With --ray each episode's blocks come from its own Ray task; they are merged here and written under the task lock.
+    The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one. With --ray each episode's blocks come from its own Ray task; they are merged here and written under the task lock. An s3:// task's stats.json is replaced with a conditional PUT once no publish into it is in progress (docs/decisions.md O17).
     """
     with _progress("recomputing") as cb, executor_for(ray) as executor:
-        report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb, executor=executor)
+        if str(task).startswith("s3://"):
+            from ..ops.stats_bucket import recalc_bucket_stats
+
+            report = recalc_bucket_stats(task, dry_run=dry_run, progress=cb, executor=executor)  # type: ignore[arg-type]
+        else:
+            report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb, executor=executor)
     if json_out:
         print_json(report.to_dict())
         return
@@ -140,7 +151,7 @@ def stats_recalc_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = 
 
 
 @stats_app.command("check")
-def stats_check_cmd(task: Path = _TASK, json_out: bool = _JSON, ray: str | None = RAY_OPTION) -> None:
+def stats_check_cmd(task: Path = _READ_TASK, json_out: bool = _JSON, ray: str | None = RAY_OPTION) -> None:
     """Compare stats.json with a fresh recomputation from data/; exit 1 when a block differs.
 
     After deletes the two are expected to differ: stats.json is not rolled back (§4). An episode whose data

@@ -144,7 +144,12 @@ def _loopback(host: str) -> bool:
 
 
 @app.command("serve")
-def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: one pooled task per upload name."),
+def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, or s3://bucket/prefix (endpoint and "
+                                                              "credentials from the AWS_* variables): one pooled "
+                                                              "task per upload name."),
+              state: Path | None = typer.Option(None, "--state", help="With an s3:// store: the local directory for "
+                                                                      "server.db, spool, staging and locks (default "
+                                                                      "~/.local/state/egopool/serve/<hash of the URI>)."),
               host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
               port: int = typer.Option(8000, "--port", min=0, max=65535),
               tokens: Path | None = typer.Option(None, "--tokens",
@@ -208,12 +213,23 @@ def serve_cmd(store: Path = typer.Option(..., "--store", help="Store directory: 
     limit = int(max_upload_mb * (1 << 20))
     limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
                     max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
-    config = ServerConfig(store=store, tokens=tokens, on_conflict=on_conflict, limits=limits,
-                          max_imports=max_imports, max_receiving=max_receiving,
+    bucket = store.startswith("s3://")
+    if bucket:
+        try:
+            import boto3  # noqa: F401
+        except ImportError as exc:
+            raise EgopoolError("an s3:// store needs the optional packages of egopool[s3] (boto3 is missing)",
+                               hint="pip install 'egopool[s3]'") from exc
+    if state is not None and not bucket:
+        raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
+                                 "<store>/.egopool-server)", param_hint="--state")
+    config = ServerConfig(store=store if bucket else Path(store), tokens=tokens, on_conflict=on_conflict,
+                          limits=limits, max_imports=max_imports, max_receiving=max_receiving, state=state,
                           previews=PreviewConfig(enabled=previews, root=previews_dir, workers=preview_workers,
                                                  quality=QualityParams(idle_min_frames=idle_frames)))
     web = create_app(config)
-    err_console.print(f"egopool serve: store {store.resolve()}, http://{host}:{port}/, on conflict: {on_conflict}, "
+    where = store if bucket else Path(store).resolve()
+    err_console.print(f"egopool serve: store {where}, http://{host}:{port}/, on conflict: {on_conflict}, "
                       f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}")
     uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
                 limit_concurrency=max_connections)

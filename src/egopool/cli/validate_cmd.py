@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..validate import Report, validate_task
 from .app import app
+from .args import parse_task_location
 from .output import err_console, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -37,7 +38,8 @@ def _plural(n: int, word: str) -> str:
 @app.command("validate")
 def validate_cmd(
     tasks: list[Path] = typer.Argument(
-        ..., metavar="TASK", help="One or more task directories (each holds data/, videos/, meta/)."),
+        ..., metavar="TASK", parser=parse_task_location,
+        help="One or more task directories (each holds data/, videos/, meta/), or s3://BUCKET/PREFIX/TASK."),
     json_out: bool = typer.Option(False, "--json",
                                   help='Print {"ok", "findings": [{"rule", "severity", "path", "message"}], '
                                        '"tasks"} for scripts.'),

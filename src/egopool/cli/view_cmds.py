@@ -8,7 +8,7 @@ import typer
 
 from ..interop.rerun import view_episode
 from .app import app
-from .args import episode_argument
+from .args import episode_argument, task_argument
 from .export_cmds import print_rerun
 from .output import console, print_json
 
@@ -38,7 +38,7 @@ def view_cmd(
 
 @app.command("plot", context_settings={"ignore_unknown_options": True})
 def plot_cmd(
-    task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
+    task: Path = task_argument(),
     indices: list[int] = episode_argument("Global episode numbers N (1-based)."),
     out: Path = typer.Option(Path("episode.png"), "--out", "-o",
                              help="PNG to write; several N get _N<n> before the suffix."),

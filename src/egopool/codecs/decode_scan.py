@@ -25,6 +25,8 @@ from typing import Any
 import av
 
 from ..errors import CodecError
+from ..storage import ObjectPath, as_path
+from .video import open_media
 
 __all__ = ["StreamScan", "scan_stream"]
 
@@ -113,13 +115,16 @@ def scan_stream(path: str | Path, stream_index: int | None = None) -> StreamScan
     CodecError
         The file cannot be opened at all, or has no such video stream.
     """
-    path = Path(path)
+    path = as_path(path)
     if path.is_dir():
         return _scan_png16(path)
-    try:
-        container = av.open(str(path))
-    except Exception as exc:
-        raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
+    if isinstance(path, ObjectPath):
+        container = open_media(path)
+    else:
+        try:
+            container = av.open(str(path))
+        except Exception as exc:
+            raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
     with container:
         if stream_index is None:
             if not container.streams.video:

@@ -30,6 +30,7 @@ import numpy as np
 
 from .._safe_read import loads_json
 from ..errors import CodecError, FormatError, StorageError
+from ..storage import as_path
 from .video import DtsGuard, flush_and_close, mux_frame, open_media, stream_codec
 
 __all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "depth_stream_decoder", "hevc12_available",
@@ -334,7 +335,7 @@ def probe_depth(path: str | Path) -> DepthProbe:
     CodecError
         Missing/unreadable file or no depth stream in it.
     """
-    path = Path(path)
+    path = as_path(path)
     if path.is_dir():
         from .depth_png import png16_frame_paths
 
@@ -395,7 +396,7 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
     CodecError
         Missing file, no depth stream, unusable log-code parameters, or the file cannot be decoded.
     """
-    path = Path(path)
+    path = as_path(path)
     if path.is_dir() or (ext or "").lower() == "png" and not path.is_file():
         from .depth_png import read_png16_frames
 
@@ -422,7 +423,7 @@ def depth_stream_decoder(container: Any, path: str | Path,
     CodecError
         No depth stream in the container, or unusable log-code parameters.
     """
-    path = Path(path)
+    path = as_path(path)
     stream, kind = _pick_depth_stream(container, path)
     if kind in ("ffv1", "png16"):
         return stream, lambda frame: frame.to_ndarray(format="gray16le")

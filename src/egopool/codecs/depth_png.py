@@ -24,6 +24,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError
+from ..storage import ObjectPath, as_path
 from .video import open_media, stream_codec
 
 __all__ = ["PNG_EXT", "encode_png16", "png16_frame_paths", "read_png16_frame", "read_png16_frames"]
@@ -50,13 +51,17 @@ def png16_frame_paths(path: str | Path) -> list[Path]:
     CodecError
         ``path`` is missing, or a directory without ``*.png`` files.
     """
-    p = Path(path)
+    p = as_path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise CodecError("PNG16 depth sequence not found", path=p)
-    frames = sorted((f for f in p.iterdir() if f.is_file() and not f.name.startswith(".")
-                     and f.suffix.lower() == ".png"), key=_frame_key)
+    if isinstance(p, ObjectPath):  # one LIST gives every frame's kind: no HEAD per frame
+        found = [e.path for e in p.scandir() if e.is_file() and not e.name.startswith(".")
+                 and e.path.suffix.lower() == ".png"]
+    else:
+        found = [f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix.lower() == ".png"]
+    frames = sorted(found, key=_frame_key)
     if not frames:
         raise CodecError("directory holds no .png depth frames", path=p,
                          hint="a PNG16 depth stream is a directory of 16-bit grayscale PNGs")
@@ -71,7 +76,7 @@ def read_png16_frame(path: str | Path) -> np.ndarray:
     CodecError
         Unreadable file, not a PNG, or not 16-bit gray.
     """
-    p = Path(path)
+    p = as_path(path)
     try:
         with open_media(p, "PNG depth frame") as container:
             if not container.streams.video:

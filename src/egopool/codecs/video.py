@@ -17,6 +17,7 @@ import numpy as np
 
 from .._safe_read import loads_json, regular_file_size
 from ..errors import CodecError, EgopoolError, FormatError, StorageError
+from ..storage import ObjectPath
 
 __all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "open_media",
            "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]
@@ -227,6 +228,8 @@ def open_media(path: str | Path, what: str = "video") -> Any:
     CodecError
         Missing, not a regular file (directory, FIFO, symlink loop), or FFmpeg cannot open it.
     """
+    if isinstance(path, ObjectPath):
+        return _open_object(path, what)
     try:
         regular_file_size(path, what=what)
     except FormatError as exc:
@@ -235,6 +238,47 @@ def open_media(path: str | Path, what: str = "video") -> Any:
         return av.open(str(path))
     except Exception as exc:
         raise CodecError(f"cannot open {what}: {exc}", path=path, hint="the file is missing or corrupt") from exc
+
+
+def _open_object(path: ObjectPath, what: str) -> Any:
+    """PyAV on a seekable, buffered file object over ranged GETs (docs/decisions.md O6); the
+    container closes it (``container.close`` leaves a Python file object open, so it is chained)."""
+    from .._safe_read import open_regular
+
+    try:
+        fh = open_regular(path, what=what)
+    except FormatError as exc:
+        raise CodecError(exc.message, path=path, hint=exc.hint or "the file is missing or corrupt") from None
+    try:
+        container = av.open(fh, buffer_size=1 << 16)
+    except Exception as exc:
+        fh.close()
+        if isinstance(exc, OSError) and "AWS Error" in str(exc):
+            raise path._error(exc) from exc
+        raise CodecError(f"cannot open {what}: {exc}", path=path, hint="the file is missing or corrupt") from exc
+    return _ClosingContainer(container, fh)
+
+
+class _ClosingContainer:
+    """A PyAV input container that also closes the object's file object (attribute access passes through)."""
+
+    def __init__(self, container: Any, fh: Any) -> None:
+        self._container, self._fh = container, fh
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._container, name)
+
+    def close(self) -> None:
+        try:
+            self._container.close()
+        finally:
+            self._fh.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _open(path: str | Path) -> Any:

@@ -17,6 +17,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError
+from ..storage import as_path
 from .video import DtsGuard, encoding_errors, open_media
 
 __all__ = ["COPYABLE_CODECS", "VideoCopy", "VideoSource", "check_copy_frames", "check_segment", "packet_times",
@@ -64,7 +65,7 @@ def packet_times(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     CodecError
         No video stream, or the file cannot be demuxed.
     """
-    path = Path(path)
+    path = as_path(path)
     with _open(path) as c:
         if not c.streams.video:
             raise CodecError("no video stream", path=path)
@@ -143,7 +144,7 @@ def check_segment(source: VideoSource, fps: float | None = None) -> int:
     CodecError
         As :func:`remux_segment`.
     """
-    src = Path(source.path)
+    src = as_path(source.path)
     frames = 0
     first_key: bool | None = None
     with _open(src) as inp:
@@ -183,7 +184,7 @@ def remux_segment(source: VideoSource, dst: str | Path, fps: float | None = None
     StorageError
         ``dst`` cannot be written.
     """
-    src = Path(source.path)
+    src = as_path(source.path)
     dst = Path(dst)
     with _open(src) as inp:
         ist = _copyable_stream(inp, src)

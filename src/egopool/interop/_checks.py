@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import EgopoolError, FormatError, StorageError
+from ..storage import ObjectPath, as_path
 from ..read.reader import Episode
 
 __all__ = ["check_output_dir", "check_output_file", "episode_streams"]
@@ -64,8 +65,11 @@ def episode_streams(ep: Episode) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def _overlap(out: Path, task_dir: Path, *, replaced: bool = False) -> str | None:
-    """Why ``out`` may not be written for ``task_dir`` (``replaced``: ``out`` may be deleted as a whole)."""
+def _overlap(out: Path, task_dir: Path | ObjectPath, *, replaced: bool = False) -> str | None:
+    """Why ``out`` may not be written for ``task_dir`` (``replaced``: ``out`` may be deleted as a whole).
+    A task in a bucket never overlaps a local output."""
+    if isinstance(task_dir, ObjectPath):
+        return None
     o, t = out.resolve(), task_dir.resolve()
     if o == t:
         return "is the task being read"
@@ -96,7 +100,7 @@ def check_output_file(out: str | Path, task_dir: str | Path, *, what: str, examp
         ``out`` is a directory, or an ancestor of it is a file.
     """
     out = Path(out)
-    why = _overlap(out, Path(task_dir))
+    why = _overlap(out, as_path(task_dir))
     if why is not None:
         raise EgopoolError(f"the output {why}", path=out, hint=f"write {what} outside the task directory")
     if out.is_dir():
@@ -131,7 +135,7 @@ def check_output_dir(out: str | Path, task_dir: str | Path, *, what: str, overwr
         ``out`` (or an ancestor) is a file.
     """
     out = Path(out)
-    why = _overlap(out, Path(task_dir), replaced=marker is not None)
+    why = _overlap(out, as_path(task_dir), replaced=marker is not None)
     if why is not None:
         raise EgopoolError(f"the output {why}", path=out, hint=f"write {what} outside the task directory")
     blocker = out if out.exists() and not out.is_dir() else _file_on_the_way(out)

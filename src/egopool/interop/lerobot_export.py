@@ -41,6 +41,7 @@ from ..arrowutil import list_column_to_numpy
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
+from ..storage import ObjectPath
 from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
@@ -151,7 +152,11 @@ def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int) -
     dst.parent.mkdir(parents=True, exist_ok=True)
     copied = _copyable(src, length, fps)
     if copied:
-        shutil.copyfile(src, dst)
+        if isinstance(src, ObjectPath):  # streamed from the bucket, one buffer at a time
+            with src.open("rb") as fin, open(dst, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        else:
+            shutil.copyfile(src, dst)
         for i, frame in enumerate(read_rgb_frames(src)):
             if i in rows:
                 thumbs.append(_thumb(frame))
@@ -447,7 +452,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         staging.mkdir()
         try:
             # a Ray worker has its own working directory: units see absolute paths (K4)
-            jobs = [dataclasses.replace(j, task_dir=Path(os.path.abspath(j.task_dir))) for j in plan.jobs]
+            jobs = [j if isinstance(j.task_dir, ObjectPath) else
+                    dataclasses.replace(j, task_dir=Path(os.path.abspath(j.task_dir))) for j in plan.jobs]
             shared = _ExportInput(plan, Path(os.path.abspath(staging)))
             parts = (executor or LocalExecutor()).map(export_episode_unit, shared, jobs, progress=progress)
             _write_meta(plan, parts, staging)

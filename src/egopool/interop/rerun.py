@@ -35,6 +35,7 @@ import numpy as np
 from .._atomic import temp_path_for
 from ..arrowutil import list_column_to_numpy
 from ..errors import CodecError, EgopoolError, StorageError
+from ..storage import ObjectPath
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
 from ._checks import check_output_file, episode_streams
@@ -191,7 +192,9 @@ class _Logger:
             path = self.ep.stream_path(key)
             entity = self.path("cameras", key)
             try:
-                asset = rr.AssetVideo(path=str(path))
+                # a bucket's object: its bytes (rerun reads a local file whole too)
+                asset = (rr.AssetVideo(contents=path.read_bytes(), media_type="video/mp4")
+                         if isinstance(path, ObjectPath) else rr.AssetVideo(path=str(path)))
                 ts = np.asarray(asset.read_frame_timestamps_nanos(), dtype=np.int64)
             except Exception as exc:  # rerun's own parser: RuntimeError "MP4 error: ...", or worse
                 raise CodecError(f"rerun cannot read stream {key!r} ({type(exc).__name__}: "

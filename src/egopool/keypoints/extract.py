@@ -23,8 +23,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .._atomic import task_lock
+from .._safe_read import read_parquet
 from ..codecs.video import read_rgb_frames
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, SchemaError
+from ..storage import ObjectPath, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.info import read_info
@@ -254,10 +256,13 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
     try:
         out.stream = choose_stream(shared.info, g, opts.stream)
         assert g.data is not None
-        try:
-            frame_index = pq.read_table(g.data, columns=["frame_index"]).column("frame_index").to_numpy()
-        except Exception as exc:
-            raise FormatError(f"cannot read frame_index: {exc}", path=g.data) from exc
+        if isinstance(g.data, ObjectPath):  # ranged GETs of the one column (pyarrow.fs)
+            frame_index = read_parquet(g.data, ["frame_index"], what="data parquet").column("frame_index").to_numpy()
+        else:
+            try:
+                frame_index = pq.read_table(g.data, columns=["frame_index"]).column("frame_index").to_numpy()
+            except Exception as exc:
+                raise FormatError(f"cannot read frame_index: {exc}", path=g.data) from exc
         t0, c0 = time.perf_counter(), time.process_time()
         with MediaPipeHands(mirrored=opts.mirrored, model_complexity=opts.model_complexity,
                             min_detection_confidence=opts.min_detection_confidence,
@@ -268,7 +273,7 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
         out.seconds, out.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         meta = {"format": "egopool.keypoints/1", "task": shared.root.name, "episode_index": g.index,
                 "stream": out.stream, "image_width": w, "image_height": h, **params}
-        write_episode_keypoints(out.directory, pose2d, pose3d, meta, publish_lock=task_lock(shared.root))
+        write_episode_keypoints(out.directory, pose2d, pose3d, meta, publish_lock=None if isinstance(shared.root, ObjectPath) else task_lock(shared.root))
     except EgopoolError as exc:
         if "egopool[keypoints]" in (exc.hint or ""):
             raise
@@ -338,8 +343,9 @@ def extract_keypoints(task_dir: str | Path, indices: Sequence[int] | None = None
     EgopoolError
         mediapipe is not installed (``pip install 'egopool[keypoints]'``), or the Ray job failed.
     """
-    given = Path(task_dir)
-    root = Path(os.path.abspath(given))  # a Ray worker does not share our working directory
+    given = as_path(task_dir)
+    # a Ray worker does not share our working directory (a bucket's URI is the same everywhere)
+    root = given if isinstance(given, ObjectPath) else Path(os.path.abspath(given))
     info = read_info(root)
     groups = select_episodes(root, info, indices)
     mroot = Path(os.path.abspath(mirror_root if mirror_root is not None else default_mirror_root(root)))

@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 from .._atomic import fsync_dir, temp_path_for
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
+from ..storage import as_path, is_object_uri
 
 __all__ = [
     "AUTO_LABELS",
@@ -89,10 +90,20 @@ _CHUNK_RE = re.compile(r"^chunk-(\d+)\.parquet$")
 
 
 def default_mirror_root(task_dir: str | Path) -> Path:
-    """``$EGOPOOL_KEYPOINTS_ROOT``, else ``keypoints_output`` beside the task's recordings root."""
+    """``$EGOPOOL_KEYPOINTS_ROOT``, else ``keypoints_output`` beside the task's recordings root.
+
+    Raises
+    ------
+    FormatError
+        The task is in a bucket (``s3://``) and ``$EGOPOOL_KEYPOINTS_ROOT`` is unset: the mirror is
+        written to a local directory, which must then be named.
+    """
     env = os.environ.get(ENV_ROOT)
     if env:
         return Path(env)
+    if is_object_uri(task_dir):
+        raise FormatError("the task is in object storage: name the local keypoints_output directory to write",
+                          path=str(task_dir), hint=f"pass --mirror-root DIR or set {ENV_ROOT}")
     return Path(os.path.abspath(task_dir)).parent.parent / MIRROR_DIRNAME
 
 
@@ -101,7 +112,8 @@ def episode_mirror_dir(task_dir: str | Path, index: int, root: str | Path | None
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 1:
         raise FormatError(f"episode index must be an integer >= 1, got {index!r}")
     base = Path(root) if root is not None else default_mirror_root(task_dir)
-    return base / Path(os.path.abspath(task_dir)).name / f"episode_{int(index):06d}"
+    name = as_path(task_dir).name if is_object_uri(task_dir) else Path(os.path.abspath(task_dir)).name
+    return base / name / f"episode_{int(index):06d}"
 
 
 @dataclass(frozen=True)

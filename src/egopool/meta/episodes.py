@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
+from ..storage import as_path
 
 __all__ = [
     "EPISODE_COLUMNS",
@@ -94,7 +95,7 @@ def read_episode_row(path: str | Path, index: int) -> dict[str, Any]:
     FormatError
         Unreadable parquet, or no row with ``episode_index == index`` in the file.
     """
-    path = Path(path)
+    path = as_path(path)
     table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
     if "episode_index" not in table.column_names:
         raise FormatError("episodes parquet has no episode_index column", path=path)

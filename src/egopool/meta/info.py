@@ -17,6 +17,7 @@ from typing import Any
 
 from .._atomic import atomic_write_json
 from .._safe_read import read_json
+from ..storage import ObjectPath, as_path, require_bucket
 from ..errors import FormatError, LegacyLayoutError
 
 __all__ = [
@@ -51,7 +52,7 @@ _LEGACY_SESSION_RE = re.compile(r"_\d{6}$")
 
 def info_path(task_dir: str | Path) -> Path:
     """``<task>/meta/info.json``."""
-    return Path(task_dir) / "meta" / "info.json"
+    return as_path(task_dir) / "meta" / "info.json"
 
 
 def _legacy_sessions(task_dir: Path) -> list[str]:
@@ -96,7 +97,7 @@ def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, A
         File missing or not a regular file, not UTF-8, not JSON (or nested deeper than any
         spec document), not a JSON object, or wrong ``format``.
     """
-    task_dir = Path(task_dir)
+    task_dir = as_path(task_dir)
     path = info_path(task_dir)
     if not path.exists() and not path.is_symlink():
         sessions = _legacy_sessions(task_dir)
@@ -106,6 +107,8 @@ def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, A
                 "per-session layout, which egopool does not read", path=task_dir,
                 hint="convert it with the collector's migration tool first")
         if not task_dir.exists():
+            if isinstance(task_dir, ObjectPath):
+                require_bucket(task_dir)
             raise FormatError("task directory does not exist", path=task_dir,
                               hint="pass the task directory holding data/, videos/, meta/")
         if not task_dir.is_dir():

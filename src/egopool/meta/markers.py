@@ -17,13 +17,14 @@ from pathlib import Path
 from .._atomic import atomic_write_json
 from .._safe_read import read_json, read_text
 from ..errors import EgopoolError
+from ..storage import as_path
 
 __all__ = ["clear_recycled", "live_reservations", "pid_alive", "read_recycled", "release", "reserve", "stale_reservations",
            "write_recycled"]
 
 
 def _marker(task_dir: str | Path) -> Path:
-    return Path(task_dir) / "meta" / "recycled_episode.json"
+    return as_path(task_dir) / "meta" / "recycled_episode.json"
 
 
 def read_recycled(task_dir: str | Path) -> int | None:
@@ -53,7 +54,7 @@ def clear_recycled(task_dir: str | Path, index: int | None = None) -> None:
 
 
 def _reservation(task_dir: str | Path, index: int) -> Path:
-    return Path(task_dir) / "meta" / f".reserved-{index}"
+    return as_path(task_dir) / "meta" / f".reserved-{index}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -69,7 +70,7 @@ def pid_alive(pid: int) -> bool:
 
 def _reservations(task_dir: str | Path) -> Iterator[tuple[int, Path, int | None]]:
     """``(N, file, pid)`` of every ``meta/.reserved-<N>``; pid None when the file cannot be read."""
-    meta = Path(task_dir) / "meta"
+    meta = as_path(task_dir) / "meta"
     for p in meta.glob(".reserved-*") if meta.is_dir() else ():
         try:
             n = int(p.name.rsplit("-", 1)[1])

@@ -23,6 +23,7 @@ import numpy as np
 from .._atomic import atomic_write_json
 from .._safe_read import open_parquet, read_json, read_parquet
 from ..errors import FormatError, SchemaError
+from ..storage import as_path
 
 __all__ = [
     "ACTION_BLOCK",
@@ -44,7 +45,7 @@ ACTION_BLOCK: dict[str, Any] = {"count": 0, "mean": [0.0], "std": [1.0], "min": 
 
 def stats_path(task_dir: str | Path) -> Path:
     """``<task>/meta/stats.json``."""
-    return Path(task_dir) / "meta" / "stats.json"
+    return as_path(task_dir) / "meta" / "stats.json"
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def episode_stats_file(path: str | Path, info: Mapping[str, Any]) -> dict[str, S
         cols = stats_columns(info, pf.schema_arrow.names)
         blocks: dict[str, StatsBlock] = {}
         for i in range(pf.num_row_groups if cols else 0):
-            for col, block in episode_stats(pf.read_row_group(i, columns=cols), info, path=Path(path)).items():
+            for col, block in episode_stats(pf.read_row_group(i, columns=cols), info, path=as_path(path)).items():
                 blocks[col] = blocks[col].merge(block) if col in blocks else block
     except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
         raise FormatError(f"cannot read parquet: {exc}", path=path) from exc

@@ -9,13 +9,14 @@ from typing import Any
 from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_text
 from ..errors import FormatError
+from ..storage import as_path
 
 __all__ = ["read_tasks", "tasks_path", "write_tasks_if_missing"]
 
 
 def tasks_path(task_dir: str | Path) -> Path:
     """``<task>/meta/tasks.jsonl``."""
-    return Path(task_dir) / "meta" / "tasks.jsonl"
+    return as_path(task_dir) / "meta" / "tasks.jsonl"
 
 
 def read_tasks(task_dir: str | Path) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import numpy as np
 from .._atomic import task_lock, task_read_lock
 from .._safe_read import read_parquet, read_parquet_schema
 from ..errors import EgopoolError, FormatError
+from ..storage import ObjectPath, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.info import read_info
@@ -97,6 +98,9 @@ class EpisodeBlocks:
 def _signature(g: EpisodeFiles) -> Signature | None:
     assert g.data is not None and g.meta is not None
     try:
+        if isinstance(g.data, ObjectPath):  # a HEAD: an object has no inode, its size and mtime say it changed
+            ost = g.data.stat()
+            return (str(g.data), 0, ost.st_size, int(ost.st_mtime * 1e9), str(g.meta))
         st = os.stat(g.data)
     except OSError:
         return None
@@ -126,7 +130,7 @@ def _committed(root: Path, info: dict[str, Any]) -> list[EpisodeFiles]:
     # committed episodes only (data parquet + meta/episodes row, decisions.md #5): an episode whose
     # data is published but whose row is not yet written merges its own blocks when it commits.
     # Absolute paths: a Ray worker does not share the caller's working directory.
-    root = Path(os.path.abspath(root))
+    root = root if isinstance(root, ObjectPath) else Path(os.path.abspath(root))
     return [g for g in list_task_episodes(root, TaskLayout.from_info(root, info))
             if g.data is not None and g.meta is not None]
 
@@ -188,7 +192,7 @@ def compute_stats(task_dir: str | Path, info: dict[str, Any] | None = None,
     FormatError
         ``info.json`` cannot be read, or data parquets cannot (every such episode is named).
     """
-    root = Path(task_dir)
+    root = as_path(task_dir)
     info = info if info is not None else read_info(root)
     doc, n, unreadable = _document(_blocks_of(root, info, executor, progress))
     _raise_unreadable(unreadable)
@@ -318,7 +322,7 @@ def check_stats(task_dir: str | Path, *, progress: Progress | None = None,
     FormatError
         ``info.json`` or ``stats.json`` cannot be read.
     """
-    root = Path(task_dir)
+    root = as_path(task_dir)
     stored = read_stats(root)
     fresh, n, unreadable = _document(_blocks_of(root, read_info(root), executor, progress))
     skipped = [{"episode_index": i, "reason": "unreadable", "error": exc.one_line()} for i, exc in unreadable]

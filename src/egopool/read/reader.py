@@ -40,6 +40,7 @@ from ..frames import FRAMES, LEGACY_FRAME, frame_id_of, resolve_axes
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.episodes import read_episode_row
 from ..meta.info import read_info
+from ..storage import ObjectPath, as_path
 
 if TYPE_CHECKING:
     from ..keypoints.mirror import EpisodeKeypoints
@@ -557,7 +558,7 @@ class Episode:
         ext = self._declared_ext(key)
         if ext:
             preferred = self.task.layout.video_file(self.index, key, ext)
-            if preferred.exists():
+            if preferred != path and preferred.exists():  # (the found file itself needs no check)
                 return preferred
         return path
 
@@ -659,8 +660,8 @@ class Episode:
 class Task:
     """A ``pooled_episodes_v1`` task directory. Get one from :func:`open_task`."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path | ObjectPath) -> None:
+        self.path = as_path(path)
         self._info = read_info(self.path)
         self.layout = TaskLayout.from_info(self.path, self._info)
 
@@ -724,8 +725,12 @@ class Task:
         return read_tasks(self.path)
 
 
-def open_task(path: str | Path) -> Task:
-    """Open a task directory.
+def open_task(path: str | Path | ObjectPath) -> Task:
+    """Open a task directory, or a task in object storage (``s3://bucket/prefix/task``).
+
+    A ``s3://`` task is read in place: parquet footers and the columns asked for by ranged
+    GETs, videos through a seekable buffered reader, the connection from the AWS environment
+    variables (:class:`~egopool.storage.S3Settings`, README "Tasks in object storage").
 
     Raises
     ------
@@ -733,5 +738,7 @@ def open_task(path: str | Path) -> Task:
         ``meta/info.json`` missing or unreadable, or ``format`` missing/unknown.
     LegacyLayoutError
         The v1.0 per-session layout (named as such).
+    ObjectStoreError
+        ``s3://``: no such bucket, access denied, or the endpoint did not answer in time.
     """
     return Task(path)

@@ -56,13 +56,16 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from .. import __version__
 from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
 from ..meta.info import read_info
+from ..storage.bucket import is_bucket_uri
+from .bucket_importer import open_bucket_store
+from .bucket_store import hide_state
 from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
@@ -93,7 +96,9 @@ class ServerConfig:
     Attributes
     ----------
     store:
-        The store directory (tasks + ``.egopool-server/``).
+        The store directory (tasks + ``.egopool-server/``), or ``s3://bucket/prefix`` (docs/decisions.md O10).
+    state:
+        A bucket store's local state directory (None: the per-user default).
     tokens:
         Tokens file, or None for no authentication (loopback only).
     on_conflict:
@@ -111,8 +116,9 @@ class ServerConfig:
         The preview worker's settings (``enabled=False``: ``--no-previews``).
     """
 
-    store: Path
+    store: Path | str
     tokens: Path | None = None
+    state: Path | None = None
     on_conflict: str = "renumber"
     limits: Limits = field(default_factory=Limits)
     max_imports: int = 2
@@ -156,7 +162,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     state: dict[str, Any] = {}
 
     def hide(text: str) -> str:
-        return hide_paths(text, config.store, config.tokens)
+        if state.get("bucket_state") is not None:
+            return hide_paths(hide_state(text, state["bucket_state"]), Path("/nonexistent"), config.tokens)
+        return hide_paths(text, Path(config.store), config.tokens)
 
     def _error(exc: UploadRejectedError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
@@ -167,10 +175,14 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store(config.store)
-        store.acquire()
+        if is_bucket_uri(config.store):  # docs/decisions.md O10-O14
+            store, importer_cls = open_bucket_store(str(config.store), config.state, log)
+            state["bucket_state"] = store.state
+        else:
+            store, importer_cls = Store(config.store), Importer
+            store.acquire()
         try:
-            for line in recover_journals(store):
+            for line in recover_journals(store) if store.bucket is None else []:
                 log.warning(line)
             store.clean_scratch()
             n = store.db.interrupt_unfinished()
@@ -179,8 +191,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["store"] = store
             if config.verify_processes:
                 state["pool"] = VerifyPool(max(1, config.max_imports))
-            state["importer"] = Importer(store, on_conflict=config.on_conflict, limits=config.limits,
-                                         pool=state.get("pool"))
+            state["importer"] = importer_cls(store, on_conflict=config.on_conflict, limits=config.limits,
+                                             pool=state.get("pool"))
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
             state["publishing"] = anyio.Semaphore(max(1, config.max_imports))  # publishes at a time
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
@@ -503,6 +515,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
         require_read(request)
         path = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), index, rel)
+        if isinstance(path, str):  # an object of a bucket store
+            return StreamingResponse(store_().bucket.stream(path), media_type="application/octet-stream",
+                                     headers={"Content-Disposition": f'attachment; filename="{rel.rsplit("/", 1)[-1]}"'})
         return FileResponse(path, filename=path.name)
 
     @app.get("/api/v1/uploads")

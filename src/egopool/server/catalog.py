@@ -34,6 +34,9 @@ def _layout(store: Store, task: str) -> tuple[Path, dict[str, Any], TaskLayout]:
 
 def task_summaries(store: Store) -> list[dict[str, Any]]:
     """One entry per task: name, episodes on disk, ``total_episodes``, fps, streams, last upload time."""
+    if store.bucket is not None:  # a bucket store (docs/decisions.md O13)
+        from . import bucket_catalog
+        return bucket_catalog.task_summaries(store)  # type: ignore[arg-type]
     out: list[dict[str, Any]] = []
     last: dict[str, float] = {}
     for u in store.db.uploads(limit=10_000):
@@ -60,6 +63,9 @@ def task_detail(store: Store, task: str) -> dict[str, Any]:
     EgopoolError
         No such task (the caller answers 404).
     """
+    if store.bucket is not None:  # a bucket store (docs/decisions.md O13)
+        from . import bucket_catalog
+        return bucket_catalog.task_detail(store, task)  # type: ignore[arg-type]
     root, info, layout = _layout(store, task)
     return {"name": task, "episodes": len(list_task_episodes(root, layout, committed_only=True)), "info": info}
 
@@ -91,6 +97,9 @@ def episode_entries(store: Store, task: str) -> list[dict[str, Any]]:
     EgopoolError
         No such task.
     """
+    if store.bucket is not None:  # a bucket store (docs/decisions.md O13)
+        from . import bucket_catalog
+        return bucket_catalog.episode_entries(store, task)  # type: ignore[arg-type]
     root, _, layout = _layout(store, task)
     groups = list_task_episodes(root, layout, committed_only=True)  # disk, journals, database: in this order
     rows = committed_unrecorded(store, task) if groups else {}
@@ -98,8 +107,9 @@ def episode_entries(store: Store, task: str) -> list[dict[str, Any]]:
     return [_entry(root, g, rows.get(g.index)) for g in groups]
 
 
-def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
-    """The path of one file of episode N, if ``rel`` is one of its files (never anything else).
+def episode_file(store: Store, task: str, index: int, rel: str) -> Path | str:
+    """The path of one file of episode N, if ``rel`` is one of its files (never anything else); in a bucket
+    store its object key (a ``str``).
 
     Raises
     ------
@@ -107,6 +117,9 @@ def episode_file(store: Store, task: str, index: int, rel: str) -> Path:
         404 no committed episode N, or ``rel`` is not one of its files (said apart: the read API's
         answer, not the CLI's).
     """
+    if store.bucket is not None:  # a bucket store (docs/decisions.md O13)
+        from . import bucket_catalog
+        return bucket_catalog.episode_file(store, task, index, rel)  # type: ignore[arg-type]
     root, info, layout = _layout(store, task)
     g = find_episode_files(root, layout, index, info.get("video_extensions")) if index >= 1 else None
     if g is None or not g.committed:
@@ -127,6 +140,8 @@ def episode_entry(store: Store, task: str, index: int) -> dict[str, Any] | None:
     EgopoolError
         No such task.
     """
+    if store.bucket is not None:  # a bucket store (docs/decisions.md O13): its entries come from one LIST
+        return next((e for e in episode_entries(store, task) if e.get("episode_index") == index), None)
     root, info, layout = _layout(store, task)
     g = find_episode_files(root, layout, index, info.get("video_extensions")) if index >= 1 else None
     if g is None or not g.committed:

@@ -343,7 +343,8 @@ class Importer:
     -----
     ``EGOPOOL_SERVER_PAUSE=<stage>`` (``received``; ``placed``: every file but the meta row in
     place; ``committed``: the row in place, the commit) makes an import stop at that stage, write
-    ``.egopool-server/paused-<stage>`` and sleep: the seam the crash tests SIGKILL the server at.
+    ``.egopool-server/paused-<stage>`` and sleep until that file is removed: the seam the crash tests
+    SIGKILL the server (or its bucket) at.
     Unset in production.
     """
 
@@ -360,8 +361,11 @@ class Importer:
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
-            (self.store.state / f"paused-{stage}").write_text(str(os.getpid()))
-            time.sleep(3600)
+            marker = self.store.state / f"paused-{stage}"
+            marker.write_text(str(os.getpid()))
+            deadline = time.monotonic() + 3600
+            while marker.exists() and time.monotonic() < deadline:  # a test removes it to let the import go on
+                time.sleep(0.05)
 
     # -- the import ----------------------------------------------------------------------------------
     def import_zip(self, zip_path: Path, *, task: str, form_index: str | None, zip_sha256: str, upload_id: int,

@@ -44,6 +44,7 @@ from ..curation.signals import episode_signals
 from ..errors import EgopoolError
 from ..layout import list_task_episodes
 from ..read.reader import open_task
+from ..storage import as_path
 from .store import Store
 
 __all__ = ["ATTEMPTS", "PreviewConfig", "PreviewWorker", "describe", "preview_name_ok"]
@@ -106,6 +107,12 @@ class PreviewWorker:
         self._stop = threading.Event()
 
     # -- paths ---------------------------------------------------------------------------------------
+    def _task_path(self, task: str) -> Any:
+        """Where the pooled task is read from: ``<store>/<task>``, or ``s3://.../<task>`` for a bucket store
+        (docs/decisions.md Q1: previews stay local, the task is read in place)."""
+        uri = getattr(self.store, "uri", None)
+        return as_path(f"{uri.rstrip('/')}/{task}") if isinstance(uri, str) else self.store.root / task
+
     def episode_dir(self, task: str, index: int) -> Path:
         """``<previews>/<task>/episode_NNNNNN``."""
         return self.root / task / f"episode_{index:06d}"
@@ -169,7 +176,7 @@ class PreviewWorker:
                     self.enqueue(task, n)
             for task in self.store.tasks():
                 try:
-                    groups = list_task_episodes(self.store.root / task, committed_only=True)
+                    groups = list_task_episodes(self._task_path(task), committed_only=True)
                 except EgopoolError:
                     continue
                 for g in groups:
@@ -234,7 +241,7 @@ class PreviewWorker:
         OSError
             The preview directory cannot be written.
         """
-        ep = open_task(self.store.root / task).episode(index)
+        ep = open_task(self._task_path(task)).episode(index)
         fps = float(ep.task.info.get("fps") or 30.0)
         rows = ep.length
         final = self.episode_dir(task, index)

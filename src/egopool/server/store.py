@@ -54,6 +54,9 @@ class Store:
     ----------
     root:
         The store directory: every task is ``root / <task name>``.
+    state_dir:
+        The state directory (default ``root / .egopool-server``; a bucket store's is local,
+        :class:`~egopool.server.bucket_store.BucketStore`).
 
     Raises
     ------
@@ -61,9 +64,12 @@ class Store:
         The state directory or ``server.db`` cannot be created.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    #: the bucket of a :class:`~egopool.server.bucket_store.BucketStore`; None: tasks are directories under root
+    bucket: Any = None
+
+    def __init__(self, root: str | Path, *, state_dir: str | Path | None = None) -> None:
         self.root = Path(root).resolve()
-        self.state = self.root / STATE_DIR
+        self.state = Path(state_dir).resolve() if state_dir is not None else self.root / STATE_DIR
         for d in (self.spool_dir, self.staging_dir, self.journal_dir, self.trash_dir, self.state / "locks"):
             d.mkdir(parents=True, exist_ok=True)
         self.db = ServerDB(self.state / "server.db")

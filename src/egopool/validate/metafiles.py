@@ -14,6 +14,7 @@ from typing import Any
 
 from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError
+from ..storage import ObjectPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
 from ..unix_time import created_at_problem
@@ -42,9 +43,9 @@ def check_bom(report: Report, path: Path, rule: str, reader: str, fix: str) -> N
     after the file was read as a regular file.
     """
     try:
-        with open(path, "rb") as fh:
+        with path.open("rb", buffering=len(_BOM)) if isinstance(path, ObjectPath) else open(path, "rb") as fh:
             head = fh.read(len(_BOM))
-    except OSError:
+    except (OSError, EgopoolError):
         return
     if head == _BOM:
         report.error(rule, path, f"begins with a UTF-8 byte order mark (EF BB BF): the spec's reader {reader} fails "
@@ -101,6 +102,8 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
     else can be checked then: the spec says to fail on an unknown format, never guess.
     """
     if not root.exists():
+        if isinstance(root, ObjectPath):
+            require_bucket(root)  # a missing bucket is said as such (ObjectStoreError), not as a missing task
         report.error(R_LAYOUT, root, "task directory does not exist; pass the directory holding data/, videos/, meta/")
         return None
     if not root.is_dir():
@@ -316,10 +319,13 @@ def check_leftovers(ctx: Context) -> None:
             ctx.report.warning(R_LAYOUT, p, "v1.0 leftover: a pooled task has no calibration/, metadata.json or "
                                             "timestamps.json (calibration lives in info.json); move it out")
     try:
-        entries = sorted(ctx.root.iterdir())
+        if isinstance(ctx.root, ObjectPath):  # one LIST says which children are prefixes
+            dirs = sorted(e.path for e in ctx.root.scandir() if e.is_dir())
+        else:
+            dirs = [p for p in sorted(ctx.root.iterdir()) if p.is_dir()]
     except OSError:
         return
-    for p in entries:
-        if p.is_dir() and _SESSION_DIR_RE.search(p.name):
+    for p in dirs:
+        if _SESSION_DIR_RE.search(p.name):
             ctx.report.warning(R_LAYOUT, p, "v1.0 per-session directory inside a pooled task; egopool ignores "
                                             "it, move it out of the task")

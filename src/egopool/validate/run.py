@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, OperationError
+from ..errors import EgopoolError, ObjectStoreError, OperationError
+from ..storage import ObjectPath, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes, static_prefix, walk_task_files
 from .._safe_read import read_json
@@ -112,12 +113,15 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     OperationError
         Only from a Ray ``executor`` that could not finish (the cluster was lost): then
         there is no verdict on the task at all.
+    ObjectStoreError
+        ``s3://``: the bucket does not exist, access is denied or the store does not answer
+        (no verdict on the task either).
     """
-    root = Path(path)
-    report = Report(task=str(path))
+    root = as_path(path)
+    report = Report(task=str(root) if isinstance(root, ObjectPath) else str(path))
     try:
         _run(root, report, progress, fast, executor or LocalExecutor())
-    except OperationError:  # the executor failed (a Ray cluster lost): no verdict on the task at all
+    except (OperationError, ObjectStoreError):  # a Ray cluster lost, a bucket unreachable: no verdict at all
         raise
     except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
         report.error(R_CHECKLIST, root, f"the validator stopped early on an unexpected problem "
@@ -137,7 +141,7 @@ def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
         return None
 
 
-def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bool,
+def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | None, fast: bool,
          executor: Executor[Any, Any, Any]) -> None:
     info = check_info_file(root, report)
     if info is None:
@@ -164,7 +168,8 @@ def _run(root: Path, report: Report, progress: ProgressCallback | None, fast: bo
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
-    _guarded(ctx, check_stale_leftovers)
+    if not isinstance(root, ObjectPath):  # dot-temps and reservations of local pids: no such thing in a bucket (O7)
+        _guarded(ctx, check_stale_leftovers)
 
 
 @dataclass(frozen=True)
@@ -235,9 +240,13 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: Progress
 
     # units see absolute paths (a Ray worker does not share the caller's working directory);
     # findings name files under the task path as the caller gave it
-    absolute = Path(os.path.abspath(ctx.root))
-    layout = dataclasses.replace(ctx.layout, root=absolute)
-    units = [[_absolute(g) for g in u] for u in units]
+    if isinstance(ctx.root, ObjectPath):  # already absolute: every worker reaches the bucket by its URI
+        absolute: Path | ObjectPath = ctx.root
+        layout = ctx.layout
+    else:
+        absolute = Path(os.path.abspath(ctx.root))
+        layout = dataclasses.replace(ctx.layout, root=absolute)
+        units = [[_absolute(g) for g in u] for u in units]
     results = executor.map(check_episode_unit, _EpisodeInput(absolute, ctx.info, layout, ctx.decode), units,
                            progress=tick if progress is not None else None)
     for r in results:
@@ -254,7 +263,9 @@ def _absolute(g: EpisodeFiles) -> EpisodeFiles:
                                videos={k: Path(os.path.abspath(v)) for k, v in g.videos.items()})
 
 
-def _as_given(f: Finding, absolute: Path, given: Path) -> Finding:
+def _as_given(f: Finding, absolute: Path | ObjectPath, given: Path | ObjectPath) -> Finding:
+    if isinstance(absolute, ObjectPath):
+        return f
     head = str(absolute)
     if f.path == head or f.path.startswith(head + os.sep):
         return dataclasses.replace(f, path=str(given / os.path.relpath(f.path, head)) if f.path != head else str(given))

@@ -1,0 +1,436 @@
+"""``egopool sync SRC DST``: copy a task between a directory and a bucket, episode by episode (decisions O15, O16).
+
+An episode is its files (file_format.md §2): the videos, the data parquet and the
+``meta/episodes`` row. For each committed episode N of SRC (its row exists, §9 / U5):
+
+- DST has N committed with the same files, byte for byte (sha256): **skipped**;
+- DST has N committed with other content, or N is being written there by someone else:
+  **refused**, naming N (never overwritten, never renumbered: a copy keeps its N so that
+  the two places name one episode alike);
+- otherwise **copied**, with the destination's commit order: every file first, verified by
+  sha256 after it is written, the row last. Into a bucket N is claimed first
+  (:func:`egopool.server.bucket_publish.claim`) exactly as the pooling server does, so a
+  server publishing into the same task and a sync never share an N; into a directory the
+  work runs under the task lock (DESIGN §5) and files go to a temporary name, then renamed.
+
+Then ``info.json`` (union, latest wins) and ``stats.json`` (the episode's blocks) are merged
+as the writer and the server merge them. A new destination task gets SRC's ``tasks.jsonl``
+and ``info.json`` after its first row. An interrupted run is resumed by running it again:
+committed episodes are skipped by content, a half-copied one is finished (directory: files
+with the source's bytes are taken as they are) or undone first (bucket: this machine's own
+journals of the task are rolled back or forward, :func:`~egopool.server.bucket_publish.recover_bucket`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_write_bytes, exclusive_lock, fsync_dir, fsync_file, task_lock
+from ..errors import EgopoolError, FormatError
+from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
+from ..meta import markers
+from ..meta.info import merge_info, read_info, write_info
+from ..meta.stats import episode_stats_file
+from ..registry import sha256_file
+from ..server.bucket_publish import claim, finish, journal_doc, journal_key, new_owner_id, recover_bucket
+from ..storage import as_path
+from ..storage.bucket import Bucket, is_bucket_uri
+from ..write.task_meta import merge_task_meta
+
+__all__ = ["SyncOutcome", "SyncReport", "sync_task"]
+
+#: ``info.json`` keys that describe the layout: SRC and DST must agree on them
+_LAYOUT_KEYS = ("chunks_size", "data_path", "video_path", "episodes_path")
+#: keys a copy does not merge as declarations (the destination owns them)
+_OWNED = ("format", *_LAYOUT_KEYS, "task_name", "created_at", "fps")
+
+
+@dataclass
+class SyncOutcome:
+    """What happened to one episode: ``status`` is ``copied``, ``skipped``, ``refused`` or (``--dry-run``)
+    ``would_copy``; ``bytes`` copied; ``reason`` for a refusal."""
+
+    index: int
+    status: str
+    bytes: int = 0
+    reason: str | None = None
+
+
+@dataclass
+class SyncReport:
+    """The run: source, destination, one outcome per committed source episode (ascending N)."""
+
+    src: str
+    dst: str
+    dry_run: bool
+    outcomes: list[SyncOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was refused."""
+        return not any(o.status == "refused" for o in self.outcomes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        count = {s: sum(1 for o in self.outcomes if o.status == s) for s in ("copied", "skipped", "refused",
+                                                                             "would_copy")}
+        return {"src": self.src, "dst": self.dst, "dry_run": self.dry_run, "ok": self.ok, **count,
+                "bytes": sum(o.bytes for o in self.outcomes), "episodes": [o.__dict__ for o in self.outcomes]}
+
+
+def _split_task_uri(uri: str) -> tuple[Bucket, str]:
+    """``s3://b/p/task`` -> (bucket ``s3://b/p``, ``task``)."""
+    parent, _, task = uri.rstrip("/").rpartition("/")
+    if not task or parent in ("s3:", "s3:/"):
+        raise EgopoolError(f"{uri!r} names no task", hint="write s3://BUCKET/PREFIX/TASK")
+    return Bucket(parent), task
+
+
+def _rel(root: Any, p: Any) -> str:
+    return str(p)[len(str(root).rstrip("/")) + 1:]
+
+
+def _episode_rels(root: Any, g: EpisodeFiles) -> list[str]:
+    return sorted(_rel(root, p) for p in g.paths())
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "egopool"
+
+
+def _pause(stage: str) -> None:
+    """``EGOPOOL_SYNC_PAUSE=placed``: stop with every file of an episode but its row written, write
+    ``<state>/sync-paused-placed`` and sleep until it is removed (the tests' crash seam, like the server's)."""
+    if os.environ.get("EGOPOOL_SYNC_PAUSE") == stage:
+        marker = _state_dir() / f"sync-paused-{stage}"
+        marker.write_text(str(os.getpid()))
+        while marker.exists():
+            time.sleep(0.05)
+
+
+def _owner_id() -> str:
+    """This machine's sync owner id (journals it leaves in a bucket; kept under the per-user state dir)."""
+    base = _state_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    p = base / "sync-owner-id"
+    if not p.is_file():
+        atomic_write_bytes(p, ("sync-" + new_owner_id() + "\n").encode())
+    return p.read_text().strip()
+
+
+@contextlib.contextmanager
+def _dest_guard(dst: str) -> Iterator[None]:
+    """One sync per destination on this machine (a second one waits): the own-journal sweep is then safe."""
+    base = _state_dir() / "sync-locks"
+    base.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(base / (hashlib.sha1(dst.encode()).hexdigest()[:20] + ".lock")):
+        yield
+
+
+class _Source:
+    """The committed episodes of SRC and a local file for each of their files."""
+
+    def __init__(self, src: str, tmp: Path) -> None:
+        self.uri = src
+        self.root = as_path(src)
+        self.info = read_info(self.root)
+        self.layout = TaskLayout.from_info(self.root, self.info)
+        self.tmp = tmp
+        self.bucket, self.task = _split_task_uri(src) if is_bucket_uri(src) else (None, "")
+
+    def episodes(self) -> list[EpisodeFiles]:
+        return list_task_episodes(self.root, self.layout, committed_only=True)
+
+    def tasks_jsonl(self) -> bytes | None:
+        p = self.root / "meta" / "tasks.jsonl"
+        return p.read_bytes() if p.exists() else None
+
+    def sha(self, rel: str) -> str | None:
+        """A recorded sha256 without reading the bytes (bucket metadata), else None."""
+        return self.bucket.sha256_of(f"{self.task}/{rel}") if self.bucket is not None else None
+
+    def fetch(self, rel: str) -> tuple[Path, str]:
+        """A local file with the bytes of ``rel`` and their sha256 (checked against a recorded one).
+
+        Raises
+        ------
+        FormatError
+            The bytes read are not those the bucket recorded (a damaged object).
+        """
+        if self.bucket is None:
+            p = Path(self.root) / rel
+            return p, sha256_file(p)
+        dest = self.tmp / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.bucket.download(f"{self.task}/{rel}", dest)
+        got, recorded = sha256_file(dest), self.sha(rel)
+        if recorded is not None and recorded != got:
+            raise FormatError(f"{self.bucket.url(self.task + '/' + rel)}: its bytes hash to {got[:12]}..., the "
+                              f"sha256 recorded with it is {recorded[:12]}...", hint="the object is damaged; "
+                                                                                     "restore it from another copy")
+        return dest, got
+
+    def release(self, path: Path) -> None:
+        if self.bucket is not None:
+            path.unlink(missing_ok=True)
+
+
+def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
+    if dst is None:
+        return
+    for k in _LAYOUT_KEYS:
+        if src.get(k) != dst.get(k):
+            raise FormatError(f"{dst_uri}: info.json {k} is {dst.get(k)!r}, the source's {src.get(k)!r}; episodes "
+                              "cannot be copied between tasks laid out differently", hint="copy into a new task")
+
+
+def sync_task(src: str, dst: str, *, dry_run: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> SyncReport:
+    """Copy the committed episodes of task SRC into task DST (module docstring).
+
+    Parameters
+    ----------
+    src, dst:
+        A task directory or ``s3://bucket/prefix/task`` each (endpoint and credentials from the
+        AWS environment, :class:`~egopool.storage.S3Settings`).
+    dry_run:
+        Decide every episode (copy / skip / refuse) without writing anything.
+    progress:
+        ``progress(done, total)`` after each episode.
+
+    Returns
+    -------
+    SyncReport
+        One outcome per committed source episode; ``ok`` False when one was refused.
+
+    Raises
+    ------
+    FormatError
+        SRC is not a task, or SRC and DST are laid out differently (``chunks_size``, templates).
+    ObjectStoreError
+        A bucket cannot be reached.
+    """
+    report = SyncReport(src, dst, dry_run)
+    with tempfile.TemporaryDirectory(prefix="egopool-sync-") as tmp, _dest_guard(dst):
+        source = _Source(src, Path(tmp))
+        dest: _BucketDest | _DirDest = _BucketDest(dst) if is_bucket_uri(dst) else _DirDest(Path(dst))
+        _check_layouts(source.info, dest.info(), dst)
+        if not dry_run:
+            dest.recover()
+        groups = source.episodes()
+        for i, g in enumerate(groups):
+            report.outcomes.append(_one(source, dest, g, dry_run))
+            if progress is not None:
+                progress(i + 1, len(groups))
+    return report
+
+
+def _one(source: _Source, dest: _BucketDest | _DirDest, g: EpisodeFiles, dry_run: bool) -> SyncOutcome:
+    n = g.index
+    rels = _episode_rels(source.root, g)
+    held = dest.committed_files(n, source)
+    if held is not None:
+        if set(held) == set(rels) and all(held[r] == _src_sha(source, r) for r in rels):
+            return SyncOutcome(n, "skipped")
+        return SyncOutcome(n, "refused", reason=f"the destination holds another episode {n} (other files or bytes); "
+                                                "it is never overwritten")
+    busy = dest.busy(n, source, rels)
+    if busy:
+        return SyncOutcome(n, "refused", reason=busy)
+    if dry_run:
+        return SyncOutcome(n, "would_copy")
+    return dest.copy(n, source, g, rels)
+
+
+def _src_sha(source: _Source, rel: str) -> str:
+    recorded = source.sha(rel)
+    if recorded is not None:
+        return recorded
+    path, sha = source.fetch(rel)
+    source.release(path)
+    return sha
+
+
+class _BucketDest:
+    """DST in a bucket: claim, PUT + read back, row last, merge (O11-O13 of the server, owner = this machine)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.bucket, self.task = _split_task_uri(uri)
+        self.bucket.ensure_bucket()
+        self.owner = _owner_id()
+        self._info: dict[str, Any] | None = None
+        got = self.bucket.get(f"{self.task}/meta/info.json")
+        if got is not None:
+            try:
+                self._info = json.loads(got[0].decode("utf-8"))
+            except ValueError as exc:
+                raise FormatError(f"{self.bucket.url(self.task + '/meta/info.json')} is not JSON ({exc})") from exc
+
+    def info(self) -> dict[str, Any] | None:
+        return self._info
+
+    def recover(self) -> None:
+        recover_bucket(self.bucket, None, self.owner, task=self.task)
+
+    def _layout(self, source: _Source) -> TaskLayout:
+        return TaskLayout.from_info(Path(self.task), self._info or source.info)
+
+    def committed_files(self, n: int, source: _Source) -> dict[str, str] | None:
+        layout = self._layout(source)
+        if not self.bucket.exists(layout.episodes_file(n).as_posix()):
+            return None
+        c, f = layout.chunk_file(n)
+        out: dict[str, str] = {}
+        keys = [layout.data_file(n).as_posix(), layout.episodes_file(n).as_posix()]
+        keys += [o.key for o in self.bucket.list_objects(f"{self.task}/videos/chunk-{c:03d}/")
+                 if o.key.rsplit("/", 1)[-1].startswith(f"episode-{f:03d}.")]
+        for k in keys:
+            sha = self.bucket.sha256_of(k)
+            if sha is None and self.bucket.exists(k):
+                sha = hashlib.sha256(b"".join(self.bucket.stream(k))).hexdigest()
+            if sha is not None:
+                out[k[len(self.task) + 1:]] = sha
+        return out
+
+    def busy(self, n: int, source: _Source, rels: list[str]) -> str | None:
+        if self.bucket.exists(journal_key(self.task, n)):
+            return f"episode {n} is being published into the destination by another writer (its journal exists)"
+        return None
+
+    def copy(self, n: int, source: _Source, g: EpisodeFiles, rels: list[str]) -> SyncOutcome:
+        layout = self._layout(source)
+        row_rel = _rel(source.root, g.meta)
+        keys = [f"{self.task}/{r}" for r in rels if r != row_rel]
+        row_key = f"{self.task}/{row_rel}"
+        new = self._info is None
+        decl = {k: v for k, v in source.info.items() if k not in _OWNED}
+        doc = journal_doc(self.task, n, self.owner, [*keys, row_key], row_key, declarations=decl,
+                          new_info=source.info if new else None,
+                          tasks_jsonl=(source.tasks_jsonl() or b"").decode("utf-8") if new else None)
+        if layout.episodes_file(n).as_posix() != row_key or not claim(self.bucket, self.task, n, row_key, doc):
+            return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer")
+        size = 0
+        try:
+            data_local: Path | None = None
+            for r in rels:
+                if r == row_rel:
+                    continue
+                path, sha = source.fetch(r)
+                size += path.stat().st_size
+                self.bucket.upload(path, f"{self.task}/{r}", sha256=sha)
+                back = hashlib.sha256()
+                for piece in self.bucket.stream(f"{self.task}/{r}"):
+                    back.update(piece)
+                if back.hexdigest() != sha:
+                    raise EgopoolError(f"{self.bucket.url(self.task + '/' + r)} reads back other bytes than were "
+                                       "sent", hint="run the sync again")
+                if g.data is not None and r == _rel(source.root, g.data):
+                    data_local = path
+                else:
+                    source.release(path)
+            blocks = episode_stats_file(data_local, source.info) if data_local is not None else {}
+            if data_local is not None:
+                source.release(data_local)
+            _pause("placed")
+            row_path, row_sha = source.fetch(row_rel)
+            size += row_path.stat().st_size
+            self.bucket.put(row_key, row_path.read_bytes(), if_none_match=True, sha256=row_sha)  # the commit
+            source.release(row_path)
+        except BaseException:
+            with contextlib.suppress(EgopoolError):  # unreachable: the next run undoes it (its own journal)
+                if not self.bucket.exists(row_key):
+                    self.bucket.delete([*keys, journal_key(self.task, n)])
+            raise
+        tasks_jsonl = source.tasks_jsonl() if new else None
+        problem = finish(self.bucket, None, self.task, n, {**decl, "total_episodes": n}, blocks, None, {},
+                         source.info if new else None, tasks_jsonl, lambda s: None)
+        if new:
+            got = self.bucket.get(f"{self.task}/meta/info.json")
+            self._info = json.loads(got[0].decode("utf-8")) if got else None
+        return SyncOutcome(n, "copied", size, problem)
+
+
+class _DirDest:
+    """DST a directory: under the task lock, files to temporary names, verified, renamed; the row last."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def info(self) -> dict[str, Any] | None:
+        return read_info(self.root) if (self.root / "meta" / "info.json").is_file() else None
+
+    def recover(self) -> None:
+        return None  # a half-copied episode is finished in place (busy / copy take files with the source's bytes)
+
+    def committed_files(self, n: int, source: _Source) -> dict[str, str] | None:
+        info = self.info()
+        if info is None:
+            return None
+        g = find_episode_files(self.root, TaskLayout.from_info(self.root, info), n, info.get("video_extensions"))
+        if g is None or not g.committed:
+            return None
+        return {_rel(self.root, p): sha256_file(p) for p in g.paths()}
+
+    def busy(self, n: int, source: _Source, rels: list[str]) -> str | None:
+        if self.root.is_dir() and n in markers.live_reservations(self.root):
+            return f"episode {n} is being recorded into the destination"
+        for r in rels:
+            p = self.root / r
+            if p.exists() and sha256_file(p) != _src_sha(source, r):
+                return (f"the destination holds an uncommitted {r} with other bytes (a writer's episode {n} in "
+                        "progress or its leftovers); it is never overwritten")
+        return None
+
+    def copy(self, n: int, source: _Source, g: EpisodeFiles, rels: list[str]) -> SyncOutcome:
+        row_rel = _rel(source.root, g.meta)
+        self.root.mkdir(parents=True, exist_ok=True)
+        size = 0
+        with task_lock(self.root):
+            if self.committed_files(n, source) is not None or self.busy(n, source, rels):
+                return SyncOutcome(n, "refused", reason=f"episode {n} appeared in the destination meanwhile")
+            data_final = None
+            for r in [*[r for r in rels if r != row_rel], row_rel]:  # the row last: its rename is the commit
+                if r == row_rel:
+                    _pause("placed")
+                path, sha = source.fetch(r)
+                final = self.root / r
+                final.parent.mkdir(parents=True, exist_ok=True)
+                tmp = final.with_name(f".{final.name}.sync-tmp")
+                shutil.copyfile(path, tmp)
+                fsync_file(tmp)
+                source.release(path)
+                if sha256_file(tmp) != sha:
+                    tmp.unlink()
+                    raise EgopoolError(f"{final}: the copy reads back other bytes than the source's {r}",
+                                       hint="run the sync again")
+                size += tmp.stat().st_size
+                os.replace(tmp, final)
+                fsync_dir(final.parent)
+                if g.data is not None and r == _rel(source.root, g.data):
+                    data_final = final
+            info = self.info()
+            if info is None:
+                atomic_write_bytes(self.root / "meta" / "tasks.jsonl", source.tasks_jsonl() or b"")
+                write_info(self.root, source.info)
+                info = source.info
+            decl = {k: v for k, v in source.info.items() if k not in _OWNED}
+            decl["total_episodes"] = n
+            blocks = episode_stats_file(data_final, merge_info(info, decl)) if data_final is not None else {}
+            problem = None
+            try:
+                merge_task_meta(self.root, n, decl, blocks, TaskLayout.from_info(self.root, info))
+            except EgopoolError as exc:
+                problem = exc.one_line()
+        return SyncOutcome(n, "copied", size, problem)
+

@@ -1,0 +1,80 @@
+"""egopool.storage against a real S3 server (SeaweedFS's weed on loopback, the ``s3_server`` fixture)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from egopool.errors import FormatError, ObjectStoreError
+from egopool.storage import ObjectPath, S3Settings, as_path
+
+pytestmark = pytest.mark.extra("s3")
+
+
+def test_as_path_keeps_local_paths_as_pathlib(tmp_path):
+    assert as_path(str(tmp_path)) == tmp_path and type(as_path(str(tmp_path))) is type(tmp_path)
+    assert as_path(tmp_path) == tmp_path
+
+
+@pytest.mark.parametrize("uri", ["s3://", "s3:///x", "s3://b/a//c", "s3://b/../c", "s3://b/./c"])
+def test_bad_uris_are_refused(uri):
+    with pytest.raises(FormatError):
+        as_path(uri)
+
+
+def test_pure_operations():
+    p = ObjectPath("s3://bkt/pre/task/", S3Settings())
+    assert str(p) == "s3://bkt/pre/task" and p.name == "task" and str(p.parent) == "s3://bkt/pre"
+    q = p / "data/chunk-000" / Path("episode-000.parquet")
+    assert str(q) == "s3://bkt/pre/task/data/chunk-000/episode-000.parquet"
+    assert q.suffix == ".parquet" and q.stem == "episode-000"
+    assert q.relative_to(p) == PurePosixPath("data/chunk-000/episode-000.parquet")
+    assert [str(x) for x in p.parents] == ["s3://bkt/pre", "s3://bkt"]
+    assert pickle.loads(pickle.dumps(q)) == q
+    with pytest.raises(FormatError):
+        p / "../other"
+    with pytest.raises(TypeError):  # never a local file named "s3:"
+        open(q)  # type: ignore[call-overload]
+
+
+def test_settings_from_env():
+    s = S3Settings.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ENDPOINT_URL_S3": "https://h:1",
+                             "AWS_REGION": "eu-west-1", "EGOPOOL_S3_REQUEST_TIMEOUT": "5", "AWS_MAX_ATTEMPTS": "2"})
+    assert (s.endpoint, s.scheme, s.region, s.request_timeout, s.max_attempts) == ("h:1", "https", "eu-west-1", 5.0, 2)
+    with pytest.raises(FormatError, match="EGOPOOL_S3_REQUEST_TIMEOUT"):
+        S3Settings.from_env({"EGOPOOL_S3_REQUEST_TIMEOUT": "soon"})
+    with pytest.raises(FormatError, match="AWS_ENDPOINT_URL"):
+        S3Settings.from_env({"AWS_ENDPOINT_URL": "ftp://x"})
+
+
+def test_objects_round_trip(s3_server):
+    s3_server.create_bucket("objpath")
+    root = as_path("s3://objpath/pre/task")
+    assert isinstance(root, ObjectPath) and not root.exists()
+    (root / "meta" / "info.json").write_bytes(b'{"format": 1}')
+    (root / "data/chunk-000/episode-000.parquet").write_bytes(bytes(range(256)) * 40)
+    assert root.is_dir() and root.exists() and not root.is_file()
+    assert (root / "meta/info.json").is_file() and (root / "meta/info.json").stat().st_size == 13
+    assert sorted(e.name for e in root.scandir()) == ["data", "meta"]
+    assert root.walk_files() == [("data/chunk-000/episode-000.parquet", 10240), ("meta/info.json", 13)]
+    with (root / "data/chunk-000/episode-000.parquet").open("rb") as f:
+        f.seek(300)
+        assert f.read(3) == bytes([44, 45, 46])
+        f.seek(-2, 2)
+        assert f.read() == bytes([254, 255])
+    (root / "meta/info.json").unlink()
+    assert not (root / "meta/info.json").exists()
+    with pytest.raises(FileNotFoundError):
+        (root / "meta/info.json").read_bytes()
+
+
+def test_bad_credentials_name_the_uri_and_the_fix(s3_server, monkeypatch):
+    s3_server.create_bucket("objpath")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    p = as_path("s3://objpath/x/meta/info.json")
+    with pytest.raises(ObjectStoreError) as err:
+        p.read_bytes()
+    assert err.value.cause == "denied" and str(err.value).startswith("s3://objpath/x/meta/info.json: ")
+    assert "AWS_SECRET_ACCESS_KEY" in str(err.value)

@@ -1,0 +1,143 @@
+"""`egopool sync` between a directory and a real SeaweedFS bucket (docs/decisions.md O15, O16): both ways, byte
+for byte, resumable after a kill -9, never overwriting another episode under the same N."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transfer_helpers import simulate, snapshot, write_task
+
+from egopool.layout import list_task_episodes
+from egopool.validate import validate_task
+
+pytestmark = pytest.mark.extra("s3")
+pytest.importorskip("boto3")
+
+from egopool.storage.bucket import Bucket  # noqa: E402
+
+BUCKET = "sync"
+
+
+@pytest.fixture()
+def prefix(s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    s3_server.create_bucket(BUCKET)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # the sync owner id and locks of this test
+    return f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}"
+
+
+def _sync(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", *args, "--json"], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, timeout=600)
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def _episode_bytes(task: Path) -> dict[str, bytes]:
+    """Every file of every committed episode (videos, data, row), by task-relative path."""
+    return {p.relative_to(task).as_posix(): p.read_bytes() for g in list_task_episodes(task, committed_only=True)
+            for p in g.paths()}
+
+
+def _objects(uri: str) -> dict[str, bytes]:
+    b = Bucket(uri)
+    return {o.key: (b.get(o.key) or (b"", ""))[0] for o in b.list_objects("")}
+
+
+def test_directory_to_bucket_and_back(prefix: str, tmp_path: Path) -> None:
+    src = simulate(tmp_path / "pc", "pick", 2)
+    rc, out = _sync(str(src), f"{prefix}/pick", "--dry-run")
+    assert rc == 0 and out["would_copy"] == 2 and not _objects(prefix)  # a dry run writes nothing
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 0 and (out["copied"], out["skipped"]) == (2, 0)
+    assert out["bytes"] == sum(len(v) for v in _episode_bytes(src).values())
+    assert validate_task(f"{prefix}/pick").ok
+    held = _objects(prefix)
+    for rel, data in _episode_bytes(src).items():
+        assert held[f"pick/{rel}"] == data
+    assert not [k for k in held if k.startswith(".egopool-server/")]  # no journal left
+    rc, out = _sync(str(src), f"{prefix}/pick")  # again: everything is there
+    assert rc == 0 and (out["copied"], out["skipped"]) == (0, 2)
+
+    back = tmp_path / "back" / "pick"
+    rc, out = _sync(f"{prefix}/pick", str(back))
+    assert rc == 0 and out["copied"] == 2
+    assert _episode_bytes(back) == _episode_bytes(src)
+    report = validate_task(back)
+    assert report.ok, [f.one_line() for f in report.findings]
+    assert json.loads((back / "meta/stats.json").read_text()) == json.loads((src / "meta/stats.json").read_text())
+    rc, out = _sync(f"{prefix}/pick", str(back))
+    assert rc == 0 and out["skipped"] == 2
+
+
+def test_another_episode_under_the_same_n_is_refused(prefix: str, tmp_path: Path) -> None:
+    mine = write_task(tmp_path / "a", episodes=2)
+    other = write_task(tmp_path / "b", episodes=1, first_value=50.0)
+    assert _sync(str(other), f"{prefix}/pick")[0] == 0
+    before = _objects(prefix)
+    rc, out = _sync(str(mine), f"{prefix}/pick")
+    assert rc == 1
+    assert [(e["index"], e["status"]) for e in out["episodes"]] == [(1, "refused"), (2, "copied")]
+    assert "episode 1" in out["episodes"][0]["reason"]
+    after = _objects(prefix)
+    assert all(after[k] == v for k, v in before.items() if "episode-000" in k)  # N=1 untouched
+    # and into a directory: the same rule
+    dest = tmp_path / "dest"
+    rc, _ = _sync(str(other), str(dest / "pick"))
+    assert rc == 0
+    snap = snapshot(dest / "pick")
+    rc, out = _sync(str(mine), str(dest / "pick"))
+    assert rc == 1 and out["episodes"][0]["status"] == "refused"
+    assert {k: v for k, v in snapshot(dest / "pick").items() if "episode-000" in k} == \
+        {k: v for k, v in snap.items() if "episode-000" in k}
+
+
+@pytest.mark.parametrize("direction", ["to_bucket", "to_directory"])
+def test_killed_sync_resumes(direction: str, prefix: str, tmp_path: Path) -> None:
+    src_dir = write_task(tmp_path / "pc", episodes=3)
+    if direction == "to_bucket":
+        src, dst = str(src_dir), f"{prefix}/pick"
+    else:
+        assert _sync(str(src_dir), f"{prefix}/pick")[0] == 0
+        src, dst = f"{prefix}/pick", str(tmp_path / "dest" / "pick")
+    marker = tmp_path / "xdg" / "egopool" / "sync-paused-placed"
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "sync", src, dst, "--json"],
+                            env={**os.environ, "EGOPOOL_SYNC_PAUSE": "placed"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    marker.unlink()
+    # killed with episode 1's files written and its row not: nobody sees it
+    if direction == "to_bucket":
+        from egopool import open_task
+
+        assert "pick/data/chunk-000/episode-000.parquet" in _objects(prefix)
+        assert not Bucket(prefix).exists("pick/meta/info.json")  # a new task exists from its first row on
+        with pytest.raises(Exception):
+            open_task(dst)
+    else:
+        assert (Path(dst) / "data/chunk-000/episode-000.parquet").is_file()
+        assert not (Path(dst) / "meta/episodes/chunk-000/episode-000.parquet").exists()
+    rc, out = _sync(src, dst)
+    assert rc == 0 and out["copied"] == 3
+    if direction == "to_bucket":
+        assert not [k for k in _objects(prefix) if k.startswith(".egopool-server/")]
+        assert validate_task(dst).ok
+        held = _objects(prefix)
+        assert all(held[f"pick/{r}"] == v for r, v in _episode_bytes(src_dir).items())
+    else:
+        assert _episode_bytes(Path(dst)) == _episode_bytes(src_dir)
+        assert validate_task(dst).ok
