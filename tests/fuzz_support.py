@@ -71,6 +71,7 @@ COMMANDS: dict[str, list[str]] = {
     "migrate": ["migrate", "--dry-run", "--json", "--no-registry", "--split-episodes", "{task}"],
     "repair force-scale": ["repair", "force-scale", "--dry-run", "--json", "--no-registry", "{task}"],
     "compress": ["compress", "--dry-run", "--json", "--no-registry", "{task}"],
+    "sync": ["sync", "--dry-run", "--json", "{task}", "{out}/synced"],
     "pack": ["pack", "{task}", "1", "2", "-o", "{out}", "--no-registry", "--json"],
     "upload": ["upload", "{task}", "--server", "http://127.0.0.1:9", "--retries", "0", "--timeout", "1",
                "--no-registry", "--json"],  # nothing listens on port 9: it packs, then fails to connect

@@ -283,7 +283,8 @@ def test_every_egopool_error_survives_pickling_as_a_ray_result_does() -> None:
             errors.UploadRejectedError(409, "duplicate", "episode exists", findings=[{"code": "x"}]),
             errors.SchemaError("rows differ", column="observation.x", path="/t/d.parquet", hint="fix it"),
             errors.OperationError("lost", details=["a", "b"]), errors.TransferError("refused", status=503),
-            errors.StorageError("cannot write", path="/t/x", hint="free space")]
+            errors.StorageError("cannot write", path="/t/x", hint="free space"),
+            errors.ObjectStoreError("no such bucket", uri="s3://lab/pick", cause="no_bucket", hint="check AWS_ENDPOINT_URL")]
     classes = {c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.EgopoolError)}
     made += [c("plain message", path="/p") for c in classes if "__init__" not in vars(c) or c is errors.EgopoolError]
     assert {type(e) for e in made} == classes  # every class of the hierarchy is tried

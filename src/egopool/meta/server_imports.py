@@ -47,6 +47,8 @@ def publishing(task_dir: str | Path) -> dict[int, list[str]]:
         of this task whose commit object does not exist yet. Empty elsewhere. A journal that does not
         read (being written: written atomically, so nothing was placed yet) is skipped.
     """
+    if not isinstance(task_dir, (str, Path)) or str(task_dir).startswith("s3://"):
+        return {}  # a bucket store keeps its journals elsewhere and readers count rows only (docs/decisions.md O11)
     root = Path(task_dir)
     jdir = root.parent / STATE_DIR / "journals"
     if not jdir.is_dir():
