@@ -204,14 +204,21 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
             f"</video><figcaption>{_e(s.get('key'))} <span class=\"dim\">{_e(s.get('kind'))} · "
             f"{_e(s.get('width'))}×{_e(s.get('height'))} · {_e(s.get('frames'))} frames</span></figcaption></figure>"
             for i, s in enumerate(streams))
-        player = (f"<div id=\"videos\">{figs}</div><div id=\"transport\">"
+        failed = (f"<p id=\"preview-error\" class=\"bad\">Part of the preview failed: {_e(preview.get('error') or state)}"
+                  "</p>") if state == "failed" else ""  # a stream that failed is named, the others play
+        player = failed + (f"<div id=\"videos\">{figs}</div><div id=\"transport\">"
                   "<button id=\"step-back\" title=\"one frame back (←)\">← frame</button>"
                   "<button id=\"play\" title=\"play / pause (space)\">Play</button>"
                   "<button id=\"step-fwd\" title=\"one frame forward (→)\">frame →</button>"
                   "<input id=\"seek\" type=\"range\" min=\"0\" max=\"1\" step=\"any\" value=\"0\">"
                   "<span id=\"clock\">0.000 s · frame 0</span></div><canvas id=\"timeline\" height=\"18\"></canvas>")
+    elif preview.get("enabled") is False and state in ("pending", None):
+        player = ("<p id=\"videos\" class=\"dim\">This server builds no previews (<code>serve --no-previews</code>); "
+                  "the episode's files are in the read API.</p>")
     elif state in ("pending", None):
         player = "<p id=\"videos\" class=\"dim\">The previews of this episode are being built; reload in a moment.</p>"
+    elif state == "ready":  # built, and no RGB or depth stream to show (docs/decisions.md Q22)
+        player = "<p id=\"videos\" class=\"dim\">This episode has no camera stream; its signals are below.</p>"
     else:
         player = (f"<p id=\"videos\" class=\"bad\">No preview: {_e(preview.get('error') or state)} "
                   "(the episode itself is fine; the server rebuilds previews on demand).</p>")
