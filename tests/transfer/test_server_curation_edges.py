@@ -140,3 +140,10 @@ def test_episode_page_says_why_it_has_no_player() -> None:
                      "streams": [{"key": "head", "kind": "rgb", "video": "/h.mp4", "fps": 30.0}], "enabled": True}
     page = episode_page("t", ep, [], (None, None), parse_query({}), can_review=False, csrf="")
     assert 'id="video-0"' in page and "Part of the preview failed: stream &#x27;side&#x27; could not be read" in page
+    # an episode copied into the store (no server.db row) cannot be judged: no buttons whose POST 404s
+    page = episode_page("t", ep, [], (None, None), parse_query({}), can_review=True, csrf="x")
+    assert 'id="accept"' not in page and "<kbd>a</kbd>" not in page and "it cannot be judged here" in page
+    ep["uploaded_by"] = {"client_hostname": "pc", "client_host_id": "ab" * 16, "client_episode_index": 3,
+                         "upload_id": 9, "token_id": "pc", "imported_at": 0.0}
+    page = episode_page("t", ep, [], (None, None), parse_query({}), can_review=True, csrf="x")
+    assert 'id="accept"' in page and "<kbd>a</kbd>" in page
