@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -122,6 +123,21 @@ def _with_cursor(url: str, cursor: Any) -> str:
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
+def _reason(r: Any) -> str:
+    """One line of a refusal: an egopool server's ``message``, else the body's first words (an
+    HTML error page of another server is not printed whole, docs/decisions.md Q21)."""
+    try:
+        doc = r.json()
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        text = doc["message"]
+    else:
+        text = re.sub(r"<[^>]*>", " ", r.text)
+    text = " ".join(text.split())
+    return (text[:200] + " …") if len(text) > 200 else (text or "(no body)")
+
+
 def _fetch(url: str, token: str | None, timeout: float) -> list[tuple[str | None, int]]:
     import httpx
 
@@ -140,7 +156,7 @@ def _fetch(url: str, token: str | None, timeout: float) -> list[tuple[str | None
             raise EgopoolError(f"the server refused the selection {shown} ({r.status_code})",
                                hint=f"put a token with the read scope in ${TOKEN_ENV}")
         if r.status_code != 200:
-            raise EgopoolError(f"the server answered {r.status_code} for the selection {shown}: {r.text[:200]}")
+            raise EgopoolError(f"the server answered {r.status_code} for the selection {shown}: {_reason(r)}")
         try:
             doc = r.json()
         except ValueError:

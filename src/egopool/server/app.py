@@ -56,6 +56,7 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
@@ -70,7 +71,7 @@ from .catalog import episode_entries, episode_entry, episode_file, task_detail, 
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import index_page, login_page
-from .review import CSRF_HEADER, csrf_ok, csrf_token, parse_review
+from .review import CSRF_HEADER, MAX_BODY, csrf_ok, csrf_token, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewConfig, PreviewWorker, describe
@@ -279,6 +280,17 @@ def create_app(config: ServerConfig) -> FastAPI:
             return HTMLResponse(login_page(exc.message), status_code=exc.status)
         return _error(exc)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        """FastAPI's own refusal of a path or query value (``episodes/abc``): one line like every
+        other error of this server (docs/decisions.md Q20), not pydantic's nested list."""
+        bits = []
+        for err in exc.errors()[:3]:
+            where = " ".join(str(x) for x in err.get("loc", ()))
+            bits.append(f"{where} {str(err.get('input'))[:60]!r}: {err.get('msg', 'invalid')}")
+        return JSONResponse({"error": "bad_request", "message": "; ".join(bits) or "invalid request", "findings": []},
+                            status_code=422)
+
     @app.exception_handler(EgopoolError)
     async def _egopool_error(request: Request, exc: EgopoolError) -> Response:
         status = 404 if isinstance(exc, FileNotFoundError) else 500
@@ -391,6 +403,13 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(404, "not_found", f"no task {name!r} on this server")
         return name
 
+    def _n(task: str, index: int) -> int:
+        """``index`` when SQLite can hold it (a signed 64-bit integer), else the 404 of a missing episode
+        (docs/decisions.md Q20: ``episodes/10**30`` is not a 500)."""
+        if not -(1 << 63) <= index < (1 << 63):
+            raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
+        return index
+
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         pool = state.get("pool")  # the verification workers start beside the server (U14)
@@ -423,7 +442,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         return await anyio.to_thread.run_sync(_episode, task, index)
 
     def _episode(task: str, index: int) -> dict[str, Any]:
-        ep = episode_entry(store_(), _task(task), index)
+        ep = episode_entry(store_(), _task(task), _n(task, index))
         if ep is None:
             raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
         return _curation(task, index, ep)
@@ -434,8 +453,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         body = b""
         async for chunk in request.stream():
             body += chunk
-            if len(body) > 16384:
-                raise UploadRejectedError(413, "too_large", "a review body is at most 16 KiB")
+            if len(body) > MAX_BODY:
+                raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
+        _n(task, index)
         verdict, reason = parse_review(body)
         store = store_()
         if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
@@ -446,7 +466,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
-        rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), index)
+        rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), _n(task, index))
         return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows]}
 
     @app.get("/api/v1/episodes")
@@ -490,7 +510,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
     async def preview_file_api(task: str, index: int, name: str, request: Request) -> Response:
         require_read(request)
-        path = await anyio.to_thread.run_sync(state["previews"].file, _task(task), index, name)
+        path = await anyio.to_thread.run_sync(state["previews"].file, _task(task), _n(task, index), name)
         if path is None:
             raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no preview {name!r} "
                                                         "(yet); its entry in the read API says the preview's state")
@@ -506,7 +526,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         worker: PreviewWorker = state["previews"]
         if not worker.config.enabled:
             raise UploadRejectedError(409, "previews_off", "this server runs with --no-previews")
-        if await anyio.to_thread.run_sync(episode_entry, store_(), _task(task), index) is None:
+        if await anyio.to_thread.run_sync(episode_entry, store_(), _task(task), _n(task, index)) is None:
             raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
         queued = await anyio.to_thread.run_sync(worker.enqueue, task, index)
         return {"task": task, "episode_index": index, "queued": queued, "state": "pending"}
@@ -514,7 +534,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
         require_read(request)
-        path = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), index, rel)
+        path = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
         if isinstance(path, str):  # an object of a bucket store
             return StreamingResponse(store_().bucket.stream(path), media_type="application/octet-stream",
                                      headers={"Content-Disposition": f'attachment; filename="{rel.rsplit("/", 1)[-1]}"'})

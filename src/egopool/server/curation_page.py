@@ -176,10 +176,14 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
 
     ``ep`` is the read API's episode entry (``preview`` and ``quality`` when the previews
     exist); ``neighbours`` the previous / next N under the same filters ``q`` (j / k).
+    ``can_review``: the token may judge; an episode without ``uploaded_by`` (copied into the
+    store) never shows the review buttons.
     """
     n = ep["episode_index"]
     keep = {k: v for k, v in q.params().items() if k != "task"}
     prev, nxt = neighbours
+    # only a pooled episode (a server.db row) can be judged (docs/decisions.md Q10): no buttons that 404
+    can_review = can_review and ep.get("uploaded_by") is not None
     preview = ep.get("preview") or {}
     ego = (ep.get("quality") or {}).get("ego_stream")
     # the master clock is the first video: the ego stream, then the other RGB streams, then depth
@@ -204,21 +208,30 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
             f"</video><figcaption>{_e(s.get('key'))} <span class=\"dim\">{_e(s.get('kind'))} · "
             f"{_e(s.get('width'))}×{_e(s.get('height'))} · {_e(s.get('frames'))} frames</span></figcaption></figure>"
             for i, s in enumerate(streams))
-        player = (f"<div id=\"videos\">{figs}</div><div id=\"transport\">"
+        # a build where some streams failed: the error names them, the others play
+        failed = (f"<p id=\"preview-error\" class=\"bad\">Part of the preview failed: "
+                  f"{_e(preview.get('error') or state)}</p>") if state == "failed" else ""
+        player = failed + (f"<div id=\"videos\">{figs}</div><div id=\"transport\">"
                   "<button id=\"step-back\" title=\"one frame back (←)\">← frame</button>"
                   "<button id=\"play\" title=\"play / pause (space)\">Play</button>"
                   "<button id=\"step-fwd\" title=\"one frame forward (→)\">frame →</button>"
                   "<input id=\"seek\" type=\"range\" min=\"0\" max=\"1\" step=\"any\" value=\"0\">"
                   "<span id=\"clock\">0.000 s · frame 0</span></div><canvas id=\"timeline\" height=\"18\"></canvas>")
+    elif preview.get("enabled") is False and state in ("pending", None):
+        player = ("<p id=\"videos\" class=\"dim\">This server builds no previews (<code>serve --no-previews</code>); "
+                  "the episode's files are in the read API.</p>")
     elif state in ("pending", None):
         player = "<p id=\"videos\" class=\"dim\">The previews of this episode are being built; reload in a moment.</p>"
+    elif state == "ready":  # built, and no RGB or depth stream to show (docs/decisions.md Q22)
+        player = "<p id=\"videos\" class=\"dim\">This episode has no camera stream; its signals are below.</p>"
     else:
         player = (f"<p id=\"videos\" class=\"bad\">No preview: {_e(preview.get('error') or state)} "
                   "(the episode itself is fine; the server rebuilds previews on demand).</p>")
     up = ep.get("uploaded_by")
     origin = (f"<p id=\"origin\">Uploaded from {_origin(up)} at {_time(up['imported_at'])}, upload "
               f"#{_e(up['upload_id'])}, token {_e(up.get('token_id') or '—')}</p>") if up else \
-        "<p id=\"origin\" class=\"dim\">Not uploaded to this server (copied into the store).</p>"
+        ("<p id=\"origin\" class=\"dim\">Not uploaded to this server (copied into the store): "
+         "it cannot be judged here.</p>")
     current = reviews[-1].to_dict() if reviews else None
     review_box = ""
     if can_review:

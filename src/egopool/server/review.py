@@ -18,15 +18,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import unicodedata
 from typing import Any
 
 from ..errors import UploadRejectedError
 from .db import VERDICTS
 
-__all__ = ["CSRF_HEADER", "MAX_REASON", "csrf_ok", "csrf_token", "parse_review"]
+__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "csrf_ok", "csrf_token", "parse_review"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
+#: bytes of a review body: a reason of MAX_REASON characters fits even when every one is an
+#: astral character escaped as a JSON surrogate pair (12 bytes, Python's json.dumps default)
+MAX_BODY = 32 * 1024
 
 
 def csrf_token(session: str) -> str:
@@ -52,8 +56,9 @@ def parse_review(body: bytes) -> tuple[str, str]:
     Raises
     ------
     UploadRejectedError
-        400: not a JSON object, an unknown verdict, reject / flag without a reason, a reason over
-        :data:`MAX_REASON` characters.
+        400: not a JSON object, an unknown verdict (or one that is not a string), reject / flag
+        without a reason, a reason over :data:`MAX_REASON` characters or holding a control
+        character (other than tab and line break) or a lone surrogate (docs/decisions.md Q20).
     """
     try:
         doc: Any = json.loads(body)
@@ -64,7 +69,7 @@ def parse_review(body: bytes) -> tuple[str, str]:
         raise UploadRejectedError(400, "bad_request", "the review body is not a JSON object",
                                   hint='send {"verdict": "accept"|"reject"|"flag", "reason": "..."}')
     verdict, reason = doc.get("verdict"), doc.get("reason", "")
-    if verdict not in VERDICTS:
+    if not isinstance(verdict, str) or verdict not in VERDICTS:
         raise UploadRejectedError(400, "bad_request", f"unknown verdict {verdict!r}",
                                   hint="verdict is accept, reject or flag")
     if not isinstance(reason, str):
@@ -76,4 +81,9 @@ def parse_review(body: bytes) -> tuple[str, str]:
     if len(reason) > MAX_REASON:
         raise UploadRejectedError(400, "bad_request", f"the reason has {len(reason)} characters, more than "
                                                       f"{MAX_REASON}")
+    bad = next((c for c in reason if c not in "\t\n" and unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is not None:  # a lone surrogate cannot be stored as UTF-8; a control character only hides text
+        raise UploadRejectedError(400, "bad_request", f"the reason holds the character U+{ord(bad):04X} "
+                                                      "(a control character or a lone surrogate)",
+                                  hint="send plain text (tabs and line breaks are fine)")
     return verdict, reason

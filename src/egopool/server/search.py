@@ -41,9 +41,13 @@ def _bad(name: str, value: str, expected: str) -> UploadRejectedError:
 def _time(name: str, value: str) -> float:
     """Unix s, or an ISO 8601 date / date-time (UTC unless it names its zone)."""
     try:
-        return float(value)
+        x = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(x):
+            raise _bad(name, value, "a finite time")
+        return x
     try:
         t = _dt.datetime.fromisoformat(value)
     except ValueError:
@@ -137,8 +141,9 @@ def encode_cursor(key: tuple[str, int]) -> str:
 def _decode_cursor(value: str) -> tuple[str, int]:
     try:
         task, n = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
-        if not isinstance(task, str) or not isinstance(n, int):
+        if not isinstance(task, str) or type(n) is not int or not 0 <= n < 1 << 63:
             raise ValueError
+        task.encode("utf-8")  # a lone surrogate would fail in SQLite
         return task, n
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
         raise _bad("cursor", value, "a next_cursor this server gave") from None
@@ -150,7 +155,7 @@ def parse_query(params: Mapping[str, str]) -> EpisodeQuery:
     Raises
     ------
     UploadRejectedError
-        400 for an unknown parameter or a malformed value (one line naming it).
+        400 for an unknown parameter or a malformed value (one line naming it, docs/decisions.md Q20).
     """
     filters: dict[str, Any] = {}
     limit, after = _DEFAULT_LIMIT, None
@@ -158,7 +163,7 @@ def parse_query(params: Mapping[str, str]) -> EpisodeQuery:
         if value == "":
             continue
         if name == "limit":
-            if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+            if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_LIMIT:  # not "²"
                 raise _bad(name, value, f"an integer 1..{MAX_LIMIT}")
             limit = int(value)
         elif name == "cursor":

@@ -32,6 +32,7 @@
   }
   function frameOf(t) { return Math.floor(t * fps + 1e-6); }
   function step(k) {
+    if (!master) return;  // no camera stream: nothing to step
     pause();
     const i = Math.max(0, frameOf(master.currentTime) + k);
     setAll(i * frame + 0.001);  // a hair past the frame's start: never shows the frame before
@@ -105,14 +106,21 @@
     g.fillRect((t / d) * w - 1, 0, 2, h);
   }
   function render() {
-    if (!master) return;
-    const t = master.currentTime;
+    const t = master ? master.currentTime : 0;  // no camera stream: the plots still draw (at 0 s)
     if (seek) { seek.max = String(duration() || 1); if (document.activeElement !== seek) seek.value = String(t); }
     if (clock) clock.textContent = `${t.toFixed(3)} s · frame ${frameOf(t)} / ${Math.max(0, Math.round(duration() * fps) - 1)}`;
     drawTimeline(t);
     for (const p of plots) p.draw(t);
   }
 
+  // The range label of a plot: enough decimals that the span shows 3 significant digits
+  // (22408.3 … 22419.1, 0 … 100), so a varying series never reads "2.24e+4 … 2.24e+4".
+  function fmtRange(lo, hi) {
+    const span = hi - lo;
+    if (!(span > 0)) return `${+lo.toPrecision(6)} (constant)`;
+    const dec = Math.max(0, Math.min(20, 2 - Math.floor(Math.log10(span))));
+    return `${lo.toFixed(dec)} … ${hi.toFixed(dec)}`;
+  }
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
   function linePlot(title, ts, series) {
     const c = document.createElement("canvas");
@@ -125,6 +133,8 @@
     let lo = Infinity, hi = -Infinity;
     for (const s of series) for (const v of s.values) if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
     if (!isFinite(lo)) { lo = 0; hi = 1; }
+    const range = fmtRange(lo, hi);
+    c.dataset.range = range;
     if (hi === lo) { hi += 1; lo -= 1; }
     const t0 = ts[0] || 0, t1 = ts[ts.length - 1] || 1;
     const X = (t) => pad + ((t - t0) / ((t1 - t0) || 1)) * (w - 2 * pad);
@@ -148,7 +158,8 @@
       lx += g.measureText(label).width + 12;
     });
     g.fillStyle = "#555";
-    g.fillText(`${title}  ${lo.toPrecision(5)} … ${hi.toPrecision(5)}`, Math.max(lx, w - 260), 12);
+    const note = `${title}  ${range}`;
+    g.fillText(note, Math.max(lx, w - g.measureText(note).width - pad), 12);
     plots.push({ canvas: c, draw(t) {
       const cg = c.getContext("2d");
       cg.drawImage(base, 0, 0);
@@ -196,6 +207,7 @@
     fetch(data.signals, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : null)).then((doc) => {
       if (!doc || !Array.isArray(doc.t)) return;
       signals = doc;
+      if (!(doc.series || []).length && !(doc.trajectories || []).length) return;  // keep "no signals"
       $("plots").textContent = "";
       const groups = new Map();
       for (const s of doc.series || []) {  // one plot per group and unit: one y scale each
