@@ -165,3 +165,25 @@ def test_an_unreachable_cluster_fails_the_preview_not_the_import(tmp_path: Path,
         assert ep["uploaded_by"] is not None and ep["validation"]["ok"]
         assert httpx.get(f"{srv.url}/api/v1/tasks/cams/episodes/1/preview/head_left_rgb.mp4",
                          headers=_auth(tok["reader"])).status_code == 404
+
+
+def test_previews_through_a_ray_client_address(ray_cluster, tmp_path: Path,
+                                               tokens: tuple[Path, dict[str, str]]) -> None:
+    """``serve --ray ray://HEAD:PORT``: the server is a Ray Client of the cluster; the files come back over gRPC."""
+    tok = tokens[1]
+    assert cli(["simulate", "--rig", "uvc3", "--episodes", "1", "--seconds", "0.4", "--scale", "8",
+                "--out", str(tmp_path / "pc"), "--task", "cams", "--seed", "3", "--json"]) == 0
+    store = tmp_path / "store"
+    with ServerProc(store, "--tokens", str(tokens[0]), "--ray", ray_cluster.client_address,
+                    env={"RAY_ADDRESS": ""}) as srv:
+        assert upload_episodes(tmp_path / "pc" / "cams", server=srv.url, token=tok["pc"]).ok
+        ep = _settled(srv.url, "cams", 1, tok["reader"])
+        pv = ep["preview"]
+        assert pv["state"] == "ready" and pv["attempts"] == 1, pv
+        built = json.loads((store / ".egopool-server/previews/cams/episode_000001/preview.json").read_text())
+        assert built["built_by"]["pid"] != srv.proc.pid and built["built_by"]["pid"] in _cluster_pids()
+        served = open_task(store / "cams").episode(1)
+        assert sorted(s["key"] for s in pv["streams"]) == sorted(served.streams)
+        for s in pv["streams"]:
+            got = _frames(httpx.get(srv.url + s["video"], headers=_auth(tok["reader"])).content)
+            assert got[0] == served.length == s["frames"] and got[3] == "h264"
