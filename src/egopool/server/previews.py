@@ -116,11 +116,13 @@ class PreviewWorker:
         self._ex_lock = threading.Lock()
 
     # -- paths ---------------------------------------------------------------------------------------
-    def _task_path(self, task: str) -> Any:
-        """Where the pooled task is read from: ``<store>/<task>``, or ``s3://.../<task>`` for a bucket store
-        (docs/decisions.md Q1: previews stay local, the task is read in place)."""
+    def task_location(self, task: str) -> Any:
+        """Where the pooled task is read from: ``<store>/<task>`` (a Path), or the ``s3://.../<task>``
+        ObjectPath of a bucket store (docs/decisions.md Q1: previews stay local, the task is read in place)."""
         uri = getattr(self.store, "uri", None)
         return as_path(f"{uri.rstrip('/')}/{task}") if isinstance(uri, str) else self.store.root / task
+
+    _task_path = task_location
 
     def episode_dir(self, task: str, index: int) -> Path:
         """``<previews>/<task>/episode_NNNNNN``."""
