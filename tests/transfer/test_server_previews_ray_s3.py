@@ -1,4 +1,4 @@
-"""`egopool serve --store s3://... --ray ADDRESS`: a Ray worker reads the episode from the bucket (docs/decisions.md Q17).
+"""`egopool serve --store s3://... --ray ADDRESS`: a Ray worker reads the episode from the bucket (decisions Q17).
 
 The files (proxies of every stream, signals.json, quality facts) equal what the same build gives in
 this process from the bucket, land in the server's local state, and nothing of them in the bucket.

@@ -242,9 +242,9 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
                                                  quality=QualityParams(idle_min_frames=idle_frames), ray=ray))
     web = create_app(config)
     where = store if bucket else Path(store).resolve()
+    on_ray = "" if ray is None or not previews else f", previews on Ray at {ray or 'the default address'}"
     err_console.print(f"egopool serve: store {where}, http://{host}:{port}/, on conflict: {on_conflict}, "
-                      f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}"
-                      f"{'' if ray is None or not previews else ', previews on Ray at ' + (ray or 'the default address')}")
+                      f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}{on_ray}")
     uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
                 limit_concurrency=max_connections)
 
