@@ -88,5 +88,10 @@ def test_previews_of_a_bucket_store_built_on_ray(s3_server: Any, ray_cluster, tm
             assert got == _frames((local / mine[s["key"]]["video"]).read_bytes()) == served.length == s["frames"]
         assert httpx.get(srv.url + pv["signals"]).json() == json.loads((local / "signals.json").read_text())
         assert {k: ep["quality"][k] for k in res.facts} == json.loads(json.dumps(res.facts))
+        # the episode API and the task page of a bucket store read the task where it is
+        assert ep["size_bytes"] == res.facts["size_bytes"] > 0
+        assert ep["duration_s"] == pytest.approx(res.facts["duration_s"])
+        page = httpx.get(f"{srv.url}/tasks/cams")
+        assert page.status_code == 200 and "cams" in page.text
     keys = [o.key for o in Bucket(uri).list_objects("")]
     assert keys and not [k for k in keys if k.endswith((".jpg", "signals.json", "preview.json"))]
