@@ -187,13 +187,20 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
                                                             ".egopool-server/previews; never inside a task)."),
               preview_workers: int = typer.Option(1, "--preview-workers", min=1,
                                                   help="Episodes whose previews are built at the same time."),
+              ray: str | None = typer.Option(
+                  None, "--ray", metavar="[ADDRESS]",
+                  help="Build each episode's previews as one Ray task (pip install 'egopool\\[ray]'); the files come "
+                       "back to this server's previews directory. ADDRESS: host:port of `ray start --head`, "
+                       "ray://host:10001 (Ray Client), auto, or local; without it RAY_ADDRESS, else the latest local "
+                       "cluster, else a private one. Workers read the store where the server does (a shared file "
+                       "system, or the s3:// store with their own AWS_* variables)."),
               idle_frames: int = typer.Option(30, "--idle-frames", min=1,
                                               help="Quality facts: rows without motion of trajectories and grippers "
                                                    "that make an idle range."),
               log_level: str = typer.Option("info", "--log-level")) -> None:
     """Run the pooling importer server (FastAPI + uvicorn, from the optional extra 'server' of egopool).
 
-    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Previews (H.264 proxies of every stream, depth colour-mapped, thumbnails, signals.json) and quality facts of each published episode are built in the background (--no-previews: not at all); a failed preview never fails an import. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports. A new task, or a column or stream a task does not declare yet, needs a token that may declare it (scope declare:<task>, declare:* or upload:<task>).
+    Each upload is verified completely (zip members, sizes, manifest checksums, format, episode_index, egopool's validator) before the store changes, then published atomically; info.json and stats.json are merged under the task lock. GET / is an HTML overview; /api/v1/... the JSON read API. Previews (H.264 proxies of every stream, depth colour-mapped, thumbnails, signals.json) and quality facts of each published episode are built in the background (--ray: one Ray task per episode; --no-previews: not at all); a failed preview never fails an import. Memory and scratch disk are bounded: per upload by the --max-* limits (a 413 names the option to raise), in total by --max-receiving and --max-imports. A new task, or a column or stream a task does not declare yet, needs a token that may declare it (scope declare:<task>, declare:* or upload:<task>).
     """
     if on_conflict not in ("renumber", "reject"):
         raise typer.BadParameter("use renumber or reject", param_hint="--on-conflict")
@@ -220,17 +227,24 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
         except ImportError as exc:
             raise EgopoolError("an s3:// store needs the optional packages of egopool[s3] (boto3 is missing)",
                                hint="pip install 'egopool[s3]'") from exc
+    if ray is not None:
+        try:
+            import ray as _ray  # noqa: F401 - the cluster itself is joined at the first build (never fails an import)
+        except ImportError as exc:
+            raise EgopoolError("--ray needs Ray, which is not installed",
+                               hint="pip install 'egopool[ray]' (on every node of the cluster)") from exc
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")
     config = ServerConfig(store=store if bucket else Path(store), tokens=tokens, on_conflict=on_conflict,
                           limits=limits, max_imports=max_imports, max_receiving=max_receiving, state=state,
                           previews=PreviewConfig(enabled=previews, root=previews_dir, workers=preview_workers,
-                                                 quality=QualityParams(idle_min_frames=idle_frames)))
+                                                 quality=QualityParams(idle_min_frames=idle_frames), ray=ray))
     web = create_app(config)
     where = store if bucket else Path(store).resolve()
+    on_ray = "" if ray is None or not previews else f", previews on Ray at {ray or 'the default address'}"
     err_console.print(f"egopool serve: store {where}, http://{host}:{port}/, on conflict: {on_conflict}, "
-                      f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}")
+                      f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}{on_ray}")
     uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30,
                 limit_concurrency=max_connections)
 

@@ -29,6 +29,7 @@ from .._atomic import atomic_write_bytes
 from ..codecs.depth import read_depth_frames
 from ..codecs.video import DtsGuard, encoding_errors, flush_and_close, mux_frame, open_media, rgb_stream
 from ..errors import CodecError
+from ..storage import ObjectPath, as_path
 
 __all__ = ["DEPTH_RANGE_MM", "MAX_WIDTH", "FrameStats", "StreamPreview", "depth_proxy", "proxy_size", "rgb_proxy",
            "turbo"]
@@ -184,14 +185,14 @@ def _sample_every(rows: int | None) -> int:
     return max(1, -(-int(rows) // STAT_SAMPLES)) if rows else 1
 
 
-def rgb_proxy(src: str | Path, out_dir: Path, key: str, fps: float, *, rows: int | None = None,
+def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float, *, rows: int | None = None,
               max_width: int = MAX_WIDTH) -> StreamPreview:
     """Proxy and thumbnail of one RGB stream, with the sampled frames' statistics.
 
     Parameters
     ----------
     src:
-        The stream's video file (H.264 / HEVC, §8).
+        The stream's video file (H.264 / HEVC, §8): a path, or an ``s3://`` object (ranged GETs).
     out_dir:
         Preview directory; writes ``<key>.mp4`` and ``<key>.jpg`` (the frame in the middle).
     fps:
@@ -206,7 +207,7 @@ def rgb_proxy(src: str | Path, out_dir: Path, key: str, fps: float, *, rows: int
     StorageError
         The preview cannot be written.
     """
-    src = Path(src)
+    src = as_path(src)
     every = _sample_every(rows)
     thumb_at = (int(rows) // 2) if rows else 0
     video, thumb = out_dir / f"{key}.mp4", out_dir / f"{key}.jpg"

@@ -44,8 +44,10 @@ def publishing(task_dir: str | Path) -> dict[int, list[str]]:
     -------
     dict
         N -> task-relative POSIX paths the import places (its commit object last), for every journal
-        of this task whose commit object does not exist yet. Empty elsewhere. A journal that does not
-        read (being written: written atomically, so nothing was placed yet) is skipped.
+        of this task whose commit object does not exist yet. Empty elsewhere, and for an ``s3://``
+        task (a bucket store keeps no journal directory beside its tasks: docs/decisions.md O10-O14).
+        A journal that does not read (being written: written atomically, so nothing was placed yet)
+        is skipped.
     """
     if not isinstance(task_dir, (str, Path)) or str(task_dir).startswith("s3://"):
         return {}  # a bucket store keeps its journals elsewhere and readers count rows only (docs/decisions.md O11)

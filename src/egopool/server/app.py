@@ -491,12 +491,13 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def _curation(task: str, index: int, ep: dict[str, Any]) -> dict[str, Any]:
         store = store_()
-        fps = read_info(store.root / task).get("fps")
+        where = state["previews"].task_location(task)  # a bucket store's task is read in place
+        fps = read_info(where).get("fps")
         fps = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0 else None
         size = 0
         for rel in ep["files"]:
             with contextlib.suppress(OSError):
-                size += (store.root / task / rel).stat().st_size
+                size += (where / rel).stat().st_size
         quality = store.db.quality(task, index)
         preview = describe(state["previews"], task, index)
         if preview.get("error"):
@@ -566,7 +567,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         def build() -> str:
             store = store_()
-            info = read_info(store.root / _task(task))
+            info = read_info(state["previews"].task_location(_task(task)))
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
                              store.db.uploads(limit=20, task=task))

@@ -1,4 +1,4 @@
-"""Previews and quality facts of pooled episodes, built off the request path (issue 19, docs/decisions.md Q1, Q5).
+"""Previews and quality facts of pooled episodes, built off the request path (issue 19, docs/decisions.md Q1, Q5, Q17).
 
 Layout (never inside a task directory: readers and the store's tasks stay as the format says)::
 
@@ -10,7 +10,8 @@ Layout (never inside a task directory: readers and the store's tasks stay as the
         └── signals.json
 
 A published episode is queued (:meth:`PreviewWorker.enqueue`); worker threads (niced: imports
-come first) build it into a
+come first) build it (:func:`egopool.curation.build.preview_unit`, in this process or, with
+``serve --ray``, as one Ray task whose files come back as bytes: docs/decisions.md Q17) into a
 temporary directory beside its place and rename it in whole, so a reader sees the old build or
 the new one, never half of one. Each build is tried up to :data:`ATTEMPTS` times (a transient
 error, e.g. a full disk, may pass); ``server.db`` records ``pending`` / ``ready`` / ``failed``
@@ -23,6 +24,7 @@ and committed episodes without a preview row (a store imported before schema 3) 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -35,17 +37,18 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._atomic import atomic_write_bytes
-from ..curation.proxy import StreamPreview, depth_proxy, rgb_proxy
-from ..curation.quality import QualityParams, ego_stream, episode_quality
-from ..curation.signals import episode_signals
+from ..curation.build import PreviewJob, PreviewResult, preview_unit
+from ..curation.quality import QualityParams
 from ..errors import EgopoolError
 from ..layout import list_task_episodes
-from ..read.reader import open_task
 from ..storage import as_path
 from .store import Store
+
+if TYPE_CHECKING:
+    from ..jobs.executor import Executor
 
 __all__ = ["ATTEMPTS", "PreviewConfig", "PreviewWorker", "describe", "preview_name_ok"]
 
@@ -78,6 +81,9 @@ class PreviewConfig:
         Thresholds of the quality facts.
     retry_delay_s:
         Wait before the second attempt (doubled before the third), s.
+    ray:
+        None: build in this process's threads; else the Ray address (``serve --ray [ADDRESS]``, ``""`` =
+        Ray's default resolution): each build is one Ray task (docs/decisions.md Q17).
     """
 
     enabled: bool = True
@@ -85,6 +91,7 @@ class PreviewConfig:
     workers: int = 1
     quality: QualityParams = QualityParams()
     retry_delay_s: float = 1.0
+    ray: str | None = None
 
 
 class PreviewWorker:
@@ -105,13 +112,17 @@ class PreviewWorker:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        self._ex: Executor[Any, PreviewJob, PreviewResult] | None = None
+        self._ex_lock = threading.Lock()
 
     # -- paths ---------------------------------------------------------------------------------------
-    def _task_path(self, task: str) -> Any:
-        """Where the pooled task is read from: ``<store>/<task>``, or ``s3://.../<task>`` for a bucket store
-        (docs/decisions.md Q1: previews stay local, the task is read in place)."""
+    def task_location(self, task: str) -> Any:
+        """Where the pooled task is read from: ``<store>/<task>`` (a Path), or the ``s3://.../<task>``
+        ObjectPath of a bucket store (docs/decisions.md Q1: previews stay local, the task is read in place)."""
         uri = getattr(self.store, "uri", None)
         return as_path(f"{uri.rstrip('/')}/{task}") if isinstance(uri, str) else self.store.root / task
+
+    _task_path = task_location
 
     def episode_dir(self, task: str, index: int) -> Path:
         """``<previews>/<task>/episode_NNNNNN``."""
@@ -150,6 +161,11 @@ class PreviewWorker:
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()
+        with self._ex_lock:
+            if self._ex is not None:
+                with contextlib.suppress(Exception):  # the server is stopping; a dead cluster changes nothing
+                    self._ex.close()
+                self._ex = None
 
     def enqueue(self, task: str, index: int) -> bool:
         """Queue ``(task, N)`` (state ``pending``); False when it is queued already or previews are off."""
@@ -201,7 +217,8 @@ class PreviewWorker:
 
     def _clean(self, text: str) -> str:
         """An error line without the server's paths (the answer must never name one)."""
-        for root, word in ((str(self.root), "previews"), (str(self.store.root), "")):
+        roots = ((str(self.root), "previews"), (os.path.abspath(self.store.root), ""), (str(self.store.root), ""))
+        for root, word in roots:
             text = text.replace(root + os.sep, word + ("/" if word else ""))
             text = text.replace(root, word or "the store")
         return text
@@ -227,9 +244,28 @@ class PreviewWorker:
         self.store.db.set_preview(task, index, "failed", error=error)
 
     # -- one build ----------------------------------------------------------------------------------
+    def _executor(self) -> Executor[Any, PreviewJob, PreviewResult]:
+        """In-process, or the Ray connection (``serve --ray``), made at the first build that needs it.
+
+        Raises
+        ------
+        EgopoolError
+            Ray is not installed or the cluster cannot be reached (the build fails and is retried:
+            the next attempt connects again).
+        """
+        with self._ex_lock:
+            if self._ex is None:
+                from ..jobs.executor import make_executor
+
+                self._ex = make_executor(self.config.ray)
+            return self._ex
+
     def build(self, task: str, index: int) -> dict[str, Any]:
         """Build the previews and quality facts of ``(task, N)`` now; returns the manifest.
 
+        The build itself is :func:`egopool.curation.build.preview_unit`, run in this process or, with
+        ``PreviewConfig.ray``, as one Ray task whose files come back as bytes (docs/decisions.md Q17);
+        either way they land in a temporary directory beside the episode's place, renamed in whole.
         A stream that cannot be previewed is left out and its error listed in ``"errors"``
         (the build counts as failed, the other streams are kept); the quality facts are stored
         whatever the previews did.
@@ -237,47 +273,34 @@ class PreviewWorker:
         Raises
         ------
         EgopoolError
-            The episode cannot be opened (no such committed episode, unreadable data parquet).
+            The episode cannot be opened (no such committed episode, unreadable data parquet), Ray
+            cannot be reached, or its task failed (:class:`~egopool.errors.OperationError`).
         OSError
             The preview directory cannot be written.
         """
-        ep = open_task(self._task_path(task)).episode(index)
-        fps = float(ep.task.info.get("fps") or 30.0)
-        rows = ep.length
+        row = self.store.db.episode(task, index)
+        where = self._task_path(task)
+        job = PreviewJob(task=str(where) if not isinstance(where, Path) else os.path.abspath(where), index=index,
+                         validation=row.validation if row else None, params=self.config.quality)
         final = self.episode_dir(task, index)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
         tmp.mkdir()
         try:
-            streams: list[StreamPreview] = []
-            errors: list[str] = []
-            kinds: dict[str, str] = {}
-            for key in sorted(ep.streams):
-                try:
-                    kinds[key] = ep.stream_kind(key)
-                    if kinds[key] == "depth":
-                        streams.append(depth_proxy(ep.stream_path(key), tmp, key, fps, params=ep.depth_params(key),
-                                                   ext=ep.declared_ext(key), rows=rows))
-                    else:
-                        streams.append(rgb_proxy(ep.stream_path(key), tmp, key, fps, rows=rows))
-                except EgopoolError as exc:
-                    errors.append(f"stream {key!r}: {self._clean(exc.one_line())}")
-            signals: str | None = "signals.json"
-            try:
-                atomic_write_bytes(tmp / "signals.json", json.dumps(episode_signals(ep), allow_nan=False).encode())
-            except EgopoolError as exc:
-                errors.append(f"signals: {self._clean(exc.one_line())}")
-                signals = None
-            ego = ego_stream(ep, [k for k, v in kinds.items() if v == "rgb"])
-            ego_stats = next((s.stats for s in streams if s.key == ego), None)
-            row = self.store.db.episode(task, index)
-            facts = episode_quality(ep, ego=ego, ego_stats=ego_stats, validation=row.validation if row else None,
-                                    params=self.config.quality)
+            ex = self._executor()
+            if self.config.ray is None:
+                job = dataclasses.replace(job, out=str(tmp))
+            [result] = ex.map(preview_unit, None, [job])
+            for name, data in (result.files or {}).items():
+                if not preview_name_ok(name):  # a worker names only files it made; never a path
+                    raise EgopoolError(f"the preview build returned a file named {name!r}")
+                atomic_write_bytes(tmp / name, data)
+            manifest = result.manifest
+            manifest["errors"] = [self._clean(e) for e in manifest.get("errors") or []]
+            facts = result.facts
             facts["errors"] = [self._clean(e) for e in facts.get("errors") or []]
             self.store.db.set_quality(task, index, facts)
-            files = [n for s in streams for n in (s.video, s.thumbnail) if n] + ([signals] if signals else [])
-            manifest = {"streams": [s.to_dict() for s in streams], "signals": signals, "files": files,
-                        "errors": errors, "built_at": time.time()}
+            manifest["built_at"] = time.time()
             atomic_write_bytes(tmp / "preview.json", json.dumps(manifest).encode())
             self._swap(tmp, final)
         except BaseException:
