@@ -68,7 +68,7 @@ from ..write.checks import check_feature_declarations, check_stream_declarations
 from ..write.recovery import reclaim_stale
 from .db import EpisodeRow
 from .publish import Publication, publish_episode, recover_journals
-from .renumber import rewrite_episode_index
+from .renumber import RenumberAhead, rewrite_episode_index
 from .store import Store
 from .workers import VerifyPool
 from .zipcheck import Limits, check_parquet_bounds, check_video_bounds, extract_verified, inspect_zip
@@ -348,6 +348,9 @@ class Importer:
     Unset in production.
     """
 
+    #: Renumber before the task guard (:class:`~egopool.server.renumber.RenumberAhead`, docs/decisions.md U17).
+    renumber_ahead = True
+
     def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None,
                  pool: VerifyPool | None = None) -> None:
         if on_conflict not in ON_CONFLICT:
@@ -358,6 +361,7 @@ class Importer:
         self._pause_at = os.environ.get(_PAUSE_ENV, "")
         self._scanned: dict[str, int] = {}
         self.pool = pool
+        self._ahead = RenumberAhead()
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -452,6 +456,7 @@ class Importer:
             if dup is not None:
                 return dup
             layout = TaskLayout.from_info(staging, v.info)
+            self._renumber_ahead(task, staging, layout, n)
             with self.store.task_guard(task):  # imports into a task wait for each other only for the publish
                 return self._publish(task, task_dir, staging, v.info, layout, n, v.manifest, v.host_id, zip_sha256,
                                      upload_id, token_id, v.validation, v.length, v.streams,
@@ -463,7 +468,20 @@ class Importer:
                                           ) from exc
             raise
         finally:
+            self._ahead.release(staging)
             self.store.discard(staging.parent)
+
+    def _renumber_ahead(self, task: str, staging: Path, layout: TaskLayout, n: int) -> None:
+        """When client N looks taken, guess the server N and rewrite the staged parquet files with it before
+        the task guard (docs/decisions.md U17); the guarded publish decides (:meth:`_allocate`)."""
+        if not self.renumber_ahead or self.on_conflict != "renumber":
+            return
+        db = self.store.db
+        if db.episode(task, n) is None:  # most likely published under its own N: nothing to rewrite
+            return
+        k = self._ahead.predict(task, max(self._scanned.get(task, 0), db.max_index(task)),
+                                lambda k: db.episode(task, k) is not None)
+        self._ahead.prepare(staging, task, k, [layout.data_file(n), layout.episodes_file(n)])
 
     @staticmethod
     def _check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits
@@ -591,8 +609,10 @@ class Importer:
         vdir = task_dir / "videos" / f"chunk-{c:03d}"
         return vdir.is_dir() and any(vdir.glob(f"*/episode-{f:03d}.*"))
 
-    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int) -> int:
-        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock."""
+    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int,
+                  preferred: int | None = None) -> int:
+        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock.
+        ``preferred``: the N guessed before the guard (U17), taken when client N is not free and it is."""
         reserved = markers.live_reservations(task_dir) if task_dir.is_dir() else set()
         db = self.store.db
 
@@ -606,6 +626,8 @@ class Importer:
             who = f" from {holder.client_hostname} (its episode {holder.client_episode_index})" if holder else ""
             raise UploadRejectedError(409, "episode_taken", f"task {task!r} already holds episode {n}{who}; this "
                                                             "server runs --on-conflict reject")
+        if preferred is not None and not taken(preferred):
+            return preferred
         if task not in self._scanned:  # one scan per task and process; later allocations probe paths only
             groups = list_task_episodes(task_dir, layout) if task_dir.is_dir() else []
             self._scanned[task] = groups[-1].index if groups else 0
@@ -696,7 +718,7 @@ class Importer:
             raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
                                          f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
                                          "declare it yet, and this token may not declare")
-        target = self._allocate(task, task_dir, server_layout, server_info, n)
+        target = self._allocate(task, task_dir, server_layout, server_info, n, self._ahead.preferred(staging))
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
         rewritten = {layout.data_file(n), layout.episodes_file(n)} if target != n else set()
@@ -729,7 +751,7 @@ class Importer:
             for p in sorted(key_dir.iterdir()):
                 moves.append((p, server_layout.video_file(target, key_dir.name, p.suffix.lstrip("."))))
         data, row = layout.data_file(n), layout.episodes_file(n)
-        if target != n:
+        if target != n and not self._ahead.take(staging, target):  # U17: rewritten before the guard
             for src, single in ((data, False), (row, True)):
                 dst = src.with_name(f"renumbered-{src.name}")
                 rewrite_episode_index(src, dst, target, single_row=single)
