@@ -457,6 +457,7 @@ class Importer:
                 return dup
             layout = TaskLayout.from_info(staging, v.info)
             self._renumber_ahead(task, staging, layout, n)
+            self._ahead.wait_turn(staging)  # the guesses of a task take the guard in their order (U17)
             with self.store.task_guard(task):  # imports into a task wait for each other only for the publish
                 return self._publish(task, task_dir, staging, v.info, layout, n, v.manifest, v.host_id, zip_sha256,
                                      upload_id, token_id, v.validation, v.length, v.streams,
@@ -479,7 +480,11 @@ class Importer:
         db = self.store.db
         if db.episode(task, n) is None:  # most likely published under its own N: nothing to rewrite
             return
-        k = self._ahead.predict(task, max(self._scanned.get(task, 0), db.max_index(task)),
+        try:
+            total = int(read_info(self.store.root / task).get("total_episodes") or 0)
+        except (OSError, FormatError, ValueError, TypeError):
+            total = 0
+        k = self._ahead.predict(task, max(self._scanned.get(task, 0), db.max_index(task), total),
                                 lambda k: db.episode(task, k) is not None)
         self._ahead.prepare(staging, task, k, [layout.data_file(n), layout.episodes_file(n)])
 
@@ -609,10 +614,8 @@ class Importer:
         vdir = task_dir / "videos" / f"chunk-{c:03d}"
         return vdir.is_dir() and any(vdir.glob(f"*/episode-{f:03d}.*"))
 
-    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int,
-                  preferred: int | None = None) -> int:
-        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock.
-        ``preferred``: the N guessed before the guard (U17), taken when client N is not free and it is."""
+    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int) -> int:
+        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock."""
         reserved = markers.live_reservations(task_dir) if task_dir.is_dir() else set()
         db = self.store.db
 
@@ -626,8 +629,6 @@ class Importer:
             who = f" from {holder.client_hostname} (its episode {holder.client_episode_index})" if holder else ""
             raise UploadRejectedError(409, "episode_taken", f"task {task!r} already holds episode {n}{who}; this "
                                                             "server runs --on-conflict reject")
-        if preferred is not None and not taken(preferred):
-            return preferred
         if task not in self._scanned:  # one scan per task and process; later allocations probe paths only
             groups = list_task_episodes(task_dir, layout) if task_dir.is_dir() else []
             self._scanned[task] = groups[-1].index if groups else 0
@@ -718,7 +719,7 @@ class Importer:
             raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
                                          f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
                                          "declare it yet, and this token may not declare")
-        target = self._allocate(task, task_dir, server_layout, server_info, n, self._ahead.preferred(staging))
+        target = self._allocate(task, task_dir, server_layout, server_info, n)
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
         rewritten = {layout.data_file(n), layout.episodes_file(n)} if target != n else set()

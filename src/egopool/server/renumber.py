@@ -81,15 +81,17 @@ class RenumberAhead:
     under the task's import guard; rewriting there made every publish into the task wait for it. Here
     the request thread guesses the N before taking the guard (:meth:`predict`: one above the highest N
     the server holds or another in-flight guess holds, so concurrent guesses differ), rewrites the
-    staged copies with it (:meth:`prepare`), and under the guard the importer prefers the guess when it
-    is still free (:meth:`preferred`) and then swaps the prepared files in (:meth:`take`). A guess that
-    turned out taken is only wasted work: the files are rewritten under the guard as before. Nothing
-    here touches the store; the prepared files live in the upload's own staging directory.
-    Thread-safe (one instance per importer, shared by the request threads).
+    staged copies with it (:meth:`prepare`), and the guesses of one task take the guard in their order
+    (:meth:`wait_turn`), so the N the importer allocates under the guard, by U2's rule unchanged, is
+    usually the guess; then the prepared files are swapped in (:meth:`take`). A wrong guess (another
+    upload kept its own N meanwhile, a lower guess was refused) is only wasted work: the files are
+    rewritten under the guard as before. Nothing here touches the store; the prepared files live in
+    the upload's own staging directory. Thread-safe (one instance per importer, shared by the request
+    threads).
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._held: dict[str, set[int]] = {}
         self._prepared: dict[Path, _Prepared] = {}
 
@@ -117,18 +119,18 @@ class RenumberAhead:
             for _, dst in done:
                 with contextlib.suppress(FileNotFoundError):
                     dst.unlink()
-            self.release(staging)
-            with self._lock:
-                self._held.get(task, set()).discard(index)
+            self.release(staging, task, index)
             return
         with self._lock:
             self._prepared[staging] = _Prepared(task, index, done)
 
-    def preferred(self, staging: Path) -> int | None:
-        """The guessed N of the upload staged in ``staging`` when its files are prepared, else None."""
+    def wait_turn(self, staging: Path, timeout: float = 60.0) -> None:
+        """Block until no lower guess of the same task is held (each holder releases it at the end of its
+        publish, refused or not); at most ``timeout`` s (then go on: the guard decides either way)."""
         with self._lock:
             prep = self._prepared.get(staging)
-        return prep.index if prep is not None else None
+            if prep is not None:
+                self._lock.wait_for(lambda: min(self._held.get(prep.task) or {prep.index}) >= prep.index, timeout)
 
     def take(self, staging: Path, index: int) -> bool:
         """Put the prepared rewrites in place of the staged files when they carry ``index``; False: none do
@@ -151,3 +153,4 @@ class RenumberAhead:
                 self._held.get(prep.task, set()).discard(prep.index)
             if task is not None and index is not None:
                 self._held.get(task, set()).discard(index)
+            self._lock.notify_all()
