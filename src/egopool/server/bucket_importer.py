@@ -47,7 +47,6 @@ class BucketImporter(Importer):
     """
 
     store: BucketStore
-    renumber_ahead = False  # N is claimed in the bucket (:meth:`_claim`), which does not take a guess (U17)
 
     def _shadow(self, task: str, task_dir: Path) -> dict[str, Any] | None:
         """Copy the bucket task's ``info.json`` / ``stats.json`` into ``task_dir/meta``; its info (None: no task)."""

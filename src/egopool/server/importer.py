@@ -68,7 +68,7 @@ from ..write.checks import check_feature_declarations, check_stream_declarations
 from ..write.recovery import reclaim_stale
 from .db import EpisodeRow
 from .publish import Publication, publish_episode, recover_journals
-from .renumber import RenumberAhead, rewrite_episode_index
+from .renumber import rewrite_episode_index
 from .store import Store
 from .workers import VerifyPool
 from .zipcheck import Limits, check_parquet_bounds, check_video_bounds, extract_verified, inspect_zip
@@ -348,9 +348,6 @@ class Importer:
     Unset in production.
     """
 
-    #: Renumber before the task guard (:class:`~egopool.server.renumber.RenumberAhead`, docs/decisions.md U17).
-    renumber_ahead = True
-
     def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None,
                  pool: VerifyPool | None = None) -> None:
         if on_conflict not in ON_CONFLICT:
@@ -361,7 +358,6 @@ class Importer:
         self._pause_at = os.environ.get(_PAUSE_ENV, "")
         self._scanned: dict[str, int] = {}
         self.pool = pool
-        self._ahead = RenumberAhead()
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -456,8 +452,6 @@ class Importer:
             if dup is not None:
                 return dup
             layout = TaskLayout.from_info(staging, v.info)
-            self._renumber_ahead(task, staging, layout, n)
-            self._ahead.wait_turn(staging)  # the guesses of a task take the guard in their order (U17)
             with self.store.task_guard(task):  # imports into a task wait for each other only for the publish
                 return self._publish(task, task_dir, staging, v.info, layout, n, v.manifest, v.host_id, zip_sha256,
                                      upload_id, token_id, v.validation, v.length, v.streams,
@@ -469,24 +463,7 @@ class Importer:
                                           ) from exc
             raise
         finally:
-            self._ahead.release(staging)
             self.store.discard(staging.parent)
-
-    def _renumber_ahead(self, task: str, staging: Path, layout: TaskLayout, n: int) -> None:
-        """When client N looks taken, guess the server N and rewrite the staged parquet files with it before
-        the task guard (docs/decisions.md U17); the guarded publish decides (:meth:`_allocate`)."""
-        if not self.renumber_ahead or self.on_conflict != "renumber":
-            return
-        db = self.store.db
-        if db.episode(task, n) is None:  # most likely published under its own N: nothing to rewrite
-            return
-        try:
-            total = int(read_info(self.store.root / task).get("total_episodes") or 0)
-        except (OSError, FormatError, ValueError, TypeError):
-            total = 0
-        k = self._ahead.predict(task, max(self._scanned.get(task, 0), db.max_index(task), total),
-                                lambda k: db.episode(task, k) is not None)
-        self._ahead.prepare(staging, task, k, [layout.data_file(n), layout.episodes_file(n)])
 
     @staticmethod
     def _check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits
@@ -752,7 +729,7 @@ class Importer:
             for p in sorted(key_dir.iterdir()):
                 moves.append((p, server_layout.video_file(target, key_dir.name, p.suffix.lstrip("."))))
         data, row = layout.data_file(n), layout.episodes_file(n)
-        if target != n and not self._ahead.take(staging, target):  # U17: rewritten before the guard
+        if target != n:
             for src, single in ((data, False), (row, True)):
                 dst = src.with_name(f"renumbered-{src.name}")
                 rewrite_episode_index(src, dst, target, single_row=single)
