@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,13 @@ def measure(uploads: int, threads: int, rounds: int, ops_helpers: Path) -> dict[
     from egopool.transfer import pack_episodes
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_publish_"))
+    try:
+        return _rounds(tmp, uploads, threads, rounds, write_task, Importer, Store, pack_episodes)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _rounds(tmp, uploads, threads, rounds, write_task, Importer, Store, pack_episodes):  # type: ignore[no-untyped-def]
     zips = [pack_episodes(write_task(tmp / f"pc{k}", "pick", 1, rows=25, registry=False, first_value=k), [1],
                           tmp / f"zips{k}", registry=False)[0].path for k in range(uploads)]
     walls, cpus = [], []
