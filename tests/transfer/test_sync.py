@@ -141,3 +141,35 @@ def test_killed_sync_resumes(direction: str, prefix: str, tmp_path: Path) -> Non
     else:
         assert _episode_bytes(Path(dst)) == _episode_bytes(src_dir)
         assert validate_task(dst).ok
+
+
+def test_an_episode_being_synced_into_a_bucket_task_is_not_shown_as_damaged(prefix: str, tmp_path: Path) -> None:
+    """ls and validate on a bucket task while a sync has placed episode 2's files but not its row (O20):
+    episode 2 is neither listed nor an error, and ls says it is being published."""
+    assert _sync(str(write_task(tmp_path / "one", episodes=1)), f"{prefix}/pick")[0] == 0
+    src = write_task(tmp_path / "three", episodes=3)  # the same episode 1 (deterministic), then 2 and 3
+    marker = tmp_path / "xdg" / "egopool" / "sync-paused-placed"
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/pick", "--json"],
+                            env={**os.environ, "EGOPOOL_SYNC_PAUSE": "placed"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert "pick/data/chunk-000/episode-001.parquet" in _objects(prefix)  # episode 2's files are there
+        for argv in (["ls", "--json"], ["validate", "--json"], ["ls"]):
+            r = subprocess.run([sys.executable, "-m", "egopool", argv[0], f"{prefix}/pick", *argv[1:]],
+                               capture_output=True, text=True, timeout=300)
+            assert "Traceback" not in r.stderr, r.stderr
+            assert r.returncode == 0, (argv, r.stdout, r.stderr)
+            if argv == ["ls", "--json"]:
+                assert [row["episode_index"] for row in json.loads(r.stdout)] == [1]
+            elif argv == ["ls"]:
+                assert "being published by the pooling server: 2" in r.stdout
+    finally:
+        proc.kill()
+        proc.wait(30)
+        marker.unlink(missing_ok=True)
+    rc, out = _sync(str(src), f"{prefix}/pick")  # the killed run's own journal is rolled back, then copied
+    assert rc == 0 and (out["copied"], out["skipped"]) == (2, 1)
