@@ -94,14 +94,23 @@ class Bucket:
             raise EgopoolError("s3:// stores need boto3", hint="pip install 'egopool[s3]'") from exc
         self.uri = uri.rstrip("/")
         self.name, self.prefix = parse_bucket_uri(uri)
-        st = settings or S3Settings.from_env()
+        try:
+            st = settings or S3Settings.from_env()
+        except EgopoolError as exc:  # name the URI that needed the setting
+            raise EgopoolError(exc.message, path=self.uri, hint=exc.hint) from exc
         cfg = Config(connect_timeout=st.connect_timeout, read_timeout=st.request_timeout,
                      retries={"max_attempts": st.max_attempts, "mode": "standard"}, max_pool_connections=32)
         endpoint = f"{st.scheme}://{st.endpoint}" if st.endpoint else None
-        self.client: Any = boto3.session.Session().client(
-            "s3", endpoint_url=endpoint, region_name=st.region or "us-east-1", config=cfg,
-            aws_access_key_id=st.access_key, aws_secret_access_key=st.secret_key, aws_session_token=st.session_token)
         self._errors: Any = __import__("botocore.exceptions", fromlist=["ClientError"])
+        try:
+            self.client: Any = boto3.session.Session().client(
+                "s3", endpoint_url=endpoint, region_name=st.region or "us-east-1", config=cfg,
+                aws_access_key_id=st.access_key, aws_secret_access_key=st.secret_key,
+                aws_session_token=st.session_token)
+        except self._errors.BotoCoreError as exc:  # a broken ~/.aws file, a profile the SDK cannot use
+            raise ObjectStoreError(f"cannot set up the S3 client: {exc}", uri=self.uri, cause="config",
+                                   hint="fix AWS_PROFILE / ~/.aws/config, or set AWS_ACCESS_KEY_ID and "
+                                        "AWS_SECRET_ACCESS_KEY") from exc
 
     # -- keys --------------------------------------------------------------------------------------
     def key(self, rel: str) -> str:
