@@ -173,3 +173,15 @@ def test_an_episode_being_synced_into_a_bucket_task_is_not_shown_as_damaged(pref
         marker.unlink(missing_ok=True)
     rc, out = _sync(str(src), f"{prefix}/pick")  # the killed run's own journal is rolled back, then copied
     assert rc == 0 and (out["copied"], out["skipped"]) == (2, 1)
+
+
+@pytest.mark.parametrize("tail", ["x//pick", "x/../pick", "x/./pick"])
+def test_a_destination_uri_a_reader_refuses_is_refused_before_writing(prefix: str, tmp_path: Path, tail: str) -> None:
+    """`s3://b/p/x//pick` was written as `x/pick` (a URI no reader accepts), `..` reached the server (O22)."""
+    src = write_task(tmp_path / "pc", episodes=1)
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/{tail}"], capture_output=True,
+                       text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert f"{prefix}/{tail}" in lines[0] and "'..' path component" in lines[0], lines[0]
+    assert not _objects(prefix)

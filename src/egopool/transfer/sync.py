@@ -89,11 +89,20 @@ class SyncReport:
 
 
 def _split_task_uri(uri: str) -> tuple[Bucket, str]:
-    """``s3://b/p/task`` -> (bucket ``s3://b/p``, ``task``)."""
-    parent, _, task = uri.rstrip("/").rpartition("/")
-    if not task or parent in ("s3:", "s3:/"):
+    """``s3://b/p/task`` -> (bucket ``s3://b/p``, ``task``).
+
+    Raises
+    ------
+    FormatError
+        An empty, ``.`` or ``..`` component (``s3://b/p//task``): refused as every reader refuses it,
+        so that the task written is the one the URI names (docs/decisions.md O22).
+    EgopoolError
+        No task component, or a bucket name under 3 characters.
+    """
+    path = as_path(uri)
+    if not path.key:  # type: ignore[union-attr]
         raise EgopoolError(f"{uri!r} names no task", hint="write s3://BUCKET/PREFIX/TASK")
-    return Bucket(parent), task
+    return Bucket(str(path.parent)), path.name
 
 
 def _rel(root: Any, p: Any) -> str:
