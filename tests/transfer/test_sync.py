@@ -16,6 +16,7 @@ import pytest
 from transfer_helpers import simulate, snapshot, write_task
 
 from egopool.layout import list_task_episodes
+from egopool.storage import as_path
 from egopool.validate import validate_task
 
 pytestmark = pytest.mark.extra("s3")
@@ -185,3 +186,35 @@ def test_a_destination_uri_a_reader_refuses_is_refused_before_writing(prefix: st
     assert r.returncode == 1 and len(lines) == 1, r.stderr
     assert f"{prefix}/{tail}" in lines[0] and "'..' path component" in lines[0], lines[0]
     assert not _objects(prefix)
+
+
+@pytest.mark.parametrize("direction", ["to_bucket", "to_directory"])
+def test_a_damaged_source_episode_is_refused_and_the_others_are_copied(direction: str, prefix: str,
+                                                                       tmp_path: Path) -> None:
+    """Episode 2's data parquet truncated in SRC (O23): it is refused naming its place in SRC, nothing of it stays
+    in DST (into a directory its row used to be committed, then the whole run stopped naming DST's file), and
+    episodes 1 and 3 are copied."""
+    local = write_task(tmp_path / "pc", episodes=3)
+    rel = "data/chunk-000/episode-001.parquet"
+    if direction == "to_bucket":
+        good = (local / rel).read_bytes()
+        (local / rel).write_bytes(good[: len(good) // 2])
+        src, dst = str(local), f"{prefix}/pick"
+    else:
+        assert _sync(str(local), f"{prefix}/pick")[0] == 0
+        b = Bucket(f"{prefix}/pick")
+        body = (b.get(rel) or (b"", ""))[0]
+        b.put(rel, body[: len(body) // 2])  # rewritten by another tool: no sha256 recorded with it
+        src, dst = f"{prefix}/pick", str(tmp_path / "dest" / "pick")
+    rc, out = _sync(src, dst)
+    assert rc == 1 and (out["copied"], out["refused"]) == (2, 1), out
+    bad = out["episodes"][1]
+    assert bad["index"] == 2 and bad["status"] == "refused"
+    assert f"{src}/{rel} does not read" in bad["reason"] and "delete episode 2" in bad["reason"], bad
+    if direction == "to_bucket":
+        held = _objects(prefix)
+        assert not [k for k in held if "episode-001" in k or k.startswith(".egopool-server/")], sorted(held)
+    else:
+        assert not list(Path(dst).rglob("*episode-001*"))
+    assert [g.index for g in list_task_episodes(as_path(dst), committed_only=False)] == [1, 3]
+    assert validate_task(dst).ok

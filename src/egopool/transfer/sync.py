@@ -173,7 +173,7 @@ class _Source:
 
         Raises
         ------
-        FormatError
+        _SourceDamaged
             The bytes read are not those the bucket recorded (a damaged object).
         """
         if self.bucket is None:
@@ -184,14 +184,34 @@ class _Source:
         self.bucket.download(f"{self.task}/{rel}", dest)
         got, recorded = sha256_file(dest), self.sha(rel)
         if recorded is not None and recorded != got:
-            raise FormatError(f"{self.bucket.url(self.task + '/' + rel)}: its bytes hash to {got[:12]}..., the "
-                              f"sha256 recorded with it is {recorded[:12]}...", hint="the object is damaged; "
-                                                                                     "restore it from another copy")
+            dest.unlink()
+            raise _SourceDamaged(f"the source's {self.bucket.url(self.task + '/' + rel)}: its bytes hash to "
+                                 f"{got[:12]}..., the sha256 recorded with it is {recorded[:12]}...",
+                                 hint="the object is damaged; restore it from another copy")
         return dest, got
 
     def release(self, path: Path) -> None:
         if self.bucket is not None:
             path.unlink(missing_ok=True)
+
+
+class _SourceDamaged(EgopoolError):
+    """An episode of SRC whose data parquet does not read: refused, never committed in DST (O23)."""
+
+
+def _stats_of(source: _Source, data: Path, rel: str, info: dict[str, Any], n: int) -> dict[str, Any]:
+    """The episode's ``stats.json`` blocks from its data parquet (a local copy of SRC's ``rel``).
+
+    Raises
+    ------
+    _SourceDamaged
+        The parquet does not read: named by its place in SRC, not by the local copy.
+    """
+    try:
+        return episode_stats_file(data, info)
+    except FormatError as exc:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} does not read ({exc.message}); "
+                             f"restore it in the source or delete episode {n} there") from exc
 
 
 def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
@@ -238,7 +258,10 @@ def sync_task(src: str, dst: str, *, dry_run: bool = False,
             dest.recover()
         groups = source.episodes()
         for i, g in enumerate(groups):
-            report.outcomes.append(_one(source, dest, g, dry_run))
+            try:
+                report.outcomes.append(_one(source, dest, g, dry_run))
+            except _SourceDamaged as exc:  # undone by copy: nothing of it stays in DST; the next ones go on
+                report.outcomes.append(SyncOutcome(g.index, "refused", reason=exc.one_line()))
             if progress is not None:
                 progress(i + 1, len(groups))
     return report
@@ -348,7 +371,8 @@ class _BucketDest:
                     data_local = path
                 else:
                     source.release(path)
-            blocks = episode_stats_file(data_local, source.info) if data_local is not None else {}
+            blocks = _stats_of(source, data_local, _rel(source.root, g.data), source.info, n) \
+                if data_local is not None and g.data is not None else {}
             if data_local is not None:
                 source.release(data_local)
             _pause("placed")
@@ -408,34 +432,44 @@ class _DirDest:
         with task_lock(self.root):
             if self.committed_files(n, source) is not None or self.busy(n, source, rels):
                 return SyncOutcome(n, "refused", reason=f"episode {n} appeared in the destination meanwhile")
-            data_final = None
-            for r in [*[r for r in rels if r != row_rel], row_rel]:  # the row last: its rename is the commit
-                if r == row_rel:
-                    _pause("placed")
-                path, sha = source.fetch(r)
-                final = self.root / r
-                final.parent.mkdir(parents=True, exist_ok=True)
-                tmp = final.with_name(f".{final.name}.sync-tmp")
-                shutil.copyfile(path, tmp)
-                fsync_file(tmp)
-                source.release(path)
-                if sha256_file(tmp) != sha:
-                    tmp.unlink()
-                    raise EgopoolError(f"{final}: the copy reads back other bytes than the source's {r}",
-                                       hint="run the sync again")
-                size += tmp.stat().st_size
-                os.replace(tmp, final)
-                fsync_dir(final.parent)
-                if g.data is not None and r == _rel(source.root, g.data):
-                    data_final = final
+            decl = {k: v for k, v in source.info.items() if k not in _OWNED}
+            decl["total_episodes"] = n
+            blocks: dict[str, Any] = {}
+            placed: list[Path] = []
+            try:
+                for r in [*[r for r in rels if r != row_rel], row_rel]:  # the row last: its rename is the commit
+                    if r == row_rel:
+                        _pause("placed")
+                    path, sha = source.fetch(r)
+                    final = self.root / r
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = final.with_name(f".{final.name}.sync-tmp")
+                    shutil.copyfile(path, tmp)
+                    fsync_file(tmp)
+                    source.release(path)
+                    if sha256_file(tmp) != sha:
+                        tmp.unlink()
+                        raise EgopoolError(f"{final}: the copy reads back other bytes than the source's {r}",
+                                           hint="run the sync again")
+                    if g.data is not None and r == _rel(source.root, g.data):  # read before anything commits
+                        try:
+                            blocks = _stats_of(source, tmp, r, merge_info(self.info() or source.info, decl), n)
+                        except _SourceDamaged:
+                            tmp.unlink()
+                            raise
+                    size += tmp.stat().st_size
+                    os.replace(tmp, final)
+                    placed.append(final)
+                    fsync_dir(final.parent)
+            except _SourceDamaged:
+                for p in placed:  # this episode's files, uncommitted: not left as a damaged group
+                    p.unlink(missing_ok=True)
+                raise
             info = self.info()
             if info is None:
                 atomic_write_bytes(self.root / "meta" / "tasks.jsonl", source.tasks_jsonl() or b"")
                 write_info(self.root, source.info)
                 info = source.info
-            decl = {k: v for k, v in source.info.items() if k not in _OWNED}
-            decl["total_episodes"] = n
-            blocks = episode_stats_file(data_final, merge_info(info, decl)) if data_final is not None else {}
             problem = None
             try:
                 merge_task_meta(self.root, n, decl, blocks, TaskLayout.from_info(self.root, info))
