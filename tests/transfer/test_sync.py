@@ -218,3 +218,18 @@ def test_a_damaged_source_episode_is_refused_and_the_others_are_copied(direction
         assert not list(Path(dst).rglob("*episode-001*"))
     assert [g.index for g in list_task_episodes(as_path(dst), committed_only=False)] == [1, 3]
     assert validate_task(dst).ok
+
+
+def test_an_uncommitted_source_episode_is_named_not_copied(prefix: str, tmp_path: Path) -> None:
+    """Episode 3 of SRC has its files but no row (O25): it used to vanish from the report ("copied 2", nothing
+    else); now it is named as not copied, and nothing of it reaches the bucket."""
+    src = write_task(tmp_path / "pc", episodes=3)
+    (src / "meta/episodes/chunk-000/episode-002.parquet").unlink()
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 0 and (out["copied"], out["uncommitted"], out["refused"]) == (2, 1, 0), out
+    last = out["episodes"][-1]
+    assert last["index"] == 3 and last["status"] == "uncommitted" and "no meta/episodes row" in last["reason"]
+    assert not [k for k in _objects(prefix) if "episode-002" in k]
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/pick"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "not copied (uncommitted) 1" in r.stdout and "episode 3: uncommitted" in r.stdout

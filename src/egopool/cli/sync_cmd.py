@@ -30,9 +30,9 @@ def sync_cmd(src: str = typer.Argument(..., help="Source task: a directory or s3
         d = report.to_dict()
         verb = "would copy" if dry_run else "copied"
         console.print(f"{src} -> {dst}: {verb} {d['would_copy' if dry_run else 'copied']}, skipped {d['skipped']}, "
-                      f"refused {d['refused']}")
+                      f"refused {d['refused']}" + (f", not copied (uncommitted) {d['uncommitted']}" if d["uncommitted"] else ""))
         for o in report.outcomes:
-            if o.status == "refused" or o.reason:
+            if o.status in ("refused", "uncommitted") or o.reason:
                 console.print(f"  episode {o.index}: {o.status}: {o.reason}")
     if not report.ok:
         raise typer.Exit(1)

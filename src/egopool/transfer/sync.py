@@ -57,8 +57,9 @@ _OWNED = ("format", *_LAYOUT_KEYS, "task_name", "created_at", "fps")
 
 @dataclass
 class SyncOutcome:
-    """What happened to one episode: ``status`` is ``copied``, ``skipped``, ``refused`` or (``--dry-run``)
-    ``would_copy``; ``bytes`` copied; ``reason`` for a refusal."""
+    """What happened to one episode: ``status`` is ``copied``, ``skipped``, ``refused``, ``uncommitted`` (files
+    in SRC without their row: not copied, O25) or (``--dry-run``) ``would_copy``; ``bytes`` copied; ``reason``
+    for a refusal or an uncommitted group."""
 
     index: int
     status: str
@@ -68,7 +69,7 @@ class SyncOutcome:
 
 @dataclass
 class SyncReport:
-    """The run: source, destination, one outcome per committed source episode (ascending N)."""
+    """The run: source, destination, one outcome per source episode file group (ascending N)."""
 
     src: str
     dst: str
@@ -83,7 +84,7 @@ class SyncReport:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document."""
         count = {s: sum(1 for o in self.outcomes if o.status == s) for s in ("copied", "skipped", "refused",
-                                                                             "would_copy")}
+                                                                             "would_copy", "uncommitted")}
         return {"src": self.src, "dst": self.dst, "dry_run": self.dry_run, "ok": self.ok, **count,
                 "bytes": sum(o.bytes for o in self.outcomes), "episodes": [o.__dict__ for o in self.outcomes]}
 
@@ -158,7 +159,8 @@ class _Source:
         self.bucket, self.task = _split_task_uri(src) if is_bucket_uri(src) else (None, "")
 
     def episodes(self) -> list[EpisodeFiles]:
-        return list_task_episodes(self.root, self.layout, committed_only=True)
+        """Every episode file group of SRC, committed or not (an uncommitted one is reported, not copied)."""
+        return list_task_episodes(self.root, self.layout, committed_only=False)
 
     def tasks_jsonl(self) -> bytes | None:
         p = self.root / "meta" / "tasks.jsonl"
@@ -258,6 +260,11 @@ def sync_task(src: str, dst: str, *, dry_run: bool = False,
             dest.recover()
         groups = source.episodes()
         for i, g in enumerate(groups):
+            if not g.committed:  # no meta/episodes row: not an episode yet (§9, U5); named, never copied (O25)
+                report.outcomes.append(SyncOutcome(g.index, "uncommitted", reason=(
+                    f"episode {g.index} of the source has files but no meta/episodes row (being written, or "
+                    "left by a crash): not copied; run the sync again once its row is written")))
+                continue
             try:
                 report.outcomes.append(_one(source, dest, g, dry_run))
             except _SourceDamaged as exc:  # undone by copy: nothing of it stays in DST; the next ones go on
