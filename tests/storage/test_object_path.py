@@ -114,3 +114,19 @@ def test_a_missing_aws_profile_is_one_line_naming_the_uri(s3_server, tmp_path):
     r = subprocess.run([sys.executable, "-m", "egopool", "info", "s3://objpath/p/task"], capture_output=True,
                        text=True, env=env, timeout=300)
     assert r.returncode == 1 and "task directory does not exist" in r.stderr, r.stderr
+
+
+def test_bucket_get_refuses_an_object_larger_than_its_limit_before_reading_it(s3_server):
+    """Bucket.get reads JSON documents (info.json, stats.json, journals) whole: a huge object put where one is
+    expected is refused from its Content-Length (memory stays bounded), naming the URI."""
+    pytest.importorskip("boto3")
+    from egopool.storage.bucket import MAX_GET_BYTES, Bucket
+
+    s3_server.create_bucket("objpath")
+    b = Bucket("s3://objpath/limits")
+    b.put("t/meta/info.json", b"{" + b" " * 4000 + b"}")
+    with pytest.raises(FormatError) as err:
+        b.get("t/meta/info.json", limit=1000)
+    assert str(err.value).startswith("s3://objpath/limits/t/meta/info.json: the object is 4002 bytes, more than")
+    assert b.get("t/meta/info.json", limit=4002)[0] == b"{" + b" " * 4000 + b"}"
+    assert MAX_GET_BYTES == 256 << 20

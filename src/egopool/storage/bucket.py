@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, ObjectStoreError
+from .._safe_read import MAX_JSON_BYTES
+from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._s3 import S3Settings
 
 __all__ = ["Bucket", "Conflict", "ObjectInfo", "is_bucket_uri", "parse_bucket_uri"]
 
+#: the largest object :meth:`Bucket.get` reads into memory (bytes): the readers' JSON limit
+MAX_GET_BYTES = MAX_JSON_BYTES
 #: objects above this size go up as a multipart upload (boto3's transfer manager), the rest in one PUT
 MULTIPART_THRESHOLD = 64 << 20
 
@@ -134,17 +137,31 @@ class Bucket:
                                      "(AWS_ACCESS_KEY_ID / AWS_PROFILE)")
 
     # -- reads -------------------------------------------------------------------------------------
-    def get(self, rel: str) -> tuple[bytes, str] | None:
-        """``(bytes, ETag)`` of object ``rel``, or None when it does not exist.
+    def get(self, rel: str, *, limit: int = MAX_GET_BYTES) -> tuple[bytes, str] | None:
+        """``(bytes, ETag)`` of object ``rel`` (a JSON document: ``info.json``, ``stats.json``, a journal),
+        or None when it does not exist.
+
+        Parameters
+        ----------
+        limit:
+            Largest object read into memory, in bytes (default 256 MiB, the readers' JSON limit); a larger
+            one is refused from its ``Content-Length`` before its body is read: memory stays bounded.
 
         Raises
         ------
+        FormatError
+            The object is larger than ``limit``.
         ObjectStoreError
             Any other failure (network, permissions).
         """
         try:
             r = self.client.get_object(Bucket=self.name, Key=self.key(rel))
-            return r["Body"].read(), str(r["ETag"])
+            size = int(r.get("ContentLength") or 0)
+            if size > limit:
+                r["Body"].close()
+                raise FormatError(f"the object is {size} bytes, more than the {limit} egopool reads",
+                                  path=self.url(rel), hint="this is not the object the format expects; restore it")
+            return r["Body"].read(limit + 1), str(r["ETag"])
         except self._errors.ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
                 return None

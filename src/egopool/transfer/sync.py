@@ -337,7 +337,10 @@ class _BucketDest:
         for k in keys:
             sha = self.bucket.sha256_of(k)
             if sha is None and self.bucket.exists(k):
-                sha = hashlib.sha256(b"".join(self.bucket.stream(k))).hexdigest()
+                h = hashlib.sha256()
+                for piece in self.bucket.stream(k):  # 1 MiB at a time: a video is never held whole
+                    h.update(piece)
+                sha = h.hexdigest()
             if sha is not None:
                 out[k[len(self.task) + 1:]] = sha
         return out
