@@ -130,3 +130,38 @@ def test_bucket_get_refuses_an_object_larger_than_its_limit_before_reading_it(s3
     assert str(err.value).startswith("s3://objpath/limits/t/meta/info.json: the object is 4002 bytes, more than")
     assert b.get("t/meta/info.json", limit=4002)[0] == b"{" + b" " * 4000 + b"}"
     assert MAX_GET_BYTES == 256 << 20
+
+
+def test_bucket_writers_parse_uris_as_readers_and_a_failed_upload_is_an_egopool_error(s3_server, tmp_path):
+    """Every writer into a bucket (serve, sync, export lerobot, stats recalc) goes through Bucket: `..` reached the
+    server (`export lerobot TASK s3://b/x/../out` died in boto3's S3UploadFailedError traceback) and `//` was
+    collapsed into a prefix no reader accepts (O22)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("boto3")
+    from egopool import TaskWriter
+    from egopool.storage.bucket import Bucket
+
+    s3_server.create_bucket("objpath")
+    for bad in ("s3://objpath/x/../out", "s3://objpath/x//out", "s3://objpath/./out"):
+        with pytest.raises(FormatError, match="path component"):
+            Bucket(bad)
+    (tmp_path / "f").write_bytes(b"abc")
+    import dataclasses
+
+    wrong = dataclasses.replace(S3Settings.from_env(), secret_key="not-the-secret")
+    with pytest.raises(ObjectStoreError) as err:  # a PUT the store refuses
+        Bucket("s3://objpath/p", settings=wrong).upload(tmp_path / "f", "k")
+    assert str(err.value).startswith("s3://objpath/p/k: ") and err.value.cause == "denied", str(err.value)
+    ep = TaskWriter(tmp_path, "task", fps=30.0).begin_episode()
+    for _ in range(3):
+        ep.add_frame({})
+    ep.finish()
+    out = "s3://objpath/x/../out"
+    r = subprocess.run([sys.executable, "-m", "egopool", "export", "lerobot", str(tmp_path / "task"), out],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert out in lines[0] and "path component" in lines[0], lines[0]

@@ -27,7 +27,8 @@ from typing import Any
 
 from .._safe_read import MAX_JSON_BYTES
 from ..errors import EgopoolError, FormatError, ObjectStoreError
-from ._s3 import S3Settings
+from ._path import _split
+from ._s3 import _DENIED, _NO_BUCKET, S3Settings
 
 __all__ = ["Bucket", "Conflict", "ObjectInfo", "is_bucket_uri", "parse_bucket_uri"]
 
@@ -52,7 +53,8 @@ def parse_bucket_uri(uri: str) -> tuple[str, str]:
     Raises
     ------
     EgopoolError
-        Not ``s3://`` or no bucket name (S3 names have >= 3 characters).
+        Not ``s3://`` or no bucket name (S3 names have >= 3 characters); a ``FormatError`` for an
+        empty, ``.`` or ``..`` path component.
     """
     if not is_bucket_uri(uri):
         raise EgopoolError(f"{uri!r} is not an s3:// URI", hint="write s3://bucket/prefix")
@@ -61,6 +63,7 @@ def parse_bucket_uri(uri: str) -> tuple[str, str]:
     if len(bucket) < 3:
         raise EgopoolError(f"{uri!r} names no bucket (a bucket name has 3 to 63 characters)",
                            hint="write s3://bucket/prefix")
+    _split(uri)  # an empty / . / .. component: refused as the readers refuse it (docs/decisions.md O22)
     return bucket, prefix.strip("/")
 
 
@@ -132,6 +135,8 @@ class Bucket:
         if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return Conflict(f"{what} {self.url(rel)}: the object exists or changed meanwhile ({code or status})")
         cause = {403: "denied", 404: "no_bucket"}.get(status, "unreachable" if not status else "error")
+        if not status and not isinstance(exc, self._errors.BotoCoreError):  # boto3's S3UploadFailedError: its text
+            cause = "denied" if _DENIED.search(str(exc)) else "no_bucket" if _NO_BUCKET.search(str(exc)) else "error"
         return ObjectStoreError(f"{what} {self.url(rel)} failed: {exc}", uri=self.url(rel), cause=cause,
                                 hint="check the bucket, the endpoint (AWS_ENDPOINT_URL) and the credentials "
                                      "(AWS_ACCESS_KEY_ID / AWS_PROFILE)")
@@ -274,9 +279,11 @@ class Bucket:
         from boto3.s3.transfer import TransferConfig
         cfg = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
         extra = {"Metadata": {"sha256": sha256}} if sha256 else None
+        from boto3.exceptions import S3UploadFailedError  # the transfer manager wraps a failed PUT in it
+
         try:
             self.client.upload_file(str(path), self.name, self.key(rel), Config=cfg, ExtraArgs=extra)
-        except (self._errors.ClientError, self._errors.BotoCoreError, OSError) as exc:
+        except (self._errors.ClientError, self._errors.BotoCoreError, S3UploadFailedError, OSError) as exc:
             raise self._fail(exc, rel, "PUT") from exc
 
     def delete(self, rels: list[str]) -> None:
