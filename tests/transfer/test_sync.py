@@ -233,3 +233,21 @@ def test_an_uncommitted_source_episode_is_named_not_copied(prefix: str, tmp_path
     r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/pick"], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and "not copied (uncommitted) 1" in r.stdout and "episode 3: uncommitted" in r.stdout
+
+
+def test_an_episode_another_writer_is_publishing_is_refused_with_the_fix(prefix: str, tmp_path: Path) -> None:
+    """Another writer's live claim on N (its journal object): the outcome names the journal and says to sync again."""
+    from egopool.server.bucket_publish import journal_doc, journal_key
+
+    src = write_task(tmp_path / "pc", episodes=2)
+    b = Bucket(prefix)
+    doc = journal_doc("pick", 2, "other-host-0123", ["pick/data/chunk-000/episode-001.parquet"],
+                      "pick/meta/episodes/chunk-000/episode-001.parquet")
+    b.put(journal_key("pick", 2), json.dumps(doc).encode(), if_none_match=True)
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 1 and (out["copied"], out["refused"]) == (1, 1), out
+    reason = out["episodes"][1]["reason"]
+    assert b.url(journal_key("pick", 2)) in reason and "run the sync again once it has finished" in reason, reason
+    b.delete([journal_key("pick", 2)])  # the other writer gave up: the next run copies episode 2
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 0 and (out["copied"], out["skipped"]) == (1, 1), out

@@ -347,7 +347,8 @@ class _BucketDest:
 
     def busy(self, n: int, source: _Source, rels: list[str]) -> str | None:
         if self.bucket.exists(journal_key(self.task, n)):
-            return f"episode {n} is being published into the destination by another writer (its journal exists)"
+            return (f"episode {n} is being published into the destination by another writer (its journal "
+                    f"{self.bucket.url(journal_key(self.task, n))} exists); run the sync again once it has finished")
         return None
 
     def copy(self, n: int, source: _Source, g: EpisodeFiles, rels: list[str]) -> SyncOutcome:
@@ -361,7 +362,8 @@ class _BucketDest:
                           new_info=source.info if new else None,
                           tasks_jsonl=(source.tasks_jsonl() or b"").decode("utf-8") if new else None)
         if layout.episodes_file(n).as_posix() != row_key or not claim(self.bucket, self.task, n, row_key, doc):
-            return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer")
+            return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer; "
+                                                    "run the sync again once it has finished")
         size = 0
         try:
             data_local: Path | None = None
