@@ -78,3 +78,90 @@ def test_bad_credentials_name_the_uri_and_the_fix(s3_server, monkeypatch):
         p.read_bytes()
     assert err.value.cause == "denied" and str(err.value).startswith("s3://objpath/x/meta/info.json: ")
     assert "AWS_SECRET_ACCESS_KEY" in str(err.value)
+
+
+def test_a_missing_aws_profile_is_one_line_naming_the_uri(s3_server, tmp_path):
+    """AWS_PROFILE naming no profile (O21): boto3 raised ProfileNotFound (a traceback from `sync`) and pyarrow
+    went on unsigned ("access denied"); now one line naming the URI, the profile and the fix."""
+    import os
+    import subprocess
+    import sys
+
+    s3_server.create_bucket("objpath")
+    (tmp_path / "home" / ".aws").mkdir(parents=True)
+    (tmp_path / "home" / ".aws" / "config").write_text("[profile other]\nregion = us-east-1\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    env.update(HOME=str(tmp_path / "home"), AWS_PROFILE="nosuch", XDG_STATE_HOME=str(tmp_path / "xdg"))
+    from egopool import TaskWriter
+
+    ep = TaskWriter(tmp_path, "src", fps=30.0).begin_episode()
+    for _ in range(3):
+        ep.add_frame({})
+    ep.finish()
+    src = tmp_path / "src"
+    for argv in (["sync", str(src), "s3://objpath/p/task"], ["sync", "s3://objpath/p/task", str(tmp_path / "d")],
+                 ["ls", "s3://objpath/p/task"], ["validate", "s3://objpath/p/task"]):
+        r = subprocess.run([sys.executable, "-m", "egopool", *argv], capture_output=True, text=True, env=env,
+                           timeout=300)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+        line = [ln for ln in r.stderr.splitlines() if "AWS_PROFILE" in ln]
+        assert len(line) == 1 and "s3://objpath/p" in line[0] and "'nosuch' is not a profile" in line[0], r.stderr
+        assert "unset AWS_PROFILE" in line[0]
+    # a profile that exists is used (keys from the config file: listed, not refused)
+    (tmp_path / "home" / ".aws" / "config").write_text(
+        f"[profile lab]\naws_access_key_id = {s3_server.access_key}\naws_secret_access_key = {s3_server.secret_key}\n")
+    env["AWS_PROFILE"] = "lab"
+    r = subprocess.run([sys.executable, "-m", "egopool", "info", "s3://objpath/p/task"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 1 and "task directory does not exist" in r.stderr, r.stderr
+
+
+def test_bucket_get_refuses_an_object_larger_than_its_limit_before_reading_it(s3_server):
+    """Bucket.get reads JSON documents (info.json, stats.json, journals) whole: a huge object put where one is
+    expected is refused from its Content-Length (memory stays bounded), naming the URI."""
+    pytest.importorskip("boto3")
+    from egopool.storage.bucket import MAX_GET_BYTES, Bucket
+
+    s3_server.create_bucket("objpath")
+    b = Bucket("s3://objpath/limits")
+    b.put("t/meta/info.json", b"{" + b" " * 4000 + b"}")
+    with pytest.raises(FormatError) as err:
+        b.get("t/meta/info.json", limit=1000)
+    assert str(err.value).startswith("s3://objpath/limits/t/meta/info.json: the object is 4002 bytes, more than")
+    assert b.get("t/meta/info.json", limit=4002)[0] == b"{" + b" " * 4000 + b"}"
+    assert MAX_GET_BYTES == 256 << 20
+
+
+def test_bucket_writers_parse_uris_as_readers_and_a_failed_upload_is_an_egopool_error(s3_server, tmp_path):
+    """Every writer into a bucket (serve, sync, export lerobot, stats recalc) goes through Bucket: `..` reached the
+    server (`export lerobot TASK s3://b/x/../out` died in boto3's S3UploadFailedError traceback) and `//` was
+    collapsed into a prefix no reader accepts (O22)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("boto3")
+    from egopool import TaskWriter
+    from egopool.storage.bucket import Bucket
+
+    s3_server.create_bucket("objpath")
+    for bad in ("s3://objpath/x/../out", "s3://objpath/x//out", "s3://objpath/./out"):
+        with pytest.raises(FormatError, match="path component"):
+            Bucket(bad)
+    (tmp_path / "f").write_bytes(b"abc")
+    import dataclasses
+
+    wrong = dataclasses.replace(S3Settings.from_env(), secret_key="not-the-secret")
+    with pytest.raises(ObjectStoreError) as err:  # a PUT the store refuses
+        Bucket("s3://objpath/p", settings=wrong).upload(tmp_path / "f", "k")
+    assert str(err.value).startswith("s3://objpath/p/k: ") and err.value.cause == "denied", str(err.value)
+    ep = TaskWriter(tmp_path, "task", fps=30.0).begin_episode()
+    for _ in range(3):
+        ep.add_frame({})
+    ep.finish()
+    out = "s3://objpath/x/../out"
+    r = subprocess.run([sys.executable, "-m", "egopool", "export", "lerobot", str(tmp_path / "task"), out],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert out in lines[0] and "path component" in lines[0], lines[0]

@@ -319,3 +319,25 @@ def test_stats_recalc_waits_for_a_publish_in_progress(uri: str, tmp_path: Path) 
         assert isinstance(result[0], httpx.Response) and result[0].status_code == 200
     assert box["r"].episodes == 2
     _stats_match(_download(uri, "pick", tmp_path / "copy"))  # counted once
+
+
+@pytest.mark.parametrize("case", ["short-bucket", "double-slash", "dot-dot", "bad-secret"])
+def test_a_store_that_cannot_work_is_one_line_before_the_server_starts(case: str, uri: str, tmp_path: Path) -> None:
+    """`serve --store s3://...` (O24): a bucket name under 3 characters or refused keys died in a traceback inside
+    uvicorn's start-up; `//` and `..` started a server whose keys no reader accepts (or the store refuses)."""
+    import os
+    import subprocess
+    import sys
+
+    store, env, fix = {
+        "short-bucket": ("s3://ab/pooled", {}, "a bucket name has 3 to 63 characters"),
+        "double-slash": (f"{uri}/x//y", {}, "'..' path component"),
+        "dot-dot": (f"{uri}/x/../y", {}, "'..' path component"),
+        "bad-secret": (f"{uri}/pooled", {"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, "AWS_ACCESS_KEY_ID"),
+    }[case]
+    r = subprocess.run([sys.executable, "-m", "egopool", "serve", "--store", store, "--state", str(tmp_path / "st"),
+                        "--port", "0", "--no-previews"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **env})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("egopool: error: ") and store.rstrip("/") in lines[0] and fix in lines[0], lines[0]

@@ -16,6 +16,7 @@ import pytest
 from transfer_helpers import simulate, snapshot, write_task
 
 from egopool.layout import list_task_episodes
+from egopool.storage import as_path
 from egopool.validate import validate_task
 
 pytestmark = pytest.mark.extra("s3")
@@ -141,3 +142,112 @@ def test_killed_sync_resumes(direction: str, prefix: str, tmp_path: Path) -> Non
     else:
         assert _episode_bytes(Path(dst)) == _episode_bytes(src_dir)
         assert validate_task(dst).ok
+
+
+def test_an_episode_being_synced_into_a_bucket_task_is_not_shown_as_damaged(prefix: str, tmp_path: Path) -> None:
+    """ls and validate on a bucket task while a sync has placed episode 2's files but not its row (O20):
+    episode 2 is neither listed nor an error, and ls says it is being published."""
+    assert _sync(str(write_task(tmp_path / "one", episodes=1)), f"{prefix}/pick")[0] == 0
+    src = write_task(tmp_path / "three", episodes=3)  # the same episode 1 (deterministic), then 2 and 3
+    marker = tmp_path / "xdg" / "egopool" / "sync-paused-placed"
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/pick", "--json"],
+                            env={**os.environ, "EGOPOOL_SYNC_PAUSE": "placed"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert "pick/data/chunk-000/episode-001.parquet" in _objects(prefix)  # episode 2's files are there
+        for argv in (["ls", "--json"], ["validate", "--json"], ["ls"]):
+            r = subprocess.run([sys.executable, "-m", "egopool", argv[0], f"{prefix}/pick", *argv[1:]],
+                               capture_output=True, text=True, timeout=300)
+            assert "Traceback" not in r.stderr, r.stderr
+            assert r.returncode == 0, (argv, r.stdout, r.stderr)
+            if argv == ["ls", "--json"]:
+                assert [row["episode_index"] for row in json.loads(r.stdout)] == [1]
+            elif argv == ["ls"]:
+                assert "being published by the pooling server: 2" in r.stdout
+    finally:
+        proc.kill()
+        proc.wait(30)
+        marker.unlink(missing_ok=True)
+    rc, out = _sync(str(src), f"{prefix}/pick")  # the killed run's own journal is rolled back, then copied
+    assert rc == 0 and (out["copied"], out["skipped"]) == (2, 1)
+
+
+@pytest.mark.parametrize("tail", ["x//pick", "x/../pick", "x/./pick"])
+def test_a_destination_uri_a_reader_refuses_is_refused_before_writing(prefix: str, tmp_path: Path, tail: str) -> None:
+    """`s3://b/p/x//pick` was written as `x/pick` (a URI no reader accepts), `..` reached the server (O22)."""
+    src = write_task(tmp_path / "pc", episodes=1)
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/{tail}"], capture_output=True,
+                       text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert f"{prefix}/{tail}" in lines[0] and "'..' path component" in lines[0], lines[0]
+    assert not _objects(prefix)
+
+
+@pytest.mark.parametrize("direction", ["to_bucket", "to_directory"])
+def test_a_damaged_source_episode_is_refused_and_the_others_are_copied(direction: str, prefix: str,
+                                                                       tmp_path: Path) -> None:
+    """Episode 2's data parquet truncated in SRC (O23): it is refused naming its place in SRC, nothing of it stays
+    in DST (into a directory its row used to be committed, then the whole run stopped naming DST's file), and
+    episodes 1 and 3 are copied."""
+    local = write_task(tmp_path / "pc", episodes=3)
+    rel = "data/chunk-000/episode-001.parquet"
+    if direction == "to_bucket":
+        good = (local / rel).read_bytes()
+        (local / rel).write_bytes(good[: len(good) // 2])
+        src, dst = str(local), f"{prefix}/pick"
+    else:
+        assert _sync(str(local), f"{prefix}/pick")[0] == 0
+        b = Bucket(f"{prefix}/pick")
+        body = (b.get(rel) or (b"", ""))[0]
+        b.put(rel, body[: len(body) // 2])  # rewritten by another tool: no sha256 recorded with it
+        src, dst = f"{prefix}/pick", str(tmp_path / "dest" / "pick")
+    rc, out = _sync(src, dst)
+    assert rc == 1 and (out["copied"], out["refused"]) == (2, 1), out
+    bad = out["episodes"][1]
+    assert bad["index"] == 2 and bad["status"] == "refused"
+    assert f"{src}/{rel} does not read" in bad["reason"] and "delete episode 2" in bad["reason"], bad
+    if direction == "to_bucket":
+        held = _objects(prefix)
+        assert not [k for k in held if "episode-001" in k or k.startswith(".egopool-server/")], sorted(held)
+    else:
+        assert not list(Path(dst).rglob("*episode-001*"))
+    assert [g.index for g in list_task_episodes(as_path(dst), committed_only=False)] == [1, 3]
+    assert validate_task(dst).ok
+
+
+def test_an_uncommitted_source_episode_is_named_not_copied(prefix: str, tmp_path: Path) -> None:
+    """Episode 3 of SRC has its files but no row (O25): it used to vanish from the report ("copied 2", nothing
+    else); now it is named as not copied, and nothing of it reaches the bucket."""
+    src = write_task(tmp_path / "pc", episodes=3)
+    (src / "meta/episodes/chunk-000/episode-002.parquet").unlink()
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 0 and (out["copied"], out["uncommitted"], out["refused"]) == (2, 1, 0), out
+    last = out["episodes"][-1]
+    assert last["index"] == 3 and last["status"] == "uncommitted" and "no meta/episodes row" in last["reason"]
+    assert not [k for k in _objects(prefix) if "episode-002" in k]
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(src), f"{prefix}/pick"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "not copied (uncommitted) 1" in r.stdout and "episode 3: uncommitted" in r.stdout
+
+
+def test_an_episode_another_writer_is_publishing_is_refused_with_the_fix(prefix: str, tmp_path: Path) -> None:
+    """Another writer's live claim on N (its journal object): the outcome names the journal and says to sync again."""
+    from egopool.server.bucket_publish import journal_doc, journal_key
+
+    src = write_task(tmp_path / "pc", episodes=2)
+    b = Bucket(prefix)
+    doc = journal_doc("pick", 2, "other-host-0123", ["pick/data/chunk-000/episode-001.parquet"],
+                      "pick/meta/episodes/chunk-000/episode-001.parquet")
+    b.put(journal_key("pick", 2), json.dumps(doc).encode(), if_none_match=True)
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 1 and (out["copied"], out["refused"]) == (1, 1), out
+    reason = out["episodes"][1]["reason"]
+    assert b.url(journal_key("pick", 2)) in reason and "run the sync again once it has finished" in reason, reason
+    b.delete([journal_key("pick", 2)])  # the other writer gave up: the next run copies episode 2
+    rc, out = _sync(str(src), f"{prefix}/pick")
+    assert rc == 0 and (out["copied"], out["skipped"]) == (1, 1), out

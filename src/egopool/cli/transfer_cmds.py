@@ -227,12 +227,11 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
         except ImportError as exc:
             raise EgopoolError("an s3:// store needs the optional packages of egopool[s3] (boto3 is missing)",
                                hint="pip install 'egopool[s3]'") from exc
-    if ray is not None:
-        try:
-            import ray as _ray  # noqa: F401 - the cluster itself is joined at the first build (never fails an import)
-        except ImportError as exc:
-            raise EgopoolError("--ray needs Ray, which is not installed",
-                               hint="pip install 'egopool[ray]' (on every node of the cluster)") from exc
+        from ..storage import as_path
+        from ..storage.bucket import Bucket
+
+        as_path(store)  # an empty / . / .. component is refused as the readers refuse it (O24)
+        Bucket(store).ensure_bucket()  # name, endpoint and keys checked here, in one line, not in uvicorn's start-up
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")

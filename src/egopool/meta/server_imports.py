@@ -10,6 +10,11 @@ the episode's data parquet and videos are a file group without its row, which ``
 shows such groups on purpose: on a recorder's disk they are what a crash left). This module lets
 them tell the two apart: an uncommitted group a journal names belongs to a server import in
 progress (or to one a killed server left, which the server rolls back when it starts).
+
+A task in a bucket (``s3://bucket/prefix/task``, a store of ``egopool serve --store s3://...`` or
+a destination of ``egopool sync``) has its journals as objects
+``<prefix>/.egopool-server/journals/<sha1 of the task name, 20 hex>/<N, 9 digits>.json`` whose
+``files`` and ``commit`` keys are relative to the store prefix (docs/decisions.md O11, O20).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 
 from .._safe_read import read_json
 from ..errors import EgopoolError
+from ..storage import ObjectPath, as_path
 
 __all__ = ["STATE_DIR", "journal_prefix", "publishing"]
 
@@ -44,14 +50,14 @@ def publishing(task_dir: str | Path) -> dict[int, list[str]]:
     -------
     dict
         N -> task-relative POSIX paths the import places (its commit object last), for every journal
-        of this task whose commit object does not exist yet. Empty elsewhere, and for an ``s3://``
-        task (a bucket store keeps no journal directory beside its tasks: docs/decisions.md O10-O14).
+        of this task whose commit object does not exist yet. Empty elsewhere. For an ``s3://``
+        task, the bucket's own publish journals are read (docs/decisions.md O11, O20).
         A journal that does not read (being written: written atomically, so nothing was placed yet)
         is skipped.
     """
-    if not isinstance(task_dir, (str, Path)) or str(task_dir).startswith("s3://"):
-        return {}  # a bucket store keeps its journals elsewhere and readers count rows only (docs/decisions.md O11)
-    root = Path(task_dir)
+    root = as_path(task_dir)
+    if isinstance(root, ObjectPath):
+        return _publishing_in_bucket(root)
     jdir = root.parent / STATE_DIR / "journals"
     if not jdir.is_dir():
         return {}
@@ -67,4 +73,27 @@ def publishing(task_dir: str | Path) -> dict[int, list[str]]:
         commit = doc.get("commit") or (files[-1] if files else None)
         if isinstance(commit, str) and not (root / commit).is_file():
             out[int(doc["index"])] = files
+    return out
+
+
+def _publishing_in_bucket(root: ObjectPath) -> dict[int, list[str]]:
+    """:func:`publishing` for a task in a bucket: one LIST of its journal prefix, one GET per journal,
+    one HEAD per commit key (docs/decisions.md O20)."""
+    store = root.parent
+    jdir = store / STATE_DIR / "journals" / hashlib.sha1(root.name.encode("utf-8")).hexdigest()[:20]
+    out: dict[int, list[str]] = {}
+    cut = len(root.name) + 1
+    for rel, jp in jdir.walk_objects():
+        if "/" in rel or not rel.endswith(".json"):
+            continue
+        try:
+            doc = read_json(jp, what="publish journal")
+        except (EgopoolError, FileNotFoundError):
+            continue  # deleted meanwhile (finished or rolled back)
+        if not isinstance(doc, dict) or doc.get("task") != root.name or not isinstance(doc.get("index"), int):
+            continue
+        files = [f for f in doc.get("files") or [] if isinstance(f, str) and f.startswith(root.name + "/")]
+        commit = doc.get("commit")
+        if isinstance(commit, str) and commit.startswith(root.name + "/") and not (store / commit).is_file():
+            out[int(doc["index"])] = [f[cut:] for f in files]
     return out

@@ -136,7 +136,12 @@ class ObjectPath:
 
     def __init__(self, uri: str, settings: S3Settings | None = None) -> None:
         self.bucket, self.key = _split(uri)
-        self.settings = settings if settings is not None else S3Settings.from_env()
+        if settings is None:
+            try:
+                settings = S3Settings.from_env()
+            except FormatError as exc:  # name the URI that needed the setting
+                raise FormatError(exc.message, path=uri, hint=exc.hint) from exc
+        self.settings = settings
         self._info: Any = None
 
     @classmethod

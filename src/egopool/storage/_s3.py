@@ -8,6 +8,10 @@ Settings (read when an ``s3://`` location is first used in a process; Ray worker
 * ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``); unset: the AWS
   SDK's default chain (``AWS_PROFILE`` in ``~/.aws/credentials``, instance roles...).
 * ``AWS_REGION``, else ``AWS_DEFAULT_REGION``.
+* ``AWS_PROFILE`` (or ``AWS_DEFAULT_PROFILE``) must name a section of ``~/.aws/credentials`` or
+  ``~/.aws/config`` (``AWS_SHARED_CREDENTIALS_FILE`` / ``AWS_CONFIG_FILE``): a missing one is
+  refused here in one line (docs/decisions.md O21) rather than left to the SDKs (boto3 raises, pyarrow
+  goes on unsigned and is refused as "access denied").
 * ``EGOPOOL_S3_CONNECT_TIMEOUT`` (s, default 10), ``EGOPOOL_S3_REQUEST_TIMEOUT`` (s, default 60:
   a request that receives nothing for that long fails) and ``AWS_MAX_ATTEMPTS`` (default 3,
   the AWS standard retry strategy): a stalled connection cannot hang a reader.
@@ -29,6 +33,30 @@ __all__ = ["S3Settings", "s3_filesystem", "translate_s3_error"]
 _DEFAULT_CONNECT_TIMEOUT = 10.0
 _DEFAULT_REQUEST_TIMEOUT = 60.0
 _DEFAULT_ATTEMPTS = 3
+
+
+def _check_profile(env: dict[str, str]) -> None:
+    """Raise when ``AWS_PROFILE`` names no profile of the shared credentials / config files (O21)."""
+    import configparser
+
+    name = (env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "").strip()
+    if not name:
+        return
+    var = "AWS_PROFILE" if env.get("AWS_PROFILE", "").strip() else "AWS_DEFAULT_PROFILE"
+    home = os.path.expanduser("~")
+    creds = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials")
+    config = env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config")
+    for path, section in ((creds, name), (config, name if name == "default" else f"profile {name}")):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(os.path.expanduser(path), encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError, OSError):
+            continue  # the SDK reports a broken file itself
+        if parser.has_section(section):
+            return
+    raise FormatError(f"{var}={name!r} is not a profile of {creds} or {config}",
+                      hint=f"unset {var}, add [{name}] to {creds}, or set AWS_ACCESS_KEY_ID and "
+                           "AWS_SECRET_ACCESS_KEY")
 
 
 def _float_env(env: dict[str, str], name: str, default: float) -> float:
@@ -79,9 +107,11 @@ class S3Settings:
         Raises
         ------
         FormatError
-            A malformed endpoint URL, timeout or ``AWS_MAX_ATTEMPTS``.
+            A malformed endpoint URL, timeout or ``AWS_MAX_ATTEMPTS``; an ``AWS_PROFILE`` that names no
+            profile.
         """
         env = dict(os.environ if env is None else env)
+        _check_profile(env)
         url = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()
         endpoint, scheme = None, "https"
         if url:

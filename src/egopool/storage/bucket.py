@@ -25,11 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, ObjectStoreError
-from ._s3 import S3Settings
+from .._safe_read import MAX_JSON_BYTES
+from ..errors import EgopoolError, FormatError, ObjectStoreError
+from ._path import _split
+from ._s3 import _DENIED, _NO_BUCKET, S3Settings
 
 __all__ = ["Bucket", "Conflict", "ObjectInfo", "is_bucket_uri", "parse_bucket_uri"]
 
+#: the largest object :meth:`Bucket.get` reads into memory (bytes): the readers' JSON limit
+MAX_GET_BYTES = MAX_JSON_BYTES
 #: objects above this size go up as a multipart upload (boto3's transfer manager), the rest in one PUT
 MULTIPART_THRESHOLD = 64 << 20
 
@@ -49,7 +53,8 @@ def parse_bucket_uri(uri: str) -> tuple[str, str]:
     Raises
     ------
     EgopoolError
-        Not ``s3://`` or no bucket name (S3 names have >= 3 characters).
+        Not ``s3://`` or no bucket name (S3 names have >= 3 characters); a ``FormatError`` for an
+        empty, ``.`` or ``..`` path component.
     """
     if not is_bucket_uri(uri):
         raise EgopoolError(f"{uri!r} is not an s3:// URI", hint="write s3://bucket/prefix")
@@ -58,6 +63,7 @@ def parse_bucket_uri(uri: str) -> tuple[str, str]:
     if len(bucket) < 3:
         raise EgopoolError(f"{uri!r} names no bucket (a bucket name has 3 to 63 characters)",
                            hint="write s3://bucket/prefix")
+    _split(uri)  # an empty / . / .. component: refused as the readers refuse it (docs/decisions.md O22)
     return bucket, prefix.strip("/")
 
 
@@ -94,14 +100,23 @@ class Bucket:
             raise EgopoolError("s3:// stores need boto3", hint="pip install 'egopool[s3]'") from exc
         self.uri = uri.rstrip("/")
         self.name, self.prefix = parse_bucket_uri(uri)
-        st = settings or S3Settings.from_env()
+        try:
+            st = settings or S3Settings.from_env()
+        except EgopoolError as exc:  # name the URI that needed the setting
+            raise EgopoolError(exc.message, path=self.uri, hint=exc.hint) from exc
         cfg = Config(connect_timeout=st.connect_timeout, read_timeout=st.request_timeout,
                      retries={"max_attempts": st.max_attempts, "mode": "standard"}, max_pool_connections=32)
         endpoint = f"{st.scheme}://{st.endpoint}" if st.endpoint else None
-        self.client: Any = boto3.session.Session().client(
-            "s3", endpoint_url=endpoint, region_name=st.region or "us-east-1", config=cfg,
-            aws_access_key_id=st.access_key, aws_secret_access_key=st.secret_key, aws_session_token=st.session_token)
         self._errors: Any = __import__("botocore.exceptions", fromlist=["ClientError"])
+        try:
+            self.client: Any = boto3.session.Session().client(
+                "s3", endpoint_url=endpoint, region_name=st.region or "us-east-1", config=cfg,
+                aws_access_key_id=st.access_key, aws_secret_access_key=st.secret_key,
+                aws_session_token=st.session_token)
+        except self._errors.BotoCoreError as exc:  # a broken ~/.aws file, a profile the SDK cannot use
+            raise ObjectStoreError(f"cannot set up the S3 client: {exc}", uri=self.uri, cause="config",
+                                   hint="fix AWS_PROFILE / ~/.aws/config, or set AWS_ACCESS_KEY_ID and "
+                                        "AWS_SECRET_ACCESS_KEY") from exc
 
     # -- keys --------------------------------------------------------------------------------------
     def key(self, rel: str) -> str:
@@ -120,22 +135,38 @@ class Bucket:
         if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return Conflict(f"{what} {self.url(rel)}: the object exists or changed meanwhile ({code or status})")
         cause = {403: "denied", 404: "no_bucket"}.get(status, "unreachable" if not status else "error")
+        if not status and not isinstance(exc, self._errors.BotoCoreError):  # boto3's S3UploadFailedError: its text
+            cause = "denied" if _DENIED.search(str(exc)) else "no_bucket" if _NO_BUCKET.search(str(exc)) else "error"
         return ObjectStoreError(f"{what} {self.url(rel)} failed: {exc}", uri=self.url(rel), cause=cause,
                                 hint="check the bucket, the endpoint (AWS_ENDPOINT_URL) and the credentials "
                                      "(AWS_ACCESS_KEY_ID / AWS_PROFILE)")
 
     # -- reads -------------------------------------------------------------------------------------
-    def get(self, rel: str) -> tuple[bytes, str] | None:
-        """``(bytes, ETag)`` of object ``rel``, or None when it does not exist.
+    def get(self, rel: str, *, limit: int = MAX_GET_BYTES) -> tuple[bytes, str] | None:
+        """``(bytes, ETag)`` of object ``rel`` (a JSON document: ``info.json``, ``stats.json``, a journal),
+        or None when it does not exist.
+
+        Parameters
+        ----------
+        limit:
+            Largest object read into memory, in bytes (default 256 MiB, the readers' JSON limit); a larger
+            one is refused from its ``Content-Length`` before its body is read: memory stays bounded.
 
         Raises
         ------
+        FormatError
+            The object is larger than ``limit``.
         ObjectStoreError
             Any other failure (network, permissions).
         """
         try:
             r = self.client.get_object(Bucket=self.name, Key=self.key(rel))
-            return r["Body"].read(), str(r["ETag"])
+            size = int(r.get("ContentLength") or 0)
+            if size > limit:
+                r["Body"].close()
+                raise FormatError(f"the object is {size} bytes, more than the {limit} egopool reads",
+                                  path=self.url(rel), hint="this is not the object the format expects; restore it")
+            return r["Body"].read(limit + 1), str(r["ETag"])
         except self._errors.ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
                 return None
@@ -248,9 +279,11 @@ class Bucket:
         from boto3.s3.transfer import TransferConfig
         cfg = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
         extra = {"Metadata": {"sha256": sha256}} if sha256 else None
+        from boto3.exceptions import S3UploadFailedError  # the transfer manager wraps a failed PUT in it
+
         try:
             self.client.upload_file(str(path), self.name, self.key(rel), Config=cfg, ExtraArgs=extra)
-        except (self._errors.ClientError, self._errors.BotoCoreError, OSError) as exc:
+        except (self._errors.ClientError, self._errors.BotoCoreError, S3UploadFailedError, OSError) as exc:
             raise self._fail(exc, rel, "PUT") from exc
 
     def delete(self, rels: list[str]) -> None:

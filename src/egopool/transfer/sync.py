@@ -57,8 +57,9 @@ _OWNED = ("format", *_LAYOUT_KEYS, "task_name", "created_at", "fps")
 
 @dataclass
 class SyncOutcome:
-    """What happened to one episode: ``status`` is ``copied``, ``skipped``, ``refused`` or (``--dry-run``)
-    ``would_copy``; ``bytes`` copied; ``reason`` for a refusal."""
+    """What happened to one episode: ``status`` is ``copied``, ``skipped``, ``refused``, ``uncommitted`` (files
+    in SRC without their row: not copied, O25) or (``--dry-run``) ``would_copy``; ``bytes`` copied; ``reason``
+    for a refusal or an uncommitted group."""
 
     index: int
     status: str
@@ -68,7 +69,7 @@ class SyncOutcome:
 
 @dataclass
 class SyncReport:
-    """The run: source, destination, one outcome per committed source episode (ascending N)."""
+    """The run: source, destination, one outcome per source episode file group (ascending N)."""
 
     src: str
     dst: str
@@ -83,17 +84,26 @@ class SyncReport:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document."""
         count = {s: sum(1 for o in self.outcomes if o.status == s) for s in ("copied", "skipped", "refused",
-                                                                             "would_copy")}
+                                                                             "would_copy", "uncommitted")}
         return {"src": self.src, "dst": self.dst, "dry_run": self.dry_run, "ok": self.ok, **count,
                 "bytes": sum(o.bytes for o in self.outcomes), "episodes": [o.__dict__ for o in self.outcomes]}
 
 
 def _split_task_uri(uri: str) -> tuple[Bucket, str]:
-    """``s3://b/p/task`` -> (bucket ``s3://b/p``, ``task``)."""
-    parent, _, task = uri.rstrip("/").rpartition("/")
-    if not task or parent in ("s3:", "s3:/"):
+    """``s3://b/p/task`` -> (bucket ``s3://b/p``, ``task``).
+
+    Raises
+    ------
+    FormatError
+        An empty, ``.`` or ``..`` component (``s3://b/p//task``): refused as every reader refuses it,
+        so that the task written is the one the URI names (docs/decisions.md O22).
+    EgopoolError
+        No task component, or a bucket name under 3 characters.
+    """
+    path = as_path(uri)
+    if not path.key:  # type: ignore[union-attr]
         raise EgopoolError(f"{uri!r} names no task", hint="write s3://BUCKET/PREFIX/TASK")
-    return Bucket(parent), task
+    return Bucket(str(path.parent)), path.name
 
 
 def _rel(root: Any, p: Any) -> str:
@@ -149,7 +159,8 @@ class _Source:
         self.bucket, self.task = _split_task_uri(src) if is_bucket_uri(src) else (None, "")
 
     def episodes(self) -> list[EpisodeFiles]:
-        return list_task_episodes(self.root, self.layout, committed_only=True)
+        """Every episode file group of SRC, committed or not (an uncommitted one is reported, not copied)."""
+        return list_task_episodes(self.root, self.layout, committed_only=False)
 
     def tasks_jsonl(self) -> bytes | None:
         p = self.root / "meta" / "tasks.jsonl"
@@ -164,7 +175,7 @@ class _Source:
 
         Raises
         ------
-        FormatError
+        _SourceDamaged
             The bytes read are not those the bucket recorded (a damaged object).
         """
         if self.bucket is None:
@@ -175,14 +186,34 @@ class _Source:
         self.bucket.download(f"{self.task}/{rel}", dest)
         got, recorded = sha256_file(dest), self.sha(rel)
         if recorded is not None and recorded != got:
-            raise FormatError(f"{self.bucket.url(self.task + '/' + rel)}: its bytes hash to {got[:12]}..., the "
-                              f"sha256 recorded with it is {recorded[:12]}...", hint="the object is damaged; "
-                                                                                     "restore it from another copy")
+            dest.unlink()
+            raise _SourceDamaged(f"the source's {self.bucket.url(self.task + '/' + rel)}: its bytes hash to "
+                                 f"{got[:12]}..., the sha256 recorded with it is {recorded[:12]}...",
+                                 hint="the object is damaged; restore it from another copy")
         return dest, got
 
     def release(self, path: Path) -> None:
         if self.bucket is not None:
             path.unlink(missing_ok=True)
+
+
+class _SourceDamaged(EgopoolError):
+    """An episode of SRC whose data parquet does not read: refused, never committed in DST (O23)."""
+
+
+def _stats_of(source: _Source, data: Path, rel: str, info: dict[str, Any], n: int) -> dict[str, Any]:
+    """The episode's ``stats.json`` blocks from its data parquet (a local copy of SRC's ``rel``).
+
+    Raises
+    ------
+    _SourceDamaged
+        The parquet does not read: named by its place in SRC, not by the local copy.
+    """
+    try:
+        return episode_stats_file(data, info)
+    except FormatError as exc:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} does not read ({exc.message}); "
+                             f"restore it in the source or delete episode {n} there") from exc
 
 
 def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
@@ -229,7 +260,15 @@ def sync_task(src: str, dst: str, *, dry_run: bool = False,
             dest.recover()
         groups = source.episodes()
         for i, g in enumerate(groups):
-            report.outcomes.append(_one(source, dest, g, dry_run))
+            if not g.committed:  # no meta/episodes row: not an episode yet (§9, U5); named, never copied (O25)
+                report.outcomes.append(SyncOutcome(g.index, "uncommitted", reason=(
+                    f"episode {g.index} of the source has files but no meta/episodes row (being written, or "
+                    "left by a crash): not copied; run the sync again once its row is written")))
+                continue
+            try:
+                report.outcomes.append(_one(source, dest, g, dry_run))
+            except _SourceDamaged as exc:  # undone by copy: nothing of it stays in DST; the next ones go on
+                report.outcomes.append(SyncOutcome(g.index, "refused", reason=exc.one_line()))
             if progress is not None:
                 progress(i + 1, len(groups))
     return report
@@ -298,14 +337,18 @@ class _BucketDest:
         for k in keys:
             sha = self.bucket.sha256_of(k)
             if sha is None and self.bucket.exists(k):
-                sha = hashlib.sha256(b"".join(self.bucket.stream(k))).hexdigest()
+                h = hashlib.sha256()
+                for piece in self.bucket.stream(k):  # 1 MiB at a time: a video is never held whole
+                    h.update(piece)
+                sha = h.hexdigest()
             if sha is not None:
                 out[k[len(self.task) + 1:]] = sha
         return out
 
     def busy(self, n: int, source: _Source, rels: list[str]) -> str | None:
         if self.bucket.exists(journal_key(self.task, n)):
-            return f"episode {n} is being published into the destination by another writer (its journal exists)"
+            return (f"episode {n} is being published into the destination by another writer (its journal "
+                    f"{self.bucket.url(journal_key(self.task, n))} exists); run the sync again once it has finished")
         return None
 
     def copy(self, n: int, source: _Source, g: EpisodeFiles, rels: list[str]) -> SyncOutcome:
@@ -319,7 +362,8 @@ class _BucketDest:
                           new_info=source.info if new else None,
                           tasks_jsonl=(source.tasks_jsonl() or b"").decode("utf-8") if new else None)
         if layout.episodes_file(n).as_posix() != row_key or not claim(self.bucket, self.task, n, row_key, doc):
-            return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer")
+            return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer; "
+                                                    "run the sync again once it has finished")
         size = 0
         try:
             data_local: Path | None = None
@@ -339,7 +383,8 @@ class _BucketDest:
                     data_local = path
                 else:
                     source.release(path)
-            blocks = episode_stats_file(data_local, source.info) if data_local is not None else {}
+            blocks = _stats_of(source, data_local, _rel(source.root, g.data), source.info, n) \
+                if data_local is not None and g.data is not None else {}
             if data_local is not None:
                 source.release(data_local)
             _pause("placed")
@@ -399,34 +444,44 @@ class _DirDest:
         with task_lock(self.root):
             if self.committed_files(n, source) is not None or self.busy(n, source, rels):
                 return SyncOutcome(n, "refused", reason=f"episode {n} appeared in the destination meanwhile")
-            data_final = None
-            for r in [*[r for r in rels if r != row_rel], row_rel]:  # the row last: its rename is the commit
-                if r == row_rel:
-                    _pause("placed")
-                path, sha = source.fetch(r)
-                final = self.root / r
-                final.parent.mkdir(parents=True, exist_ok=True)
-                tmp = final.with_name(f".{final.name}.sync-tmp")
-                shutil.copyfile(path, tmp)
-                fsync_file(tmp)
-                source.release(path)
-                if sha256_file(tmp) != sha:
-                    tmp.unlink()
-                    raise EgopoolError(f"{final}: the copy reads back other bytes than the source's {r}",
-                                       hint="run the sync again")
-                size += tmp.stat().st_size
-                os.replace(tmp, final)
-                fsync_dir(final.parent)
-                if g.data is not None and r == _rel(source.root, g.data):
-                    data_final = final
+            decl = {k: v for k, v in source.info.items() if k not in _OWNED}
+            decl["total_episodes"] = n
+            blocks: dict[str, Any] = {}
+            placed: list[Path] = []
+            try:
+                for r in [*[r for r in rels if r != row_rel], row_rel]:  # the row last: its rename is the commit
+                    if r == row_rel:
+                        _pause("placed")
+                    path, sha = source.fetch(r)
+                    final = self.root / r
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = final.with_name(f".{final.name}.sync-tmp")
+                    shutil.copyfile(path, tmp)
+                    fsync_file(tmp)
+                    source.release(path)
+                    if sha256_file(tmp) != sha:
+                        tmp.unlink()
+                        raise EgopoolError(f"{final}: the copy reads back other bytes than the source's {r}",
+                                           hint="run the sync again")
+                    if g.data is not None and r == _rel(source.root, g.data):  # read before anything commits
+                        try:
+                            blocks = _stats_of(source, tmp, r, merge_info(self.info() or source.info, decl), n)
+                        except _SourceDamaged:
+                            tmp.unlink()
+                            raise
+                    size += tmp.stat().st_size
+                    os.replace(tmp, final)
+                    placed.append(final)
+                    fsync_dir(final.parent)
+            except _SourceDamaged:
+                for p in placed:  # this episode's files, uncommitted: not left as a damaged group
+                    p.unlink(missing_ok=True)
+                raise
             info = self.info()
             if info is None:
                 atomic_write_bytes(self.root / "meta" / "tasks.jsonl", source.tasks_jsonl() or b"")
                 write_info(self.root, source.info)
                 info = source.info
-            decl = {k: v for k, v in source.info.items() if k not in _OWNED}
-            decl["total_episodes"] = n
-            blocks = episode_stats_file(data_final, merge_info(info, decl)) if data_final is not None else {}
             problem = None
             try:
                 merge_task_meta(self.root, n, decl, blocks, TaskLayout.from_info(self.root, info))
