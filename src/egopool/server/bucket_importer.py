@@ -30,7 +30,7 @@ from .bucket_publish import (JOURNALS, BucketPublication, claim, journal_doc, jo
                              recover_bucket, task_hash)
 from .bucket_store import BucketStore
 from .db import EpisodeRow
-from .importer import _SERVER_OWNED, ImportResult, Importer, _added_declarations, _may_not_declare, _same_fps
+from .importer import _SERVER_OWNED, ImportResult, Importer, _may_not_declare, _same_fps, check_adds_nothing
 
 __all__ = ["BucketImporter", "open_bucket_store"]
 
@@ -136,11 +136,8 @@ class BucketImporter(Importer):
             raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
         except FormatError as exc:
             raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
-        added = [] if may_declare or fresh is not None else _added_declarations(server_info, info)
-        if added:
-            raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
-                                         f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
-                                         "declare it yet, and this token may not declare")
+        if not may_declare and fresh is None:
+            check_adds_nothing(task, server_info, info)
         tasks_jsonl = None
         if fresh is not None:
             lines = read_tasks(staging) if (staging / "meta" / "tasks.jsonl").is_file() else []

@@ -153,6 +153,22 @@ def _added_declarations(server_info: Mapping[str, Any], info: Mapping[str, Any])
         [f"stream {k!r}" for k in sorted(keys(info, "video_extensions") - old_streams)]
 
 
+def check_adds_nothing(task: str, server_info: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+    """Refuse an upload by a token that may not declare (docs/decisions.md U15) when its ``info.json``
+    declares a column or stream the server task does not have yet.
+
+    Raises
+    ------
+    UploadRejectedError
+        403 ``may_not_declare``, naming what would be added and the scope that may add it.
+    """
+    added = _added_declarations(server_info, info)
+    if added:
+        raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
+                                     f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
+                                     "declare it yet, and this token may not declare")
+
+
 def _may_not_declare(task: str, what: str) -> UploadRejectedError:
     return UploadRejectedError(403, "may_not_declare", what,
                                hint=f"a token of scope declare:{task} (or upload:{task}) declares it: `egopool token "
@@ -691,11 +707,8 @@ class Importer:
             raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
         except FormatError as exc:
             raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
-        added = [] if may_declare or fresh is not None else _added_declarations(server_info, info)
-        if added:
-            raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
-                                         f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
-                                         "declare it yet, and this token may not declare")
+        if not may_declare and fresh is None:
+            check_adds_nothing(task, server_info, info)
         target = self._allocate(task, task_dir, server_layout, server_info, n)
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
