@@ -18,19 +18,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import FormatError, SchemaError, UploadRejectedError
+from ..errors import FormatError, UploadRejectedError
 from ..layout import TaskLayout
-from ..meta.info import merge_info, new_info, read_info
+from ..meta.info import new_info, read_info
 from ..meta.stats import StatsBlock
 from ..meta.tasks import read_tasks
 from ..registry import sha256_file
 from ..transfer.manifest import Manifest
-from ..write.checks import check_feature_declarations, check_stream_declarations, check_task_meta_mergeable
 from .bucket_publish import (JOURNALS, BucketPublication, claim, journal_doc, journal_key, publish_to_bucket,
                              recover_bucket, task_hash)
 from .bucket_store import BucketStore
 from .db import EpisodeRow
-from .importer import _SERVER_OWNED, ImportResult, Importer, _may_not_declare, _same_fps, check_adds_nothing
+from .importer import ImportResult, Importer, _may_not_declare, check_upload_fits
 
 __all__ = ["BucketImporter", "open_bucket_store"]
 
@@ -116,28 +115,7 @@ class BucketImporter(Importer):
         dup = self._duplicate(task, manifest, host_id, n, zip_sha256, upload_id)
         if dup is not None:
             return dup
-        if fresh is None and not _same_fps(server_info.get("fps"), info.get("fps")):
-            raise UploadRejectedError(409, "declaration_conflict", f"the server task records at fps "
-                                                                   f"{server_info.get('fps')}, the upload at "
-                                                                   f"{info.get('fps')!r}; a task has one fps (§3)",
-                                      hint="upload it under another task name")
-        decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
-        raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
-        cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
-        exts: dict[str, Any] = raw_exts if isinstance(raw_exts, dict) else {}
-        merged = merge_info(server_info, decl)
-        blocks = blocks_for(merged)
-        try:
-            check_feature_declarations(server_info, info.get("features") or {})
-            check_stream_declarations(server_info, [(k, "rgb" if k in cams else "depth", str(e))
-                                                    for k, e in exts.items()])
-            check_task_meta_mergeable(task_dir, server_info, decl, {c: b_.mean.shape[0] for c, b_ in blocks.items()})
-        except SchemaError as exc:
-            raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
-        except FormatError as exc:
-            raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
-        if not may_declare and fresh is None:
-            check_adds_nothing(task, server_info, info)
+        decl, blocks = check_upload_fits(task, task_dir, server_info, info, fresh, blocks_for, may_declare)
         tasks_jsonl = None
         if fresh is not None:
             lines = read_tasks(staging) if (staging / "meta" / "tasks.jsonl").is_file() else []

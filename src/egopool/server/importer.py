@@ -153,20 +153,50 @@ def _added_declarations(server_info: Mapping[str, Any], info: Mapping[str, Any])
         [f"stream {k!r}" for k in sorted(keys(info, "video_extensions") - old_streams)]
 
 
-def check_adds_nothing(task: str, server_info: Mapping[str, Any], info: Mapping[str, Any]) -> None:
-    """Refuse an upload by a token that may not declare (docs/decisions.md U15) when its ``info.json``
-    declares a column or stream the server task does not have yet.
+def check_upload_fits(task: str, task_dir: Path, server_info: Mapping[str, Any], info: Mapping[str, Any],
+                      fresh: Mapping[str, Any] | None, blocks_for: Callable[[Mapping[str, Any]], dict[str, StatsBlock]],
+                      may_declare: bool) -> tuple[dict[str, Any], dict[str, StatsBlock]]:
+    """Whether an upload's declarations fit the server task (§3, multi_device_storage §6.7), for the directory
+    and the bucket importer alike: one fps, features and stream slots the task can take, task meta that
+    merges, and nothing newly declared by a token that may not declare (docs/decisions.md U15). ``fresh``:
+    the new task's info when the upload creates it.
+
+    Returns
+    -------
+    tuple
+        The upload's declarations to merge (``info.json`` without the server-owned keys) and its stats
+        blocks (``blocks_for`` of the merged info).
 
     Raises
     ------
     UploadRejectedError
-        403 ``may_not_declare``, naming what would be added and the scope that may add it.
+        409 ``declaration_conflict`` / ``server_task_broken``, 403 ``may_not_declare``.
     """
-    added = _added_declarations(server_info, info)
+    if fresh is None and not _same_fps(server_info.get("fps"), info.get("fps")):
+        raise UploadRejectedError(409, "declaration_conflict", f"the server task records at fps "
+                                                               f"{server_info.get('fps')}, the upload at "
+                                                               f"{info.get('fps')!r}; a task has one fps (§3)",
+                                  hint="upload it under another task name")
+    decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
+    raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
+    cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
+    exts: dict[str, Any] = raw_exts if isinstance(raw_exts, dict) else {}
+    blocks = blocks_for(merge_info(server_info, decl))  # computed by the verification unless the merge adds a column
+    try:
+        check_feature_declarations(server_info, info.get("features") or {})
+        check_stream_declarations(server_info, [(k, "rgb" if k in cams else "depth", str(e))
+                                                for k, e in exts.items()])
+        check_task_meta_mergeable(task_dir, server_info, decl, {c: b.mean.shape[0] for c, b in blocks.items()})
+    except SchemaError as exc:
+        raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
+    except FormatError as exc:
+        raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
+    added = [] if may_declare or fresh is not None else _added_declarations(server_info, info)
     if added:
         raise _may_not_declare(task, f"this upload would add {', '.join(added[:5])}"
                                      f"{' and more' if len(added) > 5 else ''} to task {task!r}, which does not "
                                      "declare it yet, and this token may not declare")
+    return decl, blocks
 
 
 def _may_not_declare(task: str, what: str) -> UploadRejectedError:
@@ -687,28 +717,7 @@ class Importer:
         dup = self._duplicate(task, manifest, host_id, n, zip_sha256, upload_id)  # again, under the guard
         if dup is not None:
             return dup
-        if fresh is None and not _same_fps(server_info.get("fps"), info.get("fps")):
-            raise UploadRejectedError(409, "declaration_conflict", f"the server task records at fps "
-                                                                   f"{server_info.get('fps')}, the upload at "
-                                                                   f"{info.get('fps')!r}; a task has one fps (§3)",
-                                      hint="upload it under another task name")
-        decl = {k: v for k, v in info.items() if k not in _SERVER_OWNED}
-        raw_cams, raw_exts = info.get("cameras"), info.get("video_extensions")
-        cams: dict[str, Any] = raw_cams if isinstance(raw_cams, dict) else {}
-        exts: dict[str, Any] = raw_exts if isinstance(raw_exts, dict) else {}
-        merged = merge_info(server_info, decl)
-        blocks = blocks_for(merged)  # computed by the verification unless the merge adds a stats column
-        try:
-            check_feature_declarations(server_info, info.get("features") or {})
-            check_stream_declarations(server_info, [(k, "rgb" if k in cams else "depth", str(e))
-                                                    for k, e in exts.items()])
-            check_task_meta_mergeable(task_dir, server_info, decl, {c: b.mean.shape[0] for c, b in blocks.items()})
-        except SchemaError as exc:
-            raise UploadRejectedError(409, "declaration_conflict", exc.message, hint=exc.hint) from exc
-        except FormatError as exc:
-            raise UploadRejectedError(409, "server_task_broken", exc.one_line()) from exc
-        if not may_declare and fresh is None:
-            check_adds_nothing(task, server_info, info)
+        decl, blocks = check_upload_fits(task, task_dir, server_info, info, fresh, blocks_for, may_declare)
         target = self._allocate(task, task_dir, server_layout, server_info, n)
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
