@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import EgopoolError, UploadRejectedError
+from ..errors import EgopoolError
 from ..write.checks import check_task_name
 from ..storage.bucket import Bucket, ObjectInfo
 from .bucket_publish import new_owner_id
@@ -66,19 +66,10 @@ class BucketStore(Store):
             idf.write_text(new_owner_id() + "\n")
         self.owner = idf.read_text().strip()
 
-    def task_dir(self, name: str) -> Path:
-        """The task's local scratch directory (``<state>/tasks/<name>``) after checking the name.
-
-        Raises
-        ------
-        UploadRejectedError
-            400 ``bad_task_name``.
-        """
-        try:
-            check_task_name(name)
-        except EgopoolError as exc:
-            raise UploadRejectedError(400, "bad_task_name", exc.message, hint=exc.hint) from exc
-        return self.state / "tasks" / name
+    @property
+    def tasks_root(self) -> Path:
+        """A task's local scratch directory is ``<state>/tasks/<name>`` (its objects live in the bucket)."""
+        return self.state / "tasks"
 
     def tasks(self) -> list[str]:
         """Task names readers see: ``<name>/`` prefixes holding ``meta/info.json`` (created after a task's first

@@ -142,7 +142,12 @@ class Store:
             check_task_name(name)
         except EgopoolError as exc:
             raise UploadRejectedError(400, "bad_task_name", exc.message, hint=exc.hint) from exc
-        return self.root / name
+        return self.tasks_root / name
+
+    @property
+    def tasks_root(self) -> Path:
+        """Where :meth:`task_dir` places a task: the store root (a bucket store: its local scratch, O13)."""
+        return self.root
 
     def tasks(self) -> list[str]:
         """Names of the tasks readers see, sorted: directories holding ``meta/info.json``, except a
