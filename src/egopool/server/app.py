@@ -192,10 +192,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["store"] = store
             if config.verify_processes:
                 state["pool"] = VerifyPool(max(1, config.max_imports))
-            state["importer"] = importer_cls(store, on_conflict=config.on_conflict, limits=config.limits,
-                                             pool=state.get("pool"))
+            importer = importer_cls(store, on_conflict=config.on_conflict, limits=config.limits,
+                                    pool=state.get("pool"), max_publishes=max(1, config.max_imports))
+            state["importer"] = importer
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
-            state["publishing"] = anyio.Semaphore(max(1, config.max_imports))  # publishes at a time
+            # publishes at a time: max_imports groups (the importer's bound), each of up to 4 waiting uploads (U18)
+            state["publishing"] = anyio.Semaphore(max(1, config.max_imports) * (4 if importer.group_commit else 1))
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
             state["previews"] = PreviewWorker(store, config.previews)
             state["previews"].start()

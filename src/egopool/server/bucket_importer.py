@@ -46,6 +46,7 @@ class BucketImporter(Importer):
     """
 
     store: BucketStore
+    group_commit = False  # one publish at a time (docs/decisions.md U18: the group commit is the directory store's)
 
     def _shadow(self, task: str, task_dir: Path) -> dict[str, Any] | None:
         """Copy the bucket task's ``info.json`` / ``stats.json`` into ``task_dir/meta``; its info (None: no task)."""

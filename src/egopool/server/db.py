@@ -423,14 +423,20 @@ class ServerDB:
     def add_episode(self, row: EpisodeRow, upload_fields: Mapping[str, Any] | None = None) -> None:
         """Insert a pooled episode (idempotent: an identical row already there is kept) and, in the
         same transaction, mark its upload ``imported``."""
+        self.add_episodes_imported([(row, upload_fields)])
+
+    def add_episodes_imported(self, rows: list[tuple[EpisodeRow, Mapping[str, Any] | None]]) -> None:
+        """:meth:`add_episode` of several ``(row, upload_fields)`` in ONE transaction (one fsync: the
+        group commit of the publishes into a task, docs/decisions.md U18)."""
         with self._connect() as con:
-            con.execute("INSERT OR IGNORE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (row.task, row.episode_index, row.client_host_id, row.client_hostname,
-                         row.client_episode_index, row.episode_digest, row.upload_id, row.token_id, row.imported_at,
-                         row.length, json.dumps(row.streams), json.dumps(row.validation)))
-            if upload_fields:
-                cols = ", ".join(f"{k} = ?" for k in upload_fields)
-                con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*upload_fields.values(), row.upload_id))
+            for row, upload_fields in rows:
+                con.execute("INSERT OR IGNORE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (row.task, row.episode_index, row.client_host_id, row.client_hostname,
+                             row.client_episode_index, row.episode_digest, row.upload_id, row.token_id,
+                             row.imported_at, row.length, json.dumps(row.streams), json.dumps(row.validation)))
+                if upload_fields:
+                    cols = ", ".join(f"{k} = ?" for k in upload_fields)
+                    con.execute(f"UPDATE uploads SET {cols} WHERE id = ?", (*upload_fields.values(), row.upload_id))
 
     def add_episodes(self, rows: list[EpisodeRow]) -> None:
         """Insert many pooled episodes in one transaction (``INSERT OR IGNORE`` like :meth:`add_episode`;

@@ -67,7 +67,8 @@ from ..validate import validate_task
 from ..write.checks import check_feature_declarations, check_stream_declarations, check_task_meta_mergeable
 from ..write.recovery import reclaim_stale
 from .db import EpisodeRow
-from .publish import Publication, publish_episode, recover_journals
+from .group_commit import GroupQueue
+from .publish import Publication, publish_episode, publish_group, recover_journals
 from .renumber import rewrite_episode_index
 from .store import Store
 from .workers import VerifyPool
@@ -370,6 +371,16 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
                     [str(p) for p in synced], stats_columns(info, names), blocks, names)
 
 
+@dataclass
+class _Waiting:
+    """A verified upload waiting for its task's guard: :meth:`Importer.publish`'s arguments."""
+
+    v: Verified
+    zip_sha256: str
+    token_id: str | None
+    may_declare: bool
+
+
 class Importer:
     """Imports uploads into a :class:`~egopool.server.store.Store` (module docstring).
 
@@ -394,8 +405,14 @@ class Importer:
     Unset in production.
     """
 
+    #: Publishes waiting for one task's guard are published together (docs/decisions.md U18); the bucket
+    #: importer publishes one at a time.
+    group_commit = True
+    #: Publications in one group at most.
+    GROUP_LIMIT = 16
+
     def __init__(self, store: Store, *, on_conflict: str = "renumber", limits: Limits | None = None,
-                 pool: VerifyPool | None = None) -> None:
+                 pool: VerifyPool | None = None, max_publishes: int = 2) -> None:
         if on_conflict not in ON_CONFLICT:
             raise EgopoolError(f"unknown --on-conflict {on_conflict!r}", hint=f"use one of {ON_CONFLICT}")
         self.store = store
@@ -404,6 +421,7 @@ class Importer:
         self._pause_at = os.environ.get(_PAUSE_ENV, "")
         self._scanned: dict[str, int] = {}
         self.pool = pool
+        self._groups: GroupQueue[_Waiting] = GroupQueue(self.GROUP_LIMIT, leaders=max_publishes)
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -497,12 +515,12 @@ class Importer:
             dup = self._duplicate(task, v.manifest, v.host_id, n, zip_sha256, upload_id)
             if dup is not None:
                 return dup
-            layout = TaskLayout.from_info(staging, v.info)
-            with self.store.task_guard(task):  # imports into a task wait for each other only for the publish
-                return self._publish(task, task_dir, staging, v.info, layout, n, v.manifest, v.host_id, zip_sha256,
-                                     upload_id, token_id, v.validation, v.length, v.streams,
-                                     {Path(p): h for p, h in v.hashed.items()}, frozenset(map(Path, v.synced)),
-                                     v.blocks_for, may_declare)
+            waiting = _Waiting(v, zip_sha256, token_id, may_declare)
+            if self.group_commit:  # imports into a task wait for each other only for the publish, done together
+                return self._groups.run(task, waiting, self.store.task_guard,
+                                        lambda items: self._publish_many(task, task_dir, items))
+            with self.store.task_guard(task):
+                return self._publish_one(task, task_dir, waiting)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the store is full: nothing was published (U5)
                 raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
@@ -637,9 +655,11 @@ class Importer:
         vdir = task_dir / "videos" / f"chunk-{c:03d}"
         return vdir.is_dir() and any(vdir.glob(f"*/episode-{f:03d}.*"))
 
-    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int) -> int:
-        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock."""
-        reserved = markers.live_reservations(task_dir) if task_dir.is_dir() else set()
+    def _allocate(self, task: str, task_dir: Path, layout: TaskLayout, info: Mapping[str, Any], n: int,
+                  claimed: frozenset[int] = frozenset()) -> int:
+        """Server N for client N (docs/decisions.md U2). Caller holds the import guard and the task lock;
+        ``claimed``: the N given to the earlier episodes of its group (not placed yet, U18)."""
+        reserved = (markers.live_reservations(task_dir) if task_dir.is_dir() else set()) | claimed
         db = self.store.db
 
         def taken(k: int) -> bool:
@@ -707,9 +727,28 @@ class Importer:
                         hashed: Mapping[Path, str], synced: frozenset[Path],
                         blocks_for: Callable[[Mapping[str, Any]], dict[str, StatsBlock]],
                         may_declare: bool) -> ImportResult:
-        """Step 8 under the lock. ``hashed``: staged file -> sha256 the extraction computed (hash once:
-        a file published as extracted is not read again for the answer's ``files``); ``synced``: staged
-        files already fsynced (:func:`_sync_episode_files`)."""
+        """Step 8 under the lock for one upload: :meth:`_prepare`, then
+        :func:`~egopool.server.publish.publish_episode`."""
+        prepared = self._prepare(task, task_dir, staging, info, layout, server_info, server_layout, fresh, n, manifest,
+                                 host_id, zip_sha256, upload_id, token_id, validation, length, streams, hashed, synced,
+                                 blocks_for, may_declare)
+        if isinstance(prepared, ImportResult):
+            return prepared
+        pub, known = prepared
+        return self._imported(pub, known, zip_sha256, publish_episode(self.store, pub, server_layout, self._pause))
+
+    def _prepare(self, task: str, task_dir: Path, staging: Path, info: dict[str, Any], layout: TaskLayout,
+                 server_info: dict[str, Any], server_layout: TaskLayout, fresh: dict[str, Any] | None, n: int,
+                 manifest: Manifest, host_id: str, zip_sha256: str, upload_id: int, token_id: str | None,
+                 validation: dict[str, Any], length: int, streams: list[str],
+                 hashed: Mapping[Path, str], synced: frozenset[Path],
+                 blocks_for: Callable[[Mapping[str, Any]], dict[str, StatsBlock]], may_declare: bool,
+                 claimed: frozenset[int] = frozenset()) -> ImportResult | tuple[Publication, dict[Path, str]]:
+        """Step 8's checks and staging under the lock, up to the publish: the duplicate answer, or the
+        :class:`~egopool.server.publish.Publication` and the sha256 already known of its final paths.
+        ``hashed``: staged file -> sha256 the extraction computed (hash once: a file published as extracted
+        is not read again for the answer's ``files``); ``synced``: staged files already fsynced
+        (:func:`_sync_episode_files`); ``claimed``: N given to earlier episodes of the group (U18)."""
         if server_layout.chunks_size != layout.chunks_size:
             raise UploadRejectedError(409, "declaration_conflict", f"the server task has chunks_size "
                                                                    f"{server_layout.chunks_size}, the upload "
@@ -718,7 +757,7 @@ class Importer:
         if dup is not None:
             return dup
         decl, blocks = check_upload_fits(task, task_dir, server_info, info, fresh, blocks_for, may_declare)
-        target = self._allocate(task, task_dir, server_layout, server_info, n)
+        target = self._allocate(task, task_dir, server_layout, server_info, n, claimed)
         decl["total_episodes"] = target
         moves, row = self._stage_files(staging, layout, server_layout, task_dir, n, target)
         rewritten = {layout.data_file(n), layout.episodes_file(n)} if target != n else set()
@@ -733,13 +772,110 @@ class Importer:
             lines = read_tasks(staging) if (staging / "meta" / "tasks.jsonl").is_file() else []
             tasks_jsonl = "".join(json.dumps(o, ensure_ascii=False) + "\n"
                                   for o in lines or [{"task_index": 0, "task": task}]).encode("utf-8")
-        pub = Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl,
-                          synced)
-        problem = publish_episode(self.store, pub, server_layout, self._pause)
-        self._scanned[task] = max(self._scanned.get(task, 0), target)
-        return ImportResult("imported", task, target, n, host_id, target != n, zip_sha256,
-                            manifest.episode_digest, upload_id, self._published_files(task, target, known), validation,
-                            problem)
+        return Publication(task_dir, target, moves, row, decl, blocks, episode, upload_fields, fresh, tasks_jsonl,
+                           synced), known
+
+    def _imported(self, pub: Publication, known: Mapping[Path, str], zip_sha256: str,
+                  problem: str | None) -> ImportResult:
+        """The answer for a published (committed) episode."""
+        e = pub.episode
+        self._scanned[e.task] = max(self._scanned.get(e.task, 0), e.episode_index)
+        return ImportResult("imported", e.task, e.episode_index, e.client_episode_index, e.client_host_id,
+                            e.episode_index != e.client_episode_index, zip_sha256, e.episode_digest, e.upload_id,
+                            self._published_files(e.task, e.episode_index, known), e.validation, problem)
+
+    # -- the group commit (docs/decisions.md U18) ------------------------------------------------------
+    def _publish_one(self, task: str, task_dir: Path, w: _Waiting) -> ImportResult:
+        """:meth:`_publish` of one waiting upload. Caller holds the task's import guard."""
+        v = w.v
+        return self._publish(task, task_dir, v.staging, v.info, TaskLayout.from_info(v.staging, v.info), v.n,
+                             v.manifest, v.host_id, w.zip_sha256, v.upload_id, w.token_id, v.validation, v.length,
+                             v.streams, {Path(p): h for p, h in v.hashed.items()}, frozenset(map(Path, v.synced)),
+                             v.blocks_for, w.may_declare)
+
+    def _publish_many(self, task: str, task_dir: Path, items: list[_Waiting]) -> list[ImportResult | BaseException]:
+        """Publish the uploads waiting for ``task``'s guard (caller holds it): one outcome each, in order (an
+        answer, or its refusal or failure). A task's first episode is published alone (a new task's
+        rollback removes the task directory), then the rest in groups (:meth:`_group`)."""
+        outcomes: dict[int, ImportResult | BaseException] = {}
+        rest = list(range(len(items)))
+        while rest:
+            if not (task_dir / "meta" / "info.json").is_file():
+                i = rest.pop(0)
+                try:
+                    outcomes[i] = self._publish_one(task, task_dir, items[i])
+                except Exception as exc:  # this upload's refusal or failure only
+                    outcomes[i] = exc
+                continue
+            try:
+                rest = self._group(task, task_dir, items, rest, outcomes)
+            except Exception as exc:  # the task lock or the recovery failed: every upload not answered yet
+                for i in rest:
+                    outcomes.setdefault(i, exc)
+                rest = []
+        return [outcomes[i] for i in range(len(items))]
+
+    def _group(self, task: str, task_dir: Path, items: list[_Waiting], rest: list[int],
+               outcomes: dict[int, ImportResult | BaseException]) -> list[int]:
+        """One group commit into the existing ``task``: every upload of ``rest`` (indices into ``items``) is
+        checked and staged in its order exactly as a single publish would be — against the task as the earlier
+        ones of the group will leave it (their declarations merged, their N taken) — then the accepted ones
+        are published together (:func:`~egopool.server.publish.publish_group`). A refusal is that upload's
+        outcome alone. An upload that declares something new (U15) is published in a group of its own, and
+        one whose content an earlier one of the group carries waits for the next group (there it is a
+        duplicate): returns the indices left for the next group."""
+        with task_lock(task_dir):
+            recover_journals(self.store, task)
+            try:
+                server_info = read_info(task_dir)
+                server_layout = TaskLayout.from_info(task_dir, server_info)
+            except FormatError as exc:
+                for i in rest:
+                    outcomes[i] = UploadRejectedError(409, "server_task_broken", f"the server task cannot take "
+                                                                                 f"episodes: {exc.one_line()}")
+                return []
+            reclaim_stale(task_dir, server_layout)
+            prepared: list[tuple[int, Publication, dict[Path, str]]] = []
+            claimed: set[int] = set()
+            digests: set[str] = set()
+            later: list[int] = []
+            for pos, i in enumerate(rest):
+                w, v = items[i], items[i].v
+                declaring = bool(_added_declarations(server_info, v.info))
+                if prepared and (declaring or v.manifest.episode_digest in digests):
+                    later = rest[pos:]
+                    break
+                try:
+                    out = self._prepare(task, task_dir, v.staging, v.info, TaskLayout.from_info(v.staging, v.info),
+                                        server_info, server_layout, None, v.n, v.manifest, v.host_id, w.zip_sha256,
+                                        v.upload_id, w.token_id, v.validation, v.length, v.streams,
+                                        {Path(p): h for p, h in v.hashed.items()}, frozenset(map(Path, v.synced)),
+                                        v.blocks_for, w.may_declare, frozenset(claimed))
+                except Exception as exc:  # a refusal: this upload's answer, the group goes on
+                    outcomes[i] = exc
+                    continue
+                if isinstance(out, ImportResult):  # a duplicate of an episode published before
+                    outcomes[i] = out
+                    continue
+                pub, known = out
+                prepared.append((i, pub, known))
+                claimed.add(pub.index)
+                digests.add(v.manifest.episode_digest)
+                server_info = merge_info(server_info, pub.declarations)  # what the merge will make of info.json
+                if declaring:
+                    later = rest[pos + 1:]
+                    break
+            results = publish_group(self.store, [pub for _, pub, _ in prepared], server_layout, self._pause) \
+                if prepared else []
+            for (i, pub, known), res in zip(prepared, results):
+                if isinstance(res, BaseException):
+                    outcomes[i] = res
+                    continue
+                try:
+                    outcomes[i] = self._imported(pub, known, items[i].zip_sha256, res)
+                except Exception as exc:
+                    outcomes[i] = exc
+            return later
 
     def _stage_files(self, staging: Path, layout: TaskLayout, server_layout: TaskLayout, task_dir: Path, n: int,
                      target: int) -> tuple[list[tuple[Path, Path]], tuple[Path, Path]]:

@@ -47,11 +47,11 @@ from ..meta.info import read_info, write_info
 from ..meta.stats import StatsBlock
 from ..ops._common import prune_empty_dirs
 from ..write.recovery import clear_pending, reclaim_stale, write_pending
-from ..write.task_meta import merge_task_meta
+from ..write.task_meta import merge_task_meta_many
 from .db import EpisodeRow
 from .store import Store
 
-__all__ = ["Publication", "committed_unrecorded", "pending_rows", "publish_episode", "recover_journals"]
+__all__ = ["Publication", "committed_unrecorded", "pending_rows", "publish_episode", "publish_group", "recover_journals"]
 
 #: ``pause(stage)``: a fault-injection seam for the crash tests (see :class:`egopool.server.importer.Importer`).
 Pause = Callable[[str], None]
@@ -137,7 +137,8 @@ def _episode_from(doc: Mapping[str, Any]) -> EpisodeRow:
 
 
 def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: Pause) -> str | None:
-    """Publish one verified episode (module docstring). Caller holds the import guard and the task lock.
+    """Publish one verified episode (module docstring): :func:`publish_group` of one. Caller holds the import
+    guard and the task lock.
 
     Returns
     -------
@@ -150,60 +151,175 @@ def publish_episode(store: Store, pub: Publication, layout: TaskLayout, pause: P
     EgopoolError, OSError
         Before the commit; the task's files are as before.
     """
+    out = publish_group(store, [pub], layout, pause)[0]
+    if isinstance(out, BaseException):
+        raise out
+    return out
+
+
+@dataclass
+class _Slot:
+    """One episode of a group: its journal, what it placed, and its outcome."""
+
+    pub: Publication
+    jpath: Path
+    journal: dict[str, Any]
+    error: BaseException | None = None
+    journaled: bool = False
+    committed: bool = False
+
+
+def _journal(store: Store, pub: Publication) -> _Slot:
     root = pub.task_dir
-    task = root.name
     finals = [f for _, f in pub.moves] + [pub.row[1]]
+    jpath = store.journal_dir / f"{store.journal_prefix(root.name)}{uuid.uuid4().hex[:12]}.json"
+    slot = _Slot(pub, jpath, {"task": root.name, "index": pub.index, "new_task": pub.new_info is not None,
+                              "files": [_rel(root, f) for f in finals], "commit": _rel(root, pub.row[1]),
+                              "episode": pub.episode.to_dict(), "upload_fields": pub.upload_fields,
+                              "declarations": pub.declarations})
     for f in finals:
         if f.exists():  # the caller allocated a free N under the lock; never overwrite
-            raise EgopoolError(f"refusing to overwrite {f}", path=f)
-    jpath = store.journal_dir / f"{store.journal_prefix(task)}{uuid.uuid4().hex[:12]}.json"
-    journal: dict[str, Any] = {"task": task, "index": pub.index, "new_task": pub.new_info is not None,
-                               "files": [_rel(root, f) for f in finals], "commit": _rel(root, pub.row[1]),
-                               "episode": pub.episode.to_dict(), "upload_fields": pub.upload_fields,
-                               "declarations": pub.declarations}
-    # each file's bytes once (the extraction wrote them unsynced), while the journal is written: the
-    # fsyncs of one step run in parallel threads (U14: the file system commits them together)
-    syncs = [_SYNC.submit(fsync_file, staged) for staged, _ in [*pub.moves, pub.row] if staged not in pub.synced]
+            slot.error = EgopoolError(f"refusing to overwrite {f}", path=f)
+    return slot
+
+
+def publish_group(store: Store, pubs: list[Publication], layout: TaskLayout, pause: Pause) -> list[str | None |
+                                                                                                  BaseException]:
+    """Publish verified episodes of one task together (docs/decisions.md U18): the module docstring's steps
+    for each, every step one round for all. Caller holds the import guard and the task lock; the episodes'
+    N are distinct and free, at most one creates the task (then it is the only one).
+
+    Each episode keeps its own journal and its own commit (its row's rename), so
+    :func:`recover_journals` handles a group exactly as single publishes. The rounds: the journals
+    written, and the staged files fsynced, in parallel; the renames; the pending declarations and the
+    placed directories fsynced in parallel; ``pause("placed")``; each row renamed (the commits) and each
+    row directory fsynced once; ``pause("committed")``; one ``server.db`` transaction for all beside one
+    :func:`~egopool.write.task_meta.merge_task_meta_many`; the journals removed.
+
+    A failure before an episode's commit rolls back that episode and every uncommitted one of a higher N
+    (so no N stays free below a published one, U2), each answered with that failure; the others go on.
+
+    Returns
+    -------
+    list
+        Per publication, in order: None or the ``MetaUpdateError`` message (the episode stands), or the
+        exception that stopped it (before its commit its files are removed; after it, a fault of the
+        database or of the row directory's fsync: the journal is kept and recovery finishes it).
+    """
+    root = pubs[0].task_dir
+    slots = [_journal(store, pub) for pub in pubs]
+
+    def live() -> list[_Slot]:
+        return [s for s in slots if s.error is None]
+
+    def fail(slot: _Slot, exc: BaseException) -> None:
+        for s in live():
+            if s is slot or (not s.committed and s.pub.index > slot.pub.index):
+                s.error = exc
+                if s.journaled:
+                    if not store.committed(s.journal):
+                        _rollback(root, s.journal)
+                    with contextlib.suppress(FileNotFoundError):
+                        s.jpath.unlink()
+    for s in slots:
+        if s.error is not None:
+            fail(s, s.error)
     try:
-        atomic_write_json(jpath, journal, indent=None)
-    except BaseException:
-        _settle(syncs)
+        # each file's bytes once (the extraction wrote them unsynced), beside the journals' writes: the fsyncs of
+        # one round run in parallel threads (U14: the file system commits them together)
+        syncs = {id(s): [_SYNC.submit(fsync_file, staged) for staged, _ in [*s.pub.moves, s.pub.row]
+                         if staged not in s.pub.synced] for s in live()}
+        writes = {id(s): _SYNC.submit(atomic_write_json, s.jpath, s.journal, indent=None) for s in live()}
+        for s in live():
+            try:
+                _settle([writes[id(s)]])
+                s.journaled = True
+            except Exception as exc:
+                _settle_quietly(syncs[id(s)])
+                fail(s, exc)
+        for s in live():
+            try:
+                if s.pub.new_info is not None:
+                    write_info(root, s.pub.new_info)
+                    atomic_write_bytes(root / "meta" / "tasks.jsonl", s.pub.tasks_jsonl or b"")
+                _settle(syncs[id(s)])
+            except Exception as exc:
+                fail(s, exc)
+        dirs: dict[Path, list[_Slot]] = {}
+        for s in live():
+            try:
+                for staged, final in s.pub.moves:
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(staged, final)
+                    dirs.setdefault(final.parent, []).append(s)
+            except Exception as exc:
+                fail(s, exc)
+        # every file of an episode is durable before its commit object
+        pending = {id(s): _SYNC.submit(write_pending, root, s.pub.index, s.pub.declarations) for s in live()}
+        dsyncs = {d: _SYNC.submit(fsync_dir, d) for d in sorted(dirs)}
+        _settle_quietly([*pending.values(), *dsyncs.values()])
+        for d, f in dsyncs.items():
+            if f.exception() is not None:
+                for s in dirs[d]:
+                    if s.error is None:
+                        fail(s, f.exception())  # type: ignore[arg-type]
+        for s in live():
+            exc = pending[id(s)].exception()
+            if exc is not None:
+                fail(s, exc)
+        if live():
+            pause("placed")
+        for s in sorted(live(), key=lambda s: s.pub.index):
+            if s.error is not None:  # failed by a lower N's failure in this loop
+                continue
+            try:
+                s.pub.row[1].parent.mkdir(parents=True, exist_ok=True)
+                os.rename(s.pub.row[0], s.pub.row[1])  # this episode's commit point
+                s.committed = True
+            except Exception as exc:
+                fail(s, exc)
+    except BaseException as exc:  # KeyboardInterrupt and the like: nothing uncommitted stays placed
+        for s in live():
+            if not s.committed:
+                fail(s, exc)
         raise
+    done = live()
+    if not done:
+        return [s.error for s in slots]
     try:
-        if pub.new_info is not None:
-            write_info(root, pub.new_info)
-            atomic_write_bytes(root / "meta" / "tasks.jsonl", pub.tasks_jsonl or b"")
-        _settle(syncs)
-        dirs: set[Path] = set()
-        for staged, final in pub.moves:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(staged, final)
-            dirs.add(final.parent)
-        # every file of the episode is durable before its commit object
-        _settle([_SYNC.submit(write_pending, root, pub.index, pub.declarations),
-                 *(_SYNC.submit(fsync_dir, d) for d in sorted(dirs))])
-        pause("placed")
-        pub.row[1].parent.mkdir(parents=True, exist_ok=True)
-        os.rename(pub.row[0], pub.row[1])  # the commit point
-    except BaseException:
-        if not store.committed(journal):
-            _rollback(root, journal)
-            with contextlib.suppress(FileNotFoundError):
-                jpath.unlink()
-        raise
-    fsync_dir(pub.row[1].parent)
+        for d in sorted({s.pub.row[1].parent for s in done}):
+            fsync_dir(d)
+    except Exception as exc:  # committed: the journals stay, recovery finishes them
+        for s in done:
+            s.error = exc
+        return [s.error for s in slots]
     pause("committed")
-    recorded = _SYNC.submit(store.db.add_episode, pub.episode, pub.upload_fields)  # its commit beside the merge's
+    recorded = _SYNC.submit(store.db.add_episodes_imported,  # its commit beside the merge's
+                            [(s.pub.episode, s.pub.upload_fields) for s in done])
     problem = None
     try:
-        merge_task_meta(root, pub.index, pub.declarations, pub.blocks, layout)
-        clear_pending(root, pub.index)
-    except MetaUpdateError as exc:  # the episode stands; reclaim_stale replays the merge next time
+        merge_task_meta_many(root, [(s.pub.index, s.pub.declarations, s.pub.blocks) for s in done], layout)
+        for s in done:
+            clear_pending(root, s.pub.index)
+    except MetaUpdateError as exc:  # the episodes stand; reclaim_stale replays the merge next time
         problem = exc.one_line()
     finally:
-        _settle([recorded])  # a database error is raised with the journal kept: recovery records it again
-    jpath.unlink()  # not synced: a journal the disk still holds after a crash is rolled forward again, which
-    return problem  # is idempotent (the database row INSERT OR IGNORE, the pending merge already cleared)
+        recorded.exception()  # wait for it, whatever happened above
+    db_error = recorded.exception()
+    if db_error is not None:  # raised with the journals kept: recovery records them again
+        for s in done:
+            s.error = db_error
+        return [s.error for s in slots]
+    for s in done:
+        s.jpath.unlink()  # not synced: a journal the disk still holds after a crash is rolled forward again, which
+    return [s.error if s.error is not None else problem for s in slots]  # is idempotent (INSERT OR IGNORE, the
+    # pending merge already cleared)
+
+
+def _settle_quietly(futures: list[Future[Any]]) -> None:
+    """Wait for every one of ``futures``; their failures are read by the caller."""
+    for f in futures:
+        f.exception()
 
 
 def recover_journals(store: Store, task: str | None = None) -> list[str]:

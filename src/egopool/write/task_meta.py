@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..meta.info import info_path, merge_info, read_info, write_info
 from ..meta.stats import (ACTION_BLOCK, StatsBlock, episode_stats, merge_stats, needs_recalc, read_stats,
                          stats_columns, stats_path, write_stats)
 
-__all__ = ["committed_stats", "merge_task_meta"]
+__all__ = ["committed_stats", "merge_task_meta", "merge_task_meta_many"]
 
 _BACKUP_DIR = ".egopool_backup"
 
@@ -81,12 +81,32 @@ def merge_task_meta(task_dir: Path, index: int, declarations: Mapping[str, Any],
         ``info.json`` or ``stats.json`` could not be written (disk full, read-only...), or
         the rebuild failed; the episode itself is saved and stays.
     """
+    merge_task_meta_many(task_dir, [(index, declarations, blocks)], layout)
+
+
+def merge_task_meta_many(task_dir: Path, episodes: Sequence[tuple[int, Mapping[str, Any], Mapping[str, StatsBlock]]],
+                         layout: TaskLayout) -> None:
+    """:func:`merge_task_meta` of several committed episodes ``(index, declarations, blocks)`` at once, in
+    their order: one read and one atomic write of ``info.json`` and of ``stats.json`` for all (the pooling
+    server's group commit, docs/decisions.md U18). The result is the same as merging them one by one.
+
+    Raises
+    ------
+    MetaUpdateError
+        As :func:`merge_task_meta`; its ``index`` is the first episode's, its message names the others
+        (every one of them is saved and stays).
+    """
     tdir = Path(task_dir)
+    index = episodes[0][0]
+    others = [n for n, _, _ in episodes[1:]]
+    also = f" (nor for episodes {', '.join(map(str, others))}, saved too)" if others else ""
     try:
-        info = merge_info(read_info(tdir), declarations)
+        info = read_info(tdir)
+        for _, declarations, _ in episodes:
+            info = merge_info(info, declarations)
         write_info(tdir, info, sync_dir=False)  # meta/ is fsynced once, after stats.json's rename
     except (EgopoolError, OSError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise MetaUpdateError(index, f"meta/info.json was not updated ({_reason(exc)})", path=info_path(tdir),
+        raise MetaUpdateError(index, f"meta/info.json was not updated{also} ({_reason(exc)})", path=info_path(tdir),
                               hint="its columns stay undeclared until info.json is fixed; `egopool validate TASK` "
                                    "shows which") from exc
     spath = stats_path(tdir)
@@ -96,18 +116,21 @@ def merge_task_meta(task_dir: Path, index: int, declarations: Mapping[str, Any],
         if needs_recalc(stored):  # legacy v1.1.0 blocks without count (§4 MUST: rescan data/ once)
             doc = committed_stats(tdir, info, layout)
         else:
-            doc = merge_stats(stored, blocks)
+            doc = stored
+            for _, _, blocks in episodes:
+                doc = merge_stats(doc, blocks)
     except (EgopoolError, KeyError, TypeError, ValueError) as exc:
         try:
             backup = _backup(tdir, spath)
             doc = committed_stats(tdir, info, layout)
         except (EgopoolError, OSError) as exc2:
-            raise MetaUpdateError(index, f"meta/stats.json could not be merged ({_reason(exc)}) nor rebuilt "
+            raise MetaUpdateError(index, f"meta/stats.json could not be merged{also} ({_reason(exc)}) nor rebuilt "
                                          f"({_reason(exc2)})", path=spath, hint=recalc_hint) from exc2
-        warnings.warn(f"episode {index}: {spath} could not be merged ({_reason(exc)}); rebuilt it from data/, "
-                      f"the old file is {backup}", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"episode {index}{' and ' + ', '.join(map(str, others)) if others else ''}: {spath} could not "
+                      f"be merged ({_reason(exc)}); rebuilt it from data/, the old file is {backup}", RuntimeWarning,
+                      stacklevel=5 if not others else 4)
     try:
         write_stats(tdir, doc)
     except (EgopoolError, OSError, ValueError) as exc:
-        raise MetaUpdateError(index, f"meta/stats.json was not updated ({_reason(exc)})", path=spath,
+        raise MetaUpdateError(index, f"meta/stats.json was not updated{also} ({_reason(exc)})", path=spath,
                               hint=recalc_hint) from exc
