@@ -47,6 +47,11 @@ class GroupQueue(Generic[T]):
         self._queues: dict[str, list[_Entry[T]]] = {}
         self._slots = threading.BoundedSemaphore(max(1, leaders))
 
+    def waiting(self, key: str) -> int:
+        """Items queued under ``key`` and not taken by a leader yet (a leader waiting for the guard counts its own)."""
+        with self._cv:
+            return len(self._queues.get(key) or [])
+
     def run(self, key: str, item: T, guard: Callable[[str], AbstractContextManager[Any]],
             batch: Callable[[list[T]], Sequence[Any]]) -> Any:
         """Publish ``item`` with whatever else waits under ``key``; returns its outcome.
