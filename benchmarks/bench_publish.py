@@ -6,7 +6,8 @@ isolates the part that runs serialised behind a task's import guard (U5): ``--up
 N=1 (25 rows, a 4-value glove sensor, one 32x24 stream) of one task name are verified first
 (``Importer.verify``, in this process), then published by ``--threads`` threads at once
 (``Importer.publish``): all but the first are renumbered, as in bench_upload. Figures per round:
-wall seconds of the publish phase and this process's CPU seconds in it (every thread), per publish.
+wall seconds of the publish phase and this process's CPU seconds in it (every thread), per publish, and the
+fsyncs Python made in it (``os.fsync``; SQLite's own are not counted), per publish.
 After each round it checks that the task holds N 1..uploads.
 
 ``--base-src DIR`` runs the same measurement alternately with another source tree (e.g. an older
@@ -53,7 +54,7 @@ def measure(uploads: int, threads: int, rounds: int, ops_helpers: Path) -> dict[
 def _rounds(tmp, uploads, threads, rounds, write_task, Importer, Store, pack_episodes):  # type: ignore[no-untyped-def]
     zips = [pack_episodes(write_task(tmp / f"pc{k}", "pick", 1, rows=25, registry=False, first_value=k), [1],
                           tmp / f"zips{k}", registry=False)[0].path for k in range(uploads)]
-    walls, cpus = [], []
+    walls, cpus, fsyncs = [], [], []
     for r in range(rounds):
         store = Store(tmp / f"store{r}")
         imp = Importer(store)
@@ -62,20 +63,33 @@ def _rounds(tmp, uploads, threads, rounds, write_task, Importer, Store, pack_epi
             upload_id = store.db.start_upload(None, "127.0.0.1")
             verified.append((imp.verify(z, task="pick", form_index=None, upload_id=upload_id),
                              hashlib.sha256(z.read_bytes()).hexdigest()))
-        t, c = time.perf_counter(), time.process_time()
-        with ThreadPoolExecutor(threads) as pool:
-            results = list(pool.map(lambda a: imp.publish(a[0], zip_sha256=a[1]), verified))
-        walls.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
+        synced: list[int] = []
+        real_fsync = os.fsync
+
+        def counted(fd: int) -> None:
+            synced.append(fd)
+            real_fsync(fd)
+
+        os.fsync = counted  # Python's fsyncs (SQLite's own are not counted)
+        try:
+            t, c = time.perf_counter(), time.process_time()
+            with ThreadPoolExecutor(threads) as pool:
+                results = list(pool.map(lambda a: imp.publish(a[0], zip_sha256=a[1]), verified))
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
+        finally:
+            os.fsync = real_fsync
+        fsyncs.append(len(synced))
         if sorted(x.episode_index for x in results) != list(range(1, uploads + 1)):
             raise SystemExit(f"check FAILED: the task holds {sorted(x.episode_index for x in results)}")
-    return {"wall": walls, "cpu": cpus}
+    return {"wall": walls, "cpu": cpus, "fsync": fsyncs}
 
 
 def line(name: str, doc: dict[str, list[float]], uploads: int) -> str:
     wall, cpu = statistics.median(doc["wall"]), statistics.median(doc["cpu"])
     return (f"{name:10} wall {wall / uploads * 1e3:6.1f} ms/publish (min {min(doc['wall']) / uploads * 1e3:5.1f})"
-            f"   CPU {cpu / uploads * 1e3:5.1f} ms/publish   load {os.getloadavg()[0]:.1f}")
+            f"   CPU {cpu / uploads * 1e3:5.1f} ms/publish   fsyncs {statistics.median(doc['fsync']) / uploads:4.1f}"
+            f"/publish   load {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
