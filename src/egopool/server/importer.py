@@ -27,7 +27,9 @@ request body; steps 1-5 and 7 (:func:`verify_upload`) run in a worker process of
    the client's N when it is free, else the next free one (``--on-conflict renumber``) or 409
    (``reject``); a renumbered episode gets ``episode_index`` rewritten in its data parquet and
    row, its videos renamed (:mod:`egopool.server.renumber`); then
-   :func:`~egopool.server.publish.publish_episode`.
+   :func:`~egopool.server.publish.publish_episode`. The uploads that waited for the task's guard are
+   checked one by one and published together (:func:`~egopool.server.publish.publish_group`, the group
+   commit of docs/decisions.md U18); a refusal is that upload's alone.
 
 Nothing in the store's tasks changes before step 8's publish, and a failed publish is
 undone, so every refusal leaves the store as it was.

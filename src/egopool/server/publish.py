@@ -17,6 +17,9 @@ One publish, inside the task's import guard and task lock (DESIGN §5, docs/deci
 6. merge ``info.json`` / ``stats.json`` with :func:`egopool.write.task_meta.merge_task_meta`,
    the code the local writer uses; clear the pending file; unlink the journal.
 
+Publishes that waited for one task's guard go together (:func:`publish_group`, docs/decisions.md U18):
+each step is one round for all of them, each episode keeping its own journal and its own commit (step 4).
+
 Nothing but step 4 decides: the journal is never rewritten. On object storage (no rename)
 the same order holds: every object of the episode is written under its final key, the row
 object last; a row's existence is the commit there too.
@@ -230,11 +233,12 @@ def publish_group(store: Store, pubs: list[Publication], layout: TaskLayout, pau
         syncs = {id(s): [_SYNC.submit(fsync_file, staged) for staged, _ in [*s.pub.moves, s.pub.row]
                          if staged not in s.pub.synced] for s in live()}
         writes = {id(s): _SYNC.submit(atomic_write_json, s.jpath, s.journal, indent=None) for s in live()}
+        _settle_quietly(list(writes.values()))
+        for s in live():  # every journal written is known before any failure rolls one back
+            s.journaled = writes[id(s)].exception() is None
         for s in live():
-            try:
-                _settle([writes[id(s)]])
-                s.journaled = True
-            except Exception as exc:
+            exc = writes[id(s)].exception()
+            if exc is not None:
                 _settle_quietly(syncs[id(s)])
                 fail(s, exc)
         for s in live():
