@@ -13,6 +13,7 @@ real Importer, database and disk.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import sqlite3
@@ -207,6 +208,7 @@ import os, signal, sys, threading, time
 from pathlib import Path
 from egopool.server.importer import Importer
 from egopool.server.store import Store
+import errno
 import hashlib
 
 store = Store(Path(sys.argv[1]))
@@ -284,3 +286,41 @@ def test_a_server_killed_between_two_commits_of_a_group_keeps_the_committed_one(
     assert [g.index for g in list_task_episodes(store / TASK)] == [1, 2, 3, 4]
     assert validate_task(store / TASK).ok
     _stats_match(store / TASK)
+
+
+def test_a_disk_fault_before_a_commit_rolls_back_that_episode_and_the_higher_ones(tmp_path: Path, spies,
+                                                                                   monkeypatch) -> None:
+    """A full disk while N=3's pending declarations are written: N=3 and N=4 (uncommitted, above it) are
+    rolled back and answered 507, N=2 is published — no N stays free below a published one (U2)."""
+    db_spy, merge_spy = spies
+    store = Store(tmp_path / "store")
+    imp = Importer(store)
+    _import(imp, _zip(tmp_path, "pc0", 0.0))
+    before = store_files(store.root)
+    real_pending = publish_mod.write_pending
+
+    def write_pending(task_dir: Path, index: int, declarations: Any) -> None:
+        if index == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_pending(task_dir, index, declarations)
+
+    monkeypatch.setattr(publish_mod, "write_pending", write_pending)
+    db_spy.calls.clear()
+    results = _publish_as_one_group(imp, [_verify(imp, _zip(tmp_path, f"pc{k}", 100.0 * k)) for k in (1, 2, 3)])
+
+    ok, full1, full2 = results
+    assert isinstance(ok, ImportResult) and (ok.status, ok.episode_index) == ("imported", 2)
+    for r in (full1, full2):
+        assert isinstance(r, UploadRejectedError) and (r.status, r.reason) == (507, "insufficient_storage")
+    task = store.root / TASK
+    assert [g.index for g in list_task_episodes(task)] == [1, 2]
+    after = store_files(store.root)
+    assert {k for k in after if k not in before} == {"pick/data/chunk-000/episode-001.parquet",
+                                                     "pick/meta/episodes/chunk-000/episode-001.parquet",
+                                                     "pick/videos/chunk-000/cam/episode-001.mp4"}
+    assert not list(store.journal_dir.iterdir()) and not list((task / "meta").glob(".pending-*"))
+    assert len(db_spy.calls) == 1 and [r.episode_index for r, _ in db_spy.calls[0][1]] == [2]
+    assert json.loads((task / "meta/info.json").read_text())["total_episodes"] == 2
+    _stats_match(task)
+    monkeypatch.setattr(publish_mod, "write_pending", real_pending)  # the disk has room again: N=3 is next
+    assert _import(imp, _zip(tmp_path, "pc4", 400.0)).episode_index == 3
