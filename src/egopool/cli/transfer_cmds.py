@@ -173,7 +173,9 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
                                                        "frames."),
               max_imports: int = typer.Option(2, "--max-imports", min=1,
                                               help="Uploads verified at the same time (each in its own "
-                                                   "worker process), and uploads published at the same time."),
+                                                   "worker process), and groups of uploads published at the same "
+                                                   "time (up to 4x as many uploads wait for them: the uploads "
+                                                   "waiting for one task are published together)."),
               max_receiving: int = typer.Option(32, "--max-receiving", min=1,
                                                 help="Upload bodies received at the same time (others wait unread)."),
               max_connections: int = typer.Option(1024, "--max-connections", min=1,
