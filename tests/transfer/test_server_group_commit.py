@@ -8,7 +8,9 @@ real Importer, database and disk.
   group is imported once and answered ``duplicate`` once;
 * a server SIGKILLed between two commits of one group, then restarted: the committed episode stays (its
   database row recorded, the merge replayed), the uncommitted ones are rolled back byte for byte, and the
-  clients' retries import them.
+  clients' retries import them;
+* a full disk before one episode's commit rolls back that episode and the group's higher N (507 each), the
+  lower N is published, and the next upload takes the first free N (no gap, U2).
 """
 
 from __future__ import annotations
