@@ -70,7 +70,7 @@ from .bucket_store import hide_state
 from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
-from .page import index_page, login_page
+from .page import error_page, index_page, login_page
 from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
@@ -286,6 +286,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         page = request.method == "GET" and (request.url.path == "/" or request.url.path.startswith("/tasks/"))
         if page and exc.status in (401, 403):  # a browser: offer the sign-in form
             return HTMLResponse(login_page(exc.message), status_code=exc.status)
+        if page:  # a bad filter, an unknown task or episode: a page too, not JSON in the browser
+            return HTMLResponse(error_page(exc.status, hide(exc.message), exc.hint), status_code=exc.status,
+                                headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
         return _error(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -296,8 +299,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         for err in exc.errors()[:3]:
             where = " ".join(str(x) for x in err.get("loc", ()))
             bits.append(f"{where} {str(err.get('input'))[:60]!r}: {err.get('msg', 'invalid')}")
-        return JSONResponse({"error": "bad_request", "message": "; ".join(bits) or "invalid request", "findings": []},
-                            status_code=422)
+        message = "; ".join(bits) or "invalid request"
+        if request.method == "GET" and request.url.path.startswith("/tasks/"):  # a page: answered as one
+            return HTMLResponse(error_page(422, hide(message)), status_code=422)
+        return JSONResponse({"error": "bad_request", "message": message, "findings": []}, status_code=422)
 
     @app.exception_handler(EgopoolError)
     async def _egopool_error(request: Request, exc: EgopoolError) -> Response:
