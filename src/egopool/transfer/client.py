@@ -304,6 +304,17 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     layout = TaskLayout.from_info(root, info)
     reg = registry if isinstance(registry, Registry) else Registry.for_task(root) if registry is True \
         else Registry(registry) if registry else None
+    with reg.session() if reg is not None else contextlib.nullcontext():  # one connection for the run (U22)
+        return _run(root, base, token, info, layout, reg, indices, reencode_hevc, delete_after, retries, backoff,
+                    timeout, progress, on_outcome, on_notice, temp_dir, transport)
+
+
+def _run(root: Path, base: str, token: str | None, info: dict[str, Any], layout: TaskLayout, reg: Registry | None,
+         indices: Sequence[int] | None, reencode_hevc: bool, delete_after: bool, retries: int, backoff: float,
+         timeout: float, progress: UploadProgress | None, on_outcome: Callable[[UploadOutcome], None] | None,
+         on_notice: Callable[[str], None] | None, temp_dir: str | Path | None,
+         transport: httpx.BaseTransport | None) -> UploadReport:
+    """:func:`upload_episodes` once the arguments are checked and the registry chosen (its session open)."""
     key = task_key(root)
     if indices is None:
         groups = {g.index: g for g in list_task_episodes(root, layout)}
@@ -344,7 +355,7 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
         headers["Authorization"] = f"Bearer {token}"
     http_timeout = httpx.Timeout(timeout, connect=15.0, write=120.0, pool=15.0)
     with httpx.Client(headers=headers, timeout=http_timeout, transport=transport, verify=_tls_context()) as client, \
-            upload_spool(spool_dir) as spool, reg.session() if reg is not None else contextlib.nullcontext():
+            upload_spool(spool_dir) as spool:
         try:  # info.json read, templates checked and the layout built once for the run (U22)
             packer: Packer | FormatError = Packer(root, spool, reencode_hevc=reencode_hevc, host_id=ident.host_id,
                                                   hostname=ident.hostname, durable=False, info=info)
