@@ -5,9 +5,10 @@ server):
 
 1. the registry (``pipeline.db``) already holds the server's confirmed answer for
    ``(task, N, server)``: skipped (a re-run after a kill resumes here);
-2. packed into a temporary zip (:func:`~egopool.transfer.pack.pack_episodes`) in a per-run
-   directory outside the recordings root (:mod:`egopool.transfer.spool`: the per-user cache
-   directory by default; removed afterwards, and by the next run when this one was killed);
+2. packed into a temporary zip (one :class:`~egopool.transfer.pack.Packer` per run: ``info.json``
+   read once; the zip hashed once and not fsynced) in a per-run directory outside the recordings
+   root (:mod:`egopool.transfer.spool`: the per-user cache directory by default; removed
+   afterwards, and by the next run when this one was killed);
 3. ``POST <server>/api/v1/session/upload`` as multipart: ``name`` = task name,
    ``episode_index`` = the episode's 0-based file number f taken from the layout (§9: not
    N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
@@ -23,6 +24,10 @@ server):
 
 The server de-duplicates by content (the episode digest), so an upload that reached the server
 before the client was killed is answered "duplicate" with the same server N on the re-run.
+
+A run keeps one HTTP connection (keep-alive), one ``pipeline.db`` connection
+(:meth:`~egopool.registry.Registry.session`: still one commit per confirmed episode, before it is
+reported) and, per process, one TLS context (docs/decisions.md U22, U23).
 """
 
 from __future__ import annotations
