@@ -170,11 +170,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[float, list[list[dict]], float]:
+def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[float, list[list[dict]], float, float]:
     """One client process per root; all start sending together once every one has imported egopool.
 
     Returns (wall s from the common start to the last client's end, each client's items, the largest
-    client peak RSS in MiB).
+    client peak RSS in MiB, the clients' CPU s from the start on: user + system, summed).
     """
     procs = []
     go = out / f"go-{mode}"
@@ -196,7 +196,7 @@ def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[floa
             raise SystemExit(f"a client failed ({p.returncode})")
     docs = [json.loads(r.read_text()) for _, r in procs]
     wall = max(d["end"] for d in docs) - t0
-    return wall, [d["items"] for d in docs], rss
+    return wall, [d["items"] for d in docs], rss, sum(d["cpu"] for d in docs)
 
 
 def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None:
@@ -209,6 +209,7 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None
     Path(f"{report}.ready").touch()
     while not go.exists():
         time.sleep(0.01)
+    cpu = time.process_time()
     items = []
     for task in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if mode == "egopool":
@@ -223,7 +224,7 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None
                     r = http.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
                     items.append({"ok": r.status_code == 200, "seconds": time.perf_counter() - t})
                     packed.path.unlink()
-    report.write_text(json.dumps({"end": time.time(), "items": items}))
+    report.write_text(json.dumps({"end": time.time(), "items": items, "cpu": time.process_time() - cpu}))
 
 
 def sink_main(port: int) -> None:
@@ -338,7 +339,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
     port = free_port()
     sink = start([sys.executable, __file__, "--sink", str(port)], work / "sink.log")
     wait_up(f"http://127.0.0.1:{port}/", sink)
-    base_wall, base_reports, _ = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work)
+    base_wall, base_reports, _, base_cpu = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work)
     stop(sink)
     base_lat = [i["seconds"] for r in base_reports for i in r]
 
@@ -349,7 +350,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
                     "--log-level", "warning", "--no-previews"], work / "server.log")  # previews: bench_previews.py
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
-    wall, reports, client_rss = run_clients(roots, url, "egopool", work)
+    wall, reports, client_rss, cpu = run_clients(roots, url, "egopool", work)
     server_rss = rss_text(server.pid)
     items = [i for r in reports for i in r]
     lat = [i["seconds"] for i in items]
@@ -361,6 +362,8 @@ def run(work: Path, args: argparse.Namespace) -> None:
         print(f"{name:28}{w:9.2f}{total / w:11.1f}{payload / 1e6 / w:8.1f}{pct(la, 50) * 1e3:9.0f}"
               f"{pct(la, 99) * 1e3:9.0f}")
     print(f"ratio egopool / baseline wall time: {wall / base_wall:.2f}x")
+    print(f"client CPU per episode (user + system, from the start): egopool {cpu / total * 1e3:.1f} ms, "
+          f"baseline {base_cpu / total * 1e3:.1f} ms")
     print(f"{server_rss}; largest client peak RSS {client_rss:.0f} MiB")
     problems = verify(store, expected) + [f"{len(failed)} upload(s) not confirmed"] * bool(failed)
     print("checks: every episode once, stats = recomputation (1e-9), validate clean, no 5xx: "
@@ -396,14 +399,14 @@ def measure_big(big: Path, took: float, server: subprocess.Popen[bytes], store: 
     server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
                     "--log-level", "warning", "--no-previews"], work / "server.log")
     wait_up(url + "/healthz", server)
-    wall, reports, client_rss = run_clients([big.parent], url, "egopool", work)
+    wall, reports, client_rss, _ = run_clients([big.parent], url, "egopool", work)
     server_rss = rss_text(server.pid)
     ok = all(i["ok"] for r in reports for i in r)
     big_lat = [i["seconds"] for r in reports for i in r]
     sink_port = free_port()
     sink = start([sys.executable, __file__, "--sink", str(sink_port)], work / "sink.log")
     wait_up(f"http://127.0.0.1:{sink_port}/", sink)
-    _, base_reports, _ = run_clients([big.parent], f"http://127.0.0.1:{sink_port}/", "baseline", work)
+    _, base_reports, _, _ = run_clients([big.parent], f"http://127.0.0.1:{sink_port}/", "baseline", work)
     stop(sink)
     base_big = [i["seconds"] for r in base_reports for i in r]
     print(f"uploaded in {wall:.1f} s ({size / 1e6 / wall:.0f} MB/s incl. packing and verification), "
