@@ -114,6 +114,7 @@ def main() -> None:
         print(f"{len(zips)} episodes ({sum(z.stat().st_size for z in zips) / len(zips) / 1e3:.0f} kB zips), "
               f"{args.repeat} counted passes each; medians per verification")
         trees = [("this tree", repo)] + ([("base", args.base_src)] if args.base_src else [])
+        medians: dict[str, list[float]] = {name: [] for name, _ in trees}
         for i in range(args.pairs if args.base_src else 1):
             for name, tree in trees:
                 env = {**os.environ, "PYTHONPATH": str(tree / "src")}
@@ -122,8 +123,16 @@ def main() -> None:
                                      env=env, check=True, capture_output=True, text=True, cwd=tree).stdout
                 doc = json.loads(out.strip().splitlines()[-1])
                 print(line(name, doc))
+                medians[name].append(statistics.median(doc["cpu"]))
                 if doc["profile"]:
                     print(doc["profile"])
+        if args.base_src:
+            ratios = [a / b for a, b in zip(medians["this tree"], medians["base"])]
+            print(f"this tree / base, CPU per verification: median {statistics.median(ratios):.2f} over "
+                  f"{len(ratios)} pairs ({', '.join(f'{r:.2f}' for r in ratios)}); this tree "
+                  f"{statistics.median(medians['this tree']) * 1e3:.2f} ms, base "
+                  f"{statistics.median(medians['base']) * 1e3:.2f} ms (medians of the pairs' medians); load "
+                  f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

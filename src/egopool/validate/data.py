@@ -375,15 +375,16 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
     names = [c for c in ("episode_index", "frame_index", "timestamp", "wall_time")
              if c in cols and (pa.types.is_integer(cols[c]) or pa.types.is_floating(cols[c]))]
     others = [c for c in cols if c in KEY_COLUMNS and c not in names]
-    if others:  # hardware_ns, task_index, raw_hw_ns, D435 forensic columns: never null (0 = unknown)
-        for c in others:
-            nulls = pf.read(columns=[c]).column(c).null_count
-            if nulls:
-                ctx.report.error(R_KEYS, path, f"key column {c!r} has {nulls} null value(s); key columns are never "
-                                               "null (write 0 for an unknown stamp, file_format.md §7.1)")
+    if not names and not others:
+        return
+    t = pf.read(columns=others + names)  # one read of the key columns (scalars, U20)
+    for c in others:  # hardware_ns, task_index, raw_hw_ns, D435 forensic columns: never null (0 = unknown)
+        nulls = t.column(c).null_count
+        if nulls:
+            ctx.report.error(R_KEYS, path, f"key column {c!r} has {nulls} null value(s); key columns are never "
+                                           "null (write 0 for an unknown stamp, file_format.md §7.1)")
     if not names:
         return
-    t = pf.read(columns=names)
     n = t.num_rows
     if n == 0:
         return
