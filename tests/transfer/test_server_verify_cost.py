@@ -2,7 +2,8 @@
 ``verify_upload``, validator and disk.
 
 * a video whose frames are small is opened once per verification: the container the frame-size bound
-  opened is the one the validator probes and decodes;
+  opened is the one the validator probes and decodes; one with larger frames is closed after the bound
+  and opened again by the validator (an import holds one large decoder at a time, U9);
 * a junk packet in such a video is still named with its frame = data row (422), from that container;
 * ``validate_task`` with a handed container gives the report it gives without, and takes (closes) only
   the containers of its task's files.
@@ -95,6 +96,21 @@ def test_each_small_video_is_opened_once_per_verification(recorded: Path, tmp_pa
     # one open per video, plus the depth stream's layout probe the validator makes (docs/decisions.md C5)
     assert sorted(os.path.relpath(f, staging) for f in opens) == sorted(
         [os.path.relpath(p, staging) for p in videos] + ["videos/chunk-000/cam_depth/episode-000.mkv"])
+
+
+def test_a_large_frame_video_is_opened_again_by_the_validator(tmp_path: Path, opens: list[str]) -> None:
+    tw = TaskWriter(tmp_path / "rec", "pick", fps=30.0, registry=False)
+    ep = tw.begin_episode(streams=[StreamSpec("cam", "rgb", 352, 288)], created_at=1.79e9)
+    for i in range(4):
+        ep.add_frame({}, hardware_ns=1000 + i, images={"cam": np.full((288, 352, 3), 20 * i, np.uint8)})
+    ep.finish()
+    zip_path = pack_episodes(tmp_path / "rec" / "pick", [1], tmp_path / "zips", registry=False)[0].path
+    staging = tmp_path / "staging" / "pick"
+    staging.mkdir(parents=True)
+    opens.clear()
+    v = verify_upload(zip_path, staging, Limits(), form_index=None, client_key=None, token_id=None)
+    assert (v.validation["ok"], v.length) == (True, 4)
+    assert [os.path.relpath(f, staging) for f in opens] == ["videos/chunk-000/cam/episode-000.mp4"] * 2
 
 
 def test_a_junk_packet_in_a_small_video_is_still_named(recorded: Path, tmp_path: Path) -> None:

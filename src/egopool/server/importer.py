@@ -12,7 +12,8 @@ request body; steps 1-5 and 7 (:func:`verify_upload`) run in a worker process of
 4. ``info.json.format == "pooled_episodes_v1"`` and the §9 path templates — 422;
 5. the parquet footers are checked for bombs (:func:`~egopool.server.zipcheck.check_parquet_bounds`:
    decoded bytes at a time, decoded/compressed ratio, the meta file's single row) and the videos'
-   frame sizes (:func:`~egopool.server.zipcheck.check_video_bounds`) — 413/422; the data parquet's
+   frame sizes (:func:`~egopool.server.zipcheck.open_video_bounded`; a container of small frames is
+   kept open for step 7's validator, docs/decisions.md U20) — 413/422; the data parquet's
    ``episode_index`` column is the truth for N (§9): one value N whose
    ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
 6. content the task already pooled (the same episode digest, from whichever client): a 200
