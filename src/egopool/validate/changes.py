@@ -28,7 +28,7 @@ from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, nonfi
 from ..schema import signal_kind
 from .context import Context
 
-__all__ = ["check_value_changes"]
+__all__ = ["NonFiniteScan", "check_value_changes"]
 
 _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count": "file_format.md §7.2.1",
           "_clipped_count": "file_format.md §8", "_encode_failed_count": "file_format.md §8",
@@ -37,8 +37,13 @@ _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count"
 _BATCH_ROWS = 32
 
 
-def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | None) -> None:
-    """Warn about every changed-value count in the episode's ``drop_stats`` and saturated force cells in its data."""
+def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | None, pf: Any = None,
+                        scan: NonFiniteScan | None = None) -> None:
+    """Warn about every changed-value count in the episode's ``drop_stats`` and saturated force cells in its data.
+
+    ``pf``: the data parquet already open (``pyarrow.parquet.ParquetFile``, left open); None opens it here.
+    ``scan``: its float columns' NaN/Infinity counts, fed by check_data's read (:class:`NonFiniteScan`).
+    """
     drop = row.get("drop_stats") if row is not None else None
     drop = drop if isinstance(drop, Mapping) else {}
     where = g.meta or g.data
@@ -50,8 +55,8 @@ def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | 
             rule = next(r for suffix, r in _RULES.items() if key.endswith(suffix))
             ctx.report.warning(rule, where, f"drop_stats {key} = {drop[key]}: {notes[0]}")
     if g.data is not None:
-        _saturated_force_cells(ctx, g, g.data, drop)
-        _non_finite_values(ctx, g.data, drop)
+        _saturated_force_cells(ctx, g, g.data, drop, pf)
+        _non_finite_values(ctx, g.data, drop, pf, scan)
 
 
 def _float_columns(schema: pa.Schema) -> list[str]:
@@ -68,46 +73,89 @@ def _float_columns(schema: pa.Schema) -> list[str]:
     return out
 
 
-def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any]) -> None:
+class NonFiniteScan:
+    """NaN / Infinity counts of the float columns (:func:`_non_finite_values`), fed batch by batch.
+
+    :func:`~egopool.validate.data.check_data` reads every float column in its row checks and feeds each
+    batch here (its ``visit``), so the data parquet's rows are read once for both (docs/decisions.md U20).
+    The counts are used only when every row was fed; else :func:`check_value_changes` reads the columns
+    itself, as without it. A batch whose values cannot be counted makes the check report nothing (what a
+    damaged row did before: check_data names the damage).
+    """
+
+    def __init__(self, schema: pa.Schema, rows: int) -> None:
+        self.cols = _float_columns(schema)
+        self.rows_total = rows
+        self.rows_fed = 0
+        self.failed = False
+        self.values = dict.fromkeys(self.cols, 0)
+        self.rows = dict.fromkeys(self.cols, 0)
+        self.first: dict[str, int] = {}
+
+    @property
+    def complete(self) -> bool:
+        """Every row was fed, in order, from its first."""
+        return self.rows_fed == self.rows_total
+
+    def feed(self, batch: pa.RecordBatch, base: int) -> None:
+        """Count the batch's rows ``base`` .. (never raises: a failure marks the scan failed)."""
+        if self.failed:
+            return
+        if base != self.rows_fed or not set(self.cols) <= set(batch.schema.names):
+            self.rows_fed = -1  # not the rows in order, or not every column: never complete, read again
+            return
+        try:
+            self._count(batch, base)
+        except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+            self.failed = True
+        self.rows_fed += batch.num_rows
+
+    def _count(self, batch: pa.RecordBatch, base: int) -> None:
+        for name in self.cols:
+            arr = batch.column(name)
+            flat = arr
+            while pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) \
+                    or pa.types.is_fixed_size_list(flat.type):
+                flat = flat.flatten()
+            leaf = flat.to_numpy(zero_copy_only=False)
+            bad = ~np.isfinite(leaf.astype(np.float64, copy=False))
+            if not bad.any():
+                continue
+            row_of = _row_of_leaf(arr, len(leaf))
+            hit = np.unique(row_of[bad])
+            self.values[name] += int(bad.sum())
+            self.rows[name] += int(hit.size)
+            self.first.setdefault(name, base + int(hit[0]))
+
+
+def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any], pf: Any = None,
+                       scan: NonFiniteScan | None = None) -> None:
     """NaN / Infinity in any float column (issue 15 G), found in the data, whoever wrote it.
 
     In a stats column (``observation.<sensor>`` of ``info.sensors``, ``observation.imu``) an error:
     ``stats.json`` accumulates the column (file_format.md §4) and JSON has no NaN, so every writer
     must refuse it (docs/decisions.md #19). Elsewhere a warning: a missing sample is zeros / ``[]``
     (multi_device_storage.md §5.5), and a reader computing with the column gets NaN; the message says
-    whether the writer counted them (``<signal>_nonfinite_count``).
+    whether the writer counted them (``<signal>_nonfinite_count``). ``scan``: the counts check_data's
+    read already made (used when complete).
     """
-    try:
-        pf = open_parquet(path, what="data parquet")
-        cols = _float_columns(pf.schema_arrow)
-    except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+    if scan is None or not scan.complete:
+        try:
+            pf = pf if pf is not None else open_parquet(path, what="data parquet")
+            scan = NonFiniteScan(pf.schema_arrow, 0)
+        except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+            return
+        if not scan.cols:
+            return
+        try:
+            for batch in pf.iter_batches(batch_size=_BATCH_ROWS * 8, columns=scan.cols):
+                scan._count(batch, scan.rows_fed)
+                scan.rows_fed += batch.num_rows
+        except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+            return
+    if scan.failed:
         return
-    if not cols:
-        return
-    values = dict.fromkeys(cols, 0)
-    rows = dict.fromkeys(cols, 0)
-    first: dict[str, int] = {}
-    base = 0
-    try:
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS * 8, columns=cols):
-            for name in cols:
-                arr = batch.column(name)
-                flat = arr
-                while pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) \
-                        or pa.types.is_fixed_size_list(flat.type):
-                    flat = flat.flatten()
-                leaf = flat.to_numpy(zero_copy_only=False)
-                bad = ~np.isfinite(leaf.astype(np.float64, copy=False))
-                if not bad.any():
-                    continue
-                row_of = _row_of_leaf(arr, len(leaf))
-                hit = np.unique(row_of[bad])
-                values[name] += int(bad.sum())
-                rows[name] += int(hit.size)
-                first.setdefault(name, base + int(hit[0]))
-            base += batch.num_rows
-    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
-        return
+    cols, values, rows, first = scan.cols, scan.values, scan.rows, scan.first
     sensors = ctx.info.get("sensors")
     stats_cols = {"observation.imu"} | ({f"observation.{s}" for s in sensors if isinstance(s, str)}
                                         if isinstance(sensors, list) else set())
@@ -145,11 +193,11 @@ def _row_of_leaf(arr: pa.Array, n_leaves: int) -> np.ndarray:
     return idx[:n_leaves]
 
 
-def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any]) -> None:
+def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any], pf: Any = None) -> None:
     """Cells a force-matrix column could not hold, found in the data: int16 cells at the limits
     (``row_diff_quantized``), ±Infinity / NaN cells (``row_flat_raw`` float32)."""
     try:
-        pf = open_parquet(path, what="data parquet")  # footer checked first (decisions.md H3)
+        pf = pf if pf is not None else open_parquet(path, what="data parquet")  # footer checked first (decisions.md H3)
         schema = pf.schema_arrow
     except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
         return
