@@ -30,7 +30,7 @@ from ..layout import EpisodeFiles
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
 from ..unix_time import created_at_problem
-from .changes import NonFiniteScan, check_value_changes
+from .changes import ForceCellScan, NonFiniteScan, check_value_changes, feed_all
 from .context import Context
 from .data import DataSummary, check_data, first_line, open_data
 from .declarations import check_force_matrix_spec, check_frame_spec, is_depth_name
@@ -67,7 +67,8 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
     pf = open_data(ctx, g.data, n) if g.data is not None else None  # opened once for its checks (U20)
     try:
         scan = NonFiniteScan(pf.schema_arrow, pf.metadata.num_rows) if pf is not None else None
-        data = check_data(ctx, g.data, n, pf, scan.feed if scan is not None else None) \
+        cells = ForceCellScan(pf.schema_arrow, pf.metadata.num_rows) if pf is not None else None
+        data = check_data(ctx, g.data, n, pf, feed_all(scan, cells)) \
             if pf is not None and g.data is not None else None
         row = _check_meta_row(ctx, g) if g.meta is not None else None
         if row is not None:
@@ -79,7 +80,7 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
             _check_video(ctx, g, key, g.videos[key], rows, row)
         if row is not None:
             _declared_streams(ctx, g, row)
-        check_value_changes(ctx, g, row, pf, scan)
+        check_value_changes(ctx, g, row, pf, scan, cells)
     finally:
         if pf is not None:
             pf.close()
