@@ -26,6 +26,11 @@ packing excluded) against the same zip POSTed to the baseline in the same run.
     python benchmarks/bench_upload.py                           # 40 episodes, 4 tasks, 8 clients (~1 min)
     python benchmarks/bench_upload.py --episodes 400            # the issue's figure (several minutes)
     python benchmarks/bench_upload.py --episodes 8 --big-gb 2   # + a 2 GiB episode
+    python benchmarks/bench_upload.py --episodes 8 --big-full 60  # + a ~100 MB full-rig episode
+
+``--big-full S`` uploads one episode of ``egopool simulate --rig full`` S seconds long the same way: the
+issue's "full-rig episode of >= 100 MB" (the force matrices' parquet and five lossy streams, whose every
+frame the server decodes) rather than one lossless stream of noise.
 """
 
 from __future__ import annotations
@@ -165,11 +170,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[float, list[list[dict]], float]:
+def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[float, list[list[dict]], float, float]:
     """One client process per root; all start sending together once every one has imported egopool.
 
     Returns (wall s from the common start to the last client's end, each client's items, the largest
-    client peak RSS in MiB).
+    client peak RSS in MiB, the clients' CPU s from the start on: user + system, summed).
     """
     procs = []
     go = out / f"go-{mode}"
@@ -191,7 +196,7 @@ def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[floa
             raise SystemExit(f"a client failed ({p.returncode})")
     docs = [json.loads(r.read_text()) for _, r in procs]
     wall = max(d["end"] for d in docs) - t0
-    return wall, [d["items"] for d in docs], rss
+    return wall, [d["items"] for d in docs], rss, sum(d["cpu"] for d in docs)
 
 
 def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None:
@@ -204,6 +209,7 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None
     Path(f"{report}.ready").touch()
     while not go.exists():
         time.sleep(0.01)
+    cpu = time.process_time()
     items = []
     for task in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if mode == "egopool":
@@ -218,7 +224,7 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None
                     r = http.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
                     items.append({"ok": r.status_code == 200, "seconds": time.perf_counter() - t})
                     packed.path.unlink()
-    report.write_text(json.dumps({"end": time.time(), "items": items}))
+    report.write_text(json.dumps({"end": time.time(), "items": items, "cpu": time.process_time() - cpu}))
 
 
 def sink_main(port: int) -> None:
@@ -285,6 +291,8 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--big-gb", type=float, default=0.0)
+    ap.add_argument("--big-full", type=float, default=0.0, metavar="SECONDS",
+                    help="also upload one full-rig episode this long (simulate --rig full; 60 s is ~100 MB)")
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
     ap.add_argument("--client", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--server", help=argparse.SUPPRESS)
@@ -331,7 +339,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
     port = free_port()
     sink = start([sys.executable, __file__, "--sink", str(port)], work / "sink.log")
     wait_up(f"http://127.0.0.1:{port}/", sink)
-    base_wall, base_reports, _ = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work)
+    base_wall, base_reports, _, base_cpu = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work)
     stop(sink)
     base_lat = [i["seconds"] for r in base_reports for i in r]
 
@@ -342,7 +350,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
                     "--log-level", "warning", "--no-previews"], work / "server.log")  # previews: bench_previews.py
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
-    wall, reports, client_rss = run_clients(roots, url, "egopool", work)
+    wall, reports, client_rss, cpu = run_clients(roots, url, "egopool", work)
     server_rss = rss_text(server.pid)
     items = [i for r in reports for i in r]
     lat = [i["seconds"] for i in items]
@@ -354,36 +362,60 @@ def run(work: Path, args: argparse.Namespace) -> None:
         print(f"{name:28}{w:9.2f}{total / w:11.1f}{payload / 1e6 / w:8.1f}{pct(la, 50) * 1e3:9.0f}"
               f"{pct(la, 99) * 1e3:9.0f}")
     print(f"ratio egopool / baseline wall time: {wall / base_wall:.2f}x")
+    print(f"client CPU per episode (user + system, from the start): egopool {cpu / total * 1e3:.1f} ms, "
+          f"baseline {base_cpu / total * 1e3:.1f} ms")
     print(f"{server_rss}; largest client peak RSS {client_rss:.0f} MiB")
     problems = verify(store, expected) + [f"{len(failed)} upload(s) not confirmed"] * bool(failed)
     print("checks: every episode once, stats = recomputation (1e-9), validate clean, no 5xx: "
           + ("OK" if not problems else "FAILED: " + "; ".join(problems)))
 
+    bigs = []
     if args.big_gb > 0:
         t = time.perf_counter()
-        big = record_big(work / "bigpc", args.big_gb)
-        size = sum(p.stat().st_size for g in list_task_episodes(big) for p in g.paths())
-        print(f"\nbig episode: {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB) recorded in {time.perf_counter() - t:.0f} s")
-        stop(server)
-        server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
-                        "--log-level", "warning", "--no-previews"], work / "server.log")
-        wait_up(url + "/healthz", server)
-        wall, reports, client_rss = run_clients([work / "bigpc"], url, "egopool", work)
-        server_rss = rss_text(server.pid)
-        ok = all(i["ok"] for r in reports for i in r)
-        big_lat = [i["seconds"] for r in reports for i in r]
-        sink_port = free_port()
-        sink = start([sys.executable, __file__, "--sink", str(sink_port)], work / "sink.log")
-        wait_up(f"http://127.0.0.1:{sink_port}/", sink)
-        _, base_reports, _ = run_clients([work / "bigpc"], f"http://127.0.0.1:{sink_port}/", "baseline", work)
-        stop(sink)
-        base_big = [i["seconds"] for r in base_reports for i in r]
-        print(f"uploaded in {wall:.1f} s ({size / 1e6 / wall:.0f} MB/s incl. packing and verification), "
-              f"confirmed: {ok}; {server_rss}, client peak RSS {client_rss:.0f} MiB")
-        print(f"sending (packing excluded): egopool serve {size / 1e6 / sum(big_lat):.0f} MB/s, baseline "
-              f"{size / 1e6 / sum(base_big):.0f} MB/s: ratio {sum(base_big) / sum(big_lat):.2f}")
-        print("checks: " + ("OK" if not verify(store, {"big": 1}) else "FAILED: " + "; ".join(verify(store, {"big": 1}))))
+        bigs.append((record_big(work / "bigpc", args.big_gb), time.perf_counter() - t))
+    if args.big_full > 0:
+        t = time.perf_counter()
+        bigs.append((record_full(work / "fullpc", args.big_full), time.perf_counter() - t))
+    for big, took in bigs:
+        server = measure_big(big, took, server, store, url, port, work)
     stop(server)
+
+
+def record_full(root: Path, seconds: float) -> Path:
+    """One episode of the issue's full rig (`egopool simulate --rig full`, Appendix B): ~1.8 MB/s, most of it
+    the force matrices' parquet, the rest five H.264/HEVC streams."""
+    subprocess.run([sys.executable, "-m", "egopool", "simulate", "--rig", "full", "--seconds", str(seconds),
+                    "--out", str(root), "--task", "full", "--depth-codec", "hevc12", "--json"], check=True,
+                   stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": SRC})
+    return root / "full"
+
+
+def measure_big(big: Path, took: float, server: subprocess.Popen[bytes], store: Path, url: str, port: int,
+                work: Path) -> subprocess.Popen[bytes]:
+    """Upload the one episode of ``big`` to a freshly started server and to the baseline sink; print both."""
+    size = sum(p.stat().st_size for g in list_task_episodes(big) for p in g.paths())
+    print(f"\nbig episode ({big.name}): {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB) recorded in {took:.0f} s")
+    stop(server)
+    server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
+                    "--log-level", "warning", "--no-previews"], work / "server.log")
+    wait_up(url + "/healthz", server)
+    wall, reports, client_rss, _ = run_clients([big.parent], url, "egopool", work)
+    server_rss = rss_text(server.pid)
+    ok = all(i["ok"] for r in reports for i in r)
+    big_lat = [i["seconds"] for r in reports for i in r]
+    sink_port = free_port()
+    sink = start([sys.executable, __file__, "--sink", str(sink_port)], work / "sink.log")
+    wait_up(f"http://127.0.0.1:{sink_port}/", sink)
+    _, base_reports, _, _ = run_clients([big.parent], f"http://127.0.0.1:{sink_port}/", "baseline", work)
+    stop(sink)
+    base_big = [i["seconds"] for r in base_reports for i in r]
+    print(f"uploaded in {wall:.1f} s ({size / 1e6 / wall:.0f} MB/s incl. packing and verification), "
+          f"confirmed: {ok}; {server_rss}, client peak RSS {client_rss:.0f} MiB")
+    print(f"sending (packing excluded): egopool serve {size / 1e6 / sum(big_lat):.0f} MB/s, baseline "
+          f"{size / 1e6 / sum(base_big):.0f} MB/s: ratio {sum(base_big) / sum(big_lat):.2f}")
+    problems = verify(store, {big.name: 1})
+    print("checks: " + ("OK" if not problems else "FAILED: " + "; ".join(problems)))
+    return server
 
 
 if __name__ == "__main__":

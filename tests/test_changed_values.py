@@ -69,7 +69,7 @@ def _force_episode(tw, frames, scale=1000):
     return ep
 
 
-def test_saturated_force_cells_are_counted_warned_and_reported(tmp_path):
+def test_saturated_force_cells_are_counted_warned_and_reported(tmp_path, monkeypatch):
     tw = TaskWriter(tmp_path, "umi", registry=False)
     ep = _force_episode(tw, [_block_frame(), np.zeros((250, 250, 3), np.float32) + 0.001])
     with pytest.warns(ValueChangedWarning, match=r"101 force-matrix cell\(s\) of gripper_left_force_matrix were beyond"):
@@ -79,11 +79,22 @@ def test_saturated_force_cells_are_counted_warned_and_reported(tmp_path):
     assert e.meta["drop_stats"]["gripper_left_force_matrix_saturated_count"] == 101
     ratio = force_matrix_fz_ratio(e, FM)
     assert np.isnan(ratio[0])  # a saturated Σfz is a bound, not the truncation case (≈ 0.82 before)
+    from egopool.validate import changes
+
+    reads = []  # the matrices are counted from check_data's own read of them, not read a second time (U25)
+    orig_read = changes._BatchScan.read
+    monkeypatch.setattr(changes._BatchScan, "read", lambda self, *a: reads.append(type(self).__name__)
+                        or orig_read(self, *a))
     report = validate_task(tmp_path / "umi")
     assert not [f for f in report.findings if f.severity == "error"]
     assert _warnings(report, "drop_stats gripper_left_force_matrix_saturated_count = 101")
     data = _warnings(report, "101 cell(s) in 1 row(s) (first row 0) are at the int16 limits")
     assert data and "the writer counted 101" in data[0].message
+    assert reads == []
+    # the same finding from the check's own read, where check_data's batches did not cover every row
+    monkeypatch.setattr(changes.ForceCellScan, "feed", lambda self, batch, base: None)
+    again = _warnings(validate_task(tmp_path / "umi"), "101 cell(s) in 1 row(s) (first row 0) are at the int16 limits")
+    assert reads == ["ForceCellScan"] and [f.message for f in again] == [f.message for f in data]
 
 
 def test_saturation_written_by_another_writer_is_found_in_the_data(tmp_path):

@@ -304,7 +304,8 @@ def _depth_exceeds(obj: Any, limit: int) -> bool:
             continue
         if depth > limit:
             return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+        if any(issubclass(t, (dict, list)) for t in set(map(type, children))):  # a list of numbers: no walk (U20)
+            stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
     return False
 
 

@@ -21,7 +21,9 @@ row ``deleted`` before touching files and removes it once the files are verified
 (file_format.md §2, §9). The task key is the task directory's name.
 
 Every public call opens its own short connection (safe across processes; SQLite's
-own locking serialises writers, ``timeout`` 30 s). Any SQLite or file error becomes a
+own locking serialises writers, ``timeout`` 30 s) and commits before it returns; inside
+:meth:`Registry.session` the calls of one thread share one connection (still one transaction
+each). Any SQLite or file error becomes a
 :class:`~egopool.errors.RegistryError` naming ``pipeline.db``.
 """
 
@@ -33,6 +35,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -239,6 +242,7 @@ class Registry:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._held: dict[str, Any] | None = None  # the open session (:meth:`session`)
 
     @classmethod
     def for_task(cls, task_dir: str | Path) -> Registry:
@@ -247,6 +251,63 @@ class Registry:
 
     def __repr__(self) -> str:
         return f"Registry({str(self.path)!r})"
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Registry]:
+        """Keep one SQLite connection for this thread's calls inside the block (``egopool upload``'s run).
+
+        Every call still runs in its own transaction and commits before it returns (the same
+        durability as without a session); only the connect, ``PRAGMA foreign_keys`` and the close
+        around each call are saved. Calls from other threads open their own connection as usual. The
+        connection is opened on the first call that needs the file and reopened when ``pipeline.db``
+        was replaced or removed meanwhile (another inode at the path). Re-entering is a no-op.
+        """
+        if self._held is not None:
+            yield self
+            return
+        self._held = {"thread": threading.get_ident(), "con": None, "inode": None}
+        try:
+            yield self
+        finally:
+            held, self._held = self._held, None
+            if held["con"] is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    held["con"].close()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise RegistryError(f"cannot open registry: {exc}", path=self.path,
+                                hint="check that the recordings root is writable") from exc
+        try:
+            con.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            con.close()
+            raise RegistryError(f"registry operation failed: {exc}", path=self.path,
+                                hint="check that the recordings root is writable and pipeline.db is not corrupt") from exc
+        return con
+
+    def _session_connection(self) -> sqlite3.Connection | None:
+        """The session's connection for this thread (opened or reopened as needed), or None outside one."""
+        held = self._held
+        if held is None or held["thread"] != threading.get_ident():
+            return None
+        try:
+            st = os.stat(self.path)
+            inode = (st.st_dev, st.st_ino)
+        except OSError:
+            inode = None
+        if held["con"] is not None and (inode is None or inode != held["inode"]):  # replaced or removed
+            with contextlib.suppress(sqlite3.Error):
+                held["con"].close()
+            held["con"] = None
+        if held["con"] is None:
+            held["con"], held["inode"] = self._open(), None
+            with contextlib.suppress(OSError):  # None: checked (and reopened) again on the next call
+                st = os.stat(self.path)
+                held["inode"] = (st.st_dev, st.st_ino)
+        return held["con"]
 
     @contextlib.contextmanager
     def _connect(self, write: bool) -> Iterator[sqlite3.Connection]:
@@ -259,13 +320,9 @@ class Registry:
             finally:
                 mem.close()
             return
+        shared = self._session_connection()
+        con = shared if shared is not None else self._open()
         try:
-            con = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise RegistryError(f"cannot open registry: {exc}", path=self.path,
-                                hint="check that the recordings root is writable") from exc
-        try:
-            con.execute("PRAGMA foreign_keys = ON")
             con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
@@ -288,7 +345,8 @@ class Registry:
                 con.execute("ROLLBACK")
             raise
         finally:
-            con.close()
+            if shared is None:
+                con.close()
 
     # -- recordings ------------------------------------------------------------------------------
     def record(self, task: str, index: int, files: Sequence[FileRecord], *, status: str = "recorded",

@@ -18,7 +18,7 @@ from egopool.errors import RegistryError
 from egopool.meta.info import read_info
 from egopool.meta.stats import read_stats
 from egopool.ops import delete_episodes
-from egopool.registry import FileRecord, Registry, registry_path
+from egopool.registry import FileRecord, Registry, UploadRecord, registry_path
 
 F = FileRecord
 
@@ -153,3 +153,55 @@ class NumberingMachine(RuleBasedStateMachine):
 TestNumbering = NumberingMachine.TestCase
 TestNumbering.settings = settings(max_examples=12, stateful_step_count=10, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+def _upload_record(n: int) -> UploadRecord:
+    return UploadRecord("t", n, "http://pool", f"d{n}", f"z{n}", "t", 10 + n, {"episode_index": 10 + n}, 1.0)
+
+
+def test_a_session_keeps_one_connection_and_still_commits_every_call(tmp_path, monkeypatch):
+    """Registry.session (docs/decisions.md U22): one sqlite3.connect for the calls of the block, each call
+    committed before it returns (another connection sees it at once), a replaced or removed pipeline.db
+    reopened, another thread's calls on their own connection."""
+    import threading
+
+    import egopool.registry as registry_mod
+
+    path = tmp_path / "pipeline.db"
+    opened: list[str] = []
+    real_connect = sqlite3.connect
+
+    def connect(target, *args, **kwargs):
+        opened.append(str(target))
+        return real_connect(target, *args, **kwargs)
+
+    monkeypatch.setattr(registry_mod.sqlite3, "connect", connect)
+    reg = Registry(path)
+    with reg.session():
+        assert opened == [] and reg.uploads("t") == []  # no file yet: nothing opened, nothing created
+        for n in (1, 2, 3):
+            reg.record_upload(_upload_record(n))
+            other = real_connect(path)  # a second process's view: the row is committed when the call returns
+            assert other.execute("SELECT server_episode_index FROM uploads WHERE episode_index = ?", (n,)).fetchone() \
+                == (10 + n,)
+            other.close()
+        assert [u.episode_index for u in reg.uploads("t")] == [1, 2, 3]
+        assert opened.count(str(path)) == 1
+        seen: list[object] = []
+        worker = threading.Thread(target=lambda: seen.append(reg.upload("t", 2, "http://pool")))
+        worker.start()
+        worker.join()
+        assert seen[0].zip_sha256 == "z2" and opened.count(str(path)) == 2  # the other thread's own connection
+        with reg.session():  # re-entered: the same connection
+            reg.record_upload(_upload_record(4))
+        assert opened.count(str(path)) == 2
+        path.unlink()  # pipeline.db removed under the run: the next call writes a new file at the path
+        reg.record_upload(_upload_record(5))
+        assert opened.count(str(path)) == 3
+        con = real_connect(path)
+        assert con.execute("SELECT episode_index FROM uploads").fetchall() == [(5,)]
+        con.close()
+    assert reg._held is None
+    reg.record_upload(_upload_record(6))  # after the block: a connection per call, as before
+    assert opened.count(str(path)) == 4
+    assert [u.episode_index for u in reg.uploads("t")] == [5, 6]

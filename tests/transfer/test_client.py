@@ -158,3 +158,16 @@ def test_a_server_answering_garbage_confirms_nothing_and_nothing_is_deleted(tmp_
     assert not report.ok
     assert [g.index for g in list_task_episodes(task)] == [1, 2]
     assert Registry.for_task(task).uploads("pick") == []
+
+
+def test_templates_the_zip_cannot_carry_fail_every_episode_before_sending(tmp_path: Path) -> None:
+    """The run's one Packer (docs/decisions.md U22) checks the templates once; each episode still fails
+    "not packed" with the reason, as when each was packed on its own, and nothing is sent or recorded."""
+    task = write_task(tmp_path, episodes=2)
+    info = json.loads((task / "meta/info.json").read_text())
+    info["data_path"] = "data/chunk-{c:03d}/file-{f:03d}.parquet"  # a legacy name: §9 arcnames are episode-
+    (task / "meta/info.json").write_text(json.dumps(info))
+    report = upload_episodes(task, [1, 2], server=f"http://127.0.0.1:{_closed_port()}", retries=0)
+    assert [(o.index, o.status, o.attempts) for o in report.outcomes] == [(1, "failed", 0), (2, "failed", 0)]
+    assert all("not packed" in o.message and "upload arcnames follow" in o.message for o in report.outcomes)
+    assert Registry.for_task(task).uploads("pick") == []

@@ -39,6 +39,16 @@ def _one_line(r: httpx.Response, status: int, starts: str) -> None:
     assert "\n" not in body["message"] and "Traceback" not in r.text
 
 
+def _page_line(r: httpx.Response, status: int, starts: str) -> None:
+    """A refused page request is a page (not JSON in the browser) saying the same one line."""
+    assert r.status_code == status and r.headers["content-type"].startswith("text/html"), r.text
+    import html
+    import re
+    said = re.search(r'<p class="bad" id="error">(.*?)</p>', r.text)
+    assert said and html.unescape(said.group(1)).startswith(starts), r.text
+    assert "Traceback" not in r.text and 'href="/"' in r.text
+
+
 def _cursor(doc: object) -> str:
     return base64.urlsafe_b64encode(json.dumps(doc).encode("utf-8")).decode("ascii").rstrip("=")
 
@@ -75,7 +85,8 @@ def test_hostile_reviews_are_one_line_4xx(served) -> None:
     _one_line(httpx.post(base + "/review", json={"verdict": "accept"}, headers=h), 404, f"no episode {HUGE}")
     for path in ("", "/reviews", "/preview/signals.json", "/files/meta/info.json"):
         _one_line(httpx.get(base + path, headers=h), 404, f"no episode {HUGE}")
-    _one_line(httpx.get(f"{srv.url}/tasks/pick_cup/episodes/{HUGE}", headers=h), 404, f"no episode {HUGE}")
+    _page_line(httpx.get(f"{srv.url}/tasks/pick_cup/episodes/{HUGE}", headers=h), 404, f"no episode {HUGE}")
+    _page_line(httpx.get(f"{srv.url}/tasks/pick_cup/episodes/abc", headers=h), 422, "path index 'abc'")
     # FastAPI's own refusal of a path value: one line too
     _one_line(httpx.get(f"{srv.url}/api/v1/tasks/pick_cup/episodes/abc/reviews", headers=h), 422, "path index 'abc'")
     assert httpx.get(f"{srv.url}/api/v1/tasks/pick_cup/episodes/1/reviews", headers=h).json()["reviews"][0][
@@ -93,7 +104,7 @@ def test_hostile_search_parameters_are_one_line_400(served) -> None:
 }
     for query, starts in cases.items():
         _one_line(httpx.get(f"{srv.url}/api/v1/episodes?{query}", headers=h), 400, starts)
-        _one_line(httpx.get(f"{srv.url}/tasks/pick_cup?{query}", headers=h), 400, starts)  # the task page's form
+        _page_line(httpx.get(f"{srv.url}/tasks/pick_cup?{query}", headers=h), 400, starts)  # the task page's form
     r = httpx.get(f"{srv.url}/api/v1/episodes?since=2020-01-01&until=2100-01-01&limit=5", headers=h)
     assert [e["episode_index"] for e in r.json()["episodes"]] == [1, 2]
     # an empty window or duration range is an empty answer (filters are ANDed), and the page keeps its form

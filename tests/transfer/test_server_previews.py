@@ -364,6 +364,17 @@ def test_episodes_without_previews_are_built_at_start(tmp_path: Path) -> None:
         assert ep["preview"] == {"state": "pending", "error": None, "streams": [], "signals": None, "enabled": False}
         assert ep["quality"] is None and ep["duration_s"] == pytest.approx(ep["length"] / 30.0)
         assert httpx.post(f"{srv.url}/api/v1/tasks/late/episodes/2/preview").status_code == 409
+        # a server without tokens answers its own page and egopool's clients, not another site's page (U24)
+        uploads = len(httpx.get(f"{srv.url}/api/v1/uploads").json()["uploads"])
+        for hdr in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}):
+            r = httpx.post(f"{srv.url}/api/v1/tasks/late/episodes/2/preview", headers=hdr)
+            assert r.status_code == 403 and "another site" in r.json()["message"]
+            r = httpx.post(f"{srv.url}/api/v1/session/upload", headers=hdr,
+                           files={"name": (None, "late"), "file": ("e.zip", b"PK\x05\x06" + bytes(18))})
+            assert r.status_code == 403 and "another site" in r.json()["message"]
+        assert len(httpx.get(f"{srv.url}/api/v1/uploads").json()["uploads"]) == uploads  # no log row, no spool
+        same = {"Origin": srv.url, "Sec-Fetch-Site": "same-origin"}
+        assert httpx.post(f"{srv.url}/api/v1/tasks/late/episodes/2/preview", headers=same).status_code == 409
     assert not (store / ".egopool-server" / "previews").exists()
     with ServerProc(store) as srv:
         for n in (1, 2):

@@ -17,6 +17,7 @@ frame the decoder produced in the stream's own format, and it is a large part of
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from ..errors import CodecError
 from ..storage import ObjectPath, as_path
 from .video import open_media
 
-__all__ = ["StreamScan", "scan_stream"]
+__all__ = ["SINGLE_THREAD_PIXELS", "StreamScan", "scan_opened", "scan_stream"]
 
 
 @dataclass(frozen=True)
@@ -126,19 +127,41 @@ def scan_stream(path: str | Path, stream_index: int | None = None) -> StreamScan
         except Exception as exc:
             raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
     with container:
-        if stream_index is None:
-            if not container.streams.video:
-                raise CodecError("no video stream", path=path)
-            stream = container.streams.video[0]
-        else:
-            try:
-                stream = container.streams[stream_index]
-            except IndexError:
-                raise CodecError(f"no stream #{stream_index}", path=path) from None
-        return _scan_container(container, stream)
+        return scan_opened(container, path, stream_index)
+
+
+#: Frames up to this many pixels decode in the calling thread: FFmpeg's slice threads (PyAV's default,
+#: docs/decisions.md U13) cost more CPU to start than such a frame takes to decode (U20).
+SINGLE_THREAD_PIXELS = 320 * 240
+
+
+def scan_opened(container: Any, path: str | Path, stream_index: int | None = None) -> StreamScan:
+    """:func:`scan_stream` of a container the caller opened (and closes), nothing demuxed from it yet: a
+    probe of its header (:func:`~egopool.codecs.video.container_info`) may come first, so one open serves
+    both (docs/decisions.md U20).
+
+    Raises
+    ------
+    CodecError
+        No such video stream.
+    """
+    if stream_index is None:
+        if not container.streams.video:
+            raise CodecError("no video stream", path=path)
+        stream = container.streams.video[0]
+    else:
+        try:
+            stream = container.streams[stream_index]
+        except IndexError:
+            raise CodecError(f"no stream #{stream_index}", path=path) from None
+    return _scan_container(container, stream)
 
 
 def _scan_container(container: Any, stream: Any) -> StreamScan:
+    cc = getattr(stream, "codec_context", None)
+    if 0 < (getattr(cc, "width", 0) or 0) * (getattr(cc, "height", 0) or 0) <= SINGLE_THREAD_PIXELS:
+        with contextlib.suppress(Exception):  # an opened codec keeps its threads: only the cost differs
+            cc.thread_type, cc.thread_count = "NONE", 1  # the same frames, decoded without starting threads
     stamps: list[int | None] = []  # pts of every payload packet, in decode order
     failed: list[int] = []  # positions in ``stamps`` of packets that failed
     decoded = 0

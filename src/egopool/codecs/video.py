@@ -19,8 +19,8 @@ from .._safe_read import loads_json, regular_file_size
 from ..errors import CodecError, EgopoolError, FormatError, StorageError
 from ..storage import ObjectPath
 
-__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "count_video_frames", "encoding_errors", "open_media",
-           "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]
+__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "container_info", "count_video_frames", "encoding_errors",
+           "open_media", "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
@@ -303,20 +303,32 @@ def video_info(path: str | Path) -> dict[str, Any]:
         Not a readable media file, no video stream, or a first stream without a decoder.
     """
     with _open(path) as c:
-        if not c.streams.video:
-            raise CodecError("no video stream", path=path)
-        s = c.streams.video[0]
-        name, pix_fmt = stream_codec(s)
-        if name is None:
-            raise CodecError("the video stream has no codec FFmpeg can decode (damaged header)", path=path,
-                             hint="the file is corrupt; restore it from a backup")
-        comment = c.metadata.get("comment")
-        try:
-            meta = loads_json(comment, what="container comment") if comment else {}
-        except FormatError:
-            meta = {}
-        return {"codec": name, "pix_fmt": pix_fmt, "width": s.codec_context.width,
-                "height": s.codec_context.height, "video_streams": len(c.streams.video), "metadata": meta}
+        return container_info(c, path)
+
+
+def container_info(c: Any, path: str | Path) -> dict[str, Any]:
+    """:func:`video_info` of a container the caller opened (:func:`open_media`); reads its header only, so
+    its packets can still be demuxed from the first one (the validator probes and decodes with one open).
+
+    Raises
+    ------
+    CodecError
+        No video stream, or a first stream without a decoder.
+    """
+    if not c.streams.video:
+        raise CodecError("no video stream", path=path)
+    s = c.streams.video[0]
+    name, pix_fmt = stream_codec(s)
+    if name is None:
+        raise CodecError("the video stream has no codec FFmpeg can decode (damaged header)", path=path,
+                         hint="the file is corrupt; restore it from a backup")
+    comment = c.metadata.get("comment")
+    try:
+        meta = loads_json(comment, what="container comment") if comment else {}
+    except FormatError:
+        meta = {}
+    return {"codec": name, "pix_fmt": pix_fmt, "width": s.codec_context.width,
+            "height": s.codec_context.height, "video_streams": len(c.streams.video), "metadata": meta}
 
 
 def count_video_frames(path: str | Path, stream_index: int = 0) -> int:

@@ -70,8 +70,8 @@ from .bucket_store import hide_state
 from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
-from .page import index_page, login_page
-from .review import CSRF_HEADER, MAX_BODY, csrf_ok, csrf_token, parse_review
+from .page import error_page, index_page, login_page
+from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewConfig, PreviewWorker, describe
@@ -234,8 +234,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         return None
 
     def authenticate(request: Request, *, cookie_ok: bool) -> Token | None:
-        """The request's token entry; None when authentication is off. 401 without a valid token."""
+        """The request's token entry; None when authentication is off. 401 without a valid token; 403 for a
+        browser's cross-site POST to a server without tokens (a web page must not upload to, or make work
+        for, a loopback server just because it is open: docs/decisions.md U24)."""
         if not tokens.enabled:
+            if request.method != "GET" and cross_site(request.headers.get("origin"),
+                                                      request.headers.get("sec-fetch-site"),
+                                                      request.headers.get("host")):
+                raise UploadRejectedError(403, "forbidden", "a request from another site's page; this server "
+                                                            "answers its own page and egopool clients only",
+                                          hint="serve with --tokens to let other pages in with a token")
             return None
         raw = _bearer(request) or (request.cookies.get(_COOKIE) if cookie_ok else None)
         tok = tokens.authenticate(raw)
@@ -258,7 +266,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                                       hint="send Content-Type: application/json")
         origin = request.headers.get("origin")
         if not tokens.enabled:  # loopback without tokens: still only this server's own pages
-            if origin not in (None, "null") and origin.split("://", 1)[-1] != request.headers.get("host"):
+            if cross_site(origin, request.headers.get("sec-fetch-site"), request.headers.get("host")):
                 raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
                                                             "server's page (same origin)")
             return None
@@ -280,6 +288,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         page = request.method == "GET" and (request.url.path == "/" or request.url.path.startswith("/tasks/"))
         if page and exc.status in (401, 403):  # a browser: offer the sign-in form
             return HTMLResponse(login_page(exc.message), status_code=exc.status)
+        if page:  # a bad filter, an unknown task or episode: a page too, not JSON in the browser
+            return HTMLResponse(error_page(exc.status, hide(exc.message), exc.hint), status_code=exc.status,
+                                headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
         return _error(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -290,8 +301,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         for err in exc.errors()[:3]:
             where = " ".join(str(x) for x in err.get("loc", ()))
             bits.append(f"{where} {str(err.get('input'))[:60]!r}: {err.get('msg', 'invalid')}")
-        return JSONResponse({"error": "bad_request", "message": "; ".join(bits) or "invalid request", "findings": []},
-                            status_code=422)
+        message = "; ".join(bits) or "invalid request"
+        if request.method == "GET" and request.url.path.startswith("/tasks/"):  # a page: answered as one
+            return HTMLResponse(error_page(422, hide(message)), status_code=422)
+        return JSONResponse({"error": "bad_request", "message": message, "findings": []}, status_code=422)
 
     @app.exception_handler(EgopoolError)
     async def _egopool_error(request: Request, exc: EgopoolError) -> Response:

@@ -12,7 +12,8 @@ request body; steps 1-5 and 7 (:func:`verify_upload`) run in a worker process of
 4. ``info.json.format == "pooled_episodes_v1"`` and the §9 path templates — 422;
 5. the parquet footers are checked for bombs (:func:`~egopool.server.zipcheck.check_parquet_bounds`:
    decoded bytes at a time, decoded/compressed ratio, the meta file's single row) and the videos'
-   frame sizes (:func:`~egopool.server.zipcheck.check_video_bounds`) — 413/422; the data parquet's
+   frame sizes (:func:`~egopool.server.zipcheck.open_video_bounded`; a container of small frames is
+   kept open for step 7's validator, docs/decisions.md U20) — 413/422; the data parquet's
    ``episode_index`` column is the truth for N (§9): one value N whose
    ``(chunk, file)`` are the arcnames', the same in the meta row and the manifest — 422;
 6. content the task already pooled (the same episode digest, from whichever client): a 200
@@ -56,6 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._atomic import fsync_file, task_lock
+from ..codecs.decode_scan import SINGLE_THREAD_PIXELS
 from ..errors import EgopoolError, FormatError, LegacyLayoutError, SchemaError, UploadRejectedError
 from ..identity import check_client_key, host_id_of_key, token_host_id
 from ..layout import TaskLayout, list_task_episodes
@@ -74,7 +76,7 @@ from .publish import Publication, publish_episode, publish_group, recover_journa
 from .renumber import rewrite_episode_index
 from .store import Store
 from .workers import VerifyPool
-from .zipcheck import Limits, check_parquet_bounds, check_video_bounds, extract_verified, inspect_zip
+from .zipcheck import Limits, check_parquet_bounds, extract_verified, inspect_zip, open_video_bounded
 
 __all__ = ["ON_CONFLICT", "ImportResult", "Importer", "Verified", "verify_upload"]
 
@@ -135,13 +137,14 @@ class ImportResult:
         return dict(self.__dict__)
 
 
-def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str]]:
-    """Rows of the data parquet and the image_keys of the slice's videos."""
-    rows = pq.ParquetFile(str(layout.data_file(n))).metadata.num_rows
+def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str], list[str]]:
+    """Rows and column names of the data parquet (one footer read) and the image_keys of the slice's videos."""
+    with pq.ParquetFile(str(layout.data_file(n))) as pf:
+        rows, names = pf.metadata.num_rows, pf.schema_arrow.names
     c, f = layout.chunk_file(n)
     vdir = staging / "videos" / f"chunk-{c:03d}"
     keys = sorted(p.name for p in vdir.iterdir()) if vdir.is_dir() else []
-    return int(rows), keys
+    return int(rows), keys, names
 
 
 def _added_declarations(server_info: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
@@ -222,6 +225,17 @@ def _column_values(path: Path, column: str) -> set[int]:
     for i in range(pf.metadata.num_row_groups):  # row group by row group (bounded, U9); iter_batches costs ~10x
         out.update(pc.unique(pf.read_row_group(i, columns=[column]).column(0)).to_pylist())
     return out
+
+
+def _small_frames(container: Any) -> bool:
+    """Whether every video stream of an open container has frames of at most
+    :data:`~egopool.codecs.decode_scan.SINGLE_THREAD_PIXELS`: such a container is kept open for the
+    validator (its open costs more than decoding its frames, docs/decisions.md U20); one with larger
+    frames is closed and opened again by the validator, so one import holds at most one such decoder
+    at a time (the per-import bound of docs/decisions.md U9)."""
+    streams = container.streams.video
+    return bool(streams) and all(0 < int(s.codec_context.width or 0) * int(s.codec_context.height or 0)
+                                 <= SINGLE_THREAD_PIXELS for s in streams)
 
 
 def _sync_episode_files(staging: Path, layout: TaskLayout, n: int) -> frozenset[Path]:
@@ -330,6 +344,7 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
         The staging disk failed (``ENOSPC``: the caller answers 507).
     """
     learnt: dict[str, Any] = {}
+    media: dict[Path, Any] = {}  # video containers the frame-size bound opened, for the validator (U20)
     try:
         plan = inspect_zip(zip_path, limits)
         if form_index is not None:
@@ -346,12 +361,12 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
         learnt = {"form_episode_index": plan.file, "client_host_id": host_id,
                   "client_hostname": plan.manifest.source_hostname}
         extracted = extract_verified(zip_path, plan, staging, limits)
-        info, layout, n = Importer._check_slice(staging, plan.chunk, plan.file, plan.manifest, limits)
+        info, layout, n = Importer._check_slice(staging, plan.chunk, plan.file, plan.manifest, limits, media)
         learnt["client_episode_index"] = n
         # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="egopool-fsync") as syncer:
             syncing = syncer.submit(_sync_episode_files, staging, layout, n)
-            report = validate_task(staging)
+            report = validate_task(staging, media=media)
             if not report.ok:
                 errors = [f for f in report.findings if f.severity == "error"]
                 hide = _StagingPaths(staging)
@@ -361,13 +376,15 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
                                                     for f in report.findings])
             validation = {"ok": True, "errors": 0,
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
-            length, streams = _facts(staging, n, layout)
-            names = pq.ParquetFile(str(layout.data_file(n))).schema_arrow.names
+            length, streams, names = _facts(staging, n, layout)
             blocks = episode_stats_file(layout.data_file(n), info)
             synced = syncing.result()
     except UploadRejectedError as exc:
         exc.upload_log = learnt  # type: ignore[attr-defined]
         raise
+    finally:
+        for container in media.values():  # those the validator did not take
+            container.close()
     return Verified(staging, plan.manifest, host_id, info, n, validation, length, streams,
                     {str(staging.joinpath(*a.split("/"))): r.sha256 for a, r in extracted.items()},
                     [str(p) for p in synced], stats_columns(info, names), blocks, names)
@@ -532,9 +549,10 @@ class Importer:
             self.store.discard(staging.parent)
 
     @staticmethod
-    def _check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits
-                     ) -> tuple[dict[str, Any], TaskLayout, int]:
-        """Steps 4 and 5: format, templates, and N from the data parquet."""
+    def _check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits,
+                     media: dict[Path, Any] | None = None) -> tuple[dict[str, Any], TaskLayout, int]:
+        """Steps 4 and 5: format, templates, and N from the data parquet. ``media`` receives the open
+        containers of the videos with small frames (:func:`_small_frames`) for the validator."""
         try:
             info = read_info(staging)
         except LegacyLayoutError as exc:
@@ -555,7 +573,11 @@ class Importer:
         check_parquet_bounds(data, limits)
         check_parquet_bounds(row, limits, rows=1)
         for video in sorted((staging / "videos").glob("chunk-*/*/episode-*.*")):
-            check_video_bounds(video, limits)
+            container = open_video_bounded(video, limits)
+            if container is not None and media is not None and _small_frames(container):
+                media[Path(os.path.abspath(video))] = container  # the validator's, not opened twice (U20)
+            elif container is not None:
+                container.close()
         try:
             values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
         except Exception as exc:  # pyarrow raises several types for a broken file

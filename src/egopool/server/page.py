@@ -137,6 +137,14 @@ def index_page(tasks: Sequence[dict[str, Any]], uploads: Sequence[UploadRow]) ->
     return _doc("egopool pooling server", "".join(body))
 
 
+def error_page(status: int, message: str, hint: str | None = None) -> str:
+    """A refused page request (a bad filter, an unknown task or episode) as a page: the one-line message and
+    its fix, with the way back, where the JSON API answers the same refusal as JSON."""
+    fix = f"<p>{_e(hint)}</p>" if hint else ""
+    return _doc(f"egopool · {status}", f"<h1>{status}</h1><p class=\"bad\" id=\"error\">{_e(message)}</p>{fix}"
+                                       "<p><a href=\"/\">all tasks</a></p>")
+
+
 def login_page(message: str | None = None) -> str:
     """``/login``: a token field; the token goes into an HttpOnly cookie for read access."""
     note = f"<p class=\"bad\">{_e(message)}</p>" if message else ""

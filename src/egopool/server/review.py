@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .db import VERDICTS
 
-__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "csrf_ok", "csrf_token", "parse_review"]
+__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "parse_review"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
@@ -37,6 +37,15 @@ def csrf_token(session: str) -> str:
     """The per-session CSRF value of a signed-in browser: derived from its token (never the token
     itself), so it needs no server state and dies with the session."""
     return hashlib.sha256(b"egopool-csrf\0" + session.encode("utf-8")).hexdigest()[:32]
+
+
+def cross_site(origin: str | None, fetch_site: str | None, host: str | None) -> bool:
+    """True when a browser says the request comes from another site's page: ``Sec-Fetch-Site`` other than
+    ``same-origin``/``none``, or an ``Origin`` (``null`` included: a sandboxed or local page) naming another
+    host. A request without either header is not a browser's cross-site one (egopool's client, curl)."""
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return True
+    return origin is not None and (origin == "null" or origin.split("://", 1)[-1] != host)
 
 
 def csrf_ok(session: str, sent: str | None, origin: str | None, fetch_site: str | None, host: str | None) -> bool:

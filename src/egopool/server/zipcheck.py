@@ -47,7 +47,7 @@ from ..errors import FormatError, UploadRejectedError
 from ..transfer.manifest import MANIFEST_NAME, Arcname, Manifest, MemberRecord, parse_arcname
 
 __all__ = ["OPTIONS", "Limits", "ZipPlan", "check_parquet_bounds", "check_video_bounds", "extract_verified",
-           "inspect_zip", "too_large"]
+           "inspect_zip", "open_video_bounded", "too_large"]
 
 _BLOCK = 1 << 20
 _MiB = 1 << 20
@@ -596,14 +596,32 @@ def check_video_bounds(path: Path, limits: Limits) -> None:
     UploadRejectedError
         413 ``decode_too_large`` (``--max-decode-mb``).
     """
+    container = open_video_bounded(path, limits)
+    if container is not None:
+        container.close()
+
+
+def open_video_bounded(path: Path, limits: Limits) -> Any | None:
+    """:func:`check_video_bounds`, returning the container it opened (nothing demuxed from it: the
+    caller may hand it to the validator, which then need not open the file again, and closes it);
+    None when the file cannot be opened (the validator names an unreadable video).
+
+    Raises
+    ------
+    UploadRejectedError
+        413 ``decode_too_large`` (``--max-decode-mb``); the container is closed first.
+    """
     import av
+
+    from ..codecs.video import open_media
+    from ..errors import CodecError
 
     name = "/".join(path.parts[-4:])  # videos/chunk-CCC/<key>/episode-FFF.ext
     try:
-        container = av.open(str(path))
-    except Exception:  # the validator names an unreadable video
-        return
-    with container:
+        container = open_media(path)  # a regular file (never a FIFO FFmpeg would block on), then av.open
+    except CodecError:  # the validator names an unreadable video
+        return None
+    try:
         for stream in container.streams.video:
             cc = stream.codec_context
             width, height = int(cc.width or 0), int(cc.height or 0)
@@ -620,3 +638,7 @@ def check_video_bounds(path: Path, limits: Limits) -> None:
                                                     f"to {_mib(frame)} each, {_FRAMES_HELD} held while decoding; the "
                                                     f"limit of what one import decodes at a time is "
                                                     f"{_mib(limits.max_decode_bytes)}", "max_decode_bytes")
+    except BaseException:
+        container.close()
+        raise
+    return container

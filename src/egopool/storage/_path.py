@@ -44,7 +44,7 @@ def as_path(value: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
     FormatError
         An ``s3://`` URI without a bucket, or with an empty / ``.`` / ``..`` path component.
     """
-    if isinstance(value, ObjectPath):
+    if isinstance(value, (ObjectPath, Path)):  # a Path is returned as it is (immutable; no re-parse, U20)
         return value
     if isinstance(value, str) and value.startswith(_SCHEMES):
         return ObjectPath(value)

@@ -5,9 +5,10 @@ server):
 
 1. the registry (``pipeline.db``) already holds the server's confirmed answer for
    ``(task, N, server)``: skipped (a re-run after a kill resumes here);
-2. packed into a temporary zip (:func:`~egopool.transfer.pack.pack_episodes`) in a per-run
-   directory outside the recordings root (:mod:`egopool.transfer.spool`: the per-user cache
-   directory by default; removed afterwards, and by the next run when this one was killed);
+2. packed into a temporary zip (one :class:`~egopool.transfer.pack.Packer` per run: ``info.json``
+   read once; the zip hashed once and not fsynced) in a per-run directory outside the recordings
+   root (:mod:`egopool.transfer.spool`: the per-user cache directory by default; removed
+   afterwards, and by the next run when this one was killed);
 3. ``POST <server>/api/v1/session/upload`` as multipart: ``name`` = task name,
    ``episode_index`` = the episode's 0-based file number f taken from the layout (§9: not
    N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
@@ -23,14 +24,20 @@ server):
 
 The server de-duplicates by content (the episode digest), so an upload that reached the server
 before the client was killed is answered "duplicate" with the same server N on the re-run.
+
+A run keeps one HTTP connection (keep-alive), one ``pipeline.db`` connection
+(:meth:`~egopool.registry.Registry.session`: still one commit per confirmed episode, before it is
+reported) and, per process, one TLS context (docs/decisions.md U22, U23).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +54,7 @@ from ..layout import TaskLayout, find_episode_files, list_task_episodes
 from ..meta.info import read_info
 from ..ops import delete_episodes
 from ..registry import Registry, UploadRecord, task_key
-from .pack import PackedEpisode, client_identity, pack_episodes
+from .pack import PackedEpisode, Packer, client_identity
 from .spool import spool_base, sweep_legacy, upload_spool
 
 __all__ = ["UPLOAD_PATH", "UploadOutcome", "UploadReport", "upload_episodes"]
@@ -176,6 +183,16 @@ def _multipart(task: str, f: int, zip_path: Path, sent: Callable[[int], None]) -
     return f"multipart/form-data; boundary={boundary}", len(head) + size + len(tail), body
 
 
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """The certificate-verifying TLS context httpx would build, made once per process.
+
+    Loading the CA bundle costs ~20 ms of CPU, which every ``httpx.Client`` paid again (one per
+    :func:`upload_episodes` call, even for an http:// server); an ``SSLContext`` is meant to be shared.
+    """
+    return httpx.create_ssl_context()
+
+
 def _answer(resp: httpx.Response) -> dict[str, Any]:
     try:
         doc = resp.json()
@@ -292,6 +309,17 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     layout = TaskLayout.from_info(root, info)
     reg = registry if isinstance(registry, Registry) else Registry.for_task(root) if registry is True \
         else Registry(registry) if registry else None
+    with reg.session() if reg is not None else contextlib.nullcontext():  # one connection for the run (U22)
+        return _run(root, base, token, info, layout, reg, indices, reencode_hevc, delete_after, retries, backoff,
+                    timeout, progress, on_outcome, on_notice, temp_dir, transport)
+
+
+def _run(root: Path, base: str, token: str | None, info: dict[str, Any], layout: TaskLayout, reg: Registry | None,
+         indices: Sequence[int] | None, reencode_hevc: bool, delete_after: bool, retries: int, backoff: float,
+         timeout: float, progress: UploadProgress | None, on_outcome: Callable[[UploadOutcome], None] | None,
+         on_notice: Callable[[str], None] | None, temp_dir: str | Path | None,
+         transport: httpx.BaseTransport | None) -> UploadReport:
+    """:func:`upload_episodes` once the arguments are checked and the registry chosen (its session open)."""
     key = task_key(root)
     if indices is None:
         groups = {g.index: g for g in list_task_episodes(root, layout)}
@@ -331,12 +359,17 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     if token:
         headers["Authorization"] = f"Bearer {token}"
     http_timeout = httpx.Timeout(timeout, connect=15.0, write=120.0, pool=15.0)
-    with httpx.Client(headers=headers, timeout=http_timeout, transport=transport) as client, \
+    with httpx.Client(headers=headers, timeout=http_timeout, transport=transport, verify=_tls_context()) as client, \
             upload_spool(spool_dir) as spool:
+        try:  # info.json read, templates checked and the layout built once for the run (U22)
+            packer: Packer | FormatError = Packer(root, spool, reencode_hevc=reencode_hevc, host_id=ident.host_id,
+                                                  hostname=ident.hostname, durable=False, info=info)
+        except FormatError as exc:  # every episode fails "not packed" with this reason, as each would alone
+            packer = exc
         for n in wanted:
             try:
-                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, ident.host_id,
-                               ident.hostname, spool, reencode_hevc, retries, backoff, progress)
+                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, packer, retries, backoff,
+                               progress)
             except TransferError as exc:
                 if exc.status in (401, 403):
                     raise  # the token is wrong for every episode
@@ -354,15 +387,17 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
 
 
 def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord | None, present: bool, base: str,
-         reg: Registry | None, host_id: str, hostname: str, spool: Path, reencode: bool, retries: int,
-         backoff: float, progress: UploadProgress | None) -> UploadOutcome:
+         reg: Registry | None, packer: Packer | FormatError, retries: int, backoff: float,
+         progress: UploadProgress | None) -> UploadOutcome:
     if done is not None:
         return UploadOutcome(n, "skipped", done.server_episode_index, done.answer,
                              f"already on the server as episode {done.server_episode_index} of {done.server_task}")
     if not present:
         raise EpisodeNotFoundError(root, n)
     try:
-        packed = pack_episodes(root, [n], spool, reencode_hevc=reencode, host_id=host_id, hostname=hostname)[0]
+        if isinstance(packer, FormatError):
+            raise packer
+        packed = packer.pack(n)
     except (FormatError, CodecError) as exc:  # this episode cannot be packed (incomplete, PNG16...): the others can
         return UploadOutcome(n, "failed", message=f"not packed: {exc.one_line()}")
     start = time.monotonic()

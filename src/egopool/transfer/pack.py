@@ -46,7 +46,7 @@ from ..identity import ClientIdentity, derive_client_key, host_id_of_key
 from ..registry import Registry, sha256_file, task_key
 from .manifest import MANIFEST_NAME, Manifest, MemberRecord, video_arcname
 
-__all__ = ["PackedEpisode", "client_identity", "pack_episode", "pack_episodes", "zip_name"]
+__all__ = ["PackedEpisode", "Packer", "client_identity", "pack_episode", "pack_episodes", "zip_name"]
 
 _BLOCK = 1 << 20
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the same episode packs to the same bytes
@@ -251,24 +251,93 @@ def pack_episodes(task_dir: str | Path, indices: Sequence[int], out_dir: str | P
     (:func:`client_identity`).
     """
     root = Path(task_dir)
-    info = read_info(root)
-    _check_templates(root, info)
-    layout = TaskLayout.from_info(root, info)
-    chosen = [_episode(root, layout, n, info) for n in dict.fromkeys(indices)]
+    packer = Packer(root, out_dir, reencode_hevc=reencode_hevc, host_id=host_id, hostname=hostname,
+                    registry=registry)
+    chosen = [packer.episode(n) for n in dict.fromkeys(indices)]
     if not chosen:
         raise LayoutError("no episode given", hint="pass one or more global N, e.g. `egopool pack TASK 3 -o DIR`")
-    if host_id is None:
-        ident = client_identity(root, registry)
-        host_id, hostname = ident.host_id, hostname or ident.hostname
-    out = Path(out_dir)
-    with StorageError.guard(out, action="cannot create the output directory"):
-        out.mkdir(parents=True, exist_ok=True)
-    return [_pack_one(root, task_key(root), info, g, out, reencode_hevc, host_id, hostname or socket.gethostname(),
-                      progress) for g in chosen]
+    return [packer.pack_files(g, progress) for g in chosen]
+
+
+class Packer:
+    """Packs episodes of one task into ``out_dir``, reading and checking the task once (file_format.md §9).
+
+    ``meta/info.json`` is parsed, its path templates checked (§9 arcnames are the v1.1.2 ones) and
+    the layout built once, in the constructor; each :meth:`pack` then finds N's own paths (no scan
+    of the task) and snapshots the task files (``info.json``, ``stats.json``, ``tasks.jsonl``) into
+    that zip as they are at that moment. ``egopool upload`` keeps one per run (docs/decisions.md U22).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory.
+    out_dir:
+        Where the zips go (created when missing, on the first :meth:`pack`).
+    reencode_hevc, host_id, hostname, registry:
+        As :func:`pack_episodes`.
+    durable:
+        True (``egopool pack``): each zip is fsynced and published with ``os.replace`` and a
+        directory fsync, so it survives a power loss. False (``egopool upload``'s private spool,
+        decisions.md U12): the zip is a temporary file removed once sent, so neither fsync is
+        made (a killed run's spool is swept by the next run; nothing reads it but this run).
+    info:
+        The task's ``info.json`` already read (:func:`~egopool.meta.info.read_info`), or None.
+
+    Raises
+    ------
+    FormatError
+        ``info.json`` unreadable, or path templates that are not the v1.1.2 ones.
+    RegistryError
+        ``pipeline.db`` cannot be read or written (the client identity, on the first pack when
+        ``host_id`` is None).
+    """
+
+    def __init__(self, task_dir: str | Path, out_dir: str | Path, *, reencode_hevc: bool = False,
+                 host_id: str | None = None, hostname: str | None = None,
+                 registry: bool | str | Path | Registry | None = True, durable: bool = True,
+                 info: dict[str, Any] | None = None) -> None:
+        self.root = Path(task_dir)
+        self.info = read_info(self.root) if info is None else info
+        _check_templates(self.root, self.info)
+        self.layout = TaskLayout.from_info(self.root, self.info)
+        self.task = task_key(self.root)
+        self.out = Path(out_dir)
+        self.reencode = reencode_hevc
+        self.durable = durable
+        self.host_id, self.hostname, self._registry = host_id, hostname, registry
+        self._out_made = False
+
+    def episode(self, index: int) -> EpisodeFiles:
+        """N's files, checked packable (complete, no PNG16 stream, every ``video_codec`` stream present).
+
+        Raises
+        ------
+        LayoutError, EpisodeNotFoundError, FormatError
+            As :func:`pack_episode`.
+        """
+        return _episode(self.root, self.layout, index, self.info)
+
+    def pack(self, index: int, progress: PackProgress | None = None) -> PackedEpisode:
+        """Pack N into ``out_dir/<task>_chunk-CCC_epFFFFFF.zip`` (:func:`pack_episode`'s errors;
+        ``out_dir`` is created on the first pack)."""
+        return self.pack_files(self.episode(index), progress)
+
+    def pack_files(self, g: EpisodeFiles, progress: PackProgress | None = None) -> PackedEpisode:
+        """Pack the episode :meth:`episode` returned."""
+        if self.host_id is None:  # on the first pack: nothing is written for a refused N
+            ident = client_identity(self.root, self._registry)
+            self.host_id, self.hostname = ident.host_id, self.hostname or ident.hostname
+        self.hostname = self.hostname or socket.gethostname()
+        if not self._out_made:
+            with StorageError.guard(self.out, action="cannot create the output directory"):
+                self.out.mkdir(parents=True, exist_ok=True)
+            self._out_made = True
+        return _pack_one(self.root, self.task, self.info, g, self.out, self.reencode, self.host_id, self.hostname,
+                         progress, self.durable)
 
 
 def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out: Path, reencode: bool,
-              host_id: str, hostname: str, progress: PackProgress | None) -> PackedEpisode:
+              host_id: str, hostname: str, progress: PackProgress | None, durable: bool = True) -> PackedEpisode:
     c, f = g.chunk, g.file
     assert g.data is not None and g.meta is not None
     # (arcname, source file or bytes); videos sorted by image_key, then data, row, task files
@@ -323,7 +392,10 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
                     progress(done, total, f"episode {g.index}")
             manifest = Manifest(task, g.index, c, f, host_id, hostname, __version__, time.time(), members)
             _add(zf, MANIFEST_NAME, manifest.to_bytes(), lambda n: None)
-        publish(tmp, final)
+        if durable:
+            publish(tmp, final)
+        else:  # a spool zip (Packer): renamed into place, never synced
+            os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -13,7 +13,7 @@ Warnings, not errors: the files are valid, but a reader should know that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, nonfi
 from ..schema import signal_kind
 from .context import Context
 
-__all__ = ["check_value_changes"]
+__all__ = ["ForceCellScan", "NonFiniteScan", "check_value_changes", "feed_all"]
 
 _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count": "file_format.md §7.2.1",
           "_clipped_count": "file_format.md §8", "_encode_failed_count": "file_format.md §8",
@@ -37,8 +37,14 @@ _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count"
 _BATCH_ROWS = 32
 
 
-def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | None) -> None:
-    """Warn about every changed-value count in the episode's ``drop_stats`` and saturated force cells in its data."""
+def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | None, pf: Any = None,
+                        scan: NonFiniteScan | None = None, cells: ForceCellScan | None = None) -> None:
+    """Warn about every changed-value count in the episode's ``drop_stats`` and saturated force cells in its data.
+
+    ``pf``: the data parquet already open (``pyarrow.parquet.ParquetFile``, left open); None opens it here.
+    ``scan``: its float columns' NaN/Infinity counts, fed by check_data's read (:class:`NonFiniteScan`);
+    ``cells``: its force matrices' saturated cells, likewise (:class:`ForceCellScan`).
+    """
     drop = row.get("drop_stats") if row is not None else None
     drop = drop if isinstance(drop, Mapping) else {}
     where = g.meta or g.data
@@ -50,8 +56,8 @@ def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | 
             rule = next(r for suffix, r in _RULES.items() if key.endswith(suffix))
             ctx.report.warning(rule, where, f"drop_stats {key} = {drop[key]}: {notes[0]}")
     if g.data is not None:
-        _saturated_force_cells(ctx, g, g.data, drop)
-        _non_finite_values(ctx, g.data, drop)
+        _saturated_force_cells(ctx, g, g.data, drop, pf, cells)
+        _non_finite_values(ctx, g.data, drop, pf, scan)
 
 
 def _float_columns(schema: pa.Schema) -> list[str]:
@@ -68,46 +74,113 @@ def _float_columns(schema: pa.Schema) -> list[str]:
     return out
 
 
-def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any]) -> None:
+class _BatchScan:
+    """Counts over some columns of the data parquet, fed batch by batch by check_data's row checks (its
+    ``visit``), so the rows are read once for every check of them (docs/decisions.md U20, U25). The counts
+    are used only when every row was fed, in order; else the check reads the columns itself. A batch whose
+    values cannot be counted marks the scan failed (what a damaged row did before: check_data names it)."""
+
+    cols: list[str]
+
+    def __init__(self, rows: int) -> None:
+        self.rows_total = rows
+        self.rows_fed = 0
+        self.failed = False
+
+    @property
+    def complete(self) -> bool:
+        """Every row was fed, in order, from its first."""
+        return self.rows_fed == self.rows_total
+
+    def feed(self, batch: pa.RecordBatch, base: int) -> None:
+        """Count the batch's rows ``base`` .. (never raises: a failure marks the scan failed)."""
+        if self.failed:
+            return
+        if base != self.rows_fed or not set(self.cols) <= set(batch.schema.names):
+            self.rows_fed = -1  # not the rows in order, or not every column: never complete, read again
+            return
+        try:
+            self._count(batch, base)
+        except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+            self.failed = True
+        self.rows_fed += batch.num_rows
+
+    def read(self, pf: Any, batch_rows: int) -> bool:
+        """Count every row from ``pf`` itself (the scan was not fed whole); False when the rows cannot be read."""
+        self.rows_fed, self.failed = 0, False
+        try:
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=self.cols):
+                self._count(batch, self.rows_fed)
+                self.rows_fed += batch.num_rows
+        except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
+            return False
+        return True
+
+    def _count(self, batch: pa.RecordBatch, base: int) -> None:
+        raise NotImplementedError
+
+
+def feed_all(*scans: _BatchScan | None) -> Callable[[pa.RecordBatch, int], None]:
+    """One ``visit`` for check_data feeding every scan given (None entries are left out)."""
+    live = [s for s in scans if s is not None]
+
+    def visit(batch: pa.RecordBatch, base: int) -> None:
+        for scan in live:
+            scan.feed(batch, base)
+    return visit
+
+
+class NonFiniteScan(_BatchScan):
+    """NaN / Infinity counts of the float columns (:func:`_non_finite_values`), fed batch by batch
+    (:class:`_BatchScan`, docs/decisions.md U20)."""
+
+    def __init__(self, schema: pa.Schema, rows: int) -> None:
+        super().__init__(rows)
+        self.cols = _float_columns(schema)
+        self.values = dict.fromkeys(self.cols, 0)
+        self.rows = dict.fromkeys(self.cols, 0)
+        self.first: dict[str, int] = {}
+
+    def _count(self, batch: pa.RecordBatch, base: int) -> None:
+        for name in self.cols:
+            arr = batch.column(name)
+            flat = arr
+            while pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) \
+                    or pa.types.is_fixed_size_list(flat.type):
+                flat = flat.flatten()
+            leaf = flat.to_numpy(zero_copy_only=False)
+            bad = ~np.isfinite(leaf.astype(np.float64, copy=False))
+            if not bad.any():
+                continue
+            row_of = _row_of_leaf(arr, len(leaf))
+            hit = np.unique(row_of[bad])
+            self.values[name] += int(bad.sum())
+            self.rows[name] += int(hit.size)
+            self.first.setdefault(name, base + int(hit[0]))
+
+
+def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any], pf: Any = None,
+                       scan: NonFiniteScan | None = None) -> None:
     """NaN / Infinity in any float column (issue 15 G), found in the data, whoever wrote it.
 
     In a stats column (``observation.<sensor>`` of ``info.sensors``, ``observation.imu``) an error:
     ``stats.json`` accumulates the column (file_format.md §4) and JSON has no NaN, so every writer
     must refuse it (docs/decisions.md #19). Elsewhere a warning: a missing sample is zeros / ``[]``
     (multi_device_storage.md §5.5), and a reader computing with the column gets NaN; the message says
-    whether the writer counted them (``<signal>_nonfinite_count``).
+    whether the writer counted them (``<signal>_nonfinite_count``). ``scan``: the counts check_data's
+    read already made (used when complete).
     """
-    try:
-        pf = open_parquet(path, what="data parquet")
-        cols = _float_columns(pf.schema_arrow)
-    except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+    if scan is None or not scan.complete:
+        try:
+            pf = pf if pf is not None else open_parquet(path, what="data parquet")
+            scan = NonFiniteScan(pf.schema_arrow, 0)
+        except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+            return
+        if not scan.cols or not scan.read(pf, _BATCH_ROWS * 8):
+            return
+    if scan.failed:
         return
-    if not cols:
-        return
-    values = dict.fromkeys(cols, 0)
-    rows = dict.fromkeys(cols, 0)
-    first: dict[str, int] = {}
-    base = 0
-    try:
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS * 8, columns=cols):
-            for name in cols:
-                arr = batch.column(name)
-                flat = arr
-                while pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type) \
-                        or pa.types.is_fixed_size_list(flat.type):
-                    flat = flat.flatten()
-                leaf = flat.to_numpy(zero_copy_only=False)
-                bad = ~np.isfinite(leaf.astype(np.float64, copy=False))
-                if not bad.any():
-                    continue
-                row_of = _row_of_leaf(arr, len(leaf))
-                hit = np.unique(row_of[bad])
-                values[name] += int(bad.sum())
-                rows[name] += int(hit.size)
-                first.setdefault(name, base + int(hit[0]))
-            base += batch.num_rows
-    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
-        return
+    cols, values, rows, first = scan.cols, scan.values, scan.rows, scan.first
     sensors = ctx.info.get("sensors")
     stats_cols = {"observation.imu"} | ({f"observation.{s}" for s in sensors if isinstance(s, str)}
                                         if isinstance(sensors, list) else set())
@@ -145,55 +218,71 @@ def _row_of_leaf(arr: pa.Array, n_leaves: int) -> np.ndarray:
     return idx[:n_leaves]
 
 
-def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any]) -> None:
+def _force_matrix_columns(schema: pa.Schema) -> dict[str, bool]:
+    """Force-matrix columns whose cells :class:`ForceCellScan` counts -> True for ``row_flat_raw`` (float32)."""
+    return {f.name: pa.types.is_float32(f.type.value_type) for f in schema
+            if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix" and pa.types.is_list(f.type)
+            and (pa.types.is_int16(f.type.value_type) or pa.types.is_float32(f.type.value_type))}
+
+
+class ForceCellScan(_BatchScan):
+    """Saturated cells of the force-matrix columns (:func:`_saturated_force_cells`), fed batch by batch
+    (:class:`_BatchScan`): check_data reads those columns for their row lengths anyway, and a full-rig
+    episode's matrices are most of its bytes (docs/decisions.md U25)."""
+
+    def __init__(self, schema: pa.Schema, rows: int) -> None:
+        super().__init__(rows)
+        self.raw = _force_matrix_columns(schema)
+        self.cols = list(self.raw)
+        self.cells = dict.fromkeys(self.cols, 0)
+        self.rows = dict.fromkeys(self.cols, 0)
+        self.first: dict[str, int] = {}
+        self._codec = ForceMatrixCodec("row_diff_quantized", 1.0)
+
+    def _count(self, batch: pa.RecordBatch, base: int) -> None:
+        for name in self.cols:
+            arr = batch.column(name)
+            offsets = list_offsets(arr)
+            lens = np.diff(offsets)
+            full = np.flatnonzero(lens == FRAME_VALUES)
+            if not full.size:
+                continue
+            values = arr.flatten().to_numpy(zero_copy_only=False)  # offsets are relative to it
+            if full.size == lens.size and values.size == full.size * FRAME_VALUES:
+                stored = values  # every row holds a frame: no copy
+            else:
+                stored = np.concatenate([values[int(offsets[i]): int(offsets[i]) + FRAME_VALUES] for i in full])
+            if self.raw[name]:  # row_flat_raw: a cell beyond float32 was stored as ±Infinity
+                bad = ~np.isfinite(stored.reshape(full.size, FRAME_VALUES))
+                hit = np.flatnonzero(bad.any(axis=1))
+                per_row = bad[hit].sum(axis=1)
+            else:
+                q = self._codec.decode_quantized(stored).reshape(full.size, FRAME_VALUES)
+                # max/min first: counting only pays where a row reaches a limit at all
+                hit = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
+                per_row = saturated_cells(q[hit]) if hit.size else np.zeros(0)
+            if hit.size:
+                self.cells[name] += int(per_row.sum())
+                self.rows[name] += int(hit.size)
+                self.first.setdefault(name, base + int(full[hit[0]]))
+
+
+def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any], pf: Any = None,
+                           scan: ForceCellScan | None = None) -> None:
     """Cells a force-matrix column could not hold, found in the data: int16 cells at the limits
-    (``row_diff_quantized``), ±Infinity / NaN cells (``row_flat_raw`` float32)."""
-    try:
-        pf = open_parquet(path, what="data parquet")  # footer checked first (decisions.md H3)
-        schema = pf.schema_arrow
-    except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+    (``row_diff_quantized``), ±Infinity / NaN cells (``row_flat_raw`` float32). ``scan``: the counts
+    check_data's read already made (used when complete)."""
+    if scan is None or not scan.complete:
+        try:
+            pf = pf if pf is not None else open_parquet(path, what="data parquet")  # footer first (decisions.md H3)
+            scan = ForceCellScan(pf.schema_arrow, 0)
+        except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
+            return
+        if not scan.cols or not scan.read(pf, _BATCH_ROWS):
+            return
+    if scan.failed or not scan.cols:
         return
-    raw = {f.name: pa.types.is_float32(f.type.value_type) for f in schema
-           if f.name.startswith("observation.") and signal_kind(f.name) == "force_matrix" and pa.types.is_list(f.type)
-           and (pa.types.is_int16(f.type.value_type) or pa.types.is_float32(f.type.value_type))}
-    if not raw:
-        return
-    cols = list(raw)
-    codec = ForceMatrixCodec("row_diff_quantized", 1.0)
-    cells = dict.fromkeys(cols, 0)
-    rows = dict.fromkeys(cols, 0)
-    first: dict[str, int] = {}
-    base = 0
-    try:
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=cols):
-            for name in cols:
-                arr = batch.column(name)
-                offsets = list_offsets(arr)
-                lens = np.diff(offsets)
-                full = np.flatnonzero(lens == FRAME_VALUES)
-                if not full.size:
-                    continue
-                values = arr.flatten().to_numpy(zero_copy_only=False)  # offsets are relative to it
-                if full.size == lens.size and values.size == full.size * FRAME_VALUES:
-                    stored = values  # every row holds a frame: no copy
-                else:
-                    stored = np.concatenate([values[int(offsets[i]): int(offsets[i]) + FRAME_VALUES] for i in full])
-                if raw[name]:  # row_flat_raw: a cell beyond float32 was stored as ±Infinity
-                    bad = ~np.isfinite(stored.reshape(full.size, FRAME_VALUES))
-                    hit = np.flatnonzero(bad.any(axis=1))
-                    per_row = bad[hit].sum(axis=1)
-                else:
-                    q = codec.decode_quantized(stored).reshape(full.size, FRAME_VALUES)
-                    # max/min first: counting only pays where a row reaches a limit at all
-                    hit = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
-                    per_row = saturated_cells(q[hit]) if hit.size else np.zeros(0)
-                if hit.size:
-                    cells[name] += int(per_row.sum())
-                    rows[name] += int(hit.size)
-                    first.setdefault(name, base + int(full[hit[0]]))
-            base += batch.num_rows
-    except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
-        return
+    cols, raw, cells, rows, first = scan.cols, scan.raw, scan.cells, scan.rows, scan.first
     for name in cols:
         if not cells[name]:
             continue

@@ -74,6 +74,9 @@ class Context:
         Those shards as read once (pyarrow Tables; up to 1000 episodes share one).
     decode:
         Decode every frame of every stream (False: ``--fast``, frames are only counted).
+    media:
+        Containers the caller already opened for video files of the task (absolute path -> container,
+        nothing demuxed): the video check takes its file's instead of opening it (docs/decisions.md U20).
     """
 
     root: Path
@@ -85,6 +88,7 @@ class Context:
     shards_seen: set[Path] = field(default_factory=set)
     shard_tables: dict[Path, Any] = field(default_factory=dict)
     decode: bool = True
+    media: dict[Path, Any] = field(default_factory=dict)
 
     @property
     def features(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ force matrix rows of 250×750 values (§7.2.1), and ``wall_time`` (§7.3).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..errors import EgopoolError, SchemaError
 from ..schema import ALWAYS_KEY_COLUMNS, KEY_COLUMNS, check_column_name, signal_kind
 from .context import Context
 
-__all__ = ["DataSummary", "check_data", "first_line"]
+__all__ = ["DataSummary", "check_data", "first_line", "open_data"]
 
 R_NUMBERING = "file_format.md §2"
 R_PARQUET = "file_format.md §7"
@@ -131,21 +132,38 @@ def _open(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
         return None
 
 
-def check_data(ctx: Context, path: Path, index: int) -> DataSummary | None:
-    """Check the data parquet of episode ``index`` (global N). None when it cannot be read."""
-    pf = _open(ctx, path, index)
+def open_data(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
+    """The data parquet of episode ``index`` opened once for every check of it (:func:`check_data`,
+    :func:`~egopool.validate.changes.check_value_changes`); None, after an error finding, when it cannot be
+    opened (the footer is checked first, :func:`egopool._safe_read.open_parquet`). The caller closes it."""
+    return _open(ctx, path, index)
+
+
+def check_data(ctx: Context, path: Path, index: int, pf: pq.ParquetFile | None = None,
+               visit: Callable[[pa.RecordBatch, int], None] | None = None) -> DataSummary | None:
+    """Check the data parquet of episode ``index`` (global N). None when it cannot be read.
+
+    ``pf``: the file as :func:`open_data` opened it (left open); None opens (and closes) it here.
+    ``visit(batch, first_row)``: called with every batch of rows the checks read (every ``observation.*``,
+    ``status.*``, ``action`` and ``imu_ts_ns`` column, in row order), so another check of the same
+    columns reads them no second time (:class:`~egopool.validate.changes.NonFiniteScan`, U20).
+    """
+    own = pf is None
     if pf is None:
-        return None
+        pf = _open(ctx, path, index)
+        if pf is None:
+            return None
     schema = pf.schema_arrow
     summary = DataSummary(int(pf.metadata.num_rows), columns={f.name: f.type for f in schema})
     _check_schema(ctx, path, summary.columns)
     try:
-        _check_rows(ctx, pf, path, index, summary)
+        _check_rows(ctx, pf, path, index, summary, visit)
     except Exception as exc:  # a corrupt page deep inside the file
         ctx.report.error(R_PARQUET, path, f"cannot read parquet rows ({first_line(exc)}): the file is corrupt; "
                                           f"restore it from a backup or delete episode {index}")
     finally:
-        pf.close()
+        if own:
+            pf.close()
     return summary
 
 
@@ -267,7 +285,8 @@ class _FirstRow:
         self.found[key] = (base + i, describe(i))
 
 
-def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summary: DataSummary) -> None:
+def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summary: DataSummary,
+                visit: Callable[[pa.RecordBatch, int], None] | None = None) -> None:
     cols = summary.columns
     n = summary.rows
     _check_keys(ctx, pf, path, index, summary)
@@ -288,6 +307,8 @@ def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
     first = _FirstRow()
     base = 0
     for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
+        if visit is not None:
+            visit(batch, base)
         arrays = {name: batch.column(name) for name in wanted}
         for name, arr in arrays.items():
             if arr.null_count:
@@ -354,15 +375,16 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
     names = [c for c in ("episode_index", "frame_index", "timestamp", "wall_time")
              if c in cols and (pa.types.is_integer(cols[c]) or pa.types.is_floating(cols[c]))]
     others = [c for c in cols if c in KEY_COLUMNS and c not in names]
-    if others:  # hardware_ns, task_index, raw_hw_ns, D435 forensic columns: never null (0 = unknown)
-        for c in others:
-            nulls = pf.read(columns=[c]).column(c).null_count
-            if nulls:
-                ctx.report.error(R_KEYS, path, f"key column {c!r} has {nulls} null value(s); key columns are never "
-                                               "null (write 0 for an unknown stamp, file_format.md §7.1)")
+    if not names and not others:
+        return
+    t = pf.read(columns=others + names)  # one read of the key columns (scalars, U20)
+    for c in others:  # hardware_ns, task_index, raw_hw_ns, D435 forensic columns: never null (0 = unknown)
+        nulls = t.column(c).null_count
+        if nulls:
+            ctx.report.error(R_KEYS, path, f"key column {c!r} has {nulls} null value(s); key columns are never "
+                                           "null (write 0 for an unknown stamp, file_format.md §7.1)")
     if not names:
         return
-    t = pf.read(columns=names)
     n = t.num_rows
     if n == 0:
         return

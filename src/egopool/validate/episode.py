@@ -21,18 +21,18 @@ from typing import Any
 import pyarrow as pa
 
 from .._safe_read import loads_json, read_parquet
-from ..codecs.decode_scan import StreamScan, scan_stream
+from ..codecs.decode_scan import StreamScan, scan_opened, scan_stream
 from ..codecs.depth import probe_depth
 from ..codecs.depth_png import png16_frame_paths
-from ..codecs.video import count_video_frames, video_info
+from ..codecs.video import container_info, count_video_frames, open_media
 from ..errors import EgopoolError
 from ..layout import EpisodeFiles
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
 from ..unix_time import created_at_problem
-from .changes import check_value_changes
+from .changes import ForceCellScan, NonFiniteScan, check_value_changes, feed_all
 from .context import Context
-from .data import DataSummary, check_data, first_line
+from .data import DataSummary, check_data, first_line, open_data
 from .declarations import check_force_matrix_spec, check_frame_spec, is_depth_name
 
 __all__ = ["check_episode"]
@@ -64,18 +64,26 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
                          f"episode {n} has a data parquet but no meta/episodes row (the row is written last, so "
                          "the episode was never finished); remove the group or re-create its row")
     _legacy_names(ctx, g)
-    data = check_data(ctx, g.data, n) if g.data is not None else None
-    row = _check_meta_row(ctx, g) if g.meta is not None else None
-    if row is not None:
-        _check_created_at(ctx, g, row, data)
-    if data is not None and row is not None:
-        _cross_check(ctx, g, data, row)
-    rows = data.rows if data is not None else None
-    for key in sorted(g.videos):
-        _check_video(ctx, g, key, g.videos[key], rows, row)
-    if row is not None:
-        _declared_streams(ctx, g, row)
-    check_value_changes(ctx, g, row)
+    pf = open_data(ctx, g.data, n) if g.data is not None else None  # opened once for its checks (U20)
+    try:
+        scan = NonFiniteScan(pf.schema_arrow, pf.metadata.num_rows) if pf is not None else None
+        cells = ForceCellScan(pf.schema_arrow, pf.metadata.num_rows) if pf is not None else None
+        data = check_data(ctx, g.data, n, pf, feed_all(scan, cells)) \
+            if pf is not None and g.data is not None else None
+        row = _check_meta_row(ctx, g) if g.meta is not None else None
+        if row is not None:
+            _check_created_at(ctx, g, row, data)
+        if data is not None and row is not None:
+            _cross_check(ctx, g, data, row)
+        rows = data.rows if data is not None else None
+        for key in sorted(g.videos):
+            _check_video(ctx, g, key, g.videos[key], rows, row)
+        if row is not None:
+            _declared_streams(ctx, g, row)
+        check_value_changes(ctx, g, row, pf, scan, cells)
+    finally:
+        if pf is not None:
+            pf.close()
 
 
 def _legacy_names(ctx: Context, g: EpisodeFiles) -> None:
@@ -310,10 +318,13 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
         ctx.report.error(R_VIDEO, path, f"stream {key!r} file has extension {ext!r} but video_extensions says "
                                         f"{declared!r}; one of them is wrong")
     try:
-        probe = video_info(path)
-        depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
+        handed = ctx.media.pop(path, None)  # the caller's open container of this file, if any (U20)
+        with handed if handed is not None else open_media(path) as container:  # one open: probe, then every frame
+            probe = container_info(container, path)
+            depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
+            if ctx.decode:
+                scan = scan_opened(container, path, _depth_stream_index(path) if depth else None)
         if ctx.decode:
-            scan = scan_stream(path, _depth_stream_index(path) if depth else None)
             frames = scan.packets
             _report_decoding(ctx, g, key, path, scan)
         else:

@@ -70,8 +70,21 @@ def non_finite_paths(obj: Any, where: str = "") -> list[str]:
     if isinstance(obj, dict):
         return [p for k, v in obj.items() for p in non_finite_paths(v, f"{where}.{k}" if where else str(k))]
     if isinstance(obj, list):
+        if _all_finite_numbers(obj):  # a stats vector: checked in C, not value by value (U20)
+            return []
         return [p for i, v in enumerate(obj) for p in non_finite_paths(v, f"{where}[{i}]")]
     return []
+
+
+def _all_finite_numbers(values: list[Any]) -> bool:
+    """True when every item is a finite float or an int float64 holds (so none is a NaN/Infinity path);
+    False for any other list, which is then walked item by item."""
+    if not set(map(type, values)) <= {float, int}:
+        return False
+    try:
+        return all(map(math.isfinite, values))
+    except OverflowError:  # an int beyond float64: walk the list
+        return False
 
 
 def beyond_float64_paths(obj: Any, where: str = "") -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ R_CHECKLIST = "file_format.md §12"
 
 
 def validate_task(path: str | Path, *, progress: ProgressCallback | None = None, fast: bool = False,
-                  executor: Executor[Any, Any, Any] | None = None) -> Report:
+                  executor: Executor[Any, Any, Any] | None = None, media: dict[Path, Any] | None = None) -> Report:
     """Check a task directory against file_format.md §12 and multi_device_storage.md §8.1/§8.2.
 
     Read-only: nothing is written anywhere (no lock is taken, no file is created).
@@ -102,6 +102,12 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
         Where the per-episode checks run (:mod:`egopool.jobs`): in-process by default, or one
         Ray task per episode (the episodes of one legacy ``meta/episodes`` shard form one
         unit). Task-level checks run here; the findings come out in the same order either way.
+    media:
+        Video containers the caller already opened (:func:`egopool.codecs.video.open_media`, nothing
+        demuxed from them), by absolute file path: each file's check takes its container (removed from
+        the dict, and closed) instead of opening the file again; the caller closes the ones left. Only with
+        the in-process executor (a Ray task opens its files itself). The pooling server hands over the
+        containers its frame-size bound opened (docs/decisions.md U20).
 
     Returns
     -------
@@ -120,7 +126,7 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     root = as_path(path)
     report = Report(task=str(root) if isinstance(root, ObjectPath) else str(path))
     try:
-        _run(root, report, progress, fast, executor or LocalExecutor())
+        _run(root, report, progress, fast, executor or LocalExecutor(), media)
     except (OperationError, ObjectStoreError):  # a Ray cluster lost, a bucket unreachable: no verdict at all
         raise
     except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
@@ -142,7 +148,7 @@ def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
 
 
 def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | None, fast: bool,
-         executor: Executor[Any, Any, Any]) -> None:
+         executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None) -> None:
     info = check_info_file(root, report)
     if info is None:
         return
@@ -164,7 +170,7 @@ def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | N
         return
     check_stats(ctx, has_episodes=bool(groups))
     report.episodes = len(groups)
-    _check_episodes(ctx, groups, progress, executor)
+    _check_episodes(ctx, groups, progress, executor, media if isinstance(executor, LocalExecutor) else None)
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
@@ -180,6 +186,7 @@ class _EpisodeInput:
     info: dict[str, Any]
     layout: TaskLayout
     decode: bool
+    media: dict[Path, Any] | None = field(default=None, compare=False)  # in-process only (validate_task)
 
 
 @dataclass
@@ -199,7 +206,8 @@ def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles]) -> _Unit
     shard (so the shard is read and reported once). Runs in-process or as a Ray task;
     never raises for a broken episode (each problem is a finding).
     """
-    ctx = Context(shared.root, Report(task=str(shared.root)), shared.info, shared.layout, decode=shared.decode)
+    ctx = Context(shared.root, Report(task=str(shared.root)), shared.info, shared.layout, decode=shared.decode,
+                  media=shared.media if shared.media is not None else {})
     for g in unit:
         try:
             check_episode(ctx, g)
@@ -227,7 +235,7 @@ def episode_units(groups: list[EpisodeFiles]) -> list[list[EpisodeFiles]]:
 
 
 def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: ProgressCallback | None,
-                    executor: Executor[Any, Any, Any]) -> None:
+                    executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None) -> None:
     assert ctx.layout is not None
     units = episode_units(groups)
     sizes = [0]
@@ -247,7 +255,7 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: Progress
         absolute = Path(os.path.abspath(ctx.root))
         layout = dataclasses.replace(ctx.layout, root=absolute)
         units = [[_absolute(g) for g in u] for u in units]
-    results = executor.map(check_episode_unit, _EpisodeInput(absolute, ctx.info, layout, ctx.decode), units,
+    results = executor.map(check_episode_unit, _EpisodeInput(absolute, ctx.info, layout, ctx.decode, media), units,
                            progress=tick if progress is not None else None)
     for r in results:
         ctx.report.extend(_as_given(f, absolute, ctx.root) for f in r.findings)
