@@ -76,8 +76,8 @@ class GroupQueue(Generic[T]):
             raise entry.outcome
         return entry.outcome
 
-    def _lead(self, key: str, queue: list[_Entry[T]], own: _Entry[T], guard: Callable[[str], AbstractContextManager[Any]],
-              batch: Callable[[list[T]], Sequence[Any]]) -> None:
+    def _lead(self, key: str, queue: list[_Entry[T]], own: _Entry[T],
+              guard: Callable[[str], AbstractContextManager[Any]], batch: Callable[[list[T]], Sequence[Any]]) -> None:
         taken: list[_Entry[T]] = []
         outcomes: list[Any] = []
         try:

@@ -54,7 +54,8 @@ from ..write.task_meta import merge_task_meta_many
 from .db import EpisodeRow
 from .store import Store
 
-__all__ = ["Publication", "committed_unrecorded", "pending_rows", "publish_episode", "publish_group", "recover_journals"]
+__all__ = ["Publication", "committed_unrecorded", "pending_rows", "publish_episode", "publish_group",
+           "recover_journals"]
 
 #: ``pause(stage)``: a fault-injection seam for the crash tests (see :class:`egopool.server.importer.Importer`).
 Pause = Callable[[str], None]
