@@ -315,8 +315,9 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
         A malformed server URL or token, ``jobs`` < 1, or a ``temp_dir`` inside the recordings
         root (before anything is sent); 401/403 from the server (no further episode is started,
         those in flight finish and are reported; the message lists the episodes not sent). A
-        network failure that outlasts the retries ends the run with that episode ``failed`` (the next run resumes there); an
-        episode that cannot be packed is ``failed`` and the others go on.
+        network failure that outlasts the retries ends the run with that episode ``failed`` (no
+        further episode is started; the next run resumes there); an episode that cannot be packed
+        is ``failed`` and the others go on.
     """
     root = Path(task_dir)
     base = _base_url(server)
