@@ -123,3 +123,35 @@ def test_jobs_below_one_is_a_one_line_error(tmp_path: Path, jobs: str, capsys: p
     assert err.count("\n") == 1 and err.startswith("egopool: error: ") and f"--jobs {jobs} refused" in err
     with pytest.raises(TransferError, match="jobs=0 refused"):
         upload_episodes(task, server="http://127.0.0.1:9", jobs=0)
+
+
+def test_ctrl_c_with_uploads_in_flight_is_one_line_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    task = write_task(tmp_path / "pc", "pick", episodes=4, rows=5)
+    cache = tmp_path / "cache"
+    marker = tmp_path / "store/.egopool-server/paused-received"
+    with ServerProc(tmp_path / "store", env={"EGOPOOL_SERVER_PAUSE": "received"}) as srv:
+        client = subprocess.Popen([sys.executable, "-m", "egopool", "upload", str(task), "--server", srv.url,
+                                   "--jobs", "3", "--retries", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env={**os.environ, "EGOPOOL_CACHE_DIR": str(cache)})
+        try:
+            _until(marker.exists, "the first upload paused")
+            marker.unlink()
+            _until(lambda: len([r for r in _log(srv) if r["outcome"] == "receiving" and r["zip_sha256"]]) >= 2,
+                   "two uploads received at once")
+            client.send_signal(signal.SIGINT)
+            out, err = client.communicate(timeout=300)
+        finally:
+            if client.poll() is None:
+                client.kill()
+        assert client.returncode == 130, err.decode()
+        assert err.decode().strip().splitlines()[-1] == "egopool: interrupted" and "Traceback" not in err.decode()
+        assert list((cache / "upload").iterdir()) == []  # the run's spool removed, no zip left
+        recorded = [u.episode_index for u in Registry.for_task(task).uploads("pick")]
+        assert recorded == [1]  # only the confirmed episode counts as uploaded
+        if marker.exists():
+            marker.unlink()
