@@ -257,6 +257,57 @@ def sink_main(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
+def proxy_main(port: int, upstream: int, delay: float) -> None:
+    """A TCP relay on ``port`` to ``upstream`` that delivers every chunk ``delay`` s late in each direction
+    (a network's round trip of 2 x delay, bandwidth unchanged): ``--rtt-ms``."""
+    import asyncio
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                if not data:
+                    break
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        task = asyncio.create_task(deliver())
+        while data := await reader.read(1 << 16):
+            queue.put_nowait((loop.time() + delay, data))
+        queue.put_nowait((loop.time() + delay, b""))
+        await task
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream)
+        await asyncio.gather(pump(reader, up_w), pump(up_r, writer), return_exceptions=True)
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+def delayed(url_port: int, rtt_ms: float, work: Path) -> int:
+    """The port to use for ``url_port``: itself, or a relay adding ``rtt_ms`` of round trip."""
+    if rtt_ms <= 0:
+        return url_port
+    port = free_port()
+    start([sys.executable, __file__, "--proxy", str(port), str(url_port), str(rtt_ms / 2000)], work / "proxy.log")
+    for _ in range(600):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return port
+        time.sleep(0.05)
+    raise SystemExit("the delay relay did not start")
+
+
 # -- the run --------------------------------------------------------------------------------------
 def zip_bytes(roots: list[Path]) -> int:
     """Total bytes of the episodes' files (the zips are these plus a few KiB of task files each)."""
@@ -305,6 +356,9 @@ def main() -> None:
     ap.add_argument("--big-gb", type=float, default=0.0)
     ap.add_argument("--big-full", type=float, default=0.0, metavar="SECONDS",
                     help="also upload one full-rig episode this long (simulate --rig full; 60 s is ~100 MB)")
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="send through a local relay adding this round trip (a network's latency; default: none)")
+    ap.add_argument("--proxy", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
     ap.add_argument("--client", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--server", help=argparse.SUPPRESS)
@@ -315,6 +369,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.sink:
         return sink_main(args.sink)
+    if args.proxy:
+        return proxy_main(int(args.proxy[0]), int(args.proxy[1]), float(args.proxy[2]))
     if args.client:
         return client_main(args.client, args.server, args.mode, args.report, args.go, args.jobs)
 
@@ -351,7 +407,8 @@ def run(work: Path, args: argparse.Namespace) -> None:
     port = free_port()
     sink = start([sys.executable, __file__, "--sink", str(port)], work / "sink.log")
     wait_up(f"http://127.0.0.1:{port}/", sink)
-    base_wall, base_reports, _, base_cpu = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work, args.jobs)
+    base_url = f"http://127.0.0.1:{delayed(port, args.rtt_ms, work)}/"
+    base_wall, base_reports, _, base_cpu = run_clients(roots, base_url, "baseline", work, args.jobs)
     stop(sink)
     base_lat = [i["seconds"] for r in base_reports for i in r]
 
@@ -362,13 +419,15 @@ def run(work: Path, args: argparse.Namespace) -> None:
                     "--log-level", "warning", "--no-previews"], work / "server.log")  # previews: bench_previews.py
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
-    wall, reports, client_rss, cpu = run_clients(roots, url, "egopool", work, args.jobs)
+    wall, reports, client_rss, cpu = run_clients(roots, f"http://127.0.0.1:{delayed(port, args.rtt_ms, work)}",
+                                                 "egopool", work, args.jobs)
     server_rss = rss_text(server.pid)
     items = [i for r in reports for i in r]
     lat = [i["seconds"] for i in items]
     failed = [i for i in items if not i["ok"]]
 
-    print(f"\n{args.clients} clients, {total} episodes, {args.tasks} tasks, loopback HTTP; --jobs {args.jobs}: up to "
+    print(f"\n{args.clients} clients, {total} episodes, {args.tasks} tasks, loopback HTTP"
+          f"{f' + {args.rtt_ms:g} ms round trip' if args.rtt_ms > 0 else ''}; --jobs {args.jobs}: up to "
           f"{len(roots) * args.jobs} concurrent uploads ({len(roots)} clients x {args.jobs}); load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'':28}{'seconds':>9}{'uploads/s':>11}{'MB/s':>8}{'p50 ms':>9}{'p99 ms':>9}")
