@@ -65,7 +65,7 @@ __all__ = ["UPLOAD_PATH", "UploadOutcome", "UploadReport", "upload_episodes"]
 
 UPLOAD_PATH = "/api/v1/session/upload"
 _BLOCK = 1 << 20
-#: ``progress(sent_bytes, total_bytes, what)`` while an episode's zip is sent.
+#: ``progress(sent_bytes, total_bytes, what)`` while zips are sent: bytes summed over the run's episodes.
 UploadProgress = Callable[[int, int, str], None]
 
 
@@ -288,9 +288,11 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     timeout:
         Seconds to wait for the server's answer after the zip is sent (it verifies first).
     progress:
-        ``progress(sent_bytes, total_bytes, what)`` while sending.
+        ``progress(sent_bytes, total_bytes, what)`` while sending, one call at a time: bytes (B)
+        summed over the episodes sent so far and in flight; ``what`` names those in flight.
     on_outcome:
-        Called after each episode (for a live listing).
+        Called in the calling thread after each episode, as they finish, once its registry record
+        is committed (for a live listing); :attr:`UploadReport.outcomes` is in N order.
     on_notice:
         Called with each line of :attr:`UploadReport.notices` when it arises.
     temp_dir:
