@@ -4,8 +4,8 @@
 N 1, 2, ...) record ``--episodes`` episodes in all, spread over ``--tasks`` task names that every
 PC shares: the server renumbers constantly. Each episode: 30 rows at 30 fps, a 256-value glove
 sensor (enters stats.json), 7 IMU samples per row, one 96x72 H.264 stream. Then every client
-runs in its own process (``upload_episodes`` over its tasks, one after the other) against one
-server process, all at the same time.
+runs in its own process (``upload_episodes`` over its tasks, one after the other, ``--jobs`` episodes
+in flight at once: docs/decisions.md U26) against one server process, all at the same time.
 
 Figures: uploads/s and MB/s (episode bytes) over the wall time from the common start (every
 client process has imported egopool and waits for a go signal) to the last client's end; per-episode latency p50/p99 (client side: first byte sent to the confirmed
@@ -14,7 +14,8 @@ Afterwards it checks: every episode on the server exactly once (``server.db`` ma
 the task's episodes on disk = uploads), stats.json of every task equal to a recomputation within
 1e-9, ``egopool validate`` clean, no 5xx in the server's upload log.
 
-Baseline, same run, same clients and episodes: each client packs the same zips and POSTs them to
+Baseline, same run, same clients and episodes: each client packs the same zips and POSTs them
+(``--jobs`` threads, each packing then POSTing one episode at a time, over one keep-alive pool) to
 a minimal uvicorn app that only drains the body (no verification, no import): the cost of
 moving the bytes over loopback HTTP. The ratio shows what verify-then-publish adds.
 
@@ -25,6 +26,7 @@ packing excluded) against the same zip POSTed to the baseline in the same run.
 
     python benchmarks/bench_upload.py                           # 40 episodes, 4 tasks, 8 clients (~1 min)
     python benchmarks/bench_upload.py --episodes 400            # the issue's figure (several minutes)
+    python benchmarks/bench_upload.py --clients 4 --episodes 120 --jobs 1   # one upload in flight per client
     python benchmarks/bench_upload.py --episodes 8 --big-gb 2   # + a 2 GiB episode
     python benchmarks/bench_upload.py --episodes 8 --big-full 60  # + a ~100 MB full-rig episode
 
@@ -170,7 +172,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[float, list[list[dict]], float, float]:
+def run_clients(roots: list[Path], url: str, mode: str, out: Path, jobs: int = 4
+                ) -> tuple[float, list[list[dict]], float, float]:
     """One client process per root; all start sending together once every one has imported egopool.
 
     Returns (wall s from the common start to the last client's end, each client's items, the largest
@@ -182,7 +185,8 @@ def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[floa
     for k, root in enumerate(roots):
         report = out / f"{mode}-{k}.json"
         procs.append((subprocess.Popen([sys.executable, __file__, "--client", str(root), "--server", url,
-                                        "--mode", mode, "--report", str(report), "--go", str(go)], env=env), report))
+                                        "--mode", mode, "--report", str(report), "--go", str(go),
+                                        "--jobs", str(jobs)], env=env), report))
     while not all(Path(f"{r}.ready").exists() for _, r in procs):
         time.sleep(0.05)
     t0 = time.time()
@@ -199,8 +203,10 @@ def run_clients(roots: list[Path], url: str, mode: str, out: Path) -> tuple[floa
     return wall, [d["items"] for d in docs], rss, sum(d["cpu"] for d in docs)
 
 
-def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None:
-    """One client: upload (or, for the baseline, pack + POST to the sink) every task of its root."""
+def client_main(root: Path, url: str, mode: str, report: Path, go: Path, jobs: int) -> None:
+    """One client: upload (or, for the baseline, pack + POST to the sink) every task of its root, ``jobs`` at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import httpx
 
     from egopool.transfer import pack_episodes, upload_episodes
@@ -213,17 +219,22 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path) -> None
     items = []
     for task in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if mode == "egopool":
-            rep = upload_episodes(task, server=url, retries=3)
+            rep = upload_episodes(task, server=url, retries=3, jobs=jobs)
             items += [{"ok": o.confirmed, "seconds": o.seconds} for o in rep.outcomes]
         else:
-            with httpx.Client(timeout=600) as http, tempfile.TemporaryDirectory(dir=root) as spool:
-                for g in list_task_episodes(task):
-                    packed = pack_episodes(task, [g.index], spool, registry=False)[0]
+            limits = httpx.Limits(max_connections=jobs, max_keepalive_connections=jobs)
+            with httpx.Client(timeout=600, limits=limits) as http, tempfile.TemporaryDirectory(dir=root) as spool, \
+                    ThreadPoolExecutor(jobs) as pool:
+
+                def one(n: int, task: Path = task, http: httpx.Client = http, spool: str = spool) -> dict:
+                    packed = pack_episodes(task, [n], spool, registry=False)[0]
                     ctype, length, body = _multipart(task.name, packed.file, packed.path, lambda n: None)
                     t = time.perf_counter()
                     r = http.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
-                    items.append({"ok": r.status_code == 200, "seconds": time.perf_counter() - t})
                     packed.path.unlink()
+                    return {"ok": r.status_code == 200, "seconds": time.perf_counter() - t}
+
+                items += list(pool.map(one, [g.index for g in list_task_episodes(task)]))
     report.write_text(json.dumps({"end": time.time(), "items": items, "cpu": time.process_time() - cpu}))
 
 
@@ -244,6 +255,57 @@ def sink_main(port: int) -> None:
         await send({"type": "http.response.body", "body": body})
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def proxy_main(port: int, upstream: int, delay: float) -> None:
+    """A TCP relay on ``port`` to ``upstream`` that delivers every chunk ``delay`` s late in each direction
+    (a network's round trip of 2 x delay, bandwidth unchanged): ``--rtt-ms``."""
+    import asyncio
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                if not data:
+                    break
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        task = asyncio.create_task(deliver())
+        while data := await reader.read(1 << 16):
+            queue.put_nowait((loop.time() + delay, data))
+        queue.put_nowait((loop.time() + delay, b""))
+        await task
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream)
+        await asyncio.gather(pump(reader, up_w), pump(up_r, writer), return_exceptions=True)
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+def delayed(url_port: int, rtt_ms: float, work: Path) -> int:
+    """The port to use for ``url_port``: itself, or a relay adding ``rtt_ms`` of round trip."""
+    if rtt_ms <= 0:
+        return url_port
+    port = free_port()
+    start([sys.executable, __file__, "--proxy", str(port), str(url_port), str(rtt_ms / 2000)], work / "proxy.log")
+    for _ in range(600):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return port
+        time.sleep(0.05)
+    raise SystemExit("the delay relay did not start")
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -290,9 +352,13 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=40)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=4, help="episodes in flight per client (upload --jobs), baseline too")
     ap.add_argument("--big-gb", type=float, default=0.0)
     ap.add_argument("--big-full", type=float, default=0.0, metavar="SECONDS",
                     help="also upload one full-rig episode this long (simulate --rig full; 60 s is ~100 MB)")
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="send through a local relay adding this round trip (a network's latency; default: none)")
+    ap.add_argument("--proxy", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
     ap.add_argument("--client", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--server", help=argparse.SUPPRESS)
@@ -303,8 +369,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.sink:
         return sink_main(args.sink)
+    if args.proxy:
+        return proxy_main(int(args.proxy[0]), int(args.proxy[1]), float(args.proxy[2]))
     if args.client:
-        return client_main(args.client, args.server, args.mode, args.report, args.go)
+        return client_main(args.client, args.server, args.mode, args.report, args.go, args.jobs)
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_upload_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -339,7 +407,8 @@ def run(work: Path, args: argparse.Namespace) -> None:
     port = free_port()
     sink = start([sys.executable, __file__, "--sink", str(port)], work / "sink.log")
     wait_up(f"http://127.0.0.1:{port}/", sink)
-    base_wall, base_reports, _, base_cpu = run_clients(roots, f"http://127.0.0.1:{port}/", "baseline", work)
+    base_url = f"http://127.0.0.1:{delayed(port, args.rtt_ms, work)}/"
+    base_wall, base_reports, _, base_cpu = run_clients(roots, base_url, "baseline", work, args.jobs)
     stop(sink)
     base_lat = [i["seconds"] for r in base_reports for i in r]
 
@@ -350,13 +419,17 @@ def run(work: Path, args: argparse.Namespace) -> None:
                     "--log-level", "warning", "--no-previews"], work / "server.log")  # previews: bench_previews.py
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
-    wall, reports, client_rss, cpu = run_clients(roots, url, "egopool", work)
+    wall, reports, client_rss, cpu = run_clients(roots, f"http://127.0.0.1:{delayed(port, args.rtt_ms, work)}",
+                                                 "egopool", work, args.jobs)
     server_rss = rss_text(server.pid)
     items = [i for r in reports for i in r]
     lat = [i["seconds"] for i in items]
     failed = [i for i in items if not i["ok"]]
 
-    print(f"\n{args.clients} clients, {total} episodes, {args.tasks} tasks, loopback HTTP")
+    print(f"\n{args.clients} clients, {total} episodes, {args.tasks} tasks, loopback HTTP"
+          f"{f' + {args.rtt_ms:g} ms round trip' if args.rtt_ms > 0 else ''}; --jobs {args.jobs}: up to "
+          f"{len(roots) * args.jobs} concurrent uploads ({len(roots)} clients x {args.jobs}); load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'':28}{'seconds':>9}{'uploads/s':>11}{'MB/s':>8}{'p50 ms':>9}{'p99 ms':>9}")
     for name, w, la in (("egopool serve (verify+import)", wall, lat), ("baseline: drain the body", base_wall, base_lat)):
         print(f"{name:28}{w:9.2f}{total / w:11.1f}{payload / 1e6 / w:8.1f}{pct(la, 50) * 1e3:9.0f}"

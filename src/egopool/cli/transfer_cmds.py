@@ -30,7 +30,8 @@ _INDICES = episode_argument("Global 1-based episode numbers (as `egopool ls` sho
 
 @contextlib.contextmanager
 def _byte_bar(label: str, enabled: bool) -> Iterator[UploadProgress | None]:
-    """A bytes progress bar per episode on stderr (None when stderr is not a terminal)."""
+    """A bytes progress bar on stderr (None when stderr is not a terminal): one per ``what`` (pack), or one in
+    total whose label follows ``what`` (upload: the run's bytes summed over the episodes in flight)."""
     if not (enabled and err_console.is_terminal):
         yield None
         return
@@ -39,6 +40,11 @@ def _byte_bar(label: str, enabled: bool) -> Iterator[UploadProgress | None]:
         jobs: dict[str, object] = {}
 
         def update(done: int, total: int, what: str) -> None:
+            if label == "uploading":  # one bar for the run: the client sums the episodes in flight
+                if "" not in jobs:
+                    jobs[""] = bar.add_task(what, total=total)
+                bar.update(jobs[""], completed=done, total=total, description=what)  # type: ignore[arg-type]
+                return
             job = jobs.get(what)
             if job is None:
                 job = jobs[what] = bar.add_task(what, total=total)
@@ -102,6 +108,9 @@ def upload_cmd(task: Path = _TASK, indices: list[int] | None = _INDICES,
                                                       "checksum (the verified delete of `egopool delete`)."),
                retries: int = typer.Option(8, min=0, help="Retries of a network error or 5xx per episode."),
                timeout: float = typer.Option(600.0, min=1.0, help="Seconds to wait for the server's answer."),
+               jobs: int = typer.Option(4, "--jobs", "-j",
+                                        help="Episodes packed and sent at once (1 = one after the other); the "
+                                             "first episode of a task not yet on the server goes alone."),
                temp_dir: Path | None = typer.Option(None, "--temp-dir",
                                                     help="Where zips are packed before sending (default: "
                                                          "~/.cache/egopool/upload, or $EGOPOOL_CACHE_DIR/upload); "
@@ -109,8 +118,11 @@ def upload_cmd(task: Path = _TASK, indices: list[int] | None = _INDICES,
                json_out: bool = _JSON, registry: bool = _REG) -> None:
     """Upload episodes to a pooling server (`egopool serve`), resumably (file_format.md §9).
 
-    Without N: every complete episode not yet uploaded to this server. The registry (pipeline.db) records each confirmed upload with the server's answer, so a re-run after a kill resumes where it stopped. Network errors and 5xx are retried with backoff. Exit 1 when an episode is not confirmed. The recordings root's client key (in pipeline.db) identifies this PC to the server; a root copied to another PC says so in one line and uploads as its own client. Zips are packed outside the recordings root; a killed run's leftovers are removed by the next run.
+    Without N: every complete episode not yet uploaded to this server. The registry (pipeline.db) records each confirmed upload with the server's answer, so a re-run after a kill resumes where it stopped. Network errors and 5xx are retried with backoff. Up to --jobs episodes are in flight at once (one HTTP connection each); each is recorded and reported as soon as the server confirms it, and the JSON report lists them in N order. A refused token stops the run: no further episode is started, those in flight finish. Exit 1 when an episode is not confirmed. The recordings root's client key (in pipeline.db) identifies this PC to the server; a root copied to another PC says so in one line and uploads as its own client. Zips are packed outside the recordings root; a killed run's leftovers are removed by the next run.
     """
+    if jobs < 1:
+        raise EgopoolError(f"--jobs {jobs} refused: at least one episode must be in flight",
+                           hint="pass --jobs 1 (one after the other) or more, e.g. --jobs 4")
     tok = _token(token_file)
 
     def show(o: UploadOutcome) -> None:
@@ -126,7 +138,7 @@ def upload_cmd(task: Path = _TASK, indices: list[int] | None = _INDICES,
         report = upload_episodes(task, indices or None, server=server, token=tok, reencode_hevc=reencode_hevc,
                                  delete_after=delete_after, registry=registry, retries=retries, timeout=timeout,
                                  progress=cb, on_outcome=show, temp_dir=temp_dir,
-                                 on_notice=_note)
+                                 on_notice=_note, jobs=jobs)
     if json_out:
         print_json(report.to_dict())
     elif not report.outcomes:

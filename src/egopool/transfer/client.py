@@ -25,7 +25,9 @@ server):
 The server de-duplicates by content (the episode digest), so an upload that reached the server
 before the client was killed is answered "duplicate" with the same server N on the re-run.
 
-A run keeps one HTTP connection (keep-alive), one ``pipeline.db`` connection
+Up to ``jobs`` episodes (default 4) are packed and sent at once by worker threads; the calling
+thread records and reports each, and the report lists them in N order (docs/decisions.md U26).
+A run keeps one HTTP connection pool (keep-alive, ``jobs`` connections), one ``pipeline.db`` connection
 (:meth:`~egopool.registry.Registry.session`: still one commit per confirmed episode, before it is
 reported) and, per process, one TLS context (docs/decisions.md U22, U23).
 """
@@ -35,9 +37,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import queue
 import random
 import re
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -61,7 +65,7 @@ __all__ = ["UPLOAD_PATH", "UploadOutcome", "UploadReport", "upload_episodes"]
 
 UPLOAD_PATH = "/api/v1/session/upload"
 _BLOCK = 1 << 20
-#: ``progress(sent_bytes, total_bytes, what)`` while an episode's zip is sent.
+#: ``progress(sent_bytes, total_bytes, what)`` while zips are sent: bytes summed over the run's episodes.
 UploadProgress = Callable[[int, int, str], None]
 
 
@@ -160,8 +164,15 @@ def _base_url(server: str) -> str:
     return base
 
 
+class _Cancelled(Exception):
+    """The run was interrupted (Ctrl-C): a worker stops packing or sending at its next block."""
+
+
 def _multipart(task: str, f: int, zip_path: Path, sent: Callable[[int], None]) -> tuple[str, int, Callable[[], Iterator[bytes]]]:
-    """(content type, length, body factory) of the §9 form: name, episode_index, file."""
+    """(content type, length, body factory) of the §9 form: name, episode_index, file.
+
+    ``sent(done_bytes)`` is called before each block; it may raise :class:`_Cancelled` to stop the body.
+    """
     boundary = f"egopool-{uuid.uuid4().hex}"
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n{task}\r\n"
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"episode_index\"\r\n\r\n{f}\r\n"
@@ -202,13 +213,15 @@ def _answer(resp: httpx.Response) -> dict[str, Any]:
 
 
 def _post(client: httpx.Client, url: str, packed: PackedEpisode, retries: int, backoff: float,
-          progress: UploadProgress | None, label: str) -> tuple[httpx.Response, int]:
-    """POST with retries of network errors and 5xx; returns the final response and the attempts."""
+          sent: Callable[[int], None], cancel: threading.Event) -> tuple[httpx.Response, int]:
+    """POST with retries of network errors and 5xx; returns the final response and the attempts.
+
+    ``sent(done_bytes)`` is called per block (it raises :class:`_Cancelled` once ``cancel`` is set).
+    """
     attempt = 0
     while True:
         attempt += 1
-        ctype, length, body = _multipart(packed.task, packed.file, packed.path,
-                                         lambda n: progress(n, packed.size, label) if progress else None)
+        ctype, length, body = _multipart(packed.task, packed.file, packed.path, sent)
         status: int | None = None
         try:
             resp = client.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
@@ -225,7 +238,8 @@ def _post(client: httpx.Client, url: str, packed: PackedEpisode, retries: int, b
                                 status=status,
                                 hint="check that the server runs and is reachable, then run the same command again")
         delay = min(8.0, backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-        time.sleep(delay)
+        if cancel.wait(delay):
+            raise _Cancelled
 
 
 def _confirm(packed: PackedEpisode, answer: dict[str, Any]) -> str | None:
@@ -246,7 +260,7 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
                     timeout: float = 600.0, progress: UploadProgress | None = None,
                     on_outcome: Callable[[UploadOutcome], None] | None = None,
                     on_notice: Callable[[str], None] | None = None, temp_dir: str | Path | None = None,
-                    transport: httpx.BaseTransport | None = None) -> UploadReport:
+                    transport: httpx.BaseTransport | None = None, jobs: int = 4) -> UploadReport:
     """Upload episodes of a task to a pooling server (module docstring).
 
     Parameters
@@ -274,9 +288,11 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     timeout:
         Seconds to wait for the server's answer after the zip is sent (it verifies first).
     progress:
-        ``progress(sent_bytes, total_bytes, what)`` while sending.
+        ``progress(sent_bytes, total_bytes, what)`` while sending, one call at a time: bytes (B)
+        summed over the episodes sent so far and in flight; ``what`` names those in flight.
     on_outcome:
-        Called after each episode (for a live listing).
+        Called in the calling thread after each episode, as they finish, once its registry record
+        is committed (for a live listing); :attr:`UploadReport.outcomes` is in N order.
     on_notice:
         Called with each line of :attr:`UploadReport.notices` when it arises.
     temp_dir:
@@ -284,6 +300,10 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
         directory (:func:`~egopool.transfer.spool.spool_base`). Never inside the recordings root.
     transport:
         An httpx transport (tests of the client against an in-process app).
+    jobs:
+        Episodes in flight at once (packed and sent by as many threads over one keep-alive
+        connection pool; at most ``jobs`` zips exist at a time). 1 = one after the other. The first
+        episode of a run that has none confirmed yet goes alone (docs/decisions.md U26).
 
     Returns
     -------
@@ -294,14 +314,18 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
     LayoutError, EpisodeNotFoundError
         An N < 1 or one the task does not have (and never uploaded); checked before anything is sent.
     TransferError
-        A malformed server URL or token, or a ``temp_dir`` inside the recordings root (before
-        anything is sent); 401/403 from the server
-        (nothing further is sent). A network failure that outlasts the
-        retries ends the run with that episode ``failed`` (the next run resumes there); an
-        episode that cannot be packed is ``failed`` and the others go on.
+        A malformed server URL or token, ``jobs`` < 1, or a ``temp_dir`` inside the recordings
+        root (before anything is sent); 401/403 from the server (no further episode is started,
+        those in flight finish and are reported; the message lists the episodes not sent). A
+        network failure that outlasts the retries ends the run with that episode ``failed`` (no
+        further episode is started; the next run resumes there); an episode that cannot be packed
+        is ``failed`` and the others go on.
     """
     root = Path(task_dir)
     base = _base_url(server)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise TransferError(f"jobs={jobs!r} refused: at least one episode must be in flight",
+                            hint="pass --jobs 1 (one after the other) or more, e.g. --jobs 4")
     if token is not None and not _TOKEN_RE.match(token):
         raise TransferError("the token holds spaces, line breaks or non-ASCII characters (not shown)",
                             hint="put only the token `egopool token add` printed into --token-file / EGOPOOL_TOKEN")
@@ -311,14 +335,58 @@ def upload_episodes(task_dir: str | Path, indices: Sequence[int] | None = None, 
         else Registry(registry) if registry else None
     with reg.session() if reg is not None else contextlib.nullcontext():  # one connection for the run (U22)
         return _run(root, base, token, info, layout, reg, indices, reencode_hevc, delete_after, retries, backoff,
-                    timeout, progress, on_outcome, on_notice, temp_dir, transport)
+                    timeout, progress, on_outcome, on_notice, temp_dir, transport, jobs)
+
+
+class _Aggregate:
+    """One coherent ``progress`` for the run: bytes summed over every episode sent so far (thread-safe).
+
+    ``progress(sent_bytes, total_bytes, what)`` is called under a lock; ``total_bytes`` grows as
+    episodes are packed, ``what`` names the episodes in flight.
+    """
+
+    def __init__(self, progress: UploadProgress | None, cancel: threading.Event) -> None:
+        self.progress, self.cancel, self.lock = progress, cancel, threading.Lock()
+        self.sent: dict[int, int] = {}
+        self.sizes: dict[int, int] = {}
+        self.active: set[int] = set()
+
+    def start(self, n: int, size: int) -> None:
+        with self.lock:
+            self.sizes[n], self.sent[n] = size, 0
+            self.active.add(n)
+
+    def end(self, n: int) -> None:
+        with self.lock:
+            self.active.discard(n)
+
+    def tick(self, n: int, done: int) -> None:
+        if self.cancel.is_set():
+            raise _Cancelled
+        if self.progress is None:
+            return
+        with self.lock:
+            self.sent[n] = done
+            what = ", ".join(str(i) for i in sorted(self.active))
+            self.progress(sum(self.sent.values()), sum(self.sizes.values()),
+                          f"episode{'s' if len(self.active) > 1 else ''} {what}")
+
+
+@dataclass
+class _Sent:
+    """What a worker hands back: the outcome, and the packed episode when the server confirmed it."""
+
+    n: int
+    outcome: UploadOutcome | None = None
+    packed: PackedEpisode | None = None
+    error: BaseException | None = None
 
 
 def _run(root: Path, base: str, token: str | None, info: dict[str, Any], layout: TaskLayout, reg: Registry | None,
          indices: Sequence[int] | None, reencode_hevc: bool, delete_after: bool, retries: int, backoff: float,
          timeout: float, progress: UploadProgress | None, on_outcome: Callable[[UploadOutcome], None] | None,
          on_notice: Callable[[str], None] | None, temp_dir: str | Path | None,
-         transport: httpx.BaseTransport | None) -> UploadReport:
+         transport: httpx.BaseTransport | None, jobs: int) -> UploadReport:
     """:func:`upload_episodes` once the arguments are checked and the registry chosen (its session open)."""
     key = task_key(root)
     if indices is None:
@@ -359,51 +427,134 @@ def _run(root: Path, base: str, token: str | None, info: dict[str, Any], layout:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     http_timeout = httpx.Timeout(timeout, connect=15.0, write=120.0, pool=15.0)
-    with httpx.Client(headers=headers, timeout=http_timeout, transport=transport, verify=_tls_context()) as client, \
-            upload_spool(spool_dir) as spool:
+    limits = httpx.Limits(max_connections=jobs, max_keepalive_connections=jobs)
+    with httpx.Client(headers=headers, timeout=http_timeout, transport=transport, verify=_tls_context(),
+                      limits=limits) as client, upload_spool(spool_dir) as spool:
         try:  # info.json read, templates checked and the layout built once for the run (U22)
             packer: Packer | FormatError = Packer(root, spool, reencode_hevc=reencode_hevc, host_id=ident.host_id,
                                                   hostname=ident.hostname, durable=False, info=info)
         except FormatError as exc:  # every episode fails "not packed" with this reason, as each would alone
             packer = exc
-        for n in wanted:
-            try:
-                outcome = _one(client, root, key, n, done.get(n), n in groups, base, reg, packer, retries, backoff,
-                               progress)
-            except TransferError as exc:
-                if exc.status in (401, 403):
-                    raise  # the token is wrong for every episode
-                outcome = UploadOutcome(n, "failed", message=exc.one_line(), attempts=retries + 1)
-                report.outcomes.append(outcome)
-                if on_outcome is not None:
-                    on_outcome(outcome)
-                break  # the server stays unreachable: the next run resumes here
-            if delete_after and outcome.confirmed and n in groups:
-                outcome.deleted = _delete(root, n, reg, outcome)
-            report.outcomes.append(outcome)
-            if on_outcome is not None:
-                on_outcome(outcome)
+        _schedule(client, root, key, wanted, done, groups, base, reg, packer, retries, backoff, progress, delete_after,
+                  jobs, report, on_outcome, notice)
     return report
 
 
-def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord | None, present: bool, base: str,
-         reg: Registry | None, packer: Packer | FormatError, retries: int, backoff: float,
-         progress: UploadProgress | None) -> UploadOutcome:
-    if done is not None:
-        return UploadOutcome(n, "skipped", done.server_episode_index, done.answer,
-                             f"already on the server as episode {done.server_episode_index} of {done.server_task}")
-    if not present:
+def _schedule(client: httpx.Client, root: Path, key: str, wanted: list[int], done: dict[int, UploadRecord],
+              groups: dict[int, Any], base: str, reg: Registry | None, packer: Packer | FormatError, retries: int,
+              backoff: float, progress: UploadProgress | None, delete_after: bool, jobs: int, report: UploadReport,
+              on_outcome: Callable[[UploadOutcome], None] | None, notice: Callable[[str], None]) -> None:
+    """Send ``wanted`` with up to ``jobs`` episodes in flight (docs/decisions.md U26).
+
+    Workers (daemon threads) pack and POST; this thread records each confirmed episode in the
+    registry (its session connection), deletes it when asked, then reports it. Until one episode
+    is confirmed (now or by an earlier run) episodes go one at a time, so a refusal of the task's
+    declarations is met once. An error that stops the run starts no further episode; those in
+    flight finish and are reported. Ctrl-C stops every worker at its next block and re-raises.
+    """
+    cancel = threading.Event()
+    agg = _Aggregate(progress, cancel)
+    results: queue.Queue[_Sent] = queue.Queue()
+    order = {n: i for i, n in enumerate(wanted)}
+    outcomes: list[UploadOutcome] = []
+    confirmed_any = bool(done)
+    fatal: TransferError | None = None
+    stopped = False
+    in_flight: set[int] = set()
+    workers: list[threading.Thread] = []
+    pending = list(wanted)
+
+    def work(n: int) -> None:
+        try:
+            results.put(_one(client, root, n, groups.get(n), base, packer, retries, backoff, agg, cancel))
+        except BaseException as exc:  # handed to the main thread, which decides
+            results.put(_Sent(n, error=exc))
+
+    def report_one(outcome: UploadOutcome) -> None:
+        nonlocal confirmed_any
+        confirmed_any = confirmed_any or outcome.confirmed
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    try:
+        while pending or in_flight:
+            while pending and not stopped and len(in_flight) < (jobs if confirmed_any else 1):
+                n = pending.pop(0)
+                rec = done.get(n)
+                if rec is not None:
+                    outcome = UploadOutcome(n, "skipped", rec.server_episode_index, rec.answer,
+                                            f"already on the server as episode {rec.server_episode_index} of "
+                                            f"{rec.server_task}")
+                    if delete_after and n in groups:
+                        outcome.deleted = _delete(root, n, reg, outcome)
+                    report_one(outcome)
+                    continue
+                in_flight.add(n)
+                t = threading.Thread(target=work, args=(n,), name=f"egopool-upload-{n}", daemon=True)
+                workers.append(t)
+                t.start()
+            if not in_flight:
+                break
+            got = results.get()
+            in_flight.discard(got.n)
+            if got.error is not None:
+                exc = got.error
+                if not isinstance(exc, TransferError):
+                    raise exc
+                stopped = True
+                if exc.status in (401, 403):  # the token is wrong for every episode
+                    fatal = fatal or exc
+                    continue
+                report_one(UploadOutcome(got.n, "failed", message=exc.one_line(), attempts=retries + 1))
+                continue  # the server stays unreachable: the next run resumes here
+            assert got.outcome is not None
+            outcome = got.outcome
+            if got.packed is not None and reg is not None:  # committed before it is reported (U22)
+                packed, answer = got.packed, outcome.answer
+                try:
+                    reg.record_upload(UploadRecord(key, got.n, base, packed.episode_digest, packed.sha256,
+                                                   str(answer.get("task", key)), int(answer["episode_index"]),
+                                                   answer, time.time()))
+                except EgopoolError as exc:
+                    outcome.message = f"uploaded, but not recorded in the registry ({exc.one_line()})"
+            if delete_after and outcome.confirmed and got.n in groups:
+                outcome.deleted = _delete(root, got.n, reg, outcome)
+            report_one(outcome)
+    except BaseException:  # Ctrl-C (or a bug): stop every worker at its next block; the spool is removed after
+        cancel.set()
+        deadline = time.monotonic() + 5.0
+        for t in workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        raise
+    report.outcomes.extend(sorted(outcomes, key=lambda o: order[o.index]))
+    if stopped and pending:
+        unsent = ", ".join(str(n) for n in pending)
+        if fatal is not None:
+            raise TransferError(f"{fatal.message}; not sent: episode{'s' if len(pending) > 1 else ''} {unsent}",
+                                status=fatal.status, hint=fatal.hint)
+        notice(f"stopped: episode{'s' if len(pending) > 1 else ''} {unsent} not sent (run the same command again)")
+    elif fatal is not None:
+        raise fatal
+
+
+def _one(client: httpx.Client, root: Path, n: int, g: Any, base: str, packer: Packer | FormatError, retries: int,
+         backoff: float, agg: _Aggregate, cancel: threading.Event) -> _Sent:
+    """Pack and send N (a worker thread); the registry is left to the caller."""
+    if g is None:
         raise EpisodeNotFoundError(root, n)
     try:
         if isinstance(packer, FormatError):
             raise packer
-        packed = packer.pack(n)
+        packed = packer.pack(n, lambda done, total, what: agg.tick(n, 0) if cancel.is_set() else None)
     except (FormatError, CodecError) as exc:  # this episode cannot be packed (incomplete, PNG16...): the others can
-        return UploadOutcome(n, "failed", message=f"not packed: {exc.one_line()}")
+        return _Sent(n, UploadOutcome(n, "failed", message=f"not packed: {exc.one_line()}"))
     start = time.monotonic()
+    agg.start(n, packed.size)
     try:
-        resp, attempts = _post(client, base + UPLOAD_PATH, packed, retries, backoff, progress, f"episode {n}")
+        resp, attempts = _post(client, base + UPLOAD_PATH, packed, retries, backoff, lambda d: agg.tick(n, d), cancel)
     finally:
+        agg.end(n)
         with contextlib.suppress(FileNotFoundError):
             packed.path.unlink()
     seconds = time.monotonic() - start
@@ -421,21 +572,13 @@ def _one(client: httpx.Client, root: Path, key: str, n: int, done: UploadRecord 
                             status=resp.status_code, hint="check --server: the base URL of `egopool serve`, "
                                                           "e.g. http://pool.lab:8000")
     if resp.status_code != 200:
-        return UploadOutcome(n, "failed", None, answer, f"HTTP {resp.status_code} {answer.get('error', '')}: "
-                                                        f"{answer.get('message', '')}", attempts, seconds)
+        return _Sent(n, UploadOutcome(n, "failed", None, answer, f"HTTP {resp.status_code} {answer.get('error', '')}: "
+                                                                 f"{answer.get('message', '')}", attempts, seconds))
     problem = _confirm(packed, answer)
     if problem is not None:
-        return UploadOutcome(n, "failed", None, answer, f"not confirmed: {problem}", attempts, seconds)
+        return _Sent(n, UploadOutcome(n, "failed", None, answer, f"not confirmed: {problem}", attempts, seconds))
     status = "duplicate" if answer.get("status") == "duplicate" else "uploaded"
-    outcome = UploadOutcome(n, status, int(answer["episode_index"]), answer, "", attempts, seconds)
-    if reg is not None:
-        try:
-            reg.record_upload(UploadRecord(key, n, base, packed.episode_digest, packed.sha256,
-                                           str(answer.get("task", key)), int(answer["episode_index"]), answer,
-                                           time.time()))
-        except EgopoolError as exc:
-            outcome.message = f"uploaded, but not recorded in the registry ({exc.one_line()})"
-    return outcome
+    return _Sent(n, UploadOutcome(n, status, int(answer["episode_index"]), answer, "", attempts, seconds), packed)
 
 
 def _delete(root: Path, n: int, reg: Registry | None, outcome: UploadOutcome) -> bool:
