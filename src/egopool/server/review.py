@@ -25,7 +25,8 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .db import VERDICTS
 
-__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "loopback_host", "csrf_token", "parse_review"]
+__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "loopback_host",
+           "parse_review"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
