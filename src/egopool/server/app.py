@@ -320,6 +320,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(EgopoolError)
     async def _egopool_error(request: Request, exc: EgopoolError) -> Response:
         status = 404 if isinstance(exc, FileNotFoundError) else 500
+        if request.method == "GET" and (request.url.path == "/" or request.url.path.startswith("/tasks/")):
+            return HTMLResponse(error_page(status, hide(exc.one_line())), status_code=status)  # a page, as above
         return JSONResponse({"error": "not_found" if status == 404 else "server_error",
                              "message": hide(exc.one_line()), "findings": []}, status_code=status)
 
