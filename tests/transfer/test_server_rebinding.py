@@ -44,3 +44,23 @@ def test_rebound_host_is_refused_without_tokens(tmp_path: Path) -> None:
         same = {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}", "Sec-Fetch-Site": "same-origin"}
         r = httpx.post(f"{srv.url}/api/v1/tasks/t/episodes/1/preview", headers=same)
         assert r.status_code == 409, r.text  # past the checks: this server runs with --no-previews
+
+
+def test_another_sites_page_cannot_sign_in_or_out(tmp_path: Path) -> None:
+    """``/login`` and ``/logout`` are POSTs too: another site's page must not sign the browser in with a token
+    of its choosing (its reviews would then be recorded under that token) nor sign it out (U24, U27)."""
+    from egopool.server.tokens import add_token
+    tokens = tmp_path / "tokens.json"
+    token = add_token(tokens, "viewer", ["read"])
+    with ServerProc(tmp_path / "store", "--tokens", str(tokens), "--no-previews") as srv:
+        for hdr in ({"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):
+            r = httpx.post(f"{srv.url}/login", data={"token": token}, headers=hdr)
+            assert r.status_code == 403 and "set-cookie" not in r.headers, r.text
+            r = httpx.post(f"{srv.url}/logout", headers=hdr, cookies={"egopool_token": token})
+            assert r.status_code == 403 and "set-cookie" not in r.headers, r.text
+        # the server's own sign-in form, and clients without browser headers, as before
+        for hdr in ({"Sec-Fetch-Site": "same-origin", "Origin": srv.url}, {}):
+            r = httpx.post(f"{srv.url}/login", data={"token": token}, headers=hdr)
+            assert r.status_code == 303 and "egopool_token=" in r.headers["set-cookie"], r.text
+            r = httpx.post(f"{srv.url}/logout", headers=hdr)
+            assert r.status_code == 303 and "egopool_token=" in r.headers["set-cookie"], r.text

@@ -625,8 +625,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def login_form() -> HTMLResponse:
         return HTMLResponse(login_page())
 
+    def other_site(request: Request) -> bool:
+        """A browser says another site's page sent this (``Sec-Fetch-Site``; not ``Origin``, which a proxy
+        rewriting ``Host`` would make look foreign): it may not sign the browser in or out (U24, U27)."""
+        return request.headers.get("sec-fetch-site") in ("cross-site", "same-site")
+
     @app.post("/login")
     async def login(request: Request) -> Response:
+        if other_site(request):
+            return HTMLResponse(login_page("sign in from this server's own page"), status_code=403)
         raw = b""
         async for chunk in request.stream():
             raw += chunk
@@ -641,7 +648,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         return resp
 
     @app.post("/logout")
-    async def logout() -> Response:
+    async def logout(request: Request) -> Response:
+        if other_site(request):
+            return HTMLResponse(login_page("sign out from this server's own page"), status_code=403)
         resp = RedirectResponse("/login", status_code=303)
         resp.delete_cookie(_COOKIE, path="/")
         return resp
