@@ -144,3 +144,18 @@ def test_a_refused_selection_url_is_one_line(served) -> None:
         other.server_close()
     line = err.value.one_line()
     assert "answered 404" in line and "\n" not in line and "<" not in line and len(line) < 400
+
+
+def test_a_damaged_task_is_a_page_in_the_browser(served, tmp_path: Path) -> None:
+    """A task whose info.json the server cannot read: its pages answer an HTML page with the one line (no path
+    of the server's disk), the JSON API its JSON, as for every other refused page request."""
+    srv, tok = served
+    h = _bearer(tok["read"])
+    (tmp_path / "store/pick_cup/meta/info.json").write_text('{"fps": 30, broken')
+    for page in ("/tasks/pick_cup", "/tasks/pick_cup/episodes/1"):
+        r = httpx.get(srv.url + page, headers=h)
+        _page_line(r, 500, "pick_cup/meta/info.json: cannot parse JSON")
+        assert str(tmp_path) not in r.text
+    r = httpx.get(f"{srv.url}/api/v1/tasks/pick_cup", headers=h)
+    _one_line(r, 500, "pick_cup/meta/info.json: cannot parse JSON")
+    assert str(tmp_path) not in r.text

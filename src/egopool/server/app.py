@@ -71,7 +71,7 @@ from .catalog import episode_entries, episode_entry, episode_file, task_detail, 
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
-from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, parse_review
+from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewConfig, PreviewWorker, describe
@@ -233,11 +233,21 @@ def create_app(config: ServerConfig) -> FastAPI:
             return auth[7:].strip()
         return None
 
+    def local_only(request: Request) -> None:
+        """403 for a request to a server without tokens whose ``Host`` is not loopback (DNS rebinding, U27)."""
+        host = request.headers.get("host")
+        if not loopback_host(host):
+            raise UploadRejectedError(403, "forbidden", f"a request for host {host[:100]!r}: a server without "
+                                                        "tokens answers loopback names only",
+                                      hint="open http://127.0.0.1:PORT/ or http://localhost:PORT/, or serve "
+                                           "with --tokens")
+
     def authenticate(request: Request, *, cookie_ok: bool) -> Token | None:
         """The request's token entry; None when authentication is off. 401 without a valid token; 403 for a
         browser's cross-site POST to a server without tokens (a web page must not upload to, or make work
         for, a loopback server just because it is open: docs/decisions.md U24)."""
         if not tokens.enabled:
+            local_only(request)
             if request.method != "GET" and cross_site(request.headers.get("origin"),
                                                       request.headers.get("sec-fetch-site"),
                                                       request.headers.get("host")):
@@ -266,6 +276,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                                       hint="send Content-Type: application/json")
         origin = request.headers.get("origin")
         if not tokens.enabled:  # loopback without tokens: still only this server's own pages
+            local_only(request)
             if cross_site(origin, request.headers.get("sec-fetch-site"), request.headers.get("host")):
                 raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
                                                             "server's page (same origin)")
@@ -309,6 +320,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(EgopoolError)
     async def _egopool_error(request: Request, exc: EgopoolError) -> Response:
         status = 404 if isinstance(exc, FileNotFoundError) else 500
+        if request.method == "GET" and (request.url.path == "/" or request.url.path.startswith("/tasks/")):
+            return HTMLResponse(error_page(status, hide(exc.one_line())), status_code=status)  # a page, as above
         return JSONResponse({"error": "not_found" if status == 404 else "server_error",
                              "message": hide(exc.one_line()), "findings": []}, status_code=status)
 
@@ -612,8 +625,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def login_form() -> HTMLResponse:
         return HTMLResponse(login_page())
 
+    def other_site(request: Request) -> bool:
+        """A browser says another site's page sent this (``Sec-Fetch-Site``; not ``Origin``, which a proxy
+        rewriting ``Host`` would make look foreign): it may not sign the browser in or out (U24, U27)."""
+        return request.headers.get("sec-fetch-site") in ("cross-site", "same-site")
+
     @app.post("/login")
     async def login(request: Request) -> Response:
+        if other_site(request):
+            return HTMLResponse(login_page("sign in from this server's own page"), status_code=403)
         raw = b""
         async for chunk in request.stream():
             raw += chunk
@@ -628,7 +648,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         return resp
 
     @app.post("/logout")
-    async def logout() -> Response:
+    async def logout(request: Request) -> Response:
+        if other_site(request):
+            return HTMLResponse(login_page("sign out from this server's own page"), status_code=403)
         resp = RedirectResponse("/login", status_code=303)
         resp.delete_cookie(_COOKIE, path="/")
         return resp

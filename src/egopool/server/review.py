@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import unicodedata
 from typing import Any
@@ -24,7 +25,8 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .db import VERDICTS
 
-__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "parse_review"]
+__all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "loopback_host",
+           "parse_review"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
@@ -46,6 +48,27 @@ def cross_site(origin: str | None, fetch_site: str | None, host: str | None) -> 
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return True
     return origin is not None and (origin == "null" or origin.split("://", 1)[-1] != host)
+
+
+def loopback_host(host: str | None) -> bool:
+    """True when a request's ``Host`` header names this machine's loopback: ``localhost`` (or a name under
+    ``.localhost``, which browsers resolve to loopback themselves) or a loopback address, any port. A page
+    whose own name was made to resolve to 127.0.0.1 (DNS rebinding) is same-origin to the browser, but its
+    ``Host`` still names it (docs/decisions.md U27). No ``Host`` (HTTP/1.0, not a browser) counts as loopback."""
+    if host is None:
+        return True
+    name = host.strip()
+    if name.startswith("["):  # [::1]:8000
+        name = name[1:name.find("]")] if "]" in name else name[1:]
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    name = name.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def csrf_ok(session: str, sent: str | None, origin: str | None, fetch_site: str | None, host: str | None) -> bool:
