@@ -147,19 +147,19 @@ def test_two_pcs_pool_into_ten_episodes(server: ServerProc, tokens, tmp_path: Pa
             for e in eps} == mapping
     # renumbered: only episode_index changed; videos renamed byte for byte
     for n in range(1, 6):
-        s, d = pcs[1], dst
+        s, d, m = pcs[1], dst, mapping[(ids[1], n)]  # client N n pooled as server N m (6..10, as they arrived)
         src_data = pq.read_table(s / f"data/chunk-000/episode-{n - 1:03d}.parquet")
-        dst_data = pq.read_table(d / f"data/chunk-000/episode-{n + 4:03d}.parquet")
-        assert set(dst_data.column("episode_index").to_pylist()) == {n + 5}
+        dst_data = pq.read_table(d / f"data/chunk-000/episode-{m - 1:03d}.parquet")
+        assert set(dst_data.column("episode_index").to_pylist()) == {m}
         assert dst_data.drop(["episode_index"]).equals(src_data.drop(["episode_index"]))
         assert dst_data.schema.equals(src_data.schema)
         src_row = pq.read_table(s / f"meta/episodes/chunk-000/episode-{n - 1:03d}.parquet").to_pylist()[0]
-        dst_row = pq.read_table(d / f"meta/episodes/chunk-000/episode-{n + 4:03d}.parquet").to_pylist()[0]
-        assert dst_row == {**src_row, "episode_index": n + 5}
+        dst_row = pq.read_table(d / f"meta/episodes/chunk-000/episode-{m - 1:03d}.parquet").to_pylist()[0]
+        assert dst_row == {**src_row, "episode_index": m}
         keys = sorted(p.name for p in (s / "videos/chunk-000").iterdir())
         assert len(keys) == 3  # three UVC cameras
         for key in keys:
-            assert sha256_file(d / f"videos/chunk-000/{key}/episode-{n + 4:03d}.mp4") == \
+            assert sha256_file(d / f"videos/chunk-000/{key}/episode-{m - 1:03d}.mp4") == \
                 sha256_file(s / f"videos/chunk-000/{key}/episode-{n - 1:03d}.mp4")
     assert json.loads((dst / "meta/info.json").read_text())["total_episodes"] == 10
     _assert_stats_recomputed(dst)
@@ -167,7 +167,8 @@ def test_two_pcs_pool_into_ten_episodes(server: ServerProc, tokens, tmp_path: Pa
     # the same PC sending the same episode again (no registry to skip it): a 200 no-op, same N
     before = store_files(server.store)
     again = upload_episodes(pcs[1], [3], server=server.url, token=tokens[1]["pc"], registry=False)
-    assert again.ok and again.outcomes[0].status == "duplicate" and again.outcomes[0].server_episode_index == 8
+    assert again.ok and again.outcomes[0].status == "duplicate"
+    assert again.outcomes[0].server_episode_index == mapping[(ids[1], 3)]
     assert store_files(server.store) == before
 
 
