@@ -13,6 +13,7 @@ Warnings, not errors: the files are valid, but a reader should know that
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def _float_columns(schema: pa.Schema) -> list[str]:
     return out
 
 
-class _BatchScan:
+class _BatchScan(ABC):
     """Counts over some columns of the data parquet, fed batch by batch by check_data's row checks (its
     ``visit``), so the rows are read once for every check of them (docs/decisions.md U20, U25). The counts
     are used only when every row was fed, in order; else the check reads the columns itself. A batch whose
@@ -116,8 +117,9 @@ class _BatchScan:
             return False
         return True
 
+    @abstractmethod
     def _count(self, batch: pa.RecordBatch, base: int) -> None:
-        raise NotImplementedError
+        """Add the counts of ``batch``, whose first row is row ``base`` of the file (may raise on damaged rows)."""
 
 
 def feed_all(*scans: _BatchScan | None) -> Callable[[pa.RecordBatch, int], None]:
