@@ -21,9 +21,15 @@ becomes an :class:`~egopool.errors.ObjectStoreError` naming the URI and the fix
 from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, as_path, is_object_uri, require_bucket,
                     seekable_reader)
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
+from .store import ObjectMeta, PreconditionFailed, PutMode, Store, open_store
 
 __all__ = [
     "READ_BUFFER",
+    "ObjectMeta",
+    "PreconditionFailed",
+    "PutMode",
+    "Store",
+    "open_store",
     "ObjectEntry",
     "ObjectPath",
     "ObjectStat",

@@ -29,6 +29,7 @@ from .._safe_read import MAX_JSON_BYTES
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._path import _split
 from ._s3 import _DENIED, _NO_BUCKET, S3Settings
+from .store import PreconditionFailed
 
 __all__ = ["Bucket", "Conflict", "ObjectInfo", "is_bucket_uri", "parse_bucket_uri"]
 
@@ -38,7 +39,7 @@ MAX_GET_BYTES = MAX_JSON_BYTES
 MULTIPART_THRESHOLD = 64 << 20
 
 
-class Conflict(EgopoolError):
+class Conflict(PreconditionFailed):
     """A conditional write lost: the object exists (``If-None-Match``) or changed (``If-Match``): HTTP 412/409."""
 
 
@@ -185,6 +186,42 @@ class Bucket:
             raise self._fail(exc, rel, "HEAD") from exc
         except self._errors.BotoCoreError as exc:
             raise self._fail(exc, rel, "HEAD") from exc
+
+    def head(self, rel: str) -> tuple[int, str, str | None] | None:
+        """HEAD: ``(size, ETag, recorded sha256 or None)`` of object ``rel``, None when it does not exist."""
+        try:
+            r = self.client.head_object(Bucket=self.name, Key=self.key(rel))
+        except self._errors.ClientError as exc:
+            if int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0) == 404:
+                return None
+            raise self._fail(exc, rel, "HEAD") from exc
+        except self._errors.BotoCoreError as exc:
+            raise self._fail(exc, rel, "HEAD") from exc
+        sha = (r.get("Metadata") or {}).get("sha256")
+        return int(r.get("ContentLength") or 0), str(r["ETag"]), str(sha) if sha else None
+
+    def get_range(self, rel: str, start: int, length: int) -> bytes:
+        """Bytes ``start`` .. ``start + length - 1`` of object ``rel`` (one ranged GET; fewer at its end).
+
+        Raises
+        ------
+        FileNotFoundError
+            No such object.
+        ObjectStoreError
+            Any other failure.
+        """
+        try:
+            r = self.client.get_object(Bucket=self.name, Key=self.key(rel), Range=f"bytes={start}-{start + length - 1}")
+            return bytes(r["Body"].read())
+        except self._errors.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise FileNotFoundError(self.url(rel)) from exc
+            if code == "InvalidRange":
+                return b""
+            raise self._fail(exc, rel, "GET") from exc
+        except self._errors.BotoCoreError as exc:
+            raise self._fail(exc, rel, "GET") from exc
 
     def sha256_of(self, rel: str) -> str | None:
         """The sha256 egopool recorded in object ``rel``'s metadata (None: absent object or no record)."""

@@ -1,0 +1,205 @@
+"""One test suite of the storage interface (egopool.storage.Store), run on a directory and on a real
+SeaweedFS bucket alike (issue 24; like zarr-python's StoreTests). Never a mock."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from egopool.errors import FormatError
+from egopool.storage import ObjectMeta, PreconditionFailed, PutMode, Store, open_store
+from egopool.storage.directory_store import DirectoryStore
+
+
+@pytest.fixture(params=["directory", "bucket"])
+def store(request, tmp_path) -> Store:
+    """An empty store of each backend: a new directory, or a new prefix of a bucket on the session's weed."""
+    if request.param == "directory":
+        return open_store(tmp_path / "store")
+    server = request.getfixturevalue("s3_server")
+    try:
+        server.create_bucket("stores")
+    except Exception:  # created by an earlier test of the session
+        pass
+    s = open_store(f"s3://stores/{uuid.uuid4().hex}")
+    return s
+
+
+def test_put_get_head_roundtrip(store: Store) -> None:
+    v = store.put("meta/info.json", b'{"a": 1}')
+    got = store.get("meta/info.json")
+    assert got is not None and got[0] == b'{"a": 1}' and got[1] == v
+    h = store.head("meta/info.json")
+    assert h is not None and h.size == 8 and h.version == v and h.key == "meta/info.json"
+    assert store.get("meta/nothing.json") is None
+    assert store.head("meta/nothing.json") is None
+    assert store.exists("meta/info.json") and not store.exists("meta/info")
+
+
+def test_get_range_and_open_input(store: Store) -> None:
+    data = bytes(range(256)) * 64
+    store.put("videos/a.mp4", data)
+    assert store.get_range("videos/a.mp4", 10, 5) == data[10:15]
+    assert store.get_range("videos/a.mp4", len(data) - 3, 100) == data[-3:]
+    with store.open_input("videos/a.mp4") as f:
+        f.seek(1000)
+        assert f.read(24) == data[1000:1024]
+        f.seek(0)
+        assert f.read() == data
+    with pytest.raises(FileNotFoundError):
+        store.get_range("videos/none.mp4", 0, 4)
+
+
+def test_list_and_list_dir(store: Store) -> None:
+    for k in ("data/chunk-000/episode_000002.parquet", "data/chunk-000/episode_000001.parquet",
+              "data/chunk-001/episode_001000.parquet", "meta/info.json", "meta/episodes/chunk-000/episode_000001.parquet"):
+        store.put(k, k.encode())
+    keys = [m.key for m in store.list("data/")]
+    assert keys == ["data/chunk-000/episode_000001.parquet", "data/chunk-000/episode_000002.parquet",
+                    "data/chunk-001/episode_001000.parquet"]
+    assert [m.size for m in store.list("data/chunk-001/")] == [len("data/chunk-001/episode_001000.parquet")]
+    assert [m.key for m in store.list("meta/e")] == ["meta/episodes/chunk-000/episode_000001.parquet"]
+    dirs, objs = store.list_dir("meta/")
+    assert dirs == ["meta/episodes/"] and [o.key for o in objs] == ["meta/info.json"]
+    dirs, objs = store.list_dir("")
+    assert dirs == ["data/", "meta/"] and objs == []
+    assert list(store.list("nothing/")) == [] and store.list_dir("nothing/") == ([], [])
+
+
+def test_create_only_if_absent(store: Store) -> None:
+    store.put("meta/episodes/chunk-000/episode_000001.parquet", b"row", mode=PutMode.CREATE)
+    with pytest.raises(PreconditionFailed):
+        store.put("meta/episodes/chunk-000/episode_000001.parquet", b"other", mode=PutMode.CREATE)
+    got = store.get("meta/episodes/chunk-000/episode_000001.parquet")
+    assert got is not None and got[0] == b"row"
+
+
+def test_update_only_if_unchanged(store: Store) -> None:
+    v1 = store.put("meta/stats.json", b"1")
+    v2 = store.put("meta/stats.json", b"2", mode=PutMode.UPDATE, version=v1)
+    assert v2 != v1
+    with pytest.raises(PreconditionFailed):
+        store.put("meta/stats.json", b"3", mode=PutMode.UPDATE, version=v1)  # a stale version
+    got = store.get("meta/stats.json")
+    assert got is not None and got == (b"2", v2)
+    with pytest.raises(PreconditionFailed):
+        store.put("meta/missing.json", b"x", mode=PutMode.UPDATE, version=v2)  # no object at all
+    assert store.get("meta/missing.json") is None
+
+
+def test_delete(store: Store) -> None:
+    store.put("a/b", b"1")
+    store.put("a/c", b"2")
+    store.delete(["a/b", "a/none"])
+    assert [m.key for m in store.list("a/")] == ["a/c"]
+
+
+def test_put_file_and_staged(store: Store, tmp_path) -> None:
+    src = tmp_path / "v.mp4"
+    src.write_bytes(b"video" * 1000)
+    store.put_file("videos/x/episode_000001.mp4", src)
+    assert store.get("videos/x/episode_000001.mp4") == (b"video" * 1000, store.head("videos/x/episode_000001.mp4").version)
+    with pytest.raises(PreconditionFailed):
+        store.put_file("videos/x/episode_000001.mp4", src, mode=PutMode.CREATE)
+    assert src.exists()
+    with store.staged("data/d.parquet") as f:
+        f.write_bytes(b"parquet")
+        assert store.get("data/d.parquet") is None  # nothing visible before the block ends
+    assert store.get("data/d.parquet")[0] == b"parquet"
+    with pytest.raises(RuntimeError), store.staged("data/e.parquet") as f:
+        f.write_bytes(b"half")
+        raise RuntimeError("writer died")
+    assert store.get("data/e.parquet") is None
+    assert [m.key for m in store.list("data/")] == ["data/d.parquet"]
+
+
+def test_child_store(store: Store) -> None:
+    task = store.child("pooled/pick_cup")
+    task.put("meta/info.json", b"{}")
+    assert [m.key for m in store.list("pooled/")] == ["pooled/pick_cup/meta/info.json"]
+    assert task.url("meta/info.json").endswith("pooled/pick_cup/meta/info.json")
+
+
+@pytest.mark.parametrize("key", ["/abs", "a//b", "a/../b", "./a", ""])
+def test_bad_keys_refused(store: Store, key: str) -> None:
+    with pytest.raises(FormatError):
+        store.put(key, b"x")
+
+
+def test_sixteen_racing_creates_have_one_winner(store: Store) -> None:
+    barrier = threading.Barrier(16)
+
+    def create(i: int) -> bool:
+        barrier.wait()
+        try:
+            store.put(".egopool-server/journals/t/000000007.json", json.dumps({"owner": i}).encode(),
+                      mode=PutMode.CREATE)
+            return True
+        except PreconditionFailed:
+            return False
+
+    with ThreadPoolExecutor(16) as pool:
+        won = list(pool.map(create, range(16)))
+    assert won.count(True) == 1
+    got = store.get(".egopool-server/journals/t/000000007.json")
+    assert got is not None and json.loads(got[0])["owner"] == won.index(True)
+
+
+def test_compare_and_swap_loses_no_update(store: Store) -> None:
+    store.put("meta/counter.json", b"0")
+    writers, rounds = 6, 5
+
+    def bump(_: int) -> int:
+        lost = 0
+        for _ in range(rounds):
+            while True:
+                got = store.get("meta/counter.json")
+                assert got is not None
+                try:
+                    store.put("meta/counter.json", str(int(got[0]) + 1).encode(), mode=PutMode.UPDATE,
+                              version=got[1])
+                    break
+                except PreconditionFailed:
+                    lost += 1
+        return lost
+
+    with ThreadPoolExecutor(writers) as pool:
+        list(pool.map(bump, range(writers)))
+    got = store.get("meta/counter.json")
+    assert got is not None and int(got[0]) == writers * rounds
+
+
+def _create_in_process(root: str, key: str, tag: int) -> bool:
+    s = DirectoryStore(root)
+    try:
+        s.put(key, str(tag).encode(), mode=PutMode.CREATE)
+        return True
+    except PreconditionFailed:
+        return False
+
+
+def test_directory_creates_race_across_processes(tmp_path) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    root = str(tmp_path / "s")
+    with ProcessPoolExecutor(4) as pool:
+        won = list(pool.map(_create_in_process, [root] * 16, ["k/n"] * 16, range(16)))
+    assert won.count(True) == 1
+    assert DirectoryStore(root).get("k/n")[0] == str(won.index(True)).encode()
+
+
+def test_directory_store_on_a_file_is_refused(tmp_path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    from egopool.errors import StorageError
+
+    with pytest.raises(StorageError, match="is not a directory"):
+        DirectoryStore(f)
+
+
+def test_objectmeta_is_a_value() -> None:
+    assert ObjectMeta("a", 1, "v") == ObjectMeta("a", 1, "v")
