@@ -19,6 +19,7 @@ every request has timeouts. Errors are :class:`~egopool.errors.ObjectStoreError`
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -273,7 +274,7 @@ class Bucket:
         except (self._errors.ClientError, self._errors.BotoCoreError) as exc:
             raise self._fail(exc, rel_prefix, "LIST") from exc
 
-    def list_objects(self, rel_prefix: str) -> list[ObjectInfo]:
+    def list_objects(self, rel_prefix: str) -> builtins.list[ObjectInfo]:
         """:meth:`list` without delimiter, as a list."""
         return [o for o in self.list(rel_prefix) if isinstance(o, ObjectInfo)]
 
@@ -323,7 +324,7 @@ class Bucket:
         except (self._errors.ClientError, self._errors.BotoCoreError, S3UploadFailedError, OSError) as exc:
             raise self._fail(exc, rel, "PUT") from exc
 
-    def delete(self, rels: list[str]) -> None:
+    def delete(self, rels: builtins.list[str]) -> None:
         """Delete objects (missing ones are no error), 1000 per request."""
         for i in range(0, len(rels), 1000):
             objs = [{"Key": self.key(r)} for r in rels[i:i + 1000]]
@@ -332,11 +333,11 @@ class Bucket:
             except (self._errors.ClientError, self._errors.BotoCoreError) as exc:
                 raise self._fail(exc, rels[i], "DELETE") from exc
 
-    def incomplete_uploads(self, rel_prefix: str) -> list[tuple[str, str, float]]:
+    def incomplete_uploads(self, rel_prefix: str) -> builtins.list[tuple[str, str, float]]:
         """Multipart uploads started under ``rel_prefix`` and never completed: ``(rel key, upload id,
         initiated at (s since the epoch))``."""
         cut = len(self.key(""))
-        out: list[tuple[str, str, float]] = []
+        out: builtins.list[tuple[str, str, float]] = []
         try:
             for page in self.client.get_paginator("list_multipart_uploads").paginate(
                     Bucket=self.name, Prefix=self.key(rel_prefix)):

@@ -15,6 +15,7 @@ writer leaves one behind at most, which ``egopool repair clean`` removes (§11: 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -127,7 +128,7 @@ class DirectoryStore(Store):
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
         base = prefix.rpartition("/")[0]
         start = self.root / check_key(base) if base else self.root
-        found: list[ObjectMeta] = []
+        found: builtins.list[ObjectMeta] = []
         for dirpath, _dirnames, filenames in os.walk(start):
             rel_dir = os.path.relpath(dirpath, self.root)
             rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
@@ -144,12 +145,12 @@ class DirectoryStore(Store):
         found.sort(key=lambda m: m.key)
         return iter(found)
 
-    def list_dir(self, prefix: str = "") -> tuple[list[str], list[ObjectMeta]]:
+    def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[ObjectMeta]]:
         if prefix and not prefix.endswith("/"):
             raise FormatError(f"list_dir takes a prefix ending in '/', not {prefix!r}")
         d = self.root / check_key(prefix.rstrip("/")) if prefix else self.root
-        dirs: list[str] = []
-        objs: list[ObjectMeta] = []
+        dirs: builtins.list[str] = []
+        objs: builtins.list[ObjectMeta] = []
         try:
             entries = list(os.scandir(d))
         except (FileNotFoundError, NotADirectoryError):

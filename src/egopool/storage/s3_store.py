@@ -8,6 +8,7 @@ the seekable reader is pyarrow.fs's ranged reads behind a bounded buffer
 
 from __future__ import annotations
 
+import builtins
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -77,11 +78,11 @@ class S3Store(Store):
             if isinstance(o, ObjectInfo):
                 yield ObjectMeta(o.key, o.size, o.etag)
 
-    def list_dir(self, prefix: str = "") -> tuple[list[str], list[ObjectMeta]]:
+    def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[ObjectMeta]]:
         if prefix and not prefix.endswith("/"):
             raise FormatError(f"list_dir takes a prefix ending in '/', not {prefix!r}")
-        dirs: list[str] = []
-        objs: list[ObjectMeta] = []
+        dirs: builtins.list[str] = []
+        objs: builtins.list[ObjectMeta] = []
         for o in self.bucket.list(prefix, delimiter="/"):
             if isinstance(o, ObjectInfo):
                 objs.append(ObjectMeta(o.key, o.size, o.etag))

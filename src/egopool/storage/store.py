@@ -32,6 +32,7 @@ The directory gets these semantics from the file system (temp file + ``fsync`` +
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import enum
 import os
@@ -176,7 +177,7 @@ class Store(ABC):
         by key. Dot-named temporaries of the directory backend's own writes are not listed."""
 
     @abstractmethod
-    def list_dir(self, prefix: str = "") -> tuple[list[str], list[ObjectMeta]]:
+    def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[ObjectMeta]]:
         """One level below ``prefix`` (``""`` or ending in ``/``): ``(sub-prefixes ending in /, objects)``, sorted."""
 
     # -- writes ------------------------------------------------------------------------------------
