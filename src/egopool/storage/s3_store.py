@@ -15,15 +15,19 @@ naming the URI and the fix (O3), a lost condition :class:`~egopool.storage.Preco
 from __future__ import annotations
 
 import builtins
+import functools
 import threading
 from datetime import timedelta
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._s3 import S3Settings, translate_s3_error
 from .store import MAX_GET_BYTES, ObjectMeta, PreconditionFailed, PutMode, Store, check_key, join_key
+
+if TYPE_CHECKING:
+    from .bucket import Bucket
 
 __all__ = ["S3Store"]
 
@@ -138,8 +142,10 @@ class S3Store(Store):
                                                         "overloaded or failing")
         return translate_s3_error(RuntimeError(" ".join(head.split())), uri, self.settings, action=f"{action} failed")
 
-    def bucket(self) -> Any:
-        """The boto3 :class:`~egopool.storage.bucket.Bucket` of this prefix (bucket administration only)."""
+    @functools.cached_property
+    def bucket(self) -> Bucket:
+        """The boto3 :class:`~egopool.storage.bucket.Bucket` of this prefix (bucket administration only:
+        creating the bucket, incomplete multipart uploads)."""
         from .bucket import Bucket
 
         return Bucket(self.uri, settings=self.settings)
@@ -160,7 +166,7 @@ class S3Store(Store):
 
     def ensure_bucket(self) -> None:
         """Create the bucket when it does not exist (boto3: object_store cannot create buckets)."""
-        self.bucket().ensure_bucket()
+        self.bucket.ensure_bucket()
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, key: str, *, limit: int = MAX_GET_BYTES) -> tuple[bytes, str] | None:
