@@ -18,12 +18,13 @@ import os
 import stat as _stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
-__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "as_path", "is_object_uri", "require_bucket", "seekable_reader"]
+__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "TaskPath", "TaskPathLike", "as_path", "is_object_uri",
+           "require_bucket", "seekable_reader"]
 
 #: Read size of the buffered file object handed to PyAV (one ranged GET per refill).
 READ_BUFFER = 4 << 20
@@ -36,7 +37,7 @@ def is_object_uri(value: object) -> bool:
     return isinstance(value, ObjectPath) or isinstance(value, str) and value.startswith(_SCHEMES)
 
 
-def as_path(value: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
+def as_path(value: TaskPathLike) -> TaskPath:
     """``value`` as a location: an :class:`ObjectPath` for ``s3://...`` (or an ObjectPath), else ``Path(value)``.
 
     Raises
@@ -526,6 +527,19 @@ class ObjectPath:
 
     def mkdir(self, mode: int = 0o777, parents: bool = False, exist_ok: bool = False) -> None:
         """Nothing: an object store has no directories (a prefix exists once an object has it)."""
+
+
+#: A location the read path reads (a task directory, a meta file, a data parquet, a video): a local
+#: ``pathlib.Path`` or an :class:`ObjectPath` in a bucket. The two share the part of ``pathlib.Path``
+#: the readers use (``/``, ``name``, ``parent``, ``exists``, ``is_dir``, ``stat``, ``iterdir``,
+#: ``open``, ``read_bytes``...); what only a local file has (``os.*``, ``open()`` by name, PyAV by
+#: file name) is reached after an ``isinstance(p, ObjectPath)`` test, or through the object's own
+#: ``open`` / ``open_input`` (docs/decisions.md O1).
+TaskPath: TypeAlias = Path | ObjectPath
+
+#: What :func:`as_path` accepts and turns into a :data:`TaskPath`: text (a local path or an
+#: ``s3://`` URI), any ``os.PathLike``, or an :class:`ObjectPath`.
+TaskPathLike: TypeAlias = str | os.PathLike[str] | ObjectPath
 
 
 def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedIOBase:
