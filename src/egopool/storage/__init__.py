@@ -22,8 +22,8 @@ Types: a function of the read path that takes either kind declares :data:`TaskPa
 :func:`as_path` accepts) when it calls ``as_path`` itself.
 """
 
-from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, TaskPath, TaskPathLike, as_path, is_object_uri,
-                    require_bucket, seekable_reader)
+from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, TaskPath, TaskPathLike, as_local_path,
+                    as_path, is_object_uri, require_bucket, seekable_reader)
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 from .store import ObjectMeta, PreconditionFailed, PutMode, Store, open_store
 
@@ -40,6 +40,7 @@ __all__ = [
     "S3Settings",
     "TaskPath",
     "TaskPathLike",
+    "as_local_path",
     "as_path",
     "is_object_uri",
     "require_bucket",

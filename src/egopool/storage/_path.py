@@ -23,8 +23,8 @@ from typing import Any, NamedTuple, TypeAlias
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
-__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "TaskPath", "TaskPathLike", "as_path", "is_object_uri",
-           "require_bucket", "seekable_reader"]
+__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "TaskPath", "TaskPathLike", "as_local_path", "as_path",
+           "is_object_uri", "require_bucket", "seekable_reader"]
 
 #: Read size of the buffered file object handed to PyAV (one ranged GET per refill).
 READ_BUFFER = 4 << 20
@@ -50,6 +50,22 @@ def as_path(value: TaskPathLike) -> TaskPath:
     if isinstance(value, str) and value.startswith(_SCHEMES):
         return ObjectPath(value)
     return Path(value)
+
+
+def as_local_path(value: TaskPathLike, *, what: str = "this operation") -> Path:
+    """``value`` as a local ``Path``, for the operations that write local files (atomic rename, fsync, locks).
+
+    Raises
+    ------
+    FormatError
+        ``value`` is an object-store location (``s3://...`` or an :class:`ObjectPath`): named, with
+        the way to write there (the pooling server's :class:`~egopool.storage.Store`).
+    """
+    path = as_path(value)
+    if isinstance(path, ObjectPath):
+        raise FormatError(f"{what} writes a local directory, not an object store", path=path,
+                          hint="write a local task, or pool it into a bucket with the server (egopool.storage.Store)")
+    return path
 
 
 def require_bucket(path: ObjectPath) -> None:
