@@ -282,27 +282,28 @@ class EpisodeFiles(Generic[PathT_co]):
         return self.meta is not None
 
 
-def walk_task_files(root: _P, top: _P,
-                    found: dict[str, ObjectPath] | None = None) -> Iterable[str]:
-    """Relative POSIX paths of the non-directory entries under ``top``, skipping dot and ``_`` entries (§11).
+def walk_task_files(root: TaskPath, top: str, found: dict[str, ObjectPath] | None = None) -> Iterable[str]:
+    """Relative POSIX paths of the non-directory entries under ``root / top``, skipping dot and ``_`` entries (§11).
 
+    ``top`` is a relative POSIX prefix of the task (``data``, ``videos``; ``""`` for the task root).
     Symlinks are not followed into directories; a symlink, FIFO or other non-regular entry is
     listed like a file, so that it is reported when its episode is read instead of vanishing.
     In a bucket, ``top`` is listed with one recursive LIST (a request per 1000 keys, decisions O5),
     and ``found`` (when given) receives each object's path, which knows its size from the listing.
     """
-    if isinstance(top, ObjectPath) and isinstance(root, ObjectPath):
-        base = top.relative_to(root).as_posix()
-        for rel, obj in top.walk_objects():
+    base = "/".join(part for part in top.split("/") if part not in ("", "."))
+    if isinstance(root, ObjectPath):
+        for rel, obj in (root / base).walk_objects():
             if not any(part.startswith(_SKIP_DIR_PREFIXES) for part in rel.split("/")):
-                rel = rel if base == "." else f"{base}/{rel}"
+                rel = f"{base}/{rel}" if base else rel
                 if found is not None:
                     found[rel] = obj
                 yield rel
         return
-    if not top.is_dir():
+    start = root / base
+    if not start.is_dir():
         return
-    stack = [top]
+    stack = [start]
     while stack:
         d = stack.pop()
         try:
@@ -414,7 +415,7 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
         return g
 
     ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
-    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path), listed)):
+    for rel in sorted(walk_task_files(root, static_prefix(layout.episodes_path), listed)):
         m = ep_re.match(rel)
         if not m:
             continue
@@ -438,7 +439,7 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
                 g.meta, g.meta_is_shard = path, shard
 
     data_re = _template_regex(layout.data_path, legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.data_path), listed):
+    for rel in walk_task_files(root, static_prefix(layout.data_path), listed):
         m = data_re.match(rel)
         if m and int(m["f"]) < layout.chunks_size:
             g = group(int(m["c"]), int(m["f"]))
@@ -448,7 +449,7 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
     declared = dict(layout.video_extensions)
     video_re = _template_regex(layout.video_path, legacy_prefix=True)
     png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.video_path), listed):
+    for rel in walk_task_files(root, static_prefix(layout.video_path), listed):
         m = video_re.match(rel)
         target = _at(root, rel, listed)
         if m is None and rel.lower().endswith(".png") and "/" in rel:

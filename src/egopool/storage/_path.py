@@ -53,7 +53,7 @@ def as_path(value: TaskPathLike) -> TaskPath:
 
 
 def as_local_path(value: TaskPathLike, *, what: str = "this operation") -> Path:
-    """``value`` as a local ``Path``, for the operations that write local files (atomic rename, fsync, locks).
+    """``value`` as a local ``Path``, for what only a local directory has (atomic rename, fsync, locks, pids).
 
     Raises
     ------
@@ -63,7 +63,7 @@ def as_local_path(value: TaskPathLike, *, what: str = "this operation") -> Path:
     """
     path = as_path(value)
     if isinstance(path, ObjectPath):
-        raise FormatError(f"{what} writes a local directory, not an object store", path=path,
+        raise FormatError(f"{what} needs a local directory, not an object store", path=path,
                           hint="write a local task, or pool it into a bucket with the server (egopool.storage.Store)")
     return path
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError
-from ..storage import ObjectPath, require_bucket
+from ..storage import ObjectPath, TaskPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
 from ..unix_time import created_at_problem
@@ -34,7 +34,7 @@ _SESSION_DIR_RE = re.compile(r"_\d{6}$")
 _BOM = b"\xef\xbb\xbf"
 
 
-def check_bom(report: Report, path: Path, rule: str, reader: str, fix: str) -> None:
+def check_bom(report: Report, path: TaskPath, rule: str, reader: str, fix: str) -> None:
     """An error when a meta file that egopool read begins with a UTF-8 byte order mark.
 
     egopool's reader drops the mark (``_safe_read.read_text``), the spec's own readers do not:
@@ -106,7 +106,7 @@ def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
+def check_info_file(root: TaskPath, report: Report) -> dict[str, Any] | None:
     """Load ``meta/info.json`` and check ``format`` (file_format.md §1, §12.1).
 
     Returns the info dict, or None after adding an error finding when the path is not
