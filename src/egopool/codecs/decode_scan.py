@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import av

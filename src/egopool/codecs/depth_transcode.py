@@ -20,7 +20,7 @@ stream's length.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._safe_read import loads_json, regular_file_size
 from ..errors import CodecError, EgopoolError, FormatError, StorageError
-from ..storage import ObjectPath, TaskPath, TaskPathLike
+from ..storage import ObjectPath, TaskPathLike
 
 __all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "container_info", "count_video_frames", "encoding_errors",
            "open_media", "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,7 @@ def check_value_changes(ctx: Context, g: EpisodeFiles[TaskPath], row: Mapping[st
     """
     drop = row.get("drop_stats") if row is not None else None
     drop = drop if isinstance(drop, Mapping) else {}
-    where = g.meta or g.data
+    where = g.meta or g.data or ctx.root  # (a row was read: g.meta is there)
     for key in sorted(drop):
         if not (key == "rows_rejected" or key.endswith(CHANGED_VALUE_SUFFIXES)) or key.endswith("_nonfinite_count"):
             continue  # non-finite values are reported from the data itself (_non_finite_values)

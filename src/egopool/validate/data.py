@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np

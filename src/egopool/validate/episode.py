@@ -319,7 +319,7 @@ def _check_video(ctx: Context, g: EpisodeFiles[TaskPath], key: str, path: TaskPa
         ctx.report.error(R_VIDEO, path, f"stream {key!r} file has extension {ext!r} but video_extensions says "
                                         f"{declared!r}; one of them is wrong")
     try:
-        handed = ctx.media.pop(path, None)  # the caller's open container of this file, if any (U20)
+        handed = ctx.media.pop(path, None) if isinstance(path, Path) else None  # the caller's open container (U20)
         with handed if handed is not None else open_media(path) as container:  # one open: probe, then every frame
             probe = container_info(container, path)
             depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1

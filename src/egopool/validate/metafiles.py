@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 from .._safe_read import loads_json, read_json, read_text
@@ -331,6 +330,7 @@ def check_leftovers(ctx: Context) -> None:
         if p.exists():
             ctx.report.warning(R_LAYOUT, p, "v1.0 leftover: a pooled task has no calibration/, metadata.json or "
                                             "timestamps.json (calibration lives in info.json); move it out")
+    dirs: list[TaskPath]
     try:
         if isinstance(ctx.root, ObjectPath):  # one LIST says which children are prefixes
             dirs = sorted(e.path for e in ctx.root.scandir() if e.is_dir())

@@ -174,8 +174,7 @@ def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
-    if not isinstance(root, ObjectPath):  # dot-temps and reservations of local pids: no such thing in a bucket (O7)
-        _guarded(ctx, check_stale_leftovers)
+    _guarded(ctx, check_stale_leftovers)  # a local task only: no dot-temps or pids in a bucket (O7)
 
 
 @dataclass(frozen=True)
@@ -264,11 +263,11 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles[TaskPath]], progress
 
 
 def _absolute(g: EpisodeFiles[TaskPath]) -> EpisodeFiles[TaskPath]:
-    def ab(p: Path | None) -> Path | None:
-        return None if p is None else Path(os.path.abspath(p))
+    def ab(p: TaskPath) -> TaskPath:
+        return p if isinstance(p, ObjectPath) else Path(os.path.abspath(p))
 
-    return dataclasses.replace(g, data=ab(g.data), meta=ab(g.meta),
-                               videos={k: Path(os.path.abspath(v)) for k, v in g.videos.items()})
+    return dataclasses.replace(g, data=None if g.data is None else ab(g.data), meta=None if g.meta is None else ab(g.meta),
+                               videos={k: ab(v) for k, v in g.videos.items()})
 
 
 def _as_given(f: Finding, absolute: TaskPath, given: TaskPath) -> Finding:
