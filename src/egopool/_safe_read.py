@@ -32,7 +32,7 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import EgopoolError, FormatError
 from .storage import ObjectPath, TaskPath, TaskPathLike, as_path
@@ -216,7 +216,7 @@ def regular_file_size(path: TaskPathLike, *, what: str = "file") -> int:
     return int(st.st_size)
 
 
-def open_regular(path: TaskPathLike, *, what: str = "file") -> Any:
+def open_regular(path: TaskPathLike, *, what: str = "file") -> BinaryIO:
     """A binary file object for reading ``path``, opened only after ``fstat`` says it is a regular file.
 
     For copying a file whole (e.g. into an upload zip) without ever blocking on a FIFO.

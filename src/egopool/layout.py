@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from .errors import FormatError, LayoutError
-from .storage import ObjectPath, TaskPath, TaskPathLike, as_path
+from .storage import ObjectEntry, ObjectPath, TaskPath, TaskPathLike, as_path
 from .meta.info import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH,
                         read_info)
 
@@ -479,7 +479,7 @@ def _fill(template: str, c: int, f: int | None) -> str:
     return _FIELD_RE.sub(sub, template)
 
 
-def _entries(d: TaskPath) -> list[Any]:
+def _entries(d: TaskPath) -> list[os.DirEntry[str] | ObjectEntry]:
     """The non-dot, non-``_`` entries of ``d`` (``os.DirEntry``, or :class:`~egopool.storage.ObjectEntry`
     from one LIST in a bucket); [] when ``d`` cannot be listed locally."""
     if isinstance(d, ObjectPath):
@@ -491,7 +491,7 @@ def _entries(d: TaskPath) -> list[Any]:
         return []
 
 
-def _file_like(e: Any) -> bool:
+def _file_like(e: os.DirEntry[str] | ObjectEntry | TaskPath) -> bool:
     """An entry that is not a directory (not following symlinks): files, and also symlinks and FIFOs,
     which :func:`walk_task_files` lists the same way so that a damaged entry is reported when read
     (decisions.md H1). Never raises (a symlink loop is an entry like any other)."""

@@ -558,7 +558,7 @@ TaskPath: TypeAlias = Path | ObjectPath
 TaskPathLike: TypeAlias = str | os.PathLike[str] | ObjectPath
 
 
-def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedIOBase:
+def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedReader | io.BytesIO:
     """A seekable Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
 
     An object of at most ``buffer_size`` bytes is fetched whole with one GET (a container's
