@@ -1,9 +1,9 @@
 """``ObjectPath``: an ``s3://bucket/key`` location with the part of ``pathlib.Path``'s interface the
 readers use (docs/decisions.md O1).
 
-The read path (layout, meta, ``_safe_read``, codecs, validate) takes ``Path | ObjectPath`` and
-calls :func:`as_path` where it called ``Path(...)``; a local path stays a ``pathlib.Path`` and
-takes the very same code as before. An ``ObjectPath`` has no ``__fspath__`` on purpose: handing
+The read path (layout, meta, ``_safe_read``, codecs, validate) takes :data:`TaskPath`
+(``Path | ObjectPath``) or :data:`TaskPathLike` and calls :func:`as_path` where it called
+``Path(...)``; a local path stays a ``pathlib.Path`` and takes the very same code as before. An ``ObjectPath`` has no ``__fspath__`` on purpose: handing
 one to ``open()`` / ``os.*`` raises ``TypeError`` instead of touching a local file named ``s3:``.
 
 Object stores have no directories: a "directory" is a key prefix that some object has
