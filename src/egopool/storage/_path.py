@@ -3,8 +3,9 @@ readers use (docs/decisions.md O1).
 
 The read path (layout, meta, ``_safe_read``, codecs, validate) takes :data:`TaskPath`
 (``Path | ObjectPath``) or :data:`TaskPathLike` and calls :func:`as_path` where it called
-``Path(...)``; a local path stays a ``pathlib.Path`` and takes the very same code as before. An ``ObjectPath`` has no ``__fspath__`` on purpose: handing
-one to ``open()`` / ``os.*`` raises ``TypeError`` instead of touching a local file named ``s3:``.
+``Path(...)``; a local path stays a ``pathlib.Path`` and takes the very same code as before. An
+``ObjectPath`` has no ``__fspath__`` on purpose: handing one to ``open()`` / ``os.*`` raises
+``TypeError`` instead of touching a local file named ``s3:``.
 
 Object stores have no directories: a "directory" is a key prefix that some object has
 (``is_dir``), ``mkdir`` does nothing, and listing a prefix is one LIST request per 1000 keys.
@@ -21,13 +22,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple, TypeAlias
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError
+from ._reader import READ_BUFFER, seekable_reader
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
 __all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "TaskPath", "TaskPathLike", "as_local_path", "as_path",
-           "is_object_uri", "require_bucket", "seekable_reader"]
-
-#: Read size of the buffered file object handed to PyAV (one ranged GET per refill).
-READ_BUFFER = 4 << 20
+           "is_object_uri", "require_bucket", "seekable_reader", "READ_BUFFER"]
 
 _SCHEMES = ("s3://",)
 
@@ -556,52 +555,3 @@ TaskPath: TypeAlias = Path | ObjectPath
 #: What :func:`as_path` accepts and turns into a :data:`TaskPath`: text (a local path or an
 #: ``s3://`` URI), any ``os.PathLike``, or an :class:`ObjectPath`.
 TaskPathLike: TypeAlias = str | os.PathLike[str] | ObjectPath
-
-
-def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedReader | io.BytesIO:
-    """A seekable Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
-
-    An object of at most ``buffer_size`` bytes is fetched whole with one GET (a container's
-    index at its end and its start then cost nothing more); a larger one is read through an
-    ``io.BufferedReader`` whose every refill is one ranged GET of ``buffer_size`` bytes. Either
-    way at most ``buffer_size`` bytes are held. Closing it closes ``native``.
-    """
-    if native.size() <= buffer_size:
-        try:
-            data = native.read()
-        finally:
-            native.close()
-        return io.BytesIO(data)
-    return io.BufferedReader(_RangeReader(native), buffer_size=buffer_size)
-
-
-class _RangeReader(io.RawIOBase):
-    """A raw, seekable reader over a ``pyarrow.NativeFile`` (PyAV and ``io.BufferedReader`` need ``readinto``)."""
-
-    def __init__(self, native: Any) -> None:
-        super().__init__()
-        self._f = native
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        data = self._f.read(len(b))
-        n = len(data)
-        memoryview(b).cast("B")[:n] = data
-        return n
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._f.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def close(self) -> None:
-        try:
-            self._f.close()
-        finally:
-            super().close()
