@@ -11,15 +11,15 @@ Implements file_format.md §1–2 and multi_device_storage.md §1.3:
 from __future__ import annotations
 
 import os
-import re
 import stat
-import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from .errors import FormatError, LayoutError
+from .path_templates import (FIELD_RE, PNG_DIR_SUFFIX, SKIP_DIR_PREFIXES, TEMPLATE_FIELDS, fill_template,
+                             parse_template, static_prefix, template_regex)
 from .storage import ObjectEntry, ObjectPath, TaskPath, TaskPathLike, as_path
 from .meta.info import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH,
                         read_info)
@@ -68,72 +68,6 @@ def episode_index_from(chunk: int, file: int, chunks_size: int = DEFAULT_CHUNKS_
 def display_suffix(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> str:
     """UI / upload name suffix ``_ep{f:06d}`` where ``f`` is the 0-based file number (§2)."""
     return f"_ep{episode_chunk_file(index, chunks_size)[1]:06d}"
-
-
-#: info.json template key -> the fields it must use, exactly (file_format.md §3, checklist §12.2).
-TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
-    "data_path": frozenset({"c", "f"}),
-    "episodes_path": frozenset({"c", "f"}),
-    "video_path": frozenset({"c", "f", "image_key", "ext"}),
-}
-
-
-def parse_template(key: str, value: Any, path: TaskPathLike | None = None) -> str:
-    """Check one path template of ``info.json`` (``data_path``, ``video_path``, ``episodes_path``).
-
-    A template is a string using exactly the fields of :data:`TEMPLATE_FIELDS` (e.g.
-    ``data/chunk-{c:03d}/episode-{f:03d}.parquet``) that formats with integers for ``c``/``f``.
-
-    Raises
-    ------
-    FormatError
-        Not a string, an unknown or missing field, or a format spec that does not format;
-        names ``path`` (the info.json) and the key.
-    """
-    need = TEMPLATE_FIELDS[key]
-    hint = "use the spec's template, e.g. " + {"data_path": DEFAULT_DATA_PATH, "episodes_path": DEFAULT_EPISODES_PATH,
-                                               "video_path": DEFAULT_VIDEO_PATH}[key]
-    if not isinstance(value, str) or not value:
-        raise FormatError(f"template {key} is {value!r:.60}, not a path template string", path=path, hint=hint)
-    try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
-        value.format(c=0, f=0, image_key="k", ext="mp4")
-    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
-        raise FormatError(f"template {key}={value!r} cannot be formatted ({exc}); it must use exactly the fields "
-                          f"{sorted(need)}", path=path, hint=hint) from None
-    if fields != need:
-        raise FormatError(f"template {key}={value!r} uses fields {sorted(fields)}, it must use exactly {sorted(need)}",
-                          path=path, hint=hint)
-    return value
-
-
-_FIELD_RE = re.compile(r"\{(\w+)(?::[^}]*)?\}")
-_SKIP_DIR_PREFIXES = (".", "_")  # dotfiles, _trash/, _migrate_backup_* (§11)
-_PNG_DIR_SUFFIX = re.compile(r"\.\{ext(?::[^}]*)?\}$")  # the template's ".{ext}" tail
-
-
-def _template_regex(template: str, legacy_prefix: bool) -> re.Pattern[str]:
-    """Regex for a path template; numeric fields capture digits, others a path segment."""
-    parts: list[str] = []
-    pos = 0
-    for m in _FIELD_RE.finditer(template):
-        literal = template[pos:m.start()]
-        esc = re.escape(literal)
-        if legacy_prefix:
-            # pre-v1.1.2 per-episode names used "file-" where now "episode-" stands (§2).
-            esc = esc.replace("episode\\-", "(?:episode|file)\\-").replace("episode-", "(?:episode|file)-")
-        parts.append(esc)
-        name = m.group(1)
-        if name in ("c", "f"):
-            parts.append(rf"(?P<{name}>\d+)")
-        elif name == "ext":
-            parts.append(r"(?P<ext>[^/.]+)")
-        else:
-            parts.append(rf"(?P<{name}>[^/]+)")
-        pos = m.end()
-    tail = re.escape(template[pos:])
-    parts.append(tail)
-    return re.compile("^" + "".join(parts) + "$")
 
 
 @dataclass(frozen=True)
@@ -294,7 +228,7 @@ def walk_task_files(root: TaskPath, top: str, found: dict[str, ObjectPath] | Non
     base = "/".join(part for part in top.split("/") if part not in ("", "."))
     if isinstance(root, ObjectPath):
         for rel, obj in (root / base).walk_objects():
-            if not any(part.startswith(_SKIP_DIR_PREFIXES) for part in rel.split("/")):
+            if not any(part.startswith(SKIP_DIR_PREFIXES) for part in rel.split("/")):
                 rel = f"{base}/{rel}" if base else rel
                 if found is not None:
                     found[rel] = obj
@@ -311,7 +245,7 @@ def walk_task_files(root: TaskPath, top: str, found: dict[str, ObjectPath] | Non
         except OSError:
             continue
         for e in entries:
-            if e.name.startswith(_SKIP_DIR_PREFIXES):
+            if e.name.startswith(SKIP_DIR_PREFIXES):
                 continue
             try:
                 is_dir = e.is_dir(follow_symlinks=False)
@@ -321,12 +255,6 @@ def walk_task_files(root: TaskPath, top: str, found: dict[str, ObjectPath] | Non
                 stack.append(Path(e.path))
             else:  # files, and also symlinks, FIFOs...: named by the template, refused when opened
                 yield Path(e.path).relative_to(root).as_posix()
-
-
-def static_prefix(template: str) -> str:
-    """The fixed directory part of a path template (``data/chunk-{c:03d}/...`` -> ``data``)."""
-    head = template.split("{", 1)[0]
-    return head.rsplit("/", 1)[0] if "/" in head else ""
 
 
 def _read_episode_indices(path: TaskPath) -> list[int]:
@@ -414,7 +342,7 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
             g = groups[n] = EpisodeFiles(n, c, f)
         return g
 
-    ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
+    ep_re = template_regex(layout.episodes_path, legacy_prefix=True)
     for rel in sorted(walk_task_files(root, static_prefix(layout.episodes_path), listed)):
         m = ep_re.match(rel)
         if not m:
@@ -438,7 +366,7 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
             if g.meta is None:
                 g.meta, g.meta_is_shard = path, shard
 
-    data_re = _template_regex(layout.data_path, legacy_prefix=True)
+    data_re = template_regex(layout.data_path, legacy_prefix=True)
     for rel in walk_task_files(root, static_prefix(layout.data_path), listed):
         m = data_re.match(rel)
         if m and int(m["f"]) < layout.chunks_size:
@@ -447,8 +375,8 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
                 g.data = _at(root, rel, listed)
 
     declared = dict(layout.video_extensions)
-    video_re = _template_regex(layout.video_path, legacy_prefix=True)
-    png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
+    video_re = template_regex(layout.video_path, legacy_prefix=True)
+    png_dir_re = template_regex(PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
     for rel in walk_task_files(root, static_prefix(layout.video_path), listed):
         m = video_re.match(rel)
         target = _at(root, rel, listed)
@@ -467,26 +395,14 @@ def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[Episo
 
 
 # -- one episode's files, by N (checklist §12.2) -----------------------------------------------------
-def _fill(template: str, c: int, f: int | None) -> str:
-    """``template`` with N's chunk (and file, unless None) formatted in; other fields are kept."""
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        value = c if name in ("c", "chunk_index") else f if name in ("f", "file_index") else None
-        if value is None:
-            return m.group(0)
-        return ("{" + m.group(0)[len(name) + 1:]).format(value)
-
-    return _FIELD_RE.sub(sub, template)
-
-
 def _entries(d: TaskPath) -> list[os.DirEntry[str] | ObjectEntry]:
     """The non-dot, non-``_`` entries of ``d`` (``os.DirEntry``, or :class:`~egopool.storage.ObjectEntry`
     from one LIST in a bucket); [] when ``d`` cannot be listed locally."""
     if isinstance(d, ObjectPath):
-        return [e for e in d.scandir() if not e.name.startswith(_SKIP_DIR_PREFIXES)]
+        return [e for e in d.scandir() if not e.name.startswith(SKIP_DIR_PREFIXES)]
     try:
         with os.scandir(d) as it:
-            return [e for e in it if not e.name.startswith(_SKIP_DIR_PREFIXES)]
+            return [e for e in it if not e.name.startswith(SKIP_DIR_PREFIXES)]
     except OSError:
         return []
 
@@ -524,12 +440,12 @@ def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool =
     ``prefer`` (``image_key -> ext``) tries the declared file name before listing.
     """
     static = len(static_prefix(template).split("/")) if static_prefix(template) else 0
-    parts = _fill(template, c, f).split("/")
+    parts = fill_template(template, c, f).split("/")
     found: list[tuple[_P, dict[str, str]]] = [(root, {})]
     in_bucket = isinstance(root, ObjectPath)
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
-        fields = set(_FIELD_RE.findall(part))
+        fields = set(FIELD_RE.findall(part))
         out: list[tuple[_P, dict[str, str]]] = []
         for d, caps in found:
             if not fields:
@@ -549,8 +465,8 @@ def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool =
                 if _file_like(p):
                     out.append((p, caps))
                     continue
-            rx = _template_regex(part, legacy_prefix=True)
-            rx_dir = _template_regex(_PNG_DIR_SUFFIX.sub("", part), legacy_prefix=True) if png_dirs and last else None
+            rx = template_regex(part, legacy_prefix=True)
+            rx_dir = template_regex(PNG_DIR_SUFFIX.sub("", part), legacy_prefix=True) if png_dirs and last else None
             for e in sorted(_entries(d), key=lambda e: e.name):
                 m = rx.match(e.name)
                 if last and m and _file_like(e):
