@@ -49,3 +49,31 @@ def test_a_file_where_a_directory_belongs_is_named(tmp_path: Path) -> None:
 def test_a_format_error_names_an_object_by_uri() -> None:
     exc = FormatError("meta/info.json is missing", path=_obj("s3://lab/t/meta/info.json"))
     assert str(exc) == "s3://lab/t/meta/info.json: meta/info.json is missing"
+
+
+@pytest.mark.parametrize("write", ["info", "stats", "tasks", "recycled", "reserve"])
+def test_a_local_writer_refuses_a_bucket_in_one_line(write: str) -> None:
+    # was a TypeError from deep inside the atomic write (an ObjectPath has no __fspath__)
+    from egopool.meta import markers
+    from egopool.meta.info import write_info
+    from egopool.meta.stats import write_stats
+    from egopool.meta.tasks import write_tasks_if_missing
+
+    uri = "s3://lab/pooled/t"
+    call = {"info": lambda: write_info(uri, {"format": "pooled_episodes_v1"}),
+            "stats": lambda: write_stats(uri, {}),
+            "tasks": lambda: write_tasks_if_missing(uri, "t"),
+            "recycled": lambda: markers.write_recycled(uri, 3),
+            "reserve": lambda: markers.reserve(uri, 3)}[write]
+    with pytest.raises(FormatError) as info:
+        call()
+    assert str(info.value.path) == uri
+    assert "needs a local directory, not an object store" in info.value.message
+
+
+def test_leftovers_are_looked_for_in_a_local_task_only() -> None:
+    from egopool.layout import TaskLayout
+    from egopool.meta.leftovers import find_leftovers
+
+    with pytest.raises(FormatError, match="looking for stale temp files needs a local directory"):
+        find_leftovers("s3://lab/pooled/t", TaskLayout(_obj("s3://lab/pooled/t")))
