@@ -41,7 +41,7 @@ from ..arrowutil import list_column_to_numpy
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
-from ..storage import ObjectPath
+from ..storage import ObjectPath, TaskPath
 from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
@@ -133,7 +133,7 @@ def _thumb(frame: np.ndarray) -> np.ndarray:
     return frame[::k, ::k]
 
 
-def _copyable(path: Path, length: int, fps: int) -> bool:
+def _copyable(path: TaskPath, length: int, fps: int) -> bool:
     """H.264/HEVC yuv420p with exactly ``length`` frames at ``i / fps`` (what lerobot looks up)."""
     try:
         times, info = packet_times(path)
