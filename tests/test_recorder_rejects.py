@@ -523,6 +523,9 @@ def test_a_real_time_source_whose_thread_raises_reads_disconnected_from_then_on(
                     rec.push_sample(col, np.ones(256, np.float32))
                 stop.wait(0.005)
 
+        def _close(self):
+            pass
+
     session = RecordingSession(TaskWriter(tmp_path, "t", registry=False), [DyingGlove(RIGHT_GLOVE)])
     session.open()
     try:

@@ -30,7 +30,6 @@ host-monotonic ns, so the same sample is never emitted twice.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -158,7 +157,7 @@ class _Source:
         if not self.rgb and not self.depth:
             return
         ks, ts = _sample_times(t0, t1, self.epoch, self.fps, self.phase)
-        for k, t in zip(ks.tolist(), ts.tolist()):
+        for k, t in zip(ks.tolist(), ts.tolist(), strict=True):
             if self.sim.drop_every and k and k % self.sim.drop_every == 0 and self.reg.kind == "d435":
                 continue  # the device dropped this frame: the counter jumps (rgb_gap / depth_gap)
             stamp = self.stamps(k, t)

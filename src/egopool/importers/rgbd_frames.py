@@ -17,6 +17,7 @@ intrinsics the ``calibration`` entry ``head_stereo`` (§6.5).
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from dataclasses import dataclass
@@ -166,7 +167,7 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
     color = tuple(found[n]["color"] for n in numbers)
     depth = tuple(found[n]["depth"] for n in numbers)
     w, h, _ = image_header(color[0])
-    for c, d in zip(color, depth):
+    for c, d in zip(color, depth, strict=True):
         cw, ch, _ = image_header(c)
         dw, dh, dmode = image_header(d)
         if (cw, ch) != (w, h) or (dw, dh) != (w, h):
@@ -254,7 +255,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
                 if progress:
                     progress(i + 1, total)
             result = ep.finish()
-    gaps = sum(1 for a, b in zip(src.numbers, src.numbers[1:]) if b != a + 1)
+    gaps = sum(1 for a, b in itertools.pairwise(src.numbers) if b != a + 1)
     synthesised = [f"timestamps: (frame number - {n0}) / {fps:g} s (the files carry none); hardware_ns = 0 (unknown)",
                    "trajectory t = the synthesised timestamp; no _ns column (no host stamps)"]
     notes = [f"{total} frames, {src.width}x{src.height}; frame {frame!r} as declared by the caller",

@@ -223,7 +223,7 @@ def video_path(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], feature: str) -> t
     tmpl = str(ds.info.get("video_path") or fmt.VIDEO_PATH)
     keys = [f"videos/{feature}/{k}" for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
     c, f, t0, t1 = (ep.get(k) for k in keys)
-    bad = next((k for k, v in zip(keys, (c, f, t0, t1)) if isinstance(v, bool) or not isinstance(v, (int, float))
+    bad = next((k for k, v in zip(keys, (c, f, t0, t1), strict=True) if isinstance(v, bool) or not isinstance(v, (int, float))
                 or not math.isfinite(v)), None)
     if bad is not None or not (plain_int(c) and plain_int(f)):
         raise FormatError(f"episode {ep['episode_index']}: meta/episodes {bad or keys[0]} is "

@@ -23,6 +23,7 @@ Other datasets get the generic names of :func:`pooled_name` and the renames are 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 import time
@@ -110,7 +111,7 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
                                        "and data/file_index")
             rows.append(row)
     rows.sort(key=lambda r: int(r["episode_index"]))
-    repeated = sorted({r["episode_index"] for r, nxt in zip(rows, rows[1:]) if r["episode_index"] == nxt["episode_index"]})
+    repeated = sorted({r["episode_index"] for r, nxt in itertools.pairwise(rows) if r["episode_index"] == nxt["episode_index"]})
     if repeated:
         raise FormatError(f"episode_index {', '.join(map(str, repeated[:5]))} has more than one row",
                           path=root / "meta" / "episodes", hint="each LeRobot episode has one meta/episodes row")

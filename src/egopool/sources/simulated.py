@@ -110,3 +110,6 @@ class SimSource(Source):
                 self._sim.feed(last, now, _Counting(rec, self))  # type: ignore[arg-type]
             last = now
             stop.wait(0.004)
+
+    def _close(self) -> None:
+        """Nothing to release: a simulated device holds no handle."""
