@@ -151,7 +151,7 @@ class RecordedEpisode:
 class _Row:
     tick: int
     values: dict[str, Any]
-    images: dict[str, np.ndarray]
+    images: dict[str, np.ndarray | av.VideoFrame]
     hardware_ns: int
     due: float  # monotonic s the tick was due
 
@@ -302,20 +302,20 @@ class Recorder:
         dq = self._video.get(slot)
         if dq is None:
             raise SchemaError(f"no recorded stream {slot!r} in this rig", hint=f"streams: {self._streams}")
-        frame, bad = _clean_frame(frame)
-        if frame is not None and not _fits(frame.image, self._shapes[slot]):
-            frame = None  # left out here, so the tick repeats the previous frame with its stamps (R3)
+        clean, bad = _clean_frame(frame)
+        if clean is not None and not _fits(clean.image, self._shapes[slot]):
+            clean = None  # left out here, so the tick repeats the previous frame with its stamps (R3)
         with self._lock:
-            if bad or frame is None:
+            if bad or clean is None:
                 self._count(rejected_key(slot))
                 self._reasons.setdefault(rejected_key(slot), "not a Frame, or an image of the wrong size/dtype"
-                                         if frame is None else "a stamp that is not int64 ns (stored as 0)")
-                if frame is None:
+                                         if clean is None else "a stamp that is not int64 ns (stored as 0)")
+                if clean is None:
                     return
             if len(dq) >= self._video_cap:
                 dq.popleft()
                 self._count(f"{slot}_dropped")
-            dq.append(frame)
+            dq.append(clean)
 
     def push_sample(self, column: str, value: Any, ns: int = 0) -> None:
         """Offer the latest sample of a latest-wins column (sensor, force, force matrix, state, hand pose).
@@ -502,7 +502,7 @@ class Recorder:
                     self._count(key)
         chain = self._chain
         values: dict[str, Any] = {}
-        images: dict[str, np.ndarray] = {}
+        images: dict[str, np.ndarray | av.VideoFrame] = {}
         for slot, fr in frames.items():
             if fr is not None:
                 images[slot] = fr.image

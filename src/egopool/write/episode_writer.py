@@ -34,12 +34,15 @@ from ..meta.drop_stats import (changed_value_notes, clipped_key, encode_failed_k
                                saturated_key)
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
+from .local_paths import local_file
 from .recovery import clear_pending, write_pending
 from .stream_encoder import EncoderThread
 from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 from .task_meta import merge_task_meta
 
 if TYPE_CHECKING:
+    import av
+
     from ..layout import TaskLayout
 
 
@@ -132,6 +135,21 @@ class StreamSpec:
             codec = "ffv1"
         return codec, DepthEncoder.ext_for(codec)
 
+    def encoder(self, path: Path, fps: float) -> RgbEncoder | DepthEncoder:
+        """A new encoder of this stream writing ``path`` at ``fps`` (frames/s), with :meth:`codec_ext`'s codec.
+
+        A copied stream (``source``) has no encoder: :class:`~egopool.codecs.video_copy.VideoCopy` writes it.
+        """
+        codec, _ = self.codec_ext()
+        if self.kind == "rgb":
+            if self.preset:
+                return RgbEncoder(path, self.width, self.height, fps, codec=codec, preset=self.preset)
+            return RgbEncoder(path, self.width, self.height, fps, codec=codec)
+        if self.preset:
+            return DepthEncoder(path, self.width, self.height, fps, codec=codec, params=self.depth_params,
+                                preset=self.preset)
+        return DepthEncoder(path, self.width, self.height, fps, codec=codec, params=self.depth_params)
+
 
 @dataclass(frozen=True)
 class EpisodeResult:
@@ -216,6 +234,17 @@ class _Stream:
     repeated: int = 0
     worker: EncoderThread | None = None
 
+    def check(self, frame: np.ndarray | av.VideoFrame) -> np.ndarray | av.VideoFrame:
+        """``frame`` as the encoder takes it (its ``check``); CodecError for a frame the stream cannot take."""
+        enc = self.encoder
+        if isinstance(enc, RgbEncoder):
+            return enc.check(frame)
+        if isinstance(frame, np.ndarray):
+            return enc.check(frame)  # a copied stream refuses any
+        what = ("it is copied from its source file and takes no frames" if isinstance(enc, VideoCopy)
+                else "a depth stream takes uint16 mm (H, W) arrays")
+        raise CodecError(f"stream {self.spec.image_key!r} got a {type(frame).__name__}: {what}", path=enc.path)
+
     def encode(self, frame: Any) -> None:
         if self.worker is not None:
             self.worker.submit(frame)
@@ -230,6 +259,18 @@ class _Stream:
             self.worker.abort()
         else:
             self.encoder.abort()
+
+
+@dataclass(frozen=True)
+class _Declarations:
+    """What :meth:`TaskWriter.begin_episode` declared for ``info.json`` and the episode row (§6.2, §6.3)."""
+
+    devices: list[dict[str, Any]]
+    device_names: dict[str, str]
+    calibration: dict[str, Any]
+    sensors: list[str]
+    sensor_dim: int | None
+    info_extra: dict[str, Any]
 
 
 @dataclass
@@ -266,9 +307,8 @@ class EpisodeWriter:
         self.drop_stats: dict[str, int | float] = {}
         self.warn_changes = True
         self._reasons: dict[str, str] = {}  # drop_stats key -> first reason (for the notes)
-        self._decl = {"devices": [dict(d) for d in devices], "device_names": dict(device_names or {}),
-                      "calibration": dict(calibration or {}), "sensors": list(sensors or []),
-                      "sensor_dim": sensor_dim, "info_extra": dict(info_extra or {})}
+        self._decl = _Declarations([dict(d) for d in devices], dict(device_names or {}), dict(calibration or {}),
+                                   list(sensors or []), sensor_dim, dict(info_extra or {}))
         specs: dict[str, ColumnSpec] = {}
         for name in ALWAYS_KEY_COLUMNS:
             specs[name] = key_column(name)
@@ -285,7 +325,7 @@ class EpisodeWriter:
         self._schema = pa.schema([pa.field(n, s.arrow_type) for n, s in specs.items()])
         self._buf = _Buffers({n: [] for n in specs})
         self._stats: dict[str, StatsBlock] = {}
-        self._stats_cols = {f"observation.{s}" for s in self._decl["sensors"]} | {"observation.imu"}
+        self._stats_cols = {f"observation.{s}" for s in self._decl.sensors} | {"observation.imu"}
         self._rows = 0
         self._last_ts: float | None = None
         self._first_ts = 0.0
@@ -293,7 +333,7 @@ class EpisodeWriter:
         self._broken: str | None = None
         self._lenient = False  # some add_frame(reject_bad=True): finish() drops a failed stream too
         self._meta_error: MetaUpdateError | None = None
-        self._data_final = task.layout.data_file(index)
+        self._data_final = local_file(task.layout.data_file(index))
         self._data_final.parent.mkdir(parents=True, exist_ok=True)
         self._data_temp = temp_path_for(self._data_final)
         # Force matrices (187500 int16 diffs a row) skip dictionary encoding: it never pays off
@@ -326,19 +366,12 @@ class EpisodeWriter:
         if st.image_key in self._streams:
             raise SchemaError(f"image_key {st.image_key!r} declared twice (§5.2 rule 1)")
         fps = st.fps or self.fps
-        codec, ext = st.codec_ext()
-        final = self.task.layout.video_file(self.index, st.image_key, ext)
+        _, ext = st.codec_ext()
+        final = local_file(self.task.layout.video_file(self.index, st.image_key, ext))
         with StorageError.guard(final.parent, action="cannot create the video directory"):
             final.parent.mkdir(parents=True, exist_ok=True)
         temp = temp_path_for(final)
-        if st.source is not None:
-            enc: RgbEncoder | DepthEncoder | VideoCopy = VideoCopy(temp, st.source, fps)
-        elif st.kind == "rgb":
-            preset = {"preset": st.preset} if st.preset else {}
-            enc = RgbEncoder(temp, st.width, st.height, fps, codec=codec, **preset)
-        else:
-            preset = {"preset": st.preset} if st.preset else {}
-            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params, **preset)
+        enc = VideoCopy(temp, st.source, fps) if st.source is not None else st.encoder(temp, fps)
         copied = isinstance(enc, VideoCopy)  # nothing to encode: no thread
         worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) \
             if self.encoder_threads and not copied else None
@@ -346,7 +379,7 @@ class EpisodeWriter:
 
     # -- rows --------------------------------------------------------------------------------------
     def add_frame(self, values: Mapping[str, Any] | None = None, *, timestamp: float | None = None,
-                  hardware_ns: int = 0, images: Mapping[str, np.ndarray] | None = None,
+                  hardware_ns: int = 0, images: Mapping[str, np.ndarray | av.VideoFrame] | None = None,
                   reject_bad: bool = False) -> int:
         """Append one frame row (file_format.md §7.3: one row = one frame of every stream).
 
@@ -364,7 +397,8 @@ class EpisodeWriter:
         hardware_ns:
             Device-clock ns of this frame (0 = unknown).
         images:
-            image_key -> frame (RGB uint8 or depth uint16 mm). A stream without a frame in
+            image_key -> frame (RGB uint8 ``(H, W, 3)`` / gray ``(H, W)``, or a decoded
+            :class:`av.VideoFrame` of the stream's size; depth uint16 mm ``(H, W)``). A stream without a frame in
             this row repeats its previous frame (counted in ``drop_stats`` as
             ``<key>_repeated_count``); the first row must carry every stream.
         reject_bad:
@@ -541,14 +575,14 @@ class EpisodeWriter:
             first = value.reshape(-1)[~good.reshape(-1)][0]
             raise SchemaError(f"row {row} holds {first} ({int((~good).sum())} non-finite value(s))", column=name)
         items = value.reshape(-1, width)
-        ok = good.reshape(-1, width).all(axis=1)
+        ok = np.asarray(good.reshape(-1, width).all(axis=1))  # (items,) bool
         bad = int((~ok).sum())
         what = "sample(s)" if spec.storage == "list_list" else "point(s)"
         reject(name, f"{bad} {what} hold NaN or Infinity", bad)
         kept = np.ascontiguousarray(items[ok])
         return (kept if spec.storage == "list_list" else kept.reshape(-1)), ok
 
-    def _encode_images(self, images: Mapping[str, np.ndarray], reject_bad: bool = False,
+    def _encode_images(self, images: Mapping[str, np.ndarray | av.VideoFrame], reject_bad: bool = False,
                        reject: Callable[..., None] | None = None) -> None:
         if self._broken is not None:
             raise EgopoolError(f"episode {self.index}: an earlier write failed ({self._broken}); "
@@ -563,17 +597,17 @@ class EpisodeWriter:
                 reject(str(key), f"no declared stream {key!r}")
         # Check every frame first: a row refused for one stream must not reach any other,
         # or the streams would no longer hold exactly one frame per data row.
-        frames: dict[str, np.ndarray] = {}
+        frames: dict[str, np.ndarray | av.VideoFrame] = {}
         fresh: set[str] = set()
         for key, st in self._streams.items():
             frame = images.get(key)
             if isinstance(st.encoder, VideoCopy):
                 if frame is not None:
-                    st.encoder.check(frame)  # refuses: a copied stream takes no frames
+                    st.check(frame)  # refuses: a copied stream takes no frames
                 continue
             if frame is not None:
                 try:
-                    frames[key] = st.encoder.check(frame)
+                    frames[key] = st.check(frame)
                     fresh.add(key)
                     continue
                 except Exception as exc:  # noqa: BLE001 - any frame a source can push (reject_bad)
@@ -749,7 +783,7 @@ class EpisodeWriter:
             with StorageError.guard(self._data_final, action="cannot publish"):
                 publish(self._data_temp, self._data_final)
             published.append(self._data_final)
-            ep_path = self.task.layout.episodes_file(self.index)
+            ep_path = local_file(self.task.layout.episodes_file(self.index))
             with StorageError.guard(ep_path, action="cannot write the episode row"), task_lock(self.task.task_dir):
                 # The episodes row is the commit record (decisions.md #5): before it, a failure
                 # rolls the whole file group back; after it, the episode stands. The pending
@@ -810,7 +844,7 @@ class EpisodeWriter:
             "end_frame_index": self._rows - 1, "length": self._rows, "created_at": self.created_at,
             "duration_sec": float(self._last_ts - self._first_ts + 1.0 / self.fps),
             "drop_stats": dict(self.drop_stats), "video_codec": dict(video_codec),
-            "calibration": self._decl["calibration"], "force_matrix_specs": fm_specs, "slam_specs": slam_specs,
+            "calibration": self._decl.calibration, "force_matrix_specs": fm_specs, "slam_specs": slam_specs,
         }
 
     def _episode_declarations(self, present: set[str]) -> dict[str, Any]:
@@ -826,13 +860,13 @@ class EpisodeWriter:
             "app_version": self.task.app_version, "fps": self.fps, "video": bool(self._streams),
             "features": features, "cameras": cameras,
             "video_extensions": {k: st.final.suffix.lstrip(".") for k, st in self._streams.items()},
-            "devices": self._decl["devices"], "device_names": self._decl["device_names"],
-            "sensors": self._decl["sensors"], "total_episodes": self.index,
+            "devices": self._decl.devices, "device_names": self._decl.device_names,
+            "sensors": self._decl.sensors, "total_episodes": self.index,
         }
-        if self._decl["calibration"]:
-            decl["calibration"] = self._decl["calibration"]
-        if self._decl["sensor_dim"] is not None:
-            decl["sensor_dim"] = int(self._decl["sensor_dim"])
+        if self._decl.calibration:
+            decl["calibration"] = self._decl.calibration
+        if self._decl.sensor_dim is not None:
+            decl["sensor_dim"] = int(self._decl.sensor_dim)
         trajs = self._trajectory_specs(present)
         frames = {n: s.feature["frame"] for n, s in trajs.items() if s.feature and "frame" in s.feature}
         if frames:
@@ -842,7 +876,7 @@ class EpisodeWriter:
         if gripper:
             rig1 = "observation.slam_trajectory" if "observation.slam_trajectory" in gripper else gripper[0]
             decl["gripper_slam_frame"] = (trajs[rig1].feature or {}).get("frame", "right_forward_up")
-        decl.update(self._decl["info_extra"])
+        decl.update(self._decl.info_extra)
         return decl
 
     def _merge_task_meta(self, present: set[str]) -> None:
@@ -922,6 +956,7 @@ class EpisodeWriter:
                     st.encoder.close()  # the worker has stopped: only this thread touches it now
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         dest = self.task.task_dir / ".egopool_backup" / f"unfinished-{self.index}-{stamp}"
+        kept: Path | None = dest
         try:
             moves = [(self._data_temp, self._data_final)] + [(st.temp, st.final) for st in self._streams.values()]
             for temp, final in moves:
@@ -933,12 +968,12 @@ class EpisodeWriter:
                     "created_at": self.created_at, "drop_stats": dict(self.drop_stats)}
             atomic_write_json(dest / "reason.json", note)
         except (OSError, EgopoolError, ValueError):
-            dest = None  # type: ignore[assignment]
+            kept = None
         self._discard()  # whatever did not move
         with contextlib.suppress(Exception), task_lock(self.task.task_dir):
             markers.write_recycled(self.task.task_dir, self.index)
         markers.release(self.task.task_dir, self.index)
-        return dest
+        return kept
 
     def abort(self) -> None:
         """Discard everything written and free N for the next recording (file_format.md §7.5)."""
