@@ -29,6 +29,7 @@ from .._safe_read import require_directory
 from ..codecs.depth import check_depth_codec
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
+from ..storage import ObjectPath
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, default_task_name,
                       nearest_rotation, read_input_lines, rotation_to_quaternion, task_writer)
@@ -140,8 +141,12 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
         a missing/malformed ``camera-intrinsics.txt``, images of different sizes, or a
         depth image that is not 16-bit.
     """
-    root = require_directory(directory, what="rgbd-frames folder",
-                             hint="pass the folder holding frame-NNNNNN.* files")
+    found_dir = require_directory(directory, what="rgbd-frames folder",
+                                  hint="pass the folder holding frame-NNNNNN.* files")
+    if isinstance(found_dir, ObjectPath):  # its images are decoded from local files (Pillow)
+        raise FormatError("an rgbd-frames folder is read from a local directory, not a bucket", path=str(found_dir),
+                          hint="copy the folder to a local disk first")
+    root = found_dir
     found: dict[int, dict[str, Path]] = {}
     for p in root.iterdir():
         m = _FRAME_RE.match(p.name)
