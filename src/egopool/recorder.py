@@ -56,7 +56,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import av
 import numpy as np
@@ -871,6 +871,12 @@ class Recorder:
         """Wait until the tick thread of :meth:`start_episode` stopped (``max_ticks`` reached, or an
         error); True when it did within ``timeout`` seconds."""
         return self._ticks_done.wait(timeout)
+
+    @overload
+    def stop_episode(self, *, discard_empty: Literal[False] = False) -> RecordedEpisode: ...
+
+    @overload
+    def stop_episode(self, *, discard_empty: bool) -> RecordedEpisode | None: ...
 
     def stop_episode(self, *, discard_empty: bool = False) -> RecordedEpisode | None:
         """Stop ticking, let the write thread drain, publish the episode.
