@@ -80,7 +80,8 @@ def list_realsense() -> list[dict[str, Any]]:
                     v = p.as_video_stream_profile()
                     modes.add((str(p.stream_type()).split(".")[-1], v.width(), v.height(), p.fps(),
                                str(p.format()).split(".")[-1]))
-        info["modes"] = [dict(zip(("stream", "width", "height", "fps", "format"), m, strict=True)) for m in sorted(modes)]
+        info["modes"] = [dict(zip(("stream", "width", "height", "fps", "format"), m, strict=True))
+                         for m in sorted(modes)]
         out.append(info)
     return out
 
