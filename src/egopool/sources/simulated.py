@@ -107,7 +107,7 @@ class SimSource(Source):
             now = time.monotonic_ns()
             rec = self._rec
             if rec is not None:
-                self._sim.feed(last, now, _Counting(rec, self))  # type: ignore[arg-type]
+                self._sim.feed(last, now, _Counting(rec, self))
             last = now
             stop.wait(0.004)
 
