@@ -243,7 +243,7 @@ class _Stream:
             return enc.check(frame)  # a copied stream refuses any
         what = ("it is copied from its source file and takes no frames" if isinstance(enc, VideoCopy)
                 else "a depth stream takes uint16 mm (H, W) arrays")
-        raise CodecError(f"stream {self.spec.image_key!r} got a {type(frame).__name__}: {what}", path=enc.path)
+        raise CodecError(f"stream {self.spec.image_key!r} got a {type(frame).__name__}: {what}", path=self.final)
 
     def encode(self, frame: Any) -> None:
         if self.worker is not None:
