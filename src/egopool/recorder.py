@@ -48,7 +48,6 @@ last one's time (R26).
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import warnings
@@ -61,17 +60,16 @@ import numpy as np
 from ._threads import name_thread
 from .capacity import CapacityReport, CostProbe, assess
 from .episode_streams import REALTIME_PRESETS, resolve_depth, task_depth_codecs, with_presets
-from .errors import CodecError, EgopoolError, MetaUpdateError, ValueChangedWarning
-from .row_buffers import Frame, RowBuffers, RowLayout, exception_line
+from .episode_run import EpisodeRun
+from .errors import CodecError, EgopoolError, ValueChangedWarning
+from .row_buffers import Frame, RowBuffers, RowLayout
 from .write.checks import check_episode_seconds, max_episode_rows
-from .write.task_writer import EpisodeResult, EpisodeWriter, TaskWriter
+from .write.task_writer import EpisodeResult, TaskWriter
 
 if TYPE_CHECKING:
     from .devices.rig import Rig
 
 __all__ = ["REALTIME_PRESETS", "CapacityReport", "Frame", "RecordedEpisode", "Recorder"]
-
-_STOP = object()
 
 
 @dataclass(frozen=True)
@@ -165,37 +163,23 @@ class Recorder:
         self.max_rows = max_episode_rows(self.fps)
         self._configure()
         self._active = False
-        # per-episode state, reset by _begin()
-        self._error: BaseException | None = None
-        self._unprimed: CodecError | None = None
         #: Why the last episode was discarded without rows (a stream silent past ``prime_timeout``), or None.
         self.discard_reason: str | None = None
-        self._result: EpisodeResult | None = None
-        self._unfinished: str | None = None  # saved, but info/stats/registry still to do (MetaUpdateError)
-        self._final_stats: dict[str, int | float] = {}
-        self._notes: list[str] = []
-        self._aborting = self._realtime = False
-        self._skipped = self._ticks = self._rows_written = 0
-        self._skip_first: tuple[int, float] | None = None  # (tick, monotonic s) of the first / last skip
-        self._skip_last: tuple[int, float] | None = None
         self._max_ticks: int | None = None
         self._ticks_done = threading.Event()
-        self._episode: EpisodeWriter | None = None
-        self._late_max = 0.0
-        self._created_at = 0.0
-        self._wq: queue.Queue[Any] = queue.Queue(maxsize=self._wq_rows)
         self._stop = threading.Event()
         self._tick_thread: threading.Thread | None = None
-        self._writer_thread: threading.Thread | None = None
-        self._reset_buffers()
+        self._buf = RowBuffers(self._layout, self._video_cap, self._point_cap)
+        self._run = self._new_run(realtime=False)  # idle until the first episode: live_stats reads zeros
 
     def _configure(self) -> None:
         """Take the rig's current devices (a device opened between episodes joins the next one)."""
         self._kwargs = self.rig.episode_kwargs(self.fps)
         self._layout = RowLayout.of(self._kwargs, self.rig.primary_slot, self.rig.forensic_slots)
 
-    def _reset_buffers(self) -> None:
-        self._buf = RowBuffers(self._layout, self._video_cap, self._point_cap)
+    def _new_run(self, realtime: bool) -> EpisodeRun:
+        return EpisodeRun(self.writer, self._kwargs, self._buf, period=self.period, queue_rows=self._wq_rows,
+                          realtime=realtime)
 
     # -- source side (any thread; :class:`~egopool.row_buffers.RowBuffers`) -------------------------------
     def push_frame(self, slot: str, frame: Frame) -> None:
@@ -272,92 +256,19 @@ class Recorder:
             skipped tick, None while none was. ``capacity``: :attr:`capacity` as a dict, or None.
         """
         slots = self._buf.slot_stats()
-        ep = self._episode
+        run = self._run
+        ep = run.episode
         sizes = ep.bytes_written() if ep is not None else {}
-        return {"index": ep.index if ep is not None else None, "rows": self._rows_written, "ticks": self._ticks,
-                "ticks_skipped": self._skipped, "write_queue": self._wq.qsize(), "slots": slots,
+        return {"index": ep.index if ep is not None else None, "rows": run.rows_written, "ticks": run.ticks,
+                "ticks_skipped": run.skipped, "write_queue": run.queue.qsize(), "slots": slots,
                 "streams": {k: v for k, v in sizes.items() if k != "data"}, "data_bytes": sizes.get("data", 0),
-                "first_skip": self._skip_dict(self._skip_first), "last_skip": self._skip_dict(self._skip_last),
+                "first_skip": self._skip_dict(run.skip_first), "last_skip": self._skip_dict(run.skip_last),
                 "capacity": self.capacity.to_dict() if self.capacity is not None else None}
 
     def _skip_dict(self, skip: tuple[int, float] | None) -> dict[str, float] | None:
         if skip is None:
             return None
         return {"tick": skip[0], "seconds": round(skip[0] / self.fps, 3), "monotonic": skip[1]}
-
-    # -- write thread ------------------------------------------------------------------------------
-    def _write_loop(self) -> None:
-        name_thread("egopool-write")
-        ep: EpisodeWriter | None = None
-        lag_max = 0.0
-        try:
-            while True:
-                row = self._wq.get()
-                if row is _STOP:
-                    break
-                if self._error is not None:
-                    continue  # drain so the tick never blocks on a dead writer
-                try:
-                    if ep is None:
-                        ep = self.writer.begin_episode(**self._kwargs, created_at=self._created_at)
-                        ep.warn_changes = False  # warned from the caller's thread (_end)
-                        self._episode = ep
-                    ep.add_frame(row.values, timestamp=row.tick * self.period, hardware_ns=row.hardware_ns,
-                                 images=row.images, reject_bad=True)
-                    self._rows_written += 1
-                    lag_max = max(lag_max, time.monotonic() - row.due)
-                except Exception as exc:
-                    if ep is None or ep.broken:  # no episode, or its files are no longer consistent
-                        self._error = exc
-                    else:  # the writer refused this row as a whole and stored nothing of it
-                        ep.count("rows_rejected", 1, f"tick {row.tick}: {exception_line(exc)}")
-                except BaseException as exc:  # KeyboardInterrupt and the like: stop, discard below
-                    self._error = exc
-            if ep is None:
-                return
-            if self._aborting:
-                ep.abort()
-                return
-            if self._error is not None:
-                self._set_aside(ep)
-                return
-            for key, n in self._drop_stats(lag_max).items():  # the writer may count the same key (rejects)
-                if key.endswith(("_rejected_count", "_disconnected_count")) or key == "rows_rejected":
-                    ep.count(key, int(n), self._buf.reason(key))
-                else:
-                    ep.drop_stats[key] = n
-            try:
-                self._result = ep.finish()
-            except MetaUpdateError as exc:  # saved (committed): returned, with what is still to do
-                self._result, self._unfinished = exc.result, exc.one_line()
-                if self._result is None:
-                    raise
-            self._final_stats = dict(ep.drop_stats)
-            self._notes[:0] = self._result.notes
-        except BaseException as exc:
-            self._error = self._error or exc
-            if ep is not None:
-                ep.abort()
-
-    def _set_aside(self, ep: EpisodeWriter) -> None:
-        """The episode cannot be published: keep its rows so far beside the task, log why (decisions.md #22)."""
-        assert self._error is not None
-        if not ep.length or not isinstance(self._error, Exception):
-            ep.abort()
-            return
-        kept = ep.set_aside(exception_line(self._error))
-        if kept is not None:
-            self._notes.append(f"episode {ep.index} stopped after {ep.length} rows ({exception_line(self._error)}); "
-                               f"its files so far are kept in {kept}")
-
-    def _drop_stats(self, lag_max: float) -> dict[str, int | float]:
-        counts = self._buf.counts()
-        stats: dict[str, int | float] = {"ticks_skipped": int(self._skipped)}
-        stats.update(counts)
-        if self._realtime:  # durations mean nothing on a virtual clock
-            stats["write_lag_max_ms"] = round(lag_max * 1000.0, 3)
-            stats["tick_late_max_ms"] = round(self._late_max * 1000.0, 3)
-        return stats
 
     # -- episode control ---------------------------------------------------------------------------
     def _begin(self, realtime: bool, disconnected: Mapping[str, str] | None = None) -> None:
@@ -369,32 +280,16 @@ class Recorder:
             self._kwargs["streams"] = with_presets(self._kwargs["streams"], self.realtime_presets)
         self._kwargs["streams"] = resolve_depth(self._kwargs["streams"], task_depth_codecs(self.writer.info),
                                                 self.capacity, realtime)
-        self._reset_buffers()
+        self._buf = RowBuffers(self._layout, self._video_cap, self._point_cap)
         for sid, reason in (disconnected or {}).items():  # a device already dead: disconnected from the first row
             if sid in self._layout.status_ids:
                 self.set_status(sid, "disconnected", reason=reason)
-        self._wq = queue.Queue(maxsize=self._wq_rows)
-        self._error = None
-        self._unprimed = None
         self.discard_reason = None
-        self._result = None
-        self._unfinished = None
-        self._final_stats = {}
-        self._notes = []
-        self._aborting = False
         self._stop = threading.Event()
         self._tick_thread = None
-        self._realtime = realtime
-        self._skipped = 0
-        self._skip_first = self._skip_last = None
-        self._late_max = 0.0
-        self._ticks = 0
-        self._rows_written = 0
-        self._episode = None
-        self._created_at = time.time()
+        self._run = self._new_run(realtime)
         self._active = True
-        self._writer_thread = threading.Thread(target=self._write_loop, name="egopool-write", daemon=True)
-        self._writer_thread.start()
+        self._run.start()
 
     def check_capacity(self, *, refresh: bool = False) -> CapacityReport:
         """Measure whether this machine holds the rig in real time at the real-time presets, before a tick.
@@ -433,22 +328,20 @@ class Recorder:
         return self.capacity
 
     def _end(self, abort: bool, discard_empty: bool = False) -> RecordedEpisode | None:
-        self._aborting = abort
-        self._wq.put(_STOP)
-        assert self._writer_thread is not None
-        self._writer_thread.join()
+        run = self._run
+        run.end(abort)
         self._active = False
-        for line in self._notes:  # from this (the caller's) thread, so callers can catch them
+        for line in run.notes:  # from this (the caller's) thread, so callers can catch them
             warnings.warn(line, ValueChangedWarning, stacklevel=3)
-        if self._unfinished is not None:  # the episode is safe; one line says what is still to do
-            warnings.warn(self._unfinished, RuntimeWarning, stacklevel=3)
-        if self._error is not None and self._error is self._unprimed and self._episode is None and \
+        if run.unfinished is not None:  # the episode is safe; one line says what is still to do
+            warnings.warn(run.unfinished, RuntimeWarning, stacklevel=3)
+        if run.unprimed is not None and run.error is run.unprimed and run.episode is None and \
                 (abort or discard_empty):  # a stream never delivered: nothing was written, no N taken
-            self.discard_reason = self._unprimed.one_line()
+            self.discard_reason = run.unprimed.one_line()
             return None
-        if self._error is not None:
-            err = self._error
-            kept = [n for n in self._notes if "are kept in" in n]
+        if run.error is not None:
+            err = run.error
+            kept = [n for n in run.notes if "are kept in" in n]
             if isinstance(err, EgopoolError):
                 if kept:  # say where the rows went, in the one line the CLI prints
                     err.hint = kept[0] + (f"; {err.hint}" if err.hint else "")
@@ -458,12 +351,12 @@ class Recorder:
                                hint=kept[0] if kept else None) from err
         if abort:
             return None
-        if self._result is None and discard_empty and self._episode is None:
+        if run.result is None and discard_empty and run.episode is None:
             return None  # no row reached the writer: no N was taken, nothing is on disk
-        if self._result is None:
+        if run.result is None:
             raise CodecError("the episode has no rows: no tick had a frame of every stream "
                              f"(silent: {self._buf.silent_streams()})")
-        return RecordedEpisode(self._result, self._final_stats, self._ticks, tuple(self._notes), self._unfinished)
+        return RecordedEpisode(run.result, run.final_stats, run.ticks, tuple(run.notes), run.unfinished)
 
     def start_episode(self, max_ticks: int | None = None, *, disconnected: Mapping[str, str] | None = None) -> None:
         """Start recording in real time: a tick thread at the task fps and the write thread.
@@ -497,11 +390,12 @@ class Recorder:
 
     def _tick_loop(self) -> None:
         name_thread("egopool-tick")
+        run = self._run
         start = time.monotonic()
         t0: float | None = None
         tick = 0
         next_due = start
-        while not self._stop.is_set() and self._error is None:
+        while not self._stop.is_set() and run.error is None:
             now = time.monotonic()
             if now < next_due:
                 self._stop.wait(next_due - now)
@@ -509,7 +403,7 @@ class Recorder:
             if t0 is None:
                 if not self._buf.primed():
                     if now - start > self._prime_timeout:
-                        self._error = self._unprimed = CodecError(
+                        run.error = run.unprimed = CodecError(
                             f"no frame from {self._buf.silent_streams()} within {self._prime_timeout} s; cannot start "
                             "the episode")
                         self._ticks_done.set()
@@ -517,44 +411,37 @@ class Recorder:
                     next_due += self.period
                     continue
                 t0 = next_due
-                self._created_at = time.time() - (now - t0)
+                run.created_at = time.time() - (now - t0)
             due_tick = int((now - t0) / self.period)
             if self._max_ticks is not None:
                 due_tick = min(due_tick, self._max_ticks - 1)
             if due_tick - tick > self._catch_up:  # slept through more ticks than can be caught up: not built
-                self._note_skip(tick, due_tick - tick - self._catch_up)
+                run.note_skip(tick, due_tick - tick - self._catch_up)
                 tick = due_tick - self._catch_up
             stop = False
             while tick <= due_tick:  # a late wake-up builds the ticks it slept through (their frames are queued)
                 if tick >= self.max_rows:  # float32 timestamp would repeat (file_format.md §7.1)
-                    self._notes.append(f"recording stopped at {self.max_rows / self.fps:.0f} s: float32 timestamps "
+                    run.notes.append(f"recording stopped at {self.max_rows / self.fps:.0f} s: float32 timestamps "
                                        f"cannot tell rows {1 / self.fps:.3g} s apart beyond that (file_format.md §7.1); "
                                        "start a new episode")
                     stop = True
                     break
                 due = t0 + tick * self.period
-                self._late_max = max(self._late_max, now - due)
-                if self._wq.full():
-                    self._note_skip(tick, 1)
+                run.late_max = max(run.late_max, now - due)
+                if run.queue.full():
+                    run.note_skip(tick, 1)
                 else:
                     row = self._buf.safe_build_row(tick, due)
                     if row is not None:
-                        self._wq.put_nowait(row)
+                        run.queue.put_nowait(row)
                 tick += 1
-                self._ticks = tick
+                run.ticks = tick
             if stop:
                 break
             next_due = t0 + tick * self.period
             if self._max_ticks is not None and tick >= self._max_ticks:
                 break
         self._ticks_done.set()
-
-    def _note_skip(self, tick: int, n: int) -> None:
-        now = time.monotonic()
-        if self._skip_first is None:
-            self._skip_first = (tick, now)
-        self._skip_last = (tick + n - 1, now)
-        self._skipped += n
 
     def wait_ticks(self, timeout: float | None = None) -> bool:
         """Wait until the tick thread of :meth:`start_episode` stopped (``max_ticks`` reached, or an
@@ -641,6 +528,7 @@ class Recorder:
         """
         rows = check_episode_seconds(seconds, self.fps)
         self._begin(realtime=False, disconnected=disconnected)
+        run = self._run
         period_ns = int(round(1e9 / self.fps))
         t = int(time.monotonic_ns() if host0_ns is None else host0_ns)
         try:
@@ -659,12 +547,12 @@ class Recorder:
                     if until is not None and until() and not self._buf.frames_queued():
                         break
                     feed(t + (tick - 1) * period_ns, t + tick * period_ns, self)
-                if self._error is not None:
+                if run.error is not None:
                     break
                 row = self._buf.safe_build_row(tick, time.monotonic())
                 if row is not None:
-                    self._wq.put(row)
-                self._ticks = tick + 1
+                    run.queue.put(row)
+                run.ticks = tick + 1
         except BaseException:
             self._end(abort=True)
             raise
