@@ -1,4 +1,5 @@
-"""What the sources pushed since the last tick, and the row a tick builds from it (multi_device_storage.md §5.3, §5.5).
+"""What the sources pushed since the last tick, and the row a tick builds from it (multi_device_storage.md
+§5.3, §5.5).
 
 :class:`RowBuffers` is the source side of :class:`~egopool.recorder.Recorder`: sources push
 frames, latest-wins samples and accumulating points into bounded buffers from their own threads
