@@ -33,7 +33,7 @@ cannot hold (NaN/Infinity in a stats column, wrong length, type or range) is sto
 ``<signal>_rejected_count``; a row the writer refuses as a whole is left out
 (``rows_rejected``). Only a failure that leaves the files inconsistent (the data
 parquet cannot be written) stops the episode; its rows so far are then set aside under
-``.egopool_backup/`` (:meth:`~egopool.writer.EpisodeWriter.set_aside`). An episode
+``.egopool_backup/`` (:meth:`~egopool.write.episode_writer.EpisodeWriter.set_aside`). An episode
 never runs past the rows float32 ``timestamp`` can tell apart
 (:func:`~egopool.write.checks.max_episode_rows`).
 
