@@ -102,14 +102,15 @@ class LeRobotExport:
     Attributes
     ----------
     out:
-        The dataset root (None for a dry run).
+        The dataset root: a directory, or the ``s3://`` URI of a bucket export
+        (:func:`~egopool.interop.lerobot_bucket.export_lerobot_to_bucket`); None for a dry run.
     plan:
         The mapping (features, renamed and dropped columns, episodes).
     parts:
         One :class:`EpisodePart` per exported episode (empty for a dry run).
     """
 
-    out: Path | None
+    out: Path | str | None
     plan: LeRobotPlan
     parts: tuple[EpisodePart, ...] = ()
 
