@@ -27,15 +27,19 @@ in time) become an :class:`~egopool.errors.ObjectStoreError` naming the URI.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import EgopoolError, FormatError
 from .storage import ObjectPath, as_path
+
+_T = TypeVar("_T")
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -228,8 +232,13 @@ def open_regular(path: str | Path, *, what: str = "file") -> Any:
     """
     path = as_path(path)
     if isinstance(path, ObjectPath):
-        from .storage import seekable_reader
+        from .storage import READ_BUFFER, _object_read, seekable_reader
 
+        if _object_read.available(path):  # one GET: the first buffer and the size (decisions O26)
+            head, size = _object_call(path, what, lambda: _object_read.get_head(path, READ_BUFFER))
+            if len(head) >= size:
+                return io.BytesIO(head)
+            return io.BufferedReader(_object_read.RangeFile(path, size, {0: head}), buffer_size=READ_BUFFER)
         native = _object_open(path, what)
         try:
             return seekable_reader(native)
@@ -428,10 +437,49 @@ def _check_parquet_tail(tail: bytes, size: int, path: Path | ObjectPath, what: s
                           "(corrupt)", path=path, hint="restore it from a backup")
 
 
+def _object_call(path: ObjectPath, what: str, fn: Callable[[], _T]) -> _T:
+    """``fn()``, a one-request read of ``path``; no object is a FormatError as in :func:`_object_open`."""
+    from pyarrow import fs as pafs
+
+    try:
+        return fn()
+    except FileNotFoundError:
+        if path.info().type == pafs.FileType.Directory:
+            raise FormatError(f"{what} is a prefix (a directory), not an object; egopool does not open it",
+                              path=path, hint="replace it with the object the format expects") from None
+        raise FormatError(f"{what} is missing", path=path) from None
+
+
+def _direct_object_parquet(path: ObjectPath, what: str) -> Any:
+    """:func:`check_parquet` of an object from one GET of its end (decisions O26): the whole object as a
+    buffer when it is at most :data:`~egopool.storage._object_read.FOOTER_READ` bytes, else a file whose
+    tail (the footer) is in memory and whose column chunks are ranged GETs."""
+    import pyarrow as pa
+
+    from .storage import _object_read
+
+    tail, size = _object_call(path, what, lambda: _object_read.get_tail(path, _object_read.FOOTER_READ))
+    if size < 12:
+        raise FormatError(f"{what} is {size} bytes, too short for a parquet file (truncated)", path=path,
+                          hint="restore it from a backup")
+    _check_parquet_tail(tail[-8:], size, path, what)
+    if len(tail) >= size:
+        return pa.BufferReader(tail)
+    (footer,) = struct.unpack("<I", tail[-8:-4])
+    if footer + 8 > len(tail):  # a footer larger than the first read: one more GET for the rest of it
+        tail = _object_read.get_range(path, size - footer - 8, footer + 8 - len(tail)) + tail
+    return pa.PythonFile(_object_read.RangeFile(path, size, {size - len(tail): tail}), mode="r")
+
+
 def _parquet_source(path: Path | ObjectPath, what: str) -> Any:
     """What pyarrow opens after :func:`check_parquet`: the local path as text, or the object's
-    random-access file (the same one the check read from, so no second HEAD)."""
+    random-access file (the same one the check read from, so no second HEAD; with boto3 no HEAD at all,
+    :func:`_direct_object_parquet`)."""
     if isinstance(path, ObjectPath):
+        from .storage import _object_read
+
+        if _object_read.available(path):
+            return _direct_object_parquet(path, what)
         return _check_object_parquet(path, what)
     check_parquet(path, what=what)
     return str(path)
