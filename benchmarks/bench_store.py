@@ -32,7 +32,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -43,55 +42,17 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "bench-store"
-ROWS = 12
+ROWS = 12  # copies_task_support.ROWS
 #: figures over every episode of the task (their requests are also shown per episode)
 PER_EPISODE = ("ls", "validate --fast")
 
 
 # -- the synthetic task --------------------------------------------------------------------------------------------
 def build_task(root: Path, episodes: int) -> Path:
-    """``root/bench_<episodes>``: ``episodes`` valid episodes, copies of one written by TaskWriter (N rewritten)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """``root/bench_<episodes>``: ``episodes`` valid episodes (tests/copies_task_support.py)."""
+    from copies_task_support import build_copies_task
 
-    from egopool import StreamSpec, TaskWriter, imu_columns, vector_column
-
-    name = f"bench_{episodes}"
-    task = root / name
-    if (task / "meta" / "info.json").is_file() and (task / ".complete").is_file():
-        return task
-    shutil.rmtree(task, ignore_errors=True)
-    tw = TaskWriter(root, name, fps=30.0)
-    ep = tw.begin_episode(columns=[*imu_columns(), vector_column("observation.left_glove", [16, 16])],
-                          sensors=["left_glove"], created_at=1_790_000_000.0,
-                          streams=[StreamSpec("head_left_rgb", "rgb", 32, 24)])
-    rng = np.random.default_rng(0)
-    for i in range(ROWS):
-        ep.add_frame({"observation.imu": rng.normal(size=(2, 6)).astype(np.float32),
-                      "imu_ts_ns": np.arange(2, dtype=np.int64) + 1000 * i,
-                      "observation.left_glove": np.full(256, i, np.float32)},
-                     hardware_ns=1000 + i, images={"head_left_rgb": np.full((24, 32, 3), 10 * i, np.uint8)})
-    ep.finish()
-    info = json.loads((task / "meta" / "info.json").read_text())
-    cs = int(info["chunks_size"])
-    tables = {k: pq.read_table(task / info[k].format(c=0, f=0)) for k in ("data_path", "episodes_path")}
-    video = task / info["video_path"].format(c=0, f=0, image_key="head_left_rgb", ext="mp4")
-    for n in range(2, episodes + 1):
-        c, f = divmod(n - 1, cs)
-        for k, t in tables.items():
-            out = task / info[k].format(c=c, f=f)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            col = pa.array(np.full(t.num_rows, n, np.int64))
-            pq.write_table(t.set_column(t.column_names.index("episode_index"), "episode_index", col), out,
-                           compression="zstd")
-        dst = task / info["video_path"].format(c=c, f=f, image_key="head_left_rgb", ext="mp4")
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(video, dst)
-    info["total_episodes"] = episodes
-    (task / "meta" / "info.json").write_text(json.dumps(info, ensure_ascii=False, indent=2))
-    (task / ".complete").write_text("")  # a dot file: ignored by every reader (file_format.md §11)
-    return task
+    return build_copies_task(root, f"bench_{episodes}", episodes)
 
 
 def upload(weed: Any, task: Path, prefix: str, threads: int = 16) -> str:
