@@ -133,6 +133,17 @@ class RangeFile(io.RawIOBase):
         self._pos += len(data)
         return len(data)
 
+    def readall(self) -> bytes:
+        """The rest of the object in one GET (``io.RawIOBase.readall`` would read it 8 KiB a request)."""
+        n = max(0, self.size - self._pos)
+        if n == 0:
+            return b""
+        data = self._cached(self._pos, n)
+        if data is None:
+            data = get_range(self.path, self._pos, n)
+        self._pos += len(data)
+        return data
+
     def _cached(self, start: int, n: int) -> bytes | None:
         for off, chunk in self._known.items():
             if off <= start and start + n <= off + len(chunk):
