@@ -35,7 +35,7 @@ def build_copies_task(root: Path, name: str, episodes: int) -> Path:
     if (task / ".complete").is_file():
         return task
     shutil.rmtree(task, ignore_errors=True)
-    tw = TaskWriter(root, name, fps=30.0)
+    tw = TaskWriter(root, name, fps=30.0, registry=False)  # no pipeline.db: a rebuild starts again at N=1
     ep = tw.begin_episode(columns=[*imu_columns(), vector_column("observation.left_glove", [16, 16])],
                           sensors=["left_glove"], created_at=1_790_000_000.0,
                           streams=[StreamSpec(STREAM, "rgb", 32, 24)])
