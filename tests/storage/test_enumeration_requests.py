@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -35,11 +36,23 @@ def task_uri(s3_server, tmp_path_factory):
     return s3_server.upload_dir(local, BUCKET, "pooled/many")
 
 
+def _settled(server) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """weed's request counts once they stop moving (a request is counted just after its answer is sent)."""
+    last = server.request_counts()
+    for _ in range(50):
+        time.sleep(0.1)
+        now = server.request_counts()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def _counted(server, fn):  # type: ignore[no-untyped-def]
     """``(fn(), {kind: requests})`` of the requests weed served while ``fn`` ran."""
-    before = server.request_counts()
+    before = _settled(server)
     out = fn()
-    after = server.request_counts()
+    after = _settled(server)
     return out, {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
 
 

@@ -13,88 +13,85 @@ the object's size and the bytes a reader needs first, so (docs/decisions.md O26)
   (:func:`get_head`): the whole file when it is smaller, else the first buffer of a reader whose refills
   are ranged GETs.
 
-These need boto3 (the ``s3`` extra; :func:`~egopool.storage.s3_client`). Without it :func:`available` is
-False and the readers keep pyarrow.fs's HEAD-then-GET path. Errors are those of the pyarrow path:
-``FileNotFoundError`` for no object, :class:`~egopool.errors.ObjectStoreError` naming the URI for the store.
+These go through obstore, the client of :class:`~egopool.storage.s3_store.S3Store` (the ``s3`` extra,
+docs/decisions.md O24). Without it :func:`available` is False and the readers keep pyarrow.fs's HEAD-then-GET
+path. Errors are those of the pyarrow path: ``FileNotFoundError`` for no object,
+:class:`~egopool.errors.ObjectStoreError` naming the URI and the fix for the store (``S3Store``'s translation).
 """
 
 from __future__ import annotations
 
 import io
-import re
 from typing import Any
 
 from ..errors import EgopoolError
 from ._path import ObjectPath
-from ._s3 import s3_client, translate_s3_error
 
 __all__ = ["FOOTER_READ", "RangeFile", "available", "get_head", "get_range", "get_tail"]
 
 #: Bytes of a parquet's end fetched by its first GET (pyarrow's own default footer read size).
 FOOTER_READ = 64 << 10
 
-_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
-
 
 def available(path: ObjectPath) -> bool:
-    """True when one-request reads are possible (boto3 installed and usable for ``path``'s settings)."""
-    return s3_client(path.settings) is not None
+    """True when one-request reads are possible (obstore, the ``s3`` extra, is installed)."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def _get(path: ObjectPath, byte_range: str) -> tuple[bytes, int, int]:
-    """One GET of ``byte_range``: ``(bytes, offset of the first byte, size of the object)``.
+def _get(path: ObjectPath, byte_range: dict[str, int] | tuple[int, int]) -> tuple[bytes, int, int]:
+    """One GET of ``byte_range`` (obstore's ``{"suffix": n}`` or ``(start, stop)``): ``(bytes, offset of the
+    first byte, size of the object)``.
 
     Raises
     ------
     FileNotFoundError
         No such object.
     ObjectStoreError
-        The store failed (the message names the URI and the fix, as for pyarrow.fs's errors).
+        The store failed (the message names the URI and the fix).
     """
-    client = s3_client(path.settings)
-    if client is None:
-        raise RuntimeError("one-request reads need boto3: check available() first")
-    errors = __import__("botocore.exceptions", fromlist=["ClientError"])
+    import obstore
+
+    from .s3_store import S3Store, _client
+
+    client = _client(path.settings, path.bucket)
     try:
-        r = client.get_object(Bucket=path.bucket, Key=path.key, Range=byte_range)
-        data = bytes(r["Body"].read())
-    except errors.ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in ("NoSuchKey", "404", "NotFound"):
-            raise FileNotFoundError(2, "No such object", str(path)) from exc
-        if code == "InvalidRange":  # an empty object: no byte to return
-            return b"", 0, 0
-        raise translate_s3_error(exc, str(path), path.settings) from exc
+        r = obstore.get(client, path.key, options={"range": byte_range})
+        data = bytes(r.bytes())
+        return data, int(r.range[0]), int(r.meta["size"])
+    except (FileNotFoundError, obstore.exceptions.NotFoundError) as exc:
+        raise FileNotFoundError(2, "No such object", str(path)) from exc
     except EgopoolError:
         raise
-    except Exception as exc:  # botocore's connection and timeout errors: one boundary
-        raise translate_s3_error(exc, str(path), path.settings) from exc
-    m = _RANGE.match(str(r.get("ContentRange") or ""))
-    if m is None:  # the store ignored the Range header and sent the whole object
-        return data, 0, len(data)
-    return data, int(m.group(1)), int(m.group(3))
+    except Exception as exc:  # obstore's errors: S3Store's one boundary
+        try:  # an empty object has no byte to return: a range of it is refused
+            if int(obstore.head(client, path.key)["size"]) == 0:
+                return b"", 0, 0
+        except Exception:  # noqa: BLE001 - the GET's own failure is the one to report
+            pass
+        raise S3Store(f"s3://{path.bucket}", settings=path.settings)._fail(exc, path.key, "GET") from exc
 
 
 def get_tail(path: ObjectPath, length: int) -> tuple[bytes, int]:
-    """The last ``min(length, size)`` bytes of the object and its size, in one GET (``Range: bytes=-length``)."""
-    data, start, size = _get(path, f"bytes=-{length}")
-    if start == 0 and len(data) > length:  # a whole object sent for a suffix range
-        data = data[-length:]
+    """The last ``min(length, size)`` bytes of the object and its size, in one GET (a suffix range)."""
+    data, _, size = _get(path, {"suffix": length})
     return data, size
 
 
 def get_head(path: ObjectPath, length: int) -> tuple[bytes, int]:
     """The first ``min(length, size)`` bytes of the object and its size, in one GET."""
-    data, _, size = _get(path, f"bytes=0-{length - 1}")
-    return data[:length], size
+    data, _, size = _get(path, (0, length))
+    return data, size
 
 
 def get_range(path: ObjectPath, start: int, length: int) -> bytes:
     """``length`` bytes from ``start`` (fewer at the object's end), in one GET."""
     if length <= 0:
         return b""
-    data, got, _ = _get(path, f"bytes={start}-{start + length - 1}")
-    return data[start - got:start - got + length] if got != start else data
+    return _get(path, (start, start + length))[0]
 
 
 class RangeFile(io.RawIOBase):

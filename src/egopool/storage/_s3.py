@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 
-__all__ = ["S3Settings", "s3_client", "s3_filesystem", "translate_s3_error"]
+__all__ = ["S3Settings", "s3_filesystem", "translate_s3_error"]
 
 _DEFAULT_CONNECT_TIMEOUT = 10.0
 _DEFAULT_REQUEST_TIMEOUT = 60.0
@@ -168,46 +168,13 @@ def s3_filesystem(settings: S3Settings) -> Any:
         return fs
 
 
-_clients: dict[S3Settings, Any] = {}
-
-
-def s3_client(settings: S3Settings) -> Any | None:
-    """The process's boto3 S3 client for ``settings`` (thread-safe, made on first use), or None without boto3.
-
-    pyarrow.fs opens every object with a HEAD; a boto3 GET with a ``Range`` header returns the bytes and the
-    object's size at once, so the readers use it for one-request reads when the ``s3`` extra is installed
-    (:mod:`egopool.storage._object_read`, docs/decisions.md O26). Same endpoint, keys, region, timeouts and
-    retries as :func:`s3_filesystem`.
-    """
-    with _lock:
-        if settings in _clients:
-            return _clients[settings]
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError:
-            _clients[settings] = None
-            return None
-        cfg = Config(connect_timeout=settings.connect_timeout, read_timeout=settings.request_timeout,
-                     retries={"max_attempts": settings.max_attempts, "mode": "standard"}, max_pool_connections=32)
-        try:
-            client = boto3.session.Session().client(
-                "s3", endpoint_url=f"{settings.scheme}://{settings.endpoint}" if settings.endpoint else None,
-                region_name=settings.region or "us-east-1", config=cfg, aws_access_key_id=settings.access_key,
-                aws_secret_access_key=settings.secret_key, aws_session_token=settings.session_token)
-        except Exception:  # noqa: BLE001 - a setting boto3 cannot use: the readers keep pyarrow.fs's path
-            client = None
-        _clients[settings] = client
-        return client
-
-
 _DENIED = re.compile(r"ACCESS_DENIED|AccessDenied|INVALID_ACCESS_KEY_ID|InvalidAccessKeyId|SIGNATURE_DOES_NOT_MATCH|"
                      r"SignatureDoesNotMatch|UNRECOGNIZED_CLIENT|MISSING_AUTHENTICATION_TOKEN|INVALID_CLIENT_TOKEN_ID|"
                      r"No response body\.?$|HTTP response code: 403|Forbidden")
 _NO_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|[Bb]ucket '[^']*' not found|does not exist")
 _TIMEOUT = re.compile(r"[Tt]imed? ?out|REQUEST_TIMEOUT|curlCode: 28")
 _UNREACHABLE = re.compile(r"NETWORK_CONNECTION|curlCode: (6|7|52|56)|Couldn't connect|Could not resolve|"
-                          r"Connection refused|Failed to connect|Could not connect")
+                          r"Connection refused|Failed to connect")
 
 
 def translate_s3_error(exc: BaseException, uri: str, settings: S3Settings, action: str = "cannot read") -> EgopoolError:
