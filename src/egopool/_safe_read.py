@@ -21,7 +21,7 @@ An object in a bucket (an :class:`~egopool.storage.ObjectPath`, ``s3://...``) ta
 checks through the store's own requests (docs/decisions.md O4): an object is always a "regular
 file" (a prefix is refused as a directory), its size comes from a HEAD, limits are checked
 before the GET, and a parquet is read through a random-access file (ranged GETs of the footer
-and of the columns asked for). With boto3 (the ``s3`` extra) a parquet or a video is opened with
+and of the columns asked for). With the ``s3`` extra (obstore) a parquet or a video is opened with
 no HEAD: one ranged GET returns its end (the footer; the whole of a small parquet) or its start
 (the whole of a small video) together with its size (docs/decisions.md O26). Failures of the store itself (no bucket, access denied, no answer
 in time) become an :class:`~egopool.errors.ObjectStoreError` naming the URI.
