@@ -475,7 +475,7 @@ def _direct_object_parquet(path: ObjectPath, what: str) -> Any:
 
 def _parquet_source(path: Path | ObjectPath, what: str) -> Any:
     """What pyarrow opens after :func:`check_parquet`: the local path as text, or the object's
-    random-access file (the same one the check read from, so no second HEAD; with boto3 no HEAD at all,
+    random-access file (the same one the check read from, so no second HEAD; with obstore no HEAD at all,
     :func:`_direct_object_parquet`)."""
     if isinstance(path, ObjectPath):
         from .storage import _object_read
