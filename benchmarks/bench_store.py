@@ -111,7 +111,7 @@ def _measure(tasks: dict[str, str], episodes: int, repeat: int, metrics_url: str
         figures: dict[str, Any] = {}
         ops = _ops(task, episodes)
         ops["open_task + one episode"]()  # warm: imports, connections (the build left the files in the page cache)
-        for name, fn in ops.items():
+        for name, fn in ops.items() if not delete else ():  # the delete run measures the delete alone
             times, req = [], {}
             for _ in range(repeat):
                 before = _counts(url)
