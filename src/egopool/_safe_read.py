@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import EgopoolError, FormatError
+from .errors import EgopoolError, FormatError, ObjectStoreError
 from .storage import ObjectPath, as_path
 
 _T = TypeVar("_T")
@@ -488,6 +488,8 @@ def _parquet_source(path: Path | ObjectPath, what: str) -> Any:
 
 
 def _parquet_error(exc: BaseException, path: Path | ObjectPath, what: str, hint: str | None) -> EgopoolError:
+    if isinstance(exc, ObjectStoreError):  # a ranged GET of a one-request read failed inside pyarrow (O26)
+        return exc
     if isinstance(path, ObjectPath) and isinstance(exc, OSError) and "AWS Error" in str(exc):
         return path._error(exc)  # the store failed, not the file: say which and how to fix it
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
