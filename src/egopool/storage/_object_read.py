@@ -22,10 +22,13 @@ path. Errors are those of the pyarrow path: ``FileNotFoundError`` for no object,
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EgopoolError
 from ._path import ObjectPath
+
+if TYPE_CHECKING:
+    from obstore import GetOptions, SuffixRange
 
 __all__ = ["FOOTER_READ", "RangeFile", "available", "get_head", "get_range", "get_tail"]
 
@@ -42,7 +45,7 @@ def available(path: ObjectPath) -> bool:
     return True
 
 
-def _get(path: ObjectPath, byte_range: dict[str, int] | tuple[int, int]) -> tuple[bytes, int, int]:
+def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int]) -> tuple[bytes, int, int]:
     """One GET of ``byte_range`` (obstore's ``{"suffix": n}`` or ``(start, stop)``): ``(bytes, offset of the
     first byte, size of the object)``.
 
@@ -58,8 +61,9 @@ def _get(path: ObjectPath, byte_range: dict[str, int] | tuple[int, int]) -> tupl
     from .s3_store import S3Store, _client
 
     client = _client(path.settings, path.bucket)
+    options: GetOptions = {"range": byte_range}
     try:
-        r = obstore.get(client, path.key, options={"range": byte_range})
+        r = obstore.get(client, path.key, options=options)
         data = bytes(r.bytes())
         return data, int(r.range[0]), int(r.meta["size"])
     except (FileNotFoundError, obstore.exceptions.NotFoundError) as exc:
