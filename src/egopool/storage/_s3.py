@@ -165,7 +165,23 @@ def s3_filesystem(settings: S3Settings) -> Any:
                 opts.update(access_key=settings.access_key, secret_key=settings.secret_key,
                             session_token=settings.session_token)
             fs = _cache[settings] = pafs.S3FileSystem(**{k: v for k, v in opts.items() if v is not None})
+            note_client_made()
         return fs
+
+
+
+_made = False
+
+
+def clients_made() -> bool:
+    """True once this process made a native S3 client (pyarrow.fs here, obstore in :mod:`.s3_store`)."""
+    return _made
+
+
+def note_client_made() -> None:
+    """Record that a native S3 client exists (:func:`clients_made`)."""
+    global _made
+    _made = True
 
 
 _DENIED = re.compile(r"ACCESS_DENIED|AccessDenied|INVALID_ACCESS_KEY_ID|InvalidAccessKeyId|SIGNATURE_DOES_NOT_MATCH|"

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._safe_read import MAX_JSON_BYTES
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._path import _split
 from ._s3 import _DENIED, _NO_BUCKET, S3Settings
+from .store import MAX_GET_BYTES as MAX_JSON_BYTES  # the readers' JSON limit (_safe_read imports storage)
 from .store import PreconditionFailed
 
 __all__ = ["Bucket", "Conflict", "ObjectInfo", "is_bucket_uri", "parse_bucket_uri"]

@@ -1,6 +1,6 @@
 """``DirectoryStore``: the :class:`~egopool.storage.store.Store` interface on a local directory.
 
-The file system gives the bucket's guarantees (docs/decisions.md O24):
+The file system gives the bucket's guarantees (docs/decisions.md O32):
 
 - every write goes to a dot-named temporary in the key's directory, is ``fsync``-ed, then placed with
   ``rename`` (``OVERWRITE``) or ``link`` (``CREATE``: fails when the name exists, atomically, across

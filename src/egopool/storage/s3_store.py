@@ -3,7 +3,7 @@
 Requests go through obstore (the Python binding of arrow-rs ``object_store``): conditional puts
 (``PutMode.CREATE`` is ``If-None-Match: *``, ``PutMode.UPDATE`` is ``If-Match: ETAG``), ranged and
 coalesced reads, listing, multipart puts of large files, user metadata (``x-amz-meta-sha256``). It
-answered 2-7x faster than boto3 per small request on SeaweedFS (docs/decisions.md O24,
+answered 2-7x faster than boto3 per small request on SeaweedFS (docs/decisions.md O32,
 benchmarks/bench_obstore.py). Bucket administration that object_store does not expose (create a
 bucket, list and abort incomplete multipart uploads) stays in :class:`~egopool.storage.bucket.Bucket`
 (boto3). A version is the object's ETag. Settings and timeouts are the readers'
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError
-from ._s3 import S3Settings, translate_s3_error
+from ._s3 import S3Settings, note_client_made, translate_s3_error
 from .store import MAX_GET_BYTES, ObjectMeta, PreconditionFailed, PutMode, Store, check_key, join_key
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def _client(settings: S3Settings, bucket: str) -> Any:
                 retry_config={"max_retries": max(0, settings.max_attempts - 1),
                               "retry_timeout": timedelta(seconds=settings.request_timeout * settings.max_attempts)})
             _clients[(settings, bucket)] = client
+            note_client_made()
         return client
 
 

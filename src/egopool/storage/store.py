@@ -3,7 +3,7 @@
 A store is a flat namespace of objects under a root: a local directory (:class:`DirectoryStore`)
 or an ``s3://bucket/prefix`` (:class:`S3Store`). Keys are ``/``-separated, relative to the root,
 never start with ``/`` and have no empty, ``.`` or ``..`` component. The operations are exactly
-what the format needs (file_format.md §1, §2, §9; docs/decisions.md O24):
+what the format needs (file_format.md §1, §2, §9; docs/decisions.md O32):
 
 - reads: :meth:`Store.get` (whole small object with its version), :meth:`Store.get_range`
   (ranged read), :meth:`Store.open_input` (a seekable binary reader), :meth:`Store.head`;

@@ -24,7 +24,7 @@ from .._safe_read import loads_json, read_parquet
 from ..codecs.decode_scan import StreamScan, scan_opened, scan_stream
 from ..codecs.depth import probe_depth
 from ..codecs.depth_png import png16_frame_paths
-from ..codecs.video import container_info, count_video_frames, open_media
+from ..codecs.video import container_info, count_opened_frames, open_media
 from ..errors import EgopoolError, ObjectStoreError
 from ..storage import TaskPath, store_failure
 from ..layout import EpisodeFiles
@@ -331,11 +331,11 @@ def _check_video(ctx: Context, g: EpisodeFiles[TaskPath], key: str, path: TaskPa
             depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
             if ctx.decode:
                 scan = scan_opened(container, path, _depth_stream_index(path) if depth else None)
+            else:
+                frames = count_opened_frames(container, path)
         if ctx.decode:
             frames = scan.packets
             _report_decoding(ctx, g, key, path, scan)
-        else:
-            frames = count_video_frames(path)
     except ObjectStoreError:
         raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:

@@ -1,0 +1,152 @@
+"""One-request reads of an object: a ranged GET returns the bytes and the object's size together (issue 24).
+
+pyarrow.fs opens an object with a HEAD (for its size) before any GET, so reading a small parquet cost a
+HEAD, a GET of its last 8 bytes, a GET of its footer and a GET of its columns, and opening a video a HEAD
+and a GET. A GET with a ``Range`` header answers with ``Content-Range: bytes A-B/SIZE``: one request gives
+the object's size and the bytes a reader needs first, so (docs/decisions.md O33):
+
+* a parquet is opened with one GET of its last :data:`FOOTER_READ` bytes (:func:`get_tail`): the whole
+  file when it is smaller (a ``meta/episodes`` row, a short episode's data), else the 8-byte tail and the
+  footer; the column chunks are then ranged GETs (:class:`RangeFile`), coalesced by pyarrow's
+  ``pre_buffer``;
+* a video is opened with one GET of its first :data:`~egopool.storage.READ_BUFFER` bytes
+  (:func:`get_head`): the whole file when it is smaller, else the first buffer of a reader whose refills
+  are ranged GETs.
+
+These go through obstore, the client of :class:`~egopool.storage.s3_store.S3Store` (the ``s3`` extra,
+docs/decisions.md O32). Without it :func:`available` is False and the readers keep pyarrow.fs's HEAD-then-GET
+path. Errors are those of the pyarrow path: ``FileNotFoundError`` for no object,
+:class:`~egopool.errors.ObjectStoreError` naming the URI and the fix for the store (``S3Store``'s translation).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EgopoolError
+from ._path import ObjectPath
+
+if TYPE_CHECKING:
+    from obstore import GetOptions, SuffixRange
+
+__all__ = ["FOOTER_READ", "RangeFile", "available", "get_head", "get_range", "get_tail"]
+
+#: Bytes of a parquet's end fetched by its first GET (pyarrow's own default footer read size).
+FOOTER_READ = 64 << 10
+
+
+def available(path: ObjectPath) -> bool:
+    """True when one-request reads are possible (obstore, the ``s3`` extra, is installed)."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int]) -> tuple[bytes, int, int]:
+    """One GET of ``byte_range`` (obstore's ``{"suffix": n}`` or ``(start, stop)``): ``(bytes, offset of the
+    first byte, size of the object)``.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such object.
+    ObjectStoreError
+        The store failed (the message names the URI and the fix).
+    """
+    import obstore
+
+    from .s3_store import S3Store, _client
+
+    client = _client(path.settings, path.bucket)
+    options: GetOptions = {"range": byte_range}
+    try:
+        r = obstore.get(client, path.key, options=options)
+        data = bytes(r.bytes())
+        return data, int(r.range[0]), int(r.meta["size"])
+    except (FileNotFoundError, obstore.exceptions.NotFoundError) as exc:
+        raise FileNotFoundError(2, "No such object", str(path)) from exc
+    except EgopoolError:
+        raise
+    except Exception as exc:  # obstore's errors: S3Store's one boundary
+        try:  # an empty object has no byte to return: a range of it is refused
+            if int(obstore.head(client, path.key)["size"]) == 0:
+                return b"", 0, 0
+        except Exception:  # noqa: BLE001 - the GET's own failure is the one to report
+            pass
+        raise S3Store(f"s3://{path.bucket}", settings=path.settings)._fail(exc, path.key, "GET") from exc
+
+
+def get_tail(path: ObjectPath, length: int) -> tuple[bytes, int]:
+    """The last ``min(length, size)`` bytes of the object and its size, in one GET (a suffix range)."""
+    data, _, size = _get(path, {"suffix": length})
+    return data, size
+
+
+def get_head(path: ObjectPath, length: int) -> tuple[bytes, int]:
+    """The first ``min(length, size)`` bytes of the object and its size, in one GET."""
+    data, _, size = _get(path, (0, length))
+    return data, size
+
+
+def get_range(path: ObjectPath, start: int, length: int) -> bytes:
+    """``length`` bytes from ``start`` (fewer at the object's end), in one GET."""
+    if length <= 0:
+        return b""
+    return _get(path, (start, start + length))[0]
+
+
+class RangeFile(io.RawIOBase):
+    """A seekable raw reader of an object of known ``size``: ``known`` (offset -> bytes, e.g. the first GET's
+    bytes) is served from memory, every other read is one ranged GET of what is asked for."""
+
+    def __init__(self, path: ObjectPath, size: int, known: dict[int, bytes] | None = None) -> None:
+        super().__init__()
+        self.path, self.size = path, size
+        self._known = dict(known or {})
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), max(0, self.size - self._pos))
+        if n == 0:
+            return 0
+        data = self._cached(self._pos, n)
+        if data is None:
+            data = get_range(self.path, self._pos, n)
+        view[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        """The rest of the object in one GET (``io.RawIOBase.readall`` would read it 8 KiB a request)."""
+        n = max(0, self.size - self._pos)
+        if n == 0:
+            return b""
+        data = self._cached(self._pos, n)
+        if data is None:
+            data = get_range(self.path, self._pos, n)
+        self._pos += len(data)
+        return data
+
+    def _cached(self, start: int, n: int) -> bytes | None:
+        for off, chunk in self._known.items():
+            if off <= start and start + n <= off + len(chunk):
+                return chunk[start - off:start - off + n]
+        return None
