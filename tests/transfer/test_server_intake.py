@@ -20,7 +20,7 @@ from transfer_helpers import write_task
 
 from egopool.registry import sha256_file
 from egopool.server.importer import Importer
-from egopool.server.store import Store
+from egopool.server.store import ServerStore as Store
 from egopool.transfer import pack_episodes
 
 
@@ -45,8 +45,8 @@ def test_each_published_file_is_fsynced_once_before_the_commit(tmp_path: Path, z
     store = Store(tmp_path / "store")
     _import(store, zips[0])
     synced: list[int] = []  # inodes of regular files fsynced, in order
-    commit_at: list[int] = []  # len(synced) when the meta/episodes row was renamed into place
-    real_fsync, real_rename = os.fsync, os.rename
+    commit_at: list[int] = []  # len(synced) when the meta/episodes row was linked into place (the commit)
+    real_fsync, real_link = os.fsync, os.link
 
     def fsync(fd: int) -> None:
         st = os.fstat(fd)
@@ -54,13 +54,13 @@ def test_each_published_file_is_fsynced_once_before_the_commit(tmp_path: Path, z
             synced.append(st.st_ino)
         real_fsync(fd)
 
-    def rename(src, dst, *a, **k) -> None:  # type: ignore[no-untyped-def]
+    def link(src, dst, *a, **k) -> None:  # type: ignore[no-untyped-def]  # a directory store's CREATE
         if str(dst).startswith(f"{store.root / 'pick' / 'meta' / 'episodes'}{os.sep}"):
             commit_at.append(len(synced))
-        real_rename(src, dst, *a, **k)
+        real_link(src, dst, *a, **k)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "link", link)
     result = _import(store, zips[1])
     monkeypatch.undo()
 

@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import EgopoolError, MetaUpdateError
 from ..meta.stats import StatsBlock
 from ..storage import PutMode, Store
-from .journal import journal_key
+from .journal import journal_key, remove
 from .task_meta import create_task_meta, merge_meta
 
 __all__ = ["Pause", "Publication", "Record", "finish", "publish_group"]
@@ -75,6 +75,8 @@ class Publication:
         ``info.json`` and ``tasks.jsonl`` of a task that does not exist yet.
     sha:
         Key -> sha256 of each object (a bucket records it with the object).
+    synced:
+        Local files already fsynced by the caller (a directory store does not sync them again).
     """
 
     task: str
@@ -88,6 +90,7 @@ class Publication:
     new_info: dict[str, Any] | None = None
     tasks_jsonl: bytes | None = None
     sha: dict[str, str] = field(default_factory=dict)
+    synced: frozenset[Path] = frozenset()
 
     @property
     def journal(self) -> str:
@@ -103,8 +106,8 @@ class _Slot:
     committed: bool = False
 
 
-def _put(store: Store, path: Path, key: str, sha: str | None) -> None:
-    store.put_file(key, path, mode=PutMode.CREATE, sha256=sha, move=True)
+def _put(store: Store, path: Path, key: str, sha: str | None, synced: bool = False) -> None:
+    store.put_file(key, path, mode=PutMode.CREATE, sha256=sha, move=True, synced=synced)
 
 
 def _settle(futures: Sequence[Future[Any]]) -> None:
@@ -117,8 +120,8 @@ def _undo(store: Store, slot: _Slot) -> None:
     and the next import into the task or the start-up sweep undoes it)."""
     with contextlib.suppress(EgopoolError, OSError):
         if not store.exists(slot.pub.row[1]):
-            store.delete(slot.placed)
-            store.delete([slot.pub.journal])
+            remove(store, slot.placed)
+            remove(store, [slot.pub.journal])
 
 
 def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: Record | None = None,
@@ -147,8 +150,8 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
                     _undo(store, s)
 
     try:
-        puts = {id(s): [(_POOL.submit(_put, store, path, key, s.pub.sha.get(key)), key) for path, key in s.pub.objects]
-                for s in slots}
+        puts = {id(s): [(_POOL.submit(_put, store, path, key, s.pub.sha.get(key), path in s.pub.synced), key)
+                        for path, key in s.pub.objects] for s in slots}
         _settle([f for fs in puts.values() for f, _ in fs])
         for s in slots:
             s.placed = [key for f, key in puts[id(s)] if f.exception() is None]
@@ -204,7 +207,7 @@ def _finish(store: Store, pubs: Sequence[Publication], pause: Pause,
     if db_error is not None:
         return db_error
     if problem is None:
-        store.delete([p.journal for p in pubs])
+        remove(store, [p.journal for p in pubs])
     return problem
 
 

@@ -21,14 +21,14 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import EgopoolError, FormatError
 from ..storage import PreconditionFailed, PutMode, Store
 
 __all__ = ["JOURNALS", "STALE_AFTER", "claim", "journal_doc", "journal_key", "journals", "json_bytes",
-           "new_owner_id", "read_journal", "task_hash"]
+           "new_owner_id", "read_journal", "remove", "task_hash"]
 
 JOURNALS = ".egopool-server/journals"
 #: a journal of another owner is treated as dead after this long (s): a publish takes seconds to minutes
@@ -87,9 +87,29 @@ def claim(store: Store, task: str, index: int, doc: Mapping[str, Any]) -> bool:
     except PreconditionFailed:
         return False
     if store.exists(str(doc["commit"])):  # N was published (and its journal deleted) before our claim
-        store.delete([key])
+        remove(store, [key])
         return False
     return True
+
+
+def remove(store: Store, keys: Sequence[str]) -> None:
+    """Delete ``keys``; in a directory store also the directories that left empty, up to the store's root (a
+    bucket has no empty "directories": a rolled-back publish leaves a directory store as a bucket, as before)."""
+    store.delete(keys)
+    from ..storage.directory_store import DirectoryStore
+
+    if not isinstance(store, DirectoryStore):
+        return
+    root = store.root
+    keep = {root, root / ".egopool-server", root / JOURNALS}
+    for d in sorted({p.parent for k in keys if (p := store.local_path(k)) is not None},
+                    key=lambda d: len(d.parts), reverse=True):
+        while d not in keep and root in d.parents:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+            d = d.parent
 
 
 def read_journal(store: Store, key: str) -> dict[str, Any] | None:

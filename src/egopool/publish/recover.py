@@ -15,6 +15,7 @@ from typing import Any
 
 from ..storage import Store
 from .commit import Publication, Record, declarations_of, finish
+from .journal import remove
 from .journal import STALE_AFTER, journals
 
 __all__ = ["publication_of", "recover"]
@@ -58,8 +59,8 @@ def recover(store: Store, owner: str, record: Record | None = None, *, task: str
                          (f" ({problem})" if problem else ""))
         else:
             keys = [str(k) for k in doc["files"] if isinstance(k, str) and k != doc["commit"]]
-            store.delete(keys)
-            store.delete([key])
+            remove(store, keys)
+            remove(store, [key])
             undone.update(keys)
             lines.append(f"{name}: rolled back the interrupted publish of episode {n} into {store.uri}")
     if task is None:

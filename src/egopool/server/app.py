@@ -65,9 +65,8 @@ from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
 from ..meta.info import read_info
 from ..storage.bucket import is_bucket_uri
-from .bucket_importer import open_bucket_store
-from .bucket_store import hide_state
-from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
+from ..storage.s3_store import S3Store
+from .catalog import episode_entries, episode_entry, episode_file, pending_rows, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
@@ -75,9 +74,9 @@ from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loop
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewConfig, PreviewWorker, describe
-from .publish import pending_rows, recover_journals
 from .receive import MultipartSpool
-from .store import Store
+from .legacy_journals import recover_legacy_journals
+from .store import ServerStore, hide_state
 from .tokens import Token, TokenStore
 from .workers import VerifyPool
 from .zipcheck import Limits, too_large
@@ -176,14 +175,13 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if is_bucket_uri(config.store):  # docs/decisions.md O10-O14
-            store, importer_cls = open_bucket_store(str(config.store), config.state, log)
+        bucket = is_bucket_uri(config.store)  # docs/decisions.md O10-O14, O26
+        store = ServerStore(config.store, state=config.state if bucket else None)
+        if bucket:
             state["bucket_state"] = store.state
-        else:
-            store, importer_cls = Store(config.store), Importer
-            store.acquire()
+        store.acquire()
         try:
-            for line in recover_journals(store) if store.bucket is None else []:
+            for line in [*recover_legacy_journals(store), *store.recover()]:  # the start-up sweep
                 log.warning(line)
             store.clean_scratch()
             n = store.db.interrupt_unfinished()
@@ -192,12 +190,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["store"] = store
             if config.verify_processes:
                 state["pool"] = VerifyPool(max(1, config.max_imports))
-            importer = importer_cls(store, on_conflict=config.on_conflict, limits=config.limits,
+            importer = Importer(store, on_conflict=config.on_conflict, limits=config.limits,
                                     pool=state.get("pool"), max_publishes=max(1, config.max_imports))
             state["importer"] = importer
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
             # publishes at a time: max_imports groups (the importer's bound), each of up to 4 waiting uploads (U18)
-            state["publishing"] = anyio.Semaphore(max(1, config.max_imports) * (4 if importer.group_commit else 1))
+            state["publishing"] = anyio.Semaphore(max(1, config.max_imports) * 4)
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
             state["previews"] = PreviewWorker(store, config.previews)
             state["previews"].start()
@@ -223,8 +221,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
-    def store_() -> Store:
-        return state["store"]  # type: ignore[no-any-return]
+    def store_() -> ServerStore:
+        store: ServerStore = state["store"]
+        return store
 
     # -- authentication ------------------------------------------------------------------------------
     def _bearer(request: Request) -> str | None:
@@ -237,7 +236,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         """403 for a request to a server without tokens whose ``Host`` is not loopback (DNS rebinding, U27)."""
         host = request.headers.get("host")
         if not loopback_host(host):
-            raise UploadRejectedError(403, "forbidden", f"a request for host {host[:100]!r}: a server without "
+            raise UploadRejectedError(403, "forbidden", f"a request for host {(host or '')[:100]!r}: a server without "
                                                         "tokens answers loopback names only",
                                       hint="open http://127.0.0.1:PORT/ or http://localhost:PORT/, or serve "
                                            "with --tokens")
@@ -356,7 +355,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
                 # a new task needs a token that may declare it (U15): said before the body is read (a bad name
                 # is 400 first); the publish checks again under the task lock
-                if tok is not None and not tok.can_declare(name) and not store.has_task(store.task_dir(name).name):
+                if tok is not None and not tok.can_declare(name) and not store.has_task(store.check_task(name)):
                     raise UploadRejectedError(403, "may_not_declare",
                                               f"task {name!r} does not exist on this server, and token {tok.id!r} "
                                               "may not create it (its first upload sets the fps, columns and streams "
@@ -563,11 +562,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
         require_read(request)
-        path = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
-        if isinstance(path, str):  # an object of a bucket store
-            return StreamingResponse(store_().bucket.stream(path), media_type="application/octet-stream",
+        key = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
+        objects = store_().objects
+        local = objects.local_path(key)
+        if local is not None:
+            return FileResponse(local, filename=local.name)
+        if isinstance(objects, S3Store):  # streamed from the bucket, never a local file (O13)
+            return StreamingResponse(objects.bucket.stream(key), media_type="application/octet-stream",
                                      headers={"Content-Disposition": f'attachment; filename="{rel.rsplit("/", 1)[-1]}"'})
-        return FileResponse(path, filename=path.name)
+        raise UploadRejectedError(500, "server_error", f"the store {objects.uri} cannot serve {rel!r}")
 
     @app.get("/api/v1/uploads")
     async def uploads_api(request: Request, limit: int = 50, task: str | None = None) -> dict[str, Any]:

@@ -99,7 +99,7 @@ class S3Store(Store):
                                if_match=version if mode is PutMode.UPDATE else None, sha256=sha256)
 
     def put_file(self, key: str, path: Path, *, mode: PutMode = PutMode.OVERWRITE, sha256: str | None = None,
-                 move: bool = False) -> str:
+                 move: bool = False, synced: bool = False) -> str:
         check_key(key)
         if mode is PutMode.UPDATE:
             raise ValueError("put_file takes CREATE or OVERWRITE; UPDATE is for put()")
