@@ -44,13 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import shutil
 import urllib.parse
 from functools import partial
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +70,14 @@ from .page import error_page, index_page, login_page
 from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
-from .previews import PreviewConfig, PreviewWorker, describe
+from .previews import PreviewWorker, describe
 from .receive import MultipartSpool
 from .legacy_journals import recover_legacy_journals
-from .store import ServerStore, hide_state
+from .config import ServerConfig, hide_paths, hide_state
+from .store import ServerStore
 from .tokens import Token, TokenStore
 from .workers import VerifyPool
-from .zipcheck import Limits, too_large
+from .zipcheck import too_large
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
 
@@ -87,67 +85,6 @@ log = logging.getLogger("egopool.server")
 _COOKIE = "egopool_token"
 _STATIC = Path(__file__).parent / "static"
 _WRITE_AT = 1 << 20  # write spooled file bytes in 1 MiB pieces, off the event loop
-
-
-@dataclass
-class ServerConfig:
-    """Settings of one server.
-
-    Attributes
-    ----------
-    store:
-        The store directory (tasks + ``.egopool-server/``), or ``s3://bucket/prefix`` (docs/decisions.md O10).
-    state:
-        A bucket store's local state directory (None: the per-user default).
-    tokens:
-        Tokens file, or None for no authentication (loopback only).
-    on_conflict:
-        ``"renumber"`` or ``"reject"`` (docs/decisions.md U2).
-    limits:
-        Request and zip limits.
-    max_imports:
-        Imports verified and published at the same time (the rest wait).
-    max_receiving:
-        Upload bodies received at the same time (the rest wait before their body is read).
-    verify_processes:
-        Verify uploads in ``max_imports`` worker processes (docs/decisions.md U14); False verifies in
-        the server process's threads.
-    previews:
-        The preview worker's settings (``enabled=False``: ``--no-previews``).
-    """
-
-    store: Path | str
-    tokens: Path | None = None
-    state: Path | None = None
-    on_conflict: str = "renumber"
-    limits: Limits = field(default_factory=Limits)
-    max_imports: int = 2
-    max_receiving: int = 32
-    verify_processes: bool = True
-    previews: PreviewConfig = field(default_factory=PreviewConfig)
-
-
-def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
-    """``text`` with every path of the server's disk replaced: a staged file by its task-relative
-    path, another file of the store by its store-relative path, the server's state directory,
-    the store itself and the tokens file by a word."""
-    roots = sorted({str(store.resolve()), os.path.abspath(store)}, key=len, reverse=True)
-
-    def repl(m: re.Match[str]) -> str:
-        rel = m.group(1) or ""
-        staged = re.match(r"/\.egopool-server/staging/[^/]+/[^/]+/(.*)", rel)
-        if staged:
-            return staged.group(1)
-        if rel.startswith("/.egopool-server"):
-            return "the upload" if rel.startswith("/.egopool-server/spool/") else "the server's state"
-        return rel.lstrip("/") or "the store"
-
-    for root in roots:
-        text = re.sub(re.escape(root) + r"(?![\w.-])(/[^\s'\"]*)?", repl, text)
-    if tokens is not None:
-        for t in {str(tokens.resolve()), os.path.abspath(tokens)}:
-            text = text.replace(t, "the tokens file")
-    return text
 
 
 def create_app(config: ServerConfig) -> FastAPI:

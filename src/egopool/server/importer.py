@@ -513,8 +513,7 @@ class Importer:
 
     def _imported(self, prep: _Prepared, zip_sha256: str, problem: str | None) -> ImportResult:
         """The answer for a published (committed) episode."""
-        e = EpisodeRow(**{k: prep.pub.episode[k] for k in EpisodeRow.__dataclass_fields__}) \
-            if prep.pub.episode is not None else None
+        e = EpisodeRow.from_dict(prep.pub.episode) if prep.pub.episode is not None else None
         if e is None:
             raise EgopoolError("a publication without its episode row")
         self._scanned[e.task] = max(self._scanned.get(e.task, 0), e.episode_index)

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import queue
-import re
 import shutil
 import threading
 import uuid
@@ -45,7 +44,7 @@ from ..storage.s3_store import S3Store
 from ..write.checks import check_task_name
 from .db import EpisodeRow, ServerDB
 
-__all__ = ["STATE_DIR", "ServerStore", "default_state_dir", "episode_row", "hide_state", "record_into"]
+__all__ = ["STATE_DIR", "ServerStore", "default_state_dir", "episode_row", "record_into"]
 
 STATE_DIR = server_imports.STATE_DIR
 
@@ -59,7 +58,7 @@ def default_state_dir(uri: str) -> Path:
 
 def episode_row(doc: dict[str, Any]) -> EpisodeRow:
     """The ``server.db`` row a journal's ``episode`` document holds (:meth:`EpisodeRow.to_dict`)."""
-    return EpisodeRow(**{k: doc[k] for k in EpisodeRow.__dataclass_fields__})
+    return EpisodeRow.from_dict(doc)
 
 
 def record_into(db: ServerDB) -> Any:
@@ -312,18 +311,3 @@ class ServerStore:
         """Finish or undo this server's interrupted publishes (and any older than 6 h) of ``task`` (None: every
         task): :func:`egopool.publish.recover`, recording into ``server.db``."""
         return recover(self.objects, self.owner, record_into(self.db), task=task)
-
-
-def hide_state(text: str, state: Path) -> str:
-    """``text`` with paths of a bucket store's local state directory replaced (docs/decisions.md U10): a staged
-    file by its task-relative path, a spool file by "the upload", anything else by "the server's state"."""
-    root = re.escape(str(state))
-
-    def repl(m: re.Match[str]) -> str:
-        rel = m.group(1) or ""
-        staged = re.match(r"/staging/[^/]+/[^/]+/(.*)", rel)
-        if staged:
-            return staged.group(1)
-        return "the upload" if rel.startswith("/spool/") else "the server's state"
-
-    return re.sub(root + r"(?![\w.-])(/[^\s'\"]*)?", repl, text)

@@ -29,7 +29,8 @@ from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_
 from ..meta.stats import StatsBlock, episode_stats_file, stats_columns
 from ..transfer.manifest import Manifest
 from ..validate import validate_task
-from .zipcheck import Limits, check_parquet_bounds, extract_verified, inspect_zip, open_video_bounded
+from .media_bounds import check_parquet_bounds, open_video_bounded
+from .zipcheck import Limits, extract_verified, inspect_zip
 
 __all__ = ["Verified", "check_slice", "client_host_id", "local", "verify_upload"]
 
