@@ -299,7 +299,7 @@ def search_episodes(db: ServerDB, q: EpisodeQuery, pending: Mapping[tuple[str, i
     """One page of the episodes matching ``q`` and the cursor of the next page (None on the last).
 
     ``pending``: episodes that committed a moment before their ``server.db`` row
-    (:func:`~egopool.server.publish.pending_rows`, read *before* this call), merged in so that the
+    (:func:`~egopool.server.catalog.pending_rows`, read *before* this call), merged in so that the
     search, like every reader, lists an episode from its commit on (docs/decisions.md U5).
 
     Each episode: ``task``, ``episode_index``, ``length`` (rows), ``streams``, ``validation``,

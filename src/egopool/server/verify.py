@@ -77,7 +77,7 @@ def _small_frames(container: Any) -> bool:
 def _sync_episode_files(staging: Path, layout: TaskLayout, n: int) -> frozenset[Path]:
     """fsync the staged videos (the extraction wrote them without syncing; published as they are, never
     rewritten). The data parquet and the row may still be rewritten with a new N under the lock:
-    :func:`~egopool.server.publish.publish_episode` syncs those. Returns the paths synced."""
+    :func:`egopool.publish.publish_group`'s put syncs those. Returns the paths synced."""
     c, f = layout.chunk_file(n)
     vdir = staging / "videos" / f"chunk-{c:03d}"
     paths = sorted(vdir.glob(f"*/episode-{f:03d}.*")) if vdir.is_dir() else []
