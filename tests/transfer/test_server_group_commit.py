@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +138,33 @@ def _db_episodes(store: Store) -> list[tuple[int, int, str]]:
     return [(r.episode_index, r.client_episode_index, r.episode_digest) for r in store.db.episodes(TASK).values()]
 
 
-def test_uploads_waiting_for_the_guard_are_published_as_one_group(tmp_path: Path, spies) -> None:
+@pytest.fixture(params=["directory", "bucket"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A server store in a directory, or in a fresh prefix of the test bucket with its state in tmp_path (O26:
+    one publish on both)."""
+    if request.param == "directory":
+        return Store(tmp_path / "store")
+    pytest.importorskip("boto3")
+    s3 = request.getfixturevalue("s3_server")
+    s3.create_bucket("pool")
+    return Store(f"s3://pool/{uuid.uuid4().hex[:10]}", state=tmp_path / "state")
+
+
+def _task_copy(store: Store, dest: Path) -> Path:
+    """The task as a local directory: the store's own (a directory store) or a download of its objects."""
+    if store.root is not None:
+        return store.root / TASK
+    for o in store.objects.list(f"{TASK}/"):
+        got = store.objects.get(o.key)
+        assert got is not None
+        (dest / o.key).parent.mkdir(parents=True, exist_ok=True)
+        (dest / o.key).write_bytes(got[0])
+    return dest / TASK
+
+
+def test_uploads_waiting_for_the_guard_are_published_as_one_group(tmp_path: Path, spies, any_store: Store) -> None:
     db_spy, merge_spy = spies
-    store = Store(tmp_path / "store")
+    store = any_store
     imp = Importer(store)
     first = _import(imp, _zip(tmp_path, "pc0", 0.0))  # creates the task (published alone)
     assert (first.status, first.episode_index) == ("imported", 1)
@@ -158,9 +183,9 @@ def test_uploads_waiting_for_the_guard_are_published_as_one_group(tmp_path: Path
     assert len(merge_spy.calls) == 1  # one info/stats merge for the group
     assert sorted(n for n, _, _ in merge_spy.calls[0][2]) == ns
 
-    task = store.root / TASK
+    task = _task_copy(store, tmp_path / "copy")
     assert [g.index for g in list_task_episodes(task)] == [1, *ns]
-    assert not _journals(store.root)
+    assert not list(store.objects.list(".egopool-server/journals/"))  # every journal gone
     assert not list((task / "meta").glob(".pending-*"))
     assert json.loads((task / "meta/info.json").read_text())["total_episodes"] == 7
     _stats_match(task)

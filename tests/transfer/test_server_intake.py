@@ -103,3 +103,32 @@ def test_a_tree_left_in_trash_by_a_killed_server_is_removed_at_start_up(tmp_path
     (left / "episode-000.mp4").write_bytes(b"x" * 1000)
     store.clean_scratch()
     assert not list(store.trash_dir.iterdir())
+
+
+def test_a_journal_of_a_server_before_issue_24_is_read_by_ls_and_undone_at_start_up(tmp_path: Path, zips) -> None:
+    """A directory store a killed pre-issue-24 server left: its journal ``journals/import-<hash>-<token>.json``
+    (task-relative files) still hides the uncommitted group from ``validate`` (U16) and is rolled back by the
+    start-up sweep, byte for byte (docs/decisions.md O26)."""
+    import json as _json
+
+    from egopool.meta.server_imports import journal_prefix, publishing
+    from egopool.server.legacy_journals import recover_legacy_journals
+    from egopool.validate import validate_task
+
+    store = Store(tmp_path / "store")
+    _import(store, zips[0])
+    task = store.root / "pick"
+    before = sorted(p.relative_to(task).as_posix() for p in task.rglob("*"))
+    placed = task / "data" / "chunk-000" / "episode-001.parquet"
+    placed.write_bytes((task / "data" / "chunk-000" / "episode-000.parquet").read_bytes())
+    journal = store.state / "journals" / f"{journal_prefix('pick')}0123456789ab.json"
+    journal.write_text(_json.dumps({"task": "pick", "index": 2, "new_task": False,
+                                    "files": ["data/chunk-000/episode-001.parquet",
+                                              "meta/episodes/chunk-000/episode-001.parquet"],
+                                    "commit": "meta/episodes/chunk-000/episode-001.parquet"}))
+    assert publishing(task) == {2: ["data/chunk-000/episode-001.parquet",
+                                    "meta/episodes/chunk-000/episode-001.parquet"]}
+    assert validate_task(task).ok  # the group the old journal names is being published, not damaged
+    assert recover_legacy_journals(store) == ["pick: rolled back the interrupted import of episode 2"]
+    assert not journal.exists() and not placed.exists()
+    assert sorted(p.relative_to(task).as_posix() for p in task.rglob("*")) == before

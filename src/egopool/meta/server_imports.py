@@ -2,9 +2,10 @@
 
 ``egopool serve`` keeps its state beside the tasks of its store, in ``<store>/.egopool-server/``
 (a dot directory: no reader lists it, file_format.md §11). Before it places an uploaded
-episode's files into ``<store>/<task>/`` it writes a publish journal
-``journals/import-<sha1 of the task name, 20 hex>-<token>.json`` naming the episode's N, every file
-it places and the commit object (the ``meta/episodes`` row, placed last). Until that row exists,
+episode's files into ``<store>/<task>/`` it creates a publish journal
+``journals/<sha1 of the task name, 20 hex>/<N, 9 digits>.json`` (docs/decisions.md O26; a server before
+issue 24 wrote ``journals/import-<sha1 of the task name, 20 hex>-<token>.json``: both are read) naming the
+episode's N, every file it places and the commit object (the ``meta/episodes`` row, placed last). Until that row exists,
 the episode's data parquet and videos are a file group without its row, which ``ls`` and
 ``validate`` run on the store directory would otherwise show as an incomplete episode (decision 5
 shows such groups on purpose: on a recorder's disk they are what a crash left). This module lets

@@ -134,8 +134,8 @@ def journals(store: Store, task: str | None = None) -> Iterator[tuple[str, dict[
     """``(key, document)`` of every readable journal of ``task`` (None: of every task), by key."""
     prefix = f"{JOURNALS}/{task_hash(task)}/" if task is not None else JOURNALS + "/"
     for o in store.list(prefix):
-        if not o.key.endswith(".json"):
-            continue
+        if not o.key.endswith(".json") or o.key[len(JOURNALS) + 1:].count("/") != 1:
+            continue  # <hash>/<N>.json only (a pre-issue-24 directory journal, journals/import-*.json, is not one)
         doc = read_journal(store, o.key)
         if doc is not None and (task is None or doc["task"] == task):
             yield o.key, doc
