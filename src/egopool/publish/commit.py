@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._atomic import fsync_file
 from ..errors import EgopoolError, MetaUpdateError
 from ..meta.stats import StatsBlock
 from ..storage import PutMode, Store
-from .journal import journal_key, remove
+from .journal import claim, journal_key, remove
 from .task_meta import create_task_meta, merge_meta
 
-__all__ = ["Pause", "Publication", "Record", "finish", "publish_group"]
+__all__ = ["Pause", "Publication", "Record", "claim_all", "finish", "publish_group"]
 
 #: ``pause(stage)``: the crash tests' fault-injection seam (``placed``, ``committed``).
 Pause = Callable[[str], None]
@@ -124,6 +125,24 @@ def _undo(store: Store, slot: _Slot) -> None:
             remove(store, [slot.pub.journal])
 
 
+def claim_all(store: Store, claims: Sequence[tuple[str, int, Mapping[str, Any]]]) -> list[bool]:
+    """:func:`~egopool.publish.journal.claim` of several ``(task, N, journal document)`` at once (one round of
+    puts: a directory's fsyncs commit together); True for each claim won.
+
+    Raises
+    ------
+    StorageError
+        The store failed (the first failure, after every claim has finished).
+    """
+    futures = [_POOL.submit(claim, store, task, n, doc) for task, n, doc in claims]
+    _settle(futures)
+    for f in futures:
+        exc = f.exception()
+        if exc is not None:
+            raise exc
+    return [bool(f.result()) for f in futures]
+
+
 def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: Record | None = None,
                   ) -> list[str | None | BaseException]:
     """Publish claimed episodes of one task together (module docstring). The episodes' N are distinct; at most
@@ -152,7 +171,11 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
     try:
         puts = {id(s): [(_POOL.submit(_put, store, path, key, s.pub.sha.get(key), path in s.pub.synced), key)
                         for path, key in s.pub.objects] for s in slots}
-        _settle([f for fs in puts.values() for f, _ in fs])
+        local = store.local_path(slots[0].pub.row[1]) is not None if slots else False
+        rows = [_POOL.submit(fsync_file, s.pub.row[0]) for s in slots] if local else []  # the commits' bytes too
+        _settle([f for fs in puts.values() for f, _ in fs] + rows)
+        if any(f.exception() is not None for f in rows):
+            local = False  # synced again by the commit's own put
         for s in slots:
             s.placed = [key for f, key in puts[id(s)] if f.exception() is None]
         for s in slots:
@@ -166,7 +189,7 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
                 continue
             try:
                 store.put_file(s.pub.row[1], s.pub.row[0], mode=PutMode.CREATE, sha256=s.pub.sha.get(s.pub.row[1]),
-                               move=True)  # this episode's commit point
+                               move=True, synced=local)  # this episode's commit point
                 s.committed = True
             except Exception as exc:
                 fail(s, exc)

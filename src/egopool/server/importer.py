@@ -45,7 +45,7 @@ from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.info import merge_info, new_info
 from ..meta.tasks import read_tasks
-from ..publish import JOURNALS, Publication, claim, committed_rows, journal_doc, publish_group, task_hash
+from ..publish import JOURNALS, Publication, claim_all, committed_rows, journal_doc, publish_group, task_hash
 from ..registry import sha256_file
 from ..transfer.manifest import Manifest
 from ..write.recovery import reclaim_stale
@@ -458,8 +458,9 @@ class Importer:
                     later = rest[pos + 1:]
                     break
             won: list[tuple[int, _Prepared]] = []
-            for i, prep in prepared:  # the claims (O12): each N's journal created, or the upload waits
-                if claim(store.objects, task, prep.pub.index, prep.doc):
+            claimed_ok = claim_all(store.objects, [(task, p.pub.index, p.doc) for _, p in prepared])
+            for (i, prep), ok in zip(prepared, claimed_ok, strict=True):  # the claims (O12): or the upload waits
+                if ok:
                     won.append((i, prep))
                 else:
                     later.insert(0, i)
