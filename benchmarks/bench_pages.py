@@ -43,7 +43,9 @@ def _fill(store: Path, task: str, n: int) -> None:
 
     from egopool import StreamSpec, TaskWriter, vector_column
     from egopool.server.db import EpisodeRow
-    from egopool.server.store import Store
+    from egopool.server import store as store_module
+
+    Store = getattr(store_module, "ServerStore", None) or store_module.Store  # issue 24 renamed it
 
     tw = TaskWriter(store, task, fps=30.0, registry=False)
     ep = tw.begin_episode([vector_column("observation.glove", [4])], [StreamSpec("ego", "rgb", 32, 24)],

@@ -40,8 +40,10 @@ def measure(uploads: int, threads: int, rounds: int, ops_helpers: Path) -> dict[
     sys.path.insert(0, str(ops_helpers))
     from ops_helpers import write_task
 
+    from egopool.server import store as store_module
     from egopool.server.importer import Importer
-    from egopool.server.store import Store
+
+    Store = getattr(store_module, "ServerStore", None) or store_module.Store  # issue 24 renamed it
     from egopool.transfer import pack_episodes
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_publish_"))

@@ -3,6 +3,8 @@ SeaweedFS bucket alike (issue 24; like zarr-python's StoreTests). Never a mock."
 
 from __future__ import annotations
 
+import os
+
 import json
 import threading
 import uuid
@@ -115,6 +117,22 @@ def test_put_file_and_staged(store: Store, tmp_path) -> None:
         raise RuntimeError("writer died")
     assert store.get("data/e.parquet") is None
     assert [m.key for m in store.list("data/")] == ["data/d.parquet"]
+
+
+def test_put_file_moves_a_synced_file_with_create(store: Store, tmp_path) -> None:
+    """``move=True, synced=True`` (the pooling server's publish: a file the caller fsynced): the object holds its
+    bytes, and a second CREATE of the key is refused with nothing changed."""
+    src = tmp_path / "staged.parquet"
+    src.write_bytes(b"rows" * 100)
+    with open(src, "rb") as f:
+        os.fsync(f.fileno())
+    store.put_file("data/chunk-000/episode-000.parquet", src, mode=PutMode.CREATE, move=True, synced=True)
+    assert store.get("data/chunk-000/episode-000.parquet")[0] == b"rows" * 100
+    other = tmp_path / "other.parquet"
+    other.write_bytes(b"other")
+    with pytest.raises(PreconditionFailed):
+        store.put_file("data/chunk-000/episode-000.parquet", other, mode=PutMode.CREATE, move=True, synced=True)
+    assert store.get("data/chunk-000/episode-000.parquet")[0] == b"rows" * 100
 
 
 def test_child_store(store: Store) -> None:

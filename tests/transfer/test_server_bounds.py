@@ -452,7 +452,8 @@ def test_a_small_dictionary_column_is_counted_exactly(tmp_path: Path) -> None:
     import numpy as np
 
     from egopool.errors import UploadRejectedError
-    from egopool.server.zipcheck import Limits, check_parquet_bounds
+    from egopool.server.media_bounds import check_parquet_bounds
+    from egopool.server.zipcheck import Limits
 
     values = pa.array([os.urandom(3000) for _ in range(300)], pa.binary())
     column = pa.DictionaryArray.from_arrays(pa.array(np.arange(10_000) % 300, pa.int32()), values)
@@ -556,7 +557,8 @@ def test_a_central_directory_of_a_million_members_is_413_before_zipfile_parses_i
 def test_a_footer_length_beyond_the_file_is_left_to_pyarrow(tmp_path: Path) -> None:
     """A truncated file whose last 8 bytes claim a 4 GiB footer is a broken parquet (422), not a 413."""
     from egopool.errors import UploadRejectedError
-    from egopool.server.zipcheck import Limits, check_parquet_bounds
+    from egopool.server.media_bounds import check_parquet_bounds
+    from egopool.server.zipcheck import Limits
 
     path = tmp_path / "staging" / "pick" / "data" / "chunk-000" / "episode-000.parquet"
     path.parent.mkdir(parents=True)

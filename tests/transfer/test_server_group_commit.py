@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,10 @@ from egopool.errors import UploadRejectedError
 from egopool.layout import list_task_episodes
 from egopool.meta.stats import recalc_stats
 from egopool.registry import sha256_file
-from egopool.server import publish as publish_mod
+from egopool.publish import commit as publish_mod
 from egopool.server.db import ServerDB
 from egopool.server.importer import Importer, ImportResult, Verified
-from egopool.server.store import Store
+from egopool.server.store import ServerStore as Store
 from egopool.transfer import pack_episodes
 from egopool.validate import validate_task
 
@@ -111,10 +112,16 @@ class _Spy:
 def spies(monkeypatch) -> tuple[_Spy, _Spy]:
     """The database transactions recording imported episodes, and the info/stats merges."""
     db_spy = _Spy(ServerDB.add_episodes_imported)
-    merge_spy = _Spy(publish_mod.merge_task_meta_many)
+    merge_spy = _Spy(publish_mod.merge_meta)
     monkeypatch.setattr(ServerDB, "add_episodes_imported", lambda self, rows: db_spy(self, rows))
-    monkeypatch.setattr(publish_mod, "merge_task_meta_many", merge_spy)
+    monkeypatch.setattr(publish_mod, "merge_meta", merge_spy)
     return db_spy, merge_spy
+
+
+def _journals(store: Path | None) -> list[Path]:
+    """The publish journals in a directory store (``.egopool-server/journals/<task hash>/<N>.json``)."""
+    assert store is not None
+    return sorted((store / ".egopool-server/journals").rglob("*.json"))
 
 
 def _stats_match(task: Path) -> None:
@@ -131,9 +138,33 @@ def _db_episodes(store: Store) -> list[tuple[int, int, str]]:
     return [(r.episode_index, r.client_episode_index, r.episode_digest) for r in store.db.episodes(TASK).values()]
 
 
-def test_uploads_waiting_for_the_guard_are_published_as_one_group(tmp_path: Path, spies) -> None:
+@pytest.fixture(params=["directory", "bucket"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A server store in a directory, or in a fresh prefix of the test bucket with its state in tmp_path (O26:
+    one publish on both)."""
+    if request.param == "directory":
+        return Store(tmp_path / "store")
+    pytest.importorskip("boto3")
+    s3 = request.getfixturevalue("s3_server")
+    s3.create_bucket("pool")
+    return Store(f"s3://pool/{uuid.uuid4().hex[:10]}", state=tmp_path / "state")
+
+
+def _task_copy(store: Store, dest: Path) -> Path:
+    """The task as a local directory: the store's own (a directory store) or a download of its objects."""
+    if store.root is not None:
+        return store.root / TASK
+    for o in store.objects.list(f"{TASK}/"):
+        got = store.objects.get(o.key)
+        assert got is not None
+        (dest / o.key).parent.mkdir(parents=True, exist_ok=True)
+        (dest / o.key).write_bytes(got[0])
+    return dest / TASK
+
+
+def test_uploads_waiting_for_the_guard_are_published_as_one_group(tmp_path: Path, spies, any_store: Store) -> None:
     db_spy, merge_spy = spies
-    store = Store(tmp_path / "store")
+    store = any_store
     imp = Importer(store)
     first = _import(imp, _zip(tmp_path, "pc0", 0.0))  # creates the task (published alone)
     assert (first.status, first.episode_index) == ("imported", 1)
@@ -150,11 +181,11 @@ def test_uploads_waiting_for_the_guard_are_published_as_one_group(tmp_path: Path
     assert len(db_spy.calls) == 1 and len(db_spy.calls[0][1]) == 6  # one database transaction for the group
     assert sorted(row.episode_index for row, _ in db_spy.calls[0][1]) == ns
     assert len(merge_spy.calls) == 1  # one info/stats merge for the group
-    assert sorted(n for n, _, _ in merge_spy.calls[0][1]) == ns
+    assert sorted(n for n, _, _ in merge_spy.calls[0][2]) == ns
 
-    task = store.root / TASK
+    task = _task_copy(store, tmp_path / "copy")
     assert [g.index for g in list_task_episodes(task)] == [1, *ns]
-    assert not list(store.journal_dir.iterdir())
+    assert not list(store.objects.list(".egopool-server/journals/"))  # every journal gone
     assert not list((task / "meta").glob(".pending-*"))
     assert json.loads((task / "meta/info.json").read_text())["total_episodes"] == 7
     _stats_match(task)
@@ -209,11 +240,11 @@ _KILL_BETWEEN_COMMITS = r"""
 import os, signal, sys, threading, time
 from pathlib import Path
 from egopool.server.importer import Importer
-from egopool.server.store import Store
+from egopool.server.store import ServerStore
 import errno
 import hashlib
 
-store = Store(Path(sys.argv[1]))
+store = ServerStore(Path(sys.argv[1]))
 imp = Importer(store)
 verified = []
 for z in sys.argv[2:]:
@@ -221,16 +252,16 @@ for z in sys.argv[2:]:
     verified.append((imp.verify(Path(z), task="pick", form_index=None, upload_id=uid),
                      hashlib.sha256(Path(z).read_bytes()).hexdigest()))
 rows = f"{store.root / 'pick' / 'meta' / 'episodes'}{os.sep}"
-real_rename, commits = os.rename, []
+real_link, commits = os.link, []
 
-def rename(src, dst, *a, **k):
+def link(src, dst, *a, **k):  # a directory store's CREATE: the row's link is the commit
     if str(dst).startswith(rows):
         if commits:  # the group's second commit: the server dies right before it
             os.kill(os.getpid(), signal.SIGKILL)
         commits.append(dst)
-    return real_rename(src, dst, *a, **k)
+    return real_link(src, dst, *a, **k)
 
-os.rename = rename
+os.link = link
 threads = [threading.Thread(target=lambda v=v: imp.publish(v[0], zip_sha256=v[1])) for v in verified]
 with store.task_guard("pick"):
     for t in threads:
@@ -257,7 +288,7 @@ def test_a_server_killed_between_two_commits_of_a_group_keeps_the_committed_one(
     proc = subprocess.run([sys.executable, "-c", _KILL_BETWEEN_COMMITS, str(store), *map(str, zips)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stdout + proc.stderr  # SIGKILLed mid-group
-    journals = list((store / ".egopool-server/journals").glob("import-*.json"))
+    journals = _journals(store)
     assert len(journals) == 3  # one journal per episode of the group
     mid = store_files(store)
     assert "pick/meta/episodes/chunk-000/episode-001.parquet" in mid  # N=2 committed
@@ -265,7 +296,7 @@ def test_a_server_killed_between_two_commits_of_a_group_keeps_the_committed_one(
     assert "pick/data/chunk-000/episode-002.parquet" in mid and "pick/data/chunk-000/episode-003.parquet" in mid
 
     with ServerProc(store) as srv:  # start-up recovery
-        assert not list((store / ".egopool-server/journals").glob("import-*.json"))
+        assert not _journals(store)
         after = store_files(store)
         assert [g.index for g in list_task_episodes(store / TASK)] == [1, 2]
         n2 = {k for k in after if "episode-001." in k and "/chunk-000/" in k}
@@ -292,21 +323,21 @@ def test_a_server_killed_between_two_commits_of_a_group_keeps_the_committed_one(
 
 def test_a_disk_fault_before_a_commit_rolls_back_that_episode_and_the_higher_ones(tmp_path: Path, spies,
                                                                                    monkeypatch) -> None:
-    """A full disk while N=3's pending declarations are written: N=3 and N=4 (uncommitted, above it) are
+    """A full disk while N=3's data parquet is put: N=3 and N=4 (uncommitted, above it) are
     rolled back and answered 507, N=2 is published — no N stays free below a published one (U2)."""
     db_spy, merge_spy = spies
     store = Store(tmp_path / "store")
     imp = Importer(store)
     _import(imp, _zip(tmp_path, "pc0", 0.0))
     before = store_files(store.root)
-    real_pending = publish_mod.write_pending
+    real_put = publish_mod._put
 
-    def write_pending(task_dir: Path, index: int, declarations: Any) -> None:
-        if index == 3:
+    def put(store: Any, path: Path, key: str, sha: Any, synced: bool = False) -> None:
+        if key == "pick/data/chunk-000/episode-002.parquet":  # N=3's data parquet
             raise OSError(errno.ENOSPC, "No space left on device")
-        real_pending(task_dir, index, declarations)
+        real_put(store, path, key, sha, synced)
 
-    monkeypatch.setattr(publish_mod, "write_pending", write_pending)
+    monkeypatch.setattr(publish_mod, "_put", put)
     db_spy.calls.clear()
     results = _publish_as_one_group(imp, [_verify(imp, _zip(tmp_path, f"pc{k}", 100.0 * k)) for k in (1, 2, 3)])
 
@@ -320,9 +351,9 @@ def test_a_disk_fault_before_a_commit_rolls_back_that_episode_and_the_higher_one
     assert {k for k in after if k not in before} == {"pick/data/chunk-000/episode-001.parquet",
                                                      "pick/meta/episodes/chunk-000/episode-001.parquet",
                                                      "pick/videos/chunk-000/cam/episode-001.mp4"}
-    assert not list(store.journal_dir.iterdir()) and not list((task / "meta").glob(".pending-*"))
+    assert not _journals(store.root) and not list((task / "meta").glob(".pending-*"))
     assert len(db_spy.calls) == 1 and [r.episode_index for r, _ in db_spy.calls[0][1]] == [2]
     assert json.loads((task / "meta/info.json").read_text())["total_episodes"] == 2
     _stats_match(task)
-    monkeypatch.setattr(publish_mod, "write_pending", real_pending)  # the disk has room again: N=3 is next
+    monkeypatch.setattr(publish_mod, "_put", real_put)  # the disk has room again: N=3 is next
     assert _import(imp, _zip(tmp_path, "pc4", 400.0)).episode_index == 3

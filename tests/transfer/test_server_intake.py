@@ -20,7 +20,7 @@ from transfer_helpers import write_task
 
 from egopool.registry import sha256_file
 from egopool.server.importer import Importer
-from egopool.server.store import Store
+from egopool.server.store import ServerStore as Store
 from egopool.transfer import pack_episodes
 
 
@@ -45,8 +45,8 @@ def test_each_published_file_is_fsynced_once_before_the_commit(tmp_path: Path, z
     store = Store(tmp_path / "store")
     _import(store, zips[0])
     synced: list[int] = []  # inodes of regular files fsynced, in order
-    commit_at: list[int] = []  # len(synced) when the meta/episodes row was renamed into place
-    real_fsync, real_rename = os.fsync, os.rename
+    commit_at: list[int] = []  # len(synced) when the meta/episodes row was linked into place (the commit)
+    real_fsync, real_link = os.fsync, os.link
 
     def fsync(fd: int) -> None:
         st = os.fstat(fd)
@@ -54,13 +54,13 @@ def test_each_published_file_is_fsynced_once_before_the_commit(tmp_path: Path, z
             synced.append(st.st_ino)
         real_fsync(fd)
 
-    def rename(src, dst, *a, **k) -> None:  # type: ignore[no-untyped-def]
+    def link(src, dst, *a, **k) -> None:  # type: ignore[no-untyped-def]  # a directory store's CREATE
         if str(dst).startswith(f"{store.root / 'pick' / 'meta' / 'episodes'}{os.sep}"):
             commit_at.append(len(synced))
-        real_rename(src, dst, *a, **k)
+        real_link(src, dst, *a, **k)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "link", link)
     result = _import(store, zips[1])
     monkeypatch.undo()
 
@@ -103,3 +103,32 @@ def test_a_tree_left_in_trash_by_a_killed_server_is_removed_at_start_up(tmp_path
     (left / "episode-000.mp4").write_bytes(b"x" * 1000)
     store.clean_scratch()
     assert not list(store.trash_dir.iterdir())
+
+
+def test_a_journal_of_a_server_before_issue_24_is_read_by_ls_and_undone_at_start_up(tmp_path: Path, zips) -> None:
+    """A directory store a killed pre-issue-24 server left: its journal ``journals/import-<hash>-<token>.json``
+    (task-relative files) still hides the uncommitted group from ``validate`` (U16) and is rolled back by the
+    start-up sweep, byte for byte (docs/decisions.md O26)."""
+    import json as _json
+
+    from egopool.meta.server_imports import journal_prefix, publishing
+    from egopool.server.legacy_journals import recover_legacy_journals
+    from egopool.validate import validate_task
+
+    store = Store(tmp_path / "store")
+    _import(store, zips[0])
+    task = store.root / "pick"
+    before = sorted(p.relative_to(task).as_posix() for p in task.rglob("*"))
+    placed = task / "data" / "chunk-000" / "episode-001.parquet"
+    placed.write_bytes((task / "data" / "chunk-000" / "episode-000.parquet").read_bytes())
+    journal = store.state / "journals" / f"{journal_prefix('pick')}0123456789ab.json"
+    journal.write_text(_json.dumps({"task": "pick", "index": 2, "new_task": False,
+                                    "files": ["data/chunk-000/episode-001.parquet",
+                                              "meta/episodes/chunk-000/episode-001.parquet"],
+                                    "commit": "meta/episodes/chunk-000/episode-001.parquet"}))
+    assert publishing(task) == {2: ["data/chunk-000/episode-001.parquet",
+                                    "meta/episodes/chunk-000/episode-001.parquet"]}
+    assert validate_task(task).ok  # the group the old journal names is being published, not damaged
+    assert recover_legacy_journals(store) == ["pick: rolled back the interrupted import of episode 2"]
+    assert not journal.exists() and not placed.exists()
+    assert sorted(p.relative_to(task).as_posix() for p in task.rglob("*")) == before

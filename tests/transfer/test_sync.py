@@ -237,7 +237,7 @@ def test_an_uncommitted_source_episode_is_named_not_copied(prefix: str, tmp_path
 
 def test_an_episode_another_writer_is_publishing_is_refused_with_the_fix(prefix: str, tmp_path: Path) -> None:
     """Another writer's live claim on N (its journal object): the outcome names the journal and says to sync again."""
-    from egopool.server.bucket_publish import journal_doc, journal_key
+    from egopool.publish import journal_doc, journal_key
 
     src = write_task(tmp_path / "pc", episodes=2)
     b = Bucket(prefix)

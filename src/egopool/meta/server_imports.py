@@ -2,9 +2,10 @@
 
 ``egopool serve`` keeps its state beside the tasks of its store, in ``<store>/.egopool-server/``
 (a dot directory: no reader lists it, file_format.md §11). Before it places an uploaded
-episode's files into ``<store>/<task>/`` it writes a publish journal
-``journals/import-<sha1 of the task name, 20 hex>-<token>.json`` naming the episode's N, every file
-it places and the commit object (the ``meta/episodes`` row, placed last). Until that row exists,
+episode's files into ``<store>/<task>/`` it creates a publish journal
+``journals/<sha1 of the task name, 20 hex>/<N, 9 digits>.json`` (docs/decisions.md O26; a server before
+issue 24 wrote ``journals/import-<sha1 of the task name, 20 hex>-<token>.json``: both are read) naming the
+episode's N, every file it places and the commit object (the ``meta/episodes`` row, placed last). Until that row exists,
 the episode's data parquet and videos are a file group without its row, which ``ls`` and
 ``validate`` run on the store directory would otherwise show as an incomplete episode (decision 5
 shows such groups on purpose: on a recorder's disk they are what a crash left). This module lets
@@ -60,7 +61,7 @@ def publishing(task_dir: TaskPathLike) -> dict[int, list[str]]:
     jdir = root.parent / STATE_DIR / "journals"
     if not jdir.is_dir():
         return {}
-    out: dict[int, list[str]] = {}
+    out = _publishing_by_n(root, jdir / _task_hash(root.name))
     for jp in sorted(jdir.glob(f"{journal_prefix(root.name)}*.json")):
         try:
             doc = read_json(jp, what="publish journal")
@@ -72,6 +73,29 @@ def publishing(task_dir: TaskPathLike) -> dict[int, list[str]]:
         commit = doc.get("commit") or (files[-1] if files else None)
         if isinstance(commit, str) and not (root / commit).is_file():
             out[int(doc["index"])] = files
+    return out
+
+
+def _task_hash(task: str) -> str:
+    return hashlib.sha1(task.encode("utf-8")).hexdigest()[:20]
+
+
+def _publishing_by_n(root: Path, hdir: Path) -> dict[int, list[str]]:
+    """:func:`publishing` from a directory store's journals of issue 24 on (``journals/<task hash>/<N>.json``,
+    the bucket's layout: ``files`` and ``commit`` relative to the store; docs/decisions.md O26)."""
+    out: dict[int, list[str]] = {}
+    cut = len(root.name) + 1
+    for jp in sorted(hdir.glob("*.json")) if hdir.is_dir() else []:
+        try:
+            doc = read_json(jp, what="publish journal")
+        except EgopoolError:
+            continue  # deleted meanwhile (finished or rolled back)
+        if not isinstance(doc, dict) or doc.get("task") != root.name or not isinstance(doc.get("index"), int):
+            continue
+        files = [f for f in doc.get("files") or [] if isinstance(f, str) and f.startswith(root.name + "/")]
+        commit = doc.get("commit")
+        if isinstance(commit, str) and commit.startswith(root.name + "/") and not (root.parent / commit).is_file():
+            out[int(doc["index"])] = [f[cut:] for f in files]
     return out
 
 

@@ -3,7 +3,7 @@
 The per-episode blocks are computed first (in-process or one Ray task per episode, each
 worker reading its episode's data parquet from the bucket: :func:`egopool.ops.stats_ops._blocks_of`).
 Then, in this order: GET ``stats.json`` (its ETag), LIST the committed rows, LIST the task's
-publish journals (:mod:`egopool.server.bucket_publish`). A journal means an episode whose
+publish journals (:mod:`egopool.publish.journal`). A journal means an episode whose
 ``stats.json`` merge may not have happened yet: the recalc waits and lists again (bounded),
 because its document would count that episode and the publisher's merge would count it a
 second time. Without journals every listed episode's merge is done (a journal is deleted after
@@ -24,9 +24,9 @@ from typing import Any
 from ..errors import OperationError
 from ..jobs.executor import Executor
 from ..meta.info import read_info
-from ..server.bucket_publish import JOURNALS, json_bytes, task_hash
-from ..storage import ObjectPath
-from ..storage.bucket import Bucket, Conflict
+from ..publish import JOURNALS, json_bytes, task_hash
+from ..storage import ObjectPath, PreconditionFailed, PutMode
+from ..storage.s3_store import S3Store
 from ._common import Progress
 from .stats_ops import (BlockDiff, StatsRecalcReport, _blocks_of, _document, _raise_unreadable, _reconcile,
                         compare_stats)
@@ -52,7 +52,7 @@ def recalc_bucket_stats(root: ObjectPath, *, dry_run: bool = False, progress: Pr
         The bucket cannot be reached.
     """
     store_uri, _, task = str(root).rstrip("/").rpartition("/")
-    bucket = Bucket(store_uri)
+    bucket = S3Store(store_uri)
     rel = f"{task}/meta/stats.json"
     info = read_info(root)
     per_episode = _blocks_of(root, info, executor, progress)
@@ -63,7 +63,7 @@ def recalc_bucket_stats(root: ObjectPath, *, dry_run: bool = False, progress: Pr
         if info_now.get("sensors") != info.get("sensors"):
             per_episode, info = {}, info_now
         per_episode = _reconcile(root, info_now, per_episode)  # LISTs the rows: episodes committed now
-        journals = bucket.list_objects(f"{JOURNALS}/{task_hash(task)}/")
+        journals = list(bucket.list(f"{JOURNALS}/{task_hash(task)}/"))
         if journals and not dry_run:
             busy = journals[0].key
             time.sleep(WAIT_S)
@@ -90,10 +90,10 @@ def recalc_bucket_stats(root: ObjectPath, *, dry_run: bool = False, progress: Pr
                 stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
                 backup = f"{task}/.egopool_backup/stats-recalc-{stamp}/meta/stats.json"
                 bucket.put(backup, got[0])
-                bucket.put(rel, json_bytes(fresh, indent=None), if_match=got[1])
+                bucket.put(rel, json_bytes(fresh, indent=None), mode=PutMode.UPDATE, version=got[1])
             else:
-                bucket.put(rel, json_bytes(fresh, indent=None), if_none_match=True)
-        except Conflict:
+                bucket.put(rel, json_bytes(fresh, indent=None), mode=PutMode.CREATE)
+        except PreconditionFailed:
             busy = "stats.json (changed by a publish meanwhile)"
             continue
         report.written = True

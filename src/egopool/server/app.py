@@ -44,13 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import shutil
 import urllib.parse
 from functools import partial
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,22 +62,22 @@ from ..errors import EgopoolError, UploadRejectedError
 from ..identity import CLIENT_KEY_HEADER
 from ..meta.info import read_info
 from ..storage.bucket import is_bucket_uri
-from .bucket_importer import open_bucket_store
-from .bucket_store import hide_state
-from .catalog import episode_entries, episode_entry, episode_file, task_detail, task_summaries
+from ..storage.s3_store import S3Store
+from .catalog import episode_entries, episode_entry, episode_file, pending_rows, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
 from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review
 from .search import episode_neighbours, parse_query, search_episodes
 from .summary import task_overview, task_totals
-from .previews import PreviewConfig, PreviewWorker, describe
-from .publish import pending_rows, recover_journals
+from .previews import PreviewWorker, describe
 from .receive import MultipartSpool
-from .store import Store
+from .legacy_journals import recover_legacy_journals
+from .config import ServerConfig, hide_paths, hide_state
+from .store import ServerStore
 from .tokens import Token, TokenStore
 from .workers import VerifyPool
-from .zipcheck import Limits, too_large
+from .zipcheck import too_large
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
 
@@ -88,67 +85,6 @@ log = logging.getLogger("egopool.server")
 _COOKIE = "egopool_token"
 _STATIC = Path(__file__).parent / "static"
 _WRITE_AT = 1 << 20  # write spooled file bytes in 1 MiB pieces, off the event loop
-
-
-@dataclass
-class ServerConfig:
-    """Settings of one server.
-
-    Attributes
-    ----------
-    store:
-        The store directory (tasks + ``.egopool-server/``), or ``s3://bucket/prefix`` (docs/decisions.md O10).
-    state:
-        A bucket store's local state directory (None: the per-user default).
-    tokens:
-        Tokens file, or None for no authentication (loopback only).
-    on_conflict:
-        ``"renumber"`` or ``"reject"`` (docs/decisions.md U2).
-    limits:
-        Request and zip limits.
-    max_imports:
-        Imports verified and published at the same time (the rest wait).
-    max_receiving:
-        Upload bodies received at the same time (the rest wait before their body is read).
-    verify_processes:
-        Verify uploads in ``max_imports`` worker processes (docs/decisions.md U14); False verifies in
-        the server process's threads.
-    previews:
-        The preview worker's settings (``enabled=False``: ``--no-previews``).
-    """
-
-    store: Path | str
-    tokens: Path | None = None
-    state: Path | None = None
-    on_conflict: str = "renumber"
-    limits: Limits = field(default_factory=Limits)
-    max_imports: int = 2
-    max_receiving: int = 32
-    verify_processes: bool = True
-    previews: PreviewConfig = field(default_factory=PreviewConfig)
-
-
-def hide_paths(text: str, store: Path, tokens: Path | None = None) -> str:
-    """``text`` with every path of the server's disk replaced: a staged file by its task-relative
-    path, another file of the store by its store-relative path, the server's state directory,
-    the store itself and the tokens file by a word."""
-    roots = sorted({str(store.resolve()), os.path.abspath(store)}, key=len, reverse=True)
-
-    def repl(m: re.Match[str]) -> str:
-        rel = m.group(1) or ""
-        staged = re.match(r"/\.egopool-server/staging/[^/]+/[^/]+/(.*)", rel)
-        if staged:
-            return staged.group(1)
-        if rel.startswith("/.egopool-server"):
-            return "the upload" if rel.startswith("/.egopool-server/spool/") else "the server's state"
-        return rel.lstrip("/") or "the store"
-
-    for root in roots:
-        text = re.sub(re.escape(root) + r"(?![\w.-])(/[^\s'\"]*)?", repl, text)
-    if tokens is not None:
-        for t in {str(tokens.resolve()), os.path.abspath(tokens)}:
-            text = text.replace(t, "the tokens file")
-    return text
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -176,14 +112,13 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if is_bucket_uri(config.store):  # docs/decisions.md O10-O14
-            store, importer_cls = open_bucket_store(str(config.store), config.state, log)
+        bucket = is_bucket_uri(config.store)  # docs/decisions.md O10-O14, O26
+        store = ServerStore(config.store, state=config.state if bucket else None)
+        if bucket:
             state["bucket_state"] = store.state
-        else:
-            store, importer_cls = Store(config.store), Importer
-            store.acquire()
+        store.acquire()
         try:
-            for line in recover_journals(store) if store.bucket is None else []:
+            for line in [*recover_legacy_journals(store), *store.recover()]:  # the start-up sweep
                 log.warning(line)
             store.clean_scratch()
             n = store.db.interrupt_unfinished()
@@ -192,12 +127,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             state["store"] = store
             if config.verify_processes:
                 state["pool"] = VerifyPool(max(1, config.max_imports))
-            importer = importer_cls(store, on_conflict=config.on_conflict, limits=config.limits,
+            importer = Importer(store, on_conflict=config.on_conflict, limits=config.limits,
                                     pool=state.get("pool"), max_publishes=max(1, config.max_imports))
             state["importer"] = importer
             state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
             # publishes at a time: max_imports groups (the importer's bound), each of up to 4 waiting uploads (U18)
-            state["publishing"] = anyio.Semaphore(max(1, config.max_imports) * (4 if importer.group_commit else 1))
+            state["publishing"] = anyio.Semaphore(max(1, config.max_imports) * 4)
             state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
             state["previews"] = PreviewWorker(store, config.previews)
             state["previews"].start()
@@ -223,8 +158,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
-    def store_() -> Store:
-        return state["store"]  # type: ignore[no-any-return]
+    def store_() -> ServerStore:
+        store: ServerStore = state["store"]
+        return store
 
     # -- authentication ------------------------------------------------------------------------------
     def _bearer(request: Request) -> str | None:
@@ -237,7 +173,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         """403 for a request to a server without tokens whose ``Host`` is not loopback (DNS rebinding, U27)."""
         host = request.headers.get("host")
         if not loopback_host(host):
-            raise UploadRejectedError(403, "forbidden", f"a request for host {host[:100]!r}: a server without "
+            raise UploadRejectedError(403, "forbidden", f"a request for host {(host or '')[:100]!r}: a server without "
                                                         "tokens answers loopback names only",
                                       hint="open http://127.0.0.1:PORT/ or http://localhost:PORT/, or serve "
                                            "with --tokens")
@@ -356,7 +292,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                     raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} may not upload to task {name!r}")
                 # a new task needs a token that may declare it (U15): said before the body is read (a bad name
                 # is 400 first); the publish checks again under the task lock
-                if tok is not None and not tok.can_declare(name) and not store.has_task(store.task_dir(name).name):
+                if tok is not None and not tok.can_declare(name) and not store.has_task(store.check_task(name)):
                     raise UploadRejectedError(403, "may_not_declare",
                                               f"task {name!r} does not exist on this server, and token {tok.id!r} "
                                               "may not create it (its first upload sets the fps, columns and streams "
@@ -563,11 +499,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/v1/tasks/{task}/episodes/{index}/files/{rel:path}")
     async def episode_file_api(task: str, index: int, rel: str, request: Request) -> Response:
         require_read(request)
-        path = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
-        if isinstance(path, str):  # an object of a bucket store
-            return StreamingResponse(store_().bucket.stream(path), media_type="application/octet-stream",
+        key = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
+        objects = store_().objects
+        local = objects.local_path(key)
+        if local is not None:
+            return FileResponse(local, filename=local.name)
+        if isinstance(objects, S3Store):  # streamed from the bucket, never a local file (O13)
+            return StreamingResponse(objects.bucket.stream(key), media_type="application/octet-stream",
                                      headers={"Content-Disposition": f'attachment; filename="{rel.rsplit("/", 1)[-1]}"'})
-        return FileResponse(path, filename=path.name)
+        raise UploadRejectedError(500, "server_error", f"the store {objects.uri} cannot serve {rel!r}")
 
     @app.get("/api/v1/uploads")
     async def uploads_api(request: Request, limit: int = 50, task: str | None = None) -> dict[str, Any]:

@@ -42,17 +42,17 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import RegistryError
+from .db_rows import UPLOAD_FIELDS as _UPLOAD_FIELDS
+from .db_rows import VERDICTS, EpisodeRow, PreviewRow, ReviewRow, UploadRow
 
 __all__ = ["QUALITY_COLUMNS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "ServerDB", "UploadRow"]
 
 _SCHEMA_VERSION = 4
 #: verdict -> the review state it leaves (docs/decisions.md Q10).
-VERDICTS = {"accept": "accepted", "reject": "rejected", "flag": "flagged"}
 #: Quality facts stored as columns of ``quality`` (filterable in SQL); every fact is in its ``facts`` JSON.
 QUALITY_COLUMNS = ("duration_s", "rows", "size_bytes", "idle_fraction", "idle_frames", "gap_total", "drop_total",
                    "validation_errors", "validation_warnings", "blur_outliers", "exposure_outliers")
@@ -174,149 +174,6 @@ def _curation_tables(con: sqlite3.Connection) -> None:
 
 #: version -> the step that brings a file of that version to the next one.
 _MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only}
-
-
-@dataclass(frozen=True)
-class PreviewRow:
-    """The previews of one episode (``previews`` row).
-
-    Attributes
-    ----------
-    task, episode_index:
-        Server task and N.
-    state:
-        ``"pending"`` (queued or being built), ``"ready"`` or ``"failed"``.
-    error:
-        One line: why the last build failed (None unless failed); no path of the server's disk.
-    attempts:
-        Builds tried since it was last queued.
-    updated_at:
-        Unix s.
-    manifest:
-        ``{"streams": [...], "signals": name|None}`` of the last build (None before one finished).
-    """
-
-    task: str
-    episode_index: int
-    state: str
-    error: str | None
-    attempts: int
-    updated_at: float
-    manifest: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class EpisodeRow:
-    """One pooled episode (``episodes`` row).
-
-    Attributes
-    ----------
-    task, episode_index:
-        Server task and server N.
-    client_host_id, client_hostname, client_episode_index:
-        Where it came from: the client's identity and its own N.
-    episode_digest:
-        sha256 over the recorded files (:func:`egopool.transfer.manifest.episode_digest`).
-    upload_id, token_id:
-        The upload that brought it and the token it used.
-    imported_at:
-        Unix s.
-    length:
-        Data rows.
-    streams:
-        image_keys of its videos.
-    validation:
-        ``{"ok": bool, "errors": int, "warnings": int}`` of the uploaded slice.
-    """
-
-    task: str
-    episode_index: int
-    client_host_id: str
-    client_hostname: str
-    client_episode_index: int
-    episode_digest: str
-    upload_id: int
-    token_id: str | None
-    imported_at: float
-    length: int
-    streams: list[str]
-    validation: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"task": self.task, "episode_index": self.episode_index, "client_host_id": self.client_host_id,
-                "client_hostname": self.client_hostname, "client_episode_index": self.client_episode_index,
-                "episode_digest": self.episode_digest, "upload_id": self.upload_id, "token_id": self.token_id,
-                "imported_at": self.imported_at, "length": self.length, "streams": self.streams,
-                "validation": self.validation}
-
-
-@dataclass(frozen=True)
-class UploadRow:
-    """One upload request (``uploads`` row); fields as in the table."""
-
-    id: int
-    received_at: float
-    finished_at: float | None
-    token_id: str | None
-    client_addr: str | None
-    task: str | None
-    form_episode_index: int | None
-    client_host_id: str | None
-    client_hostname: str | None
-    client_episode_index: int | None
-    server_episode_index: int | None
-    bytes: int | None
-    zip_sha256: str | None
-    outcome: str
-    status: int | None
-    reason: str | None
-    message: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return dict(self.__dict__)
-
-
-_UPLOAD_FIELDS = tuple(UploadRow.__dataclass_fields__)
-
-
-@dataclass(frozen=True)
-class ReviewRow:
-    """One verdict (``reviews`` row).
-
-    Attributes
-    ----------
-    id:
-        Ascending in time.
-    task, episode_index:
-        The episode (server N).
-    verdict:
-        ``accept``, ``reject`` or ``flag``.
-    reason:
-        Free text ("" allowed for accept only).
-    token_id:
-        The reviewer's token id (None on a server without tokens).
-    at:
-        Unix s.
-    """
-
-    id: int
-    task: str
-    episode_index: int
-    verdict: str
-    reason: str
-    token_id: str | None
-    at: float
-
-    @property
-    def state(self) -> str:
-        """``accepted``, ``rejected`` or ``flagged``."""
-        return VERDICTS[self.verdict]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (with ``state``)."""
-        return {**self.__dict__, "state": self.state}
 
 
 class ServerDB:
@@ -525,7 +382,7 @@ class ServerDB:
 
     def previews(self, task: str | None = None, state: str | None = None) -> list[PreviewRow]:
         """Preview rows, by task and N; only ``task`` / ``state`` when given."""
-        q, args = "SELECT * FROM previews WHERE 1 = 1", []
+        q, args = "SELECT * FROM previews WHERE 1 = 1", list[str]()
         if task is not None:
             q, args = q + " AND task = ?", [*args, task]
         if state is not None:
@@ -574,7 +431,8 @@ class ServerDB:
         ValueError
             An unknown fact or operator.
         """
-        where, args = ["1 = 1"], []
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []  # SQL parameters: task names, fact values, N
         if task is not None:
             where.append("task = ?")
             args.append(task)

@@ -96,7 +96,7 @@ class GroupQueue(Generic[T]):
             outcomes = [exc] * len(taken)
         finally:
             with self._cv:
-                for e, out in zip(taken, outcomes):
+                for e, out in zip(taken, outcomes, strict=True):
                     e.outcome, e.done = out, True
                 if queue:
                     queue[0].lead = True

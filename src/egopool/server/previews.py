@@ -44,8 +44,7 @@ from ..curation.build import PreviewJob, PreviewResult, preview_unit
 from ..curation.quality import QualityParams
 from ..errors import EgopoolError
 from ..layout import list_task_episodes
-from ..storage import as_path
-from .store import Store
+from .store import ServerStore
 
 if TYPE_CHECKING:
     from ..jobs.executor import Executor
@@ -103,7 +102,7 @@ class PreviewWorker:
         From :meth:`start` when the preview directory cannot be created.
     """
 
-    def __init__(self, store: Store, config: PreviewConfig | None = None) -> None:
+    def __init__(self, store: ServerStore, config: PreviewConfig | None = None) -> None:
         self.store = store
         self.config = config or PreviewConfig()
         self.root = Path(self.config.root) if self.config.root is not None else store.state / "previews"
@@ -119,8 +118,7 @@ class PreviewWorker:
     def task_location(self, task: str) -> Any:
         """Where the pooled task is read from: ``<store>/<task>`` (a Path), or the ``s3://.../<task>``
         ObjectPath of a bucket store (docs/decisions.md Q1: previews stay local, the task is read in place)."""
-        uri = getattr(self.store, "uri", None)
-        return as_path(f"{uri.rstrip('/')}/{task}") if isinstance(uri, str) else self.store.root / task
+        return self.store.task_location(task)
 
     _task_path = task_location
 
@@ -217,7 +215,8 @@ class PreviewWorker:
 
     def _clean(self, text: str) -> str:
         """An error line without the server's paths (the answer must never name one)."""
-        roots = ((str(self.root), "previews"), (os.path.abspath(self.store.root), ""), (str(self.store.root), ""))
+        stores = [str(self.store.root)] if self.store.root is not None else []
+        roots = [(str(self.root), "previews"), *[(r, "") for r in stores], (str(self.store.state), "")]
         for root, word in roots:
             text = text.replace(root + os.sep, word + ("/" if word else ""))
             text = text.replace(root, word or "the store")

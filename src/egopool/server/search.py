@@ -253,7 +253,7 @@ def _row(r: tuple[Any, ...]) -> dict[str, Any]:
     computed = r[16] is not None or r[17] is not None
     return {"task": r[0], "episode_index": r[1], "length": r[8], "streams": json.loads(r[9]),
             "validation": json.loads(r[10]), "review": review, "duration_s": r[16], "size_bytes": r[17],
-            "quality": dict(zip(_SUMMARY, r[18:23])) if computed else None,
+            "quality": dict(zip(_SUMMARY, r[18:23], strict=True)) if computed else None,
             "preview_state": r[23], "thumbnail": thumbnail_url(r[0], r[1], r[23], r[24]),
             "uploaded_by": {"client_host_id": r[2], "client_hostname": r[3], "client_episode_index": r[4],
                             "upload_id": r[5], "token_id": r[6], "imported_at": r[7]}}
@@ -263,13 +263,26 @@ def _pending_matches(row: EpisodeRow, q: EpisodeQuery) -> bool:
     """``q``'s filters on an episode that committed but has no ``server.db`` row yet: no verdict, no
     quality facts (so a quality filter never matches, as for a NULL fact)."""
     for name, value in q.filters.items():
-        ok = {"task": lambda: row.task == value, "host": lambda: row.client_hostname == value,
-              "since": lambda: row.imported_at >= value, "until": lambda: row.imported_at < value,
-              "validation": lambda: bool(row.validation.get("ok")) == (value == "passed"),
-              "review": lambda: value == "unreviewed"}.get(name, lambda: False)()
-        if not ok:
+        if not _pending_filter(row, name, value):
             return False
     return q.after is None or (row.task, row.episode_index) > q.after
+
+
+def _pending_filter(row: EpisodeRow, name: str, value: Any) -> bool:
+    """One filter of :func:`_pending_matches` (an unknown one, e.g. a quality fact, never matches)."""
+    if name == "task":
+        return bool(row.task == value)
+    if name == "host":
+        return bool(row.client_hostname == value)
+    if name == "since":
+        return bool(row.imported_at >= value)
+    if name == "until":
+        return bool(row.imported_at < value)
+    if name == "validation":
+        return bool(row.validation.get("ok")) == (value == "passed")
+    if name == "review":
+        return bool(value == "unreviewed")
+    return False
 
 
 def _pending_dict(r: EpisodeRow) -> dict[str, Any]:
@@ -286,7 +299,7 @@ def search_episodes(db: ServerDB, q: EpisodeQuery, pending: Mapping[tuple[str, i
     """One page of the episodes matching ``q`` and the cursor of the next page (None on the last).
 
     ``pending``: episodes that committed a moment before their ``server.db`` row
-    (:func:`~egopool.server.publish.pending_rows`, read *before* this call), merged in so that the
+    (:func:`~egopool.server.catalog.pending_rows`, read *before* this call), merged in so that the
     search, like every reader, lists an episode from its commit on (docs/decisions.md U5).
 
     Each episode: ``task``, ``episode_index``, ``length`` (rows), ``streams``, ``validation``,

@@ -10,15 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import EgopoolError
-from ..meta.info import read_info
 from .db import VERDICTS, ServerDB
 from .search import thumbnail_url
-from .store import Store
+from .store import ServerStore
 
 __all__ = ["task_overview", "task_totals"]
 
 
-def task_overview(store: Store) -> list[dict[str, Any]]:
+def task_overview(store: ServerStore) -> list[dict[str, Any]]:
     """The index's tasks without walking a task directory: ``name``, ``fps``, ``streams`` and
     ``total_episodes`` from ``info.json`` (or ``error``: why it does not read), ``last_upload_at``
     (unix s of the last imported upload, None when none; an index of ``server.db``), plus the
@@ -35,7 +34,7 @@ def task_overview(store: Store) -> list[dict[str, Any]]:
         last = store.db.select("SELECT MAX(finished_at) FROM uploads WHERE task = ? AND outcome = 'imported'",
                                (name,))[0][0]
         try:
-            info = read_info(store.root / name)
+            info = store.task_info(name) or {}
         except EgopoolError as exc:
             out.append({"name": name, "error": exc.one_line(), "totals": totals.get(name), "last_upload_at": last})
             continue

@@ -187,15 +187,16 @@ class DirectoryStore(Store):
             tmp.unlink(missing_ok=True)
 
     def put_file(self, key: str, path: Path, *, mode: PutMode = PutMode.OVERWRITE, sha256: str | None = None,
-                 move: bool = False) -> str:
+                 move: bool = False, synced: bool = False) -> str:
         if mode is PutMode.UPDATE:
             raise ValueError("put_file takes CREATE or OVERWRITE; UPDATE is for put()")
         final = self._path(key)
         final.parent.mkdir(parents=True, exist_ok=True)
         src = Path(path)
         if move and os.stat(src).st_dev == os.stat(final.parent).st_dev:
-            with open(src, "rb") as f:
-                os.fsync(f.fileno())
+            if not synced:
+                with open(src, "rb") as f:
+                    os.fsync(f.fileno())
             return self._place(src, final, key, mode, None)
         fd, tmp = self._temp(final.parent)
         try:

@@ -286,7 +286,7 @@ class S3Store(Store):
         return str(r["e_tag"])
 
     def put_file(self, key: str, path: Path, *, mode: PutMode = PutMode.OVERWRITE, sha256: str | None = None,
-                 move: bool = False) -> str:
+                 move: bool = False, synced: bool = False) -> str:
         if mode is PutMode.UPDATE:
             raise ValueError("put_file takes CREATE or OVERWRITE; UPDATE is for put()")
         check_key(key)

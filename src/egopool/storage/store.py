@@ -201,11 +201,13 @@ class Store(ABC):
 
     @abstractmethod
     def put_file(self, key: str, path: Path, *, mode: PutMode = PutMode.OVERWRITE, sha256: str | None = None,
-                 move: bool = False) -> str:
+                 move: bool = False, synced: bool = False) -> str:
         """Write local file ``path`` as object ``key`` atomically (``CREATE`` or ``OVERWRITE``); returns its version.
 
         ``move=True`` lets a directory store rename ``path`` into place when it is on the same file system
         (the file is consumed); a bucket uploads it (multipart above 64 MiB, invisible until complete).
+        ``synced=True``: the caller has fsynced ``path`` already, so a directory store moving it does not
+        again (the pooling server syncs an upload's videos while they are validated, docs/decisions.md U13).
 
         Raises
         ------

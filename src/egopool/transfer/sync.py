@@ -9,7 +9,7 @@ An episode is its files (file_format.md §2): the videos, the data parquet and t
   the two places name one episode alike);
 - otherwise **copied**, with the destination's commit order: every file first, verified by
   sha256 after it is written, the row last. Into a bucket N is claimed first
-  (:func:`egopool.server.bucket_publish.claim`) exactly as the pooling server does, so a
+  (:func:`egopool.publish.claim`) exactly as the pooling server does, so a
   server publishing into the same task and a sync never share an N; into a directory the
   work runs under the task lock (DESIGN §5) and files go to a temporary name, then renamed.
 
@@ -18,7 +18,7 @@ as the writer and the server merge them. A new destination task gets SRC's ``tas
 and ``info.json`` after its first row. An interrupted run is resumed by running it again:
 committed episodes are skipped by content, a half-copied one is finished (directory: files
 with the source's bytes are taken as they are) or undone first (bucket: this machine's own
-journals of the task are rolled back or forward, :func:`~egopool.server.bucket_publish.recover_bucket`).
+journals of the task are rolled back or forward, :func:`~egopool.publish.recover`).
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from ..meta import markers
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import episode_stats_file
 from ..registry import sha256_file
-from ..server.bucket_publish import claim, finish, journal_doc, journal_key, new_owner_id, recover_bucket
+from ..publish import Publication, claim, finish, journal_doc, journal_key, new_owner_id, recover
 from ..storage import ObjectPath, as_path
 from ..storage.bucket import Bucket, is_bucket_uri
+from ..storage.s3_store import S3Store
 from ..write.task_meta import merge_task_meta
 
 __all__ = ["SyncOutcome", "SyncReport", "sync_task"]
@@ -349,6 +350,7 @@ class _BucketDest:
         self.uri = uri
         self.bucket, self.task = _split_task_uri(uri)
         self.bucket.ensure_bucket()
+        self.store = S3Store(self.bucket.uri)
         self.owner = _owner_id()
         self._info: dict[str, Any] | None = None
         got = self.bucket.get(f"{self.task}/meta/info.json")
@@ -362,7 +364,7 @@ class _BucketDest:
         return self._info
 
     def recover(self) -> None:
-        recover_bucket(self.bucket, None, self.owner, task=self.task)
+        recover(self.store, self.owner, task=self.task)
 
     def _layout(self, source: _Source) -> TaskLayout:
         return TaskLayout.from_info(Path(self.task), self._info or source.info)
@@ -403,7 +405,7 @@ class _BucketDest:
         doc = journal_doc(self.task, n, self.owner, [*keys, row_key], row_key, declarations=decl,
                           new_info=source.info if new else None,
                           tasks_jsonl=(source.tasks_jsonl() or b"").decode("utf-8") if new else None)
-        if layout.episodes_file(n).as_posix() != row_key or not claim(self.bucket, self.task, n, row_key, doc):
+        if layout.episodes_file(n).as_posix() != row_key or not claim(self.store, self.task, n, doc):
             return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer; "
                                                     "run the sync again once it has finished")
         size = 0
@@ -440,8 +442,9 @@ class _BucketDest:
                     self.bucket.delete([*keys, journal_key(self.task, n)])
             raise
         tasks_jsonl = source.tasks_jsonl() if new else None
-        problem = finish(self.bucket, None, self.task, n, {**decl, "total_episodes": n}, blocks, None, {},
-                         source.info if new else None, tasks_jsonl, lambda s: None)
+        problem = finish(self.store, [Publication(self.task, n, [], (Path(), row_key), {**decl, "total_episodes": n},
+                                                  blocks, new_info=source.info if new else None,
+                                                  tasks_jsonl=tasks_jsonl)], lambda s: None)
         if new:
             got = self.bucket.get(f"{self.task}/meta/info.json")
             self._info = json.loads(got[0].decode("utf-8")) if got else None
