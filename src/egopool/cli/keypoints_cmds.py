@@ -10,7 +10,7 @@ from rich.table import Table
 from ..keypoints import ExtractOptions, backfill_hand_pose, extract_keypoints
 from .app import app
 from .args import episode_argument
-from .ops_cmds import _DRY, _JSON, _READ_TASK, _REG, _TASK, _progress, _registry_hint
+from .ops_cmds import _CHANGE_TASK, _DRY, _JSON, _READ_TASK, _REG, _progress, _registry_hint
 from .output import console, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -72,7 +72,7 @@ def extract_cmd(task: Path = _READ_TASK, indices: list[int] = _INDICES,
 
 
 @keypoints_app.command("backfill", context_settings={"ignore_unknown_options": True})
-def backfill_cmd(task: Path = _TASK, indices: list[int] = _INDICES, mirror_root: Path = _MIRROR,
+def backfill_cmd(task: Path = _CHANGE_TASK, indices: list[int] = _INDICES, mirror_root: Path = _MIRROR,
                  dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
     """Write hand_pose_3d of the mirror into observation.left_hand_pose / right_hand_pose of the data parquet.
 
