@@ -261,15 +261,20 @@ def repair_force_scale_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json
 
 
 @repair_app.command("clean")
-def repair_clean_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
+def repair_clean_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+                     stale_after: float = typer.Option(6.0, "--stale-after", metavar="HOURS", min=0.0,
+                                                       help="s3:// only: a journal or multipart upload older "
+                                                            "than this is a dead writer's.")) -> None:
     """Finish what killed or failed writers left: stale temp files and reservations, unmerged info/stats, registry.
 
-    Removes the dot-temps of dead writers, rolls back the N a dead recorder reserved without committing it (the next recording takes it), replays a saved episode's info.json / stats.json merge that failed (a full disk) and records committed episodes missing from pipeline.db. `egopool validate` names each of them. Exit 1 when something could still not be done.
+    Removes the dot-temps of dead writers, rolls back the N a dead recorder reserved without committing it (the next recording takes it), replays a saved episode's info.json / stats.json merge that failed (a full disk) and records committed episodes missing from pipeline.db. `egopool validate` names each of them. In an s3:// task: finishes or rolls back the journals of dead writers (publishes, deletes) older than --stale-after, aborts their incomplete multipart uploads and deletes orphan objects of an N without row or journal. Exit 1 when something could still not be done.
     """
     with _registry_hint():
-        report = ops.clean_task(task, dry_run=dry_run, registry=registry)
+        report = ops.clean_task(task, dry_run=dry_run, registry=registry, stale_after=stale_after * 3600.0)
     if json_out:
         print_json(report.to_dict())
+    elif isinstance(report, ops.BucketCleanReport):
+        _print_bucket_clean(report)
     else:
         lines = []
         if report.temps:
@@ -293,6 +298,26 @@ def repair_clean_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json_out: 
             err_console.print(f"[red]{escape(p)}[/red]")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _print_bucket_clean(report: ops.BucketCleanReport) -> None:
+    """The text report of ``repair clean s3://...``."""
+    verb = "would" if report.dry_run else ""
+    lines = list(report.journals)
+    if report.uploads:
+        lines.append(f"{verb + ' abort' if verb else 'aborted'} {len(report.uploads)} incomplete multipart upload(s)")
+        lines += [f"  {k}" for k in report.uploads]
+    if report.orphans:
+        lines.append(f"{verb + ' delete' if verb else 'deleted'} {len(report.orphans)} orphan object(s) of "
+                     "uncommitted episodes")
+        lines += [f"  {k}" for k in report.orphans]
+    if report.in_progress:
+        lines.append(f"left alone (younger than the stale limit: a writer may be at work): episode(s) "
+                     f"{', '.join(map(str, report.in_progress))}")
+    for line in lines or [f"nothing to clean in {report.uri}"]:
+        console.print(escape(line), highlight=False)
+    for p in report.problems:
+        err_console.print(f"[red]{escape(p)}[/red]")
 
 
 @contextlib.contextmanager
