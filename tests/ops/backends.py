@@ -33,11 +33,11 @@ class TaskAt:
 
     def keys(self) -> set[str]:
         """Every object of the task (a directory: every non-dot file; a bucket: every key but dot prefixes)."""
-        return {m.key for m in self.store.list() if not any(p.startswith(".") for p in m.key.split("/"))}
+        return {k for k in self.all_keys() if not any(p.startswith(".") for p in k.split("/"))}
 
     def all_keys(self) -> set[str]:
-        """Every object, dot files and prefixes too."""
-        return {m.key for m in self.store.list()}
+        """Every object, dot files and prefixes too (not the empty "directory" markers of a bucket copy)."""
+        return {m.key for m in self.store.list() if not m.key.endswith("/")}
 
     def read(self, key: str) -> bytes:
         got = self.store.get(key)
