@@ -288,7 +288,7 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
     return out
 
 
-def select_episodes(root: Path, info: Mapping[str, Any], indices: Sequence[int] | None) -> list[EpisodeFiles]:
+def select_episodes(root: str | Path, info: Mapping[str, Any], indices: Sequence[int] | None) -> list[EpisodeFiles]:
     """Committed episodes (data + row), all or the given N in ascending order.
 
     Raises

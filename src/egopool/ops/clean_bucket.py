@@ -22,12 +22,10 @@ killed writer leaves there is:
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..layout import TaskLayout
 from ._common import path_regex
 from .task_store import BucketTask, Claim, open_task_store, pause, task_claims
 

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from .._safe_read import read_json, read_parquet
@@ -103,7 +103,7 @@ def pooled_episode_leftovers(task_dir: str | Path, index: int, layout: TaskLayou
         if "/" in r and (rx.match(parent) or rx_dir.match(parent)):
             found.add(root / parent)
     ep = layout.episodes_file(index)
-    if ep.is_file() and not ep.name.startswith("file-"):
+    if isinstance(ep, Path) and ep.is_file() and not ep.name.startswith("file-"):
         found.add(ep)
     found.update(_shards_with(root, layout, index))
     return sorted(found)

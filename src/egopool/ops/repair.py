@@ -51,7 +51,7 @@ from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
-from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, is_object_uri
+from ..storage import ObjectPath, PreconditionFailed, PutMode, is_object_uri
 from ._common import BACKUP_DIR, Progress, backup_copy, new_backup_dir, open_registry, rel, timestamp
 from .migrate import refuse_during_migration
 from .task_store import BucketTask, open_task_store, pause, take_claim, task_claims
@@ -158,7 +158,7 @@ def column_evidence(data_path: str | Path, column: str, *, tolerance: float = 0.
     FormatError
         The parquet cannot be read.
     """
-    path = as_path(data_path)
+    path = data_path
     pf = open_parquet(path, what="data parquet")
     try:
         names = pf.schema_arrow.names
@@ -292,7 +292,7 @@ class EpisodeRepair:
     reason: str = ""
     error: str = ""
 
-    def to_dict(self, task_dir: Path) -> dict[str, Any]:
+    def to_dict(self, task_dir: Path | ObjectPath) -> dict[str, Any]:
         """JSON form."""
         return {"episode_index": self.index, "status": self.status, "reason": self.reason, "error": self.error,
                 "meta": rel(task_dir, self.meta) if self.meta else None,
@@ -496,6 +496,7 @@ def _write(root: Path, rep: EpisodeRepair, report: ForceScaleReport, reg: Regist
     assert rep.meta is not None
     if report.backup is None:
         report.backup = new_backup_dir(root, "repair-force-scale")
+    assert isinstance(report.backup, Path)  # a directory task's backup is a directory
     backup_copy(root, rep.meta, report.backup)
     atomic_write_bytes(rep.meta, _row_with_specs(rep.meta, _new_specs(rep)))
     if reg is not None:
