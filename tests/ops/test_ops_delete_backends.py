@@ -13,6 +13,7 @@ from ops_helpers import write_task
 from egopool.meta.info import read_info
 from egopool.meta.retired import highest_retired, retired
 from egopool.ops.task_store import claim_key
+from egopool.storage import open_store
 
 GROUP = {"data/chunk-000/episode-{f:03d}.parquet", "meta/episodes/chunk-000/episode-{f:03d}.parquet",
          "videos/chunk-000/cam/episode-{f:03d}.mp4"}
@@ -125,23 +126,30 @@ def test_an_n_not_in_the_task_is_one_line_and_nothing_is_written(tmp_path, backe
     assert t.all_keys() == before
 
 
-def test_bucket_bad_locations_are_one_line_naming_the_uri(tmp_path, s3_server):
+@pytest.mark.parametrize("command", [["delete"], ["repair", "clean"], ["repair", "force-scale"],
+                                     ["keypoints", "backfill"]])
+def test_bucket_bad_locations_are_one_line_naming_the_uri(tmp_path, s3_server, command):
     local = write_task(tmp_path / "rec", episodes=1)
-    uri = make_task_at("bucket", local, s3_server).location
-    for bad, words in ((f"s3://no-such-bucket-egopool/x/{local.name}", "no-such-bucket-egopool"),
-                       (uri.rsplit("/", 1)[0] + "/not-a-task", "not-a-task")):
-        r = run_cli("delete", bad, "1")
+    t = make_task_at("bucket", local, s3_server)
+    before = t.all_keys()
+    prefix = t.location.rsplit("/", 1)[0]
+    n = ["1"] if command == ["delete"] else []
+    for bad, words in ((f"s3://no-such-bucket-egopool/x/{local.name}", "bucket 'no-such-bucket-egopool' does not "
+                                                                       "exist"),
+                       (prefix + "/not-a-task", "not-a-task: no task at this prefix"),
+                       (t.location + "/meta", "meta/info.json is missing"),
+                       ("s3://ops-tasks", "give the task's prefix")):
+        r = run_cli(*command, bad, *n)
         assert r.returncode == 1, r.stderr
-        assert words in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert s3_server.filesystem().get_file_info(f"{uri[5:].rsplit('/', 1)[0]}/not-a-task").type.name == "NotFound"
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert t.all_keys() == before
+    assert [m.key for m in open_store(prefix).list("not-a-task/")] == []
 
 
 def test_a_publish_in_progress_of_n_refuses_its_delete(tmp_path, s3_server):
     """A server's (or sync's) claim of N: the delete of N stops before writing anything."""
     t = make_task_at("bucket", write_task(tmp_path / "rec", episodes=2), s3_server)
     parent = t.store.uri.rsplit("/", 1)[0]
-    from egopool.storage import open_store
-
     key = claim_key(t.local.name, 2)
     open_store(parent).put(key, json.dumps({"task": t.local.name, "index": 2, "owner": "srv", "created_at": 0,
                                             "files": [], "commit": f"{t.local.name}/x"}).encode())

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import OperationError
+from ..errors import FormatError, OperationError
 from ..layout import TaskLayout
 from ..meta.info import read_info
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, is_object_uri, open_store
@@ -126,7 +126,14 @@ def open_task_store(uri: str, what: str) -> BucketTask:
     if not is_object_uri(text) or text.count("/") < 3:
         raise OperationError(f"{uri}: give the task's prefix, s3://BUCKET/[PREFIX/]TASK",
                              hint="a task in a bucket is named by its bucket and the task's key prefix")
-    info = read_info(text)  # a missing bucket, a prefix that is no task: one line each (O3)
+    try:
+        info = read_info(text)  # a missing bucket, a prefix without info.json: one line each (O3)
+    except FormatError as exc:
+        if as_path(text).exists():
+            raise
+        raise FormatError("no task at this prefix: no object is under it", path=text,
+                          hint="name a task's prefix, s3://BUCKET/PREFIX/TASK (`egopool sync DIR s3://...` puts "
+                               "one there)") from exc
     store = open_store(text)
     parent_uri, _, name = text.rpartition("/")
     parent = open_store(parent_uri)
