@@ -125,3 +125,18 @@ def test_directory_clean_is_unchanged_by_the_bucket_path(tmp_path):
     r = run_cli("repair", "clean", t.location, "--json")
     assert r.returncode == 0, r.stderr
     assert not stale.exists()
+
+
+def test_sigkill_during_a_directory_clean_then_rerun(tmp_path):
+    """A dead recorder's reservation of N=3 (no row): rolled back; killed right after, the re-run finds nothing."""
+
+    t = make_task_at("dir", write_task(tmp_path / "rec", episodes=2), None)
+    stale = t.local / "data" / "chunk-000" / ".episode-002.parquet.0123abcd.tmp"
+    stale.write_bytes(b"x")
+    (t.local / "meta" / ".reserved-3").write_text(str(2**22 + 12345))  # no such pid
+    kill_at(tmp_path / "state", "clean", "reclaimed", "repair", "clean", t.location)
+    assert t.errors() == []
+    r = run_cli("repair", "clean", t.location, "--json")
+    assert r.returncode == 0, r.stderr
+    assert not stale.exists() and not (t.local / "meta" / ".reserved-3").exists()
+    assert t.errors() == []

@@ -35,6 +35,7 @@ from ..storage import is_object_uri
 from ..write.recovery import pending_indices, reclaim_stale, sweep_stale_temps
 from ._common import open_registry, rel
 from .clean_bucket import BucketCleanReport, clean_bucket_task
+from .task_store import pause
 
 __all__ = ["CleanReport", "clean_task"]
 
@@ -140,6 +141,7 @@ def clean_task(task_dir: str | Path, *, dry_run: bool = False,
             report.registered = [g.index for g in missing]
             return report
         report.rolled_back = reclaim_stale(root, layout)
+        pause("clean", "reclaimed")
         report.replayed = [n for n in pending if layout.episodes_file(n).exists()]
         left = set(pending_indices(root))
         for n in sorted(left & set(report.replayed)):

@@ -498,7 +498,9 @@ def _write(root: Path, rep: EpisodeRepair, report: ForceScaleReport, reg: Regist
         report.backup = new_backup_dir(root, "repair-force-scale")
     assert isinstance(report.backup, Path)  # a directory task's backup is a directory
     backup_copy(root, rep.meta, report.backup)
+    pause(OP, "backup")
     atomic_write_bytes(rep.meta, _row_with_specs(rep.meta, _new_specs(rep)))
+    pause(OP, "row")
     if reg is not None:
         rec = reg.get(task_key(root), rep.index)
         if rec is not None:
