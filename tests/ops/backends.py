@@ -37,7 +37,8 @@ class TaskAt:
 
     def all_keys(self) -> set[str]:
         """Every object, dot files and prefixes too (not the empty "directory" markers of a bucket copy)."""
-        return {m.key for m in self.store.list() if not m.key.endswith("/")}
+        keys = {m.key.rstrip("/") for m in self.store.list()}
+        return {k for k in keys if not any(o.startswith(k + "/") for o in keys)}
 
     def read(self, key: str) -> bytes:
         got = self.store.get(key)
