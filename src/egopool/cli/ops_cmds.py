@@ -108,7 +108,7 @@ def delete_cmd(task: Path = _CHANGE_TASK,
                yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation on a terminal.")) -> None:
     """Delete episodes by global N: videos, data and meta row, verified gone (file_format.md §2, §9).
 
-    N=0 and an N that does not exist are errors. stats.json and total_episodes are not rolled back and N is never reused. A failed delete is undone (nothing removed) or reports exactly which files are where. Exit 1 when anything could not be removed.
+    N=0 and an N that does not exist are errors. stats.json and total_episodes are not rolled back and N is never reused. In a directory a failed delete is undone (nothing removed) or reports exactly which files are where; in an s3:// task it holds N's claim, deletes the row first and is finished by the next run (a tombstone keeps N retired). Exit 1 when anything could not be removed.
     """
     if not dry_run and not yes and not json_out and sys.stdin.isatty():
         plans = ops.delete_episodes(task, indices, dry_run=True, registry=False).plans
@@ -233,7 +233,7 @@ def repair_force_scale_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json
                            ) -> None:
     """Write the missing force-matrix scale into episode rows, inferred from Σfz / force fz (§7.2.1).
 
-    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched. An episode that cannot be read is reported as skipped with its error and the others are repaired (exit 1).
+    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched. An episode that cannot be read is reported as skipped with its error and the others are repaired (exit 1). In an s3:// task each row is rewritten under N's claim with a conditional PUT on its version.
     """
     with _registry_hint(), _progress("checking force matrices") as cb:
         report = ops.repair_force_scale(task, dry_run=dry_run, tolerance=tolerance, registry=registry, progress=cb)
