@@ -238,10 +238,13 @@ def test_exports_and_plot_read_from_s3_and_write_locally(tasks, tmp_path):
     assert (tmp_path / "s3" / "ep.rrd").stat().st_size > 10_000 and (tmp_path / "s3" / "p.png").stat().st_size > 10_000
 
 
-def test_commands_that_change_a_task_refuse_s3_in_one_line(tasks):
+def test_commands_that_change_a_task_locally_only_refuse_s3_in_one_line(tasks):
+    """`migrate` and `compress` work on a directory only; delete, repair, keypoints backfill and stats recalc take
+    s3:// (decisions O17, O34; tests/ops/test_ops_*_backends.py)."""
     _, uri = tasks["full"]
-    r = _egopool("delete", uri, "1")  # (`stats recalc s3://` writes into the bucket: decisions O17)
-    assert r.returncode == 2 and "works on a local directory only" in r.stderr
+    for argv in (["compress", uri], ["migrate", uri, "--split-episodes"]):
+        r = _egopool(*argv)
+        assert r.returncode == 2 and "works on a local directory only" in r.stderr, (argv, r.stderr)
 
 
 @pytest.mark.parametrize("case", ["no-bucket", "no-task", "bad-credentials", "no-endpoint"])

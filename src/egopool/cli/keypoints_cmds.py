@@ -10,7 +10,7 @@ from rich.table import Table
 from ..keypoints import ExtractOptions, backfill_hand_pose, extract_keypoints
 from .app import app
 from .args import episode_argument
-from .ops_cmds import _DRY, _JSON, _READ_TASK, _REG, _TASK, _progress, _registry_hint
+from .ops_cmds import _CHANGE_TASK, _DRY, _JSON, _READ_TASK, _REG, _progress, _registry_hint
 from .output import console, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -72,11 +72,11 @@ def extract_cmd(task: Path = _READ_TASK, indices: list[int] = _INDICES,
 
 
 @keypoints_app.command("backfill", context_settings={"ignore_unknown_options": True})
-def backfill_cmd(task: Path = _TASK, indices: list[int] = _INDICES, mirror_root: Path = _MIRROR,
+def backfill_cmd(task: Path = _CHANGE_TASK, indices: list[int] = _INDICES, mirror_root: Path = _MIRROR,
                  dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
     """Write hand_pose_3d of the mirror into observation.left_hand_pose / right_hand_pose of the data parquet.
 
-    Per episode under the task lock: the mirror's frame_index must equal the data's (else refused), absent hands are zeros, every other column is copied unchanged, the new file replaces the old atomically and pipeline.db's sha256 is updated. A second run changes nothing. Exit 1 when an episode was refused or has no mirror.
+    Per episode under the task lock: the mirror's frame_index must equal the data's (else refused), absent hands are zeros, every other column is copied unchanged, the new file replaces the old atomically and pipeline.db's sha256 is updated. A second run changes nothing. An s3:// task needs --mirror-root (or $EGOPOOL_KEYPOINTS_ROOT); each data object is PUT whole under N's claim with its sha256. Exit 1 when an episode was refused or has no mirror.
     """
     with _registry_hint(), _progress("back-filling") as cb:
         report = backfill_hand_pose(task, indices or None, mirror_root=mirror_root, dry_run=dry_run,

@@ -23,7 +23,8 @@ from ..errors import EgopoolError, RegistryError
 from ..meta.drop_stats import clipped_key
 from ..ops._common import Progress as ProgressFn
 from .app import app
-from .args import episode_argument, task_argument
+from ..ops._common import rel
+from .args import episode_argument, parse_task_location, task_argument
 from .output import console, err_console, human_bytes, print_json
 from .ray_option import RAY_OPTION, executor_for
 
@@ -35,17 +36,33 @@ app.add_typer(repair_app, name="repair")
 
 def _task_path(value: str) -> Path:
     """TASK as a path; an empty string is refused (an unset shell variable must not mean the current directory),
-    and so is an ``s3://`` URI: these commands change a task, which they do in a local directory only."""
+    and so is an ``s3://`` URI: these commands (``migrate``, ``compress``, ``pack``, ``upload``) change or pack a task
+    in a local directory only."""
     if not value.strip():
         raise typer.BadParameter("TASK is empty; pass the task directory (`.` for the current one)")
     if value.startswith("s3://"):
-        raise typer.BadParameter(f"{value}: this command changes the task and works on a local directory only; "
-                                 "the commands that read (ls, info, show, validate, stats check, export, ...) "
-                                 "take s3:// tasks")
+        raise typer.BadParameter(f"{value}: this command works on a local directory only (copy the task with "
+                                 "`egopool sync`); the commands that read, and delete, repair force-scale|clean, "
+                                 "keypoints backfill, stats recalc, take s3:// tasks")
     return Path(value)
 
 
+def _task_or_uri(value: str) -> Path | str:
+    """TASK of a command that changes a task in a directory or a bucket (docs/decisions.md O34): a ``Path``, or the
+    ``s3://bucket/prefix/task`` URI as text (checked as the readers check it: no empty, ``.`` or ``..`` part)."""
+    if value.startswith("s3://"):
+        return str(parse_task_location(value))
+    return _task_path(value)
+
+
+def _shown(report_task: Path, p: Path) -> str:
+    """A report's path relative to its task (a bucket report's paths are task-relative keys already)."""
+    return rel(report_task, p)
+
+
 _TASK = typer.Argument(..., metavar="TASK", parser=_task_path, help="Task directory (holds data/, videos/, meta/).")
+_CHANGE_TASK = typer.Argument(..., metavar="TASK", parser=_task_or_uri,
+                              help="Task directory (holds data/, videos/, meta/), or s3://BUCKET/PREFIX/TASK.")
 _READ_TASK = task_argument()
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
@@ -85,16 +102,16 @@ def _registry_hint() -> Iterator[None]:
 
 
 @app.command("delete", context_settings={"ignore_unknown_options": True})  # N=-1: our error
-def delete_cmd(task: Path = _TASK,
+def delete_cmd(task: Path = _CHANGE_TASK,
                indices: list[int] = episode_argument("Global 1-based episode numbers (as `egopool ls` shows)."),
                dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
                yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation on a terminal.")) -> None:
     """Delete episodes by global N: videos, data and meta row, verified gone (file_format.md §2, §9).
 
-    N=0 and an N that does not exist are errors. stats.json and total_episodes are not rolled back and N is never reused. A failed delete is undone (nothing removed) or reports exactly which files are where. Exit 1 when anything could not be removed.
+    N=0 and an N that does not exist are errors. stats.json and total_episodes are not rolled back and N is never reused. In a directory a failed delete is undone (nothing removed) or reports exactly which files are where; in an s3:// task it holds N's claim, deletes the row first and is finished by the next run (a tombstone keeps N retired). Exit 1 when anything could not be removed.
     """
     if not dry_run and not yes and not json_out and sys.stdin.isatty():
-        plans = ops.plan_delete(task, indices)
+        plans = ops.delete_episodes(task, indices, dry_run=True, registry=False).plans
         n_files = sum(len(p.files) for p in plans)
         typer.confirm(f"Delete episode(s) {', '.join(str(p.index) for p in plans)} of {task} "
                       f"({n_files} files, {human_bytes(sum(p.bytes for p in plans))})?", abort=True)
@@ -110,12 +127,12 @@ def delete_cmd(task: Path = _TASK,
             console.print(f"[bold]episode {plan.index}[/bold]: {verb} {len(plan.files)} file(s), "
                           f"{human_bytes(plan.bytes)}")
             for p in plan.files:
-                console.print(f"  {p.relative_to(task)}")
+                console.print(f"  {_shown(report.task_dir, p)}")
             for p in plan.shards:
-                console.print(f"  row {plan.index} of legacy shard {p.relative_to(task)}")
+                console.print(f"  row {plan.index} of legacy shard {_shown(report.task_dir, p)}")
         for o in report.outcomes:
             for p in o.not_removed:
-                console.print(f"[red]could not remove {p.relative_to(task)}[/red]")
+                console.print(f"[red]could not remove {_shown(report.task_dir, p)}[/red]")
             if o.registry not in ("removed", "absent", "disabled"):
                 console.print(f"[red]episode {o.index}: registry not updated: {o.registry}[/red]")
     if not report.ok:
@@ -213,12 +230,12 @@ def migrate_cmd(task: Path = _TASK,
 
 
 @repair_app.command("force-scale")
-def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+def repair_force_scale_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
                            tolerance: float = typer.Option(0.1, help="A scale fits when |Σfz/force fz − 1| ≤ this.")
                            ) -> None:
     """Write the missing force-matrix scale into episode rows, inferred from Σfz / force fz (§7.2.1).
 
-    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched. An episode that cannot be read is reported as skipped with its error and the others are repaired (exit 1).
+    Prints the ratio for every candidate scale per episode; inconclusive episodes (e.g. historical truncated int16, ratio 0.04–0.55) are reported and left alone. Only meta/episodes rows are rewritten; data bytes are never touched. An episode that cannot be read is reported as skipped with its error and the others are repaired (exit 1). In an s3:// task each row is rewritten under N's claim with a conditional PUT on its version.
     """
     with _registry_hint(), _progress("checking force matrices") as cb:
         report = ops.repair_force_scale(task, dry_run=dry_run, tolerance=tolerance, registry=registry, progress=cb)
@@ -246,15 +263,20 @@ def repair_force_scale_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: b
 
 
 @repair_app.command("clean")
-def repair_clean_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG) -> None:
+def repair_clean_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+                     stale_after: float = typer.Option(6.0, "--stale-after", metavar="HOURS", min=0.0,
+                                                       help="s3:// only: a journal or multipart upload older "
+                                                            "than this is a dead writer's.")) -> None:
     """Finish what killed or failed writers left: stale temp files and reservations, unmerged info/stats, registry.
 
-    Removes the dot-temps of dead writers, rolls back the N a dead recorder reserved without committing it (the next recording takes it), replays a saved episode's info.json / stats.json merge that failed (a full disk) and records committed episodes missing from pipeline.db. `egopool validate` names each of them. Exit 1 when something could still not be done.
+    Removes the dot-temps of dead writers, rolls back the N a dead recorder reserved without committing it (the next recording takes it), replays a saved episode's info.json / stats.json merge that failed (a full disk) and records committed episodes missing from pipeline.db. `egopool validate` names each of them. In an s3:// task: finishes or rolls back the journals of dead writers (publishes, deletes) older than --stale-after, aborts their incomplete multipart uploads and deletes orphan objects of an N without row or journal. Exit 1 when something could still not be done.
     """
     with _registry_hint():
-        report = ops.clean_task(task, dry_run=dry_run, registry=registry)
+        report = ops.clean_task(task, dry_run=dry_run, registry=registry, stale_after=stale_after * 3600.0)
     if json_out:
         print_json(report.to_dict())
+    elif isinstance(report, ops.BucketCleanReport):
+        _print_bucket_clean(report)
     else:
         lines = []
         if report.temps:
@@ -278,6 +300,26 @@ def repair_clean_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = 
             err_console.print(f"[red]{escape(p)}[/red]")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _print_bucket_clean(report: ops.BucketCleanReport) -> None:
+    """The text report of ``repair clean s3://...``."""
+    verb = "would" if report.dry_run else ""
+    lines = list(report.journals)
+    if report.uploads:
+        lines.append(f"{verb + ' abort' if verb else 'aborted'} {len(report.uploads)} incomplete multipart upload(s)")
+        lines += [f"  {k}" for k in report.uploads]
+    if report.orphans:
+        lines.append(f"{verb + ' delete' if verb else 'deleted'} {len(report.orphans)} orphan object(s) of "
+                     "uncommitted episodes")
+        lines += [f"  {k}" for k in report.orphans]
+    if report.in_progress:
+        lines.append(f"left alone (younger than the stale limit: a writer may be at work): episode(s) "
+                     f"{', '.join(map(str, report.in_progress))}")
+    for line in lines or [f"nothing to clean in {report.uri}"]:
+        console.print(escape(line), highlight=False)
+    for p in report.problems:
+        err_console.print(f"[red]{escape(p)}[/red]")
 
 
 @contextlib.contextmanager

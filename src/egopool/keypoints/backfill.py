@@ -21,12 +21,22 @@ Per episode, under the task lock:
 
 ``stats.json`` never counts ``*hand_pose`` (§4 "不入统计", DESIGN §4), so it is untouched; if a
 task's ``sensors`` made one of these columns a stats column, ``stats.json`` is recomputed.
+
+A task in a bucket (``s3://bucket/prefix/task``; the mirror is local: ``--mirror-root`` or
+``$EGOPOOL_KEYPOINTS_ROOT``) runs the same steps under N's claim instead of the task lock
+(:mod:`egopool.ops.task_store`: no publish or delete of N meanwhile): the declaration is a
+read-modify-write of ``info.json`` with ``PutMode.UPDATE``, the new data parquet is written to a
+local temp file and PUT over the old object (one atomic PUT or multipart completion) with its
+sha256; the claim is released last. There is no registry; a killed run leaves the old or the new
+object and at most its claim, which the next run (or ``repair clean``) releases.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,13 +46,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import publish, task_lock, temp_path_for
+from .._safe_read import open_parquet
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import stats_columns
+from ..ops._common import rel
+from ..ops.task_store import BucketTask, open_task_store, pause, take_claim, task_claims, update_json
 from ..registry import Registry, file_record, sha256_file, task_key
 from ..schema import hand_pose_column
+from ..storage import is_object_uri
 from .mirror import JOINTS, SIDES, HandPose3D, episode_mirror_dir, read_episode_keypoints
+
+#: The claim's ``op`` in a bucket (ops/task_store.py), and the crash tests' pause name.
+OP = "backfill"
 
 __all__ = ["BackfillReport", "EpisodeBackfill", "backfill_hand_pose", "hand_pose_values"]
 
@@ -171,9 +188,9 @@ def _dictionary_columns(schema: pa.Schema, rg: Any) -> list[str]:
     return out
 
 
-def _rewrite(data: Path, new: dict[str, np.ndarray]) -> None:
-    """Write ``data`` again with the hand columns replaced (or appended), row group by row group."""
-    pf = pq.ParquetFile(data)
+def _rewrite(data: Path, new: dict[str, np.ndarray], tmp: Path) -> None:
+    """Write ``data`` again into ``tmp`` with the hand columns replaced (or appended), row group by row group."""
+    pf = open_parquet(data, what="data parquet")
     schema = pf.schema_arrow
     fields = list(schema)
     for col in new:
@@ -184,26 +201,37 @@ def _rewrite(data: Path, new: dict[str, np.ndarray]) -> None:
     first = md.row_group(0) if md.num_row_groups else None
     compression = first.column(0).compression.lower() if first is not None and first.num_columns else "zstd"
     use_dictionary = _dictionary_columns(schema, first)
-    tmp = temp_path_for(data)
-    try:
-        with pq.ParquetWriter(tmp, out_schema, compression=compression if compression != "uncompressed" else "none",
-                              use_dictionary=use_dictionary or False) as w:
-            row = 0
-            for i in range(md.num_row_groups):
-                t = pf.read_row_group(i)
-                n = t.num_rows
-                cols = []
-                for f in out_schema:
-                    if f.name in new:
-                        cols.append(_as_type(new[f.name][row:row + n], f.type))
-                    else:
-                        cols.append(t.column(f.name))
-                w.write_table(pa.Table.from_arrays(cols, schema=out_schema), row_group_size=max(n, 1))
-                row += n
-        publish(tmp, data)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with pq.ParquetWriter(tmp, out_schema, compression=compression if compression != "uncompressed" else "none",
+                          use_dictionary=use_dictionary or False) as w:
+        row = 0
+        for i in range(md.num_row_groups):
+            t = pf.read_row_group(i)
+            n = t.num_rows
+            cols = []
+            for f in out_schema:
+                if f.name in new:
+                    cols.append(_as_type(new[f.name][row:row + n], f.type))
+                else:
+                    cols.append(t.column(f.name))
+            w.write_table(pa.Table.from_arrays(cols, schema=out_schema), row_group_size=max(n, 1))
+            row += n
+
+
+def _place(data: Path, new: dict[str, np.ndarray], bt: BucketTask | None) -> None:
+    """Rewrite the data parquet and put it in place: a directory's temp + rename, a bucket's PUT with its sha256."""
+    if bt is None:
+        tmp = temp_path_for(data)
+        try:
+            _rewrite(data, new, tmp)
+            publish(tmp, data)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return
+    with tempfile.TemporaryDirectory(prefix="egopool-backfill-") as d:
+        tmp = Path(d) / "data.parquet"
+        _rewrite(data, new, tmp)
+        bt.store.put_file(rel(bt.path, data), tmp, sha256=sha256_file(tmp), move=True)
 
 
 def _remove_stale_temps(final: Path) -> None:
@@ -231,14 +259,16 @@ def _registry_update(root: Path, index: int, data: Path, reg: Registry | None) -
         return f"not updated: {exc}"
 
 
-def _one(root: Path, g: EpisodeFiles, pose: HandPose3D, dry_run: bool, reg: Registry | None) -> EpisodeBackfill:
-    """Back-fill one episode; caller holds the task lock."""
+def _one(root: Path, g: EpisodeFiles, pose: HandPose3D, dry_run: bool, reg: Registry | None,
+         bt: BucketTask | None = None) -> EpisodeBackfill:
+    """Back-fill one episode; caller holds the task lock (a directory) or N's claim (a bucket)."""
     assert g.data is not None
     out = EpisodeBackfill(g.index, "refused")
     try:
-        _remove_stale_temps(g.data)  # a backfill killed mid-write left its temp (we hold the lock)
-        table = pq.read_table(g.data, columns=[c for c in pq.read_schema(g.data).names
-                                               if c == "frame_index" or c.endswith("_hand_pose")])
+        if bt is None:
+            _remove_stale_temps(g.data)  # a backfill killed mid-write left its temp (we hold the lock)
+        pf = open_parquet(g.data, what="data parquet")
+        table = pf.read(columns=[c for c in pf.schema_arrow.names if c == "frame_index" or c.endswith("_hand_pose")])
     except Exception as exc:
         out.reason = f"cannot read the data parquet: {exc}"
         return out
@@ -269,20 +299,42 @@ def _one(root: Path, g: EpisodeFiles, pose: HandPose3D, dry_run: bool, reg: Regi
     out.changed_rows = int(changed.sum())
     if out.changed_rows == 0 and not out.added_columns:
         out.status = "unchanged"
-        if not dry_run:
+        if not dry_run and bt is None:
             out.registry = _registry_update(root, g.index, g.data, reg)
         return out
     if dry_run:
         out.status = "would write"
         return out
     if out.added_columns:  # declare first: a kill after it leaves a declared, not-yet-present column (valid)
-        info = read_info(root)
-        write_info(root, merge_info(info, {"features": {c: hand_pose_column(c.split(".")[1].split("_")[0]).feature
-                                                         for c in out.added_columns}}))
-    _rewrite(g.data, new)
+        decl = {"features": {c: hand_pose_column(c.split(".")[1].split("_")[0]).feature for c in out.added_columns}}
+        if bt is None:
+            write_info(root, merge_info(read_info(root), decl))
+        else:
+            update_json(bt.store, "meta/info.json", lambda old: merge_info(old or {}, decl))
+        pause(OP, "declared")
+    _place(g.data, new, bt)
+    pause(OP, "data")
     out.status = "written"
-    out.registry = _registry_update(root, g.index, g.data, reg)
+    if bt is None:
+        out.registry = _registry_update(root, g.index, g.data, reg)
     return out
+
+
+@contextlib.contextmanager
+def _held(root: Path, bt: BucketTask | None, index: int, dry_run: bool) -> Iterator[None]:
+    """The task lock (a directory) or N's claim (a bucket; none for a dry run, which writes nothing)."""
+    if bt is None:
+        with task_lock(root):
+            yield
+        return
+    if dry_run:
+        yield
+        return
+    claim = take_claim(bt, index, OP, [rel(bt.path, bt.path / bt.data_key(index))])
+    try:
+        yield
+    finally:
+        bt.parent.delete([claim.key])
 
 
 def backfill_hand_pose(task_dir: str | Path, indices: Sequence[int] | None = None, *,
@@ -294,7 +346,8 @@ def backfill_hand_pose(task_dir: str | Path, indices: Sequence[int] | None = Non
     Parameters
     ----------
     task_dir:
-        The task directory.
+        The task directory, or ``s3://bucket/prefix/task`` (module docstring; needs ``mirror_root`` or
+        ``$EGOPOOL_KEYPOINTS_ROOT``).
     indices:
         Global N to back-fill (default: every committed episode that has a ``hand_pose_3d``
         in the mirror; a given N without one is reported ``missing``).
@@ -323,27 +376,37 @@ def backfill_hand_pose(task_dir: str | Path, indices: Sequence[int] | None = Non
     from .extract import select_episodes
     from .mirror import default_mirror_root
 
-    root = Path(task_dir)
-    info = read_info(root)
-    groups = select_episodes(root, info, indices)
-    mroot = Path(mirror_root) if mirror_root is not None else default_mirror_root(root)
-    reg = open_registry(root, registry) if not dry_run else None
+    bt = open_task_store(str(task_dir), "keypoints backfill") if is_object_uri(task_dir) else None
+    if bt is not None:
+        info = bt.info
+        groups = select_episodes(bt.uri, info, indices)
+        mroot = Path(mirror_root) if mirror_root is not None else default_mirror_root(bt.uri)
+        root = Path(bt.name)  # only its name is used (the mirror's <task> directory)
+        reg = None
+        if not dry_run:  # a killed run's claims: its PUT was atomic, so releasing them is its roll-forward
+            bt.parent.delete([c.key for c in task_claims(bt) if c.op == OP])
+    else:
+        root = Path(task_dir)
+        info = read_info(root)
+        groups = select_episodes(root, info, indices)
+        mroot = Path(mirror_root) if mirror_root is not None else default_mirror_root(root)
+        reg = open_registry(root, registry) if not dry_run else None
     report = BackfillReport(root, mroot, dry_run)
     explicit = bool(indices)
     for i, g in enumerate(groups):
         try:
-            kp = read_episode_keypoints(episode_mirror_dir(root, g.index, mroot))
+            kp = read_episode_keypoints(episode_mirror_dir(bt.uri if bt else root, g.index, mroot))
             if kp.hand_pose_3d is None:
                 if explicit:
                     report.episodes.append(EpisodeBackfill(g.index, "missing",
                                                            reason=f"no {kp.directory}/hand_pose_3d; "
                                                                   "run `egopool keypoints extract` first"))
             else:
-                with task_lock(root):
+                with _held(root, bt, g.index, dry_run):
                     kp = read_episode_keypoints(kp.directory)  # the extractor renames under the lock: read it again
                     if kp.hand_pose_3d is None:
                         raise FormatError("hand_pose_3d disappeared while back-filling", path=kp.directory)
-                    report.episodes.append(_one(root, g, kp.hand_pose_3d, dry_run, reg))
+                    report.episodes.append(_one(root, g, kp.hand_pose_3d, dry_run, reg, bt))
         except FormatError as exc:  # this episode's mirror is broken: refuse it, go on with the others
             report.episodes.append(EpisodeBackfill(g.index, "refused", reason=exc.one_line()))
         if progress is not None:
@@ -351,9 +414,14 @@ def backfill_hand_pose(task_dir: str | Path, indices: Sequence[int] | None = Non
     touched = [e for e in report.episodes if e.status == "written"]
     if touched and not dry_run:
         names = {f"observation.{s}_hand_pose" for s in SIDES}
-        if names & set(stats_columns(read_info(root), names)):
-            from ..ops.stats_ops import recalc_task_stats
+        if names & set(stats_columns(read_info(bt.uri if bt else root), names)):
+            if bt is not None:
+                from ..ops.stats_bucket import recalc_bucket_stats
 
-            recalc_task_stats(root)
+                recalc_bucket_stats(bt.path)
+            else:
+                from ..ops.stats_ops import recalc_task_stats
+
+                recalc_task_stats(root)
             report.stats_recomputed = True
     return report

@@ -26,7 +26,7 @@ from .._atomic import task_lock
 from .._safe_read import read_parquet
 from ..codecs.video import read_rgb_frames
 from ..errors import EgopoolError, EpisodeNotFoundError, FormatError, SchemaError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPathLike, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta.info import read_info
@@ -291,7 +291,7 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
     return out
 
 
-def select_episodes(root: Path | ObjectPath, info: Mapping[str, Any],
+def select_episodes(location: TaskPathLike, info: Mapping[str, Any],
                     indices: Sequence[int] | None) -> list[EpisodeFiles]:
     """Committed episodes (data + row), all or the given N in ascending order.
 
@@ -300,6 +300,7 @@ def select_episodes(root: Path | ObjectPath, info: Mapping[str, Any],
     EpisodeNotFoundError
         A given N has no committed episode.
     """
+    root = as_path(location)
     layout = TaskLayout.from_info(root, info)
     if indices is None or len(indices) == 0:
         return [g for g in list_task_episodes(root, layout) if g.data is not None and g.meta is not None]

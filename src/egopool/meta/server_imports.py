@@ -21,6 +21,7 @@ a destination of ``egopool sync``) has its journals as objects
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from .._safe_read import read_json
 from ..errors import EgopoolError

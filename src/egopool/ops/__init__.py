@@ -1,4 +1,7 @@
-"""Maintenance operations on a task directory: delete, stats recalc/check, migrate, repair, clean, compress.
+"""Maintenance operations on a task: delete, stats recalc/check, migrate, repair, clean, compress.
+
+``delete``, ``repair force-scale``, ``repair clean``, ``stats recalc`` (and ``keypoints backfill``) take a
+directory or ``s3://bucket/prefix/task`` alike (:mod:`egopool.ops.task_store`, docs/decisions.md O34-O39).
 
 Every operation plans first (``dry_run=True`` returns the plan and changes nothing),
 runs under the task lock, writes through temp + ``os.replace``, backs up what it
@@ -9,6 +12,7 @@ report with a ``to_dict()`` for ``--json``.
 from __future__ import annotations
 
 from .clean import CleanReport, clean_task
+from .clean_bucket import BucketCleanReport
 from .compress import CompressReport, StreamJob, compress_task
 from .delete import (DeleteOutcome, DeletePlan, DeleteReport, delete_episodes, plan_delete, pooled_episode_leftovers,
                      recover_interrupted_deletes)
@@ -20,6 +24,7 @@ from .stats_ops import (BlockDiff, StatsCheckReport, StatsRecalcReport, check_st
 
 __all__ = [
     "BlockDiff",
+    "BucketCleanReport",
     "CANDIDATE_SCALES",
     "CleanReport",
     "CompressReport",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .._atomic import fsync_dir, temp_path_for
 from ..registry import Registry
+from ..storage import ObjectPath
 
 __all__ = ["BACKUP_DIR", "EXT_TAIL", "Progress", "backup_copy", "new_backup_dir", "open_registry", "path_regex",
            "prune_empty_dirs", "rel", "remove_stale_temps", "timestamp", "walk_files", "walk_rel"]
@@ -73,8 +74,14 @@ def open_registry(task_dir: Path, registry: bool | str | Path | Registry | None)
     return None
 
 
-def rel(task_dir: Path, path: Path) -> str:
-    """POSIX path of ``path`` relative to the task directory (for reports and journals)."""
+def rel(task_dir: Path | ObjectPath, path: Path | ObjectPath) -> str:
+    """POSIX path of ``path`` relative to the task directory (for reports and journals); for a task in a
+    bucket, the key relative to the task's prefix."""
+    if isinstance(task_dir, ObjectPath) or isinstance(path, ObjectPath):
+        base, full = str(task_dir).rstrip("/") + "/", str(path)
+        if not full.startswith(base):
+            raise ValueError(f"{full} is not inside {base}")
+        return full[len(base):]
     return Path(path).relative_to(task_dir).as_posix()
 
 

@@ -13,7 +13,10 @@ What a writer killed (SIGKILL, power loss) or stopped by a full disk leaves, all
   is recorded (file hashes).
 
 Every writer does the first three when it opens the task; this command does them on demand,
-under the task lock (``--dry-run``: the shared lock, nothing written).
+under the task lock (``--dry-run``: the shared lock, nothing written). A task in a bucket
+(``s3://bucket/prefix/task``) has other leftovers (journals of dead writers, incomplete multipart
+uploads, orphan objects of an uncommitted N): :mod:`egopool.ops.clean_bucket`, reached through the
+same :func:`clean_task`.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
 from ..meta.leftovers import find_leftovers
 from ..registry import Registry, record_episode, task_key
+from ..storage import is_object_uri
 from ..write.recovery import pending_indices, reclaim_stale, sweep_stale_temps
 from ._common import open_registry, rel
+from .clean_bucket import BucketCleanReport, clean_bucket_task
+from .task_store import pause
 
 __all__ = ["CleanReport", "clean_task"]
 
@@ -89,27 +95,35 @@ def _unregistered(root: Path, layout: TaskLayout, reg: Registry | None, report: 
 
 
 def clean_task(task_dir: str | Path, *, dry_run: bool = False,
-               registry: bool | str | Path | Registry | None = True) -> CleanReport:
+               registry: bool | str | Path | Registry | None = True,
+               stale_after: float | None = None) -> CleanReport | BucketCleanReport:
     """Remove what dead writers left and finish what failed writers could not (module docstring).
 
     Parameters
     ----------
     task_dir:
-        The task directory.
+        The task directory, or ``s3://bucket/prefix/task`` (:func:`~egopool.ops.clean_bucket.clean_bucket_task`).
     dry_run:
         Only report; write nothing (needs no write access).
     registry:
-        ``pipeline.db`` to complete (True = beside the task, a path / Registry, False = leave it out).
+        ``pipeline.db`` to complete (True = beside the task, a path / Registry, False = leave it out); a
+        directory only.
+    stale_after:
+        A bucket only: seconds after which a journal or multipart upload is a dead writer's (default 6 h).
 
     Returns
     -------
     CleanReport
+        For a directory; a :class:`~egopool.ops.clean_bucket.BucketCleanReport` for a bucket.
 
     Raises
     ------
     FormatError
         ``info.json`` cannot be read (not a task).
     """
+    if is_object_uri(task_dir):
+        kw = {} if stale_after is None else {"stale_after": stale_after}
+        return clean_bucket_task(str(task_dir), dry_run=dry_run, **kw)
     root = Path(task_dir)
     layout = TaskLayout.from_info(root, read_info(root))
     reg = open_registry(root, registry)
@@ -127,6 +141,7 @@ def clean_task(task_dir: str | Path, *, dry_run: bool = False,
             report.registered = [g.index for g in missing]
             return report
         report.rolled_back = reclaim_stale(root, layout)
+        pause("clean", "reclaimed")
         report.replayed = [n for n in pending if layout.episodes_file(n).exists()]
         left = set(pending_indices(root))
         for n in sorted(left & set(report.replayed)):

@@ -43,7 +43,7 @@ from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_loc
 from .._safe_read import read_json
 from .._safe_read import read_parquet
 from ..errors import EgopoolError, FormatError, OperationError
-from ..layout import TaskLayout, list_task_episodes
+from ..layout import TaskLayout
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..meta.info import read_info, write_info
 from ..meta.stats import needs_recalc, read_stats

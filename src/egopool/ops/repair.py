@@ -18,12 +18,21 @@ Only the episode's ``meta/episodes`` file is rewritten (its ``force_matrix_specs
 column, every other column kept as stored); data bytes are never touched. The old
 row file is copied to ``.egopool_backup/repair-force-scale-<time>/`` first.
 
+A task in a bucket (``s3://bucket/prefix/task``) runs the same inspection; each row is rewritten
+under N's claim (:mod:`egopool.ops.task_store`: no publish or delete of N meanwhile), the old row
+PUT to the backup prefix first, then the new row PUT with ``PutMode.UPDATE`` on the version read (a
+row deleted or rewritten meanwhile is not brought back: the episode is reported skipped), with its
+sha256 recorded; the claim is released last. A run killed anywhere leaves the old or the new row
+(one PUT) and at most its claim, which the next run (or ``repair clean``) releases.
+
 The Σfz computation is done here with :class:`~egopool.codecs.force_matrix.ForceMatrixCodec`
 on the stored integers (scale-free), one parquet row group at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -42,11 +51,16 @@ from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
-from ._common import Progress, backup_copy, new_backup_dir, open_registry, rel
+from ..storage import ObjectPath, PreconditionFailed, PutMode, is_object_uri
+from ._common import BACKUP_DIR, Progress, backup_copy, new_backup_dir, open_registry, rel, timestamp
 from .migrate import refuse_during_migration
+from .task_store import BucketTask, open_task_store, pause, take_claim, task_claims
 
 __all__ = ["CANDIDATE_SCALES", "ColumnEvidence", "EpisodeRepair", "ForceScaleReport", "column_evidence",
            "repair_force_scale"]
+
+#: The claim's ``op`` in a bucket (ops/task_store.py).
+OP = "force-scale"
 
 #: Scales recorded data has used (file_format.md §7.2.1: ×10/×100/×1000, 1 = uncalibrated).
 CANDIDATE_SCALES: tuple[int, ...] = (1, 10, 100, 1000)
@@ -144,7 +158,7 @@ def column_evidence(data_path: str | Path, column: str, *, tolerance: float = 0.
     FormatError
         The parquet cannot be read.
     """
-    path = Path(data_path)
+    path = data_path
     pf = open_parquet(path, what="data parquet")
     try:
         names = pf.schema_arrow.names
@@ -278,7 +292,7 @@ class EpisodeRepair:
     reason: str = ""
     error: str = ""
 
-    def to_dict(self, task_dir: Path) -> dict[str, Any]:
+    def to_dict(self, task_dir: Path | ObjectPath) -> dict[str, Any]:
         """JSON form."""
         return {"episode_index": self.index, "status": self.status, "reason": self.reason, "error": self.error,
                 "meta": rel(task_dir, self.meta) if self.meta else None,
@@ -298,11 +312,11 @@ class ForceScaleReport:
         Where the old row files were copied (None when nothing was written).
     """
 
-    task_dir: Path
+    task_dir: Path | ObjectPath
     dry_run: bool
     episodes: list[EpisodeRepair] = field(default_factory=list)
     already_ok: int = 0
-    backup: Path | None = None
+    backup: Path | ObjectPath | None = None
 
     @property
     def unreadable(self) -> list[int]:
@@ -330,7 +344,11 @@ def _lacks_scale(spec: Any, value_type: pa.DataType) -> bool:
 
 def _row_with_specs(meta: Path, specs: dict[str, Any]) -> bytes:
     """The episode's row file with only ``force_matrix_specs`` replaced (added when missing)."""
-    table = read_parquet(meta, what="episodes parquet")
+    return _table_with_specs(read_parquet(meta, what="episodes parquet"), specs)
+
+
+def _table_with_specs(table: pa.Table, specs: dict[str, Any]) -> bytes:
+    """A row table's parquet bytes with only ``force_matrix_specs`` replaced (added when missing)."""
     value = pa.array([json.dumps(specs, ensure_ascii=False, allow_nan=False)],
                      type=EPISODE_COLUMNS["force_matrix_specs"])
     if "force_matrix_specs" in table.column_names:
@@ -376,7 +394,7 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
     Parameters
     ----------
     task_dir:
-        The task directory.
+        The task directory, or ``s3://bucket/prefix/task`` (rows rewritten under N's claim, module docstring).
     dry_run:
         Report the evidence and what would be written; write nothing.
     tolerance:
@@ -398,13 +416,26 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
     FormatError
         ``info.json`` cannot be read.
     """
-    root = Path(task_dir)
-    layout = TaskLayout.from_info(root, read_info(root))
-    reg = open_registry(root, registry)
+    if is_object_uri(task_dir):
+        bt = open_task_store(str(task_dir), "repair force-scale")
+        where: str | Path = bt.uri
+        root: Path | ObjectPath = bt.path
+        layout, reg = bt.layout, None
+        lock: Any = contextlib.nullcontext()
+        if not dry_run:  # a killed run's claims: its row PUT was atomic, so releasing them is its roll-forward
+            bt.parent.delete([c.key for c in task_claims(bt) if c.op == OP])
+    else:
+        bt = None
+        where = local = Path(task_dir)
+        root = local
+        layout = TaskLayout.from_info(local, read_info(local))
+        reg = open_registry(local, registry)
+        lock = task_read_lock(local) if dry_run else task_lock(local)  # a dry run writes nothing (decisions.md #24)
     report = ForceScaleReport(root, dry_run)
-    with task_read_lock(root) if dry_run else task_lock(root):  # a dry run writes nothing (decisions.md #24)
-        refuse_during_migration(root, "repair episode rows")
-        groups = [g for g in list_task_episodes(root, layout) if g.data is not None and g.meta is not None]
+    with lock:
+        if bt is None:
+            refuse_during_migration(local, "repair episode rows")
+        groups = [g for g in list_task_episodes(where, layout) if g.data is not None and g.meta is not None]
         for i, g in enumerate(groups):
             try:
                 rep = _inspect(g, tolerance)
@@ -417,24 +448,59 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
                 if rep.status in ("repaired", "partial"):
                     if dry_run:
                         rep.status = "would repair" if rep.status == "repaired" else "would repair partially"
+                    elif bt is not None:
+                        _write_bucket(bt, rep, report)
                     else:
-                        _write(root, rep, report, reg)
+                        _write(local, rep, report, reg)
             if progress is not None:
                 progress(i + 1, len(groups), f"episode {g.index}")
     return report
+
+
+def _new_specs(rep: EpisodeRepair) -> dict[str, Any]:
+    assert rep.meta is not None
+    specs = read_episode_row(rep.meta, rep.index).get("force_matrix_specs") or {}
+    specs = dict(specs) if isinstance(specs, dict) else {}
+    for e in rep.columns:
+        if e.scale is not None:
+            specs[e.column] = e.spec()
+    return specs
+
+
+def _write_bucket(bt: BucketTask, rep: EpisodeRepair, report: ForceScaleReport) -> None:
+    """Rewrite one row in a bucket (module docstring): claim, backup, conditional PUT, release."""
+    key = bt.row_key(rep.index)
+    claim = take_claim(bt, rep.index, OP, [])
+    try:
+        got = bt.store.get(key)
+        if got is None:
+            rep.status, rep.reason = "skipped", "the row was deleted meanwhile"
+            return
+        if report.backup is None:
+            report.backup = bt.path / BACKUP_DIR / f"repair-force-scale-{timestamp()}"
+        bt.store.put(f"{rel(bt.path, report.backup)}/{key}", got[0])
+        pause(OP, "backup")
+        table = pq.read_table(io.BytesIO(got[0]))
+        body = _table_with_specs(table, _new_specs(rep))
+        try:
+            bt.store.put(key, body, mode=PutMode.UPDATE, version=got[1], sha256=hashlib.sha256(body).hexdigest())
+        except PreconditionFailed:
+            rep.status, rep.reason = "skipped", "the row changed meanwhile; run the repair again"
+            return
+        pause(OP, "row")
+    finally:
+        bt.parent.delete([claim.key])
 
 
 def _write(root: Path, rep: EpisodeRepair, report: ForceScaleReport, reg: Registry | None) -> None:
     assert rep.meta is not None
     if report.backup is None:
         report.backup = new_backup_dir(root, "repair-force-scale")
+    assert isinstance(report.backup, Path)  # a directory task's backup is a directory
     backup_copy(root, rep.meta, report.backup)
-    specs = read_episode_row(rep.meta, rep.index).get("force_matrix_specs") or {}
-    specs = dict(specs) if isinstance(specs, dict) else {}
-    for e in rep.columns:
-        if e.scale is not None:
-            specs[e.column] = e.spec()
-    atomic_write_bytes(rep.meta, _row_with_specs(rep.meta, specs))
+    pause(OP, "backup")
+    atomic_write_bytes(rep.meta, _row_with_specs(rep.meta, _new_specs(rep)))
+    pause(OP, "row")
     if reg is not None:
         rec = reg.get(task_key(root), rep.index)
         if rec is not None:

@@ -140,7 +140,7 @@ def _blocks_of(root: Path, info: dict[str, Any], executor: Executor[Any, Any, An
     groups = _committed(root, info)
     cb = None if progress is None else (lambda done, total: progress(done, total, "episodes"))
     results = (executor or LocalExecutor()).map(episode_blocks, _StatsInput(info), groups, progress=cb)
-    return {g.index: r for g, r in zip(groups, results)}
+    return {g.index: r for g, r in zip(groups, results, strict=True)}
 
 
 def _document(per_episode: dict[int, EpisodeBlocks]) -> tuple[dict[str, Any], int, list[tuple[int, FormatError]]]:
