@@ -317,3 +317,19 @@ def test_a_legacy_png16_task_is_copied_both_ways(direction: str, prefix: str, tm
     for a, b in zip(frames, back, strict=True):
         np.testing.assert_array_equal(b, a)
     assert validate_task(dst).ok
+
+
+def test_a_deleted_n_is_never_published_again_into_the_bucket(prefix: str, tmp_path: Path) -> None:
+    """`egopool delete s3://.../T 2` retires N=2 (its tombstone, decisions O37); a later sync of a copy that still
+    holds episode 2 does not bring it back under N=2 (the claim checks the tombstone): N is never reused."""
+    local = write_task(tmp_path / "pc", episodes=3)
+    dst = f"{prefix}/pick"
+    assert _sync(str(local), dst)[0] == 0
+    r = subprocess.run([sys.executable, "-m", "egopool", "delete", dst, "2"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    rc, out = _sync(str(local), dst)
+    by_n = {o["index"]: o["status"] for o in out["episodes"]}
+    assert by_n[1] == by_n[3] == "skipped" and by_n[2] == "refused", out
+    assert [g.index for g in list_task_episodes(as_path(dst), committed_only=False)] == [1, 3]
+    assert validate_task(dst).ok

@@ -74,7 +74,8 @@ def claim(store: Store, task: str, index: int, doc: Mapping[str, Any]) -> bool:
     """Claim episode N of ``task`` for one publish: True when won (module docstring).
 
     ``doc`` (:func:`journal_doc`) is created as the journal; when N's row (``doc["commit"]``) turns out
-    to exist already, the claim is withdrawn.
+    to exist already, or N was deleted (its tombstone, :func:`egopool.meta.retired.retired`: decisions O37),
+    the claim is withdrawn.
 
     Raises
     ------
@@ -87,6 +88,11 @@ def claim(store: Store, task: str, index: int, doc: Mapping[str, Any]) -> bool:
     except PreconditionFailed:
         return False
     if store.exists(str(doc["commit"])):  # N was published (and its journal deleted) before our claim
+        remove(store, [key])
+        return False
+    from ..meta.retired import retired_key
+
+    if store.exists(f"{task}/{retired_key(index)}"):  # N was deleted from a bucket task: never handed out again
         remove(store, [key])
         return False
     return True

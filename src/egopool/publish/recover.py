@@ -47,6 +47,8 @@ def recover(store: Store, owner: str, record: Record | None = None, *, task: str
     lines: list[str] = []
     undone: set[str] = set()
     for key, doc in list(journals(store, task)):
+        if doc.get("op", "publish") != "publish":
+            continue  # a claim of `delete` / `repair` / `backfill` (decisions O35): its own command finishes it
         mine = doc.get("owner") == owner
         created = doc.get("created_at")
         age = now - float(created) if isinstance(created, (int, float)) else stale_after
