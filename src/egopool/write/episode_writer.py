@@ -37,6 +37,7 @@ from ..meta.stats import StatsBlock
 from .recovery import clear_pending, write_pending
 from .stream_encoder import EncoderThread
 from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
+from ..storage import ObjectPath
 from .task_meta import merge_task_meta
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class EpisodeResult:
     chunk: int
     file: int
     length: int
-    paths: tuple[Path, ...]
+    paths: tuple[Path | ObjectPath, ...]
     registry_error: str | None = None
     notes: tuple[str, ...] = ()
     drop_stats: Mapping[str, int | float] = field(default_factory=dict)
