@@ -459,7 +459,7 @@ def open_parquet(path: str | Path, *, what: str = "parquet file", hint: str | No
         raise _parquet_error(exc, path, what, hint) from exc
 
 
-def read_parquet(path: str | Path, columns: list[str] | None = None, *, what: str = "parquet file",
+def read_parquet(path: str | Path | ObjectPath, columns: list[str] | None = None, *, what: str = "parquet file",
                  hint: str | None = None) -> Any:
     """The file's table (``columns`` in the order given) after :func:`check_parquet`; errors become FormatError.
 

@@ -320,7 +320,7 @@ def _read_episode_indices(path: Path) -> list[int]:
     return [int(v) for v in table.column("episode_index").to_pylist() if v is not None]
 
 
-def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *,
+def list_task_episodes(task_dir: str | Path | ObjectPath, layout: TaskLayout | None = None, *,
                        committed_only: bool = False) -> list[EpisodeFiles]:
     """Enumerate every episode file group of a task, sorted by N (file_format.md §2, §9).
 

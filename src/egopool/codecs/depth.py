@@ -30,7 +30,7 @@ import numpy as np
 
 from .._safe_read import loads_json
 from ..errors import CodecError, FormatError, StorageError
-from ..storage import as_path
+from ..storage import ObjectPath, as_path
 from .video import DtsGuard, flush_and_close, mux_frame, open_media, stream_codec
 
 __all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "depth_stream_decoder", "hevc12_available",
@@ -325,7 +325,7 @@ def _open_container(path: Path) -> Any:
     return open_media(path, "depth video")
 
 
-def probe_depth(path: str | Path) -> DepthProbe:
+def probe_depth(path: str | Path | ObjectPath) -> DepthProbe:
     """Say which depth layout a file holds, by probing its streams (file_format.md §8, §12.6).
 
     A directory is a PNG16 sequence (its first frame is probed).

@@ -220,7 +220,7 @@ class RgbEncoder:
             pass
 
 
-def open_media(path: str | Path, what: str = "video") -> Any:
+def open_media(path: str | Path | ObjectPath, what: str = "video") -> Any:
     """Open a media file for reading with PyAV: regular files only (a FIFO would block in FFmpeg).
 
     Raises
@@ -281,7 +281,7 @@ class _ClosingContainer:
         self.close()
 
 
-def _open(path: str | Path) -> Any:
+def _open(path: str | Path | ObjectPath) -> Any:
     return open_media(path, "video")
 
 
@@ -294,7 +294,7 @@ def stream_codec(stream: Any) -> tuple[str | None, str | None]:
     return getattr(ctx, "name", None), getattr(ctx, "pix_fmt", None)
 
 
-def video_info(path: str | Path) -> dict[str, Any]:
+def video_info(path: str | Path | ObjectPath) -> dict[str, Any]:
     """Probe: codec, pix_fmt, width, height, stream count, container comment (parsed JSON when possible).
 
     Raises

@@ -117,7 +117,8 @@ def import_into(out: str | os.PathLike[str], run: Callable[[Path], ImportResult]
             result = run(scratch)
         finally:
             TASK_SEED.reset(token)
-        local = Path(result.task_dir)
+        local = result.task_dir
+        assert isinstance(local, Path)  # run() wrote into the scratch directory
         dest = root / local.name
         report = sync_task(str(local), str(dest))
         refused = [o for o in report.outcomes if o.status not in ("copied", "skipped")]

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
-from ..storage import as_path
+from ..storage import ObjectPath, as_path
 
 __all__ = [
     "EPISODE_COLUMNS",
@@ -87,7 +87,7 @@ def decode_row(raw: Mapping[str, Any], path: Path | None = None) -> dict[str, An
     return out
 
 
-def read_episode_row(path: str | Path, index: int) -> dict[str, Any]:
+def read_episode_row(path: str | Path | ObjectPath, index: int) -> dict[str, Any]:
     """Read N's row from a per-episode file or a legacy shard (filtered by ``episode_index``).
 
     Raises

@@ -86,7 +86,7 @@ def parse_format(info: Mapping[str, Any], path: Path) -> str:
     raise FormatError(f"unknown format {fmt!r}", path=path, hint=f"egopool reads only {FORMAT!r}")
 
 
-def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, Any]:
+def read_info(task_dir: str | Path | ObjectPath, *, check_format: bool = True) -> dict[str, Any]:
     """Load and check ``meta/info.json``.
 
     Raises

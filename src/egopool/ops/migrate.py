@@ -414,7 +414,7 @@ def _pending_journal(root: Path) -> Path | None:
     return None
 
 
-def refuse_during_migration(task_dir: str | Path, what: str) -> None:
+def refuse_during_migration(task_dir: str | Path | ObjectPath, what: str) -> None:
     """Raise when an interrupted migration is pending (``_migrate_backup_*/migrate.json`` not ``done``).
 
     A resumed migration re-writes ``meta/episodes`` rows from its shard copies and renames
