@@ -351,7 +351,7 @@ def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str |
     return obj
 
 
-def read_json(path: str | Path, *, what: str = "JSON file", hint: str | None = None,
+def read_json(path: str | Path | ObjectPath, *, what: str = "JSON file", hint: str | None = None,
               limit: int = MAX_JSON_BYTES) -> Any:
     """Read a regular UTF-8 JSON file with :func:`read_text` and :func:`loads_json`.
 

@@ -161,3 +161,163 @@ def test_a_wrong_key_is_one_line(cmd, s3_server, tmp_path, monkeypatch, capsys) 
     assert len(lines) == 1 and root in lines[0], err
     assert not list(tmp_path.iterdir())
     os.environ.pop("EGOPOOL_UNUSED", None)
+
+
+# -- compress --------------------------------------------------------------------------------------------
+STAGES_FFV1 = ("encoded", "placed")
+STAGES_HEVC = ("committed", "finishing")
+
+
+def _sim_ffv1(where: Where, capsys, episodes: int = 2) -> str:
+    """A simulated rig's task with FFV1 depth, put on the backend (a bucket: by `egopool sync`)."""
+    local = where.tmp / "local"
+    code, _, err = _run(capsys, "simulate", "--rig", "d435x2", "--scale", "4", "--depth-codec", "ffv1",
+                        "--episodes", episodes, "--seconds", "1", "--out", local, "--task", "sim")
+    assert code == 0, err
+    if where.kind == "dir":
+        return where.put(local / "sim")
+    code, _, err = _run(capsys, "sync", local / "sim", where.task("sim"))
+    assert code == 0, err
+    return where.task("sim")
+
+
+def _depth(task: str) -> dict[tuple[int, str], Any]:
+    import numpy as np
+
+    from egopool.codecs.depth import read_depth_frames
+
+    t = open_task(as_path(task))
+    cams = t.info["cameras"]
+    return {(ep.index, k): np.stack(list(read_depth_frames(ep.stream_path(k))))
+            for ep in t.episodes() for k in ep.files.videos if k not in cams}
+
+
+def _exts(task: str) -> set[str]:
+    t = open_task(as_path(task))
+    cams = t.info["cameras"]
+    declared = {e for k, e in t.info["video_extensions"].items() if k not in cams}
+    found = {ep.stream_path(k).suffix for ep in t.episodes() for k in ep.files.videos if k not in cams}
+    assert {"." + e for e in declared} == found
+    return declared
+
+
+def _keys(task: str) -> set[str]:
+    p = as_path(task)
+    return {rel for rel, _ in p.walk_files()} if not isinstance(p, Path) else \
+        {str(f.relative_to(p)) for f in p.rglob("*") if f.is_file()}
+
+
+def _close(orig: Any, dec: Any) -> None:
+    import numpy as np
+
+    from egopool.codecs.depth import LogDepthCodec
+    from egopool.codecs.depth_error import depth_error_report
+
+    c = LogDepthCodec()
+    clipped = np.where(orig > 0, np.clip(orig, c.d_min, c.d_max), 0).astype(np.uint16)
+    r = depth_error_report(clipped, dec)
+    assert r.holes_kept == r.holes and r.holes_created == 0 and r.p99 <= 0.03, r
+
+
+def _assert_hevc_done(task: str, originals: dict[tuple[int, str], Any]) -> None:
+    assert _exts(task) == {"mp4"}
+    keys = _keys(task)
+    assert not [k for k in keys if k.endswith(".mkv") or k.endswith(".compressing") or ".compress" in k], keys
+    decoded = _depth(task)
+    assert decoded.keys() == originals.keys()
+    for nk, orig in originals.items():
+        _close(orig, decoded[nk])
+    rep = validate_task(as_path(task))
+    assert rep.ok, [f.message for f in rep.findings]
+    for ep in open_task(as_path(task)).episodes():
+        for key in ("d435_depth", "d435_depth_2"):
+            assert ep.meta["video_codec"][key]["codec"] == "hevc12"
+            assert ep.meta["video_codec"][key]["compressed_from"]["codec"] == "ffv1"
+
+
+needs_hevc12 = pytest.mark.skipif("not __import__('egopool.codecs.depth', fromlist=['x']).hevc12_available()",
+                                  reason="this PyAV's libx265 has no gray12le")
+
+
+@needs_hevc12
+def test_compress_switches_every_depth_stream_on_either_backend(where: Where, tmp_path: Path, capsys) -> None:
+    task = _sim_ffv1(where, capsys)
+    originals = _depth(task)
+    assert len(originals) == 4 and _exts(task) == {"mkv"}  # 2 episodes x 2 depth cameras
+    code, out, err = _run(capsys, "compress", task, "--dry-run")
+    assert code == 0 and "would compress 4 depth stream(s)" in out, err
+    assert _exts(task) == {"mkv"}
+    code, out, err = _run(capsys, "compress", task)
+    assert code == 0, err
+    assert "compressed 4 depth stream(s)" in out
+    _assert_hevc_done(task, originals)
+    code, out, err = _run(capsys, "compress", task)  # a second run: nothing to do
+    assert code == 0 and "nothing to do" in out, err
+    _no_local_s3(tmp_path)
+
+
+def _marker(task: str, stage: str) -> Any:
+    return as_path(task) / "meta" / f".compress-paused-{stage}"
+
+
+def _start_paused(task: str, stage: str) -> Any:
+    import subprocess
+    import sys
+    import threading
+
+    env = {**os.environ, "EGOPOOL_COMPRESS_PAUSE": stage}
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "compress", task, "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    marker = _marker(task, stage)
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"compress exited with {proc.returncode} before pausing: "
+                                 f"{proc.stderr.read().decode() if proc.stderr else ''}")
+        threading.Event().wait(0.1)
+    return proc
+
+
+def _kill(proc: Any, task: str, stage: str) -> None:
+    import signal
+
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    marker = _marker(task, stage)
+    marker.unlink()
+
+
+@needs_hevc12
+@pytest.mark.parametrize("stage", [*STAGES_FFV1, *STAGES_HEVC])
+def test_sigkill_at_each_compress_step_leaves_a_valid_task_and_a_rerun_finishes(where: Where, stage: str,
+                                                                              tmp_path: Path, capsys) -> None:
+    import numpy as np
+
+    task = _sim_ffv1(where, capsys)
+    originals = _depth(task)
+    proc = _start_paused(task, stage)
+    try:
+        if stage == "encoded":  # the job is owned: a second run is refused in one line, changing nothing
+            code, _, err = _run(capsys, "compress", task)
+            assert code == 1 and len(err.strip().splitlines()) == 1, err
+            assert "lock" in err or "owns this task's job" in err, err
+    finally:
+        _kill(proc, task, stage)
+    rep = validate_task(as_path(task))
+    assert rep.ok, [f.message for f in rep.findings]
+    assert not [f for f in rep.findings if "not part of any episode" in f.message]
+    if stage in STAGES_FFV1:
+        assert _exts(task) == {"mkv"}
+        decoded = _depth(task)
+        for nk, orig in originals.items():  # still the lossless originals
+            np.testing.assert_array_equal(decoded[nk], orig)
+    else:
+        assert _exts(task) == {"mp4"}
+    code, out, err = _run(capsys, "compress", task, "--json")  # the re-run takes the dead run's job over
+    assert code == 0, err
+    import json
+
+    report = json.loads(out)
+    assert report["committed"] and report["resumed"]
+    if stage == "encoded":
+        assert [d["reused"] for d in report["details"]].count(True) == 1
+    _assert_hevc_done(task, originals)

@@ -47,6 +47,8 @@ def _task_path(value: str) -> Path:
 
 _TASK = typer.Argument(..., metavar="TASK", parser=_task_path, help="Task directory (holds data/, videos/, meta/).")
 _READ_TASK = task_argument()
+#: TASK of a command that changes a task on either backend (issue 24): a directory or s3://BUCKET/PREFIX/TASK
+_ANY_TASK = task_argument("Task directory (holds data/, videos/, meta/), or s3://BUCKET/PREFIX/TASK.")
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _REG = typer.Option(True, "--registry/--no-registry",
@@ -180,7 +182,7 @@ def stats_check_cmd(task: Path = _READ_TASK, json_out: bool = _JSON, ray: str | 
 
 
 @app.command("migrate")
-def migrate_cmd(task: Path = _TASK,
+def migrate_cmd(task: Path = _ANY_TASK,
                 split_episodes: bool = typer.Option(False, "--split-episodes",
                                                     help="Split legacy multi-row meta/episodes shards into "
                                                          "one episode-NNN.parquet per episode."),
@@ -205,7 +207,7 @@ def migrate_cmd(task: Path = _TASK,
         for st in report.steps:
             console.print(f"  {st.describe()}")
         if report.backup is not None:
-            console.print(f"backup: {report.backup.relative_to(task)} (remove it once you have checked the task)")
+            console.print(f"backup: {report.to_dict()['backup']} (remove it once you have checked the task)")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
 
@@ -297,7 +299,7 @@ def _stream_bars() -> Iterator[ProgressFn | None]:
 
 
 @app.command("compress")
-def compress_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+def compress_cmd(task: Path = _ANY_TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
                  nice: bool = typer.Option(False, "--nice/--no-nice",
                                            help="Work at the lowest CPU priority (nice 19; I/O follows it), "
                                                 "e.g. beside a recorder.")) -> None:

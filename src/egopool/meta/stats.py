@@ -23,7 +23,7 @@ import numpy as np
 from .._atomic import atomic_write_json
 from .._safe_read import open_parquet, read_json, read_parquet
 from ..errors import FormatError, SchemaError
-from ..storage import as_path
+from ..storage import ObjectPath, as_path
 
 __all__ = [
     "ACTION_BLOCK",
@@ -125,7 +125,7 @@ def stats_columns(info: Mapping[str, Any], schema_names: Iterable[str]) -> list[
     return cols
 
 
-def read_stats(task_dir: str | Path) -> dict[str, Any]:
+def read_stats(task_dir: str | Path | ObjectPath) -> dict[str, Any]:
     """Load ``stats.json`` ({} when missing). Raises FormatError on bad JSON or a non-regular file."""
     path = stats_path(task_dir)
     if not path.exists() and not path.is_symlink():
