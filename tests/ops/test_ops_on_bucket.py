@@ -41,8 +41,13 @@ class Where:
             dest = Path(self.root) / local.name
             shutil.copytree(local, dest)
             return str(dest)
-        assert self.s3 is not None
-        return self.s3.upload_dir(local, BUCKET, f"{self.root.split('/', 3)[3]}/{local.name}")
+        from egopool.storage import open_store
+
+        store = open_store(self.task(local.name))  # one PUT per file, as a bucket task is written
+        for f in sorted(local.rglob("*")):
+            if f.is_file():
+                store.put_file(f.relative_to(local).as_posix(), f)
+        return self.task(local.name)
 
 
 @pytest.fixture(params=["dir", "bucket"])
@@ -321,3 +326,105 @@ def test_sigkill_at_each_compress_step_leaves_a_valid_task_and_a_rerun_finishes(
     if stage == "encoded":
         assert [d["reused"] for d in report["details"]].count(True) == 1
     _assert_hevc_done(task, originals)
+
+
+# -- migrate ---------------------------------------------------------------------------------------------
+def _legacy(where: Where, pristine: Path | None = None) -> str:
+    """The legacy task of test_ops_migrate (shards, file- names, .stats_state.json, _trash/) on the backend."""
+    from test_ops_migrate import make_legacy_task
+
+    if pristine is None:
+        local = where.tmp / "legacy_src"
+        pristine = make_legacy_task(local)
+        (local / "pipeline.db").unlink(missing_ok=True)  # the registry stays with a directory
+    return where.put(pristine)
+
+
+def _content(task: str) -> dict[str, str]:
+    """Every object's sha256, the backup's timestamp and the journal left out (names change, bytes must not)."""
+    import hashlib
+    import re
+
+    p = as_path(task)
+    out = {}
+    for k in sorted(_keys(task)):
+        if k.endswith("migrate.json") or k.startswith(".") or "/." in k and not k.endswith(".stats_state.json"):
+            continue
+        out[re.sub(r"^_migrate_backup_[^/]+", "_migrate_backup_T", k)] = hashlib.sha256((p / k).read_bytes()).hexdigest()
+    return out
+
+
+def test_migrate_a_legacy_task_on_either_backend_then_a_second_run_is_a_no_op(where: Where, tmp_path: Path,
+                                                                              capsys) -> None:
+    from test_ops_migrate import ALL_N
+
+    task = _legacy(where)
+    code, out, err = _run(capsys, "migrate", task, "--split-episodes", "--dry-run")
+    assert code == 0 and "would run" in out, err
+    code, out, err = _run(capsys, "migrate", task, "--split-episodes", "--json")
+    assert code == 0, err
+    import json
+
+    report = json.loads(out)
+    assert report["backup"].startswith("_migrate_backup_") and report["done"] == len(report["steps"]) == 20
+    groups = list_task_episodes(as_path(task))
+    assert [g.index for g in groups] == ALL_N
+    for g in groups:
+        assert not g.meta_is_shard and all(str(p).rsplit("/", 1)[-1].startswith("episode-") for p in g.paths())
+    keys = _keys(task)
+    assert not [k for k in keys if k.startswith(("data/", "videos/", "meta/")) and "/file-" in k]
+    assert not [k for k in keys if k.startswith("_trash/") or k == "meta/.stats_state.json"]
+    assert any(k.endswith("_trash/chunk-000/episode-009.parquet") for k in keys)  # stashed in the backup
+    rep = validate_task(as_path(task))
+    assert rep.ok and rep.findings == [], [f.message for f in rep.findings]
+    code, out, err = _run(capsys, "migrate", task, "--split-episodes")
+    assert code == 0 and "nothing to migrate" in out, err
+    _no_local_s3(tmp_path)
+
+
+def _migrate_killed_after(task: str, k: int) -> None:
+    """A real `egopool migrate` SIGKILLed right after step k (EGOPOOL_MIGRATE_PAUSE=k, after its checkpoint)."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    env = {**os.environ, "EGOPOOL_MIGRATE_PAUSE": str(k)}
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", "migrate", task, "--split-episodes",
+                             "--no-registry"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    marker = as_path(task) / f".migrate-paused-{k}"
+    try:
+        while not marker.exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"migrate exited with {proc.returncode} before pausing: "
+                                     f"{proc.stderr.read().decode() if proc.stderr else ''}")
+            threading.Event().wait(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    marker.unlink()
+
+
+def test_migrate_sigkilled_after_each_journal_step_is_valid_and_a_rerun_reaches_the_uninterrupted_result(
+        where: Where, tmp_path: Path) -> None:
+    from test_ops_migrate import make_legacy_task
+
+    from egopool.ops import migrate_task
+
+    pristine = make_legacy_task(tmp_path / "pristine")
+    (tmp_path / "pristine" / "pipeline.db").unlink(missing_ok=True)
+    reference = _legacy(where, pristine)
+    assert migrate_task(reference, checkpoint_every=3).done == 20
+    expected = _content(reference)
+    for k in (1, 3, 9, 11, 17, 19):  # a backup, a split row (checkpoint), a shard removal, renames, stashes
+        sub = Where(where.kind, where.tmp / f"k{k}", where.s3)
+        if where.kind == "bucket":
+            sub.root = f"{where.root}-k{k}"
+        task = _legacy(sub, pristine)
+        _migrate_killed_after(task, k)
+        rep = validate_task(as_path(task))
+        assert rep.ok, (k, [f.message for f in rep.findings])
+        report = migrate_task(task, checkpoint_every=3)  # the re-run takes the dead run's journal over
+        assert report.resumed and report.done == 20, k  # the CLI checkpoints every 50: each step re-run, idempotently
+        assert _content(task) == expected, k
+        assert migrate_task(task).steps == []

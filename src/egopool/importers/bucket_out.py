@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import FormatError, OperationError
+from ..errors import FormatError, ObjectStoreError, OperationError
 from ..layout import TaskLayout, list_task_episodes
 from ..storage import ObjectPath, as_path, require_bucket
 from ..storage.bucket import is_bucket_uri
@@ -44,7 +44,10 @@ def _bucket_root(out: str) -> ObjectPath:
     """``--out`` as an :class:`ObjectPath` whose bucket exists (one line naming the URI and the fix otherwise)."""
     root = as_path(out.rstrip("/"))
     assert isinstance(root, ObjectPath)
-    require_bucket(root)
+    try:
+        require_bucket(root)
+    except ObjectStoreError as exc:  # named by the bucket alone: name --out as given
+        raise ObjectStoreError(exc.message, uri=str(root), cause=exc.cause, hint=exc.hint) from exc
     return root
 
 

@@ -39,8 +39,8 @@ from ..meta.info import read_info, write_info
 from ..registry import FileRecord, Registry, file_record, task_key
 from ..storage import ObjectPath, as_path
 from ._common import Progress, backup_copy, open_registry, remove_stale_temps, timestamp
-from .migrate_plan import (BACKUP_PREFIX, JOURNAL_NAME, MigrationReport, Step, pending_journal, plan_migration,
-                           refuse_during_migration, row_bytes)
+from .migrate_plan import (BACKUP_PREFIX, JOURNAL_NAME, MigrationReport, Step, pause_after, pending_journal,
+                           plan_migration, refuse_during_migration, row_bytes)
 
 __all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "migrate_task", "plan_migration",
            "refuse_during_migration"]
@@ -223,6 +223,7 @@ def migrate_task(task_dir: str | Path | ObjectPath, *, split_episodes: bool = Tr
             if (i + 1) % checkpoint_every == 0:
                 doc["completed"] = i + 1
                 atomic_write_json(journal, doc)
+            pause_after(i + 1, lambda k, b: (root / k).write_bytes(b))
             if progress is not None:
                 progress(i + 1, len(steps), steps[i].describe())
         doc["completed"], doc["state"] = len(steps), "done"

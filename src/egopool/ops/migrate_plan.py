@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +29,18 @@ from ..meta.stats import needs_recalc, read_stats
 from ..storage import ObjectPath, as_path
 from ._common import EXT_TAIL, path_regex, rel, walk_files
 
-__all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "pending_journal", "plan_migration",
-           "refuse_during_migration", "row_bytes"]
+__all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "pause_after", "pending_journal",
+           "plan_migration", "refuse_during_migration", "row_bytes"]
+
+_PAUSE_ENV = "EGOPOOL_MIGRATE_PAUSE"
+
+
+def pause_after(done: int, write: Callable[[str, bytes], None]) -> None:
+    """``EGOPOOL_MIGRATE_PAUSE=<k>``: after step k (and its checkpoint), write ``.migrate-paused-<k>`` at the task
+    root with ``write(key, bytes)`` and sleep: the seam the crash tests SIGKILL a real run at. Unset in production."""
+    if os.environ.get(_PAUSE_ENV) == str(done):
+        write(f".migrate-paused-{done}", str(os.getpid()).encode())
+        time.sleep(3600)
 
 BACKUP_PREFIX = "_migrate_backup_"
 JOURNAL_NAME = "migrate.json"
@@ -150,6 +163,13 @@ def _walk(root: Path | ObjectPath, top: str) -> list[Path | ObjectPath]:
             continue
         out.append(start / key)
     return out
+
+
+def _holds_something(p: Path | ObjectPath) -> bool:
+    """A file, or a directory / prefix with an object under it (a bucket's empty directory markers are nothing)."""
+    if isinstance(p, Path):
+        return p.exists()
+    return p.is_file() or any(k and not k.endswith("/") for k, _ in p.walk_files())
 
 
 def _rel(root: Path | ObjectPath, path: Path | ObjectPath) -> str:
@@ -281,7 +301,7 @@ def plan_migration(task_dir: str | Path | ObjectPath, *, split_episodes: bool = 
     steps += renames
 
     for name in _OBSOLETE:
-        if (root / name).exists():
+        if _holds_something(root / name):
             steps.append(Step("stash", name, f"{bdir}/{name}"))
     if steps and touched:
         steps.append(Step("registry", value=sorted(touched)))

@@ -27,7 +27,8 @@ from ..errors import EgopoolError, LockError, OperationError
 from ..storage import ObjectPath, PreconditionFailed, PutMode
 from ._common import Progress, timestamp
 from ._store_task import StoreTask, json_bytes, open_store_task
-from .migrate_plan import BACKUP_PREFIX, JOURNAL_NAME, MigrationReport, Step, pending_journal, plan_migration, row_bytes
+from .migrate_plan import (BACKUP_PREFIX, JOURNAL_NAME, MigrationReport, Step, pause_after, pending_journal,
+                           plan_migration, row_bytes)
 
 __all__ = ["migrate_store"]
 
@@ -56,7 +57,7 @@ def _move(t: StoreTask, src: str, dst: str, what: str) -> None:
     if t.store.exists(src):
         pairs = [(src, dst)]
     else:
-        pairs = [(m.key, dst + m.key[len(src):]) for m in t.store.list(src + "/")]
+        pairs = [(m.key, dst + m.key[len(src):]) for m in t.store.list(src + "/") if not m.key.endswith("/")]
     if not pairs:
         if t.store.exists(dst) or next(iter(t.store.list(dst + "/")), None) is not None:
             return  # done by the run we resume
@@ -189,6 +190,7 @@ def migrate_store(location: str | ObjectPath, *, split_episodes: bool = True, dr
         if (i + 1) % checkpoint_every == 0:
             doc["completed"] = i + 1
             version = t.write_journal(jkey, doc, version, "migrate")
+        pause_after(i + 1, lambda k, b: t.store.put(k, b))
         if progress is not None:
             progress(i + 1, len(steps), steps[i].describe())
     doc["completed"], doc["state"] = len(steps), "done"
