@@ -90,6 +90,39 @@ def test_import_tum_twice_gives_n_1_and_2_and_a_valid_task(where: Where, tmp_pat
     _no_local_s3(tmp_path)
 
 
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.mark.parametrize("kind", ["rgbd-frames", "euroc", "aria", "lerobot"])
+def test_every_importer_writes_into_a_directory_or_a_bucket_alike(where: Where, kind: str, tmp_path: Path,
+                                                                   capsys) -> None:
+    """rgbd-frames, euroc, aria (--mps) and lerobot (a LeRobot export of the imported RGB-D task) into either
+    backend: the same episode, N=1, a valid task; nothing local named `s3:`."""
+    if kind == "lerobot":
+        code, _, err = _run(capsys, "import", "rgbd-frames", DATA / "sevenscenes_tsdf_fusion", "--frame",
+                            "ego_cam_optical", "--out", tmp_path / "src", "--task", "seven")
+        assert code == 0, err
+        code, _, err = _run(capsys, "export", "lerobot", tmp_path / "src" / "seven", tmp_path / "lerobot")
+        assert code == 0, err
+    argv = {"rgbd-frames": [DATA / "sevenscenes_tsdf_fusion", "--frame", "ego_cam_optical"],
+            "euroc": [DATA / "euroc_v101_kimera"],
+            "aria": ["--mps", DATA / "aria_mps_sample", "--fps", "10"],
+            "lerobot": [tmp_path / "lerobot"]}[kind]
+    code, out, err = _run(capsys, "import", kind, *argv, "--out", where.root, "--task", "imp", "--json")
+    assert code == 0, err
+    import json
+
+    doc = json.loads(out)
+    assert doc["task_dir"] == where.task("imp") and [e["episode_index"] for e in doc["episodes"]] == [1]
+    assert all(p.startswith(where.task("imp") + "/") for p in doc["episodes"][0]["paths"])
+    task = as_path(where.task("imp"))
+    t = open_task(task)
+    assert [ep.index for ep in t.episodes()] == [1] and t.episode(1).length == doc["episodes"][0]["length"] > 0
+    rep = validate_task(task)
+    assert rep.ok, [f.message for f in rep.findings]
+    _no_local_s3(tmp_path)
+
+
 def test_import_at_another_fps_into_an_existing_bucket_task_is_refused_before_anything(where: Where, tmp_path: Path,
                                                                                       capsys) -> None:
     code, _, err = _run(capsys, "import", "tum", TUM, "--frame", "tum_fr1_world", "--out", where.root, "--task", "t")
