@@ -203,3 +203,87 @@ def test_directory_store_on_a_file_is_refused(tmp_path) -> None:
 
 def test_objectmeta_is_a_value() -> None:
     assert ObjectMeta("a", 1, "v") == ObjectMeta("a", 1, "v")
+
+
+# -- a bucket's failures: one line naming the URI and the fix (issue 24) ------------------------------
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", ["no-bucket", "wrong-key", "no-endpoint"])
+def test_bucket_failures_name_the_uri_and_the_fix(s3_server, monkeypatch, case):
+    from egopool.errors import ObjectStoreError
+    from egopool.storage.s3_store import S3Store
+
+    s3_server.create_bucket("failures") if case != "no-bucket" else None
+    uri, fix, cause = {
+        "no-bucket": ("s3://no-such-bucket-x/t", "check the bucket name", "no_bucket"),
+        "wrong-key": ("s3://failures/t", "AWS_SECRET_ACCESS_KEY", "denied"),
+        "no-endpoint": ("s3://failures/t", "AWS_ENDPOINT_URL", "unreachable"),
+    }[case]
+    if case == "wrong-key":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+    if case == "no-endpoint":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_closed_port()}")
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    store = S3Store(uri)
+    ops = [store.require_bucket] if case == "no-bucket" else [
+        lambda: store.get("meta/info.json"), lambda: store.put("meta/x.json", b"{}"), lambda: list(store.list("data/"))]
+    for op in ops:
+        with pytest.raises(ObjectStoreError) as err:
+            op()
+        line = err.value.one_line()
+        assert "\n" not in line and line.startswith(uri) and fix in line and err.value.cause == cause, line
+
+
+def test_a_stalled_bucket_endpoint_times_out(s3_server, monkeypatch):
+    import socket
+
+    from egopool.errors import ObjectStoreError
+    from egopool.storage.s3_store import S3Store
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{srv.getsockname()[1]}")
+    monkeypatch.setenv("EGOPOOL_S3_REQUEST_TIMEOUT", "2")
+    monkeypatch.setenv("EGOPOOL_S3_CONNECT_TIMEOUT", "2")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    try:
+        with pytest.raises(ObjectStoreError) as err:
+            S3Store("s3://stalled/t").get("meta/info.json")
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        srv.close()
+    assert held and err.value.cause == "timeout", err.value.one_line()
+    assert "EGOPOOL_S3_REQUEST_TIMEOUT" in err.value.one_line()
+
+
+def test_an_object_deleted_between_list_and_read(store: Store) -> None:
+    store.put("data/a.parquet", b"x" * 10)
+    listed = [m.key for m in store.list("data/")]
+    store.delete(["data/a.parquet"])
+    assert listed == ["data/a.parquet"]
+    assert store.get("data/a.parquet") is None and store.head("data/a.parquet") is None
+    with pytest.raises(FileNotFoundError):
+        store.get_range("data/a.parquet", 0, 4)
