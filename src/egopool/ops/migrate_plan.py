@@ -35,7 +35,7 @@ __all__ = ["BACKUP_PREFIX", "JOURNAL_NAME", "MigrationReport", "Step", "pause_af
 _PAUSE_ENV = "EGOPOOL_MIGRATE_PAUSE"
 
 
-def pause_after(done: int, write: Callable[[str, bytes], None]) -> None:
+def pause_after(done: int, write: Callable[[str, bytes], object]) -> None:
     """``EGOPOOL_MIGRATE_PAUSE=<k>``: after step k (and its checkpoint), write ``.migrate-paused-<k>`` at the task
     root with ``write(key, bytes)`` and sleep: the seam the crash tests SIGKILL a real run at. Unset in production."""
     if os.environ.get(_PAUSE_ENV) == str(done):
