@@ -125,6 +125,46 @@ def test_every_importer_writes_into_a_directory_or_a_bucket_alike(where: Where, 
     _no_local_s3(tmp_path)
 
 
+def test_an_import_into_a_bucket_killed_before_its_row_leaves_no_episode_and_a_rerun_publishes_it(
+        s3_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """SIGKILL with every object of the episode PUT but its row (sync's seam EGOPOOL_SYNC_PAUSE=placed): the bucket
+    task holds no episode and validates; the same import again rolls the dead publish back and commits N=1."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    s3_server.create_bucket(BUCKET)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    root = f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}"
+    argv = ["import", "tum", str(TUM), "--frame", "tum_fr1_world", "--out", root, "--task", "k"]
+    (tmp_path / "xdg" / "egopool").mkdir(parents=True)
+    marker = tmp_path / "xdg" / "egopool" / "sync-paused-placed"
+    proc = subprocess.Popen([sys.executable, "-m", "egopool", *argv], env={**os.environ, "EGOPOOL_SYNC_PAUSE": "placed"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while not marker.exists():
+            if proc.poll() is not None:
+                raise AssertionError(proc.stderr.read().decode() if proc.stderr else "")
+            threading.Event().wait(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    marker.unlink()
+    task = as_path(f"{root}/k")
+    assert [k for k, _ in task.walk_files() if k.startswith("data/")]  # the episode's objects are there
+    rep = validate_task(task)  # but no row, so no info.json either: no task for readers yet
+    assert not rep.ok and "meta/info.json is missing" in rep.findings[0].message
+    code, _, err = _run(capsys, "import", *argv[1:])
+    assert code == 0, err
+    assert [g.index for g in list_task_episodes(task)] == [1]
+    rep = validate_task(task)
+    assert rep.ok and not [f for f in rep.findings if "not part of any episode" in f.message], \
+        [f.message for f in rep.findings]
+    _no_local_s3(tmp_path)
+
+
 def test_import_at_another_fps_into_an_existing_bucket_task_is_refused_before_anything(where: Where, tmp_path: Path,
                                                                                       capsys) -> None:
     code, _, err = _run(capsys, "import", "tum", TUM, "--frame", "tum_fr1_world", "--out", where.root, "--task", "t")

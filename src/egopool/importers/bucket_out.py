@@ -51,6 +51,15 @@ def _bucket_root(out: str) -> ObjectPath:
     return root
 
 
+def _publishing(root: ObjectPath, task: str) -> bool:
+    """True when a publish journal of ``task`` exists under ``root`` (the pooling server's or a sync's: a first
+    episode being published, or one a killed run left, which the next sync from its machine rolls back)."""
+    from ..server.bucket_publish import JOURNALS, task_hash
+    from ..storage import open_store
+
+    return next(iter(open_store(str(root)).list(f"{JOURNALS}/{task_hash(task)}/")), None) is not None
+
+
 def _seed_from(root: ObjectPath) -> Callable[[Path, str], None]:
     """A seeder that copies the bucket task's ``meta/info.json`` and ``tasks.jsonl`` into the scratch task."""
     done: set[str] = set()
@@ -62,7 +71,7 @@ def _seed_from(root: ObjectPath) -> Callable[[Path, str], None]:
         remote = root / task
         info_obj = remote / "meta" / "info.json"
         if not info_obj.exists():
-            if remote.is_dir():  # objects, but no task: never mixed into
+            if remote.is_dir() and not _publishing(root, task):  # objects, no task, no publish: never mixed into
                 raise FormatError("not a pooled_episodes_v1 task: objects exist under this prefix but no "
                                   "meta/info.json", path=str(remote),
                                   hint="import into another --task, or remove what is there")
