@@ -384,6 +384,7 @@ def test_sigkill_at_each_compress_step_leaves_a_valid_task_and_a_rerun_finishes(
         _kill(proc, task, stage)
     rep = validate_task(as_path(task))
     assert rep.ok, [f.message for f in rep.findings]
+    assert any("interrupted" in f.message and "egopool compress" in f.message for f in rep.findings)
     assert not [f for f in rep.findings if "not part of any episode" in f.message]
     if stage in STAGES_FFV1:
         assert _exts(task) == {"mkv"}
