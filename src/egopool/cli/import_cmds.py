@@ -69,7 +69,7 @@ def rgbd_frames_cmd(
     directory: Path = typer.Argument(
         ..., metavar="DIR", help="Folder with frame-NNNNNN.color.jpg|png, .depth.png (uint16 mm), "
                                                 ".pose.txt (4x4 camera-to-world) and camera-intrinsics.txt."),
-    out: str = typer.Option("recordings", "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Frame rate used to synthesise timestamps (the files have none)."),
     frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
@@ -93,7 +93,7 @@ def rgbd_frames_cmd(
 def tum_cmd(
     file: Path = typer.Argument(
         ..., metavar="FILE", help="TUM trajectory: 'timestamp tx ty tz qx qy qz qw' per line, '#' comments."),
-    out: str = typer.Option("recordings", "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate; each row holds the poses of its 1/fps window."),
     frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
@@ -114,7 +114,7 @@ def tum_cmd(
 def euroc_cmd(
     directory: Path = typer.Argument(
         ..., metavar="DIR", help="EuRoC/ASL folder holding mav0/ (cam0, imu0, optional ground truth)."),
-    out: str = typer.Option("recordings", "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float | None = typer.Option(None, "--fps", help="Nominal rate (default: cam0 sensor.yaml rate_hz)."),
     frame: str | None = typer.Option(None, "--frame",

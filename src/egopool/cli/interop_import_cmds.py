@@ -16,7 +16,7 @@ from .import_cmds import _OUT_HELP, ALLOW_DUPLICATE, _progress, _report, import_
 def lerobot_cmd(
     directory: Path = typer.Argument(..., metavar="DIR", help="LeRobot v3.0 dataset root (meta/, data/, videos/)."),
     task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
-    out: str = typer.Option("recordings", "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     episodes: list[int] = lerobot_index_option("--episode", "-e",
                                                help="LeRobot episode_index to import (repeat; default all)."),
     allow_duplicate: bool = ALLOW_DUPLICATE,
@@ -41,7 +41,7 @@ def aria_cmd(
     task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
     mps: Path | None = typer.Option(None, "--mps", metavar="DIR",
                                     help="MPS output folder: trajectory/, hand_tracking/, eye_gaze/."),
-    out: str = typer.Option("recordings", "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate without a VRS (with one: the RGB camera's rate)."),
     allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
