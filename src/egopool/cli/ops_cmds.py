@@ -41,7 +41,7 @@ def _task_path(value: str) -> Path:
     if value.startswith("s3://"):
         raise typer.BadParameter(f"{value}: this command changes the task and works on a local directory only; "
                                  "the commands that read (ls, info, show, validate, stats check, export, ...) "
-                                 "take s3:// tasks")
+                                 "and stats recalc, compress, migrate take s3:// tasks")
     return Path(value)
 
 
