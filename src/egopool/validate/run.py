@@ -23,7 +23,7 @@ from .episode import check_episode
 from .metafiles import (check_info_file, check_info_keys, check_leftovers, check_stats, check_tasks_jsonl,
                         check_templates)
 from .report import Finding, Report
-from .stale import check_stale_leftovers
+from .stale import check_interrupted_compress, check_stale_leftovers
 
 __all__ = ["ProgressCallback", "check_episode_unit", "episode_units", "validate_task"]
 
@@ -180,6 +180,8 @@ def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | N
     _check_strays(ctx, groups)
     if not isinstance(root, ObjectPath):  # dot-temps and reservations of local pids: no such thing in a bucket (O7)
         _guarded(ctx, check_stale_leftovers)
+    else:
+        _guarded(ctx, check_interrupted_compress)
 
 
 @dataclass(frozen=True)
