@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,12 +30,16 @@ from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
-try:  # the extra `train`
+if TYPE_CHECKING:  # checked as the torch Dataset it is with the extra `train` installed
     import torch
     from torch.utils.data import Dataset as _Base
-except ImportError:  # pragma: no cover - exercised in a venv without torch
-    torch = None
-    _Base = object  # type: ignore[assignment,misc]
+else:
+    try:  # the extra `train`
+        import torch
+        from torch.utils.data import Dataset as _Base
+    except ImportError:  # pragma: no cover - exercised in a venv without torch
+        torch = None
+        _Base = object
 
 __all__ = ["PooledDataset", "find_tasks"]
 
@@ -64,7 +68,12 @@ def find_tasks(paths: Iterable[str | Path]) -> list[Path]:
                                     "pass a task directory such as recordings/pick_cup")
         out.extend(found)
     seen: set[Path] = set()  # a task named twice (or through a symlink) counts once
-    return [q for q in out if not (q.resolve() in seen or seen.add(q.resolve()))]
+    unique: list[Path] = []
+    for q in out:
+        if q.resolve() not in seen:
+            seen.add(q.resolve())
+            unique.append(q)
+    return unique
 
 
 class _Worker:
@@ -97,7 +106,7 @@ class _Worker:
             self.pool.shutdown(wait=False)
 
 
-class PooledDataset(_Base):  # type: ignore[misc,valid-type]
+class PooledDataset(_Base):
     """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
 
     Parameters
@@ -317,6 +326,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
         streams = []
         for key in self.keys:
             kind = "keypoints" if key.startswith("keypoints.") else view.kind(key)
+            rows: np.ndarray | None
             rows, pad = self.windows.rows(key, row, view.length)
             if kind in ("rgb", "depth"):
                 streams.append((key, kind, rows, pad))
@@ -338,7 +348,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
                 frames = list(w.pool.map(lambda s: self._frames(w, view, *s), streams))
             else:
                 frames = [self._frames(w, view, *s) for s in streams]
-            for (key, _k, _r, pad), value in zip(streams, frames):
+            for (key, _k, _r, pad), value in zip(streams, frames, strict=True):
                 item[key] = value
                 if pad is not None:
                     item[key + "_is_pad"] = pad

@@ -43,7 +43,7 @@ from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import episode_stats_file
 from ..registry import sha256_file
 from ..server.bucket_publish import claim, finish, journal_doc, journal_key, new_owner_id, recover_bucket
-from ..storage import as_path
+from ..storage import ObjectPath, as_path
 from ..storage.bucket import Bucket, is_bucket_uri
 from ..write.task_meta import merge_task_meta
 
@@ -101,7 +101,7 @@ def _split_task_uri(uri: str) -> tuple[Bucket, str]:
         No task component, or a bucket name under 3 characters.
     """
     path = as_path(uri)
-    if not path.key:  # type: ignore[union-attr]
+    if not isinstance(path, ObjectPath) or not path.key:
         raise EgopoolError(f"{uri!r} names no task", hint="write s3://BUCKET/PREFIX/TASK")
     return Bucket(str(path.parent)), path.name
 
@@ -111,7 +111,17 @@ def _rel(root: Any, p: Any) -> str:
 
 
 def _episode_rels(root: Any, g: EpisodeFiles) -> list[str]:
-    return sorted(_rel(root, p) for p in g.paths())
+    """Task-relative names of every file of the episode. A legacy PNG16 depth stream is a directory of frames
+    (file_format.md §8; a stream path without a suffix): its files are listed, each copied as a file."""
+    out: list[str] = []
+    for p in g.paths():
+        if p.suffix:
+            out.append(_rel(root, p))
+        elif isinstance(p, Path):
+            out.extend(_rel(root, f) for f in sorted(p.rglob("*")) if f.is_file() and not f.name.startswith("."))
+        else:
+            out.extend(_rel(root, p / key) for key, _size in p.walk_files() if not key.rsplit("/", 1)[-1].startswith("."))
+    return sorted(out)
 
 
 def _state_dir() -> Path:
@@ -156,7 +166,10 @@ class _Source:
         self.info = read_info(self.root)
         self.layout = TaskLayout.from_info(self.root, self.info)
         self.tmp = tmp
-        self.bucket, self.task = _split_task_uri(src) if is_bucket_uri(src) else (None, "")
+        self.bucket: Bucket | None = None
+        self.task = ""
+        if is_bucket_uri(src):
+            self.bucket, self.task = _split_task_uri(src)
 
     def episodes(self) -> list[EpisodeFiles]:
         """Every episode file group of SRC, committed or not (an uncommitted one is reported, not copied)."""
@@ -179,7 +192,8 @@ class _Source:
             The bytes read are not those the bucket recorded (a damaged object).
         """
         if self.bucket is None:
-            p = Path(self.root) / rel
+            assert isinstance(self.root, Path)  # not an s3:// URI: a directory
+            p = self.root / rel
             return p, sha256_file(p)
         dest = self.tmp / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -214,6 +228,33 @@ def _stats_of(source: _Source, data: Path, rel: str, info: dict[str, Any], n: in
     except FormatError as exc:
         raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} does not read ({exc.message}); "
                              f"restore it in the source or delete episode {n} there") from exc
+
+
+def _check_row(source: _Source, g: EpisodeFiles) -> None:
+    """The source's ``meta/episodes`` row of N reads as parquet and names N: the row is the commit object, so a
+    truncated or foreign one is never copied (issue 24: a truncated row was copied and the run exited 0).
+
+    Raises
+    ------
+    _SourceDamaged
+        The row does not read, or holds no row for N.
+    """
+    from .._safe_read import read_parquet
+
+    assert g.meta is not None
+    rel = _rel(source.root, g.meta)
+    path, _ = source.fetch(rel)
+    try:
+        table = read_parquet(path, what="meta/episodes row")
+        indices = table.column("episode_index").to_pylist() if "episode_index" in table.column_names else []
+    except FormatError as exc:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} does not read ({exc.message}); "
+                             f"restore it in the source or delete episode {g.index} there") from exc
+    finally:
+        source.release(path)
+    if g.index not in indices:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} holds no row of episode {g.index}",
+                             hint=f"restore it in the source or delete episode {g.index} there")
 
 
 def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
@@ -286,6 +327,7 @@ def _one(source: _Source, dest: _BucketDest | _DirDest, g: EpisodeFiles, dry_run
     busy = dest.busy(n, source, rels)
     if busy:
         return SyncOutcome(n, "refused", reason=busy)
+    _check_row(source, g)
     if dry_run:
         return SyncOutcome(n, "would_copy")
     return dest.copy(n, source, g, rels)
