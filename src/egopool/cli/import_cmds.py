@@ -14,6 +14,7 @@ import typer
 from ..errors import EgopoolError
 from ..frames import FRAMES
 from ..importers import ImportResult, import_euroc, import_rgbd_frames, import_tum
+from ..importers.bucket_out import import_into
 from .app import app
 from ..codecs.depth import DEPTH_CODECS
 from .output import changed_values_to_stderr, console, print_json, progress_bar
@@ -23,7 +24,7 @@ import_app = typer.Typer(help="Import recordings from other layouts (RGB-D frame
                          no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
-_OUT_HELP = "Recordings root; the task is written to OUT/TASK."
+_OUT_HELP = "Recordings root (a directory or s3://BUCKET/PREFIX); the task is written to OUT/TASK."
 _TASK_HELP = "Task name (default: the input's name)."
 #: ``--allow-duplicate`` of every importer (docs/decisions.md D6).
 ALLOW_DUPLICATE = typer.Option(False, "--allow-duplicate",
@@ -68,7 +69,7 @@ def rgbd_frames_cmd(
     directory: Path = typer.Argument(
         ..., metavar="DIR", help="Folder with frame-NNNNNN.color.jpg|png, .depth.png (uint16 mm), "
                                                 ".pose.txt (4x4 camera-to-world) and camera-intrinsics.txt."),
-    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Frame rate used to synthesise timestamps (the files have none)."),
     frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
@@ -82,8 +83,9 @@ def rgbd_frames_cmd(
     """Import colour + depth + pose frames (7-Scenes layout) as one episode with RGB, depth and trajectory."""
     frame = _need_frame(frame, "a pose.txt file", directory)
     with _progress("importing frames", json_out) as tick:
-        result = import_rgbd_frames(directory, out, frame=frame, task=task, fps=fps, name=name,
-                                    depth_codec=depth_codec, progress=tick, allow_duplicate=allow_duplicate)
+        result = import_into(out, lambda root: import_rgbd_frames(
+            directory, root, frame=frame, task=task, fps=fps, name=name, depth_codec=depth_codec, progress=tick,
+            allow_duplicate=allow_duplicate))
     _report(result, json_out)
 
 
@@ -91,7 +93,7 @@ def rgbd_frames_cmd(
 def tum_cmd(
     file: Path = typer.Argument(
         ..., metavar="FILE", help="TUM trajectory: 'timestamp tx ty tz qx qy qz qw' per line, '#' comments."),
-    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate; each row holds the poses of its 1/fps window."),
     frame: str | None = typer.Option(None, "--frame", help=_FRAME_HELP.format("see egopool.frames")),
@@ -103,8 +105,8 @@ def tum_cmd(
     """Import a TUM trajectory file as one episode with a trajectory column (+ _ns from its timestamps)."""
     frame = _need_frame(frame, "a TUM file", file)
     with _progress("importing poses", json_out) as tick:
-        result = import_tum(file, out, frame=frame, task=task, fps=fps, prefix=prefix, progress=tick,
-                            allow_duplicate=allow_duplicate)
+        result = import_into(out, lambda root: import_tum(file, root, frame=frame, task=task, fps=fps, prefix=prefix,
+                                                          progress=tick, allow_duplicate=allow_duplicate))
     _report(result, json_out)
 
 
@@ -112,7 +114,7 @@ def tum_cmd(
 def euroc_cmd(
     directory: Path = typer.Argument(
         ..., metavar="DIR", help="EuRoC/ASL folder holding mav0/ (cam0, imu0, optional ground truth)."),
-    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     task: str | None = typer.Option(None, "--task", help=_TASK_HELP),
     fps: float | None = typer.Option(None, "--fps", help="Nominal rate (default: cam0 sensor.yaml rate_hz)."),
     frame: str | None = typer.Option(None, "--frame",
@@ -123,6 +125,6 @@ def euroc_cmd(
 ) -> None:
     """Import a EuRoC/ASL recording: one row per cam0 frame, IMU samples attached per frame window."""
     with _progress("importing frames", json_out) as tick:
-        result = import_euroc(directory, out, task=task, fps=fps, frame=frame, progress=tick,
-                              allow_duplicate=allow_duplicate)
+        result = import_into(out, lambda root: import_euroc(directory, root, task=task, fps=fps, frame=frame,
+                                                            progress=tick, allow_duplicate=allow_duplicate))
     _report(result, json_out)

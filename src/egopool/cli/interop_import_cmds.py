@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..importers.bucket_out import import_into
 from ..interop.lerobot_import import import_lerobot
 from .args import lerobot_index_option
 from .import_cmds import _OUT_HELP, ALLOW_DUPLICATE, _progress, _report, import_app
@@ -15,7 +16,7 @@ from .import_cmds import _OUT_HELP, ALLOW_DUPLICATE, _progress, _report, import_
 def lerobot_cmd(
     directory: Path = typer.Argument(..., metavar="DIR", help="LeRobot v3.0 dataset root (meta/, data/, videos/)."),
     task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
-    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     episodes: list[int] = lerobot_index_option("--episode", "-e",
                                                help="LeRobot episode_index to import (repeat; default all)."),
     allow_duplicate: bool = ALLOW_DUPLICATE,
@@ -27,8 +28,9 @@ def lerobot_cmd(
     A dataset written by `egopool export lerobot` returns under its pooled names (egopool_mapping.json).
     """
     with _progress("importing frames", json_out) as tick:
-        result = import_lerobot(directory, out, task=task, progress=tick, episodes=episodes or None,
-                                allow_duplicate=allow_duplicate)
+        result = import_into(out, lambda root: import_lerobot(directory, root, task=task, progress=tick,
+                                                              episodes=episodes or None,
+                                                              allow_duplicate=allow_duplicate))
     _report(result, json_out)
 
 
@@ -39,7 +41,7 @@ def aria_cmd(
     task: str = typer.Option(..., "--task", help="Task name (created, or appended to)."),
     mps: Path | None = typer.Option(None, "--mps", metavar="DIR",
                                     help="MPS output folder: trajectory/, hand_tracking/, eye_gaze/."),
-    out: Path = typer.Option(Path("recordings"), "--out", help=_OUT_HELP),
+    out: str = typer.Option("recordings", "--out", metavar="PATH", help=_OUT_HELP),
     fps: float = typer.Option(30.0, "--fps", help="Row rate without a VRS (with one: the RGB camera's rate)."),
     allow_duplicate: bool = ALLOW_DUPLICATE,
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -61,8 +63,8 @@ def aria_cmd(
         log.setLevel(logging.INFO)
     try:
         with _progress("importing frames", json_out) as tick:
-            result = import_aria(recording, out, task=task, mps_dir=mps, fps=fps, progress=tick,
-                                 allow_duplicate=allow_duplicate)
+            result = import_into(out, lambda root: import_aria(recording, root, task=task, mps_dir=mps, fps=fps,
+                                                               progress=tick, allow_duplicate=allow_duplicate))
     finally:
         log.removeHandler(handler)
     _report(result, json_out)

@@ -42,8 +42,8 @@ def _task_path(value: str) -> Path:
         raise typer.BadParameter("TASK is empty; pass the task directory (`.` for the current one)")
     if value.startswith("s3://"):
         raise typer.BadParameter(f"{value}: this command works on a local directory only (copy the task with "
-                                 "`egopool sync`); the commands that read, and delete, repair force-scale|clean, "
-                                 "keypoints backfill, stats recalc, take s3:// tasks")
+                                 "`egopool sync`); the commands that read, and delete, compress, migrate, "
+                                 "repair force-scale|clean, keypoints backfill, stats recalc take s3:// tasks")
     return Path(value)
 
 
@@ -64,6 +64,8 @@ _TASK = typer.Argument(..., metavar="TASK", parser=_task_path, help="Task direct
 _CHANGE_TASK = typer.Argument(..., metavar="TASK", parser=_task_or_uri,
                               help="Task directory (holds data/, videos/, meta/), or s3://BUCKET/PREFIX/TASK.")
 _READ_TASK = task_argument()
+#: TASK of a command that changes a task on either backend (issue 24): a directory or s3://BUCKET/PREFIX/TASK
+_ANY_TASK = task_argument("Task directory (holds data/, videos/, meta/), or s3://BUCKET/PREFIX/TASK.")
 _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _REG = typer.Option(True, "--registry/--no-registry",
@@ -199,7 +201,7 @@ def stats_check_cmd(task: Path = _READ_TASK, json_out: bool = _JSON, ray: str | 
 
 
 @app.command("migrate")
-def migrate_cmd(task: Path = _TASK,
+def migrate_cmd(task: Path = _ANY_TASK,
                 split_episodes: bool = typer.Option(False, "--split-episodes",
                                                     help="Split legacy multi-row meta/episodes shards into "
                                                          "one episode-NNN.parquet per episode."),
@@ -224,7 +226,7 @@ def migrate_cmd(task: Path = _TASK,
         for st in report.steps:
             console.print(f"  {st.describe()}")
         if report.backup is not None:
-            console.print(f"backup: {report.backup.relative_to(task)} (remove it once you have checked the task)")
+            console.print(f"backup: {report.to_dict()['backup']} (remove it once you have checked the task)")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
 
@@ -341,7 +343,7 @@ def _stream_bars() -> Iterator[ProgressFn | None]:
 
 
 @app.command("compress")
-def compress_cmd(task: Path = _TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
+def compress_cmd(task: Path = _ANY_TASK, dry_run: bool = _DRY, json_out: bool = _JSON, registry: bool = _REG,
                  nice: bool = typer.Option(False, "--nice/--no-nice",
                                            help="Work at the lowest CPU priority (nice 19; I/O follows it), "
                                                 "e.g. beside a recorder.")) -> None:

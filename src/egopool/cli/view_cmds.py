@@ -15,7 +15,7 @@ from .output import console, print_json
 
 @app.command("view", context_settings={"ignore_unknown_options": True})
 def view_cmd(
-    task: Path = typer.Argument(..., metavar="TASK", help="Task directory."),
+    task: Path = task_argument(),
     index: int = episode_argument("Global episode number N (1-based)."),
     out: Path | None = typer.Option(None, "--out", "-o",
                                     help="The .rrd written when there is no display (default <task>_N<N>.rrd)."),

@@ -342,7 +342,7 @@ def count_video_frames(path: TaskPathLike, stream_index: int = 0) -> int:
         return count_opened_frames(c, path, stream_index)
 
 
-def count_opened_frames(c: Any, path: str | Path, stream_index: int = 0) -> int:
+def count_opened_frames(c: Any, path: TaskPathLike, stream_index: int = 0) -> int:
     """:func:`count_video_frames` of a container the caller opened (:func:`open_media`) and has not demuxed
     from yet: the validator probes and counts with one open (one GET for a video in a bucket).
 

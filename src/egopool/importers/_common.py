@@ -9,6 +9,7 @@ column (IMU samples, trajectory points) gets every sample whose time falls in it
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import os
@@ -29,6 +30,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import info_path, read_info
 from ..registry import Registry, task_key
 from ..schema import ColumnSpec
+from ..storage import ObjectPath
 from ..write.task_writer import EpisodeResult, TaskWriter, refuse_foreign
 
 __all__ = [
@@ -57,6 +59,17 @@ __all__ = [
 #: ``progress(done, total)``, called after each written row.
 Progress = Callable[[int, int], None]
 
+#: ``seed(root, task)`` called before an importer opens ``root/task`` (set by :mod:`egopool.importers.bucket_out`
+#: while an import runs into a local scratch task bound for a bucket: it puts the bucket task's ``meta/`` there).
+TASK_SEED: contextvars.ContextVar[Callable[[Path, str], None] | None] = contextvars.ContextVar("egopool_task_seed",
+                                                                                              default=None)
+
+
+def _seed(root: Path, task: str) -> None:
+    seed = TASK_SEED.get()
+    if seed is not None:
+        seed(root, task)
+
 _NS = Decimal(1_000_000_000)
 
 
@@ -67,7 +80,7 @@ class ImportResult:
     Attributes
     ----------
     task_dir:
-        The task directory (``<out>/<task>``).
+        The task directory (``<out>/<task>``), or its ``s3://`` location (:mod:`egopool.importers.bucket_out`).
     episodes:
         One :class:`~egopool.write.task_writer.EpisodeResult` per written episode (N, rows, paths).
     synthesised:
@@ -76,7 +89,7 @@ class ImportResult:
         Other facts the user should know (samples dropped outside the rows, assumptions).
     """
 
-    task_dir: Path
+    task_dir: Path | ObjectPath
     episodes: tuple[EpisodeResult, ...]
     synthesised: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -353,6 +366,7 @@ def refuse_other_fps(root: str | Path, task: str, fps: float) -> None:
     SchemaError
         The task's ``info.json`` says another fps (naming it and the way out: a new task).
     """
+    _seed(Path(root), task)
     task_dir = Path(root) / task
     if task_dir.is_dir():
         refuse_foreign(task_dir, fps, IMPORT_FPS_HINT)
@@ -506,6 +520,7 @@ def task_writer(root: str | Path, task: str, fps: float, *, source: ImportSource
         ``source`` is already in the task (nothing is written).
     """
     root = Path(root)
+    _seed(root, task)
     root_fresh = not root.exists()
     task_dir = root / task
     fresh = not task_dir.exists()

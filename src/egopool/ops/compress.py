@@ -6,16 +6,27 @@ A recorder that cannot hold the HEVC preset in real time records depth losslessl
 a reader or ``egopool validate`` sees either every depth stream FFV1 or every one HEVC, never a mix
 (docs/decisions.md R30–R35).
 
-Steps, under the task lock (taken without waiting: a task being recorded is refused):
+The same steps for a task directory and for ``s3://bucket/prefix/task``, through the task's
+:class:`~egopool.storage.Store` (issue 24, docs/decisions.md O40). A directory runs under the task lock
+(taken without waiting: a task being recorded is refused). A bucket has no lock: the journal object is
+created with ``If-None-Match`` (two runs cannot both own the job), each later write of it is a
+compare-and-swap, and a later run takes over a journal only when its run is dead; each stream is
+downloaded to a local scratch, encoded, checked and put under its final key ``episode-NNN.mp4`` (one
+stream at a time: local disk holds one stream and its output), and the commit of step 5 is a
+compare-and-swap of ``info.json`` made only while no publish into the task is in progress and no
+episode arrived since the plan (else the task is planned again, finished streams re-used).
+
+Steps:
 
 1. plan: every committed episode's file of every depth key that ``video_extensions`` declares ``mkv``
    must be FFV1 depth (else one-line refusal naming the file; nothing is changed);
 2. journal ``meta/.compress.json`` (a dotfile: every reader ignores it, §11);
-3. encode each stream into a hidden ``.episode-NNN.mp4.compressing`` beside it and check it (frame
+3. encode each stream into a hidden ``.episode-NNN.mp4.compressing`` beside it (a bucket: under its final
+   key) and check it (frame
    count, holes exact, error bound: :func:`~egopool.codecs.depth_transcode.transcode_depth`); the
    journal records each finished stream, so a resumed run re-uses it;
 4. place: rename each hidden output to ``episode-NNN.mp4`` beside its ``.mkv`` (readers still take
-   the declared ``.mkv``, R32);
+   the declared ``.mkv``, R32; a bucket: already there);
 5. **commit**: ``info.json`` rewritten atomically with those keys' ``video_extensions`` = ``mp4``;
 6. roll forward, idempotently: per episode the row's ``video_codec`` entry (and ``drop_stats``
    ``<key>_clipped_count`` when the log code clipped pixels, decision 22) is rewritten, the ``.mkv``
@@ -37,31 +48,32 @@ from __future__ import annotations
 import io
 import json
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_bytes, atomic_write_json, fsync_dir, task_lock, task_read_lock
-from .._safe_read import read_json, read_parquet
-from ..codecs.depth import LogDepthCodec, probe_depth
-from ..codecs.depth_transcode import TranscodeCancelled, TranscodeResult, transcode_depth
-from ..codecs.video import video_info
-from ..errors import (CodecError, EgopoolError, FormatError, LockError, OperationError, RegistryError,
-                      StorageError)
-from ..layout import TaskLayout, list_task_episodes
+from .._atomic import task_lock, task_read_lock
+from .._safe_read import read_parquet
+from ..codecs.depth import LogDepthCodec
+from ..codecs.depth_transcode import TranscodeCancelled, transcode_depth
+from ..errors import EgopoolError, FormatError, LockError, OperationError, RegistryError, StorageError
+from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
-from ..meta.info import read_info, write_info
+from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
-from ._common import Progress, open_registry, rel
+from ..storage import ObjectPath, PreconditionFailed, PutMode, open_store
+from ._common import Progress, open_registry
+from ._store_task import StoreTask, json_bytes, open_store_task
+from .compress_plan import HIDDEN, CompressReport, StreamJob, plan
 from .migrate import refuse_during_migration
 
 __all__ = ["JOURNAL", "CompressReport", "StreamJob", "compress_task"]
@@ -69,277 +81,123 @@ __all__ = ["JOURNAL", "CompressReport", "StreamJob", "compress_task"]
 #: The journal of a compress under way (task-relative; a dotfile, ignored by readers, §11).
 JOURNAL = "meta/.compress.json"
 _PAUSE_ENV = "EGOPOOL_COMPRESS_PAUSE"
-_HIDDEN = ".compressing"  # suffix of an output before it is placed (not a `.tmp`: writers would sweep it)
+#: a bucket task re-planned this many times (publishes landing during the compress) before giving up
+_ROUNDS = 5
 _T = TypeVar("_T")
 
 
-@dataclass
-class StreamJob:
-    """One depth stream of the plan, and what became of it.
-
-    Attributes
-    ----------
-    index, key:
-        Global N and image_key.
-    src, dst:
-        Task-relative paths of the FFV1 ``.mkv`` and of the HEVC ``.mp4`` that replaces it.
-    frames:
-        Frames (the episode row's ``length``; the encoded count once done).
-    bytes_before, bytes_after:
-        Sizes of the ``.mkv`` and of the ``.mp4`` (0 until encoded).
-    result:
-        The check of the encoded stream (None until encoded; R31).
-    reused:
-        True when a finished output of an interrupted run was taken over.
-    """
-
-    index: int
-    key: str
-    src: str
-    dst: str
-    frames: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    result: TranscodeResult | None = None
-    reused: bool = False
-    src_mtime_ns: int = 0
-
-    @property
-    def hidden(self) -> str:
-        """Where the output is written before it is placed: ``.episode-NNN.mp4.compressing``."""
-        head, _, name = self.dst.rpartition("/")
-        return f"{head}/.{name}{_HIDDEN}" if head else f".{name}{_HIDDEN}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (journal and ``--json``)."""
-        return {"episode_index": self.index, "key": self.key, "src": self.src, "dst": self.dst,
-                "frames": self.frames, "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
-                "src_mtime_ns": self.src_mtime_ns, "reused": self.reused,
-                "result": self.result.to_dict() if self.result is not None else None}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StreamJob:
-        """Inverse of :meth:`to_dict`."""
-        res = d.get("result")
-        return cls(int(d["episode_index"]), str(d["key"]), str(d["src"]), str(d["dst"]), int(d.get("frames", 0)),
-                   int(d.get("bytes_before", 0)), int(d.get("bytes_after", 0)),
-                   TranscodeResult.from_dict(res) if isinstance(res, dict) else None, bool(d.get("reused")),
-                   int(d.get("src_mtime_ns", 0)))
-
-
-@dataclass
-class CompressReport:
-    """Result of :func:`compress_task`.
-
-    Attributes
-    ----------
-    keys:
-        Depth image_keys switched (or to switch) from ``mkv`` to ``mp4``.
-    streams:
-        One :class:`StreamJob` per depth stream.
-    committed:
-        True when ``info.json`` now declares ``mp4`` for ``keys`` (the switch happened, by this run or
-        one it resumed).
-    resumed:
-        What an interrupted earlier run left and this one took over (empty when nothing).
-    notes:
-        Things to know (nothing to do, why).
-    wall_seconds, cpu_seconds:
-        Elapsed and process CPU time of this call (s); CPU counts every thread of the process.
-    """
-
-    task_dir: Path
-    dry_run: bool
-    keys: list[str] = field(default_factory=list)
-    streams: list[StreamJob] = field(default_factory=list)
-    committed: bool = False
-    resumed: str = ""
-    notes: list[str] = field(default_factory=list)
-    wall_seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-    @property
-    def frames(self) -> int:
-        """Depth frames in the plan."""
-        return sum(s.frames for s in self.streams)
-
-    @property
-    def bytes_before(self) -> int:
-        """Bytes of the FFV1 streams."""
-        return sum(s.bytes_before for s in self.streams)
-
-    @property
-    def bytes_after(self) -> int:
-        """Bytes of the HEVC streams (0 on a dry run)."""
-        return sum(s.bytes_after for s in self.streams)
-
-    @property
-    def max_error_mm(self) -> float:
-        """Largest error of any depth pixel against its (range-clipped) FFV1 original, mm."""
-        return max((s.result.max_error_mm for s in self.streams if s.result is not None), default=0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON report (``egopool compress --json``)."""
-        return {"task": str(self.task_dir), "dry_run": self.dry_run, "committed": self.committed,
-                "resumed": self.resumed, "keys": self.keys, "streams": len(self.streams), "frames": self.frames,
-                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
-                "max_error_mm": self.max_error_mm,
-                "max_rel_error": max((s.result.max_rel_error for s in self.streams if s.result), default=0.0),
-                "clipped": sum(s.result.clipped for s in self.streams if s.result),
-                "wall_seconds": round(self.wall_seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
-                "notes": self.notes, "details": [s.to_dict() for s in self.streams]}
-
-
-# -- planning ----------------------------------------------------------------------------------------
-def _refuse(message: str, path: Path, hint: str | None = None) -> OperationError:
-    return OperationError(message, path=path, hint=hint or "nothing was changed")
-
-
-def _plan(root: Path, info: dict[str, Any], layout: TaskLayout) -> tuple[list[str], list[StreamJob]]:
-    """Depth keys declared ``mkv`` and their streams; refuses (one line, naming the file) what cannot go."""
-    exts = info.get("video_extensions") if isinstance(info.get("video_extensions"), dict) else {}
-    cameras = info.get("cameras") if isinstance(info.get("cameras"), dict) else {}
-    keys = sorted(k for k, e in exts.items() if e == "mkv")
-    for k in keys:
-        if k in cameras:
-            raise _refuse(f"stream {k!r} is an RGB camera stored as .mkv (non-depth FFV1): compress converts depth "
-                          "only", root / "meta" / "info.json")
-    jobs: list[StreamJob] = []
-    for g in list_task_episodes(root, layout):
-        if g.meta is None:
-            raise _refuse(f"episode {g.index} has no meta/episodes row (unfinished or being written)",
-                          g.data or next(iter(g.videos.values()), root),
-                          "run `egopool repair clean TASK` or finish the recording first; nothing was changed")
-        if g.meta_is_shard:
-            raise _refuse(f"episode {g.index}'s row is in a legacy multi-row shard", g.meta,
-                          "run `egopool migrate --split-episodes TASK` first; nothing was changed")
-        rows = None
-        for key, path in sorted(g.videos.items()):
-            if key not in keys:
-                if path.suffix == ".mkv":
-                    raise _refuse(f"stream {key!r} is a .mkv that video_extensions does not declare mkv",
-                                  path, "run `egopool validate TASK`; nothing was changed")
-                continue
-            if path.suffix == ".mp4" and path.is_file() and _is_hevc12(path):
-                continue  # already the log code (a task mixed by hand): the switch makes it declared right
-            if path.suffix != ".mkv" or path.is_dir():
-                raise _refuse(f"episode {g.index}'s {key!r} is not an FFV1 .mkv, and video_extensions is task-level: "
-                              f"every episode's {key!r} must switch at once", path,
-                              "convert or delete that episode first; nothing was changed")
-            _check_ffv1_depth(path)
-            if rows is None:
-                rows = int(read_episode_row(g.meta, g.index).get("length") or 0)
-            st = path.stat()
-            jobs.append(StreamJob(g.index, key, rel(root, path), rel(root, path.with_suffix(".mp4")), rows,
-                                  st.st_size, src_mtime_ns=st.st_mtime_ns))
-    return keys, jobs
-
-
-def _is_hevc12(path: Path) -> bool:
-    try:
-        return probe_depth(path).kind == "hevc12"
-    except CodecError:
-        return False
-
-
-def _check_ffv1_depth(path: Path) -> None:
-    """Refuse a ``.mkv`` that is not lossless depth (an FFV1 colour stream, a damaged file), naming it."""
-    try:
-        kind = probe_depth(path).kind
-    except CodecError as exc:
-        try:
-            probe = video_info(path)
-        except CodecError:
-            raise _refuse(f"damaged depth stream ({exc.message})", path,
-                          "restore it from a backup or delete the episode; nothing was changed") from exc
-        raise _refuse(f"not a depth stream: {probe.get('codec')} {probe.get('pix_fmt')} (non-depth FFV1 or another "
-                      "codec); compress converts FFV1 gray16le depth only", path) from exc
-    if kind != "ffv1":
-        raise _refuse(f"declared mkv but holds {kind} depth, not FFV1", path,
-                      "run `egopool validate TASK`; nothing was changed")
-
-
 # -- journal -----------------------------------------------------------------------------------------
-def _journal(root: Path) -> dict[str, Any] | None:
-    path = root / JOURNAL
-    if not path.is_file():
-        return None
+def _journal(t: StoreTask) -> tuple[dict[str, Any], str] | None:
     try:
-        doc = read_json(path, what="compress journal")
+        got = t.get_json(JOURNAL, "compress journal")
+        if got is None:
+            return None
+        doc = got[0]
         [StreamJob.from_dict(d) for d in doc["streams"]]
         list(doc["keys"])
     except (FormatError, KeyError, TypeError, ValueError) as exc:
-        raise OperationError(f"unreadable compress journal: {exc}", path=path,
+        reason = exc.message if isinstance(exc, FormatError) else repr(exc)
+        raise OperationError(f"unreadable compress journal: {reason}", path=t.store.url(JOURNAL),
                              hint="inspect the task (`egopool validate TASK`), then remove the journal") from exc
-    return dict(doc)
+    return dict(doc), got[1]
 
 
-def _write_journal(root: Path, keys: list[str], jobs: list[StreamJob], state: str) -> None:
-    atomic_write_json(root / JOURNAL, {"state": state, "keys": keys, "streams": [j.to_dict() for j in jobs]})
+class _Journal:
+    """The journal this run owns (its version on a bucket: each write is a compare-and-swap)."""
+
+    def __init__(self, t: StoreTask, version: str | None) -> None:
+        self.t, self.version = t, version
+
+    def write(self, keys: list[str], jobs: list[StreamJob], state: str) -> None:
+        self.version = self.t.write_journal(JOURNAL, {"state": state, "keys": keys,
+                                                      "streams": [j.to_dict() for j in jobs]}, self.version,
+                                            "compress")
+
+    def remove(self) -> None:
+        self.t.store.delete([JOURNAL])
+        self.version = None
 
 
-def _pause(root: Path, stage: str) -> None:
+def _pause(t: StoreTask, stage: str) -> None:
     if os.environ.get(_PAUSE_ENV) == stage:
-        (root / "meta" / f".compress-paused-{stage}").write_text(str(os.getpid()))
+        t.store.put(f"meta/.compress-paused-{stage}", str(os.getpid()).encode())
         time.sleep(3600)
 
 
 def _committed(info: dict[str, Any], keys: list[str]) -> bool:
-    exts = info.get("video_extensions") if isinstance(info.get("video_extensions"), dict) else {}
+    exts = info.get("video_extensions")
+    exts = exts if isinstance(exts, dict) else {}
     return bool(keys) and all(exts.get(k) == "mp4" for k in keys)
 
 
-def _reusable(root: Path, finished: dict[tuple[int, str, str], StreamJob], job: StreamJob) -> StreamJob | None:
-    """The finished output of an interrupted run for the same, unchanged source (hidden or placed)."""
+def _staging(t: StoreTask, job: StreamJob) -> str:
+    """Where an encoded stream waits for the commit: a hidden name beside its ``.mkv`` in a directory (renamed at
+    the commit); its final key on a bucket (no rename there; readers take the declared ``.mkv`` until the commit)."""
+    return job.hidden if t.local is not None else job.dst
+
+
+def _reusable(t: StoreTask, finished: dict[tuple[int, str, str], StreamJob], job: StreamJob) -> StreamJob | None:
+    """The finished output of an interrupted run for the same, unchanged source (staged or placed)."""
     prev = finished.get((job.index, job.key, job.src))
-    if prev is None or (prev.bytes_before, prev.src_mtime_ns) != (job.bytes_before, job.src_mtime_ns):
+    if prev is None or (prev.bytes_before, prev.src_version) != (job.bytes_before, job.src_version):
         return None
-    for where in (prev.hidden, prev.dst):
-        p = root / where
-        if p.is_file() and p.stat().st_size == prev.bytes_after:
+    for where in (_staging(t, prev), prev.dst):
+        m = t.store.head(where)
+        if m is not None and m.size == prev.bytes_after:
             prev.reused = True
             return prev
     return None
 
 
-def _discard(root: Path, old: dict[str, Any] | None, keep: set[str]) -> None:
+def _discard(t: StoreTask, old: dict[str, Any] | None, keep: set[str]) -> None:
     """Remove what an interrupted run wrote that this run does not re-use (never a source file)."""
     if old is None:
         return
     for d in old["streams"]:
         prev = StreamJob.from_dict(d)
-        for where in (prev.hidden, prev.dst):
-            p = root / where
-            if where in keep or not p.is_file():
+        for where in dict.fromkeys((prev.hidden, prev.dst)):
+            if where in keep or not t.store.exists(where):
                 continue
             # a hidden output is only ever ours; a placed .mp4 only while its source is still there (R37)
-            if p.name.endswith(_HIDDEN) or (p.suffix == ".mp4" and (root / prev.src).exists()):
-                p.unlink()
+            if where.endswith(HIDDEN) or (where.endswith(".mp4") and t.store.exists(prev.src)):
+                t.store.delete([where])
 
 
 # -- the run -----------------------------------------------------------------------------------------
-def _encode(root: Path, fps: float, jobs: list[StreamJob], keys: list[str], preset: str,
+def _encode(t: StoreTask, fps: float, jobs: list[StreamJob], keys: list[str], journal: _Journal, preset: str,
             progress: Progress | None, cancel: threading.Event | None) -> None:
-    for i, job in enumerate(jobs):
-        if job.result is not None:
-            continue
-        what = f"episode {job.index} {job.key} ({i + 1}/{len(jobs)})"
-        total = 2 * max(job.frames, 1)
+    """Encode and check every stream without a result; a bucket's stream goes through a local scratch (one at a
+    time: disk bounded by one stream and its output) and is put under its final key."""
+    with tempfile.TemporaryDirectory(prefix="egopool-compress-") as scratch:
+        for i, job in enumerate(jobs):
+            if job.result is not None:
+                continue
+            what = f"episode {job.index} {job.key} ({i + 1}/{len(jobs)})"
+            total = 2 * max(job.frames, 1)
 
-        def tick(done: int, what: str = what, total: int = total) -> None:
-            if progress is not None:
-                progress(min(done, total), total, what)
+            def tick(done: int, what: str = what, total: int = total) -> None:
+                if progress is not None:
+                    progress(min(done, total), total, what)
 
-        out = root / job.hidden
-        res = transcode_depth(root / job.src, out, fps=fps, params=LogDepthCodec(), preset=preset,
-                              expect_frames=job.frames or None, progress=tick, cancel=cancel)
-        job.result, job.frames, job.bytes_after = res, res.frames, out.stat().st_size
-        _write_journal(root, keys, jobs, "encoding")
-        if i == 0:
-            _pause(root, "encoded")
+            src = t.download(job.src, Path(scratch) / "source.mkv")
+            out = t.local / job.hidden if t.local is not None else Path(scratch) / "output.mp4"
+            try:
+                res = transcode_depth(src, out, fps=fps, params=LogDepthCodec(), preset=preset,
+                                      expect_frames=job.frames or None, progress=tick, cancel=cancel)
+                size = out.stat().st_size
+                if t.local is None:
+                    t.store.put_file(job.dst, out, move=True)
+            finally:
+                if t.local is None:
+                    src.unlink(missing_ok=True)
+                    out.unlink(missing_ok=True)
+            job.result, job.frames, job.bytes_after = res, res.frames, size
+            journal.write(keys, jobs, "encoding")
+            if i == 0:
+                _pause(t, "encoded")
 
 
-def _resumable(root: Path, layout: TaskLayout, jobs: list[StreamJob]) -> list[StreamJob]:
+def _resumable(t: StoreTask, layout: TaskLayout, jobs: list[StreamJob]) -> list[StreamJob]:
     """The journal's streams of a committed switch that still have something to roll forward (R37).
 
     An episode deleted since (no ``meta/episodes`` row) is dropped; a stream whose output is gone
@@ -347,33 +205,29 @@ def _resumable(root: Path, layout: TaskLayout, jobs: list[StreamJob]) -> list[St
     """
     kept: list[StreamJob] = []
     for j in jobs:
-        if not layout.episodes_file(j.index).is_file():
+        if not t.store.exists(t.key(layout.episodes_file(j.index))):
             continue  # `egopool delete` took the episode: nothing of it to switch
-        if not (root / j.hidden).is_file() and not (root / j.dst).is_file() and (root / j.src).is_file():
+        if not t.store.exists(_staging(t, j)) and not t.store.exists(j.dst) and t.store.exists(j.src):
             j.result, j.reused = None, False
         kept.append(j)
     return kept
 
 
-def _place(root: Path, jobs: list[StreamJob]) -> None:
-    """Rename each hidden output to its final name beside the ``.mkv`` (idempotent)."""
-    dirs = set()
+def _place(t: StoreTask, jobs: list[StreamJob]) -> None:
+    """Each staged output under its final name beside the ``.mkv`` (idempotent; a directory's rename)."""
     for job in jobs:
-        hidden, dst = root / job.hidden, root / job.dst
-        if hidden.exists():
-            os.replace(hidden, dst)
-            dirs.add(dst.parent)
-        elif not dst.is_file():
-            again = (root / job.src).is_file()
+        staged = _staging(t, job)
+        if staged != job.dst and t.local is not None and t.store.exists(staged):
+            t.store.put_file(job.dst, t.local / staged, move=True)
+        elif not t.store.exists(job.dst):
+            again = t.store.exists(job.src)
             raise OperationError(f"the compressed stream of episode {job.index} {job.key!r} is gone"
-                                 + ("" if again else f", and so is its source {job.src}"), path=dst,
+                                 + ("" if again else f", and so is its source {job.src}"), path=t.store.url(job.dst),
                                  hint="run `egopool compress TASK` again; it encodes it anew" if again else
                                  f"restore either from a backup, or `egopool delete TASK {job.index}`")
-    for d in dirs:
-        fsync_dir(d)
 
 
-def _row_bytes(meta: Path, codecs: dict[str, Any], drops: dict[str, Any]) -> bytes:
+def _row_bytes(meta: Path | ObjectPath, codecs: dict[str, Any], drops: dict[str, Any]) -> bytes:
     """N's row file with only ``video_codec`` and ``drop_stats`` replaced (every other column as stored)."""
     table = read_parquet(meta, what="episodes parquet")
     for name, value in (("video_codec", codecs), ("drop_stats", drops)):
@@ -387,7 +241,7 @@ def _row_bytes(meta: Path, codecs: dict[str, Any], drops: dict[str, Any]) -> byt
     return buf.getvalue()
 
 
-def _finish(root: Path, layout: TaskLayout, jobs: list[StreamJob], reg: Registry | None) -> list[str]:
+def _finish(t: StoreTask, layout: TaskLayout, jobs: list[StreamJob], reg: Registry | None) -> list[str]:
     """Roll the committed switch forward (idempotent): rows, ``.mkv`` removal, registry. Returns problems."""
     problems: list[str] = []
     by_n: dict[int, list[StreamJob]] = {}
@@ -410,22 +264,22 @@ def _finish(root: Path, layout: TaskLayout, jobs: list[StreamJob], reg: Registry
                 drops[clipped_key(j.key)] = int(drops.get(clipped_key(j.key)) or 0) + j.result.clipped
             changed = True
         if changed:
-            atomic_write_bytes(meta, _row_bytes(meta, codecs, drops))
-        for j in group:
-            (root / j.src).unlink(missing_ok=True)
-        if reg is not None:
+            t.store.put(t.key(meta), _row_bytes(meta, codecs, drops))
+        t.store.delete([j.src for j in group])
+        if reg is not None and t.local is not None:
+            root = t.local
             try:
                 rec = reg.get(task_key(root), n)
                 if rec is not None:
-                    gone = {j.src for j in group} | {j.dst for j in group} | {rel(root, meta)}
+                    gone = {j.src for j in group} | {j.dst for j in group} | {t.key(meta)}
                     files = [f for f in rec.files if f.path not in gone]
-                    files += [file_record(root, root / j.dst) for j in group] + [file_record(root, meta)]
+                    files += [file_record(root, root / j.dst) for j in group] + [file_record(root, root / t.key(meta))]
                     reg.replace_files(task_key(root), n, sorted(files, key=lambda f: f.path))
             except RegistryError as exc:
                 problems.append(f"episode {n}: registry not updated ({exc.one_line()}); run `egopool compress TASK` "
                                 "again")
         if k == 0:
-            _pause(root, "finishing")
+            _pause(t, "finishing")
     return problems
 
 
@@ -447,7 +301,22 @@ def _rehint(hint: str) -> Iterator[None]:
 
 
 @contextmanager
-def _locked(root: Path, dry_run: bool) -> Iterator[None]:
+def _guard(t: StoreTask, hint: str, action: str) -> Iterator[None]:
+    with _rehint(hint), StorageError.guard(t.local or t.uri, action=action):
+        yield
+
+
+@contextmanager
+def _locked(t: StoreTask, dry_run: bool) -> Iterator[None]:
+    """A directory: its task lock (and no live recording). A bucket: nothing here; the journal is the ownership."""
+    if t.local is None:
+        if not dry_run and not t.store.conditional_writes:
+            raise OperationError("this bucket does not honour conditional writes (If-None-Match / If-Match), so two "
+                                 "runs or a publish could switch the task half-way", path=t.uri,
+                                 hint="compress a local copy (`egopool sync`) and sync it back; nothing was changed")
+        yield
+        return
+    root = t.local
     if dry_run:
         with task_read_lock(root):
             yield
@@ -460,85 +329,139 @@ def _locked(root: Path, dry_run: bool) -> Iterator[None]:
         yield
 
 
-def _run(root: Path, *, dry_run: bool, registry: bool | str | Path | Registry | None, progress: Progress | None,
-         preset: str, cancel: threading.Event | None) -> CompressReport:
-    report = CompressReport(root, dry_run)
-    info = read_info(root)
-    layout = TaskLayout.from_info(root, info)
-    reg = open_registry(root, registry)
-    with _locked(root, dry_run):
-        refuse_during_migration(root, "compress depth")
-        old = _journal(root)
-        if old is not None and _committed(info, list(old["keys"])):
-            report.resumed = "finished the interrupted switch to HEVC (info.json already declares mp4)"
-            report.keys = list(old["keys"])
-            report.streams = [StreamJob.from_dict(d) for d in old["streams"]]
-            report.committed = True
-            if not dry_run:
-                report.streams = _resumable(root, layout, report.streams)
-                redo = [j for j in report.streams if j.result is None]
-                if redo:
-                    _encode(root, float(info.get("fps") or 30.0), report.streams, report.keys, preset, progress,
-                            cancel)
-                with _rehint(_AFTER_COMMIT), \
-                        StorageError.guard(root, action="cannot finish the switch to HEVC"):
-                    _place(root, report.streams)
-                    report.notes += _finish(root, layout, report.streams, reg)
-                if not report.notes:
-                    (root / JOURNAL).unlink()
-            return report
-        keys, jobs = _plan(root, info, layout)
-        report.keys, report.streams = keys, jobs
-        if old is not None:
-            report.resumed = "re-planned an interrupted compress (nothing had been switched)"
-        if not jobs:
-            report.notes.append("nothing to do: no depth stream of this task is FFV1 (already HEVC, or no depth)")
-            if old is not None and not dry_run:
-                _discard(root, old, set())
-                (root / JOURNAL).unlink()
-            return report
-        finished = {(j.index, j.key, j.src): j for j in (StreamJob.from_dict(d) for d in (old or {}).get("streams", []))
-                    if j.result is not None}
-        for i, job in enumerate(jobs):
-            prev = _reusable(root, finished, job)
-            if prev is not None:
-                jobs[i] = prev
-        report.streams = jobs
-        if dry_run:
-            return report
-        with _rehint(_BEFORE_COMMIT), StorageError.guard(root, action="cannot start the compress"):
-            _discard(root, old, {w for j in jobs if j.reused for w in (j.hidden, j.dst)})
-            _write_journal(root, keys, jobs, "encoding")
-        try:
-            _encode(root, float(info.get("fps") or 30.0), jobs, keys, preset, progress, cancel)
-        except (EgopoolError, OSError) as exc:  # a damaged source or a failed check: undo every output
-            for j in jobs:
-                for where in (j.hidden, j.dst):
-                    (root / where).unlink(missing_ok=True)
-            (root / JOURNAL).unlink(missing_ok=True)
-            if isinstance(exc, EgopoolError):
-                if "nothing was changed" not in (exc.hint or ""):
-                    exc.hint = f"{exc.hint}; nothing was changed" if exc.hint else "nothing was changed"
-                raise
-            raise OperationError(f"cannot write the compressed stream: {exc}", path=root,
-                                 hint="free disk space and run it again; nothing was changed") from exc
-        with _rehint(_BEFORE_COMMIT), \
-                StorageError.guard(root, action="cannot switch the task to HEVC"):
-            _write_journal(root, keys, jobs, "placing")
-            _place(root, jobs)
-            _pause(root, "placed")
-            info = read_info(root)
-            info["video_extensions"] = {**info.get("video_extensions", {}), **{k: "mp4" for k in keys}}
-            write_info(root, info)  # the commit: from here on the task is HEVC
-        report.committed = True
-        _pause(root, "committed")
-        with _rehint(_AFTER_COMMIT), StorageError.guard(root, action="cannot finish the switch to HEVC"):
-            _write_journal(root, keys, jobs, "committed")
-            report.notes += _finish(root, layout, jobs, reg)
+def _publishing(t: StoreTask) -> str | None:
+    """A bucket task's publish in progress (a journal of the pooling server or `egopool sync`), or None."""
+    if t.local is not None or not isinstance(t.root, ObjectPath):
+        return None
+    from ..publish import JOURNALS, task_hash
+
+    parent = open_store(str(t.root.parent))
+    first = next(iter(parent.list(f"{JOURNALS}/{task_hash(t.root.name)}/")), None)
+    return None if first is None else parent.url(first.key)
+
+
+def _commit(t: StoreTask, keys: list[str]) -> bool:
+    """``info.json`` with ``keys`` declared ``mp4``: a directory's atomic write under the task lock, a bucket's
+    compare-and-swap. False when a publish changed ``info.json`` meanwhile (nothing written: plan again)."""
+    got = t.get_json("meta/info.json", "info.json")
+    if got is None:
+        raise OperationError("meta/info.json vanished during the compress", path=t.uri,
+                             hint="restore it; the task is still all-FFV1")
+    info, version = got
+    info["video_extensions"] = {**info.get("video_extensions", {}), **{k: "mp4" for k in keys}}
+    try:
+        t.store.put("meta/info.json", json_bytes(info), mode=PutMode.UPDATE, version=version)
+    except PreconditionFailed:
+        return False
+    return True
+
+
+def _resume_committed(t: StoreTask, report: CompressReport, old: dict[str, Any], journal: _Journal,
+                      info: dict[str, Any], layout: TaskLayout, reg: Registry | None, preset: str,
+                      progress: Progress | None, cancel: threading.Event | None) -> CompressReport:
+    report.resumed = "finished the interrupted switch to HEVC (info.json already declares mp4)"
+    report.keys = list(old["keys"])
+    report.streams = [StreamJob.from_dict(d) for d in old["streams"]]
+    report.committed = True
+    if report.dry_run:
+        return report
+    report.streams = _resumable(t, layout, report.streams)
+    if any(j.result is None for j in report.streams):
+        _encode(t, float(info.get("fps") or 30.0), report.streams, report.keys, journal, preset, progress, cancel)
+    with _guard(t, _AFTER_COMMIT, "cannot finish the switch to HEVC"):
+        _place(t, report.streams)
+        report.notes += _finish(t, layout, report.streams, reg)
         if not report.notes:
-            (root / JOURNAL).unlink()
-            fsync_dir(root / "meta")
+            journal.remove()
     return report
+
+
+def _run(location: str | Path | ObjectPath, *, dry_run: bool, registry: bool | str | Path | Registry | None,
+         progress: Progress | None, preset: str, cancel: threading.Event | None) -> CompressReport:
+    t = open_store_task(location)
+    report = CompressReport(t.root, dry_run)
+    info = read_info(t.root)
+    layout = TaskLayout.from_info(t.root, info)
+    reg = open_registry(t.local, registry) if t.local is not None else None
+    with _locked(t, dry_run):
+        refuse_during_migration(t.root, "compress depth")
+        got = _journal(t)
+        old, version = got if got is not None else (None, None)
+        if old is not None and not dry_run:
+            version = t.own_journal(JOURNAL, old, version, "compress")
+        journal = _Journal(t, version)
+        if old is not None and _committed(info, list(old["keys"])):
+            return _resume_committed(t, report, old, journal, info, layout, reg, preset, progress, cancel)
+        for _ in range(_ROUNDS):
+            keys, jobs = plan(t, info, layout)
+            report.keys, report.streams = keys, jobs
+            if old is not None:
+                report.resumed = "re-planned an interrupted compress (nothing had been switched)"
+            if not jobs:
+                report.notes.append("nothing to do: no depth stream of this task is FFV1 (already HEVC, or no depth)")
+                if old is not None and not dry_run:
+                    _discard(t, old, set())
+                    journal.remove()
+                return report
+            finished = {(j.index, j.key, j.src): j
+                        for j in (StreamJob.from_dict(d) for d in (old or {}).get("streams", []))
+                        if j.result is not None}
+            for i, job in enumerate(jobs):
+                prev = _reusable(t, finished, job)
+                if prev is not None:
+                    jobs[i] = prev
+            report.streams = jobs
+            if dry_run:
+                return report
+            with _guard(t, _BEFORE_COMMIT, "cannot start the compress"):
+                _discard(t, old, {w for j in jobs if j.reused for w in (_staging(t, j), j.dst)})
+                journal.write(keys, jobs, "encoding")
+            _encode_or_undo(t, info, jobs, keys, journal, preset, progress, cancel)
+            with _guard(t, _BEFORE_COMMIT, "cannot switch the task to HEVC"):
+                journal.write(keys, jobs, "placing")
+                _place(t, jobs)
+                _pause(t, "placed")
+                busy = _publishing(t)
+                if busy is None and t.local is None:  # a bucket: episodes published since the plan?
+                    again = plan(t, read_info(t.root), layout)[1]
+                    if [(j.index, j.key, j.src, j.src_version) for j in again] != \
+                            [(j.index, j.key, j.src, j.src_version) for j in jobs]:
+                        busy = "episodes were published into the task during the compress"
+                if busy is None and _commit(t, keys):  # the commit: from here on the task is HEVC
+                    break
+            old = {"keys": keys, "streams": [j.to_dict() for j in jobs]}  # re-plan, re-using what is encoded
+            info = read_info(t.root)
+            time.sleep(1.0)
+        else:
+            raise OperationError("publishes kept changing the task during the compress; it was not switched",
+                                 path=t.uri, hint=_BEFORE_COMMIT)
+        report.committed = True
+        _pause(t, "committed")
+        with _guard(t, _AFTER_COMMIT, "cannot finish the switch to HEVC"):
+            journal.write(keys, jobs, "committed")
+            report.notes += _finish(t, layout, jobs, reg)
+            if not report.notes:
+                journal.remove()
+    return report
+
+
+def _encode_or_undo(t: StoreTask, info: dict[str, Any], jobs: list[StreamJob], keys: list[str], journal: _Journal,
+                    preset: str, progress: Progress | None, cancel: threading.Event | None) -> None:
+    """Encode the streams; a damaged source or a failed check removes every output and the journal."""
+    try:
+        _encode(t, float(info.get("fps") or 30.0), jobs, keys, journal, preset, progress, cancel)
+    except (EgopoolError, OSError) as exc:
+        if isinstance(exc, LockError):
+            raise
+        for j in jobs:
+            t.store.delete(dict.fromkeys((_staging(t, j), j.dst)))
+        journal.remove()
+        if isinstance(exc, EgopoolError):
+            if "nothing was changed" not in (exc.hint or ""):
+                exc.hint = f"{exc.hint}; nothing was changed" if exc.hint else "nothing was changed"
+            raise
+        raise OperationError(f"cannot write the compressed stream: {exc}", path=t.local or t.uri,
+                             hint="free disk space and run it again; nothing was changed") from exc
 
 
 def _niced(work: Callable[[threading.Event], _T]) -> _T:
@@ -572,10 +495,10 @@ def _niced(work: Callable[[threading.Event], _T]) -> _T:
         raise
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
 
 
-def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry_run: bool = False,
+def compress_task(task_dir: str | Path | ObjectPath, *, progress: Progress | None = None, dry_run: bool = False,
                   nice: bool = False, registry: bool | str | Path | Registry | None = True,
                   preset: str = "veryfast") -> CompressReport:
     """Convert every FFV1 depth stream of a task to 12-bit log HEVC, all or none (module docstring).
@@ -583,7 +506,7 @@ def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry
     Parameters
     ----------
     task_dir:
-        The task directory.
+        The task directory, or ``s3://bucket/prefix/task`` (the same steps through its store; module docstring).
     progress:
         ``progress(done, total, what)`` per stream: ``what`` names episode and stream, ``total`` is
         twice its frame count (encoded, then checked). Called from the worker thread when ``nice``.
@@ -593,7 +516,8 @@ def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry
         Work at the lowest CPU priority (nice 19) on a thread of its own, so a recorder in the same
         process keeps its priority (R34).
     registry:
-        ``pipeline.db`` whose file lists and sha256 follow (True = beside the task, False = leave out).
+        ``pipeline.db`` whose file lists and sha256 follow (True = beside the task, False = leave out; a
+        directory's only: a bucket task has none).
     preset:
         x265 preset (``veryfast``: docs/decisions.md #11).
 
@@ -606,7 +530,8 @@ def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry
     Raises
     ------
     LockError
-        Another process holds the task lock, or an episode is being recorded into the task.
+        Another process holds the task lock, or an episode is being recorded into the task; on a bucket,
+        another live run owns the task's journal.
     OperationError
         A refusal (an RGB stream stored as .mkv, a damaged or non-depth .mkv, an unfinished episode, a
         pending migration): one line naming the file; nothing was changed.
@@ -616,13 +541,14 @@ def compress_task(task_dir: str | Path, *, progress: Progress | None = None, dry
         The journal, an output, ``info.json`` or a row could not be written (a full disk): one line naming
         the task and saying whether it is still all-FFV1 or already HEVC; run it again (R39).
     FormatError
-        ``info.json`` cannot be read.
+        ``info.json`` cannot be read, or the location is not a task (a missing directory or bucket: one line).
+    ObjectStoreError
+        The bucket refuses the request (credentials, endpoint): one line naming the URI.
     """
-    root = Path(task_dir)
     t0, c0 = time.monotonic(), time.process_time()
 
     def work(cancel: threading.Event | None) -> CompressReport:
-        return _run(root, dry_run=dry_run, registry=registry, progress=progress, preset=preset, cancel=cancel)
+        return _run(task_dir, dry_run=dry_run, registry=registry, progress=progress, preset=preset, cancel=cancel)
 
     try:
         report = _niced(work) if nice and not dry_run else work(None)

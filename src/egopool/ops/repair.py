@@ -51,7 +51,7 @@ from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
-from ..storage import ObjectPath, PreconditionFailed, PutMode, is_object_uri
+from ..storage import ObjectPath, PreconditionFailed, PutMode, TaskPath, is_object_uri
 from ._common import BACKUP_DIR, Progress, backup_copy, new_backup_dir, open_registry, rel, timestamp
 from .migrate import refuse_during_migration
 from .task_store import BucketTask, open_task_store, pause, take_claim, task_claims
@@ -288,7 +288,7 @@ class EpisodeRepair:
     index: int
     status: str
     columns: list[ColumnEvidence] = field(default_factory=list)
-    meta: Path | None = None
+    meta: TaskPath | None = None
     reason: str = ""
     error: str = ""
 
@@ -493,17 +493,19 @@ def _write_bucket(bt: BucketTask, rep: EpisodeRepair, report: ForceScaleReport) 
 
 
 def _write(root: Path, rep: EpisodeRepair, report: ForceScaleReport, reg: Registry | None) -> None:
-    assert rep.meta is not None
+    meta = rep.meta
+    if not isinstance(meta, Path):  # a directory task's episodes are local files (a bucket's go through _write_bucket)
+        raise TypeError(f"episode {rep.index} of the directory task {root} has no local row file: {meta!r}")
     if report.backup is None:
         report.backup = new_backup_dir(root, "repair-force-scale")
     assert isinstance(report.backup, Path)  # a directory task's backup is a directory
-    backup_copy(root, rep.meta, report.backup)
+    backup_copy(root, meta, report.backup)
     pause(OP, "backup")
-    atomic_write_bytes(rep.meta, _row_with_specs(rep.meta, _new_specs(rep)))
+    atomic_write_bytes(meta, _row_with_specs(meta, _new_specs(rep)))
     pause(OP, "row")
     if reg is not None:
         rec = reg.get(task_key(root), rep.index)
         if rec is not None:
-            new = file_record(root, rep.meta)
+            new = file_record(root, meta)
             files = [f for f in rec.files if f.path != new.path] + [new]
             reg.replace_files(task_key(root), rep.index, sorted(files, key=lambda f: f.path))

@@ -19,7 +19,7 @@ import numpy as np
 from .._atomic import task_lock, task_read_lock
 from .._safe_read import read_parquet, read_parquet_schema
 from ..errors import EgopoolError, FormatError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPath, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.info import read_info
@@ -126,7 +126,7 @@ def episode_blocks(shared: _StatsInput, g: EpisodeFiles) -> EpisodeBlocks:
     return EpisodeBlocks(sig, blocks)
 
 
-def _committed(root: Path, info: dict[str, Any]) -> list[EpisodeFiles]:
+def _committed(root: TaskPath, info: dict[str, Any]) -> list[EpisodeFiles]:
     # committed episodes only (data parquet + meta/episodes row, decisions.md #5): an episode whose
     # data is published but whose row is not yet written merges its own blocks when it commits.
     # Absolute paths: a Ray worker does not share the caller's working directory.
@@ -135,7 +135,7 @@ def _committed(root: Path, info: dict[str, Any]) -> list[EpisodeFiles]:
             if g.data is not None and g.meta is not None]
 
 
-def _blocks_of(root: Path, info: dict[str, Any], executor: Executor[Any, Any, Any] | None,
+def _blocks_of(root: TaskPath, info: dict[str, Any], executor: Executor[Any, Any, Any] | None,
                progress: Progress | None) -> dict[int, EpisodeBlocks]:
     groups = _committed(root, info)
     cb = None if progress is None else (lambda done, total: progress(done, total, "episodes"))
@@ -286,7 +286,7 @@ class StatsCheckReport:
     (so counts differ by their rows) and the report is not ok.
     """
 
-    task_dir: Path
+    task_dir: TaskPath
     episodes: int
     blocks: list[str]
     differences: list[BlockDiff] = field(default_factory=list)
@@ -405,7 +405,7 @@ def recalc_task_stats(task_dir: str | Path, *, dry_run: bool = False, progress: 
     return report
 
 
-def _reconcile(root: Path, info: dict[str, Any], per_episode: dict[int, EpisodeBlocks]) -> dict[int, EpisodeBlocks]:
+def _reconcile(root: TaskPath, info: dict[str, Any], per_episode: dict[int, EpisodeBlocks]) -> dict[int, EpisodeBlocks]:
     """Under the lock: the blocks of exactly the episodes committed now, recomputing what changed."""
     shared = _StatsInput(info)
     out = {}

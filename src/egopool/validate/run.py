@@ -23,7 +23,7 @@ from .episode import check_episode
 from .metafiles import (check_info_file, check_info_keys, check_leftovers, check_stats, check_tasks_jsonl,
                         check_templates)
 from .report import Finding, Report
-from .stale import check_stale_leftovers
+from .stale import check_interrupted_compress, check_stale_leftovers
 
 __all__ = ["ProgressCallback", "check_episode_unit", "episode_units", "validate_task"]
 
@@ -179,6 +179,8 @@ def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
     _guarded(ctx, check_stale_leftovers)  # a local task only: no dot-temps or pids in a bucket (O7)
+    if isinstance(root, ObjectPath):  # a bucket's compress journal (O40); a directory's is a stale leftover above
+        _guarded(ctx, check_interrupted_compress)
 
 
 @dataclass(frozen=True)

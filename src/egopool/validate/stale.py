@@ -25,6 +25,20 @@ R_DEPTH = "file_format.md §8"
 _FIX = "run `egopool repair clean TASK` to remove them"
 
 
+def _warn_compress(ctx: Context) -> None:
+    ctx.report.warning(R_DEPTH, ctx.rel("meta", ".compress.json"),
+                       "an `egopool compress` of this task was interrupted; readers see the task as "
+                       "info.json's video_extensions declares it (its .mp4 / .mkv siblings are the other "
+                       "half); run `egopool compress TASK` to finish it")
+
+
+def check_interrupted_compress(ctx: Context) -> None:
+    """A bucket task's ``meta/.compress.json``: a compress under way or killed (issue 24, O40); one warning. A
+    directory's is part of :func:`check_stale_leftovers` (under its read lock: a running compress holds it)."""
+    if (ctx.root / "meta" / ".compress.json").is_file():
+        _warn_compress(ctx)
+
+
 def check_stale_leftovers(ctx: Context) -> None:
     """Warn about stale dot-temps, reservations of dead processes, unfinished meta merges and an interrupted
     ``egopool compress`` (one finding each). Nothing in a bucket: dot-temps, locks and pids belong to
@@ -40,10 +54,7 @@ def check_stale_leftovers(ctx: Context) -> None:
         pending = [n for n in pending_indices(root) if n not in live and ctx.layout.episodes_file(n).exists()]
         compressing = (root / "meta" / ".compress.json").is_file()
     if compressing:
-        ctx.report.warning(R_DEPTH, ctx.rel("meta", ".compress.json"),
-                           "an `egopool compress` of this task was interrupted; readers see the task as "
-                           "info.json's video_extensions declares it (its .mp4 / .mkv siblings are the other "
-                           "half); run `egopool compress TASK` to finish it")
+        _warn_compress(ctx)
     if pending:
         ns = ", ".join(map(str, pending))
         ctx.report.warning(R_PENDING, ctx.rel("meta", f".pending-{pending[0]}.json"),

@@ -37,6 +37,7 @@ from .declarations import EpisodeDeclarations, row_specs
 from .episode_video import EpisodeVideo
 from .streams import StreamSpec
 from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
+from ..storage import ObjectPath
 from .task_meta import merge_task_meta
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class EpisodeResult:
     chunk: int
     file: int
     length: int
-    paths: tuple[Path, ...]
+    paths: tuple[Path | ObjectPath, ...]
     registry_error: str | None = None
     notes: tuple[str, ...] = ()
     drop_stats: Mapping[str, int | float] = field(default_factory=dict)
