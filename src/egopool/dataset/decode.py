@@ -31,6 +31,7 @@ from ..codecs.depth import depth_stream_decoder
 from ..codecs.depth_png import png16_frame_paths, read_png16_frame
 from ..codecs.video import open_media, rgb_array, rgb_stream
 from ..errors import CodecError
+from ..storage import ObjectPath, as_path
 
 __all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
 
@@ -56,9 +57,9 @@ class StreamDecoder:
         The file cannot be opened or has no stream of that kind (names the file).
     """
 
-    def __init__(self, path: str | Path, kind: str, params: Mapping[str, Any] | None = None, *,
+    def __init__(self, path: str | Path | ObjectPath, kind: str, params: Mapping[str, Any] | None = None, *,
                  max_frames: int = 32) -> None:
-        self.path = Path(path)
+        self.path = as_path(path)
         self.max_frames = max(1, int(max_frames))
         self._c = open_media(self.path, "video")
         try:
@@ -178,8 +179,8 @@ class StreamDecoder:
 class PngSequence:
     """A legacy PNG16 depth directory with the :class:`StreamDecoder` interface (one file per frame)."""
 
-    def __init__(self, path: str | Path, max_frames: int = 32) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path | ObjectPath, max_frames: int = 32) -> None:
+        self.path = as_path(path)
         self._files = png16_frame_paths(self.path)
         self.frame_count = len(self._files)
 
@@ -204,9 +205,9 @@ class DecoderCache:
 
     def __init__(self, max_open: int = 16) -> None:
         self.max_open = max(1, int(max_open))
-        self._open: OrderedDict[Path, Any] = OrderedDict()
+        self._open: OrderedDict[Path | ObjectPath, Any] = OrderedDict()
 
-    def open(self, path: Path, make: Callable[[], Any]) -> Any:
+    def open(self, path: Path | ObjectPath, make: Callable[[], Any]) -> Any:
         """The cached decoder of ``path`` (made and cached when absent)."""
         dec = self._open.get(path)
         if dec is None:
