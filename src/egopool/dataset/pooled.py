@@ -143,6 +143,14 @@ class _Worker:
         if self.pool is not None:
             self.pool.shutdown(wait=False)
 
+    def __del__(self) -> None:
+        # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
+        # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
+        # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
+        # do not exist after fork: a hang (docs/decisions.md T3, O27). A fork's inherited copy is never closed.
+        if self.pid == os.getpid():
+            self.close()
+
 
 class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
