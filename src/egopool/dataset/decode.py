@@ -93,7 +93,7 @@ class StreamDecoder:
         clean = all(p is not None for p in pts) and len(set(pts)) == len(pts)
         self._pts = sorted(pts) if clean else []  # type: ignore[type-var]
         self._index_of = {p: j for j, p in enumerate(self._pts)}
-        keys = sorted(p for p, k in zip(pts, key) if k) if clean else []
+        keys = sorted(p for p, k in zip(pts, key, strict=True) if k) if clean else []
         self._keys = [self._index_of[p] for p in keys]
         self.seekable = clean and bool(self._keys) and self._keys[0] == 0
 

@@ -187,7 +187,7 @@ class FrameIndex:
         wanted = set(keep) if keep is not None else None
         self.episodes: list[tuple[int, int, int]] = []  # (task, N, length)
         for t, entry in enumerate(self.tasks):
-            for n, length in zip(entry.episodes.tolist(), entry.lengths.tolist()):
+            for n, length in zip(entry.episodes.tolist(), entry.lengths.tolist(), strict=True):
                 if length > 0 and (wanted is None or (t, n) in wanted):
                     self.episodes.append((t, n, length))
         self.starts = np.concatenate([[0], np.cumsum([e[2] for e in self.episodes], dtype=np.int64)]).astype(np.int64)

@@ -98,7 +98,7 @@ def _task_children(p: Path | ObjectPath) -> list[Path | ObjectPath]:
             return [d for d in subs if (d / "meta" / "info.json").is_file()]
         with ThreadPoolExecutor(min(8, len(subs))) as pool:  # HEADs are latency-bound
             held = list(pool.map(lambda d: (d / "meta" / "info.json").is_file(), subs))
-        return [d for d, ok in zip(subs, held) if ok]
+        return [d for d, ok in zip(subs, held, strict=True) if ok]
     if not p.is_dir():
         return []
     return [d for d in p.iterdir() if (d / "meta" / "info.json").is_file()]
@@ -409,7 +409,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
                 frames = list(w.pool.map(lambda s: self._frames(w, view, *s), streams))
             else:
                 frames = [self._frames(w, view, *s) for s in streams]
-            for (key, _k, _r, pad), value in zip(streams, frames):
+            for (key, _k, _r, pad), value in zip(streams, frames, strict=True):
                 item[key] = value
                 if pad is not None:
                     item[key + "_is_pad"] = pad
