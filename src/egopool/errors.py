@@ -265,7 +265,8 @@ class ObjectStoreError(StorageError):
     uri:
         The ``s3://`` location of the request.
     cause:
-        ``"no_bucket"``, ``"denied"``, ``"unreachable"``, ``"timeout"`` or ``"error"``.
+        ``"no_bucket"``, ``"denied"``, ``"unreachable"``, ``"timeout"``, ``"interrupted"`` (the connection ended
+        mid-answer) or ``"error"``.
     """
 
     def __init__(self, message: str, *, uri: str, cause: str = "error", hint: str | None = None) -> None:

@@ -251,3 +251,69 @@ def test_an_episode_another_writer_is_publishing_is_refused_with_the_fix(prefix:
     b.delete([journal_key("pick", 2)])  # the other writer gave up: the next run copies episode 2
     rc, out = _sync(str(src), f"{prefix}/pick")
     assert rc == 0 and (out["copied"], out["skipped"]) == (1, 1), out
+
+
+@pytest.mark.parametrize("direction", ["to_bucket", "to_directory"])
+def test_a_truncated_source_row_is_refused_not_copied(direction: str, prefix: str, tmp_path: Path) -> None:
+    """Episode 2's meta/episodes row (the commit object) truncated in SRC (issue 24: it was copied and the run
+    exited 0): refused naming its place in SRC, nothing of episode 2 reaches DST, the others are copied."""
+    local = write_task(tmp_path / "pc", episodes=3)
+    rel = "meta/episodes/chunk-000/episode-001.parquet"
+    if direction == "to_bucket":
+        good = (local / rel).read_bytes()
+        (local / rel).write_bytes(good[: len(good) - 9])
+        src, dst = str(local), f"{prefix}/pick"
+    else:
+        assert _sync(str(local), f"{prefix}/pick")[0] == 0
+        b = Bucket(f"{prefix}/pick")
+        body = (b.get(rel) or (b"", ""))[0]
+        b.put(rel, body[: len(body) - 9])
+        src, dst = f"{prefix}/pick", str(tmp_path / "dest" / "pick")
+    rc, out = _sync(src, dst)
+    assert rc == 1 and (out["copied"], out["refused"]) == (2, 1), out
+    bad = out["episodes"][1]
+    assert bad["index"] == 2 and bad["status"] == "refused" and f"{src}/{rel} does not read" in bad["reason"], bad
+    if direction == "to_bucket":
+        assert not [k for k in _objects(prefix) if "episode-001" in k]
+    else:
+        assert not list(Path(dst).rglob("*episode-001*"))
+    assert validate_task(dst).ok
+
+
+@pytest.mark.parametrize("direction", ["to_bucket", "to_directory"])
+def test_a_legacy_png16_task_is_copied_both_ways(direction: str, prefix: str, tmp_path: Path) -> None:
+    """A task whose depth stream is a legacy PNG16 directory of frames (file_format.md §8; issue 24: sync took the
+    directory for a file and failed both ways): every frame is copied and the copy reads the same depth."""
+    import numpy as np
+
+    from egopool import open_task
+    from egopool.codecs.depth_png import encode_png16
+    from egopool.write import StreamSpec, TaskWriter
+
+    rng = np.random.default_rng(3)
+    frames = [rng.integers(300, 9000, size=(24, 40), dtype=np.uint16) for _ in range(3)]
+    tw = TaskWriter(tmp_path / "w", "png16", fps=30.0)
+    ep = tw.begin_episode(streams=[StreamSpec("d435_depth", "depth", 40, 24, codec="ffv1")])
+    for d in frames:
+        ep.add_frame({}, images={"d435_depth": d})
+    ep.finish()
+    local = tmp_path / "w" / "png16"
+    vdir = local / "videos" / "chunk-000" / "d435_depth"
+    (vdir / "episode-000.mkv").unlink()
+    (vdir / "episode-000").mkdir()
+    for i, d in enumerate(frames):
+        (vdir / "episode-000" / f"{i:06d}.png").write_bytes(encode_png16(d))
+    info = json.loads((local / "meta" / "info.json").read_text())
+    info["video_extensions"]["d435_depth"] = "png"
+    (local / "meta" / "info.json").write_text(json.dumps(info))
+    src, dst = str(local), f"{prefix}/png16"
+    if direction == "to_directory":
+        assert _sync(src, dst)[0] == 0
+        src, dst = dst, str(tmp_path / "back" / "png16")
+    rc, out = _sync(src, dst)
+    assert rc == 0 and out["copied"] == 1, out
+    back = list(open_task(as_path(dst)).episode(1).depth("d435_depth"))
+    assert len(back) == 3
+    for a, b in zip(frames, back, strict=True):
+        np.testing.assert_array_equal(b, a)
+    assert validate_task(dst).ok

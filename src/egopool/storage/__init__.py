@@ -19,7 +19,7 @@ becomes an :class:`~egopool.errors.ObjectStoreError` naming the URI and the fix
 """
 
 from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, as_path, is_object_uri, require_bucket,
-                    seekable_reader)
+                    seekable_reader, store_failure)
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 from .store import ObjectMeta, PreconditionFailed, PutMode, Store, open_store
 
@@ -39,5 +39,6 @@ __all__ = [
     "require_bucket",
     "s3_filesystem",
     "seekable_reader",
+    "store_failure",
     "translate_s3_error",
 ]

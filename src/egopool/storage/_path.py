@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 from ..errors import EgopoolError, FormatError, ObjectStoreError
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
-__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "as_path", "is_object_uri", "require_bucket", "seekable_reader"]
+__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "as_path", "is_object_uri", "require_bucket", "seekable_reader",
+           "store_failure"]
 
 #: Read size of the buffered file object handed to PyAV (one ranged GET per refill).
 READ_BUFFER = 4 << 20
@@ -63,6 +64,19 @@ def require_bucket(path: ObjectPath) -> None:
         raise ObjectStoreError(f"the bucket {path.bucket!r} does not exist at {path.settings.describe()}",
                                uri=str(path), cause="no_bucket",
                                hint="check the bucket name, and AWS_ENDPOINT_URL / AWS_REGION for where it is")
+
+
+def store_failure(exc: BaseException, path: object) -> ObjectStoreError | None:
+    """The store's error when ``exc`` (raised by pyarrow or PyAV while reading ``path``) is a failure of the
+    object store, not of the file: a request that timed out, was refused or ended mid-answer. None for a local
+    path or a damaged file. A checker calls it before reporting an unreadable file as damaged (O3, issue 24).
+    """
+    if isinstance(exc, ObjectStoreError):
+        return exc
+    if isinstance(path, ObjectPath) and isinstance(exc, OSError) and "AWS Error" in str(exc):
+        err = path._error(exc)
+        return err if isinstance(err, ObjectStoreError) else None
+    return None
 
 
 class ObjectStat(NamedTuple):

@@ -173,8 +173,10 @@ _DENIED = re.compile(r"ACCESS_DENIED|AccessDenied|INVALID_ACCESS_KEY_ID|InvalidA
                      r"No response body\.?$|HTTP response code: 403|Forbidden")
 _NO_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|[Bb]ucket '[^']*' not found|does not exist")
 _TIMEOUT = re.compile(r"[Tt]imed? ?out|REQUEST_TIMEOUT|curlCode: 28")
-_UNREACHABLE = re.compile(r"NETWORK_CONNECTION|curlCode: (6|7|52|56)|Couldn't connect|Could not resolve|"
-                          r"Connection refused|Failed to connect")
+_UNREACHABLE = re.compile(r"curlCode: (6|7)\b|Couldn't connect|Could not resolve|Connection refused|Failed to connect")
+#: the endpoint answered, then the connection ended mid-answer (curl 52 empty reply, 56 receive failure, 18 partial)
+_CUT = re.compile(r"curlCode: (18|52|56)\b|Recv failure|Connection reset|Empty reply|transfer closed|"
+                  r"connection closed|IncompleteRead|Partial file")
 
 
 def translate_s3_error(exc: BaseException, uri: str, settings: S3Settings, action: str = "cannot read") -> EgopoolError:
@@ -197,7 +199,12 @@ def translate_s3_error(exc: BaseException, uri: str, settings: S3Settings, actio
         return ObjectStoreError(f"{action}: {where} did not answer in time ({text[:160]})", uri=uri, cause="timeout",
                                 hint="check the network; EGOPOOL_S3_REQUEST_TIMEOUT / AWS_MAX_ATTEMPTS set how "
                                      "long to wait")
-    if _UNREACHABLE.search(text):
+    if _CUT.search(text):
+        return ObjectStoreError(f"{action}: {where} closed the connection mid-answer ({text[:160]})", uri=uri,
+                                cause="interrupted",
+                                hint="run the command again; a store that keeps doing it is overloaded or failing "
+                                     "(AWS_MAX_ATTEMPTS sets how often a request is tried)")
+    if _UNREACHABLE.search(text) or "NETWORK_CONNECTION" in text:
         return ObjectStoreError(f"{action}: cannot reach the S3 endpoint {where}", uri=uri, cause="unreachable",
                                 hint="set AWS_ENDPOINT_URL to a running S3 service (e.g. http://127.0.0.1:8333)")
     return ObjectStoreError(f"{action}: {text[:240]}", uri=uri,

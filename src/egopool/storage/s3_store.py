@@ -138,7 +138,7 @@ class S3Store(Store):
                                          "long to wait")
         if "kind: Body" in text or "IncompleteMessage" in text or "connection closed" in text:
             return ObjectStoreError(f"{action} failed: {where} closed the connection mid-answer", uri=uri,
-                                    cause="error", hint="run the command again; a store that keeps doing it is "
+                                    cause="interrupted", hint="run the command again; a store that keeps doing it is "
                                                         "overloaded or failing")
         return translate_s3_error(RuntimeError(" ".join(head.split())), uri, self.settings, action=f"{action} failed")
 

@@ -111,7 +111,17 @@ def _rel(root: Any, p: Any) -> str:
 
 
 def _episode_rels(root: Any, g: EpisodeFiles) -> list[str]:
-    return sorted(_rel(root, p) for p in g.paths())
+    """Task-relative names of every file of the episode. A legacy PNG16 depth stream is a directory of frames
+    (file_format.md §8; a stream path without a suffix): its files are listed, each copied as a file."""
+    out: list[str] = []
+    for p in g.paths():
+        if p.suffix:
+            out.append(_rel(root, p))
+        elif isinstance(p, Path):
+            out.extend(_rel(root, f) for f in sorted(p.rglob("*")) if f.is_file() and not f.name.startswith("."))
+        else:
+            out.extend(_rel(root, p / key) for key, _size in p.walk_files() if not key.rsplit("/", 1)[-1].startswith("."))
+    return sorted(out)
 
 
 def _state_dir() -> Path:
@@ -216,6 +226,33 @@ def _stats_of(source: _Source, data: Path, rel: str, info: dict[str, Any], n: in
                              f"restore it in the source or delete episode {n} there") from exc
 
 
+def _check_row(source: _Source, g: EpisodeFiles) -> None:
+    """The source's ``meta/episodes`` row of N reads as parquet and names N: the row is the commit object, so a
+    truncated or foreign one is never copied (issue 24: a truncated row was copied and the run exited 0).
+
+    Raises
+    ------
+    _SourceDamaged
+        The row does not read, or holds no row for N.
+    """
+    from .._safe_read import read_parquet
+
+    assert g.meta is not None
+    rel = _rel(source.root, g.meta)
+    path, _ = source.fetch(rel)
+    try:
+        table = read_parquet(path, what="meta/episodes row")
+        indices = table.column("episode_index").to_pylist() if "episode_index" in table.column_names else []
+    except FormatError as exc:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} does not read ({exc.message}); "
+                             f"restore it in the source or delete episode {g.index} there") from exc
+    finally:
+        source.release(path)
+    if g.index not in indices:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} holds no row of episode {g.index}",
+                             hint=f"restore it in the source or delete episode {g.index} there")
+
+
 def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
     if dst is None:
         return
@@ -286,6 +323,7 @@ def _one(source: _Source, dest: _BucketDest | _DirDest, g: EpisodeFiles, dry_run
     busy = dest.busy(n, source, rels)
     if busy:
         return SyncOutcome(n, "refused", reason=busy)
+    _check_row(source, g)
     if dry_run:
         return SyncOutcome(n, "would_copy")
     return dest.copy(n, source, g, rels)

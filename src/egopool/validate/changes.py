@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..errors import ObjectStoreError
 from .._safe_read import open_parquet
 from ..arrowutil import list_offsets
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells
@@ -102,6 +103,8 @@ class _BatchScan(ABC):
             return
         try:
             self._count(batch, base)
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
             self.failed = True
         self.rows_fed += batch.num_rows
@@ -113,6 +116,8 @@ class _BatchScan(ABC):
             for batch in pf.iter_batches(batch_size=batch_rows, columns=self.cols):
                 self._count(batch, self.rows_fed)
                 self.rows_fed += batch.num_rows
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except Exception:  # noqa: BLE001 - damaged rows are check_data's finding
             return False
         return True
@@ -176,6 +181,8 @@ def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any], pf: An
         try:
             pf = pf if pf is not None else open_parquet(path, what="data parquet")
             scan = NonFiniteScan(pf.schema_arrow, 0)
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
             return
         if not scan.cols or not scan.read(pf, _BATCH_ROWS * 8):
@@ -278,6 +285,8 @@ def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapp
         try:
             pf = pf if pf is not None else open_parquet(path, what="data parquet")  # footer first (decisions.md H3)
             scan = ForceCellScan(pf.schema_arrow, 0)
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except Exception:  # noqa: BLE001 - an unreadable parquet is check_data's finding
             return
         if not scan.cols or not scan.read(pf, _BATCH_ROWS):

@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from ..arrowutil import list_offsets, numpy_dtype
 from ..codecs.force_matrix import FRAME_VALUES
 from .._safe_read import open_parquet
-from ..errors import EgopoolError, SchemaError
+from ..errors import EgopoolError, ObjectStoreError, SchemaError
+from ..storage import store_failure
 from ..schema import ALWAYS_KEY_COLUMNS, KEY_COLUMNS, check_column_name, signal_kind
 from .context import Context
 
@@ -126,6 +127,8 @@ _KIND_TYPES: dict[str, tuple[Any, str]] = {
 def _open(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
     try:
         return open_parquet(path, what="data parquet")
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:  # not a regular file, impossible footer, ArrowInvalid...: one boundary
         ctx.report.error(R_PARQUET, path, f"cannot read parquet ({exc.message}): the file is truncated or "
                                           f"corrupt; restore it from a backup or delete episode {index}")
@@ -158,7 +161,11 @@ def check_data(ctx: Context, path: Path, index: int, pf: pq.ParquetFile | None =
     _check_schema(ctx, path, summary.columns)
     try:
         _check_rows(ctx, pf, path, index, summary, visit)
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except Exception as exc:  # a corrupt page deep inside the file
+        if (failed := store_failure(exc, path)) is not None:
+            raise failed from exc  # the store failed mid-read: no verdict (O3)
         ctx.report.error(R_PARQUET, path, f"cannot read parquet rows ({first_line(exc)}): the file is corrupt; "
                                           f"restore it from a backup or delete episode {index}")
     finally:

@@ -25,7 +25,8 @@ from ..codecs.decode_scan import StreamScan, scan_opened, scan_stream
 from ..codecs.depth import probe_depth
 from ..codecs.depth_png import png16_frame_paths
 from ..codecs.video import container_info, count_video_frames, open_media
-from ..errors import EgopoolError
+from ..errors import EgopoolError, ObjectStoreError
+from ..storage import store_failure
 from ..layout import EpisodeFiles
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
@@ -113,6 +114,8 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
             table = ctx.shard_tables[path]
         else:
             table = read_parquet(path, what="meta/episodes parquet")
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except Exception as exc:  # one boundary for every pyarrow failure
         reason = exc.message if isinstance(exc, EgopoolError) else first_line(exc)
         ctx.report.error(R_META_FILE, path, f"cannot read meta/episodes parquet ({reason}): the file is "
@@ -162,6 +165,8 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
         else:
             try:
                 parsed = loads_json(v, path=path, what=f"meta column {name!r}")
+            except ObjectStoreError:
+                raise  # the store failed, not the task: no verdict on what could not be read (O3)
             except EgopoolError as exc:
                 ctx.report.error(R_META_COLS, path, f"{exc.message}: it is a JSON object string, write it with "
                                                     "json.dumps")
@@ -272,6 +277,8 @@ def _check_png16_stream(ctx: Context, g: EpisodeFiles, key: str, path: Path, row
         else:
             frames = len(png16_frame_paths(path))
         probe_depth(path)
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         ctx.report.error(R_VIDEO, path, f"cannot read PNG16 depth stream {key!r} ({exc.message}); restore the "
                                         f"frames or remove episode {g.index}")
@@ -329,11 +336,15 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
             _report_decoding(ctx, g, key, path, scan)
         else:
             frames = count_video_frames(path)
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         ctx.report.error(R_VIDEO, path, f"cannot read video stream {key!r} ({exc.message}): the file is corrupt; "
                                         f"re-encode it or remove episode {g.index}")
         return
     except Exception as exc:  # PyAV may raise outside the codec boundary on odd files
+        if (failed := store_failure(exc, path)) is not None:
+            raise failed from exc  # the store failed mid-read: no verdict (O3)
         ctx.report.error(R_VIDEO, path, f"cannot read video stream {key!r} ({first_line(exc)}): the file is "
                                         f"corrupt; re-encode it or remove episode {g.index}")
         return
@@ -357,6 +368,8 @@ def _depth_stream_index(path: Path) -> int | None:
     (a gray stream that is no depth layout fails in the reader's probe, not in decoding)."""
     try:
         return probe_depth(path).stream_index
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError:
         return None
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._safe_read import loads_json, read_json, read_text
-from ..errors import EgopoolError, LegacyLayoutError
+from ..errors import EgopoolError, LegacyLayoutError, ObjectStoreError
 from ..storage import ObjectPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
@@ -128,6 +128,8 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
     except LegacyLayoutError as exc:
         report.error(R_LAYOUT, exc.path or root, f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
         return None
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         if not path.exists() and not path.is_symlink():
             report.error(R_LAYOUT, path, "not a pooled_episodes_v1 task: meta/info.json is missing; point egopool "
@@ -138,6 +140,8 @@ def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
         return None
     try:
         parse_format(info, path)
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         msg = exc.message if "format" in exc.message else f"'format': {exc.message}"
         report.error(R_LAYOUT, path, f"{msg} ({exc.hint})" if exc.hint else msg)
@@ -216,6 +220,8 @@ def check_templates(ctx: Context) -> TaskLayout | None:
             continue  # missing / wrong type already reported by check_info_keys
         try:
             parse_template(key, tpl, path)
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except EgopoolError as exc:
             ctx.report.error(R_INFO, path, f"{exc.message} (e.g. the spec's default template)")
             ok = False
@@ -224,6 +230,8 @@ def check_templates(ctx: Context) -> TaskLayout | None:
     usable = {k: v for k, v in ctx.info.items() if not (k in TEMPLATE_FIELDS and not isinstance(v, str))}
     try:
         return TaskLayout.from_info(ctx.root, usable)
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         ctx.report.error(R_INFO, path, exc.message)
         return None
@@ -238,6 +246,8 @@ def check_tasks_jsonl(ctx: Context) -> None:
         return
     try:
         text = read_text(path, what="meta/tasks.jsonl")
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         ctx.report.error(R_TASKS, path, f"cannot read as UTF-8 text: {exc.message}")
         return
@@ -250,6 +260,8 @@ def check_tasks_jsonl(ctx: Context) -> None:
     for i, line in lines:
         try:
             obj = loads_json(line, path=path)
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except EgopoolError as exc:
             ctx.report.error(R_TASKS, path, f"line {i} is not a complete JSON object ({exc.message}): tasks.jsonl "
                                             "must hold one JSON object per line and must not be pretty-printed "
@@ -282,6 +294,8 @@ def check_stats(ctx: Context, has_episodes: bool) -> None:
         return
     try:
         doc = read_json(path, what="stats.json")
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         ctx.report.error(R_STATS, path, f"cannot parse JSON ({exc.message}); run `egopool stats recalc TASK`")
         return

@@ -140,6 +140,8 @@ def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
     """Run one task-level check; a failure inside it is one finding and the other checks still run."""
     try:
         return check(ctx)
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except Exception as exc:  # noqa: BLE001 - a check must never stop the run (issue 12 D)
         ctx.report.error(R_CHECKLIST, info_path(ctx.root), f"check {check.__name__} could not finish "
                                                           f"({type(exc).__name__}: {first_line(exc)}); the other "
@@ -163,6 +165,8 @@ def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | N
         groups = list_task_episodes(root, ctx.layout)
         publishing = server_imports.publishing(root)  # a pooling server's import in progress: not a damaged group
         groups = [g for g in groups if g.committed or g.index not in publishing]
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
         report.error("file_format.md §6.1", exc.path or root, f"cannot enumerate episodes: {exc.message}; restore "
                                                              "or remove that file")
@@ -211,6 +215,8 @@ def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles]) -> _Unit
     for g in unit:
         try:
             check_episode(ctx, g)
+        except ObjectStoreError:
+            raise  # the store failed, not the task: no verdict on what could not be read (O3)
         except Exception as exc:  # keep checking the other episodes
             ctx.report.error(R_CHECKLIST, g.data or g.meta or shared.root,
                              f"episode {g.index} could not be fully checked ({type(exc).__name__}: "
@@ -297,6 +303,8 @@ def _compress_halves(root: Path) -> set[Path]:
     try:
         doc = read_json(journal, what="compress journal")
         return {root / str(s[k]) for s in doc["streams"] for k in ("src", "dst")}
+    except ObjectStoreError:
+        raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except Exception:  # noqa: BLE001 - an unreadable journal only means no exemption
         return set()
 
