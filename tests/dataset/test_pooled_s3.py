@@ -225,3 +225,33 @@ def test_a_missing_bucket_or_a_prefix_without_tasks_is_one_line(bucket, tmp_path
         assert f"pass a task such as s3://{BUCKET}/PREFIX/pick_cup" in text
     with pytest.raises(FileNotFoundError, match="neither a task .* nor a directory of tasks"):
         PooledDataset(tmp_path / "nothing", **kw)
+
+
+def test_ffv1_and_legacy_png16_depth_in_a_bucket_equal_the_directory(s3_server, ffv1_task, tmp_path):
+    import shutil
+
+    from egopool.codecs.depth_png import encode_png16
+
+    png = tmp_path / "png16"
+    shutil.copytree(ffv1_task.path, png)  # the FFV1 stream replaced by a legacy PNG16 directory (decisions C4)
+    ep = open_task(png).episode(1)
+    video = ep.stream_path("d435_depth")
+    frames = list(ep.depth("d435_depth"))
+    video.unlink()
+    (video.parent / "episode-000").mkdir()
+    for i, d in enumerate(frames):
+        (video.parent / "episode-000" / f"{i:06d}.png").write_bytes(encode_png16(d))
+    info = json.loads((png / "meta" / "info.json").read_text())
+    info["video_extensions"]["d435_depth"] = "png"
+    (png / "meta" / "info.json").write_text(json.dumps(info))
+    for local in (ffv1_task.path, png):
+        uri = s3_server.upload_dir(local, BUCKET, f"depth/{local.name}")
+        kw = {"keys": ["d435_depth", "d435_rgb"], "output": "numpy", "cache_dir": tmp_path / "cache",
+              "delta_timestamps": {"d435_depth": [-1 / 30, 0.0, 1 / 30]}}
+        a, b = PooledDataset(local, **kw), PooledDataset(uri, **kw)
+        assert len(a) == len(b) == 30
+        for i in [29, 0, 15, 3, 16]:
+            _same_item(a[i], b[i], f"{local.name} item {i}")
+            np.testing.assert_array_equal(b[i]["d435_depth"][1], frames[i])  # lossless both ways
+        kinds = {type(d).__name__ for d in b._w.decoders._open.values()}
+        assert kinds == ({"PngSequence", "StreamDecoder"} if local == png else {"StreamDecoder"})
