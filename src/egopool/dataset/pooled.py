@@ -147,7 +147,7 @@ class _Worker:
         # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
         # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
         # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
-        # do not exist after fork: a hang (docs/decisions.md T3, O27). A fork's inherited copy is never closed.
+        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O27). A fork's inherited copy is never closed.
         if self.pid == os.getpid():
             self.close()
 
