@@ -58,7 +58,8 @@ def test_spawned_workers_equal_values(gop_task, tmp_path):
 def test_a_dataset_dropped_before_fork_does_not_hang_the_workers(gop_task, tmp_path):
     """A dataset that read items and was dropped closes its containers at once: left to the garbage collector
     (a PyAV container is a reference cycle) a forked worker's collector freed them and hung on FFmpeg threads
-    that do not exist after fork (docs/decisions.md, training loader T3, and O27). ``timeout`` turns a hang into an error."""
+    that do not exist after fork (docs/decisions.md, training loader T3, and O27). ``timeout`` turns a hang into
+    an error."""
     import gc
 
     pytest.importorskip("torch")

@@ -221,7 +221,8 @@ def test_a_missing_bucket_or_a_prefix_without_tasks_is_one_line(bucket, tmp_path
         with pytest.raises(FileNotFoundError) as nf:
             PooledDataset(where, **kw)
         text = str(nf.value)
-        assert text.startswith(f"{where}: neither a task (no meta/info.json) nor a prefix of tasks") and "\n" not in text
+        assert text.startswith(f"{where}: neither a task (no meta/info.json) nor a prefix of tasks")
+        assert "\n" not in text
         assert f"pass a task such as s3://{BUCKET}/PREFIX/pick_cup" in text
     with pytest.raises(FileNotFoundError, match="neither a task .* nor a directory of tasks"):
         PooledDataset(tmp_path / "nothing", **kw)

@@ -147,7 +147,8 @@ class _Worker:
         # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
         # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
         # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
-        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O27). A fork's inherited copy is never closed.
+        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O27). A fork's inherited
+        # copy is never closed.
         if self.pid == os.getpid():
             self.close()
 
@@ -239,7 +240,8 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     :class:`~egopool.errors.CodecError` for a stream that cannot be decoded (naming the file).
     """
 
-    def __init__(self, tasks: str | Path | ObjectPath | Sequence[str | Path | ObjectPath], keys: Sequence[str], *,
+    def __init__(self, tasks: str | Path | ObjectPath | Sequence[str | Path | ObjectPath],
+                 keys: Sequence[str], *,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  samples: Mapping[str, int] | None = None,
                  episodes: Iterable[int] | Mapping[str, Iterable[int]] | None = None,
