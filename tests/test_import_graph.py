@@ -79,7 +79,8 @@ def test_graph_sees_the_package() -> None:
     graph = _graph()
     assert "egopool.write.task_writer" in graph and "egopool.read.reader" in graph
     assert "egopool.write.episode_writer" in graph["egopool.write.task_writer"]
-    assert "egopool.read.forces" in graph["egopool.read.reader"]
+    assert "egopool.read.forces" in graph["egopool.read.episode"]
+    assert "egopool.read.episode" in graph["egopool.read.reader"]
 
 
 def test_no_import_circles() -> None:

@@ -140,6 +140,16 @@ def test_rgbd_frames_missing_pose_names_file(tmp_path):
     assert not out.exists()
 
 
+def test_rgbd_frames_in_a_bucket_is_refused_in_one_line(tmp_path, s3_server):
+    """Its images decode from local files: an s3:// folder is named, not a TypeError from Path(ObjectPath)."""
+    uri = s3_server.upload_dir(SEVEN, "rgbd-import", "frames")
+    out = tmp_path / "out"
+    with pytest.raises(FormatError, match="read from a local directory, not a bucket") as e:
+        import_rgbd_frames(uri, out, frame="ego_cam_optical")
+    assert e.value.one_line().startswith(f"{uri}: ")
+    assert not out.exists()
+
+
 def test_rgbd_frames_bad_pose_line(tmp_path):
     src = _copy_seven(tmp_path / "frames")
     (src / "frame-000003.pose.txt").write_text("1 0 0 0\n0 1 0 0\n0 0 1 x\n0 0 0 1\n")

@@ -286,14 +286,16 @@ def test_simulate_refuses_what_float32_cannot_time_and_offers_ffv1_depth(tmp_pat
 
 
 def test_a_tick_that_fails_is_a_left_out_row_and_recording_goes_on(tmp_path, monkeypatch):
-    real = Recorder._build_row
+    from egopool.row_buffers import RowBuffers
+
+    real = RowBuffers.build_row
 
     def flaky(self, tick, due):
         if tick == 2:
             raise RuntimeError("a source left something unusable")
         return real(self, tick, due)
 
-    monkeypatch.setattr(Recorder, "_build_row", flaky)
+    monkeypatch.setattr(RowBuffers, "build_row", flaky)
     rig = _rig(UVC)
     rec = Recorder(TaskWriter(tmp_path, "t", registry=False), rig)
     feed = lambda t0, t1, r: r.push_frame("head_left_rgb", Frame(_img(1), t1, t1))  # noqa: E731
@@ -522,6 +524,9 @@ def test_a_real_time_source_whose_thread_raises_reads_disconnected_from_then_on(
                         raise RuntimeError("USB glove unplugged")
                     rec.push_sample(col, np.ones(256, np.float32))
                 stop.wait(0.005)
+
+        def _close(self):
+            pass
 
     session = RecordingSession(TaskWriter(tmp_path, "t", registry=False), [DyingGlove(RIGHT_GLOVE)])
     session.open()

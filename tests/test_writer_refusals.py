@@ -343,3 +343,19 @@ def test_created_at_that_wall_time_cannot_build_on_is_refused(tmp_path: Path, cr
     ep = tw.begin_episode(created_at=1.79e12)  # milliseconds: representable, the validator warns
     ep.add_frame({})
     assert ep.finish().index == 1
+
+
+def test_a_decoded_video_frame_for_a_depth_stream_is_refused_by_name(tmp_path: Path) -> None:
+    """An RGB stream takes an av.VideoFrame; a depth stream says it takes uint16 mm arrays (not "shape ()")."""
+    import av
+
+    from egopool.errors import CodecError
+
+    tw = TaskWriter(tmp_path, "t", registry=False)
+    ep = tw.begin_episode(streams=[StreamSpec("cam", "rgb", W, H), StreamSpec("d", "depth", W, H, codec="ffv1")])
+    frame = av.VideoFrame.from_ndarray(np.zeros((H, W, 3), np.uint8), format="rgb24")
+    with pytest.raises(CodecError, match=r"stream 'd' got a VideoFrame: a depth stream takes uint16 mm \(H, W\)") as e:
+        ep.add_frame(images={"cam": frame, "d": frame})
+    assert e.value.path == tw.task_dir / "videos" / "chunk-000" / "d" / "episode-000.mkv"  # not its dot-temp
+    ep.add_frame(images={"cam": frame, "d": np.full((H, W), 1000, np.uint16)})
+    assert ep.finish().length == 1

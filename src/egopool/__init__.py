@@ -67,15 +67,54 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
 
-if TYPE_CHECKING:
-    from .errors import (CodecError, ConflictError, EgopoolError, EpisodeNotFoundError, FormatError, LayoutError,
-                         LegacyLayoutError, LockError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning)
-    from .codecs.timebase import TrajectoryPairing
-    from .layout import (EpisodeFiles, TaskLayout, display_suffix, episode_chunk_file, episode_index_from,
-                         find_episode_files, list_task_episodes)
-    from .read.reader import Episode, Task, Trajectory, open_task
-    from .schema import (ColumnSpec, hand_pose_column, imu_columns, key_column, scalar_ns_column, slam_trajectory_columns,
-                         status_column, vector_column)
-    from .write.task_writer import EpisodeResult, EpisodeWriter, StreamSpec, TaskWriter
+if TYPE_CHECKING:  # for type checkers: "X as X" marks an explicit re-export
+    from .errors import (
+        CodecError as CodecError,
+        ConflictError as ConflictError,
+        EgopoolError as EgopoolError,
+        EpisodeNotFoundError as EpisodeNotFoundError,
+        FormatError as FormatError,
+        LayoutError as LayoutError,
+        LegacyLayoutError as LegacyLayoutError,
+        LockError as LockError,
+        MetaUpdateError as MetaUpdateError,
+        SchemaError as SchemaError,
+        StorageError as StorageError,
+        ValueChangedWarning as ValueChangedWarning,
+    )
+    from .codecs.timebase import (
+        TrajectoryPairing as TrajectoryPairing,
+    )
+    from .layout import (
+        EpisodeFiles as EpisodeFiles,
+        TaskLayout as TaskLayout,
+        display_suffix as display_suffix,
+        episode_chunk_file as episode_chunk_file,
+        episode_index_from as episode_index_from,
+        find_episode_files as find_episode_files,
+        list_task_episodes as list_task_episodes,
+    )
+    from .read.reader import (
+        Episode as Episode,
+        Task as Task,
+        Trajectory as Trajectory,
+        open_task as open_task,
+    )
+    from .schema import (
+        ColumnSpec as ColumnSpec,
+        hand_pose_column as hand_pose_column,
+        imu_columns as imu_columns,
+        key_column as key_column,
+        scalar_ns_column as scalar_ns_column,
+        slam_trajectory_columns as slam_trajectory_columns,
+        status_column as status_column,
+        vector_column as vector_column,
+    )
+    from .write.task_writer import (
+        EpisodeResult as EpisodeResult,
+        EpisodeWriter as EpisodeWriter,
+        StreamSpec as StreamSpec,
+        TaskWriter as TaskWriter,
+    )
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -45,7 +45,7 @@ def native_output(log: logging.Logger, prefix: str = "") -> Iterator[list[str]]:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(OSError, ValueError):
                     stream.flush()
-            for fd, old in zip((1, 2), saved):
+            for fd, old in zip((1, 2), saved, strict=True):
                 os.dup2(old, fd)
                 os.close(old)
             tmp.seek(0)

@@ -32,10 +32,10 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import EgopoolError, FormatError
-from .storage import ObjectPath, as_path
+from .storage import ObjectPath, TaskPath, TaskPathLike, as_path
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -163,8 +163,8 @@ def _object_read(path: ObjectPath, what: str, limit: int) -> bytes:
     return bytes(data)
 
 
-def require_directory(path: str | Path | ObjectPath, *, what: str = "directory",
-                      hint: str | None = None) -> Path | ObjectPath:
+def require_directory(path: TaskPathLike, *, what: str = "directory",
+                      hint: str | None = None) -> TaskPath:
     """``path`` when it is a directory (a symlink to one is fine), checked with ``stat`` (never blocks).
 
     In a bucket: a prefix that holds objects.
@@ -200,7 +200,7 @@ def require_directory(path: str | Path | ObjectPath, *, what: str = "directory",
     return path
 
 
-def regular_file_size(path: str | Path, *, what: str = "file") -> int:
+def regular_file_size(path: TaskPathLike, *, what: str = "file") -> int:
     """Size in bytes of ``path`` when it is a regular file (a symlink to one is fine).
 
     Raises
@@ -216,7 +216,7 @@ def regular_file_size(path: str | Path, *, what: str = "file") -> int:
     return int(st.st_size)
 
 
-def open_regular(path: str | Path, *, what: str = "file") -> Any:
+def open_regular(path: TaskPathLike, *, what: str = "file") -> BinaryIO:
     """A binary file object for reading ``path``, opened only after ``fstat`` says it is a regular file.
 
     For copying a file whole (e.g. into an upload zip) without ever blocking on a FIFO.
@@ -239,7 +239,7 @@ def open_regular(path: str | Path, *, what: str = "file") -> Any:
     return os.fdopen(fd, "rb")
 
 
-def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> bytes:
+def read_bytes(path: TaskPathLike, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes.
 
     Raises
@@ -272,7 +272,7 @@ def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BY
         os.close(fd)
 
 
-def read_text(path: str | Path, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> str:
+def read_text(path: TaskPathLike, *, what: str = "file", limit: int = MAX_JSON_BYTES) -> str:
     """A regular file as UTF-8 text; a leading byte order mark is dropped.
 
     Raises
@@ -309,7 +309,7 @@ def _depth_exceeds(obj: Any, limit: int) -> bool:
     return False
 
 
-def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str | None = None,
+def loads_json(text: str | bytes, *, path: TaskPathLike | None = None, what: str | None = None,
                hint: str | None = None, line: int | None = None) -> Any:
     """``json.loads`` that raises only :class:`FormatError` and refuses deep nesting.
 
@@ -351,7 +351,7 @@ def loads_json(text: str | bytes, *, path: str | Path | None = None, what: str |
     return obj
 
 
-def read_json(path: str | Path, *, what: str = "JSON file", hint: str | None = None,
+def read_json(path: TaskPathLike, *, what: str = "JSON file", hint: str | None = None,
               limit: int = MAX_JSON_BYTES) -> Any:
     """Read a regular UTF-8 JSON file with :func:`read_text` and :func:`loads_json`.
 
@@ -364,7 +364,7 @@ def read_json(path: str | Path, *, what: str = "JSON file", hint: str | None = N
     return loads_json(text, path=path, hint=hint)
 
 
-def check_parquet(path: str | Path, *, what: str = "parquet file") -> int:
+def check_parquet(path: TaskPathLike, *, what: str = "parquet file") -> int:
     """Check a parquet file's envelope before pyarrow reads it; return its size in bytes.
 
     The last 8 bytes of a parquet file are the footer length (uint32 little endian) and the
@@ -415,7 +415,7 @@ def _check_object_parquet(path: ObjectPath, what: str) -> Any:
     return f
 
 
-def _check_parquet_tail(tail: bytes, size: int, path: Path | ObjectPath, what: str) -> None:
+def _check_parquet_tail(tail: bytes, size: int, path: TaskPath, what: str) -> None:
     if len(tail) != 8 or tail[4:] != _PARQUET_MAGIC:
         raise FormatError(f"{what} does not end in the parquet magic PAR1 (truncated or not parquet)", path=path,
                           hint="restore it from a backup")
@@ -428,7 +428,7 @@ def _check_parquet_tail(tail: bytes, size: int, path: Path | ObjectPath, what: s
                           "(corrupt)", path=path, hint="restore it from a backup")
 
 
-def _parquet_source(path: Path | ObjectPath, what: str) -> Any:
+def _parquet_source(path: TaskPath, what: str) -> Any:
     """What pyarrow opens after :func:`check_parquet`: the local path as text, or the object's
     random-access file (the same one the check read from, so no second HEAD)."""
     if isinstance(path, ObjectPath):
@@ -437,7 +437,7 @@ def _parquet_source(path: Path | ObjectPath, what: str) -> Any:
     return str(path)
 
 
-def _parquet_error(exc: BaseException, path: Path | ObjectPath, what: str, hint: str | None) -> EgopoolError:
+def _parquet_error(exc: BaseException, path: TaskPath, what: str, hint: str | None) -> EgopoolError:
     if isinstance(path, ObjectPath) and isinstance(exc, OSError) and "AWS Error" in str(exc):
         return path._error(exc)  # the store failed, not the file: say which and how to fix it
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -445,7 +445,7 @@ def _parquet_error(exc: BaseException, path: Path | ObjectPath, what: str, hint:
                        hint=hint or "the file is truncated or corrupt; run `egopool validate TASK`")
 
 
-def open_parquet(path: str | Path, *, what: str = "parquet file", hint: str | None = None) -> Any:
+def open_parquet(path: TaskPathLike, *, what: str = "parquet file", hint: str | None = None) -> Any:
     """A ``pyarrow.parquet.ParquetFile`` after :func:`check_parquet`; errors become FormatError."""
     import pyarrow.parquet as pq
 
@@ -459,7 +459,7 @@ def open_parquet(path: str | Path, *, what: str = "parquet file", hint: str | No
         raise _parquet_error(exc, path, what, hint) from exc
 
 
-def read_parquet(path: str | Path, columns: list[str] | None = None, *, what: str = "parquet file",
+def read_parquet(path: TaskPathLike, columns: list[str] | None = None, *, what: str = "parquet file",
                  hint: str | None = None) -> Any:
     """The file's table (``columns`` in the order given) after :func:`check_parquet`; errors become FormatError.
 
@@ -484,7 +484,7 @@ def read_parquet(path: str | Path, columns: list[str] | None = None, *, what: st
         raise _parquet_error(exc, path, what, hint) from exc
 
 
-def read_parquet_schema(path: str | Path, *, what: str = "parquet file", hint: str | None = None) -> Any:
+def read_parquet_schema(path: TaskPathLike, *, what: str = "parquet file", hint: str | None = None) -> Any:
     """``pyarrow.parquet.read_schema`` after :func:`check_parquet`; errors become FormatError."""
     import pyarrow.parquet as pq
 

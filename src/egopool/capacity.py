@@ -22,6 +22,7 @@ per row); tests inject fixed numbers instead of the clock.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import shutil
@@ -31,10 +32,10 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ._threads import name_thread
-from .codecs.depth import DepthEncoder, hevc12_available
+from .codecs.depth import hevc12_available
 from .codecs.video import RgbEncoder
 from .sample_frames import POOL_FRAMES, depth_pool, force_matrix_pool, video_pool
 from .schema import ColumnSpec
@@ -50,6 +51,15 @@ HEADROOM = 0.85
 #: the full rig with frames handed over; a camera decoding MJPEG costs more, see ``others``).
 OTHER_CORES = 0.15
 _PROBE_THREAD = "egopool-cap"
+
+_F = TypeVar("_F", contravariant=True)
+
+
+class _Encoder(Protocol[_F]):
+    """An encoder taking frames of type ``_F`` (:class:`RgbEncoder`: RGB arrays or YUV frames;
+    :class:`~egopool.codecs.depth.DepthEncoder`: uint16 mm arrays)."""
+
+    def encode(self, frame: _F) -> None: ...
 
 
 class CostProbe(Protocol):
@@ -326,24 +336,22 @@ class MeasuredProbe:
             return 0.0
         tmp = Path(tempfile.mkdtemp(prefix="egopool-capacity-"))
         try:
-            codec, ext = spec.codec_ext()
+            _, ext = spec.codec_ext()
             path = tmp / f"probe.{ext}"
-            preset = {"preset": spec.preset} if spec.preset else {}
-            if spec.kind == "rgb":
+            enc = spec.encoder(path, fps)
+            if isinstance(enc, RgbEncoder):
                 import av
 
-                pool = video_pool(spec.width, spec.height)
-                frames = [av.VideoFrame.from_numpy_buffer(a, format="yuv420p") if a.ndim == 2 else a for a in pool]
-                enc: Any = RgbEncoder(path, spec.width, spec.height, fps, codec=codec, **preset)
+                rgb = [av.VideoFrame.from_numpy_buffer(a, format="yuv420p") if a.ndim == 2 else a
+                       for a in video_pool(spec.width, spec.height)]
+                encode = functools.partial(_encode_pool, enc, rgb)
             else:
-                frames = list(depth_pool(spec.width, spec.height))
-                enc = DepthEncoder(path, spec.width, spec.height, fps, codec=codec, params=spec.depth_params, **preset)
+                encode = functools.partial(_encode_pool, enc, list(depth_pool(spec.width, spec.height)))
             n = self.frames
 
             def work() -> None:
                 try:
-                    for k in range(n):
-                        enc.encode(frames[k % POOL_FRAMES])
+                    encode(n)
                     enc.close()
                 except BaseException:
                     enc.abort()
@@ -376,6 +384,12 @@ class MeasuredProbe:
                 ep.abort()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _encode_pool(enc: _Encoder[_F], pool: Sequence[_F], n: int) -> None:
+    """Encode ``n`` frames cycling through ``pool`` (:data:`POOL_FRAMES` frames) with ``enc``."""
+    for k in range(n):
+        enc.encode(pool[k % POOL_FRAMES])
 
 
 def _cost(probe: CostProbe, spec: StreamSpec, fps: float) -> StreamCost:

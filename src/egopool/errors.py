@@ -36,7 +36,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 __all__ = [
     "CodecError",
@@ -57,7 +57,25 @@ __all__ = [
     "TransferError",
     "UploadRejectedError",
     "ValueChangedWarning",
+    "ErrorPath",
+    "ObjectLocation",
 ]
+
+
+class ObjectLocation(Protocol):
+    """A place in an object store, named by its URI (:class:`egopool.storage.ObjectPath` is one).
+
+    It is not ``os.PathLike`` on purpose: an error keeps it as given and names it by its URI,
+    never folding ``s3://bucket/key`` into a local path (``s3:/bucket/key``).
+    """
+
+    @property
+    def uri(self) -> str: ...
+
+
+#: What an error can name as its file: a local path (text or path-like), an ``s3://`` URI as
+#: text, or an :class:`ObjectLocation` (egopool.storage's ``ObjectPath``).
+ErrorPath: TypeAlias = str | os.PathLike[str] | ObjectLocation
 
 
 class EgopoolError(Exception):
@@ -73,9 +91,9 @@ class EgopoolError(Exception):
         What the user can do about it, if anything.
     """
 
-    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, path: ErrorPath | None = None, hint: str | None = None) -> None:
         self.message = message
-        self.path = _as_path(path)
+        self.path: Path | str | ObjectLocation | None = _as_path(path)
         self.hint = hint
         super().__init__(self.one_line())
 
@@ -98,15 +116,17 @@ class EgopoolError(Exception):
         return text
 
 
-def _as_path(path: Any) -> Any:
+def _as_path(path: ErrorPath | None) -> Path | str | ObjectLocation | None:
     """``path`` as a :class:`Path`; an object-store location (``s3://...`` text or an
     ``egopool.storage.ObjectPath``, which has no ``__fspath__``) is kept as given, so it is named
     as such and not folded into a local path (``s3:/bucket``)."""
     if path is None:
         return None
-    if isinstance(path, str) and "://" in path or not isinstance(path, (str, os.PathLike)):
-        return path
-    return Path(path)
+    if isinstance(path, str):
+        return path if "://" in path else Path(path)
+    if isinstance(path, os.PathLike):
+        return Path(path)
+    return path
 
 
 def _rebuild(cls: type[EgopoolError], args: tuple[Any, ...], state: dict[str, Any]) -> EgopoolError:
@@ -135,7 +155,7 @@ class LayoutError(EgopoolError):
 class EpisodeNotFoundError(LayoutError, FileNotFoundError):
     """There is no episode with global index N in the task."""
 
-    def __init__(self, task_dir: str | Path, index: int) -> None:
+    def __init__(self, task_dir: ErrorPath, index: int) -> None:
         self.index = index
         super().__init__(f"no episode {index} in task", path=task_dir, hint="run `egopool ls TASK` to list episodes")
 
@@ -143,7 +163,7 @@ class EpisodeNotFoundError(LayoutError, FileNotFoundError):
 class SchemaError(EgopoolError):
     """A column name, declaration or value breaks multi_device_storage.md §2.4 / §6."""
 
-    def __init__(self, message: str, *, column: str | None = None, path: str | Path | None = None,
+    def __init__(self, message: str, *, column: str | None = None, path: ErrorPath | None = None,
                  hint: str | None = None) -> None:
         self.column = column
         if column is not None:
@@ -183,7 +203,7 @@ class OperationError(EgopoolError):
         One entry per file that could not be removed or restored (also in the message).
     """
 
-    def __init__(self, message: str, *, details: list[str] | None = None, path: str | Path | None = None,
+    def __init__(self, message: str, *, details: list[str] | None = None, path: ErrorPath | None = None,
                  hint: str | None = None) -> None:
         self.details = list(details or [])
         super().__init__(message, path=path, hint=hint)
@@ -213,34 +233,36 @@ class StorageError(EgopoolError):
         The ``errno`` of the underlying :class:`OSError` (None when it had none).
     """
 
-    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None,
+    def __init__(self, message: str, *, path: ErrorPath | None = None, hint: str | None = None,
                  errno: int | None = None) -> None:
         self.errno = errno
         super().__init__(message, path=path, hint=hint)
 
     @classmethod
-    def from_os_error(cls, exc: OSError, path: str | Path | None = None, *, action: str = "cannot write",
+    def from_os_error(cls, exc: OSError, path: ErrorPath | None = None, *, action: str = "cannot write",
                       hint: str | None = None) -> StorageError:
         """Translate an :class:`OSError` (also PyAV's ``av.error.OSError``) into one line naming the path.
 
-        ``path`` is used when the exception does not name a file itself.
+        ``path`` is used when the exception does not name a file itself. A local path is looked
+        at (a dot-temp is named as the file it becomes, a file standing where a directory belongs
+        is named); an object-store location (an ``s3://`` text or ``ObjectPath``) is named as given.
         """
         code = exc.errno if isinstance(exc.errno, int) else None
         reason = exc.strerror or (os.strerror(code) if code else None) or str(exc) or type(exc).__name__
-        named = exc.filename if isinstance(exc.filename, (str, Path)) and str(exc.filename) else path
-        if named is not None:  # a dot-temp being written (_atomic.temp_path_for): name the file it becomes
-            m = _TEMP_NAME_RE.match(Path(named).name)
-            named = Path(named).with_name(m["final"]) if m else named
-        if code == _errno.ENOTDIR and named is not None:
-            blocker = next((p for p in (Path(named), *Path(named).parents) if p.exists() and not p.is_dir()), None)
-            if blocker is not None:
-                return cls(f"{action}: this is a file, where a directory is needed", path=blocker,
-                           hint=hint or "choose a directory or a path that does not exist yet", errno=code)
+        named = _as_path(exc.filename if isinstance(exc.filename, (str, Path)) and str(exc.filename) else path)
+        if isinstance(named, Path):  # a dot-temp being written (_atomic.temp_path_for): name the file it becomes
+            m = _TEMP_NAME_RE.match(named.name)
+            named = named.with_name(m["final"]) if m else named
+            if code == _errno.ENOTDIR:
+                blocker = next((p for p in (named, *named.parents) if p.exists() and not p.is_dir()), None)
+                if blocker is not None:
+                    return cls(f"{action}: this is a file, where a directory is needed", path=blocker,
+                               hint=hint or "choose a directory or a path that does not exist yet", errno=code)
         return cls(f"{action}: {reason}", path=named, hint=hint or _OS_HINTS.get(code or -1), errno=code)
 
     @classmethod
     @contextlib.contextmanager
-    def guard(cls, path: str | Path | None = None, *, action: str = "cannot write") -> Iterator[None]:
+    def guard(cls, path: ErrorPath | None = None, *, action: str = "cannot write") -> Iterator[None]:
         """Context manager: an :class:`OSError` inside becomes a :class:`StorageError` naming ``path``.
 
         An :class:`EgopoolError` passes unchanged (``EpisodeNotFoundError`` is also a
@@ -290,7 +312,7 @@ class MetaUpdateError(EgopoolError):
         ``EpisodeResult``: N, rows, paths), so a caller can go on; None where no episode object exists.
     """
 
-    def __init__(self, index: int, message: str, *, path: str | Path | None = None,
+    def __init__(self, index: int, message: str, *, path: ErrorPath | None = None,
                  hint: str | None = None) -> None:
         self.index = index
         self.result: Any = None
@@ -313,7 +335,7 @@ class TransferError(EgopoolError):
         The HTTP status the server answered (None for a network failure or a local problem).
     """
 
-    def __init__(self, message: str, *, status: int | None = None, path: str | Path | None = None,
+    def __init__(self, message: str, *, status: int | None = None, path: ErrorPath | None = None,
                  hint: str | None = None) -> None:
         self.status = status
         super().__init__(message, path=path, hint=hint)

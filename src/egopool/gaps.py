@@ -104,7 +104,7 @@ class SeriesGaps:
             "stamps": self.stamps, "unwrapped": self.unwrapped, "gaps": self.count,
             "missing_frames": self.missing_total, "max_gap_ms": round(self.max_gap_ms, 3),
             "list": [{"row": int(r), "gap_ms": round(float(d) / 1e6, 3), "missing": int(m)}
-                     for r, d, m in zip(self.rows, self.delta_ns, self.missing)],
+                     for r, d, m in zip(self.rows, self.delta_ns, self.missing, strict=True)],
         }
 
 

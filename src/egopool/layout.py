@@ -11,16 +11,16 @@ Implements file_format.md §1–2 and multi_device_storage.md §1.3:
 from __future__ import annotations
 
 import os
-import re
 import stat
-import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from .errors import FormatError, LayoutError
-from .storage import ObjectPath, as_path
+from .path_templates import (FIELD_RE, PNG_DIR_SUFFIX, SKIP_DIR_PREFIXES, TEMPLATE_FIELDS, fill_template,
+                             parse_template, static_prefix, template_regex)
+from .storage import ObjectEntry, ObjectPath, TaskPath, TaskPathLike, as_path
 from .meta.info import (DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH,
                         read_info)
 
@@ -70,72 +70,6 @@ def display_suffix(index: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> str:
     return f"_ep{episode_chunk_file(index, chunks_size)[1]:06d}"
 
 
-#: info.json template key -> the fields it must use, exactly (file_format.md §3, checklist §12.2).
-TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
-    "data_path": frozenset({"c", "f"}),
-    "episodes_path": frozenset({"c", "f"}),
-    "video_path": frozenset({"c", "f", "image_key", "ext"}),
-}
-
-
-def parse_template(key: str, value: Any, path: str | Path | None = None) -> str:
-    """Check one path template of ``info.json`` (``data_path``, ``video_path``, ``episodes_path``).
-
-    A template is a string using exactly the fields of :data:`TEMPLATE_FIELDS` (e.g.
-    ``data/chunk-{c:03d}/episode-{f:03d}.parquet``) that formats with integers for ``c``/``f``.
-
-    Raises
-    ------
-    FormatError
-        Not a string, an unknown or missing field, or a format spec that does not format;
-        names ``path`` (the info.json) and the key.
-    """
-    need = TEMPLATE_FIELDS[key]
-    hint = "use the spec's template, e.g. " + {"data_path": DEFAULT_DATA_PATH, "episodes_path": DEFAULT_EPISODES_PATH,
-                                               "video_path": DEFAULT_VIDEO_PATH}[key]
-    if not isinstance(value, str) or not value:
-        raise FormatError(f"template {key} is {value!r:.60}, not a path template string", path=path, hint=hint)
-    try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
-        value.format(c=0, f=0, image_key="k", ext="mp4")
-    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
-        raise FormatError(f"template {key}={value!r} cannot be formatted ({exc}); it must use exactly the fields "
-                          f"{sorted(need)}", path=path, hint=hint) from None
-    if fields != need:
-        raise FormatError(f"template {key}={value!r} uses fields {sorted(fields)}, it must use exactly {sorted(need)}",
-                          path=path, hint=hint)
-    return value
-
-
-_FIELD_RE = re.compile(r"\{(\w+)(?::[^}]*)?\}")
-_SKIP_DIR_PREFIXES = (".", "_")  # dotfiles, _trash/, _migrate_backup_* (§11)
-_PNG_DIR_SUFFIX = re.compile(r"\.\{ext(?::[^}]*)?\}$")  # the template's ".{ext}" tail
-
-
-def _template_regex(template: str, legacy_prefix: bool) -> re.Pattern[str]:
-    """Regex for a path template; numeric fields capture digits, others a path segment."""
-    parts: list[str] = []
-    pos = 0
-    for m in _FIELD_RE.finditer(template):
-        literal = template[pos:m.start()]
-        esc = re.escape(literal)
-        if legacy_prefix:
-            # pre-v1.1.2 per-episode names used "file-" where now "episode-" stands (§2).
-            esc = esc.replace("episode\\-", "(?:episode|file)\\-").replace("episode-", "(?:episode|file)-")
-        parts.append(esc)
-        name = m.group(1)
-        if name in ("c", "f"):
-            parts.append(rf"(?P<{name}>\d+)")
-        elif name == "ext":
-            parts.append(r"(?P<ext>[^/.]+)")
-        else:
-            parts.append(rf"(?P<{name}>[^/]+)")
-        pos = m.end()
-    tail = re.escape(template[pos:])
-    parts.append(tail)
-    return re.compile("^" + "".join(parts) + "$")
-
-
 @dataclass(frozen=True)
 class TaskLayout:
     """Path templates of one task, read from ``info.json`` (file_format.md §3, checklist §12.2).
@@ -152,7 +86,7 @@ class TaskLayout:
         output), the declared one is the stream's file (§3 "读侧必须按此判文件"; docs/decisions.md R32).
     """
 
-    root: Path | ObjectPath
+    root: TaskPath
     chunks_size: int = DEFAULT_CHUNKS_SIZE
     data_path: str = DEFAULT_DATA_PATH
     video_path: str = DEFAULT_VIDEO_PATH
@@ -160,7 +94,7 @@ class TaskLayout:
     video_extensions: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_info(cls, root: str | Path | ObjectPath, info: Mapping[str, Any]) -> TaskLayout:
+    def from_info(cls, root: TaskPathLike, info: Mapping[str, Any]) -> TaskLayout:
         """Build from an ``info.json`` dict; missing keys fall back to the spec's templates.
 
         Raises
@@ -169,8 +103,8 @@ class TaskLayout:
             ``chunks_size`` not a positive integer, or a template that :func:`parse_template`
             refuses (named with the info.json path).
         """
-        root = as_path(root)
-        where = root / "meta" / "info.json"
+        task = as_path(root)
+        where = task / "meta" / "info.json"
         cs = info.get("chunks_size", DEFAULT_CHUNKS_SIZE)
         if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
             raise FormatError(f"chunks_size must be a positive integer, got {cs!r:.60}", path=where)
@@ -180,7 +114,7 @@ class TaskLayout:
         ve = info.get("video_extensions")
         exts = tuple(sorted((str(k), v) for k, v in ve.items() if isinstance(v, str) and v)) \
             if isinstance(ve, Mapping) else ()
-        return cls(root, cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"], exts)
+        return cls(task, cs, tpl["data_path"], tpl["video_path"], tpl["episodes_path"], exts)
 
     def chunk_file(self, index: int) -> tuple[int, int]:
         """``N -> (chunk, file)`` for this task's ``chunks_size``."""
@@ -190,25 +124,45 @@ class TaskLayout:
         """``(chunk, file) -> N`` for this task's ``chunks_size``."""
         return episode_index_from(chunk, file, self.chunks_size)
 
-    def data_file(self, index: int) -> Path | ObjectPath:
+    def data_key(self, index: int) -> str:
+        """Episode N's data parquet relative to the task (POSIX, e.g. ``data/chunk-000/episode-000.parquet``)."""
+        c, f = self.chunk_file(index)
+        return self.data_path.format(c=c, f=f, chunk_index=c, file_index=f)
+
+    def episodes_key(self, index: int) -> str:
+        """Episode N's one-row ``meta/episodes`` parquet relative to the task (POSIX)."""
+        c, f = self.chunk_file(index)
+        return self.episodes_path.format(c=c, f=f, chunk_index=c, file_index=f)
+
+    def video_key(self, index: int, image_key: str, ext: str) -> str:
+        """Episode N's video for ``image_key`` with extension ``ext`` relative to the task (POSIX)."""
+        c, f = self.chunk_file(index)
+        return self.video_path.format(c=c, f=f, chunk_index=c, file_index=f, image_key=image_key, ext=ext)
+
+    def data_file(self, index: int) -> TaskPath:
         """Path of episode N's data parquet."""
-        c, f = self.chunk_file(index)
-        return self.root / self.data_path.format(c=c, f=f, chunk_index=c, file_index=f)
+        return self.root / self.data_key(index)
 
-    def episodes_file(self, index: int) -> Path | ObjectPath:
+    def episodes_file(self, index: int) -> TaskPath:
         """Path of episode N's one-row ``meta/episodes`` parquet."""
-        c, f = self.chunk_file(index)
-        return self.root / self.episodes_path.format(c=c, f=f, chunk_index=c, file_index=f)
+        return self.root / self.episodes_key(index)
 
-    def video_file(self, index: int, image_key: str, ext: str) -> Path | ObjectPath:
+    def video_file(self, index: int, image_key: str, ext: str) -> TaskPath:
         """Path of episode N's video for ``image_key`` with extension ``ext`` (from ``video_extensions``)."""
-        c, f = self.chunk_file(index)
-        return self.root / self.video_path.format(c=c, f=f, chunk_index=c, file_index=f,
-                                                  image_key=image_key, ext=ext)
+        return self.root / self.video_key(index, image_key, ext)
+
+
+#: What an :class:`EpisodeFiles` holds: ``EpisodeFiles[Path]`` of a local task (what
+#: :func:`list_task_episodes` gives for a ``pathlib.Path``), ``EpisodeFiles[ObjectPath]`` of a task in
+#: a bucket, ``EpisodeFiles[TaskPath]`` when either (covariant: both are one).
+PathT_co = TypeVar("PathT_co", bound=TaskPath, covariant=True)
+
+#: One kind of location, within one enumeration (a local task's files are ``Path``, a bucket's ``ObjectPath``).
+_P = TypeVar("_P", Path, ObjectPath)
 
 
 @dataclass
-class EpisodeFiles:
+class EpisodeFiles(Generic[PathT_co]):
     """Every file of one episode's file group (multi_device_storage.md §1.2).
 
     Attributes
@@ -218,7 +172,8 @@ class EpisodeFiles:
     chunk, file:
         ``(chunk, file)`` of N.
     data:
-        Data parquet, or None when missing.
+        Data parquet, or None when missing. Every path is a :data:`~egopool.storage.TaskPath`: a
+        ``pathlib.Path`` in a local task, an ``ObjectPath`` in a bucket.
     videos:
         ``image_key -> path`` for every video of this episode (enumerated on disk, so
         slot renames between episodes are seen, file_format.md §8).
@@ -231,12 +186,12 @@ class EpisodeFiles:
     index: int
     chunk: int
     file: int
-    data: Path | None = None
-    videos: dict[str, Path] = field(default_factory=dict)
-    meta: Path | None = None
+    data: PathT_co | None = None
+    videos: dict[str, PathT_co] = field(default_factory=dict)
+    meta: PathT_co | None = None
     meta_is_shard: bool = False
 
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[PathT_co]:
         """All paths of the group (the shard is excluded: it is shared with other episodes)."""
         out = [p for p in (self.data,) if p is not None]
         out += list(self.videos.values())
@@ -261,27 +216,28 @@ class EpisodeFiles:
         return self.meta is not None
 
 
-def walk_task_files(root: Path | ObjectPath, top: Path | ObjectPath,
-                    found: dict[str, ObjectPath] | None = None) -> Iterable[str]:
-    """Relative POSIX paths of the non-directory entries under ``top``, skipping dot and ``_`` entries (§11).
+def walk_task_files(root: TaskPath, top: str, found: dict[str, ObjectPath] | None = None) -> Iterable[str]:
+    """Relative POSIX paths of the non-directory entries under ``root / top``, skipping dot and ``_`` entries (§11).
 
+    ``top`` is a relative POSIX prefix of the task (``data``, ``videos``; ``""`` for the task root).
     Symlinks are not followed into directories; a symlink, FIFO or other non-regular entry is
     listed like a file, so that it is reported when its episode is read instead of vanishing.
     In a bucket, ``top`` is listed with one recursive LIST (a request per 1000 keys, decisions O5),
     and ``found`` (when given) receives each object's path, which knows its size from the listing.
     """
-    if isinstance(top, ObjectPath):
-        base = top.relative_to(root).as_posix()
-        for rel, obj in top.walk_objects():
-            if not any(part.startswith(_SKIP_DIR_PREFIXES) for part in rel.split("/")):
-                rel = rel if base == "." else f"{base}/{rel}"
+    base = "/".join(part for part in top.split("/") if part not in ("", "."))
+    if isinstance(root, ObjectPath):
+        for rel, obj in (root / base).walk_objects():
+            if not any(part.startswith(SKIP_DIR_PREFIXES) for part in rel.split("/")):
+                rel = f"{base}/{rel}" if base else rel
                 if found is not None:
                     found[rel] = obj
                 yield rel
         return
-    if not top.is_dir():
+    start = root / base
+    if not start.is_dir():
         return
-    stack = [top]
+    stack = [start]
     while stack:
         d = stack.pop()
         try:
@@ -289,7 +245,7 @@ def walk_task_files(root: Path | ObjectPath, top: Path | ObjectPath,
         except OSError:
             continue
         for e in entries:
-            if e.name.startswith(_SKIP_DIR_PREFIXES):
+            if e.name.startswith(SKIP_DIR_PREFIXES):
                 continue
             try:
                 is_dir = e.is_dir(follow_symlinks=False)
@@ -301,13 +257,7 @@ def walk_task_files(root: Path | ObjectPath, top: Path | ObjectPath,
                 yield Path(e.path).relative_to(root).as_posix()
 
 
-def static_prefix(template: str) -> str:
-    """The fixed directory part of a path template (``data/chunk-{c:03d}/...`` -> ``data``)."""
-    head = template.split("{", 1)[0]
-    return head.rsplit("/", 1)[0] if "/" in head else ""
-
-
-def _read_episode_indices(path: Path) -> list[int]:
+def _read_episode_indices(path: TaskPath) -> list[int]:
     import pyarrow as pa
 
     from ._safe_read import read_parquet, read_parquet_schema
@@ -320,8 +270,14 @@ def _read_episode_indices(path: Path) -> list[int]:
     return [int(v) for v in table.column("episode_index").to_pylist() if v is not None]
 
 
-def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *,
-                       committed_only: bool = False) -> list[EpisodeFiles]:
+@overload
+def list_task_episodes(task_dir: Path, layout: TaskLayout | None = None, *,
+                       committed_only: bool = False) -> list[EpisodeFiles[Path]]: ...
+@overload
+def list_task_episodes(task_dir: TaskPathLike, layout: TaskLayout | None = None, *,
+                       committed_only: bool = False) -> list[EpisodeFiles[TaskPath]]: ...
+def list_task_episodes(task_dir: TaskPathLike, layout: TaskLayout | None = None, *,
+                       committed_only: bool = False) -> list[EpisodeFiles[Path]] | list[EpisodeFiles[TaskPath]]:
     """Enumerate every episode file group of a task, sorted by N (file_format.md §2, §9).
 
     This is the one authoritative enumerator: N is ``chunk * chunks_size + file + 1``,
@@ -350,7 +306,8 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
     Returns
     -------
     list[EpisodeFiles]
-        One entry per N that has at least one file (its row, with ``committed_only``), ascending N.
+        One entry per N that has at least one file (its row, with ``committed_only``), ascending N;
+        ``EpisodeFiles[Path]`` for a local ``task_dir``.
 
     Raises
     ------
@@ -359,24 +316,38 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
     """
     root = as_path(task_dir)
     if layout is None:
-
         layout = TaskLayout.from_info(root, read_info(root))
-    groups: dict[int, EpisodeFiles] = {}
+    if isinstance(root, ObjectPath):
+        in_bucket: list[EpisodeFiles[TaskPath]] = list(_enumerate(root, layout, committed_only))
+        return in_bucket
+    return _enumerate(root, layout, committed_only)
+
+
+def _at(root: _P, rel: str, listed: Mapping[str, ObjectPath]) -> _P:
+    """``root / rel``; in a bucket the path the listing made, which knows its size (decisions O5)."""
+    if isinstance(root, ObjectPath):
+        return listed.get(rel) or root / rel
+    return root / rel
+
+
+def _enumerate(root: _P, layout: TaskLayout, committed_only: bool) -> list[EpisodeFiles[_P]]:
+    """:func:`list_task_episodes` of a task whose files are all of ``root``'s kind."""
+    groups: dict[int, EpisodeFiles[_P]] = {}
     listed: dict[str, ObjectPath] = {}  # in a bucket: the listed objects, which know their size
 
-    def group(c: int, f: int) -> EpisodeFiles:
+    def group(c: int, f: int) -> EpisodeFiles[_P]:
         n = layout.index_of(c, f)
         g = groups.get(n)
         if g is None:
             g = groups[n] = EpisodeFiles(n, c, f)
         return g
 
-    ep_re = _template_regex(layout.episodes_path, legacy_prefix=True)
-    for rel in sorted(walk_task_files(root, root / static_prefix(layout.episodes_path), listed)):
+    ep_re = template_regex(layout.episodes_path, legacy_prefix=True)
+    for rel in sorted(walk_task_files(root, static_prefix(layout.episodes_path), listed)):
         m = ep_re.match(rel)
         if not m:
             continue
-        path = listed.get(rel) or root / rel
+        path = _at(root, rel, listed)
         c, f = int(m["c"]), int(m["f"])
         if path.name.startswith("episode-"):
             if f < layout.chunks_size:
@@ -395,20 +366,20 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
             if g.meta is None:
                 g.meta, g.meta_is_shard = path, shard
 
-    data_re = _template_regex(layout.data_path, legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.data_path), listed):
+    data_re = template_regex(layout.data_path, legacy_prefix=True)
+    for rel in walk_task_files(root, static_prefix(layout.data_path), listed):
         m = data_re.match(rel)
         if m and int(m["f"]) < layout.chunks_size:
             g = group(int(m["c"]), int(m["f"]))
             if g.data is None or Path(rel).name.startswith("episode-"):
-                g.data = listed.get(rel) or root / rel
+                g.data = _at(root, rel, listed)
 
     declared = dict(layout.video_extensions)
-    video_re = _template_regex(layout.video_path, legacy_prefix=True)
-    png_dir_re = _template_regex(_PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
-    for rel in walk_task_files(root, root / static_prefix(layout.video_path), listed):
+    video_re = template_regex(layout.video_path, legacy_prefix=True)
+    png_dir_re = template_regex(PNG_DIR_SUFFIX.sub("", layout.video_path), legacy_prefix=True)
+    for rel in walk_task_files(root, static_prefix(layout.video_path), listed):
         m = video_re.match(rel)
-        target = listed.get(rel) or root / rel
+        target = _at(root, rel, listed)
         if m is None and rel.lower().endswith(".png") and "/" in rel:
             # legacy PNG16 depth: a directory of frames at the stream's place (docs/decisions.md)
             parent = rel.rsplit("/", 1)[0]
@@ -424,31 +395,19 @@ def list_task_episodes(task_dir: str | Path, layout: TaskLayout | None = None, *
 
 
 # -- one episode's files, by N (checklist §12.2) -----------------------------------------------------
-def _fill(template: str, c: int, f: int | None) -> str:
-    """``template`` with N's chunk (and file, unless None) formatted in; other fields are kept."""
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        value = c if name in ("c", "chunk_index") else f if name in ("f", "file_index") else None
-        if value is None:
-            return m.group(0)
-        return ("{" + m.group(0)[len(name) + 1:]).format(value)
-
-    return _FIELD_RE.sub(sub, template)
-
-
-def _entries(d: Path | ObjectPath) -> list[Any]:
+def _entries(d: TaskPath) -> list[os.DirEntry[str] | ObjectEntry]:
     """The non-dot, non-``_`` entries of ``d`` (``os.DirEntry``, or :class:`~egopool.storage.ObjectEntry`
     from one LIST in a bucket); [] when ``d`` cannot be listed locally."""
     if isinstance(d, ObjectPath):
-        return [e for e in d.scandir() if not e.name.startswith(_SKIP_DIR_PREFIXES)]
+        return [e for e in d.scandir() if not e.name.startswith(SKIP_DIR_PREFIXES)]
     try:
         with os.scandir(d) as it:
-            return [e for e in it if not e.name.startswith(_SKIP_DIR_PREFIXES)]
+            return [e for e in it if not e.name.startswith(SKIP_DIR_PREFIXES)]
     except OSError:
         return []
 
 
-def _file_like(e: Any) -> bool:
+def _file_like(e: os.DirEntry[str] | ObjectEntry | TaskPath) -> bool:
     """An entry that is not a directory (not following symlinks): files, and also symlinks and FIFOs,
     which :func:`walk_task_files` lists the same way so that a damaged entry is reported when read
     (decisions.md H1). Never raises (a symlink loop is an entry like any other)."""
@@ -462,13 +421,13 @@ def _file_like(e: Any) -> bool:
         return False
 
 
-def _has_png(d: str | Path | ObjectPath) -> bool:
+def _has_png(d: TaskPathLike) -> bool:
     """A legacy PNG16 depth directory: it directly holds a (non-dot) ``.png`` file (decisions C4)."""
     return any(e.name.lower().endswith(".png") and _file_like(e) for e in _entries(as_path(d)))
 
 
-def _resolve(root: Path | ObjectPath, template: str, c: int, f: int | None, *, png_dirs: bool = False,
-             prefer: Mapping[str, str] | None = None) -> list[tuple[Any, dict[str, str]]]:
+def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool = False,
+             prefer: Mapping[str, str] | None = None) -> list[tuple[_P, dict[str, str]]]:
     """Files of ``template`` with N's chunk (and file, unless None) filled in, found component by component.
 
     Only directories whose name still holds a field are listed (for videos: N's chunk
@@ -481,13 +440,13 @@ def _resolve(root: Path | ObjectPath, template: str, c: int, f: int | None, *, p
     ``prefer`` (``image_key -> ext``) tries the declared file name before listing.
     """
     static = len(static_prefix(template).split("/")) if static_prefix(template) else 0
-    parts = _fill(template, c, f).split("/")
-    found: list[tuple[Any, dict[str, str]]] = [(root, {})]
+    parts = fill_template(template, c, f).split("/")
+    found: list[tuple[_P, dict[str, str]]] = [(root, {})]
     in_bucket = isinstance(root, ObjectPath)
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
-        fields = set(_FIELD_RE.findall(part))
-        out: list[tuple[Any, dict[str, str]]] = []
+        fields = set(FIELD_RE.findall(part))
+        out: list[tuple[_P, dict[str, str]]] = []
         for d, caps in found:
             if not fields:
                 names = [part] + ([part.replace("episode-", "file-")] if "episode-" in part else [])
@@ -506,8 +465,8 @@ def _resolve(root: Path | ObjectPath, template: str, c: int, f: int | None, *, p
                 if _file_like(p):
                     out.append((p, caps))
                     continue
-            rx = _template_regex(part, legacy_prefix=True)
-            rx_dir = _template_regex(_PNG_DIR_SUFFIX.sub("", part), legacy_prefix=True) if png_dirs and last else None
+            rx = template_regex(part, legacy_prefix=True)
+            rx_dir = template_regex(PNG_DIR_SUFFIX.sub("", part), legacy_prefix=True) if png_dirs and last else None
             for e in sorted(_entries(d), key=lambda e: e.name):
                 m = rx.match(e.name)
                 if last and m and _file_like(e):
@@ -522,8 +481,14 @@ def _resolve(root: Path | ObjectPath, template: str, c: int, f: int | None, *, p
     return found
 
 
-def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
-                       video_extensions: Mapping[str, Any] | None = None) -> EpisodeFiles | None:
+@overload
+def find_episode_files(task_dir: Path, layout: TaskLayout, index: int,
+                       video_extensions: Mapping[str, Any] | None = None) -> EpisodeFiles[Path] | None: ...
+@overload
+def find_episode_files(task_dir: TaskPathLike, layout: TaskLayout, index: int,
+                       video_extensions: Mapping[str, Any] | None = None) -> EpisodeFiles[TaskPath] | None: ...
+def find_episode_files(task_dir: TaskPathLike, layout: TaskLayout, index: int,
+                       video_extensions: Mapping[str, Any] | None = None) -> EpisodeFiles[TaskPath] | None:
     """Episode N's file group, from N's own paths (file_format.md checklist §12.2).
 
     The paths are computed from the templates (``N -> (chunk, file)``); only what the
@@ -562,8 +527,16 @@ def find_episode_files(task_dir: str | Path, layout: TaskLayout, index: int,
         A legacy ``file-`` row file of N's chunk is corrupt.
     """
     root = as_path(task_dir)
+    if isinstance(root, ObjectPath):
+        return _find(root, layout, index, video_extensions)
+    return _find(root, layout, index, video_extensions)
+
+
+def _find(root: _P, layout: TaskLayout, index: int,
+          video_extensions: Mapping[str, Any] | None) -> EpisodeFiles[_P] | None:
+    """:func:`find_episode_files` in a task whose files are all of ``root``'s kind."""
     c, f = layout.chunk_file(index)
-    g = EpisodeFiles(index, c, f)
+    g: EpisodeFiles[_P] = EpisodeFiles(index, c, f)
     own = [path for path, _ in _resolve(root, layout.episodes_path, c, f) if path.name.startswith("episode-")]
     if own:
         g.meta = own[0]

@@ -52,7 +52,7 @@ def depth_pool(width: int, height: int) -> tuple[np.ndarray, ...]:
     with resources.as_file(ref) as p:
         raw = np.asarray(Image.open(p)).astype(np.uint32)
     mm = np.rint(raw / 5.0).astype(np.uint16)  # TUM: 5000 units per metre
-    big = np.asarray(Image.fromarray(mm).resize((width, height), Image.NEAREST))
+    big = np.asarray(Image.fromarray(mm).resize((width, height), Image.Resampling.NEAREST))
     step = max(1, width // 64)
     out = []
     for i in range(POOL_FRAMES):

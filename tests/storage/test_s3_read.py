@@ -310,3 +310,25 @@ def test_library_errors_are_egopool_errors(tasks, monkeypatch):
     with pytest.raises(ObjectStoreError) as err:
         open_task(uri)
     assert err.value.cause == "denied" and err.value.uri.startswith(uri)
+
+
+@pytest.mark.parametrize("name", ["full", "png16"])
+def test_the_dataset_decoders_read_a_stream_in_a_bucket(tasks, name):
+    """egopool.dataset's seeking decoders take a stream's ObjectPath (was a TypeError: Path(ObjectPath))."""
+    from egopool.dataset.decode import PngSequence, StreamDecoder
+
+    local, uri = tasks[name]
+    a, b = open_task(local).episode(1), open_task(uri).episode(1)
+    for key in a.streams:
+        kind = a.stream_kind(key)
+        path = b.stream_path(key)
+        assert isinstance(path, ObjectPath)
+        dec = PngSequence(path) if path.is_dir() else StreamDecoder(path, kind, b.depth_params(key))
+        try:
+            want = list(a.video(key) if kind == "rgb" else a.depth(key))
+            got = dec.frames([len(want) - 1, 0])
+            assert sorted(got) == [0, len(want) - 1] and dec.frame_count == len(want) == a.length
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[len(want) - 1], want[-1])
+        finally:
+            dec.close()

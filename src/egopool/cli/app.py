@@ -17,7 +17,7 @@ import importlib
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -28,8 +28,15 @@ from .commands import COMMANDS
 from .help_format import plain_help, plain_params
 
 
+if TYPE_CHECKING:
+    import click.exceptions
+
+    #: what ends a command with a code: ``typer.Exit`` (click's, or typer's vendored copy), each with ``exit_code``
+    _ExitError = typer.Exit | click.exceptions.Exit
+
+
 def _exception_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...],
-                                tuple[type[BaseException], ...]]:
+                                tuple[type[_ExitError], ...]]:
     """(usage errors, aborts, exits) of every click flavour that may be raising.
 
     typer < 0.20 runs on click; newer releases raise their vendored copy
@@ -38,7 +45,7 @@ def _exception_types() -> tuple[tuple[type[BaseException], ...], tuple[type[Base
     """
     usage: list[type[BaseException]] = [typer.TyperException]
     aborts: list[type[BaseException]] = [typer.Abort]
-    exits: list[type[BaseException]] = [typer.Exit]
+    exits: list[type[_ExitError]] = [typer.Exit]
     try:
         from typer._click.exceptions import ClickException as VendoredClickException
         usage.append(VendoredClickException)

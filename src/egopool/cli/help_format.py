@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any
+from typing import Any, overload
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
@@ -22,6 +22,14 @@ __all__ = ["plain_help", "plain_params", "reflow"]
 _TYPE_NAMES = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "path": "PATH", "bool": "BOOLEAN",
                "int range": "INTEGER", "float range": "FLOAT", "datetime": "DATETIME", "uuid": "UUID"}
 _LIST = re.compile(r"^list\[(.*)\]$")
+
+
+@overload
+def reflow(text: str) -> str: ...
+
+
+@overload
+def reflow(text: None) -> None: ...
 
 
 def reflow(text: str | None) -> str | None:
@@ -87,20 +95,23 @@ def plain_params(params: list[Any]) -> list[Any]:
 
 def _plain_get_params(self: Any, ctx: Any) -> list[Any]:
     """``get_params`` of a plain command: its parameters, ``--help`` too (made on first use), print plainly."""
-    return plain_params(super(_PLAIN_CLASSES[type(self)], self).get_params(ctx))
+    return plain_params(_PLAIN_BASES[type(self)].get_params(self, ctx))
 
 
 #: command class -> its plain subclass (one base, nothing added but ``get_params``: the instance
 #: layout is the same, so an existing command's class can be switched).
 _PLAIN_CLASSES: dict[type, type] = {}
+#: plain subclass -> the command class it extends (whose ``get_params`` it calls)
+_PLAIN_BASES: dict[type, type[TyperCommand] | type[TyperGroup]] = {}
 
 
-def _plain_class(cls: type) -> type:
-    if cls in _PLAIN_CLASSES.values():
+def _plain_class(cls: type[TyperCommand] | type[TyperGroup]) -> type:
+    if cls in _PLAIN_BASES:
         return cls
     if cls not in _PLAIN_CLASSES:
         plain = type(f"Plain{cls.__name__}", (cls,), {"get_params": _plain_get_params, "__module__": __name__})
-        _PLAIN_CLASSES[cls] = _PLAIN_CLASSES[plain] = plain
+        _PLAIN_CLASSES[cls] = plain
+        _PLAIN_BASES[plain] = cls
     return _PLAIN_CLASSES[cls]
 
 
@@ -110,7 +121,7 @@ def _plain_text(text: str | None, flow: bool = True) -> str | None:
 
     if not text:
         return text
-    return _only_our_styles(reflow(text) if flow else text)  # type: ignore[arg-type]
+    return _only_our_styles(reflow(text) if flow else text)
 
 
 def plain_help(cmd: Any) -> Any:

@@ -129,11 +129,13 @@ def stats_recalc_cmd(task: Path = _READ_TASK, dry_run: bool = _DRY, json_out: bo
 
     The previous file is copied to .egopool_backup/ first; nothing is written when the recomputed document equals the stored one. With --ray each episode's blocks come from its own Ray task; they are merged here and written under the task lock. An s3:// task's stats.json is replaced with a conditional PUT once no publish into it is in progress (docs/decisions.md O17).
     """
+    from ..storage import ObjectPath
+
     with _progress("recomputing") as cb, executor_for(ray) as executor:
-        if str(task).startswith("s3://"):
+        if isinstance(task, ObjectPath):  # task_argument() parses s3:// into one
             from ..ops.stats_bucket import recalc_bucket_stats
 
-            report = recalc_bucket_stats(task, dry_run=dry_run, progress=cb, executor=executor)  # type: ignore[arg-type]
+            report = recalc_bucket_stats(task, dry_run=dry_run, progress=cb, executor=executor)
         else:
             report = ops.recalc_task_stats(task, dry_run=dry_run, progress=cb, executor=executor)
     if json_out:

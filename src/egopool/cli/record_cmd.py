@@ -336,7 +336,9 @@ def _one_episode(session: RecordingSession, display: _Display, keys: _Keys, seco
     try:
         with live:
             while True:
-                k = keys.get(0.25) if keys.enabled else (time.sleep(0.25) or None)
+                k = keys.get(0.25) if keys.enabled else None
+                if not keys.enabled:
+                    time.sleep(0.25)
                 if isinstance(live, Live):
                     live.update(display.render(keys.enabled))
                 if k == "enter" or quit_after:

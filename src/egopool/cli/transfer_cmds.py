@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from ..errors import EgopoolError
@@ -37,18 +37,18 @@ def _byte_bar(label: str, enabled: bool) -> Iterator[UploadProgress | None]:
         return
     with Progress(TextColumn(f"{label} [bold]{{task.description}}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), console=err_console, transient=True) as bar:
-        jobs: dict[str, object] = {}
+        jobs: dict[str, TaskID] = {}
 
         def update(done: int, total: int, what: str) -> None:
             if label == "uploading":  # one bar for the run: the client sums the episodes in flight
                 if "" not in jobs:
                     jobs[""] = bar.add_task(what, total=total)
-                bar.update(jobs[""], completed=done, total=total, description=what)  # type: ignore[arg-type]
+                bar.update(jobs[""], completed=done, total=total, description=what)
                 return
             job = jobs.get(what)
             if job is None:
                 job = jobs[what] = bar.add_task(what, total=total)
-            bar.update(job, completed=done, total=total)  # type: ignore[arg-type]
+            bar.update(job, completed=done, total=total)
 
         yield update
 

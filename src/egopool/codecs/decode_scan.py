@@ -20,13 +20,12 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import av
 
 from ..errors import CodecError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
 from .video import open_media
 
 __all__ = ["SINGLE_THREAD_PIXELS", "StreamScan", "scan_opened", "scan_stream"]
@@ -73,7 +72,7 @@ def _first_line(exc: BaseException) -> str:
     return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
 
 
-def _scan_png16(path: Path) -> StreamScan:
+def _scan_png16(path: TaskPath) -> StreamScan:
     from .depth_png import png16_frame_paths, read_png16_frame
 
     frames = png16_frame_paths(path)
@@ -95,7 +94,7 @@ def _scan_png16(path: Path) -> StreamScan:
     return StreamScan(len(frames), decoded, tuple(failed), before, error)
 
 
-def scan_stream(path: str | Path, stream_index: int | None = None) -> StreamScan:
+def scan_stream(path: TaskPathLike, stream_index: int | None = None) -> StreamScan:
     """Decode every frame of one video stream (or PNG16 directory) and report what fails.
 
     Parameters
@@ -135,7 +134,7 @@ def scan_stream(path: str | Path, stream_index: int | None = None) -> StreamScan
 SINGLE_THREAD_PIXELS = 320 * 240
 
 
-def scan_opened(container: Any, path: str | Path, stream_index: int | None = None) -> StreamScan:
+def scan_opened(container: Any, path: TaskPathLike, stream_index: int | None = None) -> StreamScan:
     """:func:`scan_stream` of a container the caller opened (and closes), nothing demuxed from it yet: a
     probe of its header (:func:`~egopool.codecs.video.container_info`) may come first, so one open serves
     both (docs/decisions.md U20).
@@ -159,7 +158,7 @@ def scan_opened(container: Any, path: str | Path, stream_index: int | None = Non
 
 def _scan_container(container: Any, stream: Any) -> StreamScan:
     cc = getattr(stream, "codec_context", None)
-    if 0 < (getattr(cc, "width", 0) or 0) * (getattr(cc, "height", 0) or 0) <= SINGLE_THREAD_PIXELS:
+    if cc is not None and 0 < (getattr(cc, "width", 0) or 0) * (getattr(cc, "height", 0) or 0) <= SINGLE_THREAD_PIXELS:
         with contextlib.suppress(Exception):  # an opened codec keeps its threads: only the cost differs
             cc.thread_type, cc.thread_count = "NONE", 1  # the same frames, decoded without starting threads
     stamps: list[int | None] = []  # pts of every payload packet, in decode order

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._safe_read import loads_json
 from ..errors import CodecError, FormatError, StorageError
-from ..storage import as_path
+from ..storage import TaskPath, TaskPathLike, as_path
 from .video import DtsGuard, flush_and_close, mux_frame, open_media, stream_codec
 
 __all__ = ["DEPTH_CODECS", "DepthEncoder", "DepthProbe", "LogDepthCodec", "check_depth_codec", "depth_stream_decoder", "hevc12_available",
@@ -281,16 +281,20 @@ class DepthProbe:
     stream_index:
         Index of the depth stream among all streams of the container (0 for PNG).
     codec, pix_fmt:
-        As FFmpeg reports them.
+        As FFmpeg reports them (the codec is the one ``kind`` names: ``ffv1``, ``hevc``, ``png``).
     streams:
-        ``(codec, pix_fmt)`` of every video stream, in file order.
+        ``(codec, pix_fmt)`` of every video stream, in file order (None where FFmpeg has no decoder).
     """
 
     kind: str
     stream_index: int
     codec: str
     pix_fmt: str | None
-    streams: tuple[tuple[str, str | None], ...]
+    streams: tuple[tuple[str | None, str | None], ...]
+
+
+#: The FFmpeg codec name each depth kind is found by (:func:`_depth_stream_kind`).
+_KIND_CODEC = {"ffv1": "ffv1", "hevc12": "hevc", "png16": "png"}
 
 
 def _depth_stream_kind(name: str | None, pix: str | None) -> str | None:
@@ -303,7 +307,7 @@ def _depth_stream_kind(name: str | None, pix: str | None) -> str | None:
     return None
 
 
-def _pick_depth_stream(container: Any, path: Path) -> tuple[Any, str]:
+def _pick_depth_stream(container: Any, path: TaskPath) -> tuple[Any, str]:
     """Find the depth stream by probing codec and pixel format (never by index or extension).
 
     FFV1 gray16 wins over HEVC gray12 (it is lossless); the v1.0.14 dual-stream MKV's
@@ -319,13 +323,13 @@ def _pick_depth_stream(container: Any, path: Path) -> tuple[Any, str]:
                      path=path)
 
 
-def _open_container(path: Path) -> Any:
+def _open_container(path: TaskPath) -> Any:
     if not path.exists() and not path.is_symlink():
         raise CodecError("depth stream not found", path=path)
     return open_media(path, "depth video")
 
 
-def probe_depth(path: str | Path) -> DepthProbe:
+def probe_depth(path: TaskPathLike) -> DepthProbe:
     """Say which depth layout a file holds, by probing its streams (file_format.md §8, §12.6).
 
     A directory is a PNG16 sequence (its first frame is probed).
@@ -343,10 +347,10 @@ def probe_depth(path: str | Path) -> DepthProbe:
     with _open_container(path) as container:
         stream, kind = _pick_depth_stream(container, path)
         streams = tuple(stream_codec(s) for s in container.streams.video)
-        return DepthProbe(kind, int(stream.index), *stream_codec(stream), streams)
+        return DepthProbe(kind, int(stream.index), _KIND_CODEC[kind], stream_codec(stream)[1], streams)
 
 
-def _log_params(container: Any, params: Mapping[str, Any] | None, path: Path) -> LogDepthCodec:
+def _log_params(container: Any, params: Mapping[str, Any] | None, path: TaskPath) -> LogDepthCodec:
     """Log-code parameters of an HEVC depth file: its own container comment when that is a JSON
     object describing the log code (``depth_codec`` or ``d_min``/``d_max``, as DepthEncoder writes
     it), else ``params`` (the episode's ``video_codec`` entry), else the defaults. A comment
@@ -369,7 +373,7 @@ def _log_params(container: Any, params: Mapping[str, Any] | None, path: Path) ->
                          hint="fix d_min/d_max in the episode's video_codec entry (mm, 0 < d_min < d_max)") from exc
 
 
-def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
+def read_depth_frames(path: TaskPathLike, params: Mapping[str, Any] | None = None,
                       ext: str | None = None) -> Iterator[np.ndarray]:
     """Decode a depth stream to uint16 mm frames ``(H, W)``, holes = 0 (file_format.md §8).
 
@@ -412,7 +416,7 @@ def read_depth_frames(path: str | Path, params: Mapping[str, Any] | None = None,
             raise CodecError(f"cannot decode depth video: {exc}", path=path) from exc
 
 
-def depth_stream_decoder(container: Any, path: str | Path,
+def depth_stream_decoder(container: Any, path: TaskPathLike,
                          params: Mapping[str, Any] | None = None) -> tuple[Any, Callable[[Any], np.ndarray]]:
     """The depth stream of an open container and the function turning one of its decoded frames
     into uint16 mm ``(H, W)`` (holes 0): what :func:`read_depth_frames` does per frame, for a

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import av
 import numpy as np
 
 from ..errors import CodecError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
 from .video import open_media, stream_codec
 
 __all__ = ["PNG_EXT", "encode_png16", "png16_frame_paths", "read_png16_frame", "read_png16_frames"]
@@ -33,7 +32,7 @@ PNG_EXT = "png"
 _DIGITS = re.compile(r"(\d+)")
 
 
-def _frame_key(p: Path) -> tuple[int, int, str, str]:
+def _frame_key(p: TaskPath) -> tuple[int, int, str, str]:
     """Order by the last integer in the name, compared as digits (a 400-digit frame number
     would overflow a float and exceed int()'s digit limit); names without digits last."""
     nums = _DIGITS.findall(p.stem)
@@ -43,7 +42,7 @@ def _frame_key(p: Path) -> tuple[int, int, str, str]:
     return (0, len(digits), digits, p.name)
 
 
-def png16_frame_paths(path: str | Path) -> list[Path]:
+def png16_frame_paths(path: TaskPathLike) -> list[TaskPath]:
     """The frame files of a PNG16 sequence, in frame order.
 
     Raises
@@ -56,6 +55,7 @@ def png16_frame_paths(path: str | Path) -> list[Path]:
         return [p]
     if not p.is_dir():
         raise CodecError("PNG16 depth sequence not found", path=p)
+    found: list[TaskPath]
     if isinstance(p, ObjectPath):  # one LIST gives every frame's kind: no HEAD per frame
         found = [e.path for e in p.scandir() if e.is_file() and not e.name.startswith(".")
                  and e.path.suffix.lower() == ".png"]
@@ -68,7 +68,7 @@ def png16_frame_paths(path: str | Path) -> list[Path]:
     return frames
 
 
-def read_png16_frame(path: str | Path) -> np.ndarray:
+def read_png16_frame(path: TaskPathLike) -> np.ndarray:
     """Decode one 16-bit grayscale PNG to uint16 ``(H, W)`` mm (0 = hole).
 
     Raises
@@ -94,7 +94,7 @@ def read_png16_frame(path: str | Path) -> np.ndarray:
         raise CodecError(f"cannot decode PNG depth frame: {exc}", path=p) from exc
 
 
-def read_png16_frames(path: str | Path) -> Iterator[np.ndarray]:
+def read_png16_frames(path: TaskPathLike) -> Iterator[np.ndarray]:
     """Decode a PNG16 sequence (directory or single file) to uint16 mm frames ``(H, W)``.
 
     Raises

@@ -20,7 +20,7 @@ stream's length.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,7 +157,7 @@ class _Checker:
         return r
 
 
-def _frames(path: Path, what: str) -> Iterator[np.ndarray]:
+def _frames(path: Path, what: str) -> Generator[np.ndarray, None, None]:
     try:
         yield from read_depth_frames(path)
     except CodecError as exc:

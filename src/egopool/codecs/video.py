@@ -17,7 +17,7 @@ import numpy as np
 
 from .._safe_read import loads_json, regular_file_size
 from ..errors import CodecError, EgopoolError, FormatError, StorageError
-from ..storage import ObjectPath
+from ..storage import ObjectPath, TaskPathLike
 
 __all__ = ["RGB_CODECS", "DtsGuard", "RgbEncoder", "container_info", "count_video_frames", "encoding_errors",
            "open_media", "read_rgb_frames", "reencode_rgb", "rgb_array", "rgb_stream", "stream_codec", "video_info"]
@@ -128,7 +128,11 @@ class RgbEncoder:
         try:
             with encoding_errors(self.path, "cannot create video"):
                 self._out = av.open(str(self.path), "w", format="mp4")
-                self._stream = self._out.add_stream(RGB_CODECS[codec], rate=_rate(fps))
+                stream = self._out.add_stream(RGB_CODECS[codec], rate=_rate(fps))
+            if not isinstance(stream, av.video.stream.VideoStream):  # an FFmpeg without this video encoder
+                self._out.close()
+                raise CodecError(f"{RGB_CODECS[codec]} is not a video encoder of this FFmpeg", path=path)
+            self._stream = stream
         except EgopoolError:
             raise
         except Exception as exc:
@@ -220,7 +224,7 @@ class RgbEncoder:
             pass
 
 
-def open_media(path: str | Path, what: str = "video") -> Any:
+def open_media(path: TaskPathLike, what: str = "video") -> Any:
     """Open a media file for reading with PyAV: regular files only (a FIFO would block in FFmpeg).
 
     Raises
@@ -281,7 +285,7 @@ class _ClosingContainer:
         self.close()
 
 
-def _open(path: str | Path) -> Any:
+def _open(path: TaskPathLike) -> Any:
     return open_media(path, "video")
 
 
@@ -294,7 +298,7 @@ def stream_codec(stream: Any) -> tuple[str | None, str | None]:
     return getattr(ctx, "name", None), getattr(ctx, "pix_fmt", None)
 
 
-def video_info(path: str | Path) -> dict[str, Any]:
+def video_info(path: TaskPathLike) -> dict[str, Any]:
     """Probe: codec, pix_fmt, width, height, stream count, container comment (parsed JSON when possible).
 
     Raises
@@ -306,7 +310,7 @@ def video_info(path: str | Path) -> dict[str, Any]:
         return container_info(c, path)
 
 
-def container_info(c: Any, path: str | Path) -> dict[str, Any]:
+def container_info(c: Any, path: TaskPathLike) -> dict[str, Any]:
     """:func:`video_info` of a container the caller opened (:func:`open_media`); reads its header only, so
     its packets can still be demuxed from the first one (the validator probes and decodes with one open).
 
@@ -331,7 +335,7 @@ def container_info(c: Any, path: str | Path) -> dict[str, Any]:
             "height": s.codec_context.height, "video_streams": len(c.streams.video), "metadata": meta}
 
 
-def count_video_frames(path: str | Path, stream_index: int = 0) -> int:
+def count_video_frames(path: TaskPathLike, stream_index: int = 0) -> int:
     """Number of frames in video stream ``stream_index``, counted by demuxing (no decode)."""
     with _open(path) as c:
         try:
@@ -341,7 +345,7 @@ def count_video_frames(path: str | Path, stream_index: int = 0) -> int:
             raise CodecError(f"cannot demux video: {exc}", path=path) from exc
 
 
-def rgb_stream(container: Any, path: str | Path) -> Any:
+def rgb_stream(container: Any, path: TaskPathLike) -> Any:
     """The stream :func:`read_rgb_frames` decodes (the first video stream) of an open container.
 
     Raises
@@ -362,7 +366,7 @@ def rgb_array(frame: Any) -> np.ndarray:
     return frame.to_ndarray(format="rgb24")
 
 
-def read_rgb_frames(path: str | Path) -> Iterator[np.ndarray]:
+def read_rgb_frames(path: TaskPathLike) -> Iterator[np.ndarray]:
     """Decode the first video stream as RGB uint8 frames of shape ``(H, W, 3)``."""
     with _open(path) as c:
         stream = rgb_stream(c, path)

@@ -17,7 +17,7 @@ import av
 import numpy as np
 
 from ..errors import CodecError
-from ..storage import as_path
+from ..storage import TaskPath, TaskPathLike, as_path
 from .video import DtsGuard, encoding_errors, open_media
 
 __all__ = ["COPYABLE_CODECS", "VideoCopy", "VideoSource", "check_copy_frames", "check_segment", "packet_times",
@@ -47,11 +47,11 @@ class VideoSource:
     end_s: float | None = None
 
 
-def _open(path: Path) -> Any:
+def _open(path: TaskPath) -> Any:
     return open_media(path)  # regular files only: a FIFO would block inside FFmpeg
 
 
-def packet_times(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
+def packet_times(path: TaskPathLike) -> tuple[np.ndarray, dict[str, Any]]:
     """Presentation times of every frame of the first video stream, by demuxing (no decode).
 
     Returns
@@ -113,7 +113,7 @@ def _window_packets(inp: Any, ist: Any, source: VideoSource, fps: float | None) 
         raise CodecError(f"cannot demux video: {exc}", path=source.path) from exc
 
 
-def _copyable_stream(inp: Any, src: Path) -> Any:
+def _copyable_stream(inp: Any, src: TaskPath) -> Any:
     if not inp.streams.video:
         raise CodecError("no video stream", path=src)
     ist = inp.streams.video[0]

@@ -29,7 +29,7 @@ from .._atomic import atomic_write_bytes
 from ..codecs.depth import read_depth_frames
 from ..codecs.video import DtsGuard, encoding_errors, flush_and_close, mux_frame, open_media, rgb_stream
 from ..errors import CodecError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPathLike, as_path
 
 __all__ = ["DEPTH_RANGE_MM", "MAX_WIDTH", "FrameStats", "StreamPreview", "depth_proxy", "proxy_size", "rgb_proxy",
            "turbo"]
@@ -252,7 +252,7 @@ def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float,
     return StreamPreview(key, "rgb", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames, stats)
 
 
-def depth_proxy(src: str | Path, out_dir: Path, key: str, fps: float, *, params: Mapping[str, Any] | None = None,
+def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, params: Mapping[str, Any] | None = None,
                 ext: str | None = None, rows: int | None = None, max_width: int = MAX_WIDTH,
                 depth_range: tuple[float, float] = DEPTH_RANGE_MM) -> StreamPreview:
     """Colour-mapped proxy and thumbnail of one depth stream (turbo over ``depth_range`` mm, holes black).

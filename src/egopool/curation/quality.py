@@ -70,7 +70,7 @@ def row_ranges(mask: np.ndarray, min_len: int = 1) -> list[list[int]]:
     """Runs of True in ``mask`` ``(R,)`` bool at least ``min_len`` long, as ``[start, stop)`` rows."""
     m = np.concatenate([[False], np.asarray(mask, bool), [False]])
     edges = np.flatnonzero(np.diff(m.astype(np.int8)))
-    return [[int(a), int(b)] for a, b in zip(edges[::2], edges[1::2]) if b - a >= min_len]
+    return [[int(a), int(b)] for a, b in zip(edges[::2], edges[1::2], strict=True) if b - a >= min_len]
 
 
 def _held(values: np.ndarray, present: np.ndarray) -> np.ndarray:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import av
@@ -31,7 +30,7 @@ from ..codecs.depth import depth_stream_decoder
 from ..codecs.depth_png import png16_frame_paths, read_png16_frame
 from ..codecs.video import open_media, rgb_array, rgb_stream
 from ..errors import CodecError
-from ..storage import ObjectPath, as_path
+from ..storage import TaskPath, TaskPathLike, as_path
 
 __all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
 
@@ -42,7 +41,7 @@ class StreamDecoder:
     Parameters
     ----------
     path:
-        The stream's file.
+        The stream's file: a local path, or an object in a bucket (read through ranged GETs).
     kind:
         ``"rgb"`` (uint8 ``(H, W, 3)``) or ``"depth"`` (uint16 mm ``(H, W)``).
     params:
@@ -57,7 +56,7 @@ class StreamDecoder:
         The file cannot be opened or has no stream of that kind (names the file).
     """
 
-    def __init__(self, path: str | Path | ObjectPath, kind: str, params: Mapping[str, Any] | None = None, *,
+    def __init__(self, path: TaskPathLike, kind: str, params: Mapping[str, Any] | None = None, *,
                  max_frames: int = 32) -> None:
         self.path = as_path(path)
         self.max_frames = max(1, int(max_frames))
@@ -90,10 +89,11 @@ class StreamDecoder:
         except av.error.FFmpegError as exc:
             raise CodecError(f"cannot demux video: {exc}", path=self.path) from exc
         self.frame_count = len(pts)
-        clean = all(p is not None for p in pts) and len(set(pts)) == len(pts)
-        self._pts = sorted(pts) if clean else []  # type: ignore[type-var]
+        stamped = [p for p in pts if p is not None]
+        clean = len(stamped) == len(pts) and len(set(stamped)) == len(stamped)
+        self._pts: list[int] = sorted(stamped) if clean else []
         self._index_of = {p: j for j, p in enumerate(self._pts)}
-        keys = sorted(p for p, k in zip(pts, key, strict=True) if k) if clean else []
+        keys = sorted(p for p, k in zip(stamped, key, strict=True) if k) if clean else []
         self._keys = [self._index_of[p] for p in keys]
         self.seekable = clean and bool(self._keys) and self._keys[0] == 0
 
@@ -148,13 +148,14 @@ class StreamDecoder:
         if self._iter is None or self._pos is None or not (k <= self._pos <= first):
             self._restart(k)
         try:
-            count = self._pos
+            count = self._pos if self._pos is not None else 0  # (seekable: each frame's pts says which it is)
             for frame in self._iter:
                 if self.seekable:
-                    j = self._index_of.get(frame.pts)
-                    if j is None:
+                    at = self._index_of.get(frame.pts)
+                    if at is None:
                         raise CodecError(f"decoded a frame with pts {frame.pts} the stream's packets do not hold",
                                          path=self.path)
+                    j = at
                 else:
                     j = count
                     count += 1
@@ -179,7 +180,7 @@ class StreamDecoder:
 class PngSequence:
     """A legacy PNG16 depth directory with the :class:`StreamDecoder` interface (one file per frame)."""
 
-    def __init__(self, path: str | Path | ObjectPath, max_frames: int = 32) -> None:
+    def __init__(self, path: TaskPathLike, max_frames: int = 32) -> None:
         self.path = as_path(path)
         self._files = png16_frame_paths(self.path)
         self.frame_count = len(self._files)
@@ -205,9 +206,9 @@ class DecoderCache:
 
     def __init__(self, max_open: int = 16) -> None:
         self.max_open = max(1, int(max_open))
-        self._open: OrderedDict[Path | ObjectPath, Any] = OrderedDict()
+        self._open: OrderedDict[TaskPath, Any] = OrderedDict()
 
-    def open(self, path: Path | ObjectPath, make: Callable[[], Any]) -> Any:
+    def open(self, path: TaskPath, make: Callable[[], Any]) -> Any:
         """The cached decoder of ``path`` (made and cached when absent)."""
         dec = self._open.get(path)
         if dec is None:

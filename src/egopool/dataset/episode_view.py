@@ -19,6 +19,7 @@ from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..errors import SchemaError
 from ..keypoints.mirror import EpisodeKeypoints
 from ..read.reader import Episode
+from ..storage import TaskPath
 from .keypoint_keys import keypoint_rows, missing_mirror_error
 
 __all__ = ["EpisodeView", "key_kind_by_name"]
@@ -113,7 +114,7 @@ class EpisodeView:
             self._kinds[key] = k
         return k
 
-    def stream_path(self, key: str) -> Any:
+    def stream_path(self, key: str) -> TaskPath:
         """File (or PNG16 directory) of stream ``key``."""
         return self.ep.stream_path(key)
 

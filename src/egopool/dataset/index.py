@@ -26,7 +26,7 @@ import numpy as np
 
 from .._atomic import atomic_write_json
 from ..read.reader import open_task
-from ..storage import ObjectPath, as_path, open_store
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, open_store
 
 __all__ = ["FrameIndex", "TaskEntry", "cache_key", "default_cache_dir", "task_fingerprint", "task_entry"]
 
@@ -41,7 +41,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "egopool"
 
 
-def task_fingerprint(task_dir: Path | ObjectPath) -> str:
+def task_fingerprint(task_dir: TaskPath) -> str:
     """sha256 over what identifies the task's episodes and rows, read without opening a file.
 
     A directory: (relative path, size, mtime_ns) of ``meta/info.json`` and every file under
@@ -88,7 +88,7 @@ def _bucket_fingerprint(task: ObjectPath) -> str:
     return h.hexdigest()
 
 
-def cache_key(task_dir: Path | ObjectPath) -> str:
+def cache_key(task_dir: TaskPath) -> str:
     """What names a task in the cache: the resolved directory (``/...``), or ``s3://bucket/key`` after the S3
     endpoint it was read from (``http://host:port s3://...``; the same bucket name on two endpoints is two tasks)."""
     if isinstance(task_dir, ObjectPath):
@@ -112,13 +112,13 @@ class TaskEntry:
         ``(E,)`` int64 global N ascending and ``(E,)`` int64 rows of each.
     """
 
-    path: Path | ObjectPath
+    path: TaskPath
     fps: float
     episodes: np.ndarray
     lengths: np.ndarray
 
 
-def _build(task_dir: Path | ObjectPath) -> TaskEntry:
+def _build(task_dir: TaskPath) -> TaskEntry:
     task = open_task(task_dir)
     fps = task.info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0:
@@ -133,7 +133,7 @@ def _build(task_dir: Path | ObjectPath) -> TaskEntry:
     return TaskEntry(task_dir, float(fps), np.asarray(eps, np.int64), np.asarray(lens, np.int64))
 
 
-def task_entry(task_dir: str | Path | ObjectPath, cache_dir: str | Path | None = None) -> TaskEntry:
+def task_entry(task_dir: TaskPathLike, cache_dir: str | Path | None = None) -> TaskEntry:
     """The task's index, from the cache when its fingerprint matches, else built and cached.
 
     ``cache_dir=False``-like empty string disables the cache. A cache that cannot be written

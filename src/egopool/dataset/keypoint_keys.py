@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FormatError, SchemaError
-from ..keypoints.mirror import HAND_POSE_2D, HAND_POSE_3D, SIDES, EpisodeKeypoints
+from ..keypoints.mirror import HAND_POSE_2D, HAND_POSE_3D, SIDES, EpisodeKeypoints, HandPose2D, HandPose3D
+from ..storage import TaskPath
 
 __all__ = ["KEYPOINT_PREFIX", "is_keypoint_key", "keypoint_rows", "missing_mirror_error"]
 
@@ -49,13 +50,26 @@ def is_keypoint_key(key: str) -> bool:
     return True
 
 
-def missing_mirror_error(key: str, task_dir: Path, where: Path) -> SchemaError:
+def missing_mirror_error(key: str, task_dir: TaskPath, where: Path) -> SchemaError:
     """The one-line error for a key whose episode (or task) has no mirror at ``where``."""
     return SchemaError("needs the hand-keypoints mirror, which does not exist", column=key, path=where,
                        hint=f"run `egopool keypoints extract {task_dir}` (or pass mirror_root=)")
 
 
-def keypoint_rows(kp: EpisodeKeypoints, key: str, frame_index: np.ndarray, task_dir: Path) -> np.ndarray:
+def _field_values(src: HandPose2D | HandPose3D, field: str, side: str) -> np.ndarray:
+    """``side``'s values of ``field`` in the mirror file :func:`keypoint_rows` picked for it."""
+    if isinstance(src, HandPose3D):  # hand_pose (world landmarks, m), or present without a 2-D file
+        return src.world[side] if field == "hand_pose" else src.present[side]
+    if field == "hand_2d":
+        return src.pixels[side]
+    if field == "hand_z":
+        return src.z_rel[side]
+    if field == "score":
+        return src.score[side]
+    return src.present[side]
+
+
+def keypoint_rows(kp: EpisodeKeypoints, key: str, frame_index: np.ndarray, task_dir: TaskPath) -> np.ndarray:
     """``(R, ...)`` values of ``key`` for the data rows whose ``frame_index`` is given (table above).
 
     Raises
@@ -67,22 +81,14 @@ def keypoint_rows(kp: EpisodeKeypoints, key: str, frame_index: np.ndarray, task_
     """
     side, field = _parse(key)
     pose2d, pose3d = kp.hand_pose, kp.hand_pose_3d
+    src: HandPose2D | HandPose3D | None
     if field == "hand_pose" or (field == "present" and pose2d is None):
         src, rel = pose3d, HAND_POSE_3D
     else:
         src, rel = pose2d, HAND_POSE_2D
     if src is None:
         raise missing_mirror_error(key, task_dir, kp.directory / rel)
-    if field == "hand_2d":
-        values = src.pixels[side]  # type: ignore[union-attr]
-    elif field == "hand_z":
-        values = src.z_rel[side]  # type: ignore[union-attr]
-    elif field == "score":
-        values = src.score[side]  # type: ignore[union-attr]
-    elif field == "hand_pose":
-        values = src.world[side]  # type: ignore[union-attr]
-    else:
-        values = src.present[side]
+    values = _field_values(src, field, side)
     pos = np.searchsorted(src.frame_index, frame_index)
     ok = (pos < src.frame_index.size) & (src.frame_index[np.minimum(pos, src.frame_index.size - 1)] == frame_index) \
         if src.frame_index.size else np.zeros(frame_index.shape, bool)

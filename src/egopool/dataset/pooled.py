@@ -18,25 +18,29 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..keypoints.mirror import episode_mirror_dir
 from ..read.reader import Task, open_task
-from ..storage import ObjectPath, as_path, is_object_uri, require_bucket
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
 from .decode import DecoderCache, PngSequence, StreamDecoder
 from .episode_view import EpisodeView, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
-try:  # the extra `train`
+if TYPE_CHECKING:  # checked as the torch Dataset it is with the extra `train` installed
     import torch
     from torch.utils.data import Dataset as _Base
-except ImportError:  # pragma: no cover - exercised in a venv without torch
-    torch = None
-    _Base = object  # type: ignore[assignment,misc]
+else:
+    try:  # the extra `train`
+        import torch
+        from torch.utils.data import Dataset as _Base
+    except ImportError:  # pragma: no cover - exercised in a venv without torch
+        torch = None
+        _Base = object
 
 __all__ = ["PooledDataset", "find_tasks"]
 
@@ -44,7 +48,7 @@ __all__ = ["PooledDataset", "find_tasks"]
 _INHERITED: list[_Worker] = []
 
 
-def find_tasks(paths: str | Path | ObjectPath | Iterable[str | Path | ObjectPath]) -> list[Path | ObjectPath]:
+def find_tasks(paths: TaskPathLike | Iterable[TaskPathLike]) -> list[TaskPath]:
     """Tasks of ``paths``, each a directory or an ``s3://bucket/prefix`` (mixed freely): a location with
     ``meta/info.json`` is a task, any other a collection whose children holding one are its tasks
     (sorted by name); a task reached twice counts once.
@@ -66,8 +70,8 @@ def find_tasks(paths: str | Path | ObjectPath | Iterable[str | Path | ObjectPath
     FormatError
         A malformed ``s3://`` URI (no bucket, an empty / ``.`` / ``..`` component).
     """
-    many = [paths] if isinstance(paths, (str, Path, ObjectPath)) else paths
-    out: list[Path | ObjectPath] = []
+    many = [paths] if isinstance(paths, (str, os.PathLike, ObjectPath)) else paths
+    out: list[TaskPath] = []
     for p in map(as_path, many):
         if (p / "meta" / "info.json").is_file():
             out.append(p)
@@ -81,8 +85,8 @@ def find_tasks(paths: str | Path | ObjectPath | Iterable[str | Path | ObjectPath
             raise FileNotFoundError(f"{p}: neither a task (no meta/info.json) nor a directory of tasks; "
                                     "pass a task directory such as recordings/pick_cup")
         out.extend(found)
-    seen: set[Path | ObjectPath] = set()  # a task named twice (or through a symlink) counts once
-    unique: list[Path | ObjectPath] = []
+    seen: set[TaskPath] = set()  # a task named twice (or through a symlink) counts once
+    unique: list[TaskPath] = []
     for q in out:
         if q.resolve() not in seen:
             seen.add(q.resolve())
@@ -90,7 +94,7 @@ def find_tasks(paths: str | Path | ObjectPath | Iterable[str | Path | ObjectPath
     return unique
 
 
-def _task_children(p: Path | ObjectPath) -> list[Path | ObjectPath]:
+def _task_children(p: TaskPath) -> list[TaskPath]:
     """Children of ``p`` holding ``meta/info.json`` (a bucket: one LIST with delimiter, a HEAD per sub-prefix)."""
     if isinstance(p, ObjectPath):
         subs = [e.path for e in p.scandir() if e.is_dir()]
@@ -104,7 +108,7 @@ def _task_children(p: Path | ObjectPath) -> list[Path | ObjectPath]:
     return [d for d in p.iterdir() if (d / "meta" / "info.json").is_file()]
 
 
-def _same_location(key: Any, path: Path | ObjectPath) -> bool:
+def _same_location(key: Any, path: TaskPath) -> bool:
     """True when ``key`` (an ``episodes`` mapping key) names the task at ``path``: the same directory, or
     the same ``s3://`` location (a URI is compared as written, a directory resolved)."""
     if isinstance(path, ObjectPath):
@@ -153,7 +157,7 @@ class _Worker:
             self.close()
 
 
-class PooledDataset(_Base):  # type: ignore[misc,valid-type]
+class PooledDataset(_Base):
     """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
 
     Parameters
@@ -240,7 +244,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
     :class:`~egopool.errors.CodecError` for a stream that cannot be decoded (naming the file).
     """
 
-    def __init__(self, tasks: str | Path | ObjectPath | Sequence[str | Path | ObjectPath],
+    def __init__(self, tasks: TaskPathLike | Sequence[TaskPathLike],
                  keys: Sequence[str], *,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  samples: Mapping[str, int] | None = None,
@@ -294,7 +298,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
         self._w: _Worker | None = None
 
     @staticmethod
-    def _entries(paths: list[Path | ObjectPath], names: Iterable[str] | None,
+    def _entries(paths: list[TaskPath], names: Iterable[str] | None,
                  cache_dir: str | Path | None) -> list[TaskEntry]:
         keep = set(names) if names is not None else None
         out = []
@@ -390,6 +394,7 @@ class PooledDataset(_Base):  # type: ignore[misc,valid-type]
         streams = []
         for key in self.keys:
             kind = "keypoints" if key.startswith("keypoints.") else view.kind(key)
+            rows: np.ndarray | None
             rows, pad = self.windows.rows(key, row, view.length)
             if kind in ("rgb", "depth"):
                 streams.append((key, kind, rows, pad))

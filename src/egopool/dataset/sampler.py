@@ -10,19 +10,22 @@ rows of one episode (or two, at a run's end).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-try:
+if TYPE_CHECKING:  # checked as the torch Sampler it is with the extra `train` installed
     from torch.utils.data import Sampler as _Base
-except ImportError:  # pragma: no cover - without the extra `train`
-    _Base = object  # type: ignore[assignment,misc]
+else:
+    try:
+        from torch.utils.data import Sampler as _Base
+    except ImportError:  # pragma: no cover - without the extra `train`: a plain iterable
+        _Base = object
 
 __all__ = ["EpisodeSampler"]
 
 
-class EpisodeSampler(_Base):  # type: ignore[misc,valid-type]
+class EpisodeSampler(_Base):
     """Item indices of ``dataset`` episode by episode.
 
     Parameters

@@ -30,12 +30,11 @@ host-monotonic ns, so the same sample is never emitted twice.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import av
 import numpy as np
@@ -48,9 +47,22 @@ from ..write.checks import check_episode_seconds
 from .kinds import Device, stereo_calibration
 from .rig import RegisteredDevice, Rig, check_depth_choice
 
-__all__ = ["RIGS", "SimulatedRig", "build_rig"]
+__all__ = ["RIGS", "CaptureSink", "SimulatedRig", "build_rig"]
 
 _SEC = 1_000_000_000
+
+
+class CaptureSink(Protocol):
+    """What a simulated device pushes its captures into: a :class:`~egopool.recorder.Recorder`, or a
+    wrapper of one (``sources/simulated.py`` counts what each device delivers)."""
+
+    def push_frame(self, slot: str, frame: Frame) -> None: ...
+
+    def push_sample(self, column: str, value: Any, ns: int = 0) -> None: ...
+
+    def push_points(self, column: str, points: np.ndarray, ns: np.ndarray | None = None) -> None: ...
+
+    def mark_disconnected(self, sids: Iterable[str], reason: str) -> None: ...
 
 
 def _sample_times(t0: int, t1: int, epoch: int, rate_hz: float, phase_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +156,7 @@ class _Source:
         self.epoch = epoch
         self.failed = False
 
-    def emit(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit(self, t0: int, t1: int, rec: CaptureSink) -> None:
         self.emit_video(t0, t1, rec)
         if self.ego_col:
             self.emit_ego(t0, t1, rec)
@@ -154,11 +166,11 @@ class _Source:
         """Host-clock chain (UVC, gripper RGB): stamped by the capture thread, raw == hardware."""
         return _Stamp(t, t)
 
-    def emit_video(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit_video(self, t0: int, t1: int, rec: CaptureSink) -> None:
         if not self.rgb and not self.depth:
             return
         ks, ts = _sample_times(t0, t1, self.epoch, self.fps, self.phase)
-        for k, t in zip(ks.tolist(), ts.tolist()):
+        for k, t in zip(ks.tolist(), ts.tolist(), strict=True):
             if self.sim.drop_every and k and k % self.sim.drop_every == 0 and self.reg.kind == "d435":
                 continue  # the device dropped this frame: the counter jumps (rgb_gap / depth_gap)
             stamp = self.stamps(k, t)
@@ -169,7 +181,7 @@ class _Source:
                 rec.push_frame(s, Frame(dpat.frame(k), stamp.hardware_ns, stamp.raw_hw_ns + 150_000
                                         if stamp.raw_hw_ns else 0, stamp.counter, stamp.ts_src, stamp.host_ns))
 
-    def emit_ego(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit_ego(self, t0: int, t1: int, rec: CaptureSink) -> None:
         _, ts = _sample_times(t0, t1, self.epoch, 20.0, self.phase + 2_000_000)
         if not len(ts) or self.ego_col is None:
             return
@@ -182,7 +194,7 @@ class _Source:
         pts[:, 4:] = _quat_axis(1, 0.1 * np.sin(2 * np.pi * 0.2 * t))  # yaw about +Y (down)
         rec.push_points(self.ego_col, pts, self.sim.host_stamps(ts))
 
-    def emit_signals(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit_signals(self, t0: int, t1: int, rec: CaptureSink) -> None:
         """Non-video signals of the kind (overridden)."""
 
 
@@ -203,7 +215,7 @@ class _S80M(_Source):
     def stamps(self, k: int, t: int) -> _Stamp:
         return _Stamp(t + self.OFFSET, t + self.OFFSET)
 
-    def emit_signals(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit_signals(self, t0: int, t1: int, rec: CaptureSink) -> None:
         if "imu" not in self.reg.signals:
             return
         _, ts = _sample_times(t0, t1, self.epoch, 400.0, 250_000)
@@ -224,7 +236,7 @@ class _Gripper(_Source):
         super().__init__(reg, sim)
         self.fm = {side: _ForceMatrix(self.seed * 2 + i) for i, side in enumerate(("left", "right"))}
 
-    def emit_signals(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit_signals(self, t0: int, t1: int, rec: CaptureSink) -> None:
         sig = self.reg.signals
         for side, fm in self.fm.items():
             _, ts = _sample_times(t0, t1, self.epoch, 30.0, self.phase + 4_000_000)
@@ -260,7 +272,7 @@ class _Glove(_Source):
         self.left = reg.sensor is not None and reg.sensor.startswith("left")
         self.joints = _hand_joints() if "hand_pose" in reg.signals else None
 
-    def emit_signals(self, t0: int, t1: int, rec: Recorder) -> None:
+    def emit_signals(self, t0: int, t1: int, rec: CaptureSink) -> None:
         sig = self.reg.signals
         x, y = self.grid
         _, ts = _sample_times(t0, t1, self.epoch, 50.0, self.phase)
@@ -334,7 +346,7 @@ class SimulatedRig:
         for s in self.sources:
             s.reset(epoch_ns)
 
-    def feed(self, t0: int, t1: int, rec: Recorder) -> None:
+    def feed(self, t0: int, t1: int, rec: CaptureSink) -> None:
         """Push everything captured in ``(t0, t1]`` (host-monotonic ns) into ``rec``.
 
         A source that raises stops for the rest of the episode, as a real device does: its

@@ -515,8 +515,9 @@ def task_writer(root: str | Path, task: str, fps: float, *, source: ImportSource
         if source is not None:
             check_not_imported(tw.task_dir, [source], allow_duplicate)
         yield tw
-        for n in tw.committed if source is not None else ():
-            remember_import(tw, source, n)
+        if source is not None:
+            for n in tw.committed:
+                remember_import(tw, source, n)
     except BaseException:
         try:
             empty = not list_task_episodes(task_dir)

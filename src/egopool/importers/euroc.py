@@ -182,7 +182,7 @@ def _floats(path: Path, rows: list[list[str]], stamps: np.ndarray, what: str) ->
     try:
         arr = np.asarray([[plain_number(v) for v in r] for r in rows], dtype=np.float64)
     except ValueError:
-        for r, ts in zip(rows, stamps):
+        for r, ts in zip(rows, stamps, strict=True):
             for v in r:
                 try:
                     plain_number(v)

@@ -17,6 +17,7 @@ intrinsics the ``calibration`` entry ``head_stereo`` (§6.5).
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from .._safe_read import require_directory
 from ..codecs.depth import check_depth_codec
 from ..errors import FormatError
 from ..schema import slam_trajectory_columns
+from ..storage import ObjectPath
 from ..write.task_writer import StreamSpec
 from ._common import (ImportResult, ImportSource, Progress, camera_calibration, check_fps, default_task_name,
                       nearest_rotation, read_input_lines, rotation_to_quaternion, task_writer)
@@ -139,8 +141,12 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
         a missing/malformed ``camera-intrinsics.txt``, images of different sizes, or a
         depth image that is not 16-bit.
     """
-    root = require_directory(directory, what="rgbd-frames folder",
-                             hint="pass the folder holding frame-NNNNNN.* files")
+    found_dir = require_directory(directory, what="rgbd-frames folder",
+                                  hint="pass the folder holding frame-NNNNNN.* files")
+    if isinstance(found_dir, ObjectPath):  # its images are decoded from local files (Pillow)
+        raise FormatError("an rgbd-frames folder is read from a local directory, not a bucket", path=str(found_dir),
+                          hint="copy the folder to a local disk first")
+    root = found_dir
     found: dict[int, dict[str, Path]] = {}
     for p in root.iterdir():
         m = _FRAME_RE.match(p.name)
@@ -166,7 +172,7 @@ def scan_rgbd_frames(directory: str | Path) -> RgbdFrames:
     color = tuple(found[n]["color"] for n in numbers)
     depth = tuple(found[n]["depth"] for n in numbers)
     w, h, _ = image_header(color[0])
-    for c, d in zip(color, depth):
+    for c, d in zip(color, depth, strict=True):
         cw, ch, _ = image_header(c)
         dw, dh, dmode = image_header(d)
         if (cw, ch) != (w, h) or (dw, dh) != (w, h):
@@ -254,7 +260,7 @@ def import_rgbd_frames(directory: str | Path, out: str | Path = "recordings", *,
                 if progress:
                     progress(i + 1, total)
             result = ep.finish()
-    gaps = sum(1 for a, b in zip(src.numbers, src.numbers[1:]) if b != a + 1)
+    gaps = sum(1 for a, b in itertools.pairwise(src.numbers) if b != a + 1)
     synthesised = [f"timestamps: (frame number - {n0}) / {fps:g} s (the files carry none); hardware_ns = 0 (unknown)",
                    "trajectory t = the synthesised timestamp; no _ns column (no host stamps)"]
     notes = [f"{total} frames, {src.width}x{src.height}; frame {frame!r} as declared by the caller",

@@ -85,7 +85,7 @@ def _file_on_the_way(path: Path) -> Path | None:
     return next((p for p in path.parents if p.exists() and not p.is_dir()), None)
 
 
-def check_output_file(out: str | Path, task_dir: str | Path, *, what: str, example: str) -> Path:
+def check_output_file(out: str | Path, task_dir: str | Path | ObjectPath, *, what: str, example: str) -> Path:
     """Check that the file ``out`` (``what``: e.g. "the plot") can be written for task ``task_dir``.
 
     ``example`` is a file name suggested when ``out`` is a directory.
@@ -113,7 +113,7 @@ def check_output_file(out: str | Path, task_dir: str | Path, *, what: str, examp
     return out
 
 
-def check_output_dir(out: str | Path, task_dir: str | Path, *, what: str, overwrite: bool = False,
+def check_output_dir(out: str | Path, task_dir: str | Path | ObjectPath, *, what: str, overwrite: bool = False,
                      marker: str | None = None) -> Path:
     """Check that the directory ``out`` can be (re)created for ``what`` from task ``task_dir``.
 

@@ -202,8 +202,8 @@ def _read_mps(directory: Path) -> _Mps:
                     continue
                 lm = np.asarray([np.asarray(v, dtype=np.float64).reshape(3) for v in hand.landmark_positions_device])
                 for k in range(len(lm)):
-                    for j, a in enumerate("xyz"):
-                        if hblank.get(f"{side}{k}{a}", no_time)[i]:
+                    for j, axis in enumerate("xyz"):
+                        if hblank.get(f"{side}{k}{axis}", no_time)[i]:
                             lm[k, j] = np.nan  # an empty MPS field is missing, not 0 m (§5.5)
                 mp = np.full((21, 3), np.nan)
                 for j, a in enumerate(ARIA_TO_MEDIAPIPE):
@@ -313,10 +313,10 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
         if not vrs.is_file():
             raise FormatError("no such VRS file", path=vrs)
         provider = _open_vrs(data_provider, vrs)
-        missing = [label for label in (*_SLOTS, "imu-right", "imu-left")
-                   if provider.get_stream_id_from_label(label) is None]
-        if missing:
-            raise FormatError(f"the recording has no {', '.join(missing)} stream (an Aria Gen1 recording has "
+        absent = [label for label in (*_SLOTS, "imu-right", "imu-left")
+                  if provider.get_stream_id_from_label(label) is None]
+        if absent:
+            raise FormatError(f"the recording has no {', '.join(absent)} stream (an Aria Gen1 recording has "
                               f"{', '.join((*_SLOTS, 'imu-right', 'imu-left'))})", path=vrs,
                               hint="record with a profile that keeps the RGB and SLAM cameras and both IMUs")
         rgb_id = provider.get_stream_id_from_label("camera-rgb")
@@ -437,8 +437,8 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
             per_row[col.name] = ("pick", pick, joints)
             per_row[ns_col.name] = ("value", np.where(pick >= 0, hns[np.maximum(pick, 0)] if len(hns) else 0, 0))
             counts[f"{side}_hand_samples"] = int(np.count_nonzero(pick >= 0))
-            stored = joints[pick[pick >= 0]] if len(hns) else np.zeros((0, 21, 3))
-            empty = int(np.isnan(np.delete(stored, 1, axis=1)).sum())  # joint 1 has no Aria landmark at all
+            stored_joints = joints[pick[pick >= 0]] if len(hns) else np.zeros((0, 21, 3))
+            empty = int(np.isnan(np.delete(stored_joints, 1, axis=1)).sum())  # joint 1 has no Aria landmark at all
             if empty:
                 counts[f"{side}_hand_missing_values"] = empty
                 missing[col.name] = (empty, f"MPS {side} hand: {empty} landmark coordinate(s) of the stored samples "
@@ -460,15 +460,16 @@ def import_aria(vrs: str | Path | None, root: str | Path, *, task: str, mps_dir:
             per_row[gaze.name] = ("pick", pick, m.gaze)
             per_row[gns.name] = ("value", np.where(pick >= 0, m.gaze_ns[np.maximum(pick, 0)], 0))
             counts["gaze_samples"] = int(np.count_nonzero(pick >= 0))
-            stored = m.gaze[pick[pick >= 0]]
-            empty = {f: int(np.isnan(stored[:, j]).sum()) for j, f in enumerate(_GAZE_NAMES)}
-            empty = {f: k for f, k in empty.items() if k}
-            for f, k in empty.items():
+            stored_gaze = m.gaze[pick[pick >= 0]]
+            empty_fields = {f: int(np.isnan(stored_gaze[:, j]).sum()) for j, f in enumerate(_GAZE_NAMES)}
+            empty_fields = {f: k for f, k in empty_fields.items() if k}
+            for f, k in empty_fields.items():
                 counts[f"gaze_{f}_missing"] = k
-            if empty:
-                what = ", ".join(f"{f} in {k}" for f, k in empty.items())
-                missing[gaze.name] = (sum(empty.values()), f"MPS eye gaze: empty fields in the {len(stored)} stored "
-                                                           f"samples ({what}): stored as NaN (missing), not 0")
+            if empty_fields:
+                what = ", ".join(f"{f} in {k}" for f, k in empty_fields.items())
+                missing[gaze.name] = (sum(empty_fields.values()),
+                                      f"MPS eye gaze: empty fields in the {len(stored_gaze)} stored "
+                                      f"samples ({what}): stored as NaN (missing), not 0")
             if counts["gaze_samples"] != len(m.gaze_ns):
                 notes.append(f"MPS eye gaze: {len(m.gaze_ns) - counts['gaze_samples']} of {len(m.gaze_ns)} samples "
                              "outside the rows (or several in one row: the last is kept), not stored")

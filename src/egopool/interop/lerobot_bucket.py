@@ -109,4 +109,4 @@ def export_lerobot_to_bucket(task: Any, out: str, *, episodes: Sequence[int] | N
         except EgopoolError:
             pass
         raise
-    return LeRobotExport(out, plan, tuple(parts))  # type: ignore[arg-type]
+    return LeRobotExport(out, plan, tuple(parts))

@@ -223,13 +223,21 @@ def video_path(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], feature: str) -> t
     tmpl = str(ds.info.get("video_path") or fmt.VIDEO_PATH)
     keys = [f"videos/{feature}/{k}" for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
     c, f, t0, t1 = (ep.get(k) for k in keys)
-    bad = next((k for k, v in zip(keys, (c, f, t0, t1)) if isinstance(v, bool) or not isinstance(v, (int, float))
-                or not math.isfinite(v)), None)
-    if bad is not None or not (plain_int(c) and plain_int(f)):
+    numbers = [_finite_number(v) for v in (c, f, t0, t1)]
+    bad = next((k for k, x in zip(keys, numbers, strict=True) if x is None), None)
+    start, end = numbers[2], numbers[3]
+    if bad is not None or start is None or end is None or not (plain_int(c) and plain_int(f)):
         raise FormatError(f"episode {ep['episode_index']}: meta/episodes {bad or keys[0]} is "
                           f"{ep.get(bad or keys[0])!r}, not a number", path=ds.root / "meta" / "episodes")
     path = ds.root / tmpl.format(video_key=feature, chunk_index=c, file_index=f)
-    return path, float(t0), float(t1)
+    return path, start, end
+
+
+def _finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite int or float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _window_frames(path: Path, start: float, end: float, fps: float) -> Iterator[Any]:

@@ -41,7 +41,7 @@ from ..arrowutil import list_column_to_numpy
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
-from ..storage import ObjectPath
+from ..storage import ObjectPath, TaskPath
 from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
@@ -102,14 +102,15 @@ class LeRobotExport:
     Attributes
     ----------
     out:
-        The dataset root (None for a dry run).
+        The dataset root: a directory, or the ``s3://`` URI of a bucket export
+        (:func:`~egopool.interop.lerobot_bucket.export_lerobot_to_bucket`); None for a dry run.
     plan:
         The mapping (features, renamed and dropped columns, episodes).
     parts:
         One :class:`EpisodePart` per exported episode (empty for a dry run).
     """
 
-    out: Path | None
+    out: Path | str | None
     plan: LeRobotPlan
     parts: tuple[EpisodePart, ...] = ()
 
@@ -133,7 +134,7 @@ def _thumb(frame: np.ndarray) -> np.ndarray:
     return frame[::k, ::k]
 
 
-def _copyable(path: Path, length: int, fps: int) -> bool:
+def _copyable(path: TaskPath, length: int, fps: int) -> bool:
     """H.264/HEVC yuv420p with exactly ``length`` frames at ``i / fps`` (what lerobot looks up)."""
     try:
         times, info = packet_times(path)

@@ -23,6 +23,7 @@ Other datasets get the generic names of :func:`pooled_name` and the renames are 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 import time
@@ -110,7 +111,8 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
                                        "and data/file_index")
             rows.append(row)
     rows.sort(key=lambda r: int(r["episode_index"]))
-    repeated = sorted({r["episode_index"] for r, nxt in zip(rows, rows[1:]) if r["episode_index"] == nxt["episode_index"]})
+    repeated = sorted({r["episode_index"] for r, nxt in itertools.pairwise(rows)
+                       if r["episode_index"] == nxt["episode_index"]})
     if repeated:
         raise FormatError(f"episode_index {', '.join(map(str, repeated[:5]))} has more than one row",
                           path=root / "meta" / "episodes", hint="each LeRobot episode has one meta/episodes row")
@@ -120,10 +122,12 @@ def scan_lerobot(root: str | Path) -> LeRobotDatasetInfo:
         hint = "delete it to import the dataset with generic names"
         mapping = read_json(mpath, what="the egopool mapping", hint=hint)
         kinds = {"features": dict, "episodes": list, "declarations": dict}
-        bad = [k for k, t in kinds.items() if not isinstance(mapping, dict) or not isinstance(mapping.get(k, t()), t)]
-        if bad:
+        mistyped = [k for k, t in kinds.items()
+                    if not isinstance(mapping, dict) or not isinstance(mapping.get(k, t()), t)]
+        if mistyped:
             raise FormatError("not an egopool mapping (" + ("not a JSON object" if not isinstance(mapping, dict)
-                                                            else f"{bad[0]!r} is not a {kinds[bad[0]].__name__}")
+                                                            else f"{mistyped[0]!r} is not a "
+                                                                 f"{kinds[mistyped[0]].__name__}")
                               + ")", path=mpath, hint=hint)
         _check_mapping(mapping, mpath)
     return LeRobotDatasetInfo(root, info, rows, fmt.read_tasks(root), mapping)

@@ -36,6 +36,7 @@ from ..arrowutil import numpy_dtype
 from ..errors import EgopoolError, FormatError, SchemaError
 from ..read.reader import Episode, Task
 from ..schema import signal_kind
+from ..storage import ObjectPath
 from ._checks import episode_streams
 
 __all__ = ["ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
@@ -92,7 +93,7 @@ class EpisodeJob:
     episode is written, so episodes can be exported independently and merged afterwards.
     """
 
-    task_dir: Path
+    task_dir: Path | ObjectPath
     index: int
     episode_index: int
     from_index: int
@@ -103,7 +104,7 @@ class EpisodeJob:
 class LeRobotPlan:
     """The whole mapping of an export (JSON form: :meth:`mapping`)."""
 
-    task_dir: Path
+    task_dir: Path | ObjectPath
     task_name: str
     task_text: str
     repo_id: str
@@ -193,7 +194,7 @@ def _column_map(name: str, typ: pa.DataType, feat: Any) -> tuple[ColumnMap | Non
 
 
 def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], chosen: Sequence[Episode],
-            names: Sequence[Sequence[str]], task_dir: Path) -> ColumnMap:
+            names: Sequence[Sequence[str]], task_dir: Path | ObjectPath) -> ColumnMap:
     flag = "--state" if target == "observation.state" else "--action"
     parts: list[str] = []
     pooled: dict[str, dict[str, Any]] = {}

@@ -396,14 +396,14 @@ def _indices(task: Task, indices: Sequence[int] | None) -> list[int]:
     return found
 
 
-def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | None = None, *, stride: int = 1,
-                 progress: Progress | None = None) -> RerunExport:
+def export_rerun(task: str | Path | ObjectPath, out: str | Path, indices: Sequence[int] | None = None, *,
+                 stride: int = 1, progress: Progress | None = None) -> RerunExport:
     """Write episodes of a task into a Rerun ``.rrd`` file (module docstring: entities and timelines).
 
     Parameters
     ----------
     task:
-        Task directory.
+        Task directory, or a task in a bucket (``s3://...``).
     out:
         The ``.rrd`` to write (replaced atomically).
     indices:
@@ -437,8 +437,8 @@ def export_rerun(task: str | Path, out: str | Path, indices: Sequence[int] | Non
     return RerunExport(out, tuple(chosen), entities, tuple(notes + _old_format_note(out)))
 
 
-def view_episode(task: str | Path, index: int, *, out: str | Path | None = None, spawn: bool | None = None,
-                 stride: int = 1) -> RerunExport:
+def view_episode(task: str | Path | ObjectPath, index: int, *, out: str | Path | None = None,
+                 spawn: bool | None = None, stride: int = 1) -> RerunExport:
     """Show episode N in the Rerun viewer when a display exists, else write an ``.rrd`` and return where.
 
     Parameters

@@ -175,9 +175,11 @@ class RayExecutor(Executor[S, U, R]):
             target = _effective_address(self.address)
             _probe(target)
             client = _is_client_address(target)
+            refused: tuple[type[BaseException], ...] = (ConnectionError, RuntimeError, ValueError, OSError,
+                                                        *_grpc_errors())
             try:
                 self._init(client)
-            except (ConnectionError, RuntimeError, ValueError, OSError, *_grpc_errors()) as exc:
+            except refused as exc:
                 hint = _HINT_GCS
                 if client:
                     hint = _HINT_FORK if _SERVER_DIED in str(exc) else _HINT_CLIENT

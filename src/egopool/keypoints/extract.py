@@ -62,7 +62,7 @@ class ExtractOptions:
 class _ExtractInput:
     """What every unit of an extraction job shares (sent once to a Ray cluster)."""
 
-    root: Path
+    root: Path | ObjectPath
     info: dict[str, Any]
     mirror_root: Path
     options: ExtractOptions
@@ -124,7 +124,7 @@ class EpisodeExtraction:
 class KeypointsExtractReport:
     """Result of :func:`extract_keypoints`: one :class:`EpisodeExtraction` per episode, ascending N."""
 
-    task_dir: Path
+    task_dir: Path | ObjectPath
     mirror_root: Path
     executor: str
     episodes: list[EpisodeExtraction] = field(default_factory=list)
@@ -177,8 +177,9 @@ def choose_stream(info: Mapping[str, Any], g: EpisodeFiles, requested: str | Non
             raise SchemaError(f"episode {g.index} has no stream {requested!r} (it has {sorted(g.videos)})",
                               hint="pick one with --stream KEY")
         return requested
-    cameras = info.get("cameras") if isinstance(info.get("cameras"), Mapping) else {}
-    features = info.get("features") if isinstance(info.get("features"), Mapping) else {}
+    declared_cameras, declared_features = info.get("cameras"), info.get("features")
+    cameras = declared_cameras if isinstance(declared_cameras, Mapping) else {}
+    features = declared_features if isinstance(declared_features, Mapping) else {}
     for name, feat in sorted(features.items()):
         if name.endswith("slam_trajectory") and isinstance(feat, Mapping):
             owner = feat.get("owner")
@@ -251,7 +252,8 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
     """
     from .mediapipe_hands import MediaPipeHands
 
-    out = EpisodeExtraction(g.index, "", directory=episode_mirror_dir(shared.root, g.index, shared.mirror_root))
+    directory = episode_mirror_dir(shared.root, g.index, shared.mirror_root)
+    out = EpisodeExtraction(g.index, "", directory=directory)
     opts = shared.options
     try:
         out.stream = choose_stream(shared.info, g, opts.stream)
@@ -273,7 +275,8 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
         out.seconds, out.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         meta = {"format": "egopool.keypoints/1", "task": shared.root.name, "episode_index": g.index,
                 "stream": out.stream, "image_width": w, "image_height": h, **params}
-        write_episode_keypoints(out.directory, pose2d, pose3d, meta, publish_lock=None if isinstance(shared.root, ObjectPath) else task_lock(shared.root))
+        write_episode_keypoints(directory, pose2d, pose3d, meta,
+                                publish_lock=None if isinstance(shared.root, ObjectPath) else task_lock(shared.root))
     except EgopoolError as exc:
         if "egopool[keypoints]" in (exc.hint or ""):
             raise
@@ -288,7 +291,8 @@ def extract_episode(shared: _ExtractInput, g: EpisodeFiles) -> EpisodeExtraction
     return out
 
 
-def select_episodes(root: Path, info: Mapping[str, Any], indices: Sequence[int] | None) -> list[EpisodeFiles]:
+def select_episodes(root: Path | ObjectPath, info: Mapping[str, Any],
+                    indices: Sequence[int] | None) -> list[EpisodeFiles]:
     """Committed episodes (data + row), all or the given N in ascending order.
 
     Raises

@@ -48,12 +48,12 @@ _INSTALL_HINT = "pip install 'egopool[keypoints]' (mediapipe 0.10.21 ships its m
 def _import_mediapipe() -> Any:
     try:
         import mediapipe as mp
-        hands = mp.solutions.hands
     except ImportError as exc:
         raise EgopoolError(f"keypoint extraction needs MediaPipe ({exc})", hint=_INSTALL_HINT) from exc
-    except AttributeError as exc:  # a newer mediapipe without the legacy solutions and their bundled models
+    if getattr(getattr(mp, "solutions", None), "hands", None) is None:
+        # a newer mediapipe without the legacy solutions and their bundled models
         raise EgopoolError("this mediapipe has no bundled hand models (mediapipe.solutions.hands)",
-                           hint=_INSTALL_HINT) from exc
+                           hint=_INSTALL_HINT)
     return mp
 
 
@@ -180,7 +180,7 @@ class MediaPipeHands:
             self._end_chatter()
         found: list[HandDetection] = []
         for lm, wlm, hd in zip(res.multi_hand_landmarks or [], res.multi_hand_world_landmarks or [],
-                               res.multi_handedness or []):
+                               res.multi_handedness or [], strict=True):  # one entry per hand in each
             norm = np.array([(p.x, p.y, p.z) for p in lm.landmark], dtype=np.float64)
             world = np.array([(p.x, p.y, p.z) for p in wlm.landmark], dtype=np.float32)
             if norm.shape != (JOINTS, 3) or world.shape != (JOINTS, 3):

@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 from .._atomic import fsync_dir, temp_path_for
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
-from ..storage import as_path, is_object_uri
+from ..storage import ObjectPath, as_path, is_object_uri
 
 __all__ = [
     "AUTO_LABELS",
@@ -89,7 +89,7 @@ META_KEY = b"egopool.keypoints"
 _CHUNK_RE = re.compile(r"^chunk-(\d+)\.parquet$")
 
 
-def default_mirror_root(task_dir: str | Path) -> Path:
+def default_mirror_root(task_dir: str | Path | ObjectPath) -> Path:
     """``$EGOPOOL_KEYPOINTS_ROOT``, else ``keypoints_output`` beside the task's recordings root.
 
     Raises
@@ -101,18 +101,19 @@ def default_mirror_root(task_dir: str | Path) -> Path:
     env = os.environ.get(ENV_ROOT)
     if env:
         return Path(env)
-    if is_object_uri(task_dir):
+    if isinstance(task_dir, ObjectPath) or is_object_uri(task_dir):
         raise FormatError("the task is in object storage: name the local keypoints_output directory to write",
                           path=str(task_dir), hint=f"pass --mirror-root DIR or set {ENV_ROOT}")
     return Path(os.path.abspath(task_dir)).parent.parent / MIRROR_DIRNAME
 
 
-def episode_mirror_dir(task_dir: str | Path, index: int, root: str | Path | None = None) -> Path:
+def episode_mirror_dir(task_dir: str | Path | ObjectPath, index: int, root: str | Path | None = None) -> Path:
     """``<root>/<task directory name>/episode_{N:06d}`` (N 1-based, multi_device_storage.md §1.4)."""
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 1:
         raise FormatError(f"episode index must be an integer >= 1, got {index!r}")
     base = Path(root) if root is not None else default_mirror_root(task_dir)
-    name = as_path(task_dir).name if is_object_uri(task_dir) else Path(os.path.abspath(task_dir)).name
+    name = as_path(task_dir).name if isinstance(task_dir, ObjectPath) or is_object_uri(task_dir) \
+        else Path(os.path.abspath(task_dir)).name
     return base / name / f"episode_{int(index):06d}"
 
 

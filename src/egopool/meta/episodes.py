@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
-from ..storage import as_path
+from ..storage import TaskPath, TaskPathLike, as_path
 
 __all__ = [
     "EPISODE_COLUMNS",
@@ -74,7 +74,7 @@ def write_episode_row(path: str | Path, row: Mapping[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def decode_row(raw: Mapping[str, Any], path: Path | None = None) -> dict[str, Any]:
+def decode_row(raw: Mapping[str, Any], path: TaskPath | None = None) -> dict[str, Any]:
     """Fill defaults for columns an older row lacks and ``json.loads`` the JSON columns."""
     out = dict(raw)
     for name in EPISODE_COLUMNS:
@@ -87,7 +87,7 @@ def decode_row(raw: Mapping[str, Any], path: Path | None = None) -> dict[str, An
     return out
 
 
-def read_episode_row(path: str | Path, index: int) -> dict[str, Any]:
+def read_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:
     """Read N's row from a per-episode file or a legacy shard (filtered by ``episode_index``).
 
     Raises

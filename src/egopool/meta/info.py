@@ -9,15 +9,16 @@ episode wins; ``sensors`` is an ordered union; ``devices`` are merged by ``key``
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .._atomic import atomic_write_json
 from .._safe_read import read_json
-from ..storage import ObjectPath, as_path, require_bucket
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_local_path, as_path, require_bucket
 from ..errors import FormatError, LegacyLayoutError
 
 __all__ = [
@@ -50,18 +51,22 @@ INFO_MUST_KEYS: tuple[str, ...] = (
 _LEGACY_SESSION_RE = re.compile(r"_\d{6}$")
 
 
-def info_path(task_dir: str | Path) -> Path:
-    """``<task>/meta/info.json``."""
+@overload
+def info_path(task_dir: Path) -> Path: ...
+@overload
+def info_path(task_dir: TaskPathLike) -> TaskPath: ...
+def info_path(task_dir: TaskPathLike) -> TaskPath:
+    """``<task>/meta/info.json`` (a local task's is a ``Path``)."""
     return as_path(task_dir) / "meta" / "info.json"
 
 
-def _legacy_sessions(task_dir: Path) -> list[str]:
+def _legacy_sessions(task_dir: TaskPath) -> list[str]:
     if not task_dir.is_dir():
         return []
     return sorted(p.name for p in task_dir.iterdir() if p.is_dir() and _LEGACY_SESSION_RE.search(p.name))
 
 
-def parse_format(info: Mapping[str, Any], path: Path) -> str:
+def parse_format(info: Mapping[str, Any], path: TaskPath) -> str:
     """Accept only ``format == "pooled_episodes_v1"`` (§1, checklist §12.1).
 
     Raises
@@ -86,7 +91,7 @@ def parse_format(info: Mapping[str, Any], path: Path) -> str:
     raise FormatError(f"unknown format {fmt!r}", path=path, hint=f"egopool reads only {FORMAT!r}")
 
 
-def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, Any]:
+def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str, Any]:
     """Load and check ``meta/info.json``.
 
     Raises
@@ -97,24 +102,24 @@ def read_info(task_dir: str | Path, *, check_format: bool = True) -> dict[str, A
         File missing or not a regular file, not UTF-8, not JSON (or nested deeper than any
         spec document), not a JSON object, or wrong ``format``.
     """
-    task_dir = as_path(task_dir)
-    path = info_path(task_dir)
+    root = as_path(task_dir)
+    path = info_path(root)
     if not path.exists() and not path.is_symlink():
-        sessions = _legacy_sessions(task_dir)
+        sessions = _legacy_sessions(root)
         if sessions:
             raise LegacyLayoutError(
                 f"no meta/info.json but per-session directories ({sessions[0]}, ...): legacy v1.0 "
-                "per-session layout, which egopool does not read", path=task_dir,
+                "per-session layout, which egopool does not read", path=root,
                 hint="convert it with the collector's migration tool first")
-        if not task_dir.exists():
-            if isinstance(task_dir, ObjectPath):
-                require_bucket(task_dir)
-            raise FormatError("task directory does not exist", path=task_dir,
+        if not root.exists():
+            if isinstance(root, ObjectPath):
+                require_bucket(root)
+            raise FormatError("task directory does not exist", path=root,
                               hint="pass the task directory holding data/, videos/, meta/")
-        if not task_dir.is_dir():
-            raise FormatError("not a directory", path=task_dir,
+        if not root.is_dir():
+            raise FormatError("not a directory", path=root,
                               hint="pass the task directory holding data/, videos/, meta/")
-        raise FormatError("not a pooled_episodes_v1 task: meta/info.json is missing", path=task_dir,
+        raise FormatError("not a pooled_episodes_v1 task: meta/info.json is missing", path=root,
                           hint="point egopool at the task directory holding data/, videos/, meta/")
     info = read_json(path, what="info.json", hint="restore info.json from a backup")
     if not isinstance(info, dict):
@@ -190,7 +195,14 @@ def merge_info(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def write_info(task_dir: str | Path, info: Mapping[str, Any], *, sync_dir: bool = True) -> None:
+def write_info(task_dir: str | os.PathLike[str], info: Mapping[str, Any], *, sync_dir: bool = True) -> None:
     """Write ``meta/info.json`` atomically, indented, UTF-8 (§3). Caller holds the task lock.
-    ``sync_dir=False``: the caller fsyncs ``meta/`` after a further rename there."""
-    atomic_write_json(info_path(task_dir), dict(info), indent=2, sync_dir=sync_dir)
+    ``sync_dir=False``: the caller fsyncs ``meta/`` after a further rename there.
+
+    Raises
+    ------
+    FormatError
+        ``task_dir`` is an ``s3://`` location (a local task only, :func:`~egopool.storage.as_local_path`).
+    """
+    root = as_local_path(task_dir, what="writing meta/info.json")
+    atomic_write_json(info_path(root), dict(info), indent=2, sync_dir=sync_dir)

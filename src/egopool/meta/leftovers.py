@@ -24,9 +24,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..layout import TaskLayout
+from ..storage import as_local_path
 from . import markers
 
 __all__ = ["Leftovers", "TEMP_NAME", "find_leftovers"]
@@ -67,18 +68,17 @@ class Leftovers:
         return bool(self.temps or self.reservations)
 
 
-def _live_finals(layout: TaskLayout, live: set[int]) -> tuple[set[Path], set[tuple[Path, str]]]:
+def _live_finals(root: Path, layout: TaskLayout, live: set[int]) -> tuple[set[Path], set[tuple[Path, str]]]:
     """Final paths of data/row files, and ``(video chunk dir, name prefix)`` of videos, of the live N."""
     files: set[Path] = set()
     videos: set[tuple[Path, str]] = set()
     for n in live:
-        files.add(layout.data_file(n))
-        files.add(layout.episodes_file(n))
-        v = layout.video_file(n, _MARK_KEY, _MARK_EXT)
-        parts = v.relative_to(layout.root).parts
+        files.add(root / layout.data_key(n))
+        files.add(root / layout.episodes_key(n))
+        parts = PurePosixPath(layout.video_key(n, _MARK_KEY, _MARK_EXT)).parts
         k = next((i for i, p in enumerate(parts) if _MARK_KEY in p), None)
         if k is not None:
-            videos.add((layout.root.joinpath(*parts[:k]), parts[-1].split(_MARK_EXT)[0]))
+            videos.add((root.joinpath(*parts[:k]), parts[-1].split(_MARK_EXT)[0]))
     return files, videos
 
 
@@ -92,7 +92,7 @@ def _temps_under(top: Path) -> list[Path]:
     return out
 
 
-def find_leftovers(task_dir: str | Path, layout: TaskLayout, *, meta_temps: bool = True) -> Leftovers:
+def find_leftovers(task_dir: str | os.PathLike[str], layout: TaskLayout, *, meta_temps: bool = True) -> Leftovers:
     """Stale temps and dead reservations of the task (read-only; see the module docstring).
 
     Parameters
@@ -108,15 +108,24 @@ def find_leftovers(task_dir: str | Path, layout: TaskLayout, *, meta_temps: bool
     Returns
     -------
     Leftovers
+
+    Raises
+    ------
+    FormatError
+        ``task_dir`` is an ``s3://`` location: dot-temps and reservations of local processes exist
+        in a local task only (docs/decisions.md O7).
     """
-    root = Path(task_dir)
+    root = as_local_path(task_dir, what="looking for stale temp files")
     found = _temps_under(root / "data") + _temps_under(root / "videos")
     metas = _temps_under(root / "meta") if meta_temps else []
     live = markers.live_reservations(root, prune=False)  # after listing: a temp seen before its writer left
-    files, videos = _live_finals(layout, live)
+    files, videos = _live_finals(root, layout, live)
     temps = list(metas)
     for p in found:
-        final = p.with_name(TEMP_NAME.match(p.name)["final"])  # type: ignore[index]
+        m = TEMP_NAME.match(p.name)
+        if m is None:  # _temps_under lists only names it matches
+            continue
+        final = p.with_name(m["final"])
         if final in files or any(final.parent.parent == d and final.name.startswith(prefix) for d, prefix in videos):
             continue
         if p.exists():

@@ -13,21 +13,31 @@ import datetime as _dt
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import overload
 
 from .._atomic import atomic_write_json
 from .._safe_read import read_json, read_text
 from ..errors import EgopoolError
-from ..storage import as_path
+from ..storage import TaskPath, TaskPathLike, as_local_path, as_path
 
 __all__ = ["clear_recycled", "live_reservations", "pid_alive", "read_recycled", "release", "reserve", "stale_reservations",
            "write_recycled"]
 
 
-def _marker(task_dir: str | Path) -> Path:
+@overload
+def _marker(task_dir: Path) -> Path: ...
+@overload
+def _marker(task_dir: TaskPathLike) -> TaskPath: ...
+def _marker(task_dir: TaskPathLike) -> TaskPath:
     return as_path(task_dir) / "meta" / "recycled_episode.json"
 
 
-def read_recycled(task_dir: str | Path) -> int | None:
+def _local(task_dir: str | os.PathLike[str]) -> Path:
+    """The local task directory a marker or reservation is written in (FormatError for ``s3://``)."""
+    return as_local_path(task_dir, what="writing a meta/ marker")
+
+
+def read_recycled(task_dir: TaskPathLike) -> int | None:
     """N named by a valid marker, else None (a corrupt marker is ignored, §7.5)."""
     marker = _marker(task_dir)
     if not marker.exists():
@@ -39,22 +49,23 @@ def read_recycled(task_dir: str | Path) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
-def write_recycled(task_dir: str | Path, index: int) -> None:
-    """Atomically mark N as freed by an abort."""
+def write_recycled(task_dir: str | os.PathLike[str], index: int) -> None:
+    """Atomically mark N as freed by an abort (a local task: FormatError for ``s3://``)."""
     freed = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    atomic_write_json(_marker(task_dir), {"episode_index": index, "freed_at": freed}, indent=None)
+    atomic_write_json(_marker(_local(task_dir)), {"episode_index": index, "freed_at": freed}, indent=None)
 
 
-def clear_recycled(task_dir: str | Path, index: int | None = None) -> None:
-    """Remove the marker (only if it names ``index`` when given)."""
-    if index is not None and read_recycled(task_dir) not in (index, None):
+def clear_recycled(task_dir: str | os.PathLike[str], index: int | None = None) -> None:
+    """Remove the marker (only if it names ``index`` when given; a local task: FormatError for ``s3://``)."""
+    root = _local(task_dir)
+    if index is not None and read_recycled(root) not in (index, None):
         return
     with contextlib.suppress(FileNotFoundError):
-        _marker(task_dir).unlink()
+        _marker(root).unlink()
 
 
-def _reservation(task_dir: str | Path, index: int) -> Path:
-    return as_path(task_dir) / "meta" / f".reserved-{index}"
+def _reservation(task_dir: str | os.PathLike[str], index: int) -> Path:
+    return _local(task_dir) / "meta" / f".reserved-{index}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -68,7 +79,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _reservations(task_dir: str | Path) -> Iterator[tuple[int, Path, int | None]]:
+def _reservations(task_dir: TaskPathLike) -> Iterator[tuple[int, TaskPath, int | None]]:
     """``(N, file, pid)`` of every ``meta/.reserved-<N>``; pid None when the file cannot be read."""
     meta = as_path(task_dir) / "meta"
     for p in meta.glob(".reserved-*") if meta.is_dir() else ():
@@ -83,7 +94,7 @@ def _reservations(task_dir: str | Path) -> Iterator[tuple[int, Path, int | None]
         yield n, p, pid
 
 
-def live_reservations(task_dir: str | Path, *, prune: bool = True) -> set[int]:
+def live_reservations(task_dir: TaskPathLike, *, prune: bool = True) -> set[int]:
     """N reserved by a live process; stale reservations are removed (``prune``, the caller holds the task
     lock) or left alone (``prune=False``: a read-only look, e.g. ``egopool validate``)."""
     out: set[int] = set()
@@ -98,7 +109,7 @@ def live_reservations(task_dir: str | Path, *, prune: bool = True) -> set[int]:
     return out
 
 
-def stale_reservations(task_dir: str | Path) -> list[int]:
+def stale_reservations(task_dir: TaskPathLike) -> list[int]:
     """N reserved by a process that no longer runs (killed recorders), ascending; files are kept.
 
     A file that cannot be read counts as stale (written but not yet filled when its process
@@ -107,14 +118,14 @@ def stale_reservations(task_dir: str | Path) -> list[int]:
     return sorted(n for n, _, pid in _reservations(task_dir) if not (pid and pid_alive(pid)))
 
 
-def reserve(task_dir: str | Path, index: int) -> None:
+def reserve(task_dir: str | os.PathLike[str], index: int) -> None:
     """Record that this process is recording N. Caller holds the task lock."""
     p = _reservation(task_dir, index)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(str(os.getpid()))
 
 
-def release(task_dir: str | Path, index: int) -> None:
+def release(task_dir: str | os.PathLike[str], index: int) -> None:
     """Drop this process's reservation of N."""
     with contextlib.suppress(FileNotFoundError):
         _reservation(task_dir, index).unlink()

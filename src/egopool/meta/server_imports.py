@@ -20,11 +20,10 @@ a destination of ``egopool sync``) has its journals as objects
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 from .._safe_read import read_json
 from ..errors import EgopoolError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPathLike, as_path
 
 __all__ = ["STATE_DIR", "journal_prefix", "publishing"]
 
@@ -37,7 +36,7 @@ def journal_prefix(task: str) -> str:
     return f"import-{hashlib.sha1(task.encode('utf-8')).hexdigest()[:20]}-"
 
 
-def publishing(task_dir: str | Path) -> dict[int, list[str]]:
+def publishing(task_dir: TaskPathLike) -> dict[int, list[str]]:
     """Episodes of ``task_dir`` that a pooling server's import has placed files of but not committed.
 
     Parameters

@@ -13,17 +13,18 @@ force matrices.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from .._atomic import atomic_write_json
 from .._safe_read import open_parquet, read_json, read_parquet
 from ..errors import FormatError, SchemaError
-from ..storage import as_path
+from ..storage import TaskPath, TaskPathLike, as_local_path, as_path
 
 __all__ = [
     "ACTION_BLOCK",
@@ -43,8 +44,12 @@ __all__ = [
 ACTION_BLOCK: dict[str, Any] = {"count": 0, "mean": [0.0], "std": [1.0], "min": [0.0], "max": [0.0]}
 
 
-def stats_path(task_dir: str | Path) -> Path:
-    """``<task>/meta/stats.json``."""
+@overload
+def stats_path(task_dir: Path) -> Path: ...
+@overload
+def stats_path(task_dir: TaskPathLike) -> TaskPath: ...
+def stats_path(task_dir: TaskPathLike) -> TaskPath:
+    """``<task>/meta/stats.json`` (a local task's is a ``Path``)."""
     return as_path(task_dir) / "meta" / "stats.json"
 
 
@@ -125,7 +130,7 @@ def stats_columns(info: Mapping[str, Any], schema_names: Iterable[str]) -> list[
     return cols
 
 
-def read_stats(task_dir: str | Path) -> dict[str, Any]:
+def read_stats(task_dir: TaskPathLike) -> dict[str, Any]:
     """Load ``stats.json`` ({} when missing). Raises FormatError on bad JSON or a non-regular file."""
     path = stats_path(task_dir)
     if not path.exists() and not path.is_symlink():
@@ -200,7 +205,7 @@ def needs_recalc(stored: Mapping[str, Any]) -> bool:
     return any(isinstance(v, Mapping) and "count" not in v for k, v in stored.items() if k != "action")
 
 
-def episode_stats(table: Any, info: Mapping[str, Any], path: Path | None = None) -> dict[str, StatsBlock]:
+def episode_stats(table: Any, info: Mapping[str, Any], path: TaskPath | None = None) -> dict[str, StatsBlock]:
     """Blocks of one episode's pyarrow table (rows for sensors, samples for IMU).
 
     Raises
@@ -231,7 +236,7 @@ def episode_stats(table: Any, info: Mapping[str, Any], path: Path | None = None)
     return blocks
 
 
-def episode_stats_file(path: str | Path, info: Mapping[str, Any]) -> dict[str, StatsBlock]:
+def episode_stats_file(path: TaskPathLike, info: Mapping[str, Any]) -> dict[str, StatsBlock]:
     """:func:`episode_stats` of a data parquet, read one row group at a time (bounded memory).
 
     Raises
@@ -252,7 +257,7 @@ def episode_stats_file(path: str | Path, info: Mapping[str, Any]) -> dict[str, S
     return blocks
 
 
-def recalc_stats(task_dir: str | Path, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def recalc_stats(task_dir: TaskPathLike, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Recompute the whole stats document from every data parquet (legacy blocks, §4)."""
 
     from ..layout import TaskLayout, list_task_episodes
@@ -270,6 +275,12 @@ def recalc_stats(task_dir: str | Path, info: Mapping[str, Any] | None = None) ->
     return doc
 
 
-def write_stats(task_dir: str | Path, doc: Mapping[str, Any]) -> None:
-    """Write ``stats.json`` atomically. Caller holds the task lock."""
-    atomic_write_json(stats_path(task_dir), dict(doc), indent=None)
+def write_stats(task_dir: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
+    """Write ``stats.json`` atomically. Caller holds the task lock.
+
+    Raises
+    ------
+    FormatError
+        ``task_dir`` is an ``s3://`` location (a local task only, :func:`~egopool.storage.as_local_path`).
+    """
+    atomic_write_json(stats_path(as_local_path(task_dir, what="writing meta/stats.json")), dict(doc), indent=None)

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_text
 from ..errors import FormatError
-from ..storage import as_path
+from ..storage import TaskPath, TaskPathLike, as_local_path, as_path
 
 __all__ = ["read_tasks", "tasks_path", "write_tasks_if_missing"]
 
 
-def tasks_path(task_dir: str | Path) -> Path:
-    """``<task>/meta/tasks.jsonl``."""
+@overload
+def tasks_path(task_dir: Path) -> Path: ...
+@overload
+def tasks_path(task_dir: TaskPathLike) -> TaskPath: ...
+def tasks_path(task_dir: TaskPathLike) -> TaskPath:
+    """``<task>/meta/tasks.jsonl`` (a local task's is a ``Path``)."""
     return as_path(task_dir) / "meta" / "tasks.jsonl"
 
 
-def read_tasks(task_dir: str | Path) -> list[dict[str, Any]]:
+def read_tasks(task_dir: TaskPathLike) -> list[dict[str, Any]]:
     """Parse every line with ``json.loads`` (checklist §12.5).
 
     Raises
@@ -42,9 +47,15 @@ def read_tasks(task_dir: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def write_tasks_if_missing(task_dir: str | Path, task_name: str) -> None:
-    """Create ``tasks.jsonl`` with ``{"task_index": 0, "task": task_name}`` on one line, only if absent."""
-    path = tasks_path(task_dir)
+def write_tasks_if_missing(task_dir: str | os.PathLike[str], task_name: str) -> None:
+    """Create ``tasks.jsonl`` with ``{"task_index": 0, "task": task_name}`` on one line, only if absent.
+
+    Raises
+    ------
+    FormatError
+        ``task_dir`` is an ``s3://`` location (a local task only, :func:`~egopool.storage.as_local_path`).
+    """
+    path = tasks_path(as_local_path(task_dir, what="writing meta/tasks.jsonl"))
     if path.exists():
         return
     line = json.dumps({"task_index": 0, "task": task_name}, ensure_ascii=False)

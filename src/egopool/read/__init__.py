@@ -1,7 +1,9 @@
 """The read path: :func:`open_task` gives a :class:`Task`, whose :class:`Episode` reads the data
 parquet, meta row, videos, depth, trajectories, IMU and force matrices of one episode.
 
-Imports run one way: ``reader`` -> ``forces``; nothing here imports the write path.
+Modules: ``reader`` (:class:`Task`, :func:`open_task`), ``episode`` (:class:`Episode`), ``trajectory``
+(:class:`Trajectory`), ``forces`` (force matrices). Imports run one way: ``reader`` -> ``episode`` ->
+``forces``, ``trajectory``; nothing here imports the write path.
 """
 
 from __future__ import annotations

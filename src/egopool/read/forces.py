@@ -9,13 +9,12 @@ zeros, i.e. an all-zero frame) and ``*_force_matrix_ns = 0``; older files may ho
 empty list or a null. Both decode to an all-zero frame; :func:`force_matrix_sampled`
 tells them apart from real samples.
 
-Use it through :class:`egopool.read.reader.Episode` (``ep.force_matrices(col)``...).
+Use it through :class:`egopool.read.episode.Episode` (``ep.force_matrices(col)``...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -27,25 +26,32 @@ from ..codecs.force_matrix import (FRAME_SHAPE, FRAME_VALUES, ForceMatrixCodec, 
                                   fz_ratio, resolve_force_matrix_spec)
 from .._safe_read import open_parquet
 from ..errors import FormatError, SchemaError
+from ..storage import TaskPath
 
 if TYPE_CHECKING:
     from ..layout import EpisodeFiles
 
 
 class _TaskView(Protocol):
-    path: Path
+    @property
+    def path(self) -> TaskPath: ...
 
     @property
     def info(self) -> dict[str, Any]: ...
 
 
 class Episode(Protocol):
-    """What this module reads of an episode: :class:`egopool.read.reader.Episode` provides it
-    (imports run one way, ``reader`` -> ``forces``)."""
+    """What this module reads of an episode: :class:`egopool.read.episode.Episode` provides it
+    (imports run one way, ``episode`` -> ``forces``)."""
 
-    index: int
-    files: EpisodeFiles
-    task: _TaskView
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def files(self) -> EpisodeFiles[TaskPath]: ...
+
+    @property
+    def task(self) -> _TaskView: ...
 
     @property
     def schema(self) -> pa.Schema: ...
@@ -61,7 +67,7 @@ class Episode(Protocol):
 
     def columns(self, names: list[str]) -> pa.Table: ...
 
-    def _data_path(self) -> Path: ...
+    def _data_path(self) -> TaskPath: ...
 
 __all__ = [
     "force_column_for",

@@ -232,5 +232,6 @@ class Source(abc.ABC):
     def _run(self, stop: threading.Event) -> None:
         """The capture loop, on the source's own thread: deliver frames/samples until ``stop`` is set."""
 
+    @abc.abstractmethod
     def _close(self) -> None:
-        pass
+        """Release what :meth:`_open` acquired (once; on the capture thread when :meth:`close` timed out)."""

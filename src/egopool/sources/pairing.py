@@ -123,7 +123,7 @@ class CapturePairer(Generic[F]):
         nearest = []
         for c in colours:
             if depths:
-                d = min(depths, key=lambda d, c=c: abs(c.ts_ms - d.ts_ms))
+                d = min(depths, key=lambda d: abs(c.ts_ms - d.ts_ms))
                 nearest.append((c.ts_ms - d.ts_ms, c.number - d.number))
         # two counters one apart, stamped together: the stamps say which frames are one capture
         contradicted = any(abs(dt) <= T / 4 and dk != 0 for dt, dk in nearest)

@@ -38,7 +38,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -80,7 +80,8 @@ def list_realsense() -> list[dict[str, Any]]:
                     v = p.as_video_stream_profile()
                     modes.add((str(p.stream_type()).split(".")[-1], v.width(), v.height(), p.fps(),
                                str(p.format()).split(".")[-1]))
-        info["modes"] = [dict(zip(("stream", "width", "height", "fps", "format"), m)) for m in sorted(modes)]
+        info["modes"] = [dict(zip(("stream", "width", "height", "fps", "format"), m, strict=True))
+                         for m in sorted(modes)]
         out.append(info)
     return out
 
@@ -355,7 +356,7 @@ class RealSenseSource(Source):
         assert self.reg is not None
         return self.reg.rgb_slots[0], next(iter(self.reg.depth_slots))
 
-    def _next(self, timeout: float) -> _RsFrame | None | bool:
+    def _next(self, timeout: float) -> _RsFrame | None | Literal[False]:
         """The next queued frame, None when the recording played to its end, False on a timeout."""
         try:
             return self._q.get(timeout=timeout)
@@ -374,7 +375,7 @@ class RealSenseSource(Source):
             f = self._next(0.1)
             if f is False:
                 continue
-            for color, depth in self._pair(f):  # type: ignore[arg-type]
+            for color, depth in self._pair(f):
                 cf, df = self._frames_of(color, depth)
                 self.delivered()
                 rec = self._rec
@@ -423,7 +424,7 @@ class RealSenseSource(Source):
             if f is None:
                 self._exhausted = True
                 self._state = "ended"
-            for color, depth in self._pair(f):  # type: ignore[arg-type]
+            for color, depth in self._pair(f):
                 self._virtual.append((int(round(color.ts_ms * 1e6)), color, depth, self._pairer.unpaired_depth))
         while self._virtual and host(self._virtual[0][0]) <= t1:
             dev_ns, color, depth, given_up = self._virtual.popleft()

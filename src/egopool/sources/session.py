@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..devices.rig import Rig, check_depth_choice
 from ..errors import CodecError, ConflictError, DeviceError, EgopoolError
@@ -33,6 +33,22 @@ from ..write.task_writer import TaskWriter
 from .base import Source
 
 __all__ = ["DeviceLine", "RecordingSession"]
+
+
+@runtime_checkable
+class _Replay(Protocol):
+    """A source playing a recording on a virtual clock (``Source.replayable``: a RealSense ``.bag`` with
+    ``realtime=0``), as :meth:`RecordingSession.record_fast` drives it."""
+
+    def feed(self, t0: int, t1: int, rec: Recorder) -> None:
+        """Push every frame whose place on the host clock is in ``(t0, t1]`` (ns)."""
+
+    def restart_clock(self) -> None:
+        """The next :meth:`feed` starts a new virtual clock (the next episode)."""
+
+    @property
+    def exhausted(self) -> bool:
+        """The recording delivered its last frame."""
 
 
 @dataclass(frozen=True)
@@ -275,18 +291,20 @@ class RecordingSession:
                     if isinstance(src, SimSource):
                         assert src._sim is not None
                         src._sim.feed(t0, t1, r)
-                    else:
-                        src.feed(t0, t1, r)  # type: ignore[attr-defined]
+                    elif isinstance(src, _Replay):
+                        src.feed(t0, t1, r)
+                    else:  # self.replayable let in recordings and simulated devices only
+                        raise DeviceError(f"{src.label} cannot be played on a virtual clock")
                 except Exception as exc:  # noqa: BLE001 - as on the real-time path: the others go on
                     src._rec = r
                     src.fail(exc)
 
-        recordings = [s for s in self.sources if s.replayable]
+        recordings = [s for s in self.sources if s.replayable and isinstance(s, _Replay)]
         for r in recordings:
-            r.restart_clock()  # type: ignore[attr-defined]
+            r.restart_clock()
 
         def ended() -> bool:
-            return all(s.exhausted for s in recordings)  # type: ignore[attr-defined]
+            return all(s.exhausted for s in recordings)
 
         if ended():
             return None

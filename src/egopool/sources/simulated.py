@@ -107,6 +107,9 @@ class SimSource(Source):
             now = time.monotonic_ns()
             rec = self._rec
             if rec is not None:
-                self._sim.feed(last, now, _Counting(rec, self))  # type: ignore[arg-type]
+                self._sim.feed(last, now, _Counting(rec, self))
             last = now
             stop.wait(0.004)
+
+    def _close(self) -> None:
+        """Nothing to release: a simulated device holds no handle."""

@@ -16,12 +16,17 @@ column chunks are ranged GETs) and the writes the pooling server's store needs
 comes from the usual AWS environment variables (:class:`S3Settings`); every error of a request
 becomes an :class:`~egopool.errors.ObjectStoreError` naming the URI and the fix
 (docs/decisions.md O1–O3).
+
+Types: a function of the read path that takes either kind declares :data:`TaskPath`
+(``pathlib.Path | ObjectPath``), or :data:`TaskPathLike` (also ``str`` / ``os.PathLike``, what
+:func:`as_path` accepts) when it calls ``as_path`` itself.
 """
 
-from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, as_path, is_object_uri, require_bucket,
-                    seekable_reader, store_failure)
+from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, TaskPath, TaskPathLike, as_local_path,
+                    as_path, is_object_uri, require_bucket, seekable_reader, store_failure)
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
-from .store import ObjectMeta, PreconditionFailed, PutMode, Store, open_store
+from .opening import open_store
+from .store import ObjectMeta, PreconditionFailed, PutMode, Store
 
 __all__ = [
     "READ_BUFFER",
@@ -34,6 +39,9 @@ __all__ = [
     "ObjectPath",
     "ObjectStat",
     "S3Settings",
+    "TaskPath",
+    "TaskPathLike",
+    "as_local_path",
     "as_path",
     "is_object_uri",
     "require_bucket",

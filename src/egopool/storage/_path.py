@@ -1,10 +1,11 @@
 """``ObjectPath``: an ``s3://bucket/key`` location with the part of ``pathlib.Path``'s interface the
 readers use (docs/decisions.md O1).
 
-The read path (layout, meta, ``_safe_read``, codecs, validate) takes ``Path | ObjectPath`` and
-calls :func:`as_path` where it called ``Path(...)``; a local path stays a ``pathlib.Path`` and
-takes the very same code as before. An ``ObjectPath`` has no ``__fspath__`` on purpose: handing
-one to ``open()`` / ``os.*`` raises ``TypeError`` instead of touching a local file named ``s3:``.
+The read path (layout, meta, ``_safe_read``, codecs, validate) takes :data:`TaskPath`
+(``Path | ObjectPath``) or :data:`TaskPathLike` and calls :func:`as_path` where it called
+``Path(...)``; a local path stays a ``pathlib.Path`` and takes the very same code as before. An
+``ObjectPath`` has no ``__fspath__`` on purpose: handing one to ``open()`` / ``os.*`` raises
+``TypeError`` instead of touching a local file named ``s3:``.
 
 Object stores have no directories: a "directory" is a key prefix that some object has
 (``is_dir``), ``mkdir`` does nothing, and listing a prefix is one LIST request per 1000 keys.
@@ -18,16 +19,14 @@ import os
 import stat as _stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError
+from ._reader import READ_BUFFER, seekable_reader
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 
-__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "as_path", "is_object_uri", "require_bucket", "seekable_reader",
-           "store_failure"]
-
-#: Read size of the buffered file object handed to PyAV (one ranged GET per refill).
-READ_BUFFER = 4 << 20
+__all__ = ["ObjectEntry", "ObjectPath", "ObjectStat", "TaskPath", "TaskPathLike", "as_local_path", "as_path",
+           "is_object_uri", "require_bucket", "seekable_reader", "store_failure", "READ_BUFFER"]
 
 _SCHEMES = ("s3://",)
 
@@ -37,7 +36,7 @@ def is_object_uri(value: object) -> bool:
     return isinstance(value, ObjectPath) or isinstance(value, str) and value.startswith(_SCHEMES)
 
 
-def as_path(value: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
+def as_path(value: TaskPathLike) -> TaskPath:
     """``value`` as a location: an :class:`ObjectPath` for ``s3://...`` (or an ObjectPath), else ``Path(value)``.
 
     Raises
@@ -50,6 +49,22 @@ def as_path(value: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
     if isinstance(value, str) and value.startswith(_SCHEMES):
         return ObjectPath(value)
     return Path(value)
+
+
+def as_local_path(value: TaskPathLike, *, what: str = "this operation") -> Path:
+    """``value`` as a local ``Path``, for what only a local directory has (atomic rename, fsync, locks, pids).
+
+    Raises
+    ------
+    FormatError
+        ``value`` is an object-store location (``s3://...`` or an :class:`ObjectPath`): named, with
+        the way to write there (the pooling server's :class:`~egopool.storage.Store`).
+    """
+    path = as_path(value)
+    if isinstance(path, ObjectPath):
+        raise FormatError(f"{what} needs a local directory, not an object store", path=path,
+                          hint="write a local task, or pool it into a bucket with the server (egopool.storage.Store)")
+    return path
 
 
 def require_bucket(path: ObjectPath) -> None:
@@ -542,50 +557,14 @@ class ObjectPath:
         """Nothing: an object store has no directories (a prefix exists once an object has it)."""
 
 
-def seekable_reader(native: Any, buffer_size: int = READ_BUFFER) -> io.BufferedIOBase:
-    """A seekable Python file object over a ``pyarrow.NativeFile`` (what PyAV reads from).
+#: A location the read path reads (a task directory, a meta file, a data parquet, a video): a local
+#: ``pathlib.Path`` or an :class:`ObjectPath` in a bucket. The two share the part of ``pathlib.Path``
+#: the readers use (``/``, ``name``, ``parent``, ``exists``, ``is_dir``, ``stat``, ``iterdir``,
+#: ``open``, ``read_bytes``...); what only a local file has (``os.*``, ``open()`` by name, PyAV by
+#: file name) is reached after an ``isinstance(p, ObjectPath)`` test, or through the object's own
+#: ``open`` / ``open_input`` (docs/decisions.md O1).
+TaskPath: TypeAlias = Path | ObjectPath
 
-    An object of at most ``buffer_size`` bytes is fetched whole with one GET (a container's
-    index at its end and its start then cost nothing more); a larger one is read through an
-    ``io.BufferedReader`` whose every refill is one ranged GET of ``buffer_size`` bytes. Either
-    way at most ``buffer_size`` bytes are held. Closing it closes ``native``.
-    """
-    if native.size() <= buffer_size:
-        try:
-            data = native.read()
-        finally:
-            native.close()
-        return io.BytesIO(data)
-    return io.BufferedReader(_RangeReader(native), buffer_size=buffer_size)
-
-
-class _RangeReader(io.RawIOBase):
-    """A raw, seekable reader over a ``pyarrow.NativeFile`` (PyAV and ``io.BufferedReader`` need ``readinto``)."""
-
-    def __init__(self, native: Any) -> None:
-        super().__init__()
-        self._f = native
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        data = self._f.read(len(b))
-        n = len(data)
-        memoryview(b).cast("B")[:n] = data
-        return n
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._f.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def close(self) -> None:
-        try:
-            self._f.close()
-        finally:
-            super().close()
+#: What :func:`as_path` accepts and turns into a :data:`TaskPath`: text (a local path or an
+#: ``s3://`` URI), any ``os.PathLike``, or an :class:`ObjectPath`.
+TaskPathLike: TypeAlias = str | os.PathLike[str] | ObjectPath

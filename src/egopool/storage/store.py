@@ -45,7 +45,7 @@ from typing import BinaryIO
 
 from ..errors import EgopoolError, FormatError
 
-__all__ = ["ObjectMeta", "PreconditionFailed", "PutMode", "Store", "check_key", "join_key", "open_store"]
+__all__ = ["ObjectMeta", "PreconditionFailed", "PutMode", "Store", "check_key", "join_key"]
 
 #: The largest object :meth:`Store.get` reads into memory by default (bytes): the readers' JSON limit.
 MAX_GET_BYTES = 256 << 20
@@ -250,21 +250,3 @@ class Store(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
 
-
-def open_store(location: str | os.PathLike[str]) -> Store:
-    """The store of ``location``: :class:`~egopool.storage.s3_store.S3Store` for ``s3://bucket/prefix``, else a
-    :class:`~egopool.storage.directory_store.DirectoryStore` on that directory.
-
-    Raises
-    ------
-    FormatError
-        A malformed ``s3://`` URI; EgopoolError: boto3 missing for ``s3://``.
-    """
-    text = os.fspath(location)
-    if text.startswith("s3://"):
-        from .s3_store import S3Store
-
-        return S3Store(text)
-    from .directory_store import DirectoryStore
-
-    return DirectoryStore(text)

@@ -155,7 +155,7 @@ def _episode(task_dir: Path, layout: TaskLayout, index: int, info: dict[str, Any
     g = find_episode_files(task_dir, layout, index, info.get("video_extensions"))  # N's own paths (issue 12 F)
     if g is None:
         raise EpisodeNotFoundError(task_dir, index)
-    if not g.complete:
+    if g.data is None or g.meta is None:  # not complete
         raise FormatError(f"episode {index} is not complete (no {'data parquet' if g.data is None else 'meta row'}): "
                           "it is still being recorded or was interrupted", path=task_dir,
                           hint="finish or delete it; `egopool validate TASK` shows what is missing")

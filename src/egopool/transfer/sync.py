@@ -43,7 +43,7 @@ from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import episode_stats_file
 from ..registry import sha256_file
 from ..server.bucket_publish import claim, finish, journal_doc, journal_key, new_owner_id, recover_bucket
-from ..storage import as_path
+from ..storage import ObjectPath, as_path
 from ..storage.bucket import Bucket, is_bucket_uri
 from ..write.task_meta import merge_task_meta
 
@@ -101,7 +101,7 @@ def _split_task_uri(uri: str) -> tuple[Bucket, str]:
         No task component, or a bucket name under 3 characters.
     """
     path = as_path(uri)
-    if not path.key:  # type: ignore[union-attr]
+    if not isinstance(path, ObjectPath) or not path.key:
         raise EgopoolError(f"{uri!r} names no task", hint="write s3://BUCKET/PREFIX/TASK")
     return Bucket(str(path.parent)), path.name
 
@@ -166,7 +166,10 @@ class _Source:
         self.info = read_info(self.root)
         self.layout = TaskLayout.from_info(self.root, self.info)
         self.tmp = tmp
-        self.bucket, self.task = _split_task_uri(src) if is_bucket_uri(src) else (None, "")
+        self.bucket: Bucket | None = None
+        self.task = ""
+        if is_bucket_uri(src):
+            self.bucket, self.task = _split_task_uri(src)
 
     def episodes(self) -> list[EpisodeFiles]:
         """Every episode file group of SRC, committed or not (an uncommitted one is reported, not copied)."""
@@ -189,7 +192,8 @@ class _Source:
             The bytes read are not those the bucket recorded (a damaged object).
         """
         if self.bucket is None:
-            p = Path(self.root) / rel
+            assert isinstance(self.root, Path)  # not an s3:// URI: a directory
+            p = self.root / rel
             return p, sha256_file(p)
         dest = self.tmp / rel
         dest.parent.mkdir(parents=True, exist_ok=True)

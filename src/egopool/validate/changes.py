@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from ..errors import ObjectStoreError
 from .._safe_read import open_parquet
 from ..arrowutil import list_offsets
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells
+from ..storage import TaskPath
 from ..layout import EpisodeFiles
 from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, nonfinite_key, saturated_key
 from ..schema import signal_kind
@@ -39,7 +39,7 @@ _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count"
 _BATCH_ROWS = 32
 
 
-def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | None, pf: Any = None,
+def check_value_changes(ctx: Context, g: EpisodeFiles[TaskPath], row: Mapping[str, Any] | None, pf: Any = None,
                         scan: NonFiniteScan | None = None, cells: ForceCellScan | None = None) -> None:
     """Warn about every changed-value count in the episode's ``drop_stats`` and saturated force cells in its data.
 
@@ -49,7 +49,7 @@ def check_value_changes(ctx: Context, g: EpisodeFiles, row: Mapping[str, Any] | 
     """
     drop = row.get("drop_stats") if row is not None else None
     drop = drop if isinstance(drop, Mapping) else {}
-    where = g.meta or g.data
+    where = g.meta or g.data or ctx.root  # (a row was read: g.meta is there)
     for key in sorted(drop):
         if not (key == "rows_rejected" or key.endswith(CHANGED_VALUE_SUFFIXES)) or key.endswith("_nonfinite_count"):
             continue  # non-finite values are reported from the data itself (_non_finite_values)
@@ -166,7 +166,7 @@ class NonFiniteScan(_BatchScan):
             self.first.setdefault(name, base + int(hit[0]))
 
 
-def _non_finite_values(ctx: Context, path: Path, drop: Mapping[str, Any], pf: Any = None,
+def _non_finite_values(ctx: Context, path: TaskPath, drop: Mapping[str, Any], pf: Any = None,
                        scan: NonFiniteScan | None = None) -> None:
     """NaN / Infinity in any float column (issue 15 G), found in the data, whoever wrote it.
 
@@ -276,7 +276,7 @@ class ForceCellScan(_BatchScan):
                 self.first.setdefault(name, base + int(full[hit[0]]))
 
 
-def _saturated_force_cells(ctx: Context, g: EpisodeFiles, path: Path, drop: Mapping[str, Any], pf: Any = None,
+def _saturated_force_cells(ctx: Context, g: EpisodeFiles[TaskPath], path: TaskPath, drop: Mapping[str, Any], pf: Any = None,
                            scan: ForceCellScan | None = None) -> None:
     """Cells a force-matrix column could not hold, found in the data: int16 cells at the limits
     (``row_diff_quantized``), ±Infinity / NaN cells (``row_flat_raw`` float32). ``scan``: the counts

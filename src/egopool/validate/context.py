@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..storage import TaskPath
 from ..layout import TaskLayout
 from .report import Report
 
@@ -79,14 +80,14 @@ class Context:
         nothing demuxed): the video check takes its file's instead of opening it (docs/decisions.md U20).
     """
 
-    root: Path
+    root: TaskPath
     report: Report
     info: dict[str, Any]
     layout: TaskLayout | None = None
     depth_keys: set[str] = field(default_factory=set)
     rgb_keys: set[str] = field(default_factory=set)
-    shards_seen: set[Path] = field(default_factory=set)
-    shard_tables: dict[Path, Any] = field(default_factory=dict)
+    shards_seen: set[TaskPath] = field(default_factory=set)
+    shard_tables: dict[TaskPath, Any] = field(default_factory=dict)
     decode: bool = True
     media: dict[Path, Any] = field(default_factory=dict)
 
@@ -113,6 +114,6 @@ class Context:
         """See :func:`wall_time_rule_applies`."""
         return wall_time_rule_applies(self.info.get("app_version"))
 
-    def rel(self, *parts: str) -> Path:
+    def rel(self, *parts: str) -> TaskPath:
         """``root / parts`` for finding paths."""
         return self.root.joinpath(*parts)

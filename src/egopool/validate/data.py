@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,7 @@ from .._safe_read import open_parquet
 from ..errors import EgopoolError, ObjectStoreError, SchemaError
 from ..storage import store_failure
 from ..schema import ALWAYS_KEY_COLUMNS, KEY_COLUMNS, check_column_name, signal_kind
+from ..storage import TaskPath
 from .context import Context
 
 __all__ = ["DataSummary", "check_data", "first_line", "open_data"]
@@ -124,7 +124,7 @@ _KIND_TYPES: dict[str, tuple[Any, str]] = {
 }
 
 
-def _open(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
+def _open(ctx: Context, path: TaskPath, index: int) -> pq.ParquetFile | None:
     try:
         return open_parquet(path, what="data parquet")
     except ObjectStoreError:
@@ -135,14 +135,14 @@ def _open(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
         return None
 
 
-def open_data(ctx: Context, path: Path, index: int) -> pq.ParquetFile | None:
+def open_data(ctx: Context, path: TaskPath, index: int) -> pq.ParquetFile | None:
     """The data parquet of episode ``index`` opened once for every check of it (:func:`check_data`,
     :func:`~egopool.validate.changes.check_value_changes`); None, after an error finding, when it cannot be
     opened (the footer is checked first, :func:`egopool._safe_read.open_parquet`). The caller closes it."""
     return _open(ctx, path, index)
 
 
-def check_data(ctx: Context, path: Path, index: int, pf: pq.ParquetFile | None = None,
+def check_data(ctx: Context, path: TaskPath, index: int, pf: pq.ParquetFile | None = None,
                visit: Callable[[pa.RecordBatch, int], None] | None = None) -> DataSummary | None:
     """Check the data parquet of episode ``index`` (global N). None when it cannot be read.
 
@@ -174,7 +174,7 @@ def check_data(ctx: Context, path: Path, index: int, pf: pq.ParquetFile | None =
     return summary
 
 
-def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> None:
+def _check_schema(ctx: Context, path: TaskPath, cols: dict[str, pa.DataType]) -> None:
     for name in ALWAYS_KEY_COLUMNS:
         if name not in cols:
             ctx.report.error(R_KEYS, path, f"key column {name!r} is missing; every data parquet has "
@@ -241,7 +241,7 @@ def _check_schema(ctx: Context, path: Path, cols: dict[str, pa.DataType]) -> Non
         ctx.report.error(R_OBS, path, "column 'imu_ts_ns' exists without 'observation.imu'")
 
 
-def _unknown_top_level(ctx: Context, path: Path, name: str) -> None:
+def _unknown_top_level(ctx: Context, path: TaskPath, name: str) -> None:
     """A top-level column egopool does not know (docs/decisions.md V3).
 
     A newer collector may add a frame-key column (v1.3.11 added ``raw_hw_ns``): a name of
@@ -292,7 +292,7 @@ class _FirstRow:
         self.found[key] = (base + i, describe(i))
 
 
-def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summary: DataSummary,
+def _check_rows(ctx: Context, pf: pq.ParquetFile, path: TaskPath, index: int, summary: DataSummary,
                 visit: Callable[[pa.RecordBatch, int], None] | None = None) -> None:
     cols = summary.columns
     n = summary.rows
@@ -377,7 +377,7 @@ def _check_rows(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
                                           f"has {detail}")
 
 
-def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summary: DataSummary) -> None:
+def _check_keys(ctx: Context, pf: pq.ParquetFile, path: TaskPath, index: int, summary: DataSummary) -> None:
     cols = summary.columns
     names = [c for c in ("episode_index", "frame_index", "timestamp", "wall_time")
              if c in cols and (pa.types.is_integer(cols[c]) or pa.types.is_floating(cols[c]))]
@@ -435,7 +435,7 @@ def _check_keys(ctx: Context, pf: pq.ParquetFile, path: Path, index: int, summar
         _check_wall_time(ctx, path, vals["wall_time"], vals["timestamp"])
 
 
-def _check_timestamp(ctx: Context, path: Path, ts: np.ndarray) -> None:
+def _check_timestamp(ctx: Context, path: TaskPath, ts: np.ndarray) -> None:
     """Strictly increasing ``timestamp``, in every app version (docs/decisions.md V2).
 
     ``timestamp`` is the row's time in the episode (§7.1: relative seconds of the frame row,
@@ -451,7 +451,7 @@ def _check_timestamp(ctx: Context, path: Path, ts: np.ndarray) -> None:
                                        "timestamp is the row's time in the episode, one row after another")
 
 
-def _check_wall_time(ctx: Context, path: Path, wall: np.ndarray, ts: np.ndarray) -> None:
+def _check_wall_time(ctx: Context, path: TaskPath, wall: np.ndarray, ts: np.ndarray) -> None:
     """Strictly increasing ``wall_time`` and a constant ``wall_time - timestamp`` (both finite here)."""
     wall = wall.astype(np.float64)
     steps = np.diff(wall)

@@ -26,7 +26,7 @@ from ..codecs.depth import probe_depth
 from ..codecs.depth_png import png16_frame_paths
 from ..codecs.video import container_info, count_video_frames, open_media
 from ..errors import EgopoolError, ObjectStoreError
-from ..storage import store_failure
+from ..storage import TaskPath, store_failure
 from ..layout import EpisodeFiles
 from ..meta.episodes import EPISODE_COLUMNS, JSON_COLUMNS
 from ..schema import signal_kind
@@ -51,7 +51,7 @@ R_VIDEO = "file_format.md §8"
 _OPTIONAL_META = ("force_matrix_specs", "slam_specs")
 
 
-def check_episode(ctx: Context, g: EpisodeFiles) -> None:
+def check_episode(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
     """Run every per-episode check on the file group of global N = ``g.index``."""
     assert ctx.layout is not None
     n = g.index
@@ -87,7 +87,7 @@ def check_episode(ctx: Context, g: EpisodeFiles) -> None:
             pf.close()
 
 
-def _legacy_names(ctx: Context, g: EpisodeFiles) -> None:
+def _legacy_names(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
     if g.data is not None and g.data.name.startswith("file-"):
         ctx.report.warning(R_NUMBERING, g.data, "pre-v1.1.2 'file-' name; since v1.1.2 files are named "
                                                 "'episode-NNN' (run `egopool migrate TASK`)")
@@ -104,7 +104,7 @@ def _legacy_names(ctx: Context, g: EpisodeFiles) -> None:
                                                 "'episode-NNN' (run `egopool migrate TASK`)")
 
 
-def _check_meta_row(ctx: Context, g: EpisodeFiles) -> dict[str, Any] | None:
+def _check_meta_row(ctx: Context, g: EpisodeFiles[TaskPath]) -> dict[str, Any] | None:
     path, n = g.meta, g.index
     assert path is not None
     try:
@@ -190,7 +190,7 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _check_created_at(ctx: Context, g: EpisodeFiles, row: dict[str, Any], data: DataSummary | None) -> None:
+def _check_created_at(ctx: Context, g: EpisodeFiles[TaskPath], row: dict[str, Any], data: DataSummary | None) -> None:
     """``created_at`` is Unix seconds (§6.2) and ``wall_time = created_at + timestamp`` (§7.3, docs/decisions.md
     V5): an error when float64 cannot hold that sum strictly increasing (only where the v1.3.17 rule applies,
     decision 10), a warning when it is no 2000–2100 time in seconds (like the fps range of info.json)."""
@@ -210,7 +210,7 @@ def _check_created_at(ctx: Context, g: EpisodeFiles, row: dict[str, Any], data: 
         ctx.report.warning(R_META_COLS, g.meta, f"meta column {message}")
 
 
-def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str, Any]) -> None:
+def _cross_check(ctx: Context, g: EpisodeFiles[TaskPath], data: DataSummary, row: dict[str, Any]) -> None:
     path = g.meta
     assert path is not None
     length = _int(row.get("length"))
@@ -263,7 +263,7 @@ def _cross_check(ctx: Context, g: EpisodeFiles, data: DataSummary, row: dict[str
                                                      "time, owner)")
 
 
-def _check_png16_stream(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None) -> None:
+def _check_png16_stream(ctx: Context, g: EpisodeFiles[TaskPath], key: str, path: TaskPath, rows: int | None) -> None:
     """A legacy PNG16 depth directory (§8 "v1.0.12 及更早", docs/decisions.md C4): readable, but legacy."""
     declared = ctx.video_extensions.get(key)
     if declared != "png":
@@ -311,7 +311,7 @@ def _declared_depth(ctx: Context, key: str, row: dict[str, Any] | None) -> str |
     return None
 
 
-def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int | None,
+def _check_video(ctx: Context, g: EpisodeFiles[TaskPath], key: str, path: TaskPath, rows: int | None,
                  row: dict[str, Any] | None = None) -> None:
     if path.is_dir():
         _check_png16_stream(ctx, g, key, path, rows)
@@ -325,7 +325,7 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
         ctx.report.error(R_VIDEO, path, f"stream {key!r} file has extension {ext!r} but video_extensions says "
                                         f"{declared!r}; one of them is wrong")
     try:
-        handed = ctx.media.pop(path, None)  # the caller's open container of this file, if any (U20)
+        handed = ctx.media.pop(path, None) if isinstance(path, Path) else None  # the caller's open container (U20)
         with handed if handed is not None else open_media(path) as container:  # one open: probe, then every frame
             probe = container_info(container, path)
             depth = str(probe.get("pix_fmt") or "").startswith("gray") or probe.get("video_streams", 1) > 1
@@ -363,7 +363,7 @@ def _check_video(ctx: Context, g: EpisodeFiles, key: str, path: Path, rows: int 
                                        "every stream has exactly one frame per row (duplicate or fail, never drop)")
 
 
-def _depth_stream_index(path: Path) -> int | None:
+def _depth_stream_index(path: TaskPath) -> int | None:
     """The stream a depth reader decodes (probed, docs/decisions.md C5); None = the first video stream
     (a gray stream that is no depth layout fails in the reader's probe, not in decoding)."""
     try:
@@ -374,7 +374,7 @@ def _depth_stream_index(path: Path) -> int | None:
         return None
 
 
-def _report_decoding(ctx: Context, g: EpisodeFiles, key: str, path: Path, scan: StreamScan) -> None:
+def _report_decoding(ctx: Context, g: EpisodeFiles[TaskPath], key: str, path: TaskPath, scan: StreamScan) -> None:
     """What a reader decoding the stream hits (file_format.md §8): the first frame (= data row) that fails."""
     if scan.ok:
         return
@@ -390,7 +390,7 @@ def _report_decoding(ctx: Context, g: EpisodeFiles, key: str, path: Path, scan: 
                                         f"without an error: a reader gets {scan.decoded}; {fix}")
 
 
-def _declared_streams(ctx: Context, g: EpisodeFiles, row: dict[str, Any]) -> None:
+def _declared_streams(ctx: Context, g: EpisodeFiles[TaskPath], row: dict[str, Any]) -> None:
     """Streams the episode row's ``video_codec`` describes must have their file (§1.2)."""
     vc = row.get("video_codec")
     if not isinstance(vc, dict) or ctx.layout is None:

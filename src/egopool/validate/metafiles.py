@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError, ObjectStoreError
-from ..storage import ObjectPath, require_bucket
+from ..storage import ObjectPath, TaskPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
 from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
 from ..unix_time import created_at_problem
@@ -34,7 +33,7 @@ _SESSION_DIR_RE = re.compile(r"_\d{6}$")
 _BOM = b"\xef\xbb\xbf"
 
 
-def check_bom(report: Report, path: Path, rule: str, reader: str, fix: str) -> None:
+def check_bom(report: Report, path: TaskPath, rule: str, reader: str, fix: str) -> None:
     """An error when a meta file that egopool read begins with a UTF-8 byte order mark.
 
     egopool's reader drops the mark (``_safe_read.read_text``), the spec's own readers do not:
@@ -106,7 +105,7 @@ def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def check_info_file(root: Path, report: Report) -> dict[str, Any] | None:
+def check_info_file(root: TaskPath, report: Report) -> dict[str, Any] | None:
     """Load ``meta/info.json`` and check ``format`` (file_format.md §1, §12.1).
 
     Returns the info dict, or None after adding an error finding when the path is not
@@ -345,6 +344,7 @@ def check_leftovers(ctx: Context) -> None:
         if p.exists():
             ctx.report.warning(R_LAYOUT, p, "v1.0 leftover: a pooled task has no calibration/, metadata.json or "
                                             "timestamps.json (calibration lives in info.json); move it out")
+    dirs: list[TaskPath]
     try:
         if isinstance(ctx.root, ObjectPath):  # one LIST says which children are prefixes
             dirs = sorted(e.path for e in ctx.root.scandir() if e.is_dir())

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from ..errors import ErrorPath
 
 __all__ = ["ERROR", "SEVERITIES", "WARNING", "Finding", "Report"]
 
@@ -91,17 +92,17 @@ class Report:
         """Findings with severity ``"warning"``."""
         return [f for f in self.findings if f.severity == WARNING]
 
-    def add(self, rule: str, severity: str, path: str | Path, message: str) -> Finding:
+    def add(self, rule: str, severity: str, path: ErrorPath, message: str) -> Finding:
         """Append one finding and return it."""
         f = Finding(rule, severity, str(path), message)
         self.findings.append(f)
         return f
 
-    def error(self, rule: str, path: str | Path, message: str) -> Finding:
+    def error(self, rule: str, path: ErrorPath, message: str) -> Finding:
         """Append an error finding."""
         return self.add(rule, ERROR, path, message)
 
-    def warning(self, rule: str, path: str | Path, message: str) -> Finding:
+    def warning(self, rule: str, path: ErrorPath, message: str) -> Finding:
         """Append a warning finding."""
         return self.add(rule, WARNING, path, message)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EgopoolError, ObjectStoreError, OperationError
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, TaskPath, as_path
 from ..jobs.executor import Executor, LocalExecutor
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes, static_prefix, walk_task_files
 from .._safe_read import read_json
@@ -149,7 +149,7 @@ def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
         return None
 
 
-def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | None, fast: bool,
+def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast: bool,
          executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None) -> None:
     info = check_info_file(root, report)
     if info is None:
@@ -178,15 +178,14 @@ def _run(root: Path | ObjectPath, report: Report, progress: ProgressCallback | N
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups)
-    if not isinstance(root, ObjectPath):  # dot-temps and reservations of local pids: no such thing in a bucket (O7)
-        _guarded(ctx, check_stale_leftovers)
+    _guarded(ctx, check_stale_leftovers)  # a local task only: no dot-temps or pids in a bucket (O7)
 
 
 @dataclass(frozen=True)
 class _EpisodeInput:
     """What every per-episode unit shares (sent once to a Ray cluster)."""
 
-    root: Path
+    root: TaskPath
     info: dict[str, Any]
     layout: TaskLayout
     decode: bool
@@ -203,7 +202,7 @@ class _UnitResult:
     episodes: int
 
 
-def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles]) -> _UnitResult:
+def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles[TaskPath]]) -> _UnitResult:
     """One unit of a validation job: every per-episode check of the groups in ``unit``.
 
     A unit is one episode, or every episode whose row sits in the same legacy multi-row
@@ -224,10 +223,10 @@ def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles]) -> _Unit
     return _UnitResult(ctx.report.findings, ctx.depth_keys, ctx.rgb_keys, len(unit))
 
 
-def episode_units(groups: list[EpisodeFiles]) -> list[list[EpisodeFiles]]:
+def episode_units(groups: list[EpisodeFiles[TaskPath]]) -> list[list[EpisodeFiles[TaskPath]]]:
     """Groups in ascending N, one unit each, except that the episodes of one legacy shard share a unit."""
-    units: list[list[EpisodeFiles]] = []
-    by_shard: dict[Path, list[EpisodeFiles]] = {}
+    units: list[list[EpisodeFiles[TaskPath]]] = []
+    by_shard: dict[TaskPath, list[EpisodeFiles[TaskPath]]] = {}
     for g in groups:
         if g.meta_is_shard and g.meta is not None:
             if g.meta in by_shard:
@@ -240,7 +239,7 @@ def episode_units(groups: list[EpisodeFiles]) -> list[list[EpisodeFiles]]:
     return units
 
 
-def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: ProgressCallback | None,
+def _check_episodes(ctx: Context, groups: list[EpisodeFiles[TaskPath]], progress: ProgressCallback | None,
                     executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None) -> None:
     assert ctx.layout is not None
     units = episode_units(groups)
@@ -255,7 +254,7 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: Progress
     # units see absolute paths (a Ray worker does not share the caller's working directory);
     # findings name files under the task path as the caller gave it
     if isinstance(ctx.root, ObjectPath):  # already absolute: every worker reaches the bucket by its URI
-        absolute: Path | ObjectPath = ctx.root
+        absolute: TaskPath = ctx.root
         layout = ctx.layout
     else:
         absolute = Path(os.path.abspath(ctx.root))
@@ -269,15 +268,15 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles], progress: Progress
         ctx.rgb_keys |= r.rgb_keys
 
 
-def _absolute(g: EpisodeFiles) -> EpisodeFiles:
-    def ab(p: Path | None) -> Path | None:
-        return None if p is None else Path(os.path.abspath(p))
+def _absolute(g: EpisodeFiles[TaskPath]) -> EpisodeFiles[TaskPath]:
+    def ab(p: TaskPath) -> TaskPath:
+        return p if isinstance(p, ObjectPath) else Path(os.path.abspath(p))
 
-    return dataclasses.replace(g, data=ab(g.data), meta=ab(g.meta),
-                               videos={k: Path(os.path.abspath(v)) for k, v in g.videos.items()})
+    return dataclasses.replace(g, data=None if g.data is None else ab(g.data), meta=None if g.meta is None else ab(g.meta),
+                               videos={k: ab(v) for k, v in g.videos.items()})
 
 
-def _as_given(f: Finding, absolute: Path | ObjectPath, given: Path | ObjectPath) -> Finding:
+def _as_given(f: Finding, absolute: TaskPath, given: TaskPath) -> Finding:
     if isinstance(absolute, ObjectPath):
         return f
     head = str(absolute)
@@ -286,7 +285,7 @@ def _as_given(f: Finding, absolute: Path | ObjectPath, given: Path | ObjectPath)
     return f
 
 
-def _check_watermark(ctx: Context, groups: list[EpisodeFiles]) -> None:
+def _check_watermark(ctx: Context, groups: list[EpisodeFiles[TaskPath]]) -> None:
     te = ctx.info.get("total_episodes")
     if groups and isinstance(te, int) and not isinstance(te, bool) and te < groups[-1].index:
         ctx.report.warning(R_NUMBERING, info_path(ctx.root),
@@ -294,7 +293,7 @@ def _check_watermark(ctx: Context, groups: list[EpisodeFiles]) -> None:
                            "watermark never goes back, set it to at least that N")
 
 
-def _compress_halves(root: Path) -> set[Path]:
+def _compress_halves(root: TaskPath) -> set[TaskPath]:
     """The ``.mkv`` / ``.mp4`` pairs an interrupted ``egopool compress`` names (docs/decisions.md R30): the
     half a reader does not take is the other side of the switch, not a stray (its own warning says so)."""
     journal = root / "meta" / ".compress.json"
@@ -309,19 +308,19 @@ def _compress_halves(root: Path) -> set[Path]:
         return set()
 
 
-def _check_strays(ctx: Context, groups: list[EpisodeFiles]) -> None:
+def _check_strays(ctx: Context, groups: list[EpisodeFiles[TaskPath]]) -> None:
     """Files under data/, videos/, meta/episodes/ that belong to no episode file group."""
     assert ctx.layout is not None
-    known: set[Path] = _compress_halves(ctx.root)
+    known: set[TaskPath] = _compress_halves(ctx.root)
     for g in groups:
         known.update(p for p in (g.data, g.meta) if p is not None)
         known.update(g.videos.values())
     tops = {static_prefix(t) for t in (ctx.layout.data_path, ctx.layout.video_path, ctx.layout.episodes_path)}
-    seen: set[Path] = set()
+    seen: set[TaskPath] = set()
     for top in sorted(tops):
         if not top:
             continue  # a template at the task root: the root holds meta/ etc., nothing to scan
-        for p in (ctx.root / rel for rel in sorted(walk_task_files(ctx.root, ctx.root / top))):
+        for p in (ctx.root / rel for rel in sorted(walk_task_files(ctx.root, top))):
             if p in known or p.parent in known or p in seen:  # p.parent: a PNG16 frame directory
                 continue
             seen.add(p)

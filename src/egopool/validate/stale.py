@@ -12,6 +12,7 @@ from __future__ import annotations
 from .._atomic import task_read_lock
 from ..meta import markers
 from ..meta.leftovers import find_leftovers
+from ..storage import ObjectPath
 from ..write.recovery import pending_indices
 from .context import Context
 
@@ -26,16 +27,18 @@ _FIX = "run `egopool repair clean TASK` to remove them"
 
 def check_stale_leftovers(ctx: Context) -> None:
     """Warn about stale dot-temps, reservations of dead processes, unfinished meta merges and an interrupted
-    ``egopool compress`` (one finding each)."""
-    if ctx.layout is None:
+    ``egopool compress`` (one finding each). Nothing in a bucket: dot-temps, locks and pids belong to
+    local writers (docs/decisions.md O7)."""
+    root = ctx.root
+    if ctx.layout is None or isinstance(root, ObjectPath):
         return
-    with task_read_lock(ctx.root, wait=False) as held:
+    with task_read_lock(root, wait=False) as held:
         if not held:  # a writer is at work: its temps are not stale
             return
-        found = find_leftovers(ctx.root, ctx.layout, meta_temps=True)
-        live = markers.live_reservations(ctx.root, prune=False)
-        pending = [n for n in pending_indices(ctx.root) if n not in live and ctx.layout.episodes_file(n).exists()]
-        compressing = (ctx.root / "meta" / ".compress.json").is_file()
+        found = find_leftovers(root, ctx.layout, meta_temps=True)
+        live = markers.live_reservations(root, prune=False)
+        pending = [n for n in pending_indices(root) if n not in live and ctx.layout.episodes_file(n).exists()]
+        compressing = (root / "meta" / ".compress.json").is_file()
     if compressing:
         ctx.report.warning(R_DEPTH, ctx.rel("meta", ".compress.json"),
                            "an `egopool compress` of this task was interrupted; readers see the task as "
@@ -49,7 +52,7 @@ def check_stale_leftovers(ctx: Context) -> None:
                            "finish it (the next recording into the task does too)")
     if found.temps:
         size = f"{found.bytes / 1e6:.1f} MB" if found.bytes >= 1e6 else f"{found.bytes / 1e3:.1f} kB"
-        first = found.temps[0].relative_to(ctx.root).as_posix()
+        first = found.temps[0].relative_to(root).as_posix()
         ctx.report.warning(R_IGNORED, found.temps[0], f"{len(found.temps)} temp file(s) of writers that are no longer "
                                                       f"running ({size}; first: {first}); readers ignore them, "
                                                       f"they only hold disk space; {_FIX}")

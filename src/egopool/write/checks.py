@@ -57,7 +57,8 @@ def check_positive_number(value: Any, what: str) -> float:
     try:
         x = float(value)
     except OverflowError:  # an int beyond float64
-        raise SchemaError(f"{what} must be finite and > 0, got an integer of {len(str(abs(int(value))))} digits, "
+        digits = len(str(abs(math.trunc(value))))
+        raise SchemaError(f"{what} must be finite and > 0, got an integer of {digits} digits, "
                           "beyond float64") from None
     if not math.isfinite(x) or x <= 0:
         raise SchemaError(f"{what} must be finite and > 0, got {value!r}")

@@ -14,7 +14,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,21 +25,23 @@ import pyarrow.parquet as pq
 
 from . import checks
 from .._atomic import atomic_write_json, publish, task_lock, temp_path_for
-from ..codecs.depth import DepthEncoder, LogDepthCodec, check_depth_codec, hevc12_available
-from ..codecs.video import RgbEncoder
-from ..codecs.video_copy import VideoCopy, VideoSource, check_copy_frames
-from ..errors import CodecError, EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
+from ..errors import EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
-from ..meta.drop_stats import (changed_value_notes, clipped_key, encode_failed_key, nonfinite_key, rejected_key,
-                               saturated_key)
+from ..meta.drop_stats import (changed_value_notes)
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
+from .local_paths import local_file
 from .recovery import clear_pending, write_pending
-from .stream_encoder import EncoderThread
+from .row_values import RowRejects, check_row
+from .declarations import EpisodeDeclarations, row_specs
+from .episode_video import EpisodeVideo
+from .streams import StreamSpec
 from ..schema import ALWAYS_KEY_COLUMNS, ColumnSpec, key_column, vector_column
 from .task_meta import merge_task_meta
 
 if TYPE_CHECKING:
+    import av
+
     from ..layout import TaskLayout
 
 
@@ -64,73 +66,6 @@ __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec"]
 
 _ROW_GROUP_ROWS = 256
 _ROW_GROUP_BYTES = 32 << 20
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """One video stream of an episode (file_format.md §8, multi_device_storage.md §4.8).
-
-    Attributes
-    ----------
-    image_key:
-        Slot name, the directory under ``videos/chunk-NNN/``.
-    kind:
-        ``"rgb"`` (uint8 ``(H, W, 3)`` or gray ``(H, W)``) or ``"depth"`` (uint16 mm ``(H, W)``).
-    width, height:
-        Frame size in pixels.
-    fps:
-        Stream rate when it differs from the task fps (written into ``cameras``, §6.3).
-    codec:
-        RGB: ``"h264"`` (default) or ``"hevc"``. Depth: ``"hevc12"`` (default; falls back
-        to ``"ffv1"`` when libx265 lacks gray12le) or ``"ffv1"`` (lossless).
-    master_slot:
-        Depth only: the RGB slot it follows (informational; one frame per row either way).
-    depth_params:
-        Log-code range for ``hevc12`` (default 100..20000 mm).
-    preset:
-        x264 / x265 speed preset (None: the encoder's default, docs/decisions.md #11, R12);
-        recorded in the episode's ``video_codec``.
-    source:
-        RGB only: copy this encoded H.264/HEVC video (or a time window of it) as the stream
-        instead of encoding frames (stream copy, :mod:`egopool.codecs.video_copy`). Rows pass
-        no image for it; at finish it must hold exactly one frame per row.
-    """
-
-    image_key: str
-    kind: str
-    width: int
-    height: int
-    fps: float | None = None
-    codec: str | None = None
-    master_slot: str | None = None
-    depth_params: LogDepthCodec | None = None
-    preset: str | None = None
-    source: VideoSource | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("rgb", "depth"):
-            raise SchemaError(f"stream {self.image_key!r}: kind must be 'rgb' or 'depth', got {self.kind!r}")
-        if not self.image_key or "/" in self.image_key or self.image_key.startswith((".", "_")):
-            raise SchemaError(f"invalid image_key {self.image_key!r}",
-                              hint="slot names may not contain '/' or start with '.' or '_'")
-        if self.width <= 0 or self.height <= 0:
-            raise SchemaError(f"stream {self.image_key!r}: size must be positive, got {self.width}x{self.height}")
-        if self.fps is not None:
-            checks.check_positive_number(self.fps, f"stream {self.image_key!r}: fps")
-        if self.kind == "depth" and self.codec is not None:
-            check_depth_codec(self.codec)
-        if self.source is not None and self.kind != "rgb":
-            raise SchemaError(f"stream {self.image_key!r}: only RGB streams can be copied from a source video")
-
-    def codec_ext(self) -> tuple[str, str]:
-        """``(codec, file extension)`` this stream is written with (hevc12 depth falls back to ffv1/mkv
-        when libx265 lacks gray12le)."""
-        if self.kind == "rgb":
-            return ("copy" if self.source is not None else self.codec or "h264"), "mp4"
-        codec = self.codec or "hevc12"
-        if codec == "hevc12" and not hevc12_available():
-            codec = "ffv1"
-        return codec, DepthEncoder.ext_for(codec)
 
 
 @dataclass(frozen=True)
@@ -166,20 +101,6 @@ class EpisodeResult:
     drop_stats: Mapping[str, int | float] = field(default_factory=dict)
 
 
-def _fills(spec: ColumnSpec, value: Any) -> bool:
-    """Whether a row's value makes a sparse column "appear" in the episode (decisions.md #2).
-
-    A variable-length column appears with its first item (``[]`` = no new point/sample,
-    multi_device_storage.md §4.6); a trajectory ``_ns`` column with its first non-zero
-    stamp (0 = no stamp; "全段无戳不建 _ns 列", §8.1 rule 3). Any other value counts.
-    """
-    if spec.kind == "slam_trajectory_ns":
-        return bool(np.any(value))
-    if spec.storage == "list_list" or (spec.storage == "list" and spec.length is None):
-        return bool(np.size(value))
-    return True
-
-
 def _leaf_paths(name: str, typ: pa.DataType) -> list[str]:
     """Parquet leaf column paths of an arrow field (lists nest as ``<name>.list.element``), the names
     pyarrow's per-column writer options match."""
@@ -193,43 +114,6 @@ def _strip_hint(line: str) -> str:
     return re.sub(r" \([^()]*\)$", "", line)
 
 
-def _int64(value: Any) -> int:
-    """A device-clock stamp as a Python int in int64 (file_format.md §7.1), else SchemaError."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
-        raise SchemaError(f"must be an integer ns stamp, got {type(value).__name__} {value!r:.40}",
-                          column="hardware_ns")
-    if isinstance(value, (float, np.floating)) and not (np.isfinite(value) and float(value).is_integer()):
-        raise SchemaError(f"must be an integer ns stamp, got {value!r}", column="hardware_ns")
-    v = int(value)
-    if not -(2 ** 63) <= v < 2 ** 63:
-        raise SchemaError(f"{v} is outside int64", column="hardware_ns")
-    return v
-
-
-@dataclass
-class _Stream:
-    spec: StreamSpec
-    encoder: RgbEncoder | DepthEncoder | VideoCopy
-    temp: Path
-    final: Path
-    last: Any = None
-    repeated: int = 0
-    worker: EncoderThread | None = None
-
-    def encode(self, frame: Any) -> None:
-        if self.worker is not None:
-            self.worker.submit(frame)
-        else:
-            self.encoder.encode(frame)
-
-    def close(self) -> dict[str, Any]:
-        return self.worker.close() if self.worker is not None else self.encoder.close()
-
-    def abort(self) -> None:
-        if self.worker is not None:
-            self.worker.abort()
-        else:
-            self.encoder.abort()
 
 
 @dataclass
@@ -266,9 +150,8 @@ class EpisodeWriter:
         self.drop_stats: dict[str, int | float] = {}
         self.warn_changes = True
         self._reasons: dict[str, str] = {}  # drop_stats key -> first reason (for the notes)
-        self._decl = {"devices": [dict(d) for d in devices], "device_names": dict(device_names or {}),
-                      "calibration": dict(calibration or {}), "sensors": list(sensors or []),
-                      "sensor_dim": sensor_dim, "info_extra": dict(info_extra or {})}
+        self._decl = EpisodeDeclarations([dict(d) for d in devices], dict(device_names or {}), dict(calibration or {}),
+                                   list(sensors or []), sensor_dim, dict(info_extra or {}))
         specs: dict[str, ColumnSpec] = {}
         for name in ALWAYS_KEY_COLUMNS:
             specs[name] = key_column(name)
@@ -285,7 +168,7 @@ class EpisodeWriter:
         self._schema = pa.schema([pa.field(n, s.arrow_type) for n, s in specs.items()])
         self._buf = _Buffers({n: [] for n in specs})
         self._stats: dict[str, StatsBlock] = {}
-        self._stats_cols = {f"observation.{s}" for s in self._decl["sensors"]} | {"observation.imu"}
+        self._stats_cols = {f"observation.{s}" for s in self._decl.sensors} | {"observation.imu"}
         self._rows = 0
         self._last_ts: float | None = None
         self._first_ts = 0.0
@@ -293,7 +176,7 @@ class EpisodeWriter:
         self._broken: str | None = None
         self._lenient = False  # some add_frame(reject_bad=True): finish() drops a failed stream too
         self._meta_error: MetaUpdateError | None = None
-        self._data_final = task.layout.data_file(index)
+        self._data_final = local_file(task.layout.data_file(index))
         self._data_final.parent.mkdir(parents=True, exist_ok=True)
         self._data_temp = temp_path_for(self._data_final)
         # Force matrices (187500 int16 diffs a row) skip dictionary encoding: it never pays off
@@ -312,41 +195,20 @@ class EpisodeWriter:
             with contextlib.suppress(FileNotFoundError):
                 self._data_temp.unlink()
             raise
-        self._streams: dict[str, _Stream] = {}
         self.encoder_threads = bool(getattr(task, "encoder_threads", True))
+        self._video = EpisodeVideo(self.drop_stats, self._reasons, threads=self.encoder_threads)
+        self._streams = self._video.streams
         try:
             for st in streams:
-                self._open_stream(st)
+                _, ext = st.codec_ext()
+                self._video.open(st, local_file(task.layout.video_file(index, st.image_key, ext)), st.fps or self.fps)
         except BaseException:
             self._discard()
             raise
 
-    # -- streams -----------------------------------------------------------------------------------
-    def _open_stream(self, st: StreamSpec) -> None:
-        if st.image_key in self._streams:
-            raise SchemaError(f"image_key {st.image_key!r} declared twice (§5.2 rule 1)")
-        fps = st.fps or self.fps
-        codec, ext = st.codec_ext()
-        final = self.task.layout.video_file(self.index, st.image_key, ext)
-        with StorageError.guard(final.parent, action="cannot create the video directory"):
-            final.parent.mkdir(parents=True, exist_ok=True)
-        temp = temp_path_for(final)
-        if st.source is not None:
-            enc: RgbEncoder | DepthEncoder | VideoCopy = VideoCopy(temp, st.source, fps)
-        elif st.kind == "rgb":
-            preset = {"preset": st.preset} if st.preset else {}
-            enc = RgbEncoder(temp, st.width, st.height, fps, codec=codec, **preset)
-        else:
-            preset = {"preset": st.preset} if st.preset else {}
-            enc = DepthEncoder(temp, st.width, st.height, fps, codec=codec, params=st.depth_params, **preset)
-        copied = isinstance(enc, VideoCopy)  # nothing to encode: no thread
-        worker = EncoderThread(enc, st.image_key, depth=max(2, int(fps // 4))) \
-            if self.encoder_threads and not copied else None
-        self._streams[st.image_key] = _Stream(st, enc, temp, final, worker=worker)
-
     # -- rows --------------------------------------------------------------------------------------
     def add_frame(self, values: Mapping[str, Any] | None = None, *, timestamp: float | None = None,
-                  hardware_ns: int = 0, images: Mapping[str, np.ndarray] | None = None,
+                  hardware_ns: int = 0, images: Mapping[str, np.ndarray | av.VideoFrame] | None = None,
                   reject_bad: bool = False) -> int:
         """Append one frame row (file_format.md §7.3: one row = one frame of every stream).
 
@@ -364,7 +226,8 @@ class EpisodeWriter:
         hardware_ns:
             Device-clock ns of this frame (0 = unknown).
         images:
-            image_key -> frame (RGB uint8 or depth uint16 mm). A stream without a frame in
+            image_key -> frame (RGB uint8 ``(H, W, 3)`` / gray ``(H, W)``, or a decoded
+            :class:`av.VideoFrame` of the stream's size; depth uint16 mm ``(H, W)``). A stream without a frame in
             this row repeats its previous frame (counted in ``drop_stats`` as
             ``<key>_repeated_count``); the first row must carry every stream.
         reject_bad:
@@ -403,91 +266,20 @@ class EpisodeWriter:
                               f"(previous {self._last_ts})", column="timestamp",
                               hint=f"at {self.fps:g} fps float32 tells rows apart for the first "
                                    f"{checks.max_episode_seconds(self.fps):.0f} s of an episode")
-        counts: dict[str, int] = {}  # merged into drop_stats only once the row is accepted
-        reasons: dict[str, str] = {}
-
-        def reject(name: str, why: str, n: int = 1) -> None:
-            key = rejected_key(name)
-            counts[key] = counts.get(key, 0) + n
-            reasons.setdefault(key, f"row {fi}: {why}")
-
-        for name in list(values):
-            if name not in self._specs or name in ALWAYS_KEY_COLUMNS:
-                if not reject_bad:
-                    raise SchemaError("not declared for this episode", column=name,
-                                      hint="pass its ColumnSpec to begin_episode(columns=...)")
-                reject(name, f"column {name!r} is not declared for this episode")
-                del values[name]
-        try:
-            hw = _int64(hardware_ns)
-        except SchemaError as exc:
-            if not reject_bad:
-                raise
-            reject("hardware_ns", exc.message)
-            hw = 0  # 0 = unknown (§7.1)
-        row: dict[str, Any] = {
-            "episode_index": self.index, "frame_index": fi, "timestamp": ts32, "task_index": 0,
-            "wall_time": self.created_at + ts32, "hardware_ns": hw,
-        }
-        filled: set[str] = set()
-        refused: set[str] = set()
-        masks: dict[str, np.ndarray] = {}  # IMU samples kept (reject_bad), applied to their stamps too
-        for name, spec in self._specs.items():
-            if name in row:
-                continue
-            if name not in values:
-                row[name] = spec.empty_value()
-                continue
-            try:
-                v, changed = spec.normalise_counted(values[name])
-                v, keep = self._finite(name, spec, v, fi, reject_bad, reject, counts, reasons)
-                if keep is not None:
-                    masks[name] = keep
-            except Exception as exc:  # noqa: BLE001 - any value a source can push (reject_bad)
-                if not reject_bad:
-                    raise
-                reject(name, exc.message if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}")
-                refused.add(name)
-                row[name] = spec.empty_value()
-                continue
-            if changed:
-                key = saturated_key(name)
-                counts[key] = counts.get(key, 0) + changed
-            row[name] = v
-            if _fills(spec, v):
-                filled.add(name)
-        for name, spec in self._specs.items():
-            if spec.lockstep and spec.lockstep[0] in masks:  # one stamp per kept sample / point
-                keep = masks[spec.lockstep[0]]
-                if len(row[name]) == len(keep):
-                    row[name] = row[name][keep]
-                    if not _fills(spec, row[name]):
-                        filled.discard(name)
-        for name in refused:  # a rejected sample has no time either (§5.5: "_ns = 0")
-            ns = name + "_ns"
-            if ns in self._specs and self._specs[ns].storage == "scalar" and ns in values:
-                row[ns] = self._specs[ns].empty_value()
-                filled.discard(ns)
-        for name, spec in self._specs.items():
-            if spec.lockstep:
-                partner, per = spec.lockstep
-                plen = len(row[partner])
-                need = plen // per if self._specs[partner].storage == "list" else plen
-                if len(row[name]) != need or (self._specs[partner].storage == "list" and plen % per):
-                    why = (f"has {len(row[name])} stamps but {partner!r} has {plen / per:g} items in this row "
-                           "(they must run in lockstep; write 0 for a missing stamp)")
-                    if not reject_bad:
-                        raise SchemaError(why, column=name)
-                    if partner not in refused:
-                        reject(partner, f"{name!r} {why}")
-                    refused |= {name, partner}
-                    row[name], row[partner] = spec.empty_value(), self._specs[partner].empty_value()
-                    filled -= {name, partner}
-        self._encode_images(images or {}, reject_bad, reject)
+        rejects = RowRejects(fi)
+        keys = {"episode_index": self.index, "frame_index": fi, "timestamp": ts32, "task_index": 0,
+                "wall_time": self.created_at + ts32}
+        row, filled = check_row(self._specs, self._stats_cols, values, keys, hardware_ns, rejects,
+                                reject_bad=reject_bad)
+        failure = self._failure()
+        if failure is not None:
+            raise EgopoolError(f"episode {self.index}: an earlier write failed ({failure}); "
+                               "its streams are no longer in step with its rows", hint="abort() the episode")
+        self._video.add_frames(images or {}, self._rows, reject_bad, rejects.reject)
         self._seen |= filled  # only once the row is accepted
-        for key, n in counts.items():
+        for key, n in rejects.counts.items():
             self.drop_stats[key] = int(self.drop_stats.get(key, 0)) + n
-        for key, why in reasons.items():
+        for key, why in rejects.reasons.items():
             self._reasons.setdefault(key, why)
         for name, v in row.items():
             self._buf.values[name].append(v)
@@ -505,112 +297,6 @@ class EpisodeWriter:
                 self._broken = f"data parquet: {exc}"
                 raise
         return fi
-
-    def _finite(self, name: str, spec: ColumnSpec, value: Any, row: int, reject_bad: bool,
-                reject: Callable[..., None], counts: dict[str, int],
-                reasons: dict[str, str]) -> tuple[Any, np.ndarray | None]:
-        """A float column's value without NaN/Infinity, and the samples / points kept (decisions.md #19, #22).
-
-        Every float column (issue 15 G): with ``reject_bad`` (the recorder) IMU samples and trajectory
-        points holding NaN/Infinity are left out one by one (add_frame drops their stamps with them) and
-        counted; any other value raises, and add_frame stores the whole sample as "no sample" and counts
-        it. Strict: a stats column raises (stats.json cannot hold NaN); another float column is stored as
-        given (a caller's deliberate "no reading", e.g. a joint a hand tracker lacks) and its non-finite
-        values are counted as ``<signal>_nonfinite_count``, warned at finish and reported by ``validate``.
-        """
-        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or not value.size \
-                or spec.kind == "force_matrix":  # its codec refuses NaN and counts cells beyond float32 (#22)
-            return value, None
-        good = np.isfinite(value)
-        if good.all():
-            return value, None
-        stats = name in self._stats_cols
-        if not reject_bad:
-            if stats:
-                checks.check_finite_values(name, value, row)
-            if "missing_value" in (spec.feature or {}):
-                return value, None  # NaN is this column's declared "missing" (and its importer counts it)
-            key = nonfinite_key(name)
-            counts[key] = counts.get(key, 0) + int((~good).sum())
-            reasons.setdefault(key, f"row {row}: {value.reshape(-1)[~good.reshape(-1)][0]}")
-            return value, None
-        width = spec.length if spec.storage == "list_list" else 8 if spec.kind == "slam_trajectory" else None
-        if not width:  # raises: the whole sample is stored as "no sample"
-            if stats:
-                checks.check_finite_values(name, value, row)
-            first = value.reshape(-1)[~good.reshape(-1)][0]
-            raise SchemaError(f"row {row} holds {first} ({int((~good).sum())} non-finite value(s))", column=name)
-        items = value.reshape(-1, width)
-        ok = good.reshape(-1, width).all(axis=1)
-        bad = int((~ok).sum())
-        what = "sample(s)" if spec.storage == "list_list" else "point(s)"
-        reject(name, f"{bad} {what} hold NaN or Infinity", bad)
-        kept = np.ascontiguousarray(items[ok])
-        return (kept if spec.storage == "list_list" else kept.reshape(-1)), ok
-
-    def _encode_images(self, images: Mapping[str, np.ndarray], reject_bad: bool = False,
-                       reject: Callable[..., None] | None = None) -> None:
-        if self._broken is not None:
-            raise EgopoolError(f"episode {self.index}: an earlier write failed ({self._broken}); "
-                               "its streams are no longer in step with its rows", hint="abort() the episode")
-        # frames of a stream dropped for its encoder (reject_bad) are expected, not bad samples
-        unknown = set(images) - set(self._streams) - {k for k in images if encode_failed_key(str(k)) in self.drop_stats}
-        if unknown:
-            if not reject_bad or reject is None:
-                raise CodecError(f"images for undeclared streams {sorted(unknown)}",
-                                 hint="declare them with begin_episode(streams=[StreamSpec(...)])")
-            for key in sorted(unknown, key=str):
-                reject(str(key), f"no declared stream {key!r}")
-        # Check every frame first: a row refused for one stream must not reach any other,
-        # or the streams would no longer hold exactly one frame per data row.
-        frames: dict[str, np.ndarray] = {}
-        fresh: set[str] = set()
-        for key, st in self._streams.items():
-            frame = images.get(key)
-            if isinstance(st.encoder, VideoCopy):
-                if frame is not None:
-                    st.encoder.check(frame)  # refuses: a copied stream takes no frames
-                continue
-            if frame is not None:
-                try:
-                    frames[key] = st.encoder.check(frame)
-                    fresh.add(key)
-                    continue
-                except Exception as exc:  # noqa: BLE001 - any frame a source can push (reject_bad)
-                    if not reject_bad or reject is None:
-                        raise
-                    reject(key, exc.message if isinstance(exc, EgopoolError) else f"{type(exc).__name__}: {exc}")
-            if st.last is None:
-                raise CodecError(f"stream {key!r} has no frame for row {self._rows}; the first row must "
-                                 "carry every declared stream")
-            frames[key] = st.last
-        for key, st in list(self._streams.items()):
-            if key not in frames:  # copied from its source file
-                continue
-            try:
-                st.encode(frames[key])
-            except BaseException as exc:
-                if not reject_bad or not isinstance(exc, Exception):
-                    self._broken = f"{key}: {exc}"
-                    raise
-                self._drop_stream(key, exc)  # the other streams keep one frame per row
-                continue
-            if key not in fresh and images.get(key) is None:
-                st.repeated += 1
-            st.last = frames[key]
-
-    def _drop_stream(self, key: str, exc: BaseException) -> None:
-        """Leave a stream whose encoder failed out of the episode (reject_bad): its frames so far are lost,
-        the rows and the other streams go on; counted and its reason kept for the notes."""
-        st = self._streams.pop(key)
-        st.abort()
-        with contextlib.suppress(FileNotFoundError):
-            st.temp.unlink()
-        with contextlib.suppress(OSError):
-            st.temp.parent.rmdir()  # only when empty (the stream's directory made for this episode)
-        fkey = encode_failed_key(key)
-        self.drop_stats[fkey] = 1
-        self._reasons.setdefault(fkey, f"row {self._rows}: {exc}")
 
     def _flush(self) -> None:
         if not self._buf.rows:
@@ -707,33 +393,16 @@ class EpisodeWriter:
             self.abort()
             raise EgopoolError(f"episode {self.index} has no frames; it was discarded and N={self.index} is free "
                                "again", hint="add_frame() at least once before finish()")
-        if self._broken is not None:
-            raise EgopoolError(f"episode {self.index}: a write failed ({self._broken}), so its "
+        failure = self._failure()
+        if failure is not None:
+            raise EgopoolError(f"episode {self.index}: a write failed ({failure}), so its "
                                "streams are not one frame per row", hint="abort() the episode")
         try:
             with StorageError.guard(self._data_final, action="cannot write the data parquet"):
                 self._flush()
                 self._pq.close()
                 self._drop_unseen_columns()
-            video_codec: dict[str, Any] = {}
-            for key, st in list(self._streams.items()):
-                if isinstance(st.encoder, VideoCopy):  # a copy must hold one frame per row (§7.3)
-                    check_copy_frames(key, st.encoder, self._rows)
-                try:
-                    video_codec[key] = st.close()  # an encoder thread reports its failure here at the latest
-                except Exception as exc:
-                    if not self._lenient:
-                        raise
-                    self._drop_stream(key, exc)  # as in add_frame(reject_bad=True): the rest is published
-                    continue
-                if st.repeated:
-                    self.drop_stats[f"{key}_repeated_count"] = st.repeated
-                clipped = getattr(st.encoder, "clipped", 0)
-                if clipped:  # DESIGN §3 log code: beyond [d_min, d_max] (decisions.md #22)
-                    self.drop_stats[clipped_key(key)] = int(clipped)
-                    p = st.encoder.params if isinstance(st.encoder, DepthEncoder) else None
-                    if p is not None:
-                        self._reasons.setdefault(clipped_key(key), f"range {p.d_min:g}..{p.d_max:g} mm")
+            video_codec = self._video.close(self._rows, self._lenient)
         except BaseException:
             self._roll_back([])
             raise
@@ -749,12 +418,12 @@ class EpisodeWriter:
             with StorageError.guard(self._data_final, action="cannot publish"):
                 publish(self._data_temp, self._data_final)
             published.append(self._data_final)
-            ep_path = self.task.layout.episodes_file(self.index)
+            ep_path = local_file(self.task.layout.episodes_file(self.index))
             with StorageError.guard(ep_path, action="cannot write the episode row"), task_lock(self.task.task_dir):
                 # The episodes row is the commit record (decisions.md #5): before it, a failure
                 # rolls the whole file group back; after it, the episode stands. The pending
                 # declarations let a successor finish the merge if this process dies (recovery.py).
-                write_pending(self.task.task_dir, self.index, self._episode_declarations(present))
+                write_pending(self.task.task_dir, self.index, self._declarations(present))
                 write_episode_row(ep_path, self._episode_row(video_codec, present))
                 committed = True
                 published.append(ep_path)
@@ -794,63 +463,25 @@ class EpisodeWriter:
         """One line per kind of value stored otherwise than given so far, with its first reason."""
         return changed_value_notes(self.drop_stats, self.index, self._reasons)
 
-    def _trajectory_specs(self, present: set[str]) -> dict[str, ColumnSpec]:
-        return {n: s for n, s in self._specs.items() if s.kind == "slam_trajectory" and n in present}
-
     def _episode_row(self, video_codec: Mapping[str, Any], present: set[str]) -> dict[str, Any]:
-        slam_specs = {}
-        for n, s in self._trajectory_specs(present).items():
-            feat = dict(s.feature or {})
-            slam_specs[n] = {k: feat[k] for k in ("frame", "frame_axes", "time", "owner", "source_slot") if k in feat}
-        fm_specs = {n: {k: v for k, v in (s.feature or {}).items()}
-                    for n, s in self._specs.items() if s.kind == "force_matrix" and n in present}
         assert self._last_ts is not None
         return {
             "episode_index": self.index, "task_index": 0, "start_frame_index": 0,
             "end_frame_index": self._rows - 1, "length": self._rows, "created_at": self.created_at,
             "duration_sec": float(self._last_ts - self._first_ts + 1.0 / self.fps),
             "drop_stats": dict(self.drop_stats), "video_codec": dict(video_codec),
-            "calibration": self._decl["calibration"], "force_matrix_specs": fm_specs, "slam_specs": slam_specs,
+            "calibration": self._decl.calibration, **row_specs(self._specs, present),
         }
 
-    def _episode_declarations(self, present: set[str]) -> dict[str, Any]:
-        features = {n: dict(s.feature) for n, s in self._specs.items() if s.feature is not None and n in present}
-        cameras = {}
-        for key, st in self._streams.items():
-            if st.spec.kind == "rgb":
-                cam: dict[str, Any] = {"height": st.spec.height, "width": st.spec.width}
-                if st.spec.fps and st.spec.fps != self.fps:
-                    cam["fps"] = float(st.spec.fps)
-                cameras[key] = cam
-        decl: dict[str, Any] = {
-            "app_version": self.task.app_version, "fps": self.fps, "video": bool(self._streams),
-            "features": features, "cameras": cameras,
-            "video_extensions": {k: st.final.suffix.lstrip(".") for k, st in self._streams.items()},
-            "devices": self._decl["devices"], "device_names": self._decl["device_names"],
-            "sensors": self._decl["sensors"], "total_episodes": self.index,
-        }
-        if self._decl["calibration"]:
-            decl["calibration"] = self._decl["calibration"]
-        if self._decl["sensor_dim"] is not None:
-            decl["sensor_dim"] = int(self._decl["sensor_dim"])
-        trajs = self._trajectory_specs(present)
-        frames = {n: s.feature["frame"] for n, s in trajs.items() if s.feature and "frame" in s.feature}
-        if frames:
-            decl["slam_frames"] = frames
-        gripper = [n for n, s in trajs.items()
-                   if (s.feature or {}).get("owner", {}).get("role", "ego" if ".ego_" in n else "gripper") == "gripper"]
-        if gripper:
-            rig1 = "observation.slam_trajectory" if "observation.slam_trajectory" in gripper else gripper[0]
-            decl["gripper_slam_frame"] = (trajs[rig1].feature or {}).get("frame", "right_forward_up")
-        decl.update(self._decl["info_extra"])
-        return decl
+    def _declarations(self, present: set[str]) -> dict[str, Any]:
+        return self._decl.info(self._specs, present, self._streams, app_version=self.task.app_version, fps=self.fps,
+                               index=self.index)
 
     def _merge_task_meta(self, present: set[str]) -> None:
         """Merge into info.json / stats.json (task_meta.py); a failure is kept for finish() to raise."""
         blocks = {c: b for c, b in self._stats.items() if c in present}
         try:
-            merge_task_meta(self.task.task_dir, self.index, self._episode_declarations(present), blocks,
-                            self.task.layout)
+            merge_task_meta(self.task.task_dir, self.index, self._declarations(present), blocks, self.task.layout)
         except MetaUpdateError as exc:
             self._meta_error = exc
 
@@ -890,7 +521,11 @@ class EpisodeWriter:
     def broken(self) -> bool:
         """True when a write failed half-way (the data parquet, or a stream outside ``reject_bad``):
         rows and streams may no longer match, so the episode can only be aborted or set aside."""
-        return self._broken is not None
+        return self._failure() is not None
+
+    def _failure(self) -> str | None:
+        """What failed half-way (the data parquet, or a stream outside ``reject_bad``), or None."""
+        return self._broken or self._video.broken
 
     def set_aside(self, reason: str) -> Path | None:
         """Stop without publishing, keeping what was written under ``<task>/.egopool_backup/unfinished-<N>-<UTC>/``.
@@ -910,7 +545,7 @@ class EpisodeWriter:
             return None
         self._closed = True
         with contextlib.suppress(Exception):
-            if self._broken is None:
+            if self._failure() is None:
                 self._flush()
         with contextlib.suppress(Exception):
             self._pq.close()
@@ -922,6 +557,7 @@ class EpisodeWriter:
                     st.encoder.close()  # the worker has stopped: only this thread touches it now
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         dest = self.task.task_dir / ".egopool_backup" / f"unfinished-{self.index}-{stamp}"
+        kept: Path | None = dest
         try:
             moves = [(self._data_temp, self._data_final)] + [(st.temp, st.final) for st in self._streams.values()]
             for temp, final in moves:
@@ -933,12 +569,12 @@ class EpisodeWriter:
                     "created_at": self.created_at, "drop_stats": dict(self.drop_stats)}
             atomic_write_json(dest / "reason.json", note)
         except (OSError, EgopoolError, ValueError):
-            dest = None  # type: ignore[assignment]
+            kept = None
         self._discard()  # whatever did not move
         with contextlib.suppress(Exception), task_lock(self.task.task_dir):
             markers.write_recycled(self.task.task_dir, self.index)
         markers.release(self.task.task_dir, self.index)
-        return dest
+        return kept
 
     def abort(self) -> None:
         """Discard everything written and free N for the next recording (file_format.md §7.5)."""

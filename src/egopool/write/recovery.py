@@ -37,6 +37,7 @@ from ..meta import markers
 from ..meta.leftovers import find_leftovers
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import write_stats
+from .local_paths import local_file
 from .task_meta import committed_stats
 
 __all__ = ["clear_pending", "pending_indices", "pending_path", "reclaim_stale", "remove_episode_temps",
@@ -63,14 +64,14 @@ def clear_pending(task_dir: str | Path, index: int) -> None:
 def _episode_files(layout: TaskLayout, index: int) -> list[Path]:
     """N's data/video/episodes files under final names and their dot-temps."""
     out: list[Path] = []
-    data, row = layout.data_file(index), layout.episodes_file(index)
+    data, row = local_file(layout.data_file(index)), local_file(layout.episodes_file(index))
     for final in (data, row):
         if final.exists():
             out.append(final)
         if final.parent.is_dir():
             out += final.parent.glob(f".{final.name}.*.tmp")
     c, f = layout.chunk_file(index)
-    vchunk = layout.video_file(index, "_", "x").parent.parent
+    vchunk = local_file(layout.video_file(index, "_", "x")).parent.parent
     if vchunk.is_dir():
         for slot in vchunk.iterdir():
             if slot.is_dir():

@@ -33,6 +33,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta import markers
 from ..meta.info import info_path, new_info, read_info, write_info
 from ..meta.tasks import write_tasks_if_missing
+from .local_paths import local_file
 from .recovery import reclaim_stale, remove_episode_temps, sweep_stale_temps
 from ..registry import Registry, record_episode, task_key
 from ..schema import ColumnSpec
@@ -314,9 +315,11 @@ class TaskWriter:
         """
         if created_at is not None:
             checks.check_created_at(created_at, self.fps)
-        listed = [list(v) if isinstance(v, Iterable) and not isinstance(v, (str, bytes, Mapping)) else v
-                  for v in (devices, sensors)]  # a generator is read once
-        devices, sensors = listed
+        # a generator is read once: list it (a str or a mapping stays as given, for the type check to refuse)
+        devices = list(devices) if isinstance(devices, Iterable) and not isinstance(devices, (str, bytes, Mapping)) \
+            else devices
+        sensors = list(sensors) if isinstance(sensors, Iterable) and not isinstance(sensors, (str, bytes, Mapping)) \
+            else sensors
         checks.check_declaration_types(devices, device_names, calibration, sensors, sensor_dim, info_extra)
         for what, value in (("devices", list(devices)), ("device_names", dict(device_names or {})),
                             ("calibration", dict(calibration or {})), ("info_extra", dict(info_extra or {}))):
@@ -328,7 +331,7 @@ class TaskWriter:
             n = self._allocate(info)
             self._take(n)
         try:
-            with StorageError.guard(self.layout.data_file(n), action="cannot start episode files"):
+            with StorageError.guard(local_file(self.layout.data_file(n)), action="cannot start episode files"):
                 return EpisodeWriter(self, n, columns, streams, devices=devices, device_names=device_names,
                                      calibration=calibration, sensors=sensors, sensor_dim=sensor_dim,
                                      info_extra=info_extra, created_at=created_at)
