@@ -53,3 +53,28 @@ def test_spawned_workers_equal_values(gop_task, tmp_path):
                         multiprocessing_context="spawn")
     got = torch.cat([b["d435_rgb"] for b in loader]).numpy()
     np.testing.assert_array_equal(got, np.stack([ref[i]["d435_rgb"] for i in idx]))
+
+
+def test_a_dataset_dropped_before_fork_does_not_hang_the_workers(gop_task, tmp_path):
+    """A dataset that read items and was dropped closes its containers at once: left to the garbage collector
+    (a PyAV container is a reference cycle) a forked worker's collector freed them and hung on FFmpeg threads
+    that do not exist after fork (docs/decisions.md, training loader T3, and O41). ``timeout`` turns a hang into
+    an error."""
+    import gc
+
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, Subset
+
+    gc.disable()  # the garbage stays uncollected until the fork, as it may in any program
+    try:
+        old = PooledDataset(gop_task.path, keys=["d435_rgb", "d435_depth"], output="numpy", cache_dir=tmp_path)
+        old[0], old[300]
+        del old
+        ds = PooledDataset(gop_task.path, keys=["d435_depth"], output="numpy", cache_dir=tmp_path)
+    finally:
+        gc.enable()
+    loader = DataLoader(Subset(ds, [0, 1, 269, 539]), batch_size=2, num_workers=2,
+                        multiprocessing_context="fork", timeout=120)
+    got = np.concatenate([b["d435_depth"].numpy() for b in loader])
+    np.testing.assert_array_equal(got, np.stack([ds[i]["d435_depth"] for i in [0, 1, 269, 539]]))
+

@@ -2,10 +2,14 @@
 
 Built once per task from the parquet footers (row counts, no data read) and cached on disk as
 JSON under ``cache_dir`` (default ``$EGOPOOL_CACHE`` or ``~/.cache/egopool``, ``dataset_index/``),
-keyed by the task's resolved path. The cache is used only while its fingerprint still matches:
-size and mtime (ns) of ``meta/info.json`` and of every file under ``data/`` and
-``meta/episodes/`` (a ``stat`` each, no file opened). An episode added, deleted or rewritten
-changes the fingerprint and the index is rebuilt. The task directory itself is never written.
+keyed by the task's location: its resolved path for a directory, ``S3 endpoint + s3://bucket/key``
+for a task in a bucket (the two never collide: a path starts with ``/``, a URI with ``s3://``).
+The cache is used only while its fingerprint still matches. A directory: size and mtime (ns) of
+``meta/info.json`` and of every file under ``data/`` and ``meta/episodes/`` (a ``stat`` each, no
+file opened). A bucket: key, size and ETag of the same objects, from one LIST of ``data/`` and one
+of ``meta/episodes/`` (one request per 1000 keys; videos are not listed) and one HEAD of
+``meta/info.json`` (docs/decisions.md O41). An episode added, deleted or rewritten changes the
+fingerprint and the index is rebuilt. The task itself is never written.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import numpy as np
 
 from .._atomic import atomic_write_json
 from ..read.reader import open_task
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, open_store
 
-__all__ = ["FrameIndex", "TaskEntry", "default_cache_dir", "task_fingerprint", "task_entry"]
+__all__ = ["FrameIndex", "TaskEntry", "cache_key", "default_cache_dir", "task_fingerprint", "task_entry"]
 
 _VERSION = 1
 
@@ -36,9 +41,20 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "egopool"
 
 
-def task_fingerprint(task_dir: Path) -> str:
-    """sha256 over (relative path, size, mtime_ns) of ``meta/info.json`` and every file under
-    ``data/`` and ``meta/episodes/`` (stat only)."""
+def task_fingerprint(task_dir: TaskPath) -> str:
+    """sha256 over what identifies the task's episodes and rows, read without opening a file.
+
+    A directory: (relative path, size, mtime_ns) of ``meta/info.json`` and every file under
+    ``data/`` and ``meta/episodes/`` (stat only). A bucket: (key, size, ETag) of the same objects
+    (one LIST of each prefix per 1000 keys, one HEAD of ``meta/info.json``; nothing downloaded).
+
+    Raises
+    ------
+    ObjectStoreError
+        A bucket that cannot be listed (missing, denied, no answer in time).
+    """
+    if isinstance(task_dir, ObjectPath):
+        return _bucket_fingerprint(task_dir)
     h = hashlib.sha256()
     files: list[tuple[str, int, int]] = []
     info = task_dir / "meta" / "info.json"
@@ -57,6 +73,31 @@ def task_fingerprint(task_dir: Path) -> str:
     return h.hexdigest()
 
 
+def _bucket_fingerprint(task: ObjectPath) -> str:
+    """The bucket side of :func:`task_fingerprint`: ETags from the store's listing (:class:`~egopool.storage.Store`)."""
+    store = open_store(task.uri)
+    rows: list[tuple[str, int, str]] = []
+    for prefix in ("data/", "meta/episodes/"):
+        rows += [(m.key, m.size, m.version) for m in store.list(prefix)]
+    info = store.head("meta/info.json")
+    if info is not None:
+        rows.append((info.key, info.size, info.version))
+    h = hashlib.sha256()
+    for row in sorted(rows):
+        h.update(repr(row).encode())
+    return h.hexdigest()
+
+
+def cache_key(task_dir: TaskPath) -> str:
+    """What names a task in the cache: the resolved directory (``/...``), or ``s3://bucket/key`` after the S3
+    endpoint it was read from (``http://host:port s3://...``; the same bucket name on two endpoints is two tasks)."""
+    if isinstance(task_dir, ObjectPath):
+        s = task_dir.settings
+        where = f"{s.scheme}://{s.endpoint}" if s.endpoint else f"aws:{s.region or ''}"
+        return f"{where} {task_dir.uri}"
+    return str(task_dir)
+
+
 @dataclass(frozen=True)
 class TaskEntry:
     """One task of the index.
@@ -64,20 +105,20 @@ class TaskEntry:
     Attributes
     ----------
     path:
-        The task directory (resolved).
+        The task directory (resolved), or its ``s3://`` location.
     fps:
         ``info.fps`` (frames/s): the time base of ``delta_timestamps``.
     episodes, lengths:
         ``(E,)`` int64 global N ascending and ``(E,)`` int64 rows of each.
     """
 
-    path: Path
+    path: TaskPath
     fps: float
     episodes: np.ndarray
     lengths: np.ndarray
 
 
-def _build(task_dir: Path) -> TaskEntry:
+def _build(task_dir: TaskPath) -> TaskEntry:
     task = open_task(task_dir)
     fps = task.info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0:
@@ -92,7 +133,7 @@ def _build(task_dir: Path) -> TaskEntry:
     return TaskEntry(task_dir, float(fps), np.asarray(eps, np.int64), np.asarray(lens, np.int64))
 
 
-def task_entry(task_dir: str | Path, cache_dir: str | Path | None = None) -> TaskEntry:
+def task_entry(task_dir: TaskPathLike, cache_dir: str | Path | None = None) -> TaskEntry:
     """The task's index, from the cache when its fingerprint matches, else built and cached.
 
     ``cache_dir=False``-like empty string disables the cache. A cache that cannot be written
@@ -102,25 +143,28 @@ def task_entry(task_dir: str | Path, cache_dir: str | Path | None = None) -> Tas
     ------
     FormatError
         The task cannot be opened (no ``meta/info.json``...), or a data parquet footer is unreadable.
+    ObjectStoreError
+        A task in a bucket that cannot be listed or read (missing bucket, denied, no answer).
     ValueError
         ``info.fps`` is not a number > 0.
     """
-    path = Path(task_dir).resolve()
+    path = as_path(task_dir).resolve()
     fp = task_fingerprint(path)
+    key = cache_key(path)
     cache = None
     if cache_dir != "":
         base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        cache = base / "dataset_index" / (hashlib.sha256(str(path).encode()).hexdigest()[:24] + ".json")
+        cache = base / "dataset_index" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
         try:
             doc = json.loads(cache.read_text(encoding="utf-8"))
-            if doc.get("version") == _VERSION and doc.get("fingerprint") == fp and doc.get("path") == str(path):
+            if doc.get("version") == _VERSION and doc.get("fingerprint") == fp and doc.get("path") == key:
                 return TaskEntry(path, float(doc["fps"]), np.asarray(doc["episodes"], np.int64),
                                  np.asarray(doc["lengths"], np.int64))
         except (OSError, ValueError, KeyError, TypeError):
             pass
     entry = _build(path)
     if cache is not None:
-        doc = {"version": _VERSION, "path": str(path), "fingerprint": fp, "fps": entry.fps,
+        doc = {"version": _VERSION, "path": key, "fingerprint": fp, "fps": entry.fps,
                "episodes": entry.episodes.tolist(), "lengths": entry.lengths.tolist()}
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..keypoints.mirror import episode_mirror_dir
 from ..read.reader import Task, open_task
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
 from .decode import DecoderCache, PngSequence, StreamDecoder
 from .episode_view import EpisodeView, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
@@ -47,33 +48,74 @@ __all__ = ["PooledDataset", "find_tasks"]
 _INHERITED: list[_Worker] = []
 
 
-def find_tasks(paths: Iterable[str | Path]) -> list[Path]:
-    """Task directories of ``paths``: a directory with ``meta/info.json`` is a task, any other
-    directory a collection whose subdirectories holding one are its tasks (sorted by name); a task
-    reached twice counts once.
+def find_tasks(paths: TaskPathLike | Iterable[TaskPathLike]) -> list[TaskPath]:
+    """Tasks of ``paths``, each a directory or an ``s3://bucket/prefix`` (mixed freely): a location with
+    ``meta/info.json`` is a task, any other a collection whose children holding one are its tasks
+    (sorted by name); a task reached twice counts once.
+
+    A bucket location costs one HEAD (its ``meta/info.json``); a collection in a bucket one LIST with
+    delimiter ``/`` (its sub-prefixes) and one HEAD per sub-prefix. Nothing is downloaded.
+
+    Returns
+    -------
+    list
+        ``pathlib.Path`` for a directory, :class:`~egopool.storage.ObjectPath` for a bucket location.
 
     Raises
     ------
     FileNotFoundError
-        A path that is neither (one line naming it).
+        A location that is neither (one line naming it and the fix).
+    ObjectStoreError
+        ``s3://``: the bucket does not exist, access denied, the endpoint did not answer.
+    FormatError
+        A malformed ``s3://`` URI (no bucket, an empty / ``.`` / ``..`` component).
     """
-    out: list[Path] = []
-    for p in map(Path, [paths] if isinstance(paths, (str, Path)) else paths):
+    many = [paths] if isinstance(paths, (str, os.PathLike, ObjectPath)) else paths
+    out: list[TaskPath] = []
+    for p in map(as_path, many):
         if (p / "meta" / "info.json").is_file():
             out.append(p)
             continue
-        found = sorted(d for d in p.iterdir() if (d / "meta" / "info.json").is_file()) if p.is_dir() else []
+        found = sorted(_task_children(p), key=str)
         if not found:
+            if isinstance(p, ObjectPath):
+                require_bucket(p)  # a missing bucket is named as such, not as an empty prefix
+                raise FileNotFoundError(f"{p}: neither a task (no meta/info.json) nor a prefix of tasks; pass a "
+                                        f"task such as s3://{p.bucket}/PREFIX/pick_cup (`egopool ls` it first)")
             raise FileNotFoundError(f"{p}: neither a task (no meta/info.json) nor a directory of tasks; "
                                     "pass a task directory such as recordings/pick_cup")
         out.extend(found)
-    seen: set[Path] = set()  # a task named twice (or through a symlink) counts once
-    unique: list[Path] = []
+    seen: set[TaskPath] = set()  # a task named twice (or through a symlink) counts once
+    unique: list[TaskPath] = []
     for q in out:
         if q.resolve() not in seen:
             seen.add(q.resolve())
             unique.append(q)
     return unique
+
+
+def _task_children(p: TaskPath) -> list[TaskPath]:
+    """Children of ``p`` holding ``meta/info.json`` (a bucket: one LIST with delimiter, a HEAD per sub-prefix)."""
+    if isinstance(p, ObjectPath):
+        subs = [e.path for e in p.scandir() if e.is_dir()]
+        if len(subs) < 2:
+            return [d for d in subs if (d / "meta" / "info.json").is_file()]
+        with ThreadPoolExecutor(min(8, len(subs))) as pool:  # HEADs are latency-bound
+            held = list(pool.map(lambda d: (d / "meta" / "info.json").is_file(), subs))
+        return [d for d, ok in zip(subs, held, strict=True) if ok]
+    if not p.is_dir():
+        return []
+    return [d for d in p.iterdir() if (d / "meta" / "info.json").is_file()]
+
+
+def _same_location(key: Any, path: TaskPath) -> bool:
+    """True when ``key`` (an ``episodes`` mapping key) names the task at ``path``: the same directory, or
+    the same ``s3://`` location (a URI is compared as written, a directory resolved)."""
+    if isinstance(path, ObjectPath):
+        return is_object_uri(key) and str(key).rstrip("/") == path.uri
+    if is_object_uri(key) or not isinstance(key, (str, Path)):
+        return False
+    return Path(key).resolve() == path
 
 
 class _Worker:
@@ -105,6 +147,15 @@ class _Worker:
         if self.pool is not None:
             self.pool.shutdown(wait=False)
 
+    def __del__(self) -> None:
+        # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
+        # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
+        # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
+        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O41). A fork's inherited
+        # copy is never closed.
+        if self.pid == os.getpid():
+            self.close()
+
 
 class PooledDataset(_Base):
     """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
@@ -112,7 +163,10 @@ class PooledDataset(_Base):
     Parameters
     ----------
     tasks:
-        Task directories, or directories of tasks (:func:`find_tasks`).
+        Task directories, or directories of tasks (:func:`find_tasks`); each may also be an
+        ``s3://bucket/prefix/task`` (or a prefix of tasks), read in place exactly as a directory: the
+        same items, windows, filters and errors (docs/decisions.md O41). The connection comes
+        from the AWS environment of each process (README "Tasks in object storage").
     keys:
         What an item holds. A stream key (``head_left_rgb``) gives its frame: RGB uint8
         ``(H, W, 3)`` (``(3, H, W)`` with ``channels_first``), depth uint16 mm ``(H, W)`` (holes 0,
@@ -174,6 +228,8 @@ class PooledDataset(_Base):
     ------
     FileNotFoundError
         A path that holds no task.
+    ObjectStoreError
+        ``s3://``: no such bucket, access denied, the endpoint did not answer (one line naming the URI).
     SchemaError
         ``keypoints.*`` keys and a task without a mirror (one line naming the key and
         ``egopool keypoints extract TASK``).
@@ -188,7 +244,8 @@ class PooledDataset(_Base):
     :class:`~egopool.errors.CodecError` for a stream that cannot be decoded (naming the file).
     """
 
-    def __init__(self, tasks: str | Path | Sequence[str | Path], keys: Sequence[str], *,
+    def __init__(self, tasks: TaskPathLike | Sequence[TaskPathLike],
+                 keys: Sequence[str], *,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  samples: Mapping[str, int] | None = None,
                  episodes: Iterable[int] | Mapping[str, Iterable[int]] | None = None,
@@ -218,8 +275,7 @@ class PooledDataset(_Base):
                 raise ValueError(f"samples[{key!r}] = {k}: only IMU / trajectory keys, K >= 1")
             if key not in self.keys:
                 self.keys.append(key)
-        entries = self._entries(find_tasks([tasks] if isinstance(tasks, (str, Path)) else tasks), task_names,
-                                cache_dir)
+        entries = self._entries(find_tasks(tasks), task_names, cache_dir)
         fps = {e.fps for e in entries}
         if delta and len(fps) > 1:
             raise ValueError(f"delta_timestamps need one fps; the tasks have {sorted(fps)}: make one dataset per fps")
@@ -242,7 +298,8 @@ class PooledDataset(_Base):
         self._w: _Worker | None = None
 
     @staticmethod
-    def _entries(paths: list[Path], names: Iterable[str] | None, cache_dir: str | Path | None) -> list[TaskEntry]:
+    def _entries(paths: list[TaskPath], names: Iterable[str] | None,
+                 cache_dir: str | Path | None) -> list[TaskEntry]:
         keep = set(names) if names is not None else None
         out = []
         for p in paths:
@@ -259,15 +316,26 @@ class PooledDataset(_Base):
         if episodes is None:
             return None
         if isinstance(episodes, Mapping):
-            keep = []
+            names: dict[int, str] = {}  # task_name of info.json, read once per task (a GET in a bucket)
+
+            def names_task(k: Any, t: int, e: TaskEntry) -> bool:
+                if k == e.path.name or _same_location(k, e.path):
+                    return True
+                if t not in names:
+                    names[t] = open_task(e.path).name
+                return bool(k == names[t])
+
+            keep: list[tuple[int, int]] = []
+            matched = set()
             for t, e in enumerate(entries):
-                named = [v for k, v in episodes.items() if Path(k).resolve() == e.path or k == e.path.name
-                         or k == open_task(e.path).name]
+                named = []
+                for k, v in episodes.items():
+                    if names_task(k, t, e):
+                        matched.add(k)
+                        named.append(v)
                 chosen = set(int(n) for v in named for n in v) if named else set(e.episodes.tolist())
                 PooledDataset._no_missing(chosen, set(e.episodes.tolist()), f"{e.path}")
                 keep += [(t, n) for n in e.episodes.tolist() if n in chosen]
-            matched = {k for k in episodes for e in entries
-                       if Path(k).resolve() == e.path or k == e.path.name or k == open_task(e.path).name}
             if set(episodes) - matched:
                 raise ValueError(f"episodes names task(s) {sorted(map(str, set(episodes) - matched))} that are not "
                                  f"among the dataset's tasks {sorted(e.path.name for e in entries)}")
@@ -357,11 +425,14 @@ class PooledDataset(_Base):
     def _frames(self, w: _Worker, view: EpisodeView, key: str, kind: str, rows: np.ndarray,
                 pad: np.ndarray | None) -> np.ndarray:
         path = view.stream_path(key)
-        if path.is_dir():
-            dec = w.decoders.open(path, lambda: PngSequence(path))
-        else:
+
+        def make() -> PngSequence | StreamDecoder:  # only for a stream not open yet: no stat (HEAD) per item
+            if path.is_dir():
+                return PngSequence(path)
             params = view.ep.depth_params(key) if kind == "depth" else None
-            dec = w.decoders.open(path, lambda: StreamDecoder(path, kind, params, max_frames=self.cache_frames))
+            return StreamDecoder(path, kind, params, max_frames=self.cache_frames)
+
+        dec = w.decoders.open(path, make)
         got = dec.frames(rows.tolist())
         arr = np.stack([got[j] for j in rows.tolist()])  # a copy: the decoder's cache stays private
         if kind == "rgb" and self.channels_first:

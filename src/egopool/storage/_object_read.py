@@ -37,12 +37,16 @@ FOOTER_READ = 64 << 10
 
 
 def available(path: ObjectPath) -> bool:
-    """True when one-request reads are possible (obstore, the ``s3`` extra, is installed)."""
+    """True when one-request reads are possible: obstore (the ``s3`` extra) is installed and usable in this
+    process. obstore's runtime does not survive a fork (a forked DataLoader worker's request hangs): a process
+    forked after its parent used obstore reads through pyarrow.fs, as without the extra."""
     try:
         import obstore  # noqa: F401
     except ImportError:
         return False
-    return True
+    from .s3_store import obstore_usable
+
+    return obstore_usable()
 
 
 def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int]) -> tuple[bytes, int, int]:

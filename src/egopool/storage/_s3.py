@@ -145,6 +145,17 @@ _lock = threading.Lock()
 _cache: dict[S3Settings, Any] = {}
 
 
+def _forget_clients_after_fork() -> None:
+    """A forked child makes its own S3 client: the parent's keeps open connections, which two children would
+    otherwise share (their answers interleave: one child read an empty info.json, issue 24)."""
+    global _lock
+    _lock = threading.Lock()
+    _cache.clear()
+
+
+os.register_at_fork(after_in_child=_forget_clients_after_fork)
+
+
 def s3_filesystem(settings: S3Settings) -> Any:
     """The process's ``pyarrow.fs.S3FileSystem`` for ``settings`` (one per distinct setting, made on first use).
 

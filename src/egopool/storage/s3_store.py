@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import os
 import threading
 from datetime import timedelta
 from collections.abc import Iterable, Iterator
@@ -49,9 +50,32 @@ def _obstore() -> Any:
     return obstore
 
 
+#: the process that first made an obstore client (its runtime's threads live there only)
+_runtime_pid: int | None = None
+
+
+def obstore_usable() -> bool:
+    """False in a process forked after its parent made an obstore client: obstore's runtime (its threads) does
+    not survive a fork, and a request there waits forever."""
+    return _runtime_pid is None or _runtime_pid == os.getpid()
+
+
 def _client(settings: S3Settings, bucket: str) -> Any:
-    """The process's obstore ``S3Store`` of ``bucket`` with ``settings`` (made once; thread-safe)."""
+    """The process's obstore ``S3Store`` of ``bucket`` with ``settings`` (made once; thread-safe).
+
+    Raises
+    ------
+    EgopoolError
+        This process was forked after its parent used obstore (:func:`obstore_usable`): one line, not a hang.
+    """
+    global _runtime_pid
+    if not obstore_usable():
+        raise EgopoolError("this process was forked after its parent reached an s3:// store; the S3 client cannot "
+                           "be used after a fork", hint="start worker processes with the 'spawn' method (e.g. "
+                           "DataLoader(multiprocessing_context='spawn')), or open the store in the worker")
     with _clients_lock:
+        if _runtime_pid is None:
+            _runtime_pid = os.getpid()
         client = _clients.get((settings, bucket))
         if client is None:
             _obstore()
