@@ -239,12 +239,14 @@ def test_exports_and_plot_read_from_s3_and_write_locally(tasks, tmp_path):
 
 
 def test_commands_that_change_a_task_locally_only_refuse_s3_in_one_line(tasks):
-    """`migrate` and `compress` work on a directory only; delete, repair, keypoints backfill and stats recalc take
-    s3:// (decisions O17, O34; tests/ops/test_ops_*_backends.py)."""
+    """`pack` and `upload` send a local task; every command that changes a task takes s3:// (delete, repair,
+    keypoints backfill, stats recalc, compress, migrate: decisions O17, O34, O40; tests/ops/test_ops_*_backends.py,
+    tests/ops/test_ops_on_bucket.py), and the refusal names them."""
     _, uri = tasks["full"]
-    for argv in (["compress", uri], ["migrate", uri, "--split-episodes"]):
+    for argv in (["pack", uri, "1", "-o", "out"], ["upload", uri, "1", "--server", "http://127.0.0.1:9"]):
         r = _egopool(*argv)
         assert r.returncode == 2 and "works on a local directory only" in r.stderr, (argv, r.stderr)
+        assert "compress, migrate" in r.stderr and "`egopool sync`" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("case", ["no-bucket", "no-task", "bad-credentials", "no-endpoint"])
