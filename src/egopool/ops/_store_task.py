@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import FormatError, LockError
 from ..meta.info import read_info
+from ..publish import json_bytes as _json_bytes
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, open_store
 from ..storage.directory_store import DirectoryStore
 
@@ -34,17 +35,14 @@ STALE_AFTER = 6 * 3600.0
 
 
 def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
-    """UTF-8 JSON with a final newline, as :func:`egopool._atomic.atomic_write_json` writes it.
+    """:func:`egopool.publish.json_bytes` with an indent of 2 by default (the journal objects of this module).
 
     Raises
     ------
     FormatError
         ``obj`` holds NaN or Infinity.
     """
-    try:
-        return (json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False) + "\n").encode("utf-8")
-    except ValueError as exc:
-        raise FormatError(f"refusing to write NaN/Infinity into JSON ({exc})") from exc
+    return _json_bytes(obj, indent=indent)
 
 
 def _pid_alive(pid: int) -> bool:
