@@ -323,6 +323,8 @@ def row_bytes(shard: Path | ObjectPath, index: int) -> bytes:
     for name, typ in EPISODE_COLUMNS.items():
         if name in row.column_names:
             col = row.column(name)
+            # a legacy column that cannot take the spec's type is kept as stored, never altered: `validate`
+            # names its type on the migrated row (as before the move out of migrate.py)
             with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 col = col.cast(typ)
             cols[name] = col
