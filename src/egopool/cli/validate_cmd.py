@@ -44,14 +44,15 @@ def validate_cmd(
                                   help='Print {"ok", "findings": [{"rule", "severity", "path", "message"}], '
                                        '"tasks"} for scripts.'),
     fast: bool = typer.Option(False, "--fast",
-                              help="Count video frames without decoding them (much faster; a damaged frame "
-                                   "payload goes unnoticed)."),
+                              help="Count video frames without decoding them and skip the files' checksums (much "
+                                   "faster; a damaged frame payload goes unnoticed)."),
     ray: str | None = RAY_OPTION,
 ) -> None:
     """Check tasks against the pooled_episodes_v1 spec (file_format.md §12, multi_device_storage.md §8).
 
     Each finding cites the spec section it breaks, names the file and column, and says what to do.
-    Every frame of every stream is decoded, as a reader would (--fast only counts them).
+    Every frame of every stream is decoded, as a reader would, and every file is checked against the sha256
+    its episode's row records (--fast only counts frames and skips the hashing).
 
     Read-only: nothing is written. Exit code 0 when no finding is an error, else 1.
     With --ray, every episode is checked by its own Ray task; the report is the same.
@@ -64,13 +65,15 @@ def validate_cmd(
             "ok": ok,
             "findings": [f.to_dict() for r in reports for f in r.findings],
             "tasks": [{"task": r.task, "ok": r.ok, "episodes": r.episodes, "errors": len(r.errors),
-                       "warnings": len(r.warnings)} for r in reports],
+                       "warnings": len(r.warnings), "notes": list(r.notes)} for r in reports],
         })
     else:
         for r in reports:
             for f in r.findings:
                 style = "red" if f.severity == "error" else "yellow"
                 typer.echo(typer.style(f"{f.severity.upper():<7}", fg=style) + f" {f.rule}  {f.path}: {f.message}")
+            for note in r.notes:
+                typer.echo(typer.style("NOTE   ", fg="cyan") + f" {r.task}: {note}")
             verdict = "ok" if r.ok else "FAILED"
             typer.echo(f"{r.task}: {verdict} ({_plural(r.episodes, 'episode')}, {_plural(len(r.errors), 'error')}, "
                        f"{_plural(len(r.warnings), 'warning')})")

@@ -22,13 +22,16 @@ from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
 from ..storage import TaskPath, TaskPathLike, as_path
+from .digests import DIGEST_COLUMN, parse_digests, stamp
 
 __all__ = [
     "EPISODE_COLUMNS",
     "JSON_COLUMNS",
     "decode_row",
     "episode_row_table",
+    "raw_episode_row",
     "read_episode_row",
+    "restamp_row_file",
     "write_episode_row",
 ]
 
@@ -52,7 +55,17 @@ _DEFAULTS: dict[str, Any] = {"task_index": 0, **{c: "{}" for c in JSON_COLUMNS}}
 
 
 def episode_row_table(row: Mapping[str, Any]) -> pa.Table:
-    """A one-row table with exactly :data:`EPISODE_COLUMNS`; dict values of JSON columns are dumped."""
+    """A one-row table with exactly :data:`EPISODE_COLUMNS`; dict values of JSON columns are dumped.
+
+    When ``row`` holds file digests (``file_digests``: the column's string or dict, or a plain
+    ``{path: sha256}`` mapping), they are written as a last column with the row's own content digest
+    recomputed (:mod:`egopool.meta.digests`, docs/decisions.md X3).
+
+    Raises
+    ------
+    FormatError
+        A required column is missing, a JSON column holds NaN, or ``file_digests`` is malformed.
+    """
     cols = {}
     for name, typ in EPISODE_COLUMNS.items():
         v = row.get(name, _DEFAULTS.get(name))
@@ -64,13 +77,26 @@ def episode_row_table(row: Mapping[str, Any]) -> pa.Table:
             except ValueError as exc:
                 raise FormatError(f"episodes column {name!r} holds NaN/Infinity, which is not JSON ({exc})") from exc
         cols[name] = pa.array([v], type=typ)
+    files = _digest_files(row.get(DIGEST_COLUMN))
+    if files is not None:
+        cols[DIGEST_COLUMN] = pa.array([stamp({k: a[0].as_py() for k, a in cols.items()}, files)], type=pa.string())
     return pa.table(cols)
+
+
+def _digest_files(value: Any) -> dict[str, str] | None:
+    if isinstance(value, Mapping) and value and "files" not in value:
+        return {str(k): str(v) for k, v in value.items()}
+    try:
+        got = parse_digests(value)
+    except ValueError as exc:
+        raise FormatError(f"episodes column {DIGEST_COLUMN!r}: {exc}") from exc
+    return got.files if got is not None else None
 
 
 def write_episode_row(path: str | Path, row: Mapping[str, Any]) -> None:
     """Write the single-row episodes parquet atomically (§6.1: temp + os.replace)."""
     buf = io.BytesIO()
-    pq.write_table(episode_row_table(row), buf, compression="zstd")
+    pq.write_table(episode_row_table(row), buf, compression="zstd", write_page_checksum=True)
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -103,3 +129,35 @@ def read_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:
     if not rows:
         raise FormatError(f"no row with episode_index={index}", path=path)
     return decode_row(rows[0], path)
+
+
+def restamp_row_file(path: Path, files: Mapping[str, str]) -> None:
+    """Rewrite a local single-row episodes file with ``files`` as its digests (task-relative path -> sha256) and
+    its content digest recomputed (a renumbered or rewritten episode's new bytes; docs/decisions.md X3).
+
+    Raises
+    ------
+    FormatError
+        The file is not a single-row episodes parquet.
+    """
+    table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
+    if table.num_rows != 1:
+        raise FormatError(f"an episode's row file holds {table.num_rows} rows, not 1", path=path)
+    write_episode_row(path, {**table.to_pylist()[0], DIGEST_COLUMN: dict(files)})
+
+
+def raw_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:
+    """N's row as stored (JSON columns as strings, no defaults filled): what :func:`~egopool.meta.digests.row_digest`
+    hashes.
+
+    Raises
+    ------
+    FormatError
+        Unreadable parquet, or no row with ``episode_index == index``.
+    """
+    path = as_path(path)
+    table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
+    rows = [r for r in table.to_pylist() if r.get("episode_index") == index]
+    if not rows:
+        raise FormatError(f"no row with episode_index={index}", path=path)
+    return rows[0]

@@ -34,6 +34,8 @@ from typing import Any
 
 from .._atomic import fsync_file
 from ..errors import EgopoolError, MetaUpdateError
+from ..meta.digests import sha256_path
+from ..meta.episodes import restamp_row_file
 from ..meta.stats import StatsBlock
 from ..storage import PutMode, Store
 from .journal import claim, journal_key, remove
@@ -111,6 +113,29 @@ def _put(store: Store, path: Path, key: str, sha: str | None, synced: bool = Fal
     store.put_file(key, path, mode=PutMode.CREATE, sha256=sha, move=True, synced=synced)
 
 
+def stamp_digests(pub: Publication) -> None:
+    """Record the sha256 of every object of ``pub`` in its row file (docs/decisions.md X3): the commit object then
+    carries them, committed atomically with the episode. Objects without a known sha256 are hashed; ``pub.sha``
+    gets the row's new sha256. A publication without objects (a roll-forward) is left as is.
+
+    Raises
+    ------
+    OSError, FormatError
+        A staged file cannot be read, or the row file is not a single-row episodes parquet.
+    """
+    if not pub.objects:
+        return
+    prefix = pub.task + "/"
+    files = {}
+    for path, key in pub.objects:
+        sha = pub.sha.get(key) or sha256_path(path)
+        pub.sha[key] = sha
+        files[key[len(prefix):] if key.startswith(prefix) else key] = sha
+    restamp_row_file(pub.row[0], files)
+    pub.sha[pub.row[1]] = sha256_path(pub.row[0])
+    pub.synced = pub.synced - {pub.row[0]}
+
+
 def _settle(futures: Sequence[Future[Any]]) -> None:
     for f in futures:
         f.exception()
@@ -157,6 +182,11 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
         journal is kept and recovery records it).
     """
     slots = [_Slot(p) for p in pubs]
+    for s in slots:
+        try:
+            stamp_digests(s.pub)
+        except Exception as exc:  # an unreadable staged file: this one fails before anything is put
+            s.error = exc
 
     def live() -> list[_Slot]:
         return [s for s in slots if s.error is None]

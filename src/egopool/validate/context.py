@@ -78,6 +78,8 @@ class Context:
     media:
         Containers the caller already opened for video files of the task (absolute path -> container,
         nothing demuxed): the video check takes its file's instead of opening it (docs/decisions.md U20).
+    undigested:
+        Episodes whose row records no file digests (docs/decisions.md X5: one note for the task).
     """
 
     root: TaskPath
@@ -90,6 +92,7 @@ class Context:
     shard_tables: dict[TaskPath, Any] = field(default_factory=dict)
     decode: bool = True
     media: dict[Path, Any] = field(default_factory=dict)
+    undigested: int = 0
 
     @property
     def features(self) -> dict[str, Any]:

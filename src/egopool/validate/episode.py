@@ -34,6 +34,7 @@ from ..unix_time import created_at_problem
 from .changes import ForceCellScan, NonFiniteScan, check_value_changes, feed_all
 from .context import Context
 from .data import DataSummary, check_data, first_line, open_data
+from .digests import check_digests
 from .declarations import check_force_matrix_spec, check_frame_spec, is_depth_name
 
 __all__ = ["check_episode"]
@@ -72,6 +73,7 @@ def check_episode(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
         data = check_data(ctx, g.data, n, pf, feed_all(scan, cells)) \
             if pf is not None and g.data is not None else None
         row = _check_meta_row(ctx, g) if g.meta is not None else None
+        check_digests(ctx, g)
         if row is not None:
             _check_created_at(ctx, g, row, data)
         if data is not None and row is not None:

@@ -71,11 +71,14 @@ class Report:
         In the order found: task-level first, then episodes by ascending N.
     episodes:
         Number of episode file groups checked.
+    notes:
+        One-line remarks that are not findings (a task without recorded checksums, docs/decisions.md X5).
     """
 
     task: str = ""
     findings: list[Finding] = field(default_factory=list)
     episodes: int = 0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -111,5 +114,5 @@ class Report:
         self.findings.extend(findings)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"ok": bool, "findings": [{"rule", "severity", "path", "message"}, ...]}``."""
-        return {"ok": self.ok, "findings": [f.to_dict() for f in self.findings]}
+        """``{"ok": bool, "findings": [{"rule", "severity", "path", "message"}, ...], "notes": [str, ...]}``."""
+        return {"ok": self.ok, "findings": [f.to_dict() for f in self.findings], "notes": list(self.notes)}

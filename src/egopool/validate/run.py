@@ -22,6 +22,7 @@ from .declarations import check_declarations, check_stream_declarations
 from .episode import check_episode
 from .metafiles import (check_info_file, check_info_keys, check_leftovers, check_stats, check_tasks_jsonl,
                         check_templates)
+from .digests import undigested_note
 from .report import Finding, Report
 from .stale import check_interrupted_compress, check_stale_leftovers
 
@@ -97,7 +98,8 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
         Called as ``progress(done, total)`` after each episode.
     fast:
         Count the frames of every stream without decoding them (the demuxer alone): much
-        faster, but a frame whose payload is damaged goes unnoticed.
+        faster, but a frame whose payload is damaged goes unnoticed; the files' recorded sha256 are not
+        checked either (docs/decisions.md X5).
     executor:
         Where the per-episode checks run (:mod:`egopool.jobs`): in-process by default, or one
         Ray task per episode (the episodes of one legacy ``meta/episodes`` shard form one
@@ -202,6 +204,7 @@ class _UnitResult:
     depth_keys: set[str]
     rgb_keys: set[str]
     episodes: int
+    undigested: int = 0
 
 
 def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles[TaskPath]]) -> _UnitResult:
@@ -222,7 +225,7 @@ def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles[TaskPath]]
             ctx.report.error(R_CHECKLIST, g.data or g.meta or shared.root,
                              f"episode {g.index} could not be fully checked ({type(exc).__name__}: "
                              f"{first_line(exc)})")
-    return _UnitResult(ctx.report.findings, ctx.depth_keys, ctx.rgb_keys, len(unit))
+    return _UnitResult(ctx.report.findings, ctx.depth_keys, ctx.rgb_keys, len(unit), ctx.undigested)
 
 
 def episode_units(groups: list[EpisodeFiles[TaskPath]]) -> list[list[EpisodeFiles[TaskPath]]]:
@@ -268,6 +271,9 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles[TaskPath]], progress
         ctx.report.extend(_as_given(f, absolute, ctx.root) for f in r.findings)
         ctx.depth_keys |= r.depth_keys
         ctx.rgb_keys |= r.rgb_keys
+        ctx.undigested += r.undigested
+    if ctx.undigested:
+        ctx.report.notes.append(undigested_note(ctx.undigested, len(groups)))
 
 
 def _absolute(g: EpisodeFiles[TaskPath]) -> EpisodeFiles[TaskPath]:

@@ -28,6 +28,7 @@ from .._atomic import atomic_write_json, publish, task_lock, temp_path_for
 from ..errors import EgopoolError, MetaUpdateError, SchemaError, StorageError, ValueChangedWarning
 from ..meta import markers
 from ..meta.drop_stats import (changed_value_notes)
+from ..meta.digests import DIGEST_COLUMN, file_digests_of
 from ..meta.episodes import write_episode_row
 from ..meta.stats import StatsBlock
 from .local_paths import local_file
@@ -425,7 +426,8 @@ class EpisodeWriter:
                 # rolls the whole file group back; after it, the episode stands. The pending
                 # declarations let a successor finish the merge if this process dies (recovery.py).
                 write_pending(self.task.task_dir, self.index, self._declarations(present))
-                write_episode_row(ep_path, self._episode_row(video_codec, present))
+                write_episode_row(ep_path, {**self._episode_row(video_codec, present),
+                                            DIGEST_COLUMN: file_digests_of(self.task.task_dir, published)})
                 committed = True
                 published.append(ep_path)
                 self._merge_task_meta(present)

@@ -1,0 +1,169 @@
+"""Checksums of an episode's files, recorded in its ``meta/episodes`` row (docs/decisions.md X1-X7).
+
+The row's extra JSON column ``file_digests`` (a reader that knows only file_format.md §6.2 ignores it)::
+
+    {"algorithm": "sha256",
+     "files": {"data/chunk-000/episode-000.parquet": "<64 hex>",
+               "videos/chunk-000/cam/episode-000.mp4": "<64 hex>",
+               "videos/chunk-000/depth/episode-000/000000.png": "<64 hex>", ...},
+     "row": "<64 hex>"}
+
+``files`` keys are task-relative POSIX paths (§8's PNG16 folders: one entry per file inside). ``row`` is the
+sha256 of the row's own content (:func:`row_digest`: every other column's value as stored), since the row file
+cannot hold its own digest. The row is the commit object of every writer (decisions #5, U5), so its digests
+are committed atomically with the episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..storage import ObjectPath, TaskPath
+
+__all__ = ["ALGORITHM", "DIGEST_COLUMN", "CHUNK", "Digests", "Mismatch", "episode_digests", "file_digests_of",
+           "mismatch_line", "parse_digests", "row_digest", "sha256_bytes", "sha256_path", "stamp"]
+
+DIGEST_COLUMN = "file_digests"
+ALGORITHM = "sha256"
+#: Bytes hashed per read (a bucket object: one ranged GET each).
+CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class Digests:
+    """A row's recorded digests: ``files`` task-relative path -> sha256 hex; ``row`` the row content's sha256
+    (None when the row was stamped without one)."""
+
+    files: dict[str, str]
+    row: str | None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One file whose bytes are not those recorded: ``actual`` None when the file is missing."""
+
+    rel: str
+    expected: str
+    actual: str | None
+
+
+def sha256_bytes(data: bytes) -> str:
+    """sha256 hex of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_path(path: TaskPath | str) -> str:
+    """sha256 hex of a file (a local path, or a bucket object read in :data:`CHUNK` ranges).
+
+    Raises
+    ------
+    OSError, ObjectStoreError
+        The file cannot be read.
+    """
+    h = hashlib.sha256()
+    if isinstance(path, ObjectPath):
+        with path.open_input() as f:
+            while True:
+                b = f.read(CHUNK)
+                if not b:
+                    break
+                h.update(b)
+        return h.hexdigest()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def _rel(root: TaskPath, p: TaskPath) -> str:
+    if isinstance(p, ObjectPath):
+        return p.relative_to(str(root)).as_posix() if isinstance(root, ObjectPath) else p.name
+    return Path(p).relative_to(Path(str(root))).as_posix()
+
+
+def _expand(p: TaskPath) -> list[TaskPath]:
+    """A file, or every file of a PNG16 folder (§8), sorted."""
+    if isinstance(p, ObjectPath):
+        if p.is_dir():
+            return [q for _, q in p.walk_objects()]
+        return [p]
+    if Path(p).is_dir():
+        return sorted(q for q in Path(p).rglob("*") if q.is_file() and not q.name.startswith("."))
+    return [p]
+
+
+def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath]) -> dict[str, str]:
+    """Task-relative path -> sha256 of each file (folders expanded) of ``paths`` (an episode's data and videos;
+    its row is excluded by the caller).
+
+    Raises
+    ------
+    OSError, ObjectStoreError
+        A file cannot be read.
+    """
+    out: dict[str, str] = {}
+    for p in paths:
+        for f in _expand(p):
+            out[_rel(task_dir, f)] = sha256_path(f)
+    return dict(sorted(out.items()))
+
+
+def file_digests_of(task_dir: Path, paths: Iterable[Path]) -> dict[str, str]:
+    """:func:`episode_digests` of local files (the writers' form)."""
+    return episode_digests(task_dir, list(paths))
+
+
+def _canonical(value: Any) -> Any:
+    return value if not isinstance(value, float) else repr(value)
+
+
+def row_digest(columns: Mapping[str, Any]) -> str:
+    """sha256 of a row's content: every column but :data:`DIGEST_COLUMN`, by name, values as stored (JSON
+    columns as their strings; floats by ``repr``, which round-trips), as canonical JSON."""
+    body = {k: _canonical(v) for k, v in columns.items() if k != DIGEST_COLUMN}
+    return sha256_bytes(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def stamp(columns: Mapping[str, Any], files: Mapping[str, str]) -> str:
+    """The :data:`DIGEST_COLUMN` string for a row whose other columns (as stored) are ``columns``."""
+    return json.dumps({"algorithm": ALGORITHM, "files": dict(sorted(files.items())), "row": row_digest(columns)},
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_digests(value: Any) -> Digests | None:
+    """The recorded digests of a :data:`DIGEST_COLUMN` value (a string or a decoded dict); None when absent or
+    empty (a task written before X1, or by a writer that knows only the spec).
+
+    Raises
+    ------
+    ValueError
+        The value is not the structure of the module docstring (a damaged row).
+    """
+    if value is None or value == "" or value == {}:
+        return None
+    doc = json.loads(value) if isinstance(value, str) else value
+    if doc == {}:
+        return None
+    if not isinstance(doc, dict) or doc.get("algorithm") != ALGORITHM or not isinstance(doc.get("files"), dict):
+        raise ValueError(f"{DIGEST_COLUMN} is not {{'algorithm': 'sha256', 'files': {{...}}}}")
+    files = {str(k): str(v) for k, v in doc["files"].items()}
+    row = doc.get("row")
+    return Digests(files, str(row) if row is not None else None)
+
+
+def mismatch_line(m: Mismatch, where: str | None = None, good_copy: str | None = None) -> str:
+    """One line: the file (``where/rel``; only ``rel`` is named when ``where`` is None: a finding names the path
+    itself), the expected and the actual digest, and where a good copy may be."""
+    got = "it is missing" if m.actual is None else f"its bytes hash to sha256 {m.actual}"
+    head = f"{where}/{m.rel}: checksum mismatch" if where is not None else "checksum mismatch"
+    return (f"{head}, the episode row records sha256 {m.expected}, {got}; "
+            + (f"a good copy may be at {good_copy}" if good_copy else
+               "restore it from another copy of the task (the upload's source, a sync peer, a backup)"))

@@ -1,0 +1,73 @@
+"""Recorded checksums of an episode's files (docs/decisions.md X1-X7): each file's sha256 against the
+``file_digests`` column of its ``meta/episodes`` row, and the row's own content digest.
+
+A mismatch is one error naming the file, the expected and the actual digest. ``--fast`` skips the file hashes
+(the row's content digest, which costs nothing, is still checked). A row without digests (a task written before
+X1, or by a writer that knows only the spec) is counted: the run adds one note for the task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ObjectStoreError
+from ..layout import EpisodeFiles
+from ..meta.digests import DIGEST_COLUMN, Mismatch, episode_digests, mismatch_line, parse_digests, row_digest
+from ..meta.episodes import raw_episode_row
+from ..storage import TaskPath
+from .context import Context
+
+__all__ = ["R_DIGESTS", "check_digests", "undigested_note"]
+
+R_DIGESTS = "docs/decisions.md X2 (file_digests)"
+
+
+def check_digests(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
+    """Check episode N's recorded digests; counts ``ctx.undigested`` when its row has none.
+
+    Raises
+    ------
+    ObjectStoreError
+        The store failed while reading (no verdict on what could not be read, O3).
+    """
+    if g.meta is None:
+        return
+    try:
+        raw: dict[str, Any] = raw_episode_row(g.meta, g.index)
+    except ObjectStoreError:
+        raise
+    except Exception:  # an unreadable row is reported by the row checks
+        return
+    try:
+        rec = parse_digests(raw.get(DIGEST_COLUMN))
+    except ValueError as exc:
+        ctx.report.error(R_DIGESTS, g.meta, f"episode {g.index}'s row: {exc}; the row is damaged, restore it from "
+                                            "another copy of the task or re-record its digests with `egopool "
+                                            "repair checksums TASK`")
+        return
+    if rec is None:
+        ctx.undigested += 1
+        return
+    if rec.row is not None and row_digest(raw) != rec.row:
+        ctx.report.error(R_DIGESTS, g.meta, f"episode {g.index}'s row content hashes to sha256 {row_digest(raw)}, "
+                                            f"the row records {rec.row}: the row was altered after it was written; "
+                                            "restore it from another copy of the task")
+    if not ctx.decode:
+        return
+    have = episode_digests(ctx.root, [p for p in g.paths() if p != g.meta])
+    for rel, want in sorted(rec.files.items()):
+        got = have.get(rel)
+        if got != want:
+            m = Mismatch(rel, want, got)
+            ctx.report.error(R_DIGESTS, ctx.root.joinpath(*rel.split("/")), mismatch_line(m))
+    extra = sorted(set(have) - set(rec.files))
+    if extra:
+        ctx.report.error(R_DIGESTS, ctx.root.joinpath(*extra[0].split("/")),
+                         f"episode {g.index} has file(s) {extra[:3]} its row records no digest for: they were added "
+                         "after the episode was committed; remove them or restore the task from another copy")
+
+
+def undigested_note(count: int, total: int) -> str:
+    """The one note of a task whose rows (some or all) record no digests."""
+    return (f"{count} of {total} episode(s) record no checksums (written before checksums were recorded): their "
+            "bytes are checked by decoding only; `egopool repair checksums TASK` records them")
