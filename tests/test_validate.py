@@ -51,7 +51,7 @@ def test_writer_task_is_valid_with_no_findings(task: Path) -> None:
     assert report.findings == []
     assert report.ok is True
     assert report.episodes == 1
-    assert report.to_dict() == {"ok": True, "findings": []}
+    assert report.to_dict() == {"ok": True, "findings": [], "notes": []}
 
 
 def test_two_episode_task_is_valid(tmp_path: Path) -> None:
@@ -632,7 +632,7 @@ def test_cli_valid_task_json(task: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["validate", str(task), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True and out["findings"] == []
-    assert out["tasks"] == [{"task": str(task), "ok": True, "episodes": 1, "errors": 0, "warnings": 0}]
+    assert out["tasks"] == [{"task": str(task), "ok": True, "episodes": 1, "errors": 0, "warnings": 0, "notes": []}]
 
 
 def test_cli_several_tasks_combined_json(task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,9 @@ import pyarrow.parquet as pq
 
 from egopool import (StreamSpec, TaskWriter, hand_pose_column, imu_columns, scalar_ns_column,
                      slam_trajectory_columns, status_column, vector_column)
+from egopool.layout import list_task_episodes
+from egopool.meta.digests import DIGEST_COLUMN, episode_digests
+from egopool.meta.episodes import restamp_table, row_bytes
 from egopool.schema import force_matrix_column
 
 ROWS = 12
@@ -77,9 +80,23 @@ def edit_json(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
 
 
 def rewrite_parquet(path: Path, fn: Callable[[pa.Table], pa.Table]) -> None:
-    """Replace a parquet file by ``fn(table)``."""
+    """Replace a parquet file by ``fn(table)`` as a writer would have written it: the task's recorded checksums
+    are taken again (:func:`reseal`), so only the rule under test is broken."""
     table = fn(pq.read_table(path))
     pq.write_table(table, path)
+    reseal(next(p for p in path.parents if (p / "meta" / "info.json").is_file()))
+
+
+def reseal(task: Path) -> None:
+    """Record every episode's checksums again from the files as they are now (rows that record them only):
+    a test's edit then stands for what a writer wrote, not for damage."""
+    for g in list_task_episodes(task):
+        if g.meta is None or g.meta_is_shard:
+            continue
+        table = pq.read_table(g.meta)
+        if DIGEST_COLUMN in table.column_names and table.num_rows == 1:
+            files = episode_digests(task, [p for p in g.paths() if p != g.meta])
+            g.meta.write_bytes(row_bytes(restamp_table(table, files)))
 
 
 def set_column(table: pa.Table, name: str, values: Any, type: pa.DataType | None = None) -> pa.Table:

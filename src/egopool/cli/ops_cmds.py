@@ -1,4 +1,4 @@
-"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale|clean`` / ``compress``: maintenance.
+"""``egopool delete`` / ``stats recalc|check`` / ``migrate`` / ``repair force-scale|checksums|clean`` / ``compress``: maintenance.
 
 Thin wrappers: one library call each (:mod:`egopool.ops`), a Rich progress bar on
 stderr when it is a terminal, ``--json`` for scripts, ``--dry-run`` on everything
@@ -261,6 +261,34 @@ def repair_force_scale_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json
                   f"inconclusive: {', '.join(map(str, report.inconclusive)) or 'none'}"
                   + (f"; could not be read: {', '.join(map(str, report.unreadable))}" if report.unreadable else ""))
     if report.unreadable:
+        raise typer.Exit(1)
+
+
+@repair_app.command("checksums")
+def repair_checksums_cmd(task: Path = _CHANGE_TASK, dry_run: bool = _DRY, json_out: bool = _JSON,
+                         registry: bool = _REG) -> None:
+    """Record the sha256 of every file of the episodes whose row records none (tasks written before checksums).
+
+    Each file is hashed as it is now: run `egopool validate TASK` first, the digests vouch for those bytes. Rows that record digests are never rewritten (a mismatch is damage, reported by validate). Only meta/episodes rows are rewritten, each old row backed up first; data and videos are never touched. In an s3:// task each row is rewritten under N's claim with a conditional PUT on its version. Exit 1 when an episode could not be read.
+    """
+    from ..ops.checksums import repair_checksums
+
+    with _registry_hint(), _progress("hashing episode files") as cb:
+        report = repair_checksums(task, dry_run=dry_run, registry=registry, progress=cb)
+    skipped = [e for e in report.episodes if e.status == "skipped"]
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        for e in report.episodes:
+            console.print(escape(f"episode {e.index}: {e.status} ({len(e.files)} file(s))"
+                                 + (f": {e.reason}" if e.reason else "")), highlight=False)
+        done = sum(e.status in ("recorded", "would record") for e in report.episodes)
+        console.print(f"{'would record' if dry_run else 'recorded'} checksums of {done} episode(s); "
+                      f"{report.already} already had them" + (f"; skipped: {len(skipped)}" if skipped else ""))
+        if report.backup is not None:
+            console.print(escape(f"backup: {report.backup} (remove it once you have checked the task)"),
+                          highlight=False)
+    if skipped:
         raise typer.Exit(1)
 
 

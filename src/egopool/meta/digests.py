@@ -17,6 +17,7 @@ are committed atomically with the episode.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any
 from ..storage import ObjectPath, TaskPath
 
 __all__ = ["ALGORITHM", "DIGEST_COLUMN", "CHUNK", "Digests", "Mismatch", "episode_digests", "file_digests_of",
-           "mismatch_line", "parse_digests", "row_digest", "sha256_bytes", "sha256_path", "stamp"]
+           "mismatch_line", "parse_digests", "same_file", "row_digest", "sha256_bytes", "sha256_path", "stamp"]
 
 DIGEST_COLUMN = "file_digests"
 ALGORITHM = "sha256"
@@ -119,6 +120,15 @@ def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath]) -> dict[str, 
 def file_digests_of(task_dir: Path, paths: Iterable[Path]) -> dict[str, str]:
     """:func:`episode_digests` of local files (the writers' form)."""
     return episode_digests(task_dir, list(paths))
+
+
+_LEGACY_NAME = re.compile(r"/file-(\d+)(?=[./]|$)")
+
+
+def same_file(rel: str) -> str:
+    """``rel`` with a pre-v1.1.2 ``file-NNN`` name read as its ``episode-NNN`` name (file_format.md §2: the
+    rename kept the numbers), so a digest recorded under one name vouches for the file under the other."""
+    return _LEGACY_NAME.sub(r"/episode-\1", rel)
 
 
 def _canonical(value: Any) -> Any:

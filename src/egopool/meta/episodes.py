@@ -32,6 +32,8 @@ __all__ = [
     "raw_episode_row",
     "read_episode_row",
     "restamp_row_file",
+    "restamp_table",
+    "row_bytes",
     "write_episode_row",
 ]
 
@@ -95,9 +97,7 @@ def _digest_files(value: Any) -> dict[str, str] | None:
 
 def write_episode_row(path: str | Path, row: Mapping[str, Any]) -> None:
     """Write the single-row episodes parquet atomically (§6.1: temp + os.replace)."""
-    buf = io.BytesIO()
-    pq.write_table(episode_row_table(row), buf, compression="zstd", write_page_checksum=True)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, row_bytes(episode_row_table(row)))
 
 
 def decode_row(raw: Mapping[str, Any], path: TaskPath | None = None) -> dict[str, Any]:
@@ -131,19 +131,45 @@ def read_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:
     return decode_row(rows[0], path)
 
 
-def restamp_row_file(path: Path, files: Mapping[str, str]) -> None:
-    """Rewrite a local single-row episodes file with ``files`` as its digests (task-relative path -> sha256) and
-    its content digest recomputed (a renumbered or rewritten episode's new bytes; docs/decisions.md X3).
+def restamp_table(table: pa.Table, files: Mapping[str, str]) -> pa.Table:
+    """A single-row episodes table with its ``file_digests`` column set to ``files`` (task-relative path ->
+    sha256) and the row's content digest recomputed; every other column kept as stored (docs/decisions.md X3).
 
     Raises
     ------
     FormatError
-        The file is not a single-row episodes parquet.
+        The table does not hold exactly one row.
+    """
+    if table.num_rows != 1:
+        raise FormatError(f"an episode's row file holds {table.num_rows} rows, not 1")
+    raw = {k: v for k, v in table.to_pylist()[0].items() if k != DIGEST_COLUMN}
+    value = pa.array([stamp(raw, files)], type=pa.string())
+    if DIGEST_COLUMN in table.column_names:
+        return table.set_column(table.column_names.index(DIGEST_COLUMN), DIGEST_COLUMN, value)
+    return table.append_column(DIGEST_COLUMN, value)
+
+
+def row_bytes(table: pa.Table) -> bytes:
+    """The parquet bytes of a row table as the writers store it (zstd, page checksums)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_page_checksum=True)
+    return buf.getvalue()
+
+
+def restamp_row_file(path: Path, files: Mapping[str, str]) -> None:
+    """Rewrite a local single-row episodes file by :func:`restamp_table` (atomically, §6.1).
+
+    Raises
+    ------
+    FormatError
+        The file is not a readable single-row episodes parquet.
     """
     table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
-    if table.num_rows != 1:
-        raise FormatError(f"an episode's row file holds {table.num_rows} rows, not 1", path=path)
-    write_episode_row(path, {**table.to_pylist()[0], DIGEST_COLUMN: dict(files)})
+    try:
+        new = restamp_table(table, files)
+    except FormatError as exc:
+        raise FormatError(exc.message, path=path) from exc
+    atomic_write_bytes(path, row_bytes(new))
 
 
 def raw_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:

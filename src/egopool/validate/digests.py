@@ -12,7 +12,8 @@ from typing import Any
 
 from ..errors import ObjectStoreError
 from ..layout import EpisodeFiles
-from ..meta.digests import DIGEST_COLUMN, Mismatch, episode_digests, mismatch_line, parse_digests, row_digest
+from ..meta.digests import (DIGEST_COLUMN, Mismatch, episode_digests, mismatch_line, parse_digests, row_digest,
+                            same_file)
 from ..meta.episodes import raw_episode_row
 from ..storage import TaskPath
 from .context import Context
@@ -54,13 +55,16 @@ def check_digests(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
                                             "restore it from another copy of the task")
     if not ctx.decode:
         return
-    have = episode_digests(ctx.root, [p for p in g.paths() if p != g.meta])
-    for rel, want in sorted(rec.files.items()):
+    stored = episode_digests(ctx.root, [p for p in g.paths() if p != g.meta])
+    where = {same_file(rel): rel for rel in stored}
+    have = {same_file(rel): h for rel, h in stored.items()}
+    recorded = {same_file(rel): h for rel, h in rec.files.items()}
+    for rel, want in sorted(recorded.items()):
         got = have.get(rel)
         if got != want:
-            m = Mismatch(rel, want, got)
-            ctx.report.error(R_DIGESTS, ctx.root.joinpath(*rel.split("/")), mismatch_line(m))
-    extra = sorted(set(have) - set(rec.files))
+            m = Mismatch(where.get(rel, rel), want, got)
+            ctx.report.error(R_DIGESTS, ctx.root.joinpath(*m.rel.split("/")), mismatch_line(m))
+    extra = sorted(where[r] for r in set(have) - set(recorded))
     if extra:
         ctx.report.error(R_DIGESTS, ctx.root.joinpath(*extra[0].split("/")),
                          f"episode {g.index} has file(s) {extra[:3]} its row records no digest for: they were added "

@@ -1,0 +1,208 @@
+"""``egopool repair checksums TASK``: record the sha256 of every file of the episodes whose row has none
+(docs/decisions.md X6), on a directory or a bucket.
+
+Only the rows without ``file_digests`` are touched (a row that records digests is never rewritten here: a
+mismatch is damage for ``validate`` to report, not a digest to refresh). Each file is hashed as it is now, so run
+``egopool validate TASK`` first: the digests vouch for the bytes they were taken from. The episode's
+``meta/episodes`` file is rewritten with its other columns kept as stored (:func:`~egopool.meta.episodes.
+restamp_table`); data and videos are never touched. The old row goes to ``.egopool_backup/repair-checksums-<time>/``
+first.
+
+A directory task is rewritten under the task lock (temp file, fsync, rename: a run killed anywhere leaves the old
+or the new row). A bucket task's rows are rewritten under N's claim (:mod:`egopool.ops.task_store`), old row
+PUT to the backup prefix first, then the new row PUT with ``PutMode.UPDATE`` on the version read (a row changed
+meanwhile is skipped), the claim released last: as ``repair force-scale``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from .._atomic import atomic_write_bytes, task_lock, task_read_lock
+from .._safe_read import read_parquet
+from ..errors import EgopoolError
+from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..meta.digests import DIGEST_COLUMN, episode_digests, parse_digests, sha256_bytes
+from ..meta.episodes import restamp_table, row_bytes
+from ..meta.info import read_info
+from ..registry import Registry, file_record, task_key
+from ..storage import ObjectPath, PreconditionFailed, PutMode, TaskPath, is_object_uri
+from ._common import BACKUP_DIR, Progress, backup_copy, new_backup_dir, open_registry, rel, timestamp
+from .migrate import refuse_during_migration
+from .task_store import BucketTask, open_task_store, pause, take_claim, task_claims
+
+__all__ = ["ChecksumsReport", "EpisodeChecksums", "repair_checksums"]
+
+OP = "repair-checksums"
+
+
+@dataclass
+class EpisodeChecksums:
+    """One episode: ``status`` ``recorded`` / ``would record`` / ``skipped`` (``reason``); ``files`` hashed."""
+
+    index: int
+    status: str
+    files: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"episode_index": self.index, "status": self.status, "files": dict(self.files),
+                "reason": self.reason}
+
+
+@dataclass
+class ChecksumsReport:
+    """The run: the task, whether it was a dry run, episodes already holding digests, the others."""
+
+    task: TaskPath
+    dry_run: bool
+    already: int = 0
+    episodes: list[EpisodeChecksums] = field(default_factory=list)
+    backup: TaskPath | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"task": str(self.task), "dry_run": self.dry_run, "already_recorded": self.already,
+                "episodes": [e.to_dict() for e in self.episodes],
+                "backup": str(self.backup) if self.backup is not None else None}
+
+
+def _row_table(g: EpisodeFiles[TaskPath]) -> Any:
+    assert g.meta is not None
+    return read_parquet(g.meta, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
+
+
+def _inspect(root: TaskPath, g: EpisodeFiles[TaskPath]) -> EpisodeChecksums | None:
+    """None when N's row records digests already; else what to record (or why not)."""
+    assert g.meta is not None
+    if g.meta_is_shard:
+        return EpisodeChecksums(g.index, "skipped", reason="row is in a legacy multi-row shard: run `egopool "
+                                                           "migrate --split-episodes` first")
+    table = _row_table(g)
+    if DIGEST_COLUMN in table.column_names:
+        try:
+            if parse_digests(table.column(DIGEST_COLUMN)[0].as_py()) is not None:
+                return None
+        except ValueError as exc:
+            return EpisodeChecksums(g.index, "skipped", reason=f"its {DIGEST_COLUMN} is damaged ({exc}): restore "
+                                                               "the row from another copy of the task")
+    return EpisodeChecksums(g.index, "recorded", episode_digests(root, [p for p in g.paths() if p != g.meta]))
+
+
+def repair_checksums(task_dir: str | Path, *, dry_run: bool = False,
+                     registry: bool | str | Path | Registry | None = True,
+                     progress: Progress | None = None) -> ChecksumsReport:
+    """Record the sha256 of every file of each committed episode whose row records none (module docstring).
+
+    Parameters
+    ----------
+    task_dir:
+        The task directory, or ``s3://bucket/prefix/task``.
+    dry_run:
+        Hash and report what would be recorded; write nothing.
+    registry:
+        ``pipeline.db`` whose hash of each rewritten row file is updated (True = beside the task).
+    progress:
+        ``progress(done, total, what)`` after each episode.
+
+    Returns
+    -------
+    ChecksumsReport
+        An episode whose files cannot be read is ``skipped`` with the error; the others are recorded.
+
+    Raises
+    ------
+    FormatError
+        ``info.json`` cannot be read.
+    """
+    bt: BucketTask | None
+    if is_object_uri(task_dir):
+        bt = open_task_store(str(task_dir), "repair checksums")
+        where: str | Path = bt.uri
+        root: TaskPath = bt.path
+        layout, reg = bt.layout, None
+        lock: Any = contextlib.nullcontext()
+        if not dry_run:  # a killed run's claims: its row PUT was atomic, so releasing them is its roll-forward
+            bt.parent.delete([c.key for c in task_claims(bt) if c.op == OP])
+    else:
+        bt = None
+        where = local = Path(task_dir)
+        root = local
+        layout = TaskLayout.from_info(local, read_info(local))
+        reg = open_registry(local, registry) if not dry_run else None
+        lock = task_read_lock(local) if dry_run else task_lock(local)
+    report = ChecksumsReport(root, dry_run)
+    with lock:
+        if bt is None:
+            refuse_during_migration(local, "repair episode rows")
+        groups = [g for g in list_task_episodes(where, layout) if g.meta is not None and g.data is not None]
+        for i, g in enumerate(groups):
+            try:
+                rep = _inspect(root, g)
+                if rep is None:
+                    report.already += 1
+                else:
+                    report.episodes.append(rep)
+                    if rep.status == "recorded" and dry_run:
+                        rep.status = "would record"
+                    elif rep.status == "recorded" and bt is not None:
+                        _write_bucket(bt, g, rep, report)
+                    elif rep.status == "recorded":
+                        _write(local, g, rep, report, reg)
+            except EgopoolError as exc:  # one unreadable episode never stops the others
+                report.episodes.append(EpisodeChecksums(g.index, "skipped", reason=exc.one_line()))
+            if progress is not None:
+                progress(i + 1, len(groups), f"episode {g.index}")
+    return report
+
+
+def _write_bucket(bt: BucketTask, g: EpisodeFiles[TaskPath], rep: EpisodeChecksums, report: ChecksumsReport) -> None:
+    """Rewrite one row in a bucket: claim, backup, conditional PUT, release (module docstring)."""
+    key = bt.row_key(rep.index)
+    claim = take_claim(bt, rep.index, OP, [])
+    try:
+        got = bt.store.get(key)
+        if got is None:
+            rep.status, rep.reason = "skipped", "the row was deleted meanwhile"
+            return
+        if report.backup is None:
+            report.backup = bt.path / BACKUP_DIR / f"repair-checksums-{timestamp()}"
+        assert isinstance(report.backup, ObjectPath)
+        bt.store.put(f"{rel(bt.path, report.backup)}/{key}", got[0])
+        pause(OP, "backup")
+        body = row_bytes(restamp_table(pq.read_table(io.BytesIO(got[0])), rep.files))
+        try:
+            bt.store.put(key, body, mode=PutMode.UPDATE, version=got[1], sha256=sha256_bytes(body))
+        except PreconditionFailed:
+            rep.status, rep.reason = "skipped", "the row changed meanwhile; run the repair again"
+            return
+        pause(OP, "row")
+    finally:
+        bt.parent.delete([claim.key])
+
+
+def _write(root: Path, g: EpisodeFiles[TaskPath], rep: EpisodeChecksums, report: ChecksumsReport,
+           reg: Registry | None) -> None:
+    meta = g.meta
+    if not isinstance(meta, Path):
+        raise TypeError(f"episode {rep.index} of the directory task {root} has no local row file: {meta!r}")
+    if report.backup is None:
+        report.backup = new_backup_dir(root, "repair-checksums")
+    assert isinstance(report.backup, Path)
+    backup_copy(root, meta, report.backup)
+    pause(OP, "backup")
+    atomic_write_bytes(meta, row_bytes(restamp_table(read_parquet(meta, what="episodes parquet"), rep.files)))
+    pause(OP, "row")
+    if reg is not None:
+        rec = reg.get(task_key(root), rep.index)
+        if rec is not None:
+            new = file_record(root, meta)
+            files = [f for f in rec.files if f.path != new.path] + [new]
+            reg.replace_files(task_key(root), rep.index, sorted(files, key=lambda f: f.path))
