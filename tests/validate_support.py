@@ -115,7 +115,7 @@ def rename_column(table: pa.Table, old: str, new: str) -> pa.Table:
 def snapshot(root: Path) -> dict[str, str]:
     """sha256 of every file (dotfiles included) and every directory under ``root``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
         out[rel + "/"] = "dir"
         for name in filenames:

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..storage import ObjectPath, TaskPath
+from ..storage import ObjectPath, Store, TaskPath
 
 __all__ = ["ALGORITHM", "DIGEST_COLUMN", "CHUNK", "Digests", "Mismatch", "episode_digests", "file_digests_of",
-           "mismatch_line", "parse_digests", "same_file", "row_digest", "sha256_bytes", "sha256_path", "stamp"]
+           "mismatch_line", "parse_digests", "same_file", "row_digest", "sha256_bytes", "sha256_of_key", "sha256_path", "stamp",
+           "updated_digests"]
 
 DIGEST_COLUMN = "file_digests"
 ALGORITHM = "sha256"
@@ -82,6 +83,51 @@ def sha256_path(path: TaskPath | str) -> str:
                 break
             h.update(b)
     return h.hexdigest()
+
+
+def sha256_of_key(store: Store, key: str) -> str:
+    """sha256 of object ``key``: the one the store recorded when it wrote it, else its bytes hashed.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such object.
+    StorageError
+        The store failed.
+    """
+    meta = store.head(key)
+    if meta is None:
+        raise FileNotFoundError(2, "No such object", store.url(key))
+    if meta.sha256:
+        return meta.sha256
+    local = store.local_path(key)
+    if local is not None:
+        return sha256_path(local)
+    h = hashlib.sha256()
+    with store.open_input(key) as f:
+        for piece in iter(lambda: f.read(CHUNK), b""):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def updated_digests(value: Any, changes: Mapping[str, str | None]) -> dict[str, str] | None:
+    """A row's recorded files (its :data:`DIGEST_COLUMN` value) with ``changes`` applied (path -> new sha256, or
+    None: the file is gone); None when the row records no digests (nothing to keep up to date).
+
+    Raises
+    ------
+    ValueError
+        The recorded value is damaged.
+    """
+    rec = parse_digests(value)
+    if rec is None:
+        return None
+    files = dict(rec.files)
+    for rel, sha in changes.items():
+        files.pop(rel, None)
+        if sha is not None:
+            files[rel] = sha
+    return files
 
 
 def _rel(root: TaskPath, p: TaskPath) -> str:

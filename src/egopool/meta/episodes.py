@@ -22,7 +22,7 @@ from .._atomic import atomic_write_bytes
 from .._safe_read import loads_json, read_parquet
 from ..errors import FormatError
 from ..storage import TaskPath, TaskPathLike, as_path
-from .digests import DIGEST_COLUMN, parse_digests, stamp
+from .digests import DIGEST_COLUMN, parse_digests, row_digest, stamp
 
 __all__ = [
     "EPISODE_COLUMNS",
@@ -30,6 +30,7 @@ __all__ = [
     "decode_row",
     "episode_row_table",
     "raw_episode_row",
+    "recorded_as",
     "read_episode_row",
     "restamp_row_file",
     "restamp_table",
@@ -187,3 +188,19 @@ def raw_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:
     if not rows:
         raise FormatError(f"no row with episode_index={index}", path=path)
     return rows[0]
+
+
+def recorded_as(path: TaskPathLike, index: int, files: Mapping[str, str]) -> bool:
+    """True when N's row records exactly ``files`` and its content digest holds (nothing to re-stamp).
+
+    Raises
+    ------
+    FormatError
+        The row cannot be read.
+    """
+    raw = raw_episode_row(path, index)
+    try:
+        rec = parse_digests(raw.get(DIGEST_COLUMN))
+    except ValueError:
+        return False
+    return rec is not None and rec.files == dict(files) and rec.row == row_digest(raw)

@@ -67,7 +67,8 @@ from ..errors import EgopoolError, FormatError, LockError, OperationError, Regis
 from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
-from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
+from ..meta.digests import DIGEST_COLUMN, sha256_of_key, updated_digests
+from ..meta.episodes import EPISODE_COLUMNS, read_episode_row, restamp_table, row_bytes
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
 from ..storage import ObjectPath, PreconditionFailed, PutMode, open_store
@@ -227,8 +228,11 @@ def _place(t: StoreTask, jobs: list[StreamJob]) -> None:
                                  f"restore either from a backup, or `egopool delete TASK {job.index}`")
 
 
-def _row_bytes(meta: Path | ObjectPath, codecs: dict[str, Any], drops: dict[str, Any]) -> bytes:
-    """N's row file with only ``video_codec`` and ``drop_stats`` replaced (every other column as stored)."""
+def _row_bytes(meta: Path | ObjectPath, codecs: dict[str, Any], drops: dict[str, Any],
+               files: dict[str, str | None] | None = None) -> bytes:
+    """N's row file with only ``video_codec`` and ``drop_stats`` replaced (every other column as stored); a row
+    that records file digests gets ``files``' changes (task key -> new sha256, None: removed) in the same
+    rewrite (docs/decisions.md X4)."""
     table = read_parquet(meta, what="episodes parquet")
     for name, value in (("video_codec", codecs), ("drop_stats", drops)):
         col = pa.array([json.dumps(value, ensure_ascii=False, allow_nan=False)], type=EPISODE_COLUMNS[name])
@@ -236,6 +240,13 @@ def _row_bytes(meta: Path | ObjectPath, codecs: dict[str, Any], drops: dict[str,
             table = table.set_column(table.column_names.index(name), name, col)
         else:
             table = table.append_column(name, col)
+    if files and DIGEST_COLUMN in table.column_names and table.num_rows == 1:
+        try:
+            kept = updated_digests(table.column(DIGEST_COLUMN)[0].as_py(), files)
+        except ValueError:
+            kept = None  # a damaged digest column stays as it is: validate names it
+        if kept is not None:
+            return row_bytes(restamp_table(table, kept))
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     return buf.getvalue()
@@ -264,7 +275,9 @@ def _finish(t: StoreTask, layout: TaskLayout, jobs: list[StreamJob], reg: Regist
                 drops[clipped_key(j.key)] = int(drops.get(clipped_key(j.key)) or 0) + j.result.clipped
             changed = True
         if changed:
-            t.store.put(t.key(meta), _row_bytes(meta, codecs, drops))
+            digests: dict[str, str | None] = {j.src: None for j in group}
+            digests.update({j.dst: sha256_of_key(t.store, j.dst) for j in group})
+            t.store.put(t.key(meta), _row_bytes(meta, codecs, drops, digests))
         t.store.delete([j.src for j in group])
         if reg is not None and t.local is not None:
             root = t.local

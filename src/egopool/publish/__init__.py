@@ -6,7 +6,7 @@ Used by the pooling server (a directory store or ``s3://``), ``egopool sync`` in
 delete the journal (:mod:`.commit`); sweep what a killed publish left (:mod:`.recover`).
 """
 
-from .commit import Pause, Publication, Record, claim_all, finish, publish_group
+from .commit import Pause, Publication, Record, claim_all, finish, publish_group, stamp_digests
 from .journal import (JOURNALS, STALE_AFTER, claim, journal_doc, journal_key, journals, json_bytes, new_owner_id,
                       read_journal, task_hash)
 from .recover import publication_of, recover
@@ -14,5 +14,5 @@ from .task_meta import committed_rows, committed_stats, create_task_meta, merge_
 
 __all__ = ["JOURNALS", "STALE_AFTER", "Pause", "Publication", "Record", "claim", "claim_all", "committed_rows", "committed_stats",
            "create_task_meta", "finish", "journal_doc", "journal_key", "journals", "json_bytes", "merge_meta",
-           "new_owner_id", "publication_of", "publish_group", "read_journal", "recover", "task_hash",
+           "new_owner_id", "publication_of", "publish_group", "read_journal", "recover", "stamp_digests", "task_hash",
            "update_json"]

@@ -35,13 +35,13 @@ from typing import Any
 from .._atomic import fsync_file
 from ..errors import EgopoolError, MetaUpdateError
 from ..meta.digests import sha256_path
-from ..meta.episodes import restamp_row_file
+from ..meta.episodes import recorded_as, restamp_row_file
 from ..meta.stats import StatsBlock
 from ..storage import PutMode, Store
 from .journal import claim, journal_key, remove
 from .task_meta import create_task_meta, merge_meta
 
-__all__ = ["Pause", "Publication", "Record", "claim_all", "finish", "publish_group"]
+__all__ = ["Pause", "Publication", "Record", "claim_all", "finish", "publish_group", "stamp_digests"]
 
 #: ``pause(stage)``: the crash tests' fault-injection seam (``placed``, ``committed``).
 Pause = Callable[[str], None]
@@ -131,9 +131,12 @@ def stamp_digests(pub: Publication) -> None:
         sha = pub.sha.get(key) or sha256_path(path)
         pub.sha[key] = sha
         files[key[len(prefix):] if key.startswith(prefix) else key] = sha
-    restamp_row_file(pub.row[0], files)
-    pub.sha[pub.row[1]] = sha256_path(pub.row[0])
-    pub.synced = pub.synced - {pub.row[0]}
+    if not recorded_as(pub.row[0], pub.index, files):
+        restamp_row_file(pub.row[0], files)
+        pub.synced = pub.synced - {pub.row[0]}
+        pub.sha.pop(pub.row[1], None)
+    if pub.row[1] not in pub.sha:
+        pub.sha[pub.row[1]] = sha256_path(pub.row[0])
 
 
 def _settle(futures: Sequence[Future[Any]]) -> None:
@@ -182,11 +185,6 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
         journal is kept and recovery records it).
     """
     slots = [_Slot(p) for p in pubs]
-    for s in slots:
-        try:
-            stamp_digests(s.pub)
-        except Exception as exc:  # an unreadable staged file: this one fails before anything is put
-            s.error = exc
 
     def live() -> list[_Slot]:
         return [s for s in slots if s.error is None]
@@ -198,18 +196,23 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
                 if not s.committed:
                     _undo(store, s)
 
+    for s in slots:
+        try:
+            stamp_digests(s.pub)
+        except Exception as bad:  # an unreadable staged file: it fails (with any higher N) before anything is put
+            fail(s, bad)
     try:
         puts = {id(s): [(_POOL.submit(_put, store, path, key, s.pub.sha.get(key), path in s.pub.synced), key)
-                        for path, key in s.pub.objects] for s in slots}
+                        for path, key in s.pub.objects] for s in live()}
         local = store.local_path(slots[0].pub.row[1]) is not None if slots else False
-        rows = [_POOL.submit(fsync_file, s.pub.row[0]) for s in slots] if local else []  # the commits' bytes too
+        rows = [_POOL.submit(fsync_file, s.pub.row[0]) for s in live()] if local else []  # the commits' bytes too
         _settle([f for fs in puts.values() for f, _ in fs] + rows)
         if any(f.exception() is not None for f in rows):
             local = False  # synced again by the commit's own put
+        for s in live():
+            s.placed = [key for f, key in puts.get(id(s), []) if f.exception() is None]
         for s in slots:
-            s.placed = [key for f, key in puts[id(s)] if f.exception() is None]
-        for s in slots:
-            exc = next((f.exception() for f, _ in puts[id(s)] if f.exception() is not None), None)
+            exc = next((f.exception() for f, _ in puts.get(id(s), []) if f.exception() is not None), None)
             if exc is not None and s.error is None:
                 fail(s, exc)
         if live():

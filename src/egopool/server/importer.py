@@ -45,7 +45,8 @@ from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.info import merge_info, new_info
 from ..meta.tasks import read_tasks
-from ..publish import JOURNALS, Publication, claim_all, committed_rows, journal_doc, publish_group, task_hash
+from ..publish import (JOURNALS, Publication, claim_all, committed_rows, journal_doc, publish_group, stamp_digests,
+                       task_hash)
 from ..registry import sha256_file
 from ..transfer.manifest import Manifest
 from ..write.recovery import reclaim_stale
@@ -506,11 +507,12 @@ class Importer:
                                   for o in lines or [{"task_index": 0, "task": task}]).encode("utf-8")
         pub = Publication(task, target, moves, row, decl, blocks, episode.to_dict(), upload_fields, fresh, tasks_jsonl,
                           sha, frozenset(map(Path, v.synced)))
+        stamp_digests(pub)  # the row records its files' sha256 as published (renumbered: their new bytes), X3
         doc = journal_doc(task, target, self.store.owner, [key for _, key in [*moves, row]], row[1],
                           episode=episode.to_dict(), upload_fields=upload_fields, declarations=decl,
                           new_task=fresh is not None, new_info=fresh,
                           tasks_jsonl=tasks_jsonl.decode("utf-8") if tasks_jsonl else None)
-        return _Prepared(pub, doc, {key[len(task) + 1:]: h for key, h in sorted(sha.items())})
+        return _Prepared(pub, doc, {key[len(task) + 1:]: h for key, h in sorted(pub.sha.items())})
 
     def _imported(self, prep: _Prepared, zip_sha256: str, problem: str | None) -> ImportResult:
         """The answer for a published (committed) episode."""

@@ -43,6 +43,8 @@ from ..layout import EpisodeFiles, TaskLayout, find_episode_files
 from ..meta.episodes import read_episode_row
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
 from ..identity import ClientIdentity, derive_client_key, host_id_of_key
+from ..meta.digests import DIGEST_COLUMN, Mismatch, mismatch_line, parse_digests, row_digest, same_file
+from ..meta.episodes import raw_episode_row, restamp_table, row_bytes
 from ..registry import Registry, sha256_file, task_key
 from .manifest import MANIFEST_NAME, Manifest, MemberRecord, video_arcname
 
@@ -348,6 +350,7 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
     plan.append((f"data/chunk-{c:03d}/episode-{f:03d}.parquet", g.data))
     row_name = f"meta/episodes/chunk-{c:03d}/episode-{f:03d}.parquet"
     plan.append((row_name, _row_slice(g.meta, g.index) if g.meta_is_shard else g.meta))
+    expect = _recorded(root, g)
     for name in ("meta/info.json", "meta/stats.json", "meta/tasks.jsonl"):
         p = root / name
         if p.is_file():
@@ -378,6 +381,7 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
                             enc.unlink()
                     reencoded.append(name)
                     members.append(MemberRecord(name, rec.size, rec.sha256, source_sha, "hevc"))
+                    _check_member(root, name, source_sha, expect)
                     done += src.stat().st_size
                 else:
                     base = done
@@ -386,7 +390,11 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
                         if progress is not None:
                             progress(base + n, total, f"episode {g.index}")
 
+                    if name == row_name and expect is not None and reencoded:  # the zip's row vouches for its bytes
+                        src = _restamped_row(src, {**expect, **{m.name: m.sha256 for m in members}})
                     members.append(_add(zf, name, src, tick))
+                    if name != row_name:
+                        _check_member(root, name, members[-1].sha256, expect)
                     done += members[-1].size
                 if progress is not None:
                     progress(done, total, f"episode {g.index}")
@@ -401,6 +409,51 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
             tmp.unlink()
         raise
     return PackedEpisode(final, task, g.index, c, f, final.stat().st_size, sha256_file(final), manifest, reencoded)
+
+
+def _recorded(root: Path, g: EpisodeFiles) -> dict[str, str] | None:
+    """The digests N's row records (task-relative path -> sha256), None when it records none; a row whose content
+    does not match its own digest is refused (docs/decisions.md X4).
+
+    Raises
+    ------
+    FormatError
+        The row's digests are damaged, or the row was altered after it was written.
+    """
+    assert g.meta is not None
+    raw = raw_episode_row(g.meta, g.index)
+    try:
+        rec = parse_digests(raw.get(DIGEST_COLUMN))
+    except ValueError as exc:
+        raise FormatError(f"episode {g.index}'s row: {exc}", path=g.meta,
+                          hint="restore the row from another copy; nothing was sent") from exc
+    if rec is None:
+        return None
+    if rec.row is not None and row_digest(raw) != rec.row:
+        raise FormatError(f"episode {g.index}'s row content hashes to sha256 {row_digest(raw)}, the row records "
+                          f"{rec.row}: it was altered after it was written", path=g.meta,
+                          hint="restore the row from another copy (a backup, a sync peer); nothing was sent")
+    return {same_file(k): v for k, v in rec.files.items()}
+
+
+def _check_member(root: Path, name: str, sha: str | None, expect: dict[str, str] | None) -> None:
+    """Refuse a file whose bytes are not those its row records (the zip is removed by the caller's cleanup).
+
+    Raises
+    ------
+    FormatError
+        One line naming the file, the expected and the actual digest.
+    """
+    want = expect.get(same_file(name)) if expect is not None else None
+    if want is not None and sha is not None and want != sha:
+        raise FormatError(mismatch_line(Mismatch(name, want, sha), where=str(root)),
+                          hint="nothing was sent; restore the file from another copy, then upload again")
+
+
+def _restamped_row(row: Path | bytes, files: dict[str, str]) -> bytes:
+    """The row with the digests of what the zip carries (re-encoded videos: their new bytes)."""
+    table = pq.read_table(io.BytesIO(row) if isinstance(row, bytes) else row)
+    return row_bytes(restamp_table(table, files))
 
 
 def _add(zf: zipfile.ZipFile, name: str, src: Path | bytes, tick: Callable[[int], None]) -> MemberRecord:

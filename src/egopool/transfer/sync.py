@@ -39,6 +39,7 @@ from .._atomic import atomic_write_bytes, exclusive_lock, fsync_dir, fsync_file,
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta import markers
+from ..meta.digests import DIGEST_COLUMN, Mismatch, mismatch_line, parse_digests, row_digest, same_file
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import episode_stats_file
 from ..registry import sha256_file
@@ -169,6 +170,8 @@ class _Source:
         self.tmp = tmp
         self.bucket: Bucket | None = None
         self.task = ""
+        #: The episode being copied: its row's recorded digests (same_file path -> sha256), checked by fetch (X4).
+        self.expect: dict[str, str] = {}
         if is_bucket_uri(src):
             self.bucket, self.task = _split_task_uri(src)
 
@@ -195,7 +198,7 @@ class _Source:
         if self.bucket is None:
             assert isinstance(self.root, Path)  # not an s3:// URI: a directory
             p = self.root / rel
-            return p, sha256_file(p)
+            return p, self._expected(rel, sha256_file(p))
         dest = self.tmp / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.bucket.download(f"{self.task}/{rel}", dest)
@@ -205,7 +208,25 @@ class _Source:
             raise _SourceDamaged(f"the source's {self.bucket.url(self.task + '/' + rel)}: its bytes hash to "
                                  f"{got[:12]}..., the sha256 recorded with it is {recorded[:12]}...",
                                  hint="the object is damaged; restore it from another copy")
-        return dest, got
+        try:
+            return dest, self._expected(rel, got)
+        except _SourceDamaged:
+            dest.unlink()
+            raise
+
+    def _expected(self, rel: str, got: str) -> str:
+        """``got`` when it is the sha256 the episode's row records for ``rel`` (or records none).
+
+        Raises
+        ------
+        _SourceDamaged
+            The bytes are not those the row records: one line naming the file and both digests.
+        """
+        want = self.expect.get(same_file(rel))
+        if want is not None and want != got:
+            raise _SourceDamaged(mismatch_line(Mismatch(rel, want, got), where=self.uri.rstrip("/")),
+                                 hint="nothing was copied; the destination is untouched")
+        return got
 
     def release(self, path: Path) -> None:
         if self.bucket is not None:
@@ -256,6 +277,17 @@ def _check_row(source: _Source, g: EpisodeFiles) -> None:
     if g.index not in indices:
         raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel} holds no row of episode {g.index}",
                              hint=f"restore it in the source or delete episode {g.index} there")
+    raw = table.to_pylist()[indices.index(g.index)]
+    try:
+        rec = parse_digests(raw.get(DIGEST_COLUMN))
+    except ValueError as exc:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel}: {exc}",
+                             hint="restore the row in the source from another copy") from exc
+    if rec is not None and rec.row is not None and row_digest(raw) != rec.row:
+        raise _SourceDamaged(f"the source's {source.uri.rstrip('/')}/{rel}: the row's content hashes to sha256 "
+                             f"{row_digest(raw)}, the row records {rec.row} (altered after it was written)",
+                             hint="nothing was copied; restore the row in the source from another copy")
+    source.expect = {same_file(k): v for k, v in rec.files.items()} if rec is not None else {}
 
 
 def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
@@ -318,6 +350,7 @@ def sync_task(src: str, dst: str, *, dry_run: bool = False,
 
 def _one(source: _Source, dest: _BucketDest | _DirDest, g: EpisodeFiles, dry_run: bool) -> SyncOutcome:
     n = g.index
+    source.expect = {}
     rels = _episode_rels(source.root, g)
     held = dest.committed_files(n, source)
     if held is not None:
