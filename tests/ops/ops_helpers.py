@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from egopool import StreamSpec, TaskWriter, vector_column
 from egopool.layout import TaskLayout
+from egopool.meta.digests import file_digests_of
 from egopool.meta.episodes import read_episode_row, write_episode_row
 from egopool.meta.info import read_info, write_info
 
@@ -52,14 +53,18 @@ def clone_episode(task_dir: Path, src: int, dst: int) -> None:
     out = layout.data_file(dst)
     out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(_set_episode_index(table, dst), out, compression="zstd")
+    copied = [out]
     for key, ext in info.get("video_extensions", {}).items():
         vsrc = layout.video_file(src, key, ext)
         if vsrc.exists():
             vdst = layout.video_file(dst, key, ext)
             vdst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(vsrc, vdst)
+            copied.append(vdst)
     row = read_episode_row(layout.episodes_file(src), src)
     row["episode_index"] = dst
+    if row.get("file_digests"):  # the clone's own files, as a writer would have recorded them
+        row["file_digests"] = file_digests_of(task_dir, copied)
     write_episode_row(layout.episodes_file(dst), row)
     info["total_episodes"] = max(int(info["total_episodes"]), dst)
     write_info(task_dir, info)

@@ -19,6 +19,7 @@ import av
 import numpy as np
 import pytest
 from ops_helpers import snapshot
+from validate_support import reseal
 
 from egopool.cli.app import main
 from egopool.codecs.depth import LogDepthCodec, hevc12_available, probe_depth, read_depth_frames
@@ -358,6 +359,7 @@ def test_a_task_already_mixed_by_hand_ends_all_hevc(tmp_path, capsys):
     assert rec is not None
     files = [f for f in rec.files if not f.path.endswith(".mkv") or "d435_depth/" not in f.path]
     reg.replace_files(task_key(task), 1, [*files, file_record(task, mkv.with_suffix(".mp4"))])
+    reseal(task)  # and the row's checksums
     assert not validate_task(task).ok  # .mp4 where video_extensions says mkv
 
     report = compress_task(task)

@@ -25,6 +25,8 @@ from ..errors import FormatError, LegacyLayoutError, UploadRejectedError
 from ..identity import check_client_key, host_id_of_key, token_host_id
 from ..layout import TaskLayout
 from ..storage import ObjectPath
+from ..meta.digests import DIGEST_COLUMN, parse_digests, sha256_path
+from ..meta.episodes import raw_episode_row, restamp_row_file
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
 from ..meta.stats import StatsBlock, episode_stats_file, stats_columns
 from ..transfer.manifest import Manifest
@@ -195,6 +197,12 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
         extracted = extract_verified(zip_path, plan, staging, limits)
         info, layout, n = check_slice(staging, plan.chunk, plan.file, plan.manifest, limits, media)
         learnt["client_episode_index"] = n
+        hashed = {str(staging.joinpath(*a.split("/"))): r.sha256 for a, r in extracted.items()}
+        row_file = local(layout.episodes_file(n))
+        new_row = adopt_reencoded(row_file, n, {a: (r.sha256, r.source_sha256) for a, r in extracted.items()
+                                                if r.reencoded})
+        if new_row is not None:
+            hashed[str(row_file)] = new_row
         # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="egopool-fsync") as syncer:
             syncing = syncer.submit(_sync_episode_files, staging, layout, n)
@@ -217,9 +225,40 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
     finally:
         for container in media.values():  # those the validator did not take
             container.close()
-    return Verified(staging, plan.manifest, host_id, info, n, validation, length, streams,
-                    {str(staging.joinpath(*a.split("/"))): r.sha256 for a, r in extracted.items()},
+    return Verified(staging, plan.manifest, host_id, info, n, validation, length, streams, hashed,
                     [str(p) for p in synced], stats_columns(info, names), blocks, names)
+
+
+def adopt_reencoded(row_file: Path, n: int, reencoded: Mapping[str, tuple[str, str | None]]) -> str | None:
+    """Let a row that records digests vouch for the videos the client re-encoded before sending (§9 HEVC
+    pre-compression; docs/decisions.md X4): each one's source sha256 (the manifest's) must be the digest the row
+    records, then the row records the received bytes' sha256. Returns the staged row's new sha256, or None when
+    it was left as sent (no re-encoded member, or a row without digests).
+
+    Raises
+    ------
+    UploadRejectedError
+        422 ``checksum``: the client's source file was not the one its row records (damaged before packing).
+    """
+    if not reencoded:
+        return None
+    raw = raw_episode_row(row_file, n)
+    try:
+        rec = parse_digests(raw.get(DIGEST_COLUMN))
+    except ValueError as exc:
+        raise UploadRejectedError(422, "checksum", f"the episode's row: {exc}") from exc
+    if rec is None:
+        return None
+    files = dict(rec.files)
+    for name, (got, source) in sorted(reencoded.items()):
+        want = files.get(name)
+        if want is not None and source != want:
+            raise UploadRejectedError(422, "checksum", f"{name} was re-encoded from a file whose sha256 is "
+                                                       f"{source}, the episode's row records {want}: the client's "
+                                                       "copy was damaged before packing; restore it and upload again")
+        files[name] = got
+    restamp_row_file(row_file, files)
+    return sha256_path(row_file)
 
 
 def check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits,

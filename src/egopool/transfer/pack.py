@@ -44,7 +44,7 @@ from ..meta.episodes import read_episode_row
 from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, read_info
 from ..identity import ClientIdentity, derive_client_key, host_id_of_key
 from ..meta.digests import DIGEST_COLUMN, Mismatch, mismatch_line, parse_digests, row_digest, same_file
-from ..meta.episodes import raw_episode_row, restamp_table, row_bytes
+from ..meta.episodes import raw_episode_row
 from ..registry import Registry, sha256_file, task_key
 from .manifest import MANIFEST_NAME, Manifest, MemberRecord, video_arcname
 
@@ -390,8 +390,6 @@ def _pack_one(root: Path, task: str, info: dict[str, Any], g: EpisodeFiles, out:
                         if progress is not None:
                             progress(base + n, total, f"episode {g.index}")
 
-                    if name == row_name and expect is not None and reencoded:  # the zip's row vouches for its bytes
-                        src = _restamped_row(src, {**expect, **{m.name: m.sha256 for m in members}})
                     members.append(_add(zf, name, src, tick))
                     if name != row_name:
                         _check_member(root, name, members[-1].sha256, expect)
@@ -448,12 +446,6 @@ def _check_member(root: Path, name: str, sha: str | None, expect: dict[str, str]
     if want is not None and sha is not None and want != sha:
         raise FormatError(mismatch_line(Mismatch(name, want, sha), where=str(root)),
                           hint="nothing was sent; restore the file from another copy, then upload again")
-
-
-def _restamped_row(row: Path | bytes, files: dict[str, str]) -> bytes:
-    """The row with the digests of what the zip carries (re-encoded videos: their new bytes)."""
-    table = pq.read_table(io.BytesIO(row) if isinstance(row, bytes) else row)
-    return row_bytes(restamp_table(table, files))
 
 
 def _add(zf: zipfile.ZipFile, name: str, src: Path | bytes, tick: Callable[[int], None]) -> MemberRecord:
