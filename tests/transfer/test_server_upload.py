@@ -114,6 +114,11 @@ def test_demo_task_with_hevc_reencoding(server: ServerProc, tokens, tmp_path: Pa
         if key in rgb:  # re-encoded: other bytes, same frames, HEVC
             assert a[path] != b[path]
             assert count_video_frames(dst / path) == count_video_frames(src / path)
+        elif path.startswith("meta/episodes/"):  # the row records the bytes the server holds (X4)
+            ta, tb = pq.read_table(src / path), pq.read_table(dst / path)
+            assert ta.drop_columns(["file_digests"]).equals(tb.drop_columns(["file_digests"])), path
+            got = json.loads(tb.column("file_digests")[0].as_py())["files"]
+            assert {k: sha256_file(dst / k) for k in got} == got, path
         else:
             assert a[path] == b[path], path
     _assert_stats_recomputed(dst)
@@ -155,7 +160,11 @@ def test_two_pcs_pool_into_ten_episodes(server: ServerProc, tokens, tmp_path: Pa
         assert dst_data.schema.equals(src_data.schema)
         src_row = pq.read_table(s / f"meta/episodes/chunk-000/episode-{n - 1:03d}.parquet").to_pylist()[0]
         dst_row = pq.read_table(d / f"meta/episodes/chunk-000/episode-{m - 1:03d}.parquet").to_pylist()[0]
+        digests = json.loads(dst_row.pop("file_digests"))["files"]  # the renumbered files' own (X3)
+        src_row.pop("file_digests")
         assert dst_row == {**src_row, "episode_index": m}
+        assert {k: sha256_file(d / k) for k in digests} == digests
+        assert f"data/chunk-000/episode-{m - 1:03d}.parquet" in digests
         keys = sorted(p.name for p in (s / "videos/chunk-000").iterdir())
         assert len(keys) == 3  # three UVC cameras
         for key in keys:
