@@ -191,9 +191,13 @@ def test_sync_upload_and_server_refuse_a_damaged_file(kind: str, reference: Path
     out = sync_task(str(task), str(dst))
     assert [o.status for o in out.outcomes] == ["refused"] and rel in (out.outcomes[0].reason or "")
     assert not (dst / META).exists() and not (dst / DATA).exists()
-    bucket_dst = put_in_bucket(s3_server, tmp_path / "dst") + "/" + task.name  # an empty prefix beside
+    (tmp_path / "empty").mkdir()
+    bucket_dst = put_in_bucket(s3_server, tmp_path / "empty") + "/" + task.name  # a fresh prefix
     out = sync_task(str(task), bucket_dst)
     assert [o.status for o in out.outcomes] == ["refused"], out.to_dict()
+    from egopool.storage import open_store
+
+    assert not [m.key for m in open_store(bucket_dst).list() if "episode-000" in m.key]
     # upload: the client refuses before sending
     with pytest.raises(FormatError) as exc:
         pack_episode(task, 1, tmp_path / "zips")
@@ -207,7 +211,8 @@ def test_sync_upload_and_server_refuse_a_damaged_file(kind: str, reference: Path
     good = pack_episode(reference, 1, tmp_path / "good")
     bad = rebuild_zip(good.path, tmp_path / "bad.zip", replace={rel: (task / rel).read_bytes()})
     with pytest.raises(UploadRejectedError) as rej:
-        verify_upload(bad, tmp_path / "staging", Limits(), form_index=None, client_key=None, token_id=None)
+        verify_upload(bad, tmp_path / "staging", Limits(max_ratio=1e6),  # the re-written test parquet is sparse
+                      form_index=None, client_key=None, token_id=None)
     assert rej.value.status == 422 and rel.split("/")[-1] in str(rej.value)
     assert {p: p.read_bytes() for p in task.rglob("*") if p.is_file()} == before  # nothing repaired or moved
     assert sha256_path(reference / rel) != sha256_path(task / rel)  # the good copy is untouched
