@@ -192,7 +192,7 @@ def test_sigkill_mid_backfill_loses_nothing_and_a_rerun_finishes(tmp_path, monke
     originals = {n: pq.read_table(layout.data_file(n)) for n in range(1, n_eps + 1)}
     inode = {n: os.stat(layout.data_file(n)).st_ino for n in originals}
 
-    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(task)], env={**os.environ, "PYTHONPATH": ""})
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(task)], env={**os.environ, "PYTHONPATH": str(Path(egopool.__file__).parents[1])})  # this checkout
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         if any(os.stat(layout.data_file(n)).st_ino != inode[n] for n in originals):

@@ -45,17 +45,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import publish, task_lock, temp_path_for
+from .._atomic import atomic_write_bytes, publish, task_lock, temp_path_for
 from .._safe_read import open_parquet
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles
+from ..meta.digests import DIGEST_COLUMN, Digests, parse_digests, sha256_bytes, sha256_of_key, sha256_path
+from ..meta.episodes import restamp_table, row_bytes
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import stats_columns
 from ..ops._common import rel
 from ..ops.task_store import BucketTask, open_task_store, pause, take_claim, task_claims, update_json
 from ..registry import Registry, file_record, sha256_file, task_key
 from ..schema import hand_pose_column
-from ..storage import is_object_uri
+from ..storage import PutMode, is_object_uri
 from .mirror import JOINTS, SIDES, HandPose3D, episode_mirror_dir, read_episode_keypoints
 
 #: The claim's ``op`` in a bucket (ops/task_store.py), and the crash tests' pause name.
@@ -217,12 +219,17 @@ def _rewrite(data: Path, new: dict[str, np.ndarray], tmp: Path) -> None:
             row += n
 
 
-def _place(data: Path, new: dict[str, np.ndarray], bt: BucketTask | None) -> None:
-    """Rewrite the data parquet and put it in place: a directory's temp + rename, a bucket's PUT with its sha256."""
+def _place(data: Path, new: dict[str, np.ndarray], bt: BucketTask | None,
+           g: EpisodeFiles | None = None) -> None:
+    """Rewrite the data parquet and put it in place: a directory's temp + rename, a bucket's PUT with its sha256.
+    Before the put, the row (``g``'s) records the new digest with the old one as ``previous`` (X3), so a kill
+    between the two leaves a task that validates; :func:`_restamp_data` drops ``previous`` after."""
     if bt is None:
         tmp = temp_path_for(data)
         try:
             _rewrite(data, new, tmp)
+            if g is not None:
+                _restamp_data(g, bt, sha256_path(tmp), sha256_path(data))
             publish(tmp, data)
         finally:
             if tmp.exists():
@@ -231,7 +238,49 @@ def _place(data: Path, new: dict[str, np.ndarray], bt: BucketTask | None) -> Non
     with tempfile.TemporaryDirectory(prefix="egopool-backfill-") as d:
         tmp = Path(d) / "data.parquet"
         _rewrite(data, new, tmp)
+        if g is not None:
+            _restamp_data(g, bt, sha256_path(tmp), sha256_of_key(bt.store, rel(bt.path, data)))
         bt.store.put_file(rel(bt.path, data), tmp, sha256=sha256_file(tmp), move=True)
+
+
+def _restamp_data(g: EpisodeFiles, bt: BucketTask | None, sha: str | None = None, old: str | None = None) -> None:
+    """The row's recorded sha256 of the data parquet (docs/decisions.md X3): ``sha`` (default: the file's now) with
+    ``old`` as ``previous`` (a rewrite about to be put), or alone (the roll-forward). A row that records no
+    digests, or exactly these, is left as it is. A bucket's row is put on the version read."""
+    if g.meta is None or g.data is None or g.meta_is_shard:
+        return
+    version = ""
+    if bt is None:
+        key = g.data.relative_to(g.data.parents[2]).as_posix()
+        table = pq.read_table(g.meta)
+    else:
+        key = rel(bt.path, g.data)
+        got = bt.store.get(rel(bt.path, g.meta))
+        if got is None:
+            return
+        table, version = pq.read_table(pa.BufferReader(got[0])), got[1]
+    rec = _recorded_in(table)
+    if rec is None:
+        return
+    if sha is None:
+        sha = sha256_path(g.data) if bt is None else sha256_of_key(bt.store, key)
+    previous = {key: old} if old is not None and old != sha else {}
+    if rec.files.get(key) == sha and rec.previous == previous:
+        return
+    body = row_bytes(restamp_table(table, {**rec.files, key: sha}, previous))
+    if bt is None:
+        atomic_write_bytes(g.meta, body)
+    else:
+        bt.store.put(rel(bt.path, g.meta), body, mode=PutMode.UPDATE, version=version, sha256=sha256_bytes(body))
+
+
+def _recorded_in(table: pa.Table) -> Digests | None:
+    if DIGEST_COLUMN not in table.column_names or table.num_rows != 1:
+        return None
+    try:
+        return parse_digests(table.column(DIGEST_COLUMN)[0].as_py())
+    except ValueError:
+        return None
 
 
 def _remove_stale_temps(final: Path) -> None:
@@ -299,6 +348,8 @@ def _one(root: Path, g: EpisodeFiles, pose: HandPose3D, dry_run: bool, reg: Regi
     out.changed_rows = int(changed.sum())
     if out.changed_rows == 0 and not out.added_columns:
         out.status = "unchanged"
+        if not dry_run:  # the roll-forward of a run killed between the data and its row's digest (X3)
+            _restamp_data(g, bt)
         if not dry_run and bt is None:
             out.registry = _registry_update(root, g.index, g.data, reg)
         return out
@@ -312,8 +363,9 @@ def _one(root: Path, g: EpisodeFiles, pose: HandPose3D, dry_run: bool, reg: Regi
         else:
             update_json(bt.store, "meta/info.json", lambda old: merge_info(old or {}, decl))
         pause(OP, "declared")
-    _place(g.data, new, bt)
+    _place(g.data, new, bt, g)
     pause(OP, "data")
+    _restamp_data(g, bt)
     out.status = "written"
     if bt is None:
         out.registry = _registry_update(root, g.index, g.data, reg)

@@ -20,7 +20,7 @@ import hashlib
 import re
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,12 @@ class Digests:
 
     files: dict[str, str]
     row: str | None
+    previous: dict[str, str] = field(default_factory=dict)
+
+    def accepts(self, rel: str, sha: str | None) -> bool:
+        """True when ``sha`` is the recorded digest of ``rel`` or the one it replaces while a rewrite of that
+        file is rolling forward (``previous``, docs/decisions.md X3)."""
+        return sha is not None and sha in (self.files.get(rel), self.previous.get(rel))
 
 
 @dataclass(frozen=True)
@@ -188,10 +194,13 @@ def row_digest(columns: Mapping[str, Any]) -> str:
     return sha256_bytes(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def stamp(columns: Mapping[str, Any], files: Mapping[str, str]) -> str:
-    """The :data:`DIGEST_COLUMN` string for a row whose other columns (as stored) are ``columns``."""
-    return json.dumps({"algorithm": ALGORITHM, "files": dict(sorted(files.items())), "row": row_digest(columns)},
-                      ensure_ascii=False, separators=(",", ":"))
+def stamp(columns: Mapping[str, Any], files: Mapping[str, str], previous: Mapping[str, str] | None = None) -> str:
+    """The :data:`DIGEST_COLUMN` string for a row whose other columns (as stored) are ``columns``; ``previous``:
+    the digests of files being replaced right now (accepted until the rewrite's roll-forward drops them)."""
+    doc: dict[str, Any] = {"algorithm": ALGORITHM, "files": dict(sorted(files.items())), "row": row_digest(columns)}
+    if previous:
+        doc["previous"] = dict(sorted(previous.items()))
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_digests(value: Any) -> Digests | None:
@@ -212,7 +221,9 @@ def parse_digests(value: Any) -> Digests | None:
         raise ValueError(f"{DIGEST_COLUMN} is not {{'algorithm': 'sha256', 'files': {{...}}}}")
     files = {str(k): str(v) for k, v in doc["files"].items()}
     row = doc.get("row")
-    return Digests(files, str(row) if row is not None else None)
+    prev = doc.get("previous")
+    previous = {str(k): str(v) for k, v in prev.items()} if isinstance(prev, dict) else {}
+    return Digests(files, str(row) if row is not None else None, previous)
 
 
 def mismatch_line(m: Mismatch, where: str | None = None, good_copy: str | None = None) -> str:

@@ -132,7 +132,7 @@ def read_episode_row(path: TaskPathLike, index: int) -> dict[str, Any]:
     return decode_row(rows[0], path)
 
 
-def restamp_table(table: pa.Table, files: Mapping[str, str]) -> pa.Table:
+def restamp_table(table: pa.Table, files: Mapping[str, str], previous: Mapping[str, str] | None = None) -> pa.Table:
     """A single-row episodes table with its ``file_digests`` column set to ``files`` (task-relative path ->
     sha256) and the row's content digest recomputed; every other column kept as stored (docs/decisions.md X3).
 
@@ -144,7 +144,7 @@ def restamp_table(table: pa.Table, files: Mapping[str, str]) -> pa.Table:
     if table.num_rows != 1:
         raise FormatError(f"an episode's row file holds {table.num_rows} rows, not 1")
     raw = {k: v for k, v in table.to_pylist()[0].items() if k != DIGEST_COLUMN}
-    value = pa.array([stamp(raw, files)], type=pa.string())
+    value = pa.array([stamp(raw, files, previous)], type=pa.string())
     if DIGEST_COLUMN in table.column_names:
         return table.set_column(table.column_names.index(DIGEST_COLUMN), DIGEST_COLUMN, value)
     return table.append_column(DIGEST_COLUMN, value)
@@ -157,7 +157,7 @@ def row_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
-def restamp_row_file(path: Path, files: Mapping[str, str]) -> None:
+def restamp_row_file(path: Path, files: Mapping[str, str], previous: Mapping[str, str] | None = None) -> None:
     """Rewrite a local single-row episodes file by :func:`restamp_table` (atomically, §6.1).
 
     Raises
@@ -167,7 +167,7 @@ def restamp_row_file(path: Path, files: Mapping[str, str]) -> None:
     """
     table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
     try:
-        new = restamp_table(table, files)
+        new = restamp_table(table, files, previous)
     except FormatError as exc:
         raise FormatError(exc.message, path=path) from exc
     atomic_write_bytes(path, row_bytes(new))

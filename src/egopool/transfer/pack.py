@@ -431,7 +431,9 @@ def _recorded(root: Path, g: EpisodeFiles) -> dict[str, str] | None:
         raise FormatError(f"episode {g.index}'s row content hashes to sha256 {row_digest(raw)}, the row records "
                           f"{rec.row}: it was altered after it was written", path=g.meta,
                           hint="restore the row from another copy (a backup, a sync peer); nothing was sent")
-    return {same_file(k): v for k, v in rec.files.items()}
+    out = {same_file(k): v for k, v in rec.files.items()}
+    out.update({"previous:" + same_file(k): v for k, v in rec.previous.items()})
+    return out
 
 
 def _check_member(root: Path, name: str, sha: str | None, expect: dict[str, str] | None) -> None:
@@ -443,7 +445,8 @@ def _check_member(root: Path, name: str, sha: str | None, expect: dict[str, str]
         One line naming the file, the expected and the actual digest.
     """
     want = expect.get(same_file(name)) if expect is not None else None
-    if want is not None and sha is not None and want != sha:
+    before = expect.get("previous:" + same_file(name)) if expect is not None else None
+    if want is not None and sha is not None and want != sha and before != sha:
         raise FormatError(mismatch_line(Mismatch(name, want, sha), where=str(root)),
                           hint="nothing was sent; restore the file from another copy, then upload again")
 

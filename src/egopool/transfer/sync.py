@@ -172,6 +172,7 @@ class _Source:
         self.task = ""
         #: The episode being copied: its row's recorded digests (same_file path -> sha256), checked by fetch (X4).
         self.expect: dict[str, str] = {}
+        self.previous: dict[str, str] = {}
         if is_bucket_uri(src):
             self.bucket, self.task = _split_task_uri(src)
 
@@ -223,7 +224,7 @@ class _Source:
             The bytes are not those the row records: one line naming the file and both digests.
         """
         want = self.expect.get(same_file(rel))
-        if want is not None and want != got:
+        if want is not None and want != got and self.previous.get(same_file(rel)) != got:
             raise _SourceDamaged(mismatch_line(Mismatch(rel, want, got), where=self.uri.rstrip("/")),
                                  hint="nothing was copied; the destination is untouched")
         return got
@@ -288,6 +289,7 @@ def _check_row(source: _Source, g: EpisodeFiles) -> None:
                              f"{row_digest(raw)}, the row records {rec.row} (altered after it was written)",
                              hint="nothing was copied; restore the row in the source from another copy")
     source.expect = {same_file(k): v for k, v in rec.files.items()} if rec is not None else {}
+    source.previous = {same_file(k): v for k, v in rec.previous.items()} if rec is not None else {}
 
 
 def _check_layouts(src: dict[str, Any], dst: dict[str, Any] | None, dst_uri: str) -> None:
@@ -350,7 +352,7 @@ def sync_task(src: str, dst: str, *, dry_run: bool = False,
 
 def _one(source: _Source, dest: _BucketDest | _DirDest, g: EpisodeFiles, dry_run: bool) -> SyncOutcome:
     n = g.index
-    source.expect = {}
+    source.expect, source.previous = {}, {}
     rels = _episode_rels(source.root, g)
     held = dest.committed_files(n, source)
     if held is not None:

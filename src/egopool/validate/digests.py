@@ -59,12 +59,13 @@ def check_digests(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
     where = {same_file(rel): rel for rel in stored}
     have = {same_file(rel): h for rel, h in stored.items()}
     recorded = {same_file(rel): h for rel, h in rec.files.items()}
+    previous = {same_file(rel): h for rel, h in rec.previous.items()}
     switched = {r for r in recorded if r not in have and _stem(r) in {_stem(h) for h in have if h not in recorded}}
     for rel, want in sorted(recorded.items()):
         got = have.get(rel)
         if rel in switched:  # a codec switch (compress, §8 mkv -> mp4) still rolling forward: X4
             continue
-        if got != want:
+        if got != want and (got is None or got != previous.get(rel)):  # previous: a rewrite rolling forward
             m = Mismatch(where.get(rel, rel), want, got)
             ctx.report.error(R_DIGESTS, ctx.root.joinpath(*m.rel.split("/")), mismatch_line(m))
     extra = sorted(where[r] for r in set(have) - set(recorded) if _stem(r) not in {_stem(x) for x in switched})
