@@ -36,7 +36,8 @@ from typing import Any
 from ..errors import FormatError, OperationError
 from ..layout import TaskLayout
 from ..meta.info import read_info
-from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, is_object_uri, open_store
+from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, is_object_uri, open_store, require_conditional_writes
+
 from ._common import EXT_TAIL, path_regex
 
 __all__ = ["BucketTask", "Claim", "claim_key", "episode_objects", "open_task_store", "pause", "task_claims",
@@ -137,9 +138,7 @@ def open_task_store(uri: str, what: str) -> BucketTask:
     store = open_store(text)
     parent_uri, _, name = text.rpartition("/")
     parent = open_store(parent_uri)
-    if not store.conditional_writes:
-        raise OperationError(f"{text}: the store cannot write conditionally (If-None-Match / If-Match), which "
-                             f"{what} in a bucket relies on", hint="use an S3 server that honours them")
+    require_conditional_writes(store, what)
     return BucketTask(text, store, parent, name, info, TaskLayout.from_info(text, info))
 
 
