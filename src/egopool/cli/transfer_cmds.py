@@ -21,6 +21,7 @@ from .app import app
 from .args import episode_argument
 from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
 from .output import console, err_console, human_bytes, print_json
+from .serve_checks import check_port, check_store_directory
 
 token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -249,6 +250,9 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")
+    check_port(host, port)  # before anything is written: a busy port left a new store behind (issue 28)
+    if not bucket:
+        check_store_directory(Path(store))
     config = ServerConfig(store=store if bucket else Path(store), tokens=tokens, on_conflict=on_conflict,
                           limits=limits, max_imports=max_imports, max_receiving=max_receiving, state=state,
                           previews=PreviewConfig(enabled=previews, root=previews_dir, workers=preview_workers,
