@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-from ..errors import EgopoolError, FormatError, ObjectStoreError
+from ..errors import EgopoolError, FormatError, ObjectStoreError, install_hint
 from ._s3 import S3Settings, note_client_made, translate_s3_error
 from .store import MAX_GET_BYTES, ObjectMeta, PreconditionFailed, PutMode, Store, check_key, join_key
 
@@ -49,7 +49,7 @@ def _obstore() -> Any:
     try:
         import obstore
     except ImportError as exc:
-        raise EgopoolError("s3:// stores need obstore", hint="pip install 'egopool[s3]'") from exc
+        raise EgopoolError("s3:// stores need obstore", hint=install_hint("s3")) from exc
     return obstore
 
 
