@@ -114,6 +114,10 @@ def _publish_one(task: str, zip_path: str) -> None:
     from egopool.server.store import ServerStore
 
     parent, _, name = task.rstrip("/").rpartition("/")
+    if not parent.startswith("s3://"):  # a fresh server: an earlier run's server.db remembers this zip's episode
+        import shutil
+
+        shutil.rmtree(Path(parent) / ".egopool-server", ignore_errors=True)
     store = ServerStore(parent, state=tempfile.mkdtemp(prefix="bench_store_state_") if parent.startswith("s3://")
                         else None)
     imp = Importer(store)
