@@ -154,8 +154,13 @@ def test_validate_names_the_damaged_file(kind: str, reference: Path, png_referen
     if kind == "rgb":  # the damage is silent for a decoder: every frame still decodes
         assert _decodes(task / rel)
     report = validate_task(task)
+    named = [f for f in report.errors if f.path == str(task / rel)]
+    assert len(named) == 1, [f.one_line() for f in report.findings]  # one finding for the file
     hits = [f for f in report.errors if f.rule == RULE]
-    assert len(hits) == 1 and hits[0].path == str(task / rel), [f.one_line() for f in report.findings]
+    if not hits:  # the damage also broke decoding (FFV1 slice / PNG CRC): the decoder's finding names the file
+        assert kind in ("depth", "png16"), [f.one_line() for f in report.findings]
+        return
+    assert hits == named
     if kind == "meta":
         assert "row content hashes to sha256" in hits[0].message and "altered" in hits[0].message
     else:
@@ -176,8 +181,7 @@ def test_validate_on_a_bucket_names_the_damaged_file(kind: str, reference: Path,
     rel = _damage(task, kind)
     uri = put_in_bucket(s3_server, task)
     report = validate_task(uri)
-    hits = [f for f in report.errors if f.rule == RULE]
-    assert len(hits) == 1 and hits[0].path == f"{uri}/{rel}", [f.one_line() for f in report.findings]
+    assert [f.path for f in report.errors] == [f"{uri}/{rel}"], [f.one_line() for f in report.findings]
 
 
 @pytest.mark.parametrize("kind", ["data", "meta", "rgb", "depth"])
@@ -242,5 +246,5 @@ def test_an_old_task_validates_with_one_note_and_repair_records_its_checksums(
     again = repair_checksums(where)
     assert again.already == 1 and again.episodes == []
     if backend == "dir":  # and now a damaged file is caught
-        _overwrite_middle(task / RGB)
-        assert [f.path for f in validate_task(task).errors if f.rule == RULE] == [str(task / RGB)]
+        assert _silent_damage(task / RGB)
+        assert [(f.rule, f.path) for f in validate_task(task).errors] == [(RULE, str(task / RGB))]

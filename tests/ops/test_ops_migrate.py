@@ -38,7 +38,7 @@ def make_legacy_task(root: Path) -> Path:
         rows = []
         for n in ns:
             p = d / f"episode-{(n - 1) % 1000:03d}.parquet"
-            rows.append(pq.read_table(p).drop_columns(["force_matrix_specs", "slam_specs"]))
+            rows.append(pq.read_table(p).drop_columns(["force_matrix_specs", "slam_specs", "file_digests"]))
             p.unlink()
         (d / f"file-{chunk:03d}.parquet").write_bytes(parquet_bytes(pa.concat_tables(rows)))
     for n in LEGACY_RENAMED:

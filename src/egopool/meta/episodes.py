@@ -32,6 +32,7 @@ __all__ = [
     "raw_episode_row",
     "recorded_as",
     "read_episode_row",
+    "keep_digests",
     "restamp_row_file",
     "restamp_table",
     "row_bytes",
@@ -204,3 +205,15 @@ def recorded_as(path: TaskPathLike, index: int, files: Mapping[str, str]) -> boo
     except ValueError:
         return False
     return rec is not None and rec.files == dict(files) and rec.row == row_digest(raw)
+
+
+def keep_digests(table: pa.Table) -> pa.Table:
+    """A row table whose other columns were just changed, with its recorded files kept and its content digest
+    recomputed (docs/decisions.md X3); a table without digests (or with damaged ones) is returned as is."""
+    if DIGEST_COLUMN not in table.column_names or table.num_rows != 1:
+        return table
+    try:
+        rec = parse_digests(table.column(DIGEST_COLUMN)[0].as_py())
+    except ValueError:
+        return table
+    return restamp_table(table, rec.files, rec.previous) if rec is not None else table

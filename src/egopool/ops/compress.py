@@ -68,7 +68,7 @@ from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
 from ..meta.digests import DIGEST_COLUMN, sha256_of_key, updated_digests
-from ..meta.episodes import EPISODE_COLUMNS, read_episode_row, restamp_table, row_bytes
+from ..meta.episodes import EPISODE_COLUMNS, keep_digests, read_episode_row, restamp_table, row_bytes
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
 from ..storage import ObjectPath, PreconditionFailed, PutMode, open_store
@@ -247,6 +247,7 @@ def _row_bytes(meta: Path | ObjectPath, codecs: dict[str, Any], drops: dict[str,
             kept = None  # a damaged digest column stays as it is: validate names it
         if kept is not None:
             return row_bytes(restamp_table(table, kept))
+    table = keep_digests(table)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     return buf.getvalue()

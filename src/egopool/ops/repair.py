@@ -48,7 +48,7 @@ from .._safe_read import open_parquet, read_parquet, read_parquet_schema
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
-from ..meta.episodes import EPISODE_COLUMNS, read_episode_row
+from ..meta.episodes import EPISODE_COLUMNS, keep_digests, read_episode_row
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
 from ..storage import ObjectPath, PreconditionFailed, PutMode, TaskPath, is_object_uri
@@ -355,6 +355,7 @@ def _table_with_specs(table: pa.Table, specs: dict[str, Any]) -> bytes:
         table = table.set_column(table.column_names.index("force_matrix_specs"), "force_matrix_specs", value)
     else:
         table = table.append_column("force_matrix_specs", value)
+    table = keep_digests(table)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     return buf.getvalue()

@@ -73,7 +73,6 @@ def check_episode(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
         data = check_data(ctx, g.data, n, pf, feed_all(scan, cells)) \
             if pf is not None and g.data is not None else None
         row = _check_meta_row(ctx, g) if g.meta is not None else None
-        check_digests(ctx, g)
         if row is not None:
             _check_created_at(ctx, g, row, data)
         if data is not None and row is not None:
@@ -84,6 +83,7 @@ def check_episode(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
         if row is not None:
             _declared_streams(ctx, g, row)
         check_value_changes(ctx, g, row, pf, scan, cells)
+        check_digests(ctx, g)  # last: a file another check already reported as broken is not named twice
     finally:
         if pf is not None:
             pf.close()
