@@ -30,7 +30,8 @@ from ..codecs.depth import depth_stream_decoder
 from ..codecs.depth_png import png16_frame_paths, read_png16_frame
 from ..codecs.video import open_media, rgb_array, rgb_stream
 from ..errors import CodecError
-from ..storage import TaskPath, TaskPathLike, as_path
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
+from .object_cache import BlockCache, open_cached_container, open_index_container
 
 __all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
 
@@ -49,6 +50,10 @@ class StreamDecoder:
     max_frames:
         Converted frames kept for later requests (memory ``max_frames × H × W × 3`` bytes RGB,
         ``× 2`` bytes depth).
+    cache:
+        For an object in a bucket: the process's :class:`~egopool.dataset.object_cache.BlockCache` its bytes
+        are read through (coalesced ranged GETs, read-ahead, bounded memory; an MP4's packet index is
+        demuxed from its sample tables without downloading its samples). None: PyAV's buffered reader.
 
     Raises
     ------
@@ -57,10 +62,14 @@ class StreamDecoder:
     """
 
     def __init__(self, path: TaskPathLike, kind: str, params: Mapping[str, Any] | None = None, *,
-                 max_frames: int = 32) -> None:
+                 max_frames: int = 32, cache: BlockCache | None = None) -> None:
         self.path = as_path(path)
         self.max_frames = max(1, int(max_frames))
-        self._c = open_media(self.path, "video")
+        self._file: Any = None
+        if isinstance(self.path, ObjectPath) and cache is not None:
+            self._c, self._file = open_cached_container(self.path, cache)
+        else:
+            self._c = open_media(self.path, "video")
         try:
             if kind == "depth":
                 self._s, self._convert = depth_stream_decoder(self._c, self.path, params)
@@ -68,7 +77,7 @@ class StreamDecoder:
                 self._s, self._convert = rgb_stream(self._c, self.path), rgb_array
             self._index_packets()
         except BaseException:
-            self._c.close()
+            self._close_container()
             raise
         self._frames: OrderedDict[int, np.ndarray] = OrderedDict()
         self._iter: Any = None
@@ -80,14 +89,19 @@ class StreamDecoder:
     def _index_packets(self) -> None:
         pts: list[int | None] = []
         key: list[bool] = []
-        try:
-            for p in self._c.demux(self._s):
+        sparse = open_index_container(self.path, self._file) if self._file is not None else None
+        try:  # a bucket's MP4: pts and keyframe flags from its sample tables, its samples not downloaded
+            c = sparse if sparse is not None else self._c
+            for p in c.demux(c.streams[self._s.index] if sparse is not None else self._s):
                 if p.size:
                     pts.append(p.pts)
                     key.append(bool(p.is_keyframe))
             self._c.seek(0, stream=self._s) if pts else None
         except av.error.FFmpegError as exc:
             raise CodecError(f"cannot demux video: {exc}", path=self.path) from exc
+        finally:
+            if sparse is not None:
+                sparse.close()
         self.frame_count = len(pts)
         stamped = [p for p in pts if p is not None]
         clean = len(stamped) == len(pts) and len(set(stamped)) == len(stamped)
@@ -101,7 +115,14 @@ class StreamDecoder:
         """Close the container (the decoder is unusable afterwards)."""
         self._iter = None
         self._frames.clear()
-        self._c.close()
+        self._close_container()
+
+    def _close_container(self) -> None:
+        try:
+            self._c.close()
+        finally:
+            if self._file is not None:
+                self._file.close()
 
     def _restart(self, k: int) -> None:
         self.seeks += 1
