@@ -89,7 +89,8 @@ class StreamDecoder:
     def _index_packets(self) -> None:
         pts: list[int | None] = []
         key: list[bool] = []
-        sparse = open_index_container(self.path, self._file) if self._file is not None else None
+        sparse = (open_index_container(self.path, self._file)
+                  if isinstance(self.path, ObjectPath) and self._file is not None else None)
         try:  # a bucket's MP4: pts and keyframe flags from its sample tables, its samples not downloaded
             c = sparse if sparse is not None else self._c
             for p in c.demux(c.streams[self._s.index] if sparse is not None else self._s):
