@@ -28,10 +28,10 @@ import numpy as np
 
 from ..codecs.depth import depth_stream_decoder
 from ..codecs.depth_png import png16_frame_paths, read_png16_frame
-from ..codecs.video import open_media, rgb_array, rgb_stream
+from ..codecs.video import open_media, rgb_array, rgb_stream, stream_codec
 from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
-from .object_cache import BlockCache, open_cached_container, open_index_container
+from .object_cache import BlockCache, mp4_packet_index, open_cached_container
 
 __all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
 
@@ -44,7 +44,8 @@ class StreamDecoder:
     path:
         The stream's file: a local path, or an object in a bucket (read through ranged GETs).
     kind:
-        ``"rgb"`` (uint8 ``(H, W, 3)``) or ``"depth"`` (uint16 mm ``(H, W)``).
+        ``"rgb"`` (uint8 ``(H, W, 3)``), ``"depth"`` (uint16 mm ``(H, W)``), or ``"auto"``: probed on the
+        container as :meth:`egopool.Episode.stream_kind` does (gray pixels or two video streams are depth).
     params:
         Depth log-code parameters (the episode's ``video_codec`` entry); ignored for RGB.
     max_frames:
@@ -71,6 +72,11 @@ class StreamDecoder:
         else:
             self._c = open_media(self.path, "video")
         try:
+            if kind == "auto":  # Episode.stream_kind's probe, on this container (no second open of the object)
+                vs = self._c.streams.video
+                gray = bool(vs) and str(stream_codec(vs[0])[1] or "").startswith("gray")
+                kind = "depth" if gray or len(vs) > 1 else "rgb"
+            self.kind = kind
             if kind == "depth":
                 self._s, self._convert = depth_stream_decoder(self._c, self.path, params)
             else:
@@ -89,20 +95,19 @@ class StreamDecoder:
     def _index_packets(self) -> None:
         pts: list[int | None] = []
         key: list[bool] = []
-        sparse = (open_index_container(self.path, self._file)
-                  if isinstance(self.path, ObjectPath) and self._file is not None else None)
+        table = (mp4_packet_index(self.path, self._file, self._s.index)
+                 if isinstance(self.path, ObjectPath) and self._file is not None else None)
         try:  # a bucket's MP4: pts and keyframe flags from its sample tables, its samples not downloaded
-            c = sparse if sparse is not None else self._c
-            for p in c.demux(c.streams[self._s.index] if sparse is not None else self._s):
-                if p.size:
-                    pts.append(p.pts)
-                    key.append(bool(p.is_keyframe))
+            if table is not None:
+                pts, key = [p for p, _ in table], [k for _, k in table]
+            else:
+                for p in self._c.demux(self._s):
+                    if p.size:
+                        pts.append(p.pts)
+                        key.append(bool(p.is_keyframe))
             self._c.seek(0, stream=self._s) if pts else None
         except av.error.FFmpegError as exc:
             raise CodecError(f"cannot demux video: {exc}", path=self.path) from exc
-        finally:
-            if sparse is not None:
-                sparse.close()
         self.frame_count = len(pts)
         stamped = [p for p in pts if p is not None]
         clean = len(stamped) == len(pts) and len(set(stamped)) == len(stamped)

@@ -19,7 +19,7 @@ from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..errors import SchemaError
 from ..keypoints.mirror import EpisodeKeypoints
 from ..read.reader import Episode
-from ..storage import TaskPath
+from ..storage import ObjectPath, TaskPath
 from .keypoint_keys import keypoint_rows, missing_mirror_error
 
 __all__ = ["EpisodeView", "key_kind_by_name"]
@@ -87,7 +87,8 @@ class EpisodeView:
         self._mirror: EpisodeKeypoints | None = None
 
     def kind(self, key: str) -> str:
-        """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``.
+        """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``; ``stream`` for an RGB or
+        depth stream in a bucket (its decoder probes which, ``StreamDecoder(kind="auto")``).
 
         Raises
         ------
@@ -96,7 +97,9 @@ class EpisodeView:
         """
         k = self._kinds.get(key)
         if k is None:
-            if key in self._streams:
+            if key in self._streams and isinstance(self.ep.task.path, ObjectPath):
+                k = "stream"  # probed by its decoder on its own container (Episode.stream_kind would open it again)
+            elif key in self._streams:
                 k = self.ep.stream_kind(key)
             elif key not in self._names and key in (self.ep.task.info.get("video_extensions") or {}):
                 raise SchemaError(f"episode {self.ep.index} has no file for stream {key!r}, which the task declares "

@@ -14,7 +14,7 @@ mixed. A forked worker cannot use obstore (docs/decisions.md O41): it opens the 
 HEAD: size and mtime, the version) and reads with ``read_at``; a rewrite there is seen when the object is next
 opened (its HEAD), not within one open (docs/decisions.md B2).
 
-:func:`open_index_container` demuxes an MP4 without downloading its samples: FFmpeg takes each packet's pts and
+:func:`mp4_packet_index` demuxes an MP4 without downloading its samples: FFmpeg takes each packet's pts and
 keyframe flag from the ``moov`` box's sample tables, so the ``mdat`` box is served as zeros there. Nothing
 downloads a whole video first; a task is never downloaded whole.
 
@@ -35,7 +35,7 @@ from ..errors import CodecError, EgopoolError, FormatError
 from ..storage import ObjectPath
 from ..storage import _object_read as objread
 
-__all__ = ["BlockCache", "CachedObjectFile", "open_cached_container", "open_index_container"]
+__all__ = ["BlockCache", "CachedObjectFile", "mp4_packet_index", "open_cached_container"]
 
 
 class _Source:
@@ -52,7 +52,7 @@ class _Source:
                 raise CodecError("cannot open video: the object is missing", path=path,
                                  hint="run `egopool validate TASK` to see what is missing") from None
             self.size, self.version = size, version or ""
-        else:  # a forked worker: pyarrow.fs, one HEAD (size and mtime) then read_at
+        else:  # a forked worker: pyarrow.fs, a HEAD for size and mtime (the version), its own HEAD, then read_at
             from pyarrow import fs as pafs
 
             try:
@@ -65,7 +65,7 @@ class _Source:
             self.size = int(info.size or 0)
             self.version = f"size={self.size} mtime={info.mtime_ns}"
             try:
-                self._native = path.filesystem.open_input_file(info)
+                self._native = path.filesystem.open_input_file(path.fs_path)
             except Exception as exc:
                 raise path._error(exc) from exc
         self.key = (path.uri, self.version)
@@ -116,6 +116,8 @@ class BlockCache:
         self.held = 0
         #: The largest ``held`` ever seen after a read returned.
         self.peak = 0
+        #: GETs made and bytes received through this cache (opening GETs included).
+        self.gets = self.fetched = 0
 
     def open(self, path: ObjectPath) -> CachedObjectFile:
         """A seekable binary file over ``path`` reading through this cache (one GET opens it).
@@ -133,6 +135,8 @@ class BlockCache:
         """Keep the blocks of ``data`` fetched at ``start`` (a block boundary), then evict to the bound."""
         bs = self.block_size
         with self._lock:
+            self.gets += 1
+            self.fetched += len(data)
             for off in range(0, len(data), bs):
                 k = (key[0], key[1], (start + off) // bs)
                 chunk = data[off:off + bs]
@@ -216,6 +220,10 @@ class CachedObjectFile(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
+    def pread(self, start: int, n: int) -> bytes:
+        """``n`` bytes from ``start`` without moving this file's position (another reader of the same object)."""
+        return self.cache.read(self.src, start, n)
+
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")
         data = self.cache.read(self.src, self._pos, len(view))
@@ -229,7 +237,8 @@ class CachedObjectFile(io.RawIOBase):
 
 
 class _SparseMdat(io.RawIOBase):
-    """An MP4 file object whose ``mdat`` boxes read as zeros (no GET): what a demux of the sample tables needs."""
+    """An MP4 file object whose ``mdat`` boxes read as zeros (no GET): what a demux of the sample tables needs.
+    It reads ``f`` by offset (:meth:`CachedObjectFile.pread`): the container reading ``f`` keeps its position."""
 
     def __init__(self, f: CachedObjectFile) -> None:
         super().__init__()
@@ -262,8 +271,7 @@ class _SparseMdat(io.RawIOBase):
                 view[i:i + stop - pos] = bytes(stop - pos)
             else:
                 stop = min([end, *(a for a, _ in self.holes if a > pos)])
-                self.f.seek(pos)
-                data = self.f.read(stop - pos) or b""
+                data = self.f.pread(pos, stop - pos)
                 view[i:i + len(data)] = data
                 stop = pos + len(data)
                 if not data:
@@ -282,8 +290,7 @@ def _mdat_ranges(f: CachedObjectFile) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     pos = 0
     while pos + 8 <= f.size:
-        f.seek(pos)
-        head = f.read(16) or b""
+        head = f.pread(pos, 16)
         if len(head) < 8:
             break
         size, kind = struct.unpack(">I4s", head[:8])
@@ -313,7 +320,7 @@ def open_cached_container(path: ObjectPath, cache: BlockCache) -> tuple[Any, Cac
     """
     f = cache.open(path)
     try:
-        return av.open(f, buffer_size=1 << 16), f
+        return av.open(f, buffer_size=min(cache.block_size, 1 << 16)), f
     except EgopoolError:
         f.close()
         raise
@@ -322,15 +329,30 @@ def open_cached_container(path: ObjectPath, cache: BlockCache) -> tuple[Any, Cac
         raise CodecError(f"cannot open video: {exc}", path=path, hint="the file is missing or corrupt") from exc
 
 
-def open_index_container(path: ObjectPath, f: CachedObjectFile) -> Any | None:
-    """A second PyAV container over ``f`` whose MP4 samples read as zeros, for a demux of pts and keyframe flags
-    only; None for a file that is not an MP4 (Matroska: its blocks carry the stamps, so it is demuxed whole)."""
+def mp4_packet_index(path: ObjectPath, f: CachedObjectFile, stream: int) -> list[tuple[int | None, bool]] | None:
+    """``(pts, keyframe)`` of every packet of stream ``stream`` (by its container index) in decode order, from the
+    MP4's sample tables only: a demux over ``f`` whose ``mdat`` reads as zeros gives each packet's pts (from the
+    time-to-sample and composition offsets), and the stream's index entries (the sync-sample table) say which are
+    keyframes (a parser would look for them in the zeroed samples). None when this cannot be done (not an MP4,
+    Matroska: its blocks carry the stamps; a table that does not cover every packet): demux the file instead."""
     if path.suffix.lower() not in (".mp4", ".mov", ".m4v"):
         return None
     sparse = _SparseMdat(f)
     if not sparse.holes:
         return None
     try:
-        return av.open(sparse, buffer_size=1 << 16)
+        c = av.open(sparse, buffer_size=min(f.cache.block_size, 1 << 16))
     except Exception:  # noqa: BLE001 - the real container reports what is wrong with the file
         return None
+    try:
+        s = c.streams[stream]
+        entries = list(s.index_entries)
+        keys = {e.timestamp for e in entries if e.is_keyframe}
+        out = [(p.pts, p.dts in keys) for p in c.demux(s) if p.size]
+    except av.error.FFmpegError:
+        return None
+    finally:
+        c.close()
+    if len(out) != len(entries) or not out or not out[0][1]:
+        return None
+    return out

@@ -416,7 +416,7 @@ class PooledDataset(_Base):
             kind = "keypoints" if key.startswith("keypoints.") else view.kind(key)
             rows: np.ndarray | None
             rows, pad = self.windows.rows(key, row, view.length)
-            if kind in ("rgb", "depth"):
+            if kind in ("rgb", "depth", "stream"):
                 streams.append((key, kind, rows, pad))
                 continue
             if kind == "force_matrix":
@@ -458,13 +458,14 @@ class PooledDataset(_Base):
         def make() -> PngSequence | StreamDecoder:  # only for a stream not open yet: no stat (HEAD) per item
             if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
-            params = view.ep.depth_params(key) if kind == "depth" else None
-            return StreamDecoder(path, kind, params, max_frames=self.cache_frames, cache=w.blocks)
+            params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
+            return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,
+                                 cache=w.blocks)
 
         dec = w.decoders.open(path, make)
         got = dec.frames(rows.tolist())
         arr = np.stack([got[j] for j in rows.tolist()])  # a copy: the decoder's cache stays private
-        if kind == "rgb" and self.channels_first:
+        if self.channels_first and getattr(dec, "kind", "depth") == "rgb":
             arr = np.moveaxis(arr, -1, -3)
         return arr if pad is not None else arr[0]
 
