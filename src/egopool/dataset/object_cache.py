@@ -341,7 +341,7 @@ def mp4_packet_index(path: ObjectPath, f: CachedObjectFile, stream: int) -> list
     if not sparse.holes:
         return None
     try:
-        c = av.open(sparse, buffer_size=min(f.cache.block_size, 1 << 16))
+        c = av.open(sparse, mode="r", buffer_size=min(f.cache.block_size, 1 << 16))
     except Exception:  # noqa: BLE001 - the real container reports what is wrong with the file
         return None
     try:
