@@ -187,8 +187,8 @@ def main() -> None:
         port = int(weed.endpoint.rsplit(":", 1)[1])
 
         def gets() -> int:
-            c = weed.request_counts()
-            return c.get("GetObject", 0) + c.get("HeadObject", 0)
+            c = weed.request_counts()  # weed's metrics name a request by method (a HEAD counts as a GET)
+            return c.get("GET", 0) + c.get("HEAD", 0)
 
         print(f"{'workers':>7} {'loader':>16} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
               f"{'GETs/sample':>12} {'load avg':>9}")
