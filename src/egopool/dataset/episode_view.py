@@ -64,6 +64,16 @@ def _column_to_numpy(col: Any, key: str, ep: Episode) -> np.ndarray:
                           hint="choose another key, or fix the episode (`egopool validate TASK`)") from exc
 
 
+def _declared_shape(arr: np.ndarray, feature: Any) -> np.ndarray:
+    """``arr`` ``(R, D)`` as ``(R, *shape)`` when ``info.json`` declares ``shape`` with several axes whose product is
+    ``D`` (multi_device_storage.md: a vector column is stored flat, its feature keeps the shape); else as it is."""
+    shape = feature.get("shape") if isinstance(feature, dict) else None
+    if (arr.ndim != 2 or not isinstance(shape, list) or len(shape) < 2
+            or not all(isinstance(d, int) and d > 0 for d in shape) or int(np.prod(shape)) != arr.shape[1]):
+        return arr
+    return arr.reshape(arr.shape[0], *shape)
+
+
 class EpisodeView:
     """One episode as a worker's dataset reads it (see the module docstring).
 
@@ -123,10 +133,13 @@ class EpisodeView:
 
     def column(self, key: str) -> np.ndarray:
         """``(R, ...)`` one value per row: numbers as stored (``list<float32>`` -> ``(R, D)`` float32,
-        ``list<list<T>>`` of fixed shape -> ``(R, A, B)``), strings as an object array."""
+        ``list<list<T>>`` of fixed shape -> ``(R, A, B)``; a flat list whose ``info.json`` feature declares a
+        shape of several axes, e.g. a hand pose ``[21, 3]`` stored as 63 values, -> ``(R, 21, 3)``), strings as an
+        object array."""
         arr = self._cols.get(key)
         if arr is None:
-            arr = _column_to_numpy(self.ep.columns([key]).column(key), key, self.ep)
+            arr = _declared_shape(_column_to_numpy(self.ep.columns([key]).column(key), key, self.ep),
+                                  (self.ep.task.info.get("features") or {}).get(key))
             self._cols[key] = arr
         return arr
 
