@@ -27,10 +27,15 @@ from typing import Any, TypeVar
 
 from ..errors import EgopoolError
 
-__all__ = ["VerifyPool"]
+__all__ = ["RayVerifier", "VerifierLost", "VerifyPool", "Verifier"]
 
 T = TypeVar("T")
 _WATCH_S = 0.5
+
+
+class VerifierLost(EgopoolError):
+    """The process (or Ray task) verifying an upload died mid-call: the upload was not verified; the importer
+    verifies it once more (docs/decisions.md U28), else the client gets a 500 and sends it again."""
 
 
 def _watch_parent(parent: int) -> None:
@@ -63,9 +68,10 @@ class VerifyPool:
 
     Raises
     ------
-    EgopoolError
+    VerifierLost
         From :meth:`run` when a worker died mid-call (killed by the OOM killer, a crash in
-        native code); the pool is replaced, the caller answers 500 and the client retries.
+        native code); the pool is replaced (every call in flight in it fails the same way: the
+        executor ends its other workers too) and the importer verifies the upload again, once.
     """
 
     def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",)) -> None:
@@ -108,10 +114,63 @@ class VerifyPool:
             return future.result()
         except BrokenProcessPool as exc:
             self._replace(pool)
-            raise EgopoolError("a verification worker of the server died mid-upload",
+            raise VerifierLost("a verification worker of the server died mid-upload",
                                hint="the upload was not imported; send it again") from exc
 
     def close(self) -> None:
         """Stop the workers (pending calls are cancelled)."""
         with self._lock:
             self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _call(shared: None, unit: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]) -> Any:
+    fn, args, kwargs = unit
+    return fn(*args, **kwargs)
+
+
+class RayVerifier:
+    """Verification calls as Ray tasks (``egopool serve --ray``; docs/decisions.md U28): one task per upload, on
+    any node with a free CPU, beside the preview builds. The task reads the spooled zip and writes the staging
+    directory by path, so every node must see the server's state directory under the same path (one machine,
+    or a shared file system), as the preview builds see the store.
+
+    Parameters
+    ----------
+    address:
+        As ``serve --ray`` (:class:`~egopool.jobs.executor.RayExecutor`).
+
+    Raises
+    ------
+    EgopoolError
+        Ray is not installed or the cluster cannot be reached (at construction).
+    VerifierLost
+        From :meth:`run` when the task's worker died (Ray does not retry it: the importer does, once, into a
+        clean staging directory).
+    """
+
+    ready = True
+
+    def __init__(self, address: str | None) -> None:
+        from ..jobs.executor import RayExecutor
+
+        self._ex: RayExecutor[None, Any, Any] = RayExecutor(address, max_retries=0, max_in_flight=1)
+
+    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` as one Ray task; its result, or the ``EgopoolError`` it raised re-raised here."""
+        from ..errors import OperationError
+
+        try:
+            [out] = self._ex.map(_call, None, [(fn, args, kwargs)])
+        except OperationError as exc:  # the worker died (or Ray failed): not a verdict on the upload
+            raise VerifierLost(f"the Ray task verifying the upload failed: {exc.one_line()}",
+                               hint="the upload was not imported; send it again") from exc
+        result: T = out
+        return result
+
+    def close(self) -> None:
+        """Disconnect from the cluster."""
+        self._ex.close()
+
+
+#: What runs verification calls: worker processes of this server, or Ray tasks.
+Verifier = VerifyPool | RayVerifier
