@@ -16,11 +16,18 @@ episodes' fixed cost shows as ms of CPU per episode.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,3 +105,71 @@ def report(name: str, r: FloorResult) -> str:
     return (f"{name:34}{r.zips:5d} zips {r.mb:8.1f} MB  floor {r.floor_s / r.mb * 1e3:7.1f} ms/MB "
             f"({r.floor_s / r.zips * 1e3:7.1f} ms/ep)  verify {r.verify_s / r.mb * 1e3:7.1f} ms/MB "
             f"({r.verify_s / r.zips * 1e3:7.1f} ms/ep)  ratio {r.ratio:5.2f}x")
+
+
+# -- the intake in several configurations (bench_upload.py --floor) --------------------------------
+def pack_all(roots: list[Path], out: Path) -> list[Path]:
+    """Every episode of every task of ``roots`` packed into upload zips under ``out`` (the floor's episode set)."""
+    from egopool.layout import list_task_episodes
+    from egopool.transfer import pack_episode
+
+    zips = []
+    for k, root in enumerate(roots):
+        for task in sorted(t for t in root.iterdir() if t.is_dir() and not t.name.startswith(".")):
+            for g in list_task_episodes(task):
+                zips.append(pack_episode(task, g.index, out / f"{k}-{task.name}").path)
+    return zips
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its live children (the server and its workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(stat.parent.name) == pid or int(fields[1]) == pid:
+                total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+@contextlib.contextmanager
+def ray_cluster(work: Path, src: str, nodes: int = 2) -> Iterator[str]:
+    """A local Ray cluster of ``nodes`` nodes with one CPU each, on loopback (``ray start --block`` per node, each
+    in its own session: only what this started is stopped, never another user's Ray); yields the head address."""
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--block", "--disable-usage-stats"]
+    try:
+        with open(work / "ray.log", "ab") as log:
+            procs.append(subprocess.Popen([ray, "start", "--head", "--port", str(port), "--include-dashboard", "false",
+                                           *common], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True))
+            for _ in range(600):  # the head answers
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+                time.sleep(0.2)
+            time.sleep(3)
+            for _ in range(nodes - 1):
+                procs.append(subprocess.Popen([ray, "start", "--address", address, *common], stdout=log,
+                                              stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        time.sleep(8)  # the worker node registers
+        yield address
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)

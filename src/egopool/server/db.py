@@ -172,9 +172,11 @@ _TIMING_COLUMNS = ("receive_s REAL", "queue_s REAL", "verify_s REAL", "publish_s
 
 
 def _upload_timings(con: sqlite3.Connection) -> None:
-    """4 -> 5: ``uploads`` gets the seconds of each stage (null for the rows before)."""
+    """4 -> 5: ``uploads`` gets the seconds of each stage (null for the rows before); a column it has is kept."""
+    have = {row[1] for row in con.execute("PRAGMA table_info(uploads)")}
     for col in _TIMING_COLUMNS:
-        con.execute(f"ALTER TABLE uploads ADD COLUMN {col}")
+        if col.split()[0] not in have:
+            con.execute(f"ALTER TABLE uploads ADD COLUMN {col}")
 
 
 def _tables_only(con: sqlite3.Connection) -> None:
