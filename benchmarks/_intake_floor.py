@@ -135,6 +135,21 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def _wait_cpus(address: str, cpus: int, timeout: float = 180.0) -> None:
+    """Until the cluster at ``address`` counts ``cpus`` CPUs (every node joined)."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    try:
+        deadline = time.monotonic() + timeout
+        while ray.cluster_resources().get("CPU", 0) < cpus:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the Ray cluster has {ray.cluster_resources().get('CPU', 0)} CPUs, not {cpus}")
+            time.sleep(0.5)
+    finally:
+        ray.shutdown()
+
+
 @contextlib.contextmanager
 def ray_cluster(work: Path, src: str, nodes: int = 2) -> Iterator[str]:
     """A local Ray cluster of ``nodes`` nodes with one CPU each, on loopback (``ray start --block`` per node, each
@@ -161,7 +176,7 @@ def ray_cluster(work: Path, src: str, nodes: int = 2) -> Iterator[str]:
             for _ in range(nodes - 1):
                 procs.append(subprocess.Popen([ray, "start", "--address", address, *common], stdout=log,
                                               stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        time.sleep(8)  # the worker node registers
+        _wait_cpus(address, nodes)
         yield address
     finally:
         for p in reversed(procs):
