@@ -211,7 +211,7 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path, jobs: i
     import httpx
 
     from egopool.transfer import pack_episodes, upload_episodes
-    from egopool.transfer.client import _multipart
+    from egopool.transfer.posting import multipart_form as _multipart
 
     Path(f"{report}.ready").touch()
     while not go.exists():

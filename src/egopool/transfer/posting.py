@@ -19,15 +19,18 @@ import httpx
 from ..errors import TransferError
 from .pack import PackedEpisode
 
-__all__ = ["BUSY_WAIT_S", "MAX_RETRY_AFTER_S", "Cancelled", "answer_of", "post_episode", "retry_after"]
+__all__ = ["BUSY_WAIT_S", "MAX_RETRY_AFTER_S", "Cancelled", "answer_of", "multipart_form", "post_episode",
+           "retry_after"]
 
 _BLOCK = 1 << 20
+
 
 class Cancelled(Exception):
     """The run was interrupted (Ctrl-C): a worker stops packing or sending at its next block."""
 
 
-def _multipart(task: str, f: int, zip_path: Path, sent: Callable[[int], None]) -> tuple[str, int, Callable[[], Iterator[bytes]]]:
+def multipart_form(task: str, f: int, zip_path: Path, sent: Callable[[int], None]
+                   ) -> tuple[str, int, Callable[[], Iterator[bytes]]]:
     """(content type, length, body factory) of the §9 form: name, episode_index, file.
 
     ``sent(done_bytes)`` is called before each block; it may raise :class:`Cancelled` to stop the body.
@@ -86,7 +89,7 @@ def post_episode(client: httpx.Client, url: str, packed: PackedEpisode, retries:
     busy_waited = 0.0
     while True:
         attempt += 1
-        ctype, length, body = _multipart(packed.task, packed.file, packed.path, sent)
+        ctype, length, body = multipart_form(packed.task, packed.file, packed.path, sent)
         status: int | None = None
         try:
             resp = client.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
