@@ -24,10 +24,8 @@ Routes:
 * ``GET /api/v1/episodes?<filters>&limit=&cursor=`` — search (:mod:`egopool.server.search`),
   scope ``read``; ``GET /tasks/{task}?<filters>`` is the same as a page, and
   ``GET /tasks/{task}/episodes/{n}`` the episode page (:mod:`egopool.server.curation_page`);
-* ``GET /static/{name}`` — the pages' script and style sheet (no token: nothing of the store);
-* ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` like the rest of the
-  read API (docs/decisions.md U10; no ``/docs`` page);
-* ``GET /healthz`` — no token.
+* ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` (docs/decisions.md U10; no ``/docs``);
+* ``GET /static/{name}`` (the pages' script and style sheet: nothing of the store) and ``GET /healthz`` — no token.
 
 Without a tokens file every request is allowed (only for a server bound to loopback,
 which ``egopool serve`` enforces). An upload without a valid token is answered 401 from
@@ -263,12 +261,15 @@ def create_app(config: ServerConfig) -> FastAPI:
         except UploadRejectedError as exc:
             return _error(exc)
         intake: IntakeQueue = state["intake"]
-        place = intake.admit()
-        if place is None:  # the queue is full (U29): from the headers, before a log row or a spool file
+        if (place := intake.admit()) is None:  # the queue is full (U29): from the headers, before a log row
             return intake.busy()
-        t0 = time.monotonic()
-        upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
-        spool = store.new_spool()
+        try:
+            t0 = time.monotonic()
+            upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
+            spool = store.new_spool()
+        except BaseException:
+            place.leave()
+            raise
         named: dict[str, str] = {}  # the task name once the form gave it (for the upload log)
         try:
             length = request.headers.get("content-length")
@@ -448,7 +449,6 @@ def create_app(config: ServerConfig) -> FastAPI:
             store = store_()
             pending = pending_rows(store, q.filters.get("task"))  # the journals first, then server.db (U5)
             return search_episodes(store.db, q, pending)
-
         eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
 
