@@ -126,6 +126,10 @@ def test_a_full_queue_answers_503_with_retry_after_which_the_client_waits(tmp_pa
         assert rep.ok and [o.server_episode_index for o in rep.outcomes] == [2]  # type: ignore[attr-defined]
         assert rep.outcomes[0].attempts == 1  # type: ignore[attr-defined]  # a busy answer is not a retry
         log = httpx.get(srv.url + "/api/v1/uploads?limit=5").json()["uploads"]
+        page = httpx.get(srv.url + "/").text
+    assert "receive · queue · verify · publish (s)" in page  # the page's upload table shows them too
+    first_stages = " · ".join(f"{log[1][k]:.2f}" for k in ("receive_s", "queue_s", "verify_s", "publish_s"))
+    assert first_stages in page
     assert [u["outcome"] for u in log] == ["imported", "imported"]
     for u in log:  # where the time went (U30): every stage measured
         assert all(u[k] is not None and u[k] >= 0 for k in ("receive_s", "queue_s", "verify_s", "publish_s")), u
