@@ -360,6 +360,8 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="send through a local relay adding this round trip (a network's latency; default: none)")
     ap.add_argument("--proxy", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--big-episodes", type=int, default=1, help="episodes of --big-full (several: 2 workers can "
+                                                                 "verify two at once)")
     ap.add_argument("--floor", action="store_true",
                     help="also: the decode-only PyAV floor of the episode set, the verification's CPU against it, and "
                          "the intake with 1 and 2 worker processes and on a local two-node Ray cluster (issue 29)")
@@ -452,7 +454,7 @@ def run(work: Path, args: argparse.Namespace) -> None:
         bigs.append((record_big(work / "bigpc", args.big_gb), time.perf_counter() - t))
     if args.big_full > 0:
         t = time.perf_counter()
-        bigs.append((record_full(work / "fullpc", args.big_full), time.perf_counter() - t))
+        bigs.append((record_full(work / "fullpc", args.big_full, args.big_episodes), time.perf_counter() - t))
     for big, took in bigs:
         server = measure_big(big, took, server, store, url, port, work)
     stop(server)
@@ -465,7 +467,8 @@ def intake_matrix(work: Path, roots: list[Path], expected: dict[str, int], bigs:
     fresh server with 1 and 2 worker processes and with its verification on a local two-node Ray cluster."""
     import _intake_floor as fl
 
-    sets = [("small episodes", roots, expected)] + [(f"big episode ({b.name})", [b.parent], {b.name: 1}) for b in bigs]
+    sets = [("small episodes", roots, expected)] + [(f"big episodes ({b.name})", [b.parent],
+                                                     {b.name: len(list_task_episodes(b))}) for b in bigs]
     print("\nverification CPU against the floor (PyAV decoding every frame of the same zips), least of 2 rounds:")
     floors = {}
     for name, rts, _ in sets:
@@ -501,10 +504,11 @@ def intake_matrix(work: Path, roots: list[Path], expected: dict[str, int], bigs:
           "verification's CPU is in the cluster's workers and not counted)")
 
 
-def record_full(root: Path, seconds: float) -> Path:
+def record_full(root: Path, seconds: float, episodes: int = 1) -> Path:
     """One episode of the issue's full rig (`egopool simulate --rig full`, Appendix B): ~1.8 MB/s, most of it
     the force matrices' parquet, the rest five H.264/HEVC streams."""
     subprocess.run([sys.executable, "-m", "egopool", "simulate", "--rig", "full", "--seconds", str(seconds),
+                    "--episodes", str(episodes),
                     "--out", str(root), "--task", "full", "--depth-codec", "hevc12", "--json"], check=True,
                    stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": SRC})
     return root / "full"
@@ -533,7 +537,7 @@ def measure_big(big: Path, took: float, server: subprocess.Popen[bytes], store: 
           f"confirmed: {ok}; {server_rss}, client peak RSS {client_rss:.0f} MiB")
     print(f"sending (packing excluded): egopool serve {size / 1e6 / sum(big_lat):.0f} MB/s, baseline "
           f"{size / 1e6 / sum(base_big):.0f} MB/s: ratio {sum(base_big) / sum(big_lat):.2f}")
-    problems = verify(store, {big.name: 1})
+    problems = verify(store, {big.name: len(list_task_episodes(big))})
     print("checks: " + ("OK" if not problems else "FAILED: " + "; ".join(problems)))
     return server
 
