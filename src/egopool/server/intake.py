@@ -95,15 +95,12 @@ def start_intake(config: ServerConfig, store: ServerStore, state: dict[str, Any]
     """Fill ``state`` with the verifier (worker processes, or Ray tasks with ``serve --ray``), the importer, the
     admission queue and the semaphores of the upload route.
 
-    Raises
-    ------
-    EgopoolError
-        ``--ray``: Ray is missing or its cluster cannot be reached.
+    With ``--ray`` the cluster is joined at the first verification (:class:`~egopool.server.workers.RayVerifier`).
     """
     workers = max(1, config.max_imports)
     verifier: Verifier | None = None
     if config.verify_ray is not None:
-        verifier = RayVerifier(config.verify_ray)
+        verifier = RayVerifier(config.verify_ray, workers)
     elif config.verify_processes:
         verifier = VerifyPool(workers)
     if verifier is not None:
