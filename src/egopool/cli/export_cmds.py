@@ -61,7 +61,15 @@ def lerobot_cmd(
     repo_id: str | None = typer.Option(None, "--repo-id", help="repo_id recorded in the mapping "
                                                                 "(default local/<task>)."),
     depth: bool = typer.Option(True, "--depth/--no-depth",
-                               help="Depth streams as observation.depth.<key> uint16 mm [H, W] per frame."),
+                               help="Export depth streams: LeRobot depth videos (lerobot >= 0.6), or with "
+                                    "--lerobot 0.4 observation.depth.<key> uint16 mm [H, W] per frame."),
+    lerobot: str = typer.Option("0.6", "--lerobot", metavar="RELEASE",
+                                help="The LeRobot release to write for: 0.6 (lerobot >= 0.6, default) or 0.4 "
+                                     "(lerobot 0.4.x: depth as arrays, 0.4's info keys)."),
+    gop: int | None = typer.Option(None, "--gop", metavar="N", min=1,
+                                   help="Re-encode RGB videos with a key frame every N frames (random access "
+                                        "decodes at most N frames; default: copy the recorded video where LeRobot "
+                                        "can read it as is)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT (an earlier LeRobot dataset) "
                                                               "once the new one is complete."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the mapping only; write nothing."),
@@ -96,11 +104,11 @@ def lerobot_cmd(
 
             result = export_lerobot_to_bucket(task, out, episodes=episodes or None, state=state or (),
                                               action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
-                                              progress=tick, executor=executor)
+                                              progress=tick, executor=executor, lerobot=lerobot, gop=gop)
         else:
             result = export_lerobot(task, Path(out), episodes=episodes or None, state=state or (),
                                     action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
-                                    overwrite=overwrite, progress=tick, executor=executor)
+                                    overwrite=overwrite, progress=tick, executor=executor, lerobot=lerobot, gop=gop)
     if json_out:
         print_json(result.to_dict())
         return
