@@ -196,11 +196,15 @@ class LeRobotDepthWriter:
             pass
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def is_depth_feature(feature: Mapping[str, Any]) -> bool:
     """True for a LeRobot depth-map feature, whichever release's key marks it (0.6 ``info.is_depth_map``,
     0.4's ``info.video.is_depth_map``, or ``video_info.video.is_depth_map``)."""
-    info = feature.get("info") if isinstance(feature.get("info"), Mapping) else {}
-    vinfo = feature.get("video_info") if isinstance(feature.get("video_info"), Mapping) else {}
+    info = _mapping(feature.get("info"))
+    vinfo = _mapping(feature.get("video_info"))
     return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or vinfo.get("video.is_depth_map"))
 
 
@@ -213,7 +217,7 @@ def depth_map_of_feature(name: str, feature: Mapping[str, Any], path: Path) -> L
         A depth feature egopool cannot decode: not a video, a pixel format whose plane is not LeRobot's
         12-bit code, or depth parameters that are not numbers / a bool (one line naming the feature).
     """
-    info = feature.get("info") if isinstance(feature.get("info"), Mapping) else {}
+    info = _mapping(feature.get("info"))
     pix = info.get("video.pix_fmt")
     if feature.get("dtype") != "video" or (pix is not None and pix not in _GRAY_FORMATS):
         raise FormatError(f"feature {name!r} is a depth map stored as {feature.get('dtype')} "
