@@ -79,7 +79,7 @@ def _check_against_reader(task, out, result):
 def test_lerobot_loads_the_export_and_every_frame_matches(request, which, tmp_path):
     task = request.getfixturevalue(which)
     out = tmp_path / "lerobot"
-    result = export_lerobot(task.path, out, state=STATE[which])
+    result = export_lerobot(task.path, out, state=STATE[which], lerobot="0.4")
     assert {p.index: set(p.copied) for p in result.parts} == {
         ep.index: {s.name for s in result.plan.streams} for ep in task.episodes()}  # H.264 at i/fps: copied
     ds = _check_against_reader(task, out, result)
@@ -111,7 +111,7 @@ def test_stream_lerobot_cannot_take_as_is_is_reencoded(tmp_path):
     ep.finish()
     task = open_task(tmp_path / "odd")
     out = tmp_path / "lr"
-    result = export_lerobot(task.path, out)
+    result = export_lerobot(task.path, out, lerobot="0.4")
     assert result.parts[0].copied == ()
     LeRobotDataset = lerobot_dataset_class()
     ds = LeRobotDataset("local/odd", root=out, video_backend="pyav")
@@ -123,12 +123,12 @@ def test_stream_lerobot_cannot_take_as_is_is_reencoded(tmp_path):
 
 def test_dry_run_writes_nothing_and_cli_prints_the_mapping(sim_task, tmp_path, capsys):
     out = tmp_path / "x"
-    assert main(["export", "lerobot", str(sim_task.path), str(out), "--dry-run", "--json"]) == 0
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "--dry-run", "--json", "--lerobot", "0.4"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert not out.exists() and doc["dry_run"] and doc["frames"] == 42
     assert "observation.depth.stereo_depth" in doc["mapping"]["features"]
     assert {"from": "timestamp", "to": "pooled_timestamp"}.items() <= doc["mapping"]["renamed"][0].items()
-    assert main(["export", "lerobot", str(sim_task.path), str(out), "--no-depth", "-e", "2", "--dry-run"]) == 0
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "--no-depth", "-e", "2", "--dry-run", "--lerobot", "0.4"]) == 0
     text = capsys.readouterr().out
     assert "dropped videos/stereo_depth: depth stream; --no-depth" in text and "N=2 -> 0" in text
 
@@ -136,9 +136,9 @@ def test_dry_run_writes_nothing_and_cli_prints_the_mapping(sim_task, tmp_path, c
 def test_refusals_are_one_line_and_leave_nothing(sim_task, tmp_path, capsys):
     out = tmp_path / "x"
     with pytest.raises(SchemaError, match="float32, which cannot hold it exactly"):
-        export_lerobot(sim_task.path, out, state=["observation.gripper_left_force_ns"])
+        export_lerobot(sim_task.path, out, state=["observation.gripper_left_force_ns"], lerobot="0.4")
     with pytest.raises(SchemaError, match="not a fixed-length numeric column"):
-        export_lerobot(sim_task.path, out, action=["observation.imu"])
+        export_lerobot(sim_task.path, out, action=["observation.imu"], lerobot="0.4")
     out.mkdir()
     assert main(["export", "lerobot", str(sim_task.path), str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err
@@ -153,7 +153,7 @@ def test_fractional_fps_is_refused(tmp_path):
     ep.add_frame({"observation.gripper_state": [0, 0, 0]})
     ep.finish()
     with pytest.raises(EgopoolError, match="integer fps"):
-        export_lerobot(tmp_path / "ntsc", tmp_path / "out")
+        export_lerobot(tmp_path / "ntsc", tmp_path / "out", lerobot="0.4")
 
 
 def test_an_fps_that_rounds_to_zero_is_refused(tmp_path):
@@ -166,4 +166,4 @@ def test_an_fps_that_rounds_to_zero_is_refused(tmp_path):
     info.write_text(info.read_text().replace('"fps": 30.0', '"fps": 1e-300').replace('"fps": 30', '"fps": 1e-300'))
     assert '"fps": 1e-300' in info.read_text()
     with pytest.raises(EgopoolError, match="LeRobot v3 needs an integer fps; the task records at 1e-300 fps"):
-        export_lerobot(tmp_path / "slow", tmp_path / "out", dry_run=True)
+        export_lerobot(tmp_path / "slow", tmp_path / "out", dry_run=True, lerobot="0.4")

@@ -129,6 +129,8 @@ def type_problem(typ: pa.DataType, feature: Mapping[str, Any]) -> str | None:
     """
     dtype = feature.get("dtype")
     shape = list(feature.get("shape") or [1])
+    if isinstance(typ, pa.BaseExtensionType):  # datasets' ArrayND, registered when `datasets` is imported
+        typ = typ.storage_type
     if dtype == "image":
         ok = pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0
         ok = ok or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
@@ -169,6 +171,8 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
         values (all the same number without ``feature``), naming the file, column and row.
     """
     col = table.column(name)
+    if isinstance(col.type, pa.BaseExtensionType):  # datasets' ArrayND (lerobot's 2-D columns): its plain lists
+        col = pa.chunked_array([c.storage for c in col.chunks], type=col.type.storage_type)
     if not _is_list(col.type):
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             return np.asarray(col.to_pylist(), dtype=object).reshape(rows, 1)
