@@ -116,6 +116,8 @@ def lerobot_cmd(
     if result.out is None:
         console.print("dry run: nothing written")
         return
+    for warning in result.warnings:
+        console.print(f"[yellow]warning[/yellow] {warning}")
     copied = sum(len(p.copied) for p in result.parts)
     total = len(result.parts) * len(result.plan.streams)
     console.print(f"wrote {result.out} ({len(result.parts)} episodes; videos copied without re-encoding: "

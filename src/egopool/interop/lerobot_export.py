@@ -120,11 +120,25 @@ class LeRobotExport:
     plan: LeRobotPlan
     parts: tuple[EpisodePart, ...] = ()
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What makes the dataset untrainable as it is: an ``action`` that never changes (issue 27)."""
+        blocks = [p.stats["action"] for p in self.parts if "action" in p.stats]
+        if not blocks:
+            return ()
+        merged = fmt.aggregate_stats(blocks)
+        if np.all(np.asarray(merged["min"]) == np.asarray(merged["max"])):
+            what = ("the pooled placeholder [0.0]" if not any(c.name == "action" and c.kind == "concat"
+                                                               for c in self.plan.columns) else "--action columns")
+            return (f"action is constant in every exported frame ({what}): a policy learns nothing from it; "
+                    "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)",)
+        return ()
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the mapping, the output, frames and which videos were copied."""
         return {"out": str(self.out) if self.out else None, "dry_run": self.out is None,
                 "episodes": len(self.plan.jobs), "frames": sum(j.length for j in self.plan.jobs),
-                "videos_copied": {p.index: list(p.copied) for p in self.parts},
+                "videos_copied": {p.index: list(p.copied) for p in self.parts}, "warnings": list(self.warnings),
                 "mapping": self.plan.mapping()}
 
 
