@@ -167,3 +167,27 @@ def test_an_fps_that_rounds_to_zero_is_refused(tmp_path):
     assert '"fps": 1e-300' in info.read_text()
     with pytest.raises(EgopoolError, match="LeRobot v3 needs an integer fps; the task records at 1e-300 fps"):
         export_lerobot(tmp_path / "slow", tmp_path / "out", dry_run=True, lerobot="0.4")
+
+
+def test_preset_picks_the_rig_kinds_state_and_a_constant_action_is_warned_about(sim_task, tmp_path, capsys):
+    assert main(["export", "lerobot", str(sim_task.path), str(tmp_path / "x"), "--preset", "gripper", "--dry-run",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mapping"]["features"]["observation.state"]["from"] == [
+        "observation.gripper_state", "observation.gripper_2_gripper_state"]
+    assert main(["export", "lerobot", str(sim_task.path), str(tmp_path / "x"), "--preset", "wheel"]) == 1
+    assert "unknown --preset 'wheel'" in capsys.readouterr().err
+    result = export_lerobot(sim_task.path, tmp_path / "lr", state=["observation.gripper_state"])
+    assert len(result.warnings) == 1 and result.warnings[0].startswith(
+        "action is constant in every exported frame (the pooled placeholder [0.0])")
+    moving = export_lerobot(sim_task.path, tmp_path / "lr2", action=["observation.gripper_state"])
+    assert moving.warnings == ()
+    info = json.loads((tmp_path / "lr" / "meta" / "info.json").read_text())
+    depth = info["features"]["observation.images.stereo_depth"]
+    assert depth["shape"][-1] == 1 and depth["info"]["is_depth_map"] is True and depth["info"]["video.use_log"] is True
+    assert "video.is_depth_map" not in json.dumps(info)  # 0.6's key placement only (issue 31)
+    data = pq.ParquetFile(tmp_path / "lr" / "data" / "chunk-000" / "file-000.parquet")
+    assert data.metadata.num_row_groups == 1
+    assert str(data.schema_arrow.field("observation.left_hand_pose").type) == "list<element: list<element: float>>"
+    mapping = json.loads((tmp_path / "lr" / "egopool_mapping.json").read_text())
+    assert "float32" in mapping["features"]["wall_time"]["note"]

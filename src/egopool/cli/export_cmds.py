@@ -63,6 +63,9 @@ def lerobot_cmd(
     depth: bool = typer.Option(True, "--depth/--no-depth",
                                help="Export depth streams: LeRobot depth videos (lerobot >= 0.6), or with "
                                     "--lerobot 0.4 observation.depth.<key> uint16 mm [H, W] per frame."),
+    preset: str | None = typer.Option(None, "--preset", metavar="KIND",
+                                      help="observation.state for a rig kind: gripper (every gripper state), hand "
+                                           "(hand poses) or glove (glove pressures); instead of --state."),
     lerobot: str = typer.Option("0.6", "--lerobot", metavar="RELEASE",
                                 help="The LeRobot release to write for: 0.6 (lerobot >= 0.6, default) or 0.4 "
                                      "(lerobot 0.4.x: depth as arrays, 0.4's info keys)."),
@@ -93,6 +96,13 @@ def lerobot_cmd(
 
         name = str((read_info(task).get("task_name") or "")) if (task / "meta" / "info.json").is_file() else ""
         episodes = read_selection(episodes_from).for_task(task.resolve().name, *([name] if name else []))
+    if preset is not None:
+        from ..interop.lerobot_plan import preset_state
+        from ..read.reader import open_task
+
+        if state:
+            raise typer.BadParameter("give --state or --preset, not both", param_hint="--preset")
+        state = preset_state(open_task(task), preset, episodes or None)
     to_bucket = out.startswith("s3://")
     if to_bucket and overwrite:
         raise typer.BadParameter("an s3:// OUT must be empty: a bucket has no rename to replace a dataset "

@@ -41,12 +41,20 @@ from ..schema import signal_kind
 from ..storage import ObjectPath
 from ._checks import episode_streams
 
-__all__ = ["TARGETS", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+__all__ = ["PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
 
 #: What a LeRobot reader does to the float64 Unix ``wall_time`` (issue 31): said in the mapping and the README.
 WALL_TIME_NOTE = ("float64 Unix seconds in the parquet, but LeRobot's items (its torch transform) return float32, "
                   "whose step at today's Unix times is 128 s: an item's wall_time is up to 64 s off; read the "
                   "parquet column (hf_dataset.data) or use pooled_timestamp (s since the episode start)")
+#: ``--preset`` -> the ``observation.state`` columns of that rig kind (those every exported episode has, in this
+#: order; a ``*`` matches one device prefix such as ``gripper_2_``). TCP poses are SLAM trajectories, a variable
+#: number of points per row, which a LeRobot feature cannot hold, so the gripper preset is its width/state.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "gripper": ("observation.gripper_state", "observation.*gripper_state"),
+    "hand": ("observation.left_hand_pose", "observation.right_hand_pose"),
+    "glove": ("observation.left_glove", "observation.right_glove"),
+}
 #: LeRobot releases an export is written for: "0.6" (default, lerobot >= 0.6) and "0.4" (lerobot 0.4.x).
 TARGETS = ("0.6", "0.4")
 
@@ -375,6 +383,29 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
             if k in task.info}
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
                        created, decl, target, gop)
+
+
+def preset_state(task: Task, preset: str, episodes: Sequence[int] | None = None) -> list[str]:
+    """The ``--state`` columns of a :data:`PRESETS` rig kind that every chosen episode of ``task`` has.
+
+    Raises
+    ------
+    EgopoolError
+        An unknown preset, or a task without any of its columns (naming what was looked for).
+    """
+    import fnmatch
+
+    if preset not in PRESETS:
+        raise EgopoolError(f"unknown --preset {preset!r}", hint=f"use one of {', '.join(PRESETS)}")
+    chosen = _select(task, episodes)
+    common = set(chosen[0].schema.names).intersection(*(set(ep.schema.names) for ep in chosen[1:]))
+    cols: list[str] = []
+    for pattern in PRESETS[preset]:
+        cols += [c for c in sorted(common) if fnmatch.fnmatchcase(c, pattern) and c not in cols]
+    if not cols:
+        raise EgopoolError(f"the task has none of the {preset} preset's columns ({', '.join(PRESETS[preset])})",
+                           path=task.path, hint="name the columns with --state (`egopool show TASK N` lists them)")
+    return cols
 
 
 def _created_at(ep: Episode) -> float | None:
