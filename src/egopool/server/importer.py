@@ -45,6 +45,7 @@ from ..errors import EgopoolError, FormatError, UploadRejectedError
 from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.info import merge_info, new_info
+from ..meta.retired import retired_key
 from ..meta.tasks import read_tasks
 from ..publish import JOURNALS, Publication, claim_all, committed_rows, journal_doc, publish_group, task_hash
 from ..registry import sha256_file
@@ -357,10 +358,12 @@ class Importer:
 
     # -- step 8 --------------------------------------------------------------------------------------
     def _occupied(self, task: str, layout: TaskLayout, k: int) -> bool:
-        """N ``k`` has an object, or a claim, in the store (a directory store: any file of its group too)."""
+        """N ``k`` has an object, a claim or a tombstone (it was deleted) in the store (a directory store: any file
+        of its group too)."""
         objects = self.store.objects
         if any(objects.exists(key) for key in (layout.episodes_file(k).as_posix(), layout.data_file(k).as_posix(),
-                                               f"{JOURNALS}/{task_hash(task)}/{k:09d}.json")):
+                                               f"{JOURNALS}/{task_hash(task)}/{k:09d}.json",
+                                               f"{task}/{retired_key(k)}")):  # deleted N: never again (O34)
             return True
         local = self.store.local_task(task)
         if local is None:
