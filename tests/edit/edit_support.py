@@ -37,7 +37,7 @@ def target_of(kind: str, tmp_path: Path, src: TaskAt, name: str) -> str:
     """A new location beside ``src`` (same backend)."""
     if kind == "dir":
         return str(tmp_path / "out" / name)
-    return src.location.rsplit("/", 2)[0] + f"/out-{name}/{name}"
+    return src.location.rsplit("/", 1)[0] + f"/{name}"
 
 
 def digests(t: TaskAt) -> dict[str, str]:

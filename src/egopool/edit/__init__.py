@@ -25,5 +25,5 @@ def resume_edit(target: str) -> EditReport:
     from .copy import open_target, run_plan
     from .select import _move
 
-    tgt = open_target(target)
+    tgt = open_target(target, new=False)
     return run_plan(tgt, None, EditReport("resume", tgt.uri, False), move=_move)

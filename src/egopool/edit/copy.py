@@ -137,8 +137,9 @@ class EditReport:
         return out
 
 
-def open_target(where: str | os.PathLike[str] | ObjectPath) -> StoreTask:
+def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True) -> StoreTask:
     """The target of a merge or split: a location that is no task yet (or holds an interrupted edit's journal).
+    ``new=False``: any location (``edit resume``).
 
     Raises
     ------
@@ -154,6 +155,8 @@ def open_target(where: str | os.PathLike[str] | ObjectPath) -> StoreTask:
 
         require_bucket(root)
     t = StoreTask(root, store, store.root if isinstance(store, DirectoryStore) else None)
+    if not new:
+        return t
     if store.exists("meta/info.json") and not store.exists(JOURNAL):
         raise OperationError(f"{t.uri} is a task already; an edit builds a new task",
                              hint="name a new location (delete or rename the old task first if it must go)")
