@@ -47,9 +47,9 @@ def parse_episode_list(text: str) -> list[int]:
 
 
 def _show(report: object, json_out: bool) -> None:
-    from ..edit import EditReport
+    from ..edit import EditReport, InplaceReport
 
-    assert isinstance(report, EditReport)
+    assert isinstance(report, (EditReport, InplaceReport))
     if json_out:
         print_json(report.to_dict())
         return
@@ -97,3 +97,93 @@ def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task 
     from ..edit import resume_edit
 
     _show(resume_edit(target), json_out)
+
+
+@edit_app.command("rename")
+def rename_cmd(task: str = typer.Argument(..., metavar="TASK", help="The task to rename."),
+               name: str = typer.Argument(..., metavar="NAME", help="Its new name (the new task is its sibling)."),
+               dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rename a task: its directory (rename(2)) or prefix (copied, then the old one deleted) and task_name.
+
+    N, data, rows, videos and stats.json are unchanged; a bucket's tombstones of deleted N move with it.
+    """
+    from ..edit import rename_task
+
+    _show(rename_task(task, name, dry_run=dry_run), json_out)
+
+
+def _inplace(task: str, change: object, dry_run: bool, json_out: bool) -> None:
+    from ..edit import Change, apply_change
+
+    assert isinstance(change, Change)
+    report = apply_change(task, change, dry_run=dry_run)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    if report.resumed:
+        console.print("[yellow]finished an interrupted edit of this task[/yellow]")
+    for line in report.lines():
+        console.print(escape(line))
+
+
+_TASK = typer.Argument(..., metavar="TASK", help="Task directory, or s3://BUCKET/PREFIX/TASK.")
+
+
+@edit_app.command("set-task")
+def set_task_cmd(task: str = _TASK, text: str = typer.Argument(..., metavar="TEXT", help="The new task string."),
+                 task_index: int = typer.Option(0, "--task-index", help="Which line of tasks.jsonl."),
+                 dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Set a task string (the language instruction) in meta/tasks.jsonl, one JSON object per line (§5)."""
+    from ..edit import SetTask
+
+    _inplace(task, SetTask(text, task_index), dry_run, json_out)
+
+
+@edit_app.command("remove-column")
+def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(..., metavar="COLUMN"),
+                      dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Remove a column from every episode, info.json features and sensors, and stats.json."""
+    from ..edit import RemoveColumn
+
+    _inplace(task, RemoveColumn(column), dry_run, json_out)
+
+
+@edit_app.command("rename-column")
+def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
+                      new: str = typer.Argument(..., metavar="NEW"),
+                      dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rename a column in every episode at once, info.json and stats.json (multi_device_storage.md §2.4 names)."""
+    from ..edit import RenameColumn
+
+    _inplace(task, RenameColumn(old, new), dry_run, json_out)
+
+
+@edit_app.command("add-column", context_settings={"ignore_unknown_options": True})
+def add_column_cmd(task: str = _TASK, index: int = typer.Argument(..., metavar="N", help="The episode."),
+                   column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
+                   values: str = typer.Option(..., "--from", metavar="FILE",
+                                              help=".npy (rows,) or (rows, d), or text: one value per line."),
+                   dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it."""
+    from ..edit import AddColumn, load_values
+
+    _inplace(task, AddColumn(column, index, load_values(values), values), dry_run, json_out)
+
+
+@edit_app.command("remove-slot")
+def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="SLOT"),
+                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Remove a stream slot: every episode's video, video_extensions, cameras, device_names, devices' slots."""
+    from ..edit import RemoveSlot
+
+    _inplace(task, RemoveSlot(slot), dry_run, json_out)
+
+
+@edit_app.command("rename-slot")
+def rename_slot_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
+                    new: str = typer.Argument(..., metavar="NEW"),
+                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rename a stream slot in every episode and declaration; a slot name a device uses already is refused."""
+    from ..edit import RenameSlot
+
+    _inplace(task, RenameSlot(old, new), dry_run, json_out)

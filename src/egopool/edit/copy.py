@@ -85,17 +85,19 @@ class CopyPlan:
     stats: dict[str, Any]
     tasks: list[dict[str, Any]]
     move: bool = False
+    #: objects of the (single) source copied as they are (a rename: its origins, a bucket's tombstones)
+    extra: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "args": self.args, "target": self.target, "sources": self.sources,
                 "picks": [p.to_dict() for p in self.picks], "skipped": self.skipped, "info": self.info,
-                "stats": self.stats, "tasks": self.tasks, "move": self.move}
+                "stats": self.stats, "tasks": self.tasks, "move": self.move, "extra": self.extra}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CopyPlan:
         return cls(str(d["op"]), dict(d["args"]), str(d["target"]), list(d["sources"]),
                    [Pick.from_dict(p) for p in d["picks"]], list(d.get("skipped") or []), dict(d["info"]),
-                   dict(d["stats"]), list(d["tasks"]), bool(d.get("move")))
+                   dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []))
 
 
 @dataclass
@@ -178,7 +180,8 @@ def target_keys(plan: CopyPlan) -> list[str]:
     keys: list[str] = []
     for p in plan.picks:
         keys += _episode_keys(layout, p.new_index, p.videos)
-    return keys + ["meta/stats.json", "meta/tasks.jsonl", ORIGINS, "meta/info.json"]
+    return keys + plan.extra + ["meta/stats.json", "meta/tasks.jsonl"] + \
+        ([] if ORIGINS in plan.extra else [ORIGINS]) + ["meta/info.json"]
 
 
 def _set(table: pa.Table, name: str, value: int) -> pa.Table:
@@ -247,7 +250,11 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
         tgt.store.put("meta/stats.json", json_bytes(plan.stats, indent=None))
         tgt.store.put("meta/tasks.jsonl", "".join(json.dumps(t, ensure_ascii=False) + "\n"
                                                   for t in plan.tasks).encode("utf-8"))
-        tgt.store.put(ORIGINS, _origins(plan))
+        for key in plan.extra:
+            src = sources.get(0) or open_source(plan.sources[0])
+            tgt.store.put(key, src.read(key))
+        if ORIGINS not in plan.extra:
+            tgt.store.put(ORIGINS, _origins(plan))
         pause(OP, "meta")
         try:
             tgt.store.put("meta/info.json", json_bytes(plan.info), mode=PutMode.CREATE)
