@@ -71,11 +71,15 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
         if dry_run:
             return report
         t = StoreTask(old, open_store(str(old)), old)
+        args = {"source": str(old), "target": str(new)}
         with task_lock(old, wait=False):
-            journal = EditJournal.create(t, {"op": "rename", "args": {"source": str(old), "target": str(new)},
-                                             "state": "renaming"})
-            del journal
-            pause("edit", "journal")
+            got = read_journal(t)
+            if got is None:
+                EditJournal.create(t, {"op": "rename", "args": args, "state": "renaming"})
+                pause("edit", "journal")
+            elif got[0].get("op") != "rename" or got[0].get("args") != args:
+                raise OperationError(f"{old} holds an unfinished `edit {got[0].get('op')}`",
+                                     hint=f"finish it with `egopool edit resume {old}`; nothing was written")
             os.rename(old, new)
         pause("edit", "renamed")
     t = StoreTask(new, open_store(str(new)), new)
