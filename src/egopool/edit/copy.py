@@ -197,11 +197,14 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
     ref = src.episodes.get(p.index)
     data_key = ref.data if ref is not None else src.layout.data_key(p.index)
     row_key = ref.row if ref is not None else src.layout.episodes_key(p.index)
-    table = pq.read_table(io.BytesIO(src.read(data_key)))
-    new_task = p.task_index.get(str(int(table.column("task_index")[0].as_py())) if "task_index" in
-                                table.column_names and table.num_rows else "0", 0)
-    table = _set(_set(table, "episode_index", p.new_index), "task_index", new_task)
-    tgt.store.put(layout.data_key(p.new_index), parquet_bytes(table))
+    body = src.read(data_key)
+    table = pq.read_table(io.BytesIO(body))
+    old_task = int(table.column("task_index")[0].as_py()) if "task_index" in table.column_names and \
+        table.num_rows else 0
+    new_task = p.task_index.get(str(old_task), 0)
+    if p.new_index != p.index or new_task != old_task:  # else the bytes as they are (a rename)
+        body = parquet_bytes(_set(_set(table, "episode_index", p.new_index), "task_index", new_task))
+    tgt.store.put(layout.data_key(p.new_index), body)
     for image_key, (ext, key) in sorted(p.videos.items()):
         dest = layout.video_key(p.new_index, image_key, ext)
         local = src.t.store.local_path(key)
@@ -212,12 +215,15 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
                     open(tmp, "wb") as out:
                 while piece := f.read(1 << 20):
                     out.write(piece)
-    raw = pq.read_table(io.BytesIO(src.read(row_key)))
+    row_body = src.read(row_key)
+    raw = pq.read_table(io.BytesIO(row_body))
     rows = [r for r in raw.to_pylist() if r.get("episode_index") == p.index] or raw.to_pylist()
     row = decode_row(rows[0])
-    row["episode_index"] = p.new_index
-    row["task_index"] = p.task_index.get(str(row.get("task_index") or 0), 0)
-    tgt.store.put(layout.episodes_key(p.new_index), parquet_bytes(episode_row_table(row)))
+    task = p.task_index.get(str(row.get("task_index") or 0), 0)
+    if p.new_index != p.index or task != (row.get("task_index") or 0) or raw.num_rows != 1:
+        row["episode_index"], row["task_index"] = p.new_index, task
+        row_body = parquet_bytes(episode_row_table(row))
+    tgt.store.put(layout.episodes_key(p.new_index), row_body)
 
 
 def _origins(plan: CopyPlan) -> bytes:

@@ -22,12 +22,19 @@ from ..errors import OperationError
 from ..meta.stats import read_stats
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
-from ..storage import open_store
+from ..storage import Store, open_store
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import JOURNAL, EditJournal, read_journal
 from .source import location, open_source
 
 __all__ = ["rename_task"]
+
+
+def _objects(store: Store) -> list[str]:
+    """Every object key of a bucket task; not a copy tool's empty "folder" markers (``data/``, ``data``)."""
+    keys = [m.key for m in store.list()]
+    prefixes = {k.rsplit("/", i)[0] for k in keys for i in range(1, k.count("/") + 1)}
+    return [k for k in keys if k and not k.endswith("/") and k not in prefixes]
 
 
 def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
@@ -40,8 +47,8 @@ def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
         p.task_index = same or {"0": 0}
     episode_keys = {k for ref in s.episodes.values() for k in (ref.data, ref.row, *(v[1] for v in ref.videos.values()))}
     fixed = {"meta/info.json", "meta/stats.json", "meta/tasks.jsonl", JOURNAL}
-    extra = sorted(m.key for m in s.t.store.list() if m.key not in episode_keys and m.key not in fixed
-                   and not m.key.endswith("/"))
+    listed = _objects(s.t.store)
+    extra = sorted(k for k in listed if k not in episode_keys and k not in fixed)
     info = {**s.info, "task_name": new_uri.rsplit("/", 1)[-1]}
     return CopyPlan("rename", {"source": s.t.uri}, new_uri, [s.t.uri], picks, [], info, read_stats(s.t.root),
                     tasks, True, extra)
@@ -49,7 +56,7 @@ def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
 
 def _delete_old(plan: CopyPlan) -> dict[str, list[int]]:
     store = open_store(plan.sources[0])
-    keys = [m.key for m in store.list()]
+    keys = _objects(store)
     store.delete(sorted(keys, key=lambda k: (k == "meta/info.json", k)))  # info.json last: a task to the end
     return {plan.sources[0]: sorted(p.index for p in plan.picks)}
 
