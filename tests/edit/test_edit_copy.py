@@ -161,3 +161,15 @@ def test_split_of_a_missing_episode_is_one_line_and_writes_nothing(tmp_path, bac
     assert digests(s) == before
     t = type(s)(backend, into, tmp_path)
     assert (not (tmp_path / "out").exists()) if backend == "dir" else t.all_keys() == set()
+
+
+def test_split_by_a_review_selection(tmp_path, backend, request):
+    s = at(backend, record(tmp_path / "s", episodes=3), request)
+    sel = tmp_path / "accepted.json"
+    sel.write_text(json.dumps({"episodes": [{"task": "pick", "index": 3, "verdict": "accept"},
+                                            {"task": "other", "index": 1}], "next_cursor": None}))
+    into = target_of(backend, tmp_path, s, "accepted")
+    r = run_cli("edit", "split", s.location, "--into", into, "--episodes-from", str(sel), "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(e["index"], e["new_index"]) for e in json.loads(r.stdout)["episodes"]] == [(3, 1)]
+    assert type(s)(backend, into, tmp_path).errors() == []

@@ -78,6 +78,9 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
               where: list[str] = typer.Option([], "--where", metavar="COND",
                                               help='A condition on the episode row, e.g. "length>=300" '
                                                    "(repeatable; all must hold)."),
+              episodes_from: str = typer.Option("", "--episodes-from", metavar="SELECTION",
+                                                help="A review selection: a file of N, the server's JSON answer, "
+                                                     "or its http(s):// search URL (token in $EGOPOOL_TOKEN)."),
               move: bool = typer.Option(False, "--move", help="Delete them from TASK once the new task is complete "
                                                               "(their N stay retired there)."),
               dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
@@ -87,7 +90,14 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
     """
     from ..edit import split_task
 
-    _show(split_task(source, into, parse_episode_list(episodes), where, move=move, dry_run=dry_run), json_out)
+    indices = parse_episode_list(episodes)
+    if episodes_from:
+        from ..curation.selection import read_selection
+        from ..meta.info import read_info
+
+        name = source.rstrip("/").rsplit("/", 1)[-1]
+        indices += read_selection(episodes_from).for_task(name, str(read_info(source).get("task_name") or name))
+    _show(split_task(source, into, indices, where, move=move, dry_run=dry_run), json_out)
 
 
 @edit_app.command("resume")
