@@ -9,7 +9,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from backends import make_task_at, run_cli
+from backends import run_cli
 from edit_support import assert_stats_recount, at, digests, record, target_of
 
 from egopool.meta.info import read_info

@@ -19,6 +19,7 @@ from ..errors import FormatError, LockError, OperationError
 from ..meta import markers
 from ..ops._store_task import StoreTask
 from ..storage import PreconditionFailed, PutMode
+from ..storage.store import require_conditional_writes
 
 __all__ = ["JOURNAL", "EditJournal", "edit_lock", "read_journal"]
 
@@ -99,9 +100,8 @@ def edit_lock(t: StoreTask, *, dry_run: bool) -> Iterator[None]:
         The bucket cannot write conditionally.
     """
     if t.local is None:
-        if not dry_run and not t.store.conditional_writes:
-            raise OperationError("this bucket does not honour conditional writes (If-None-Match / If-Match), which "
-                                 "an edit relies on", path=t.uri, hint="edit a local copy (`egopool sync`)")
+        if not dry_run:
+            require_conditional_writes(t.store, "an edit")
         yield
         return
     if dry_run:
