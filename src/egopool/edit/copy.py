@@ -296,8 +296,10 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
         if got is not None:
             old = CopyPlan.from_dict(got[0])
             if plan is not None and (old.op != plan.op or old.args != plan.args):
-                raise OperationError(f"{tgt.uri} holds an unfinished `edit {old.op}` ({tgt.store.url(JOURNAL)})",
-                                     hint=f"finish it with `egopool edit resume {tgt.uri}`; nothing was written")
+                raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {old.op}`, "
+                                     f"{tgt.store.url(JOURNAL)})",
+                                     hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` "
+                                          f"finishes it; nothing was written")
             journal = EditJournal.take_over(tgt, got[0], got[1])
             report.plan, report.resumed = old, True
             plan = old

@@ -236,8 +236,10 @@ def apply_change(location: str | ObjectPath, ch: Change, *, dry_run: bool = Fals
         got = read_journal(t)
         if got is not None:
             if got[0].get("op") != ch.op or got[0].get("args") != ch.args():
-                raise OperationError(f"{t.uri} holds an unfinished `edit {got[0].get('op')}`",
-                                     hint=f"finish it with `egopool edit resume {t.uri}`; nothing was written")
+                raise OperationError(f"{t.uri} holds another edit under way or interrupted "
+                                     f"(`edit {got[0].get('op')}`)",
+                                     hint=f"wait for it; if it was killed, `egopool edit resume {t.uri}` "
+                                          f"finishes it; nothing was written")
             journal = EditJournal.take_over(t, got[0], got[1])
             report.resumed = True
         else:

@@ -138,8 +138,10 @@ def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *
     if pending is not None and not dry_run:
         if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
             return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
-        raise OperationError(f"{tgt_uri} holds an unfinished `edit {pending[0].get('op')}` of other tasks",
-                             hint=f"finish it with `egopool edit resume {tgt_uri}`; nothing was written")
+        raise OperationError(f"{tgt_uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
+                             f"of other tasks)",
+                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt_uri}` "
+                                  f"finishes it; nothing was written")
     plan = plan_merge(sources, tgt_uri)
     report.plan = plan
     if dry_run:

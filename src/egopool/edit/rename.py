@@ -85,8 +85,10 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
                 EditJournal.create(t, {"op": "rename", "args": args, "state": "renaming"})
                 pause("edit", "journal")
             elif got[0].get("op") != "rename" or got[0].get("args") != args:
-                raise OperationError(f"{old} holds an unfinished `edit {got[0].get('op')}`",
-                                     hint=f"finish it with `egopool edit resume {old}`; nothing was written")
+                raise OperationError(f"{old} holds another edit under way or interrupted "
+                                     f"(`edit {got[0].get('op')}`)",
+                                     hint=f"wait for it; if it was killed, `egopool edit resume {old}` "
+                                          f"finishes it; nothing was written")
             os.rename(old, new)
         pause("edit", "renamed")
     t = StoreTask(new, open_store(str(new)), new)

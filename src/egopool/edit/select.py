@@ -138,8 +138,10 @@ def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         args = pending[0].get("args") or {}
         if pending[0].get("op") == "split" and args.get("source") == location(source):
             return run_plan(tgt, None, report, move=_move)
-        raise OperationError(f"{tgt.uri} holds an unfinished `edit {pending[0].get('op')}` of another source",
-                             hint=f"finish it with `egopool edit resume {tgt.uri}`; nothing was written")
+        raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
+                             f"of another source)",
+                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` "
+                                  f"finishes it; nothing was written")
     plan = plan_split(source, tgt.uri, indices, where, move=move)
     report.plan = plan
     if dry_run:
