@@ -26,7 +26,7 @@ from ..errors import UploadRejectedError
 from .db import VERDICTS
 
 __all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "loopback_host",
-           "parse_review"]
+           "other_site", "parse_review"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
@@ -119,3 +119,9 @@ def parse_review(body: bytes) -> tuple[str, str]:
                                                       "(a control character or a lone surrogate)",
                                   hint="send plain text (tabs and line breaks are fine)")
     return verdict, reason
+
+
+def other_site(fetch_site: str | None) -> bool:
+    """A browser says another site's page sent this (``Sec-Fetch-Site``; not ``Origin``, which a proxy
+    rewriting ``Host`` would make look foreign): it may not sign the browser in or out (docs/decisions.md U24, U27)."""
+    return fetch_site in ("cross-site", "same-site")
