@@ -91,3 +91,20 @@ def test_small_trips_of_a_new_user(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "not a JSON object (it holds a JSON array)" in out and "restore it from a backup" in out
     info_path.write_text(good)
+
+
+@pytest.mark.parametrize("uri", ["s3:/lab/imp", "S3://lab/imp", "s3:lab/imp"])
+def test_a_misspelt_s3_uri_is_refused_and_no_s3_folder_appears(tmp_path: Path, uri: str,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24 review: `import tum ... --out s3:/lab/imp` made a local folder `s3:` and ended in a traceback."""
+    from egopool.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    gt = Path(__file__).parent / "data" / "evo_trajectories" / "freiburg1_xyz-groundtruth.txt"
+    assert main(["import", "tum", str(gt), "--frame", "tum_fr1_world", "--out", uri]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an S3 URI" in err and "write s3://lab/imp" in err, err
+    assert main(["ls", uri]) in (1, 2)
+    assert "not an S3 URI" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
