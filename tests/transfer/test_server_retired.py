@@ -40,12 +40,17 @@ def test_a_directory_store_skips_deleted_n(tmp_path: Path) -> None:
 
 
 @pytest.mark.extra("s3")
-def test_a_bucket_store_skips_deleted_n_and_answers(s3_server: Any, tmp_path: Path) -> None:
+def test_a_bucket_store_skips_deleted_n_and_answers(s3_server: Any, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     s3_server.create_bucket("pool")
     uri = f"s3://pool/{uuid.uuid4().hex[:10]}"
     first = simulate(tmp_path / "pc1", "pick", 3, seed=1)
     assert cli(["sync", str(first), f"{uri}/pick"]) == 0
     assert cli(["delete", f"{uri}/pick", "1", "2", "--yes"]) == 0
+    capsys.readouterr()
+    assert cli(["sync", str(first), f"{uri}/pick"]) == 1  # the deleted N cannot come back, and it says why
+    out = capsys.readouterr()
+    assert "episode 1 was deleted from the destination and its number is never reused" in out.out + out.err
     second = simulate(tmp_path / "pc2", "pick", 2, seed=2)
     state = tmp_path / "state"
     with ServerProc(state, "--state", str(state), store_arg=uri) as srv:
