@@ -46,6 +46,7 @@ import contextlib
 import logging
 import shutil
 import urllib.parse
+from dataclasses import replace
 from functools import partial
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -64,6 +65,7 @@ from ..meta.info import read_info
 from ..storage.bucket import is_bucket_uri
 from ..storage.s3_store import S3Store
 from .catalog import episode_entries, episode_entry, episode_file, pending_rows, task_detail, task_summaries
+from .db import ReviewConflict
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
@@ -420,18 +422,28 @@ def create_app(config: ServerConfig) -> FastAPI:
             if len(body) > MAX_BODY:
                 raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
         _n(task, index)
-        verdict, reason = parse_review(body)
+        v = parse_review(body)
+        if v.episode != index:  # the page that sent it shows another episode: never judge the wrong one
+            raise UploadRejectedError(409, "conflict", f"this verdict names episode {v.episode} but was sent to "
+                                                       f"episode {index} of task {task!r}; nothing was recorded")
         store = store_()
         if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
             raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
-        row = await anyio.to_thread.run_sync(store.db.add_review, task, index, verdict, reason, tok.id if tok else None)
-        return row.to_dict()
+        try:
+            row, current = await anyio.to_thread.run_sync(
+                partial(store.db.add_review, task, index, v.verdict, v.reason, tok.id if tok else None,
+                                  version=v.version))
+        except ReviewConflict as exc:
+            raise UploadRejectedError(409, "conflict", str(exc), hint="reload the episode to see its current review"
+                                      ) from None
+        return {**row.to_dict(), "version": row.id, "current": current.to_dict() if current else None}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
         rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), _n(task, index))
-        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows]}
+        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows],
+                "version": rows[-1].id if rows else 0}
 
     @app.get("/api/v1/episodes")
     async def search_api(request: Request) -> dict[str, Any]:
@@ -469,8 +481,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         if quality and quality.get("errors"):
             quality["errors"] = [hide(str(e)) for e in quality["errors"]]
         length = ep.get("length")
+        current = store.db.current_review(task, index)
         return {**ep, "duration_s": round(length / fps, 6) if length is not None and fps else None,
-                "size_bytes": size, "quality": quality, "preview": preview}
+                "size_bytes": size, "quality": quality, "preview": preview,
+                "review": current.to_dict() if current else None,
+                "review_version": store.db.review_version(task, index)}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
     async def preview_file_api(task: str, index: int, name: str, request: Request) -> Response:
@@ -480,7 +495,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no preview {name!r} "
                                                         "(yet); its entry in the read API says the preview's state")
         media = {".mp4": "video/mp4", ".jpg": "image/jpeg", ".json": "application/json"}[path.suffix]
-        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache",
+                                                               "Cross-Origin-Resource-Policy": "same-origin"})
 
     @app.post("/api/v1/tasks/{task}/episodes/{index}/preview")
     async def preview_rebuild_api(task: str, index: int, request: Request) -> dict[str, Any]:
@@ -555,9 +571,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             store = store_()
             entry = _episode(task, index)
             prev, nxt = episode_neighbours(store.db, q, task, index)
+            unreviewed = replace(q, filters={**q.filters, "review": "unreviewed"})
             return episode_page(task, entry, store.db.reviews(task, index), (prev, nxt), q,
                                 can_review=tok is None or tok.can_review(),
-                                csrf=csrf_token(cookie) if cookie and tok is not None else "")
+                                csrf=csrf_token(cookie) if cookie and tok is not None else "",
+                                next_unreviewed=episode_neighbours(store.db, unreviewed, task, index)[1])
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

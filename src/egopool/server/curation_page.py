@@ -25,8 +25,9 @@ __all__ = ["SHORTCUTS", "episode_page", "task_page"]
 
 #: key -> what it does on the episode page (listed on the page; static/episode.js implements them).
 SHORTCUTS = {"space": "play / pause", "← / →": "one frame back / forward", "a": "accept",
-             "r": "reject (asks for a reason)", "f": "flag (asks for a reason)", "j": "next episode",
-             "k": "previous episode"}
+             "r": "reject (asks for a reason)", "f": "flag (asks for a reason)", "u": "undo the last verdict",
+             "j": "next episode", "k": "previous episode", "Esc": "leave the reason field (its text is dropped)"}
+_REVIEW_KEYS = ("a", "r", "f", "u")
 
 
 def _q(task: str) -> str:
@@ -38,7 +39,7 @@ def _qs(params: dict[str, str]) -> str:
 
 
 def _state(state: str) -> str:
-    cls = {"accepted": "ok", "rejected": "bad", "flagged": "warn"}[state]
+    cls = {"accepted": "ok", "rejected": "bad", "flagged": "warn"}.get(state, "dim")
     return f"<span class=\"{cls}\" data-state=\"{_e(state)}\">{_e(state)}</span>"
 
 
@@ -171,13 +172,14 @@ def _idle_ranges(q: dict[str, Any] | None) -> list[list[float]]:
 
 
 def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], neighbours: tuple[int | None, int | None],
-                 q: EpisodeQuery, *, can_review: bool, csrf: str) -> str:
+                 q: EpisodeQuery, *, can_review: bool, csrf: str, next_unreviewed: int | None = None) -> str:
     """``/tasks/<task>/episodes/<N>``: synced cameras, signal plots, quality facts, origin, review.
 
     ``ep`` is the read API's episode entry (``preview`` and ``quality`` when the previews
     exist); ``neighbours`` the previous / next N under the same filters ``q`` (j / k).
     ``can_review``: the token may judge; an episode without ``uploaded_by`` (copied into the
-    store) never shows the review buttons.
+    store) never shows the review buttons. ``next_unreviewed``: the next N under ``q`` without a
+    verdict (where "next unreviewed after a verdict" goes, docs/decisions.md P4).
     """
     n = ep["episode_index"]
     keep = {k: v for k, v in q.params().items() if k != "task"}
@@ -194,7 +196,10 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
             "streams": streams, "signals": preview.get("signals"), "idle": _idle_ranges(ep.get("quality")),
             "prev": f"/tasks/{_q(task)}/episodes/{prev}{_qs(keep)}" if prev is not None else None,
             "next": f"/tasks/{_q(task)}/episodes/{nxt}{_qs(keep)}" if nxt is not None else None,
-            "review_url": f"/api/v1/tasks/{_q(task)}/episodes/{n}/review", "can_review": can_review, "csrf": csrf}
+            "next_unreviewed": (f"/tasks/{_q(task)}/episodes/{next_unreviewed}{_qs(keep)}"
+                                if next_unreviewed is not None else None),
+            "review_url": f"/api/v1/tasks/{_q(task)}/episodes/{n}/review", "can_review": can_review, "csrf": csrf,
+            "version": int(ep.get("review_version") or 0)}
     nav = [f"<a href=\"/tasks/{_q(task)}{_e(_qs(keep))}\">{_e(task)}</a>"]
     if prev is not None:
         nav.append(f"<a id=\"prev\" href=\"{_e(data['prev'])}\">« episode {_e(prev)} (k)</a>")
@@ -232,19 +237,22 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
               f"#{_e(up['upload_id'])}, token {_e(up.get('token_id') or '—')}</p>") if up else \
         ("<p id=\"origin\" class=\"dim\">Not uploaded to this server (copied into the store): "
          "it cannot be judged here.</p>")
-    current = reviews[-1].to_dict() if reviews else None
+    current = ep.get("review")
     review_box = ""
     if can_review:
         review_box = ("<div id=\"review\"><input id=\"reason\" type=\"text\" size=\"50\" maxlength=\"2000\" "
                       "placeholder=\"reason (needed to reject or flag)\"> "
                       "<button id=\"accept\" class=\"ok\">accept (a)</button> "
                       "<button id=\"reject\" class=\"bad\">reject (r)</button> "
-                      "<button id=\"flag\" class=\"warn\">flag (f)</button> <span id=\"review-msg\"></span></div>")
+                      "<button id=\"flag\" class=\"warn\">flag (f)</button> "
+                      "<button id=\"undo\" title=\"take back the last verdict (u)\">undo (u)</button> "
+                      "<label class=\"dim\"><input type=\"checkbox\" id=\"auto-advance\"> then the next "
+                      "unreviewed episode</label> <span id=\"review-msg\" role=\"status\"></span></div>")
     hist = _table("reviews", ("when", "verdict", "reason", "token"),
                   [[_time(r.at), _state(r.state), _e(r.reason),
                     _e(r.token_id or "—")] for r in reversed(reviews)])
     keys = "".join(f"<li><kbd>{_e(k)}</kbd> {_e(v)}</li>" for k, v in SHORTCUTS.items()
-                   if can_review or k not in ("a", "r", "f"))
+                   if can_review or k not in (*_REVIEW_KEYS, "Esc"))
     body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin, player,
             f"<h2>Review</h2><p>Current: <span id=\"review-state\">{_review_cell(current)}</span></p>", review_box,
             hist, f"<ul id=\"shortcuts\">{keys}</ul>",

@@ -221,68 +221,122 @@
     }).catch(() => undefined);
   }
 
-  // ---- review ----------------------------------------------------------------------------------
-  let pending = null;  // a reject / flag waiting for its reason
+  // ---- review (docs/decisions.md P1-P4) -------------------------------------------------------
+  // A verdict names its episode and the review version it answers; the server refuses a stale one.
+  // After a verdict (sent, refused or failed) no field keeps the focus, so the next key is a shortcut.
+  // While a verdict is in flight no other verdict is sent; a navigation (j / k / auto-advance) waits
+  // for it, and once the page is leaving no verdict key acts (it would judge the episode being left).
+  let pending = null;   // a reject / flag waiting for its reason
+  let busy = false;     // a verdict in flight
+  let leaving = null;   // the URL this page is going to (set by j / k / auto-advance)
+  const reasonBox = $("reason"), auto = $("auto-advance");
   function say(text, cls) { const m = $("review-msg"); if (m) { m.textContent = text; m.className = cls || ""; } }
+  function unfocus() { const a = document.activeElement; if (a && a !== document.body && a.blur) a.blur(); }
+  function go(url) {
+    if (!url || leaving) return;
+    leaving = url;
+    if (!busy) location.href = url;
+  }
+  function showState(cur) {
+    const cell = $("review-state");
+    cell.textContent = "";
+    const s = document.createElement("span");
+    if (!cur) { s.className = "dim"; s.textContent = "unreviewed"; cell.appendChild(s); return; }
+    s.className = { accepted: "ok", rejected: "bad", flagged: "warn" }[cur.state] || "dim";
+    s.dataset.state = cur.state; s.textContent = cur.state;
+    cell.appendChild(s);
+    if (cur.reason) { const d = document.createElement("span"); d.className = "dim"; d.textContent = " " + cur.reason; cell.appendChild(d); }
+  }
+  function addHistory(body) {
+    const tb = document.querySelector("#reviews tbody");
+    if (!tb) return;
+    const tr = document.createElement("tr");
+    const when = new Date(body.at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+    for (const v of [when, body.state, body.reason, body.token_id || "—"]) {
+      const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
+    }
+    tb.insertBefore(tr, tb.firstChild);
+  }
   function review(verdict) {
-    if (!data.can_review || !$("review")) return;
-    const reason = $("reason").value.trim();
-    if (verdict !== "accept" && !reason) {
+    if (!data.can_review || !$("review") || busy || leaving) return;
+    const reason = verdict === "undo" ? "" : reasonBox.value.trim();
+    if ((verdict === "reject" || verdict === "flag") && !reason) {
       pending = verdict;
-      $("reason").focus();
-      say(`type why, then Enter to ${verdict}`, "warn");
+      reasonBox.focus();
+      say(`type why, then Enter to ${verdict} (Esc cancels)`, "warn");
       return;
     }
     pending = null;
+    busy = true;
+    reasonBox.value = "";
+    unfocus();
+    say(`sending ${verdict} …`, "dim");
     fetch(data.review_url, {
       method: "POST", credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-Egopool-CSRF": data.csrf },
-      body: JSON.stringify({ verdict, reason }),
-    }).then((r) => r.json().then((body) => ({ ok: r.ok, body }))).then(({ ok, body }) => {
-      if (!ok) { say(body.message || "refused", "bad"); return; }
-      const cls = { accepted: "ok", rejected: "bad", flagged: "warn" }[body.state];
-      const cell = $("review-state");
-      cell.textContent = "";
-      const s = document.createElement("span");
-      s.className = cls; s.dataset.state = body.state; s.textContent = body.state;
-      cell.appendChild(s);
-      if (body.reason) { const d = document.createElement("span"); d.className = "dim"; d.textContent = " " + body.reason; cell.appendChild(d); }
-      const tb = document.querySelector("#reviews tbody");
-      if (tb) {
-        const tr = document.createElement("tr");
-        const when = new Date(body.at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
-        for (const v of [when, body.state, body.reason, body.token_id || "—"]) {
-          const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
-        }
-        tb.insertBefore(tr, tb.firstChild);
+      body: JSON.stringify({ episode: data.index, version: data.version, verdict, reason }),
+    }).then((r) => r.json().then((body) => ({ ok: r.ok, status: r.status, body }))).then(({ ok, status, body }) => {
+      if (!ok) {
+        say(body.message || `refused (HTTP ${status})`, "bad");
+        return;
       }
-      $("reason").value = "";
-      say(`${body.state}`, cls);
-    }).catch((e) => say(String(e), "bad"));
+      data.version = body.version;
+      showState(body.current);
+      addHistory(body);
+      say(verdict === "undo" ? `undone: now ${body.current ? body.current.state : "unreviewed"}` : body.state,
+          { accepted: "ok", rejected: "bad", flagged: "warn" }[body.state] || "dim");
+      if (verdict !== "undo" && auto && auto.checked && !leaving) {
+        if (data.next_unreviewed) leaving = data.next_unreviewed;
+        else say(`${body.state}; no unreviewed episode after this one`, "dim");
+      }
+    }).catch((e) => say(String(e), "bad")).finally(() => {
+      busy = false;
+      unfocus();
+      if (leaving) location.href = leaving;
+    });
   }
-  for (const v of ["accept", "reject", "flag"]) { const b = $(v); if (b) b.addEventListener("click", () => review(v)); }
-  if ($("reason")) {
-    $("reason").addEventListener("keydown", (ev) => {
-      if (ev.key === "Enter") { ev.preventDefault(); if (pending) review(pending); }
-      else if (ev.key === "Escape") { pending = null; $("reason").blur(); say(""); }
+  for (const v of ["accept", "reject", "flag", "undo"]) {
+    const b = $(v);
+    if (b) b.addEventListener("click", () => { b.blur(); review(v); });
+  }
+  if (auto) {
+    auto.checked = localStorage.getItem("egopool-auto-advance") === "1";
+    auto.addEventListener("change", () => { localStorage.setItem("egopool-auto-advance", auto.checked ? "1" : "0"); auto.blur(); });
+  }
+  if (reasonBox) {
+    reasonBox.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter") {
+        ev.preventDefault();
+        if (pending) review(pending);
+        else say("press r (reject) or f (flag) to send a reason", "warn");
+      } else if (ev.key === "Escape") {
+        ev.preventDefault();
+        pending = null; reasonBox.value = ""; reasonBox.blur(); say("");
+      }
     });
   }
 
   // ---- keys ------------------------------------------------------------------------------------
+  const TYPED = new Set(["text", "search", "number", "date", "email", "url", "password", "tel", "datetime-local"]);
+  function typing(el) {
+    if (!el) return false;
+    const tag = el.tagName;
+    return (tag === "INPUT" && TYPED.has(el.type)) || tag === "TEXTAREA" || tag === "SELECT" || el.isContentEditable;
+  }
   document.addEventListener("keydown", (ev) => {
-    const tag = ev.target && ev.target.tagName;
-    if (tag === "INPUT" && ev.target.type !== "range" || tag === "TEXTAREA" || tag === "SELECT") return;
+    if (typing(ev.target) || typing(document.activeElement)) return;  // typing never fires a shortcut
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const k = ev.key;
     if (k === " " || k === "Spacebar") { ev.preventDefault(); toggle(); }
     else if (k === "ArrowLeft") { ev.preventDefault(); step(-1); }
     else if (k === "ArrowRight") { ev.preventDefault(); step(1); }
-    else if (k === "a" || k === "r" || k === "f") {
+    else if (k === "a" || k === "r" || k === "f" || k === "u") {
       ev.preventDefault();  // r / f focus the reason field: the key must not be typed into it
-      review({ a: "accept", r: "reject", f: "flag" }[k]);
+      if (ev.repeat) return;  // a held key is one verdict
+      review({ a: "accept", r: "reject", f: "flag", u: "undo" }[k]);
     }
-    else if (k === "j" && data.next) location.href = data.next;
-    else if (k === "k" && data.prev) location.href = data.prev;
+    else if (k === "j") go(data.next);
+    else if (k === "k") go(data.prev);
   });
 
   if (master) {
