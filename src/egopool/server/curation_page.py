@@ -192,7 +192,8 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
     streams = sorted((s for s in preview.get("streams") or [] if s.get("video")),
                      key=lambda s: (s.get("key") != ego, s.get("kind") != "rgb", str(s.get("key"))))
     fps = next((s.get("fps") for s in streams if s.get("fps")), None)
-    data = {"task": task, "index": n, "fps": fps, "duration": ep.get("duration_s"),
+    frames = next((int(s["frames"]) for s in streams if isinstance(s.get("frames"), int) and s["frames"] > 0), None)
+    data = {"task": task, "index": n, "fps": fps, "duration": ep.get("duration_s"), "frames": frames,
             "streams": streams, "signals": preview.get("signals"), "idle": _idle_ranges(ep.get("quality")),
             "prev": f"/tasks/{_q(task)}/episodes/{prev}{_qs(keep)}" if prev is not None else None,
             "next": f"/tasks/{_q(task)}/episodes/{nxt}{_qs(keep)}" if nxt is not None else None,
@@ -206,10 +207,11 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
     if nxt is not None:
         nav.append(f"<a id=\"next\" href=\"{_e(data['next'])}\">episode {_e(nxt)} » (j)</a>")
     state = preview.get("state")
+    last = max(0, (frames or round((ep.get("duration_s") or 0) * (fps or 0))) - 1)
     if streams:
         figs = "".join(
             f"<figure><video id=\"video-{i}\" data-key=\"{_e(s.get('key'))}\" src=\"{_e(s['video'])}\" muted "
-            f"playsinline preload=\"auto\"{' poster=' + chr(34) + _e(s['thumbnail']) + chr(34) if s.get('thumbnail') else ''}>"
+            "playsinline preload=\"auto\">"  # no poster: the middle-frame thumbnail is not frame 0 (P5)
             f"</video><figcaption>{_e(s.get('key'))} <span class=\"dim\">{_e(s.get('kind'))} · "
             f"{_e(s.get('width'))}×{_e(s.get('height'))} · {_e(s.get('frames'))} frames</span></figcaption></figure>"
             for i, s in enumerate(streams))
@@ -220,8 +222,14 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
                   "<button id=\"step-back\" title=\"one frame back (←)\">← frame</button>"
                   "<button id=\"play\" title=\"play / pause (space)\">Play</button>"
                   "<button id=\"step-fwd\" title=\"one frame forward (→)\">frame →</button>"
-                  "<input id=\"seek\" type=\"range\" min=\"0\" max=\"1\" step=\"any\" value=\"0\">"
-                  "<span id=\"clock\">0.000 s · frame 0</span></div><canvas id=\"timeline\" height=\"18\"></canvas>")
+                  f"<input id=\"seek\" type=\"range\" min=\"0\" max=\"{last}\" step=\"1\" value=\"0\" "
+                  "aria-label=\"frame\">"
+                  f"<span id=\"clock\" data-frame=\"0\">0.000 s · frame 0 / {last}</span>"
+                  "<label>speed <select id=\"speed\">" + "".join(
+                      f"<option value=\"{x}\"{' selected' if x == '1' else ''}>{x}×</option>"
+                      for x in ("0.25", "0.5", "1", "1.5", "2", "4")) + "</select></label>"
+                  "<label><input type=\"checkbox\" id=\"loop\"> loop</label>"
+                  "</div><canvas id=\"timeline\" height=\"18\"></canvas>")
     elif preview.get("enabled") is False and state in ("pending", None):
         player = ("<p id=\"videos\" class=\"dim\">This server builds no previews (<code>serve --no-previews</code>); "
                   "the episode's files are in the read API.</p>")

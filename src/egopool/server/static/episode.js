@@ -17,6 +17,10 @@
   const playBtn = $("play"), seek = $("seek"), clock = $("clock"), timeline = $("timeline");
   const plots = [];  // {canvas, base, t0, t1, draw(t)}
   let signals = null;
+  // frames of the episode: one per data row (Q2); the clock and the slider count 0 .. nframes - 1 (P5)
+  const nframes = Math.max(1, data.frames || Math.round((data.duration || 0) * fps));
+  let speed = 1, playing = false;
+  const loopBox = $("loop"), speedSel = $("speed");
 
   // ---- transport -------------------------------------------------------------------------------
   const seekLead = new Map();  // video -> seconds its last catch-up seek took
@@ -30,27 +34,32 @@
     for (const v of vids) v.currentTime = t;
     render();
   }
-  function frameOf(t) { return Math.floor(t * fps + 1e-6); }
+  function frameOf(t) { return Math.max(0, Math.min(nframes - 1, Math.floor(t * fps + 1e-6))); }
+  function toFrame(i) {
+    i = Math.max(0, Math.min(nframes - 1, i));
+    setAll(i * frame + 0.001);  // a hair past the frame's start: never shows the frame before
+  }
   function step(k) {
     if (!master) return;  // no camera stream: nothing to step
     pause();
-    const i = Math.max(0, frameOf(master.currentTime) + k);
-    setAll(i * frame + 0.001);  // a hair past the frame's start: never shows the frame before
+    toFrame(frameOf(master.currentTime) + k);
   }
   function play() {
     if (!master) return;
     if (master.ended || master.currentTime >= duration() - frame / 2) setAll(0);
     const t = master.currentTime;
-    for (const v of vids) { v.playbackRate = 1; if (Math.abs(v.currentTime - t) > frame / 4) v.currentTime = t; }
+    for (const v of vids) { v.playbackRate = speed; if (Math.abs(v.currentTime - t) > frame / 4) v.currentTime = t; }
     Promise.all(vids.map((v) => v.play().catch(() => undefined))).then(() => requestAnimationFrame(tick));
     playBtn.textContent = "Pause";
+    playing = true;
   }
   function pause() {
     if (!master) return;
-    for (const v of vids) { v.pause(); v.playbackRate = 1; }
+    for (const v of vids) { v.pause(); v.playbackRate = speed; }
     const t = master.currentTime;
     for (const v of vids.slice(1)) v.currentTime = t;  // paused videos show the master's frame
     playBtn.textContent = "Play";
+    playing = false;
     render();
   }
   function toggle() { if (master && master.paused) play(); else pause(); }
@@ -61,16 +70,16 @@
       if (v.seeking) continue;
       if (v.ended && !master.ended) { v.currentTime = t; continue; }
       const d = v.currentTime - t;
-      if (Math.abs(d) > 2 * frame || (v.paused && !master.paused)) {
+      if (Math.abs(d) > 2 * frame * Math.max(1, speed) || (v.paused && !master.paused)) {
         const lead = Math.min(seekLead.get(v) || 0, 0.5);
         seekStart.set(v, performance.now());
-        v.playbackRate = 1;
-        v.currentTime = Math.min(t + lead, duration());
+        v.playbackRate = speed;
+        v.currentTime = Math.min(t + lead * speed, duration());
         if (v.paused) v.play().catch(() => undefined);
       } else if (Math.abs(d) > frame / 4) {
-        v.playbackRate = Math.max(0.5, Math.min(1.5, 1 - d * 4));
-      } else if (v.playbackRate !== 1) {
-        v.playbackRate = 1;
+        v.playbackRate = speed * Math.max(0.5, Math.min(1.5, 1 - d * 4 / speed));
+      } else if (v.playbackRate !== speed) {
+        v.playbackRate = speed;
       }
     }
   }
@@ -82,7 +91,11 @@
   }
   function tick() {
     if (!master || master.paused) { render(); return; }
-    steer();
+    if (loopBox && loopBox.checked && (master.ended || master.currentTime >= duration() - frame / 2)) {
+      for (const v of vids) v.currentTime = 0;  // loop: every stream back to frame 0 together
+    } else {
+      steer();
+    }
     render();
     if (master.ended) { pause(); return; }
     requestAnimationFrame(tick);
@@ -107,8 +120,9 @@
   }
   function render() {
     const t = master ? master.currentTime : 0;  // no camera stream: the plots still draw (at 0 s)
-    if (seek) { seek.max = String(duration() || 1); if (document.activeElement !== seek) seek.value = String(t); }
-    if (clock) clock.textContent = `${t.toFixed(3)} s · frame ${frameOf(t)} / ${Math.max(0, Math.round(duration() * fps) - 1)}`;
+    const i = frameOf(t);
+    if (seek) { seek.max = String(nframes - 1); if (document.activeElement !== seek) seek.value = String(i); }
+    if (clock) { clock.textContent = `${t.toFixed(3)} s · frame ${i} / ${nframes - 1}`; clock.dataset.frame = String(i); }
     drawTimeline(t);
     for (const p of plots) p.draw(t);
   }
@@ -343,10 +357,18 @@
     playBtn.addEventListener("click", toggle);
     $("step-back").addEventListener("click", () => step(-1));
     $("step-fwd").addEventListener("click", () => step(1));
-    seek.addEventListener("input", () => setAll(parseFloat(seek.value)));
+    seek.addEventListener("input", () => toFrame(parseInt(seek.value, 10)));
+    seek.addEventListener("change", () => seek.blur());  // the arrow keys step frames, not the slider
     master.addEventListener("loadedmetadata", render);
     master.addEventListener("seeked", render);
-    master.addEventListener("ended", pause);
+    // a paused video may report "ended" after a seek into its last frame: only a playing one stops here
+    master.addEventListener("ended", () => { if (playing && !(loopBox && loopBox.checked)) pause(); });
+    if (speedSel) speedSel.addEventListener("change", () => {
+      speed = parseFloat(speedSel.value) || 1;
+      for (const v of vids) v.playbackRate = speed;
+      speedSel.blur();
+    });
+    if (loopBox) loopBox.addEventListener("change", () => loopBox.blur());
     window.addEventListener("resize", () => { plots.length = 0; loadSignals(); render(); });
     render();
   }
