@@ -70,7 +70,7 @@ from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
 from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review
-from .search import episode_neighbours, parse_query, search_episodes
+from .search import episode_neighbours, missing_facts, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewWorker, describe
 from .receive import MultipartSpool
@@ -554,7 +554,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             info = read_info(state["previews"].task_location(_task(task)))
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
-                             store.db.uploads(limit=20, task=task))
+                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

@@ -1,6 +1,6 @@
 // The episode page of `egopool serve` (docs/decisions.md Q15): every camera on one transport,
 // the signal plots with a playhead, the idle ranges on a timeline, review buttons and keys.
-// Plain JavaScript served from the package: no library, no build step.
+// Plain JavaScript served from the package: no library, no build step (decisions P1-P9).
 //
 // Sync: the first video is the master clock. The others play along natively and are steered
 // toward it on every animation frame: a drift under a quarter frame is left alone, a drift
@@ -115,9 +115,17 @@
     g.clearRect(0, 0, w, h);
     g.fillStyle = "rgba(230,140,0,0.55)";
     for (const [a, b] of data.idle) g.fillRect((a / d) * w, 0, Math.max(2, ((b - a) / d) * w), h);
+    // one lane per mark kind (P7): gaps, frozen frames, dark/bright frames, blurred frames
+    const lanes = ["gap", "frozen", "exposure", "blur"].filter((k) => (data.marks || {})[k]);
+    const lh = h / Math.max(1, lanes.length);
+    lanes.forEach((k, n) => {
+      g.fillStyle = MARK_COLORS[k];
+      for (const [a, b] of data.marks[k]) g.fillRect((a / d) * w, n * lh, Math.max(2, ((b - a) / d) * w), lh);
+    });
     g.fillStyle = "#c00";
     g.fillRect((t / d) * w - 1, 0, 2, h);
   }
+  const MARK_COLORS = { gap: "#d62728", frozen: "#7f7f7f", exposure: "#222", blur: "#9467bd" };
   function render() {
     const t = master ? master.currentTime : 0;  // no camera stream: the plots still draw (at 0 s)
     const i = frameOf(t);
@@ -369,8 +377,54 @@
       speedSel.blur();
     });
     if (loopBox) loopBox.addEventListener("change", () => loopBox.blur());
+    // a click on the timeline goes to that frame (the marks are where the quality facts point)
+    if (timeline) timeline.addEventListener("click", (ev) => {
+      const r = timeline.getBoundingClientRect();
+      pause();
+      toFrame(Math.floor(((ev.clientX - r.left) / r.width) * nframes));
+    });
+    depthHover();
     window.addEventListener("resize", () => { plots.length = 0; loadSignals(); render(); });
     render();
   }
   loadSignals();
+
+  // ---- depth under the pointer: the proxy's turbo colour mapped back to mm (Q2, P9) -------------
+  function turboRGB(x) {
+    const r = 0.13572138 + x * (4.61539260 + x * (-42.66032258 + x * (132.13108234 + x * (-152.94239396 + x * 59.28637943))));
+    const g = 0.09140261 + x * (2.19418839 + x * (4.84296658 + x * (-14.18503333 + x * (4.27729857 + x * 2.82956604))));
+    const b = 0.10667330 + x * (12.64194608 + x * (-60.58204836 + x * (110.36276771 + x * (-89.90310912 + x * 27.34824973))));
+    return [r, g, b].map((c) => Math.round(Math.max(0, Math.min(1, c)) * 255));
+  }
+  function depthHover() {
+    const lut = Array.from({ length: 256 }, (_, k) => turboRGB(k / 255));
+    const [lo, hi] = data.depth_range || [200, 6000];
+    for (const bar of document.querySelectorAll(".depthbar")) {
+      const v = $(bar.dataset.video), out = bar.querySelector(".depthval");
+      if (!v || !out) continue;
+      const c = document.createElement("canvas");
+      v.addEventListener("mousemove", (ev) => {
+        if (!v.videoWidth) return;
+        const r = v.getBoundingClientRect();
+        c.width = v.videoWidth; c.height = v.videoHeight;
+        const g = c.getContext("2d", { willReadFrequently: true });
+        g.drawImage(v, 0, 0);
+        const x = Math.floor(((ev.clientX - r.left) / r.width) * c.width), y = Math.floor(((ev.clientY - r.top) / r.height) * c.height);
+        const p = g.getImageData(Math.max(0, Math.min(c.width - 1, x)), Math.max(0, Math.min(c.height - 1, y)), 1, 1).data;
+        if (p[0] + p[1] + p[2] < 40) { out.textContent = "no depth"; return; }
+        let best = 0, bd = Infinity;
+        lut.forEach((q, k) => { const dd = (q[0] - p[0]) ** 2 + (q[1] - p[1]) ** 2 + (q[2] - p[2]) ** 2; if (dd < bd) { bd = dd; best = k; } });
+        const mm = lo + (best / 255) * (hi - lo);
+        out.textContent = `≈ ${Math.round(mm)} mm`;  // ±1 LUT step (23 mm) plus the proxy's compression
+      });
+    }
+  }
+  // previews still being built: reload when they may be ready, unless the reviewer is busy here
+  if (data.building) {
+    const again = () => {
+      if (busy || pending || leaving || typing(document.activeElement)) { setTimeout(again, 5000); return; }
+      location.reload();
+    };
+    setTimeout(again, 10000);
+  }
 })();
