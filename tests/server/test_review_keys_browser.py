@@ -63,6 +63,8 @@ def test_review_keys_cannot_misfire(tmp_path: Path) -> None:
         assert upload_episodes(task, server=srv.url, token=up).ok
         wait = WebDriverWait(browser, 30)
         _sign_in(browser, wait, srv.url, anna)
+        # no quality facts without previews: the totals say they are partial (P9)
+        assert browser.find_element(By.CSS_SELECTOR, "#tasks .partial").text == "(partial: 0 of 5 episodes measured)"
 
         # 1. the exact sequence: the reject is sent by Enter, j goes on, Escape and a judge nothing
         browser.get(srv.url + "/tasks/pick_cup/episodes/1")

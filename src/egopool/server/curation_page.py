@@ -132,8 +132,8 @@ def _filter_form(task: str, q: EpisodeQuery) -> str:
             f"<button type=\"submit\" id=\"apply\">Filter</button> <a href=\"/tasks/{_q(task)}\">clear</a></form>")
 
 
-_FACT_LABELS = {"min_duration": "a duration", "max_duration": "a duration", "max_idle_fraction": "an idle share",
-                "max_blur_outliers": "a blur count", "has_gaps": "a gap count", "has_frozen": "a frozen-frame count"}
+_FACT_LABELS = {"min_duration": "duration", "max_duration": "duration", "max_idle_fraction": "idle share",
+                "max_blur_outliers": "blurred-frame", "has_gaps": "gap", "has_frozen": "frozen-frame"}
 
 
 def _missing_note(missing: dict[str, int]) -> str:

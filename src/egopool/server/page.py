@@ -112,7 +112,7 @@ def _partial(tot: dict[str, Any]) -> str:
     if measured is None or n is None or measured >= n:
         return ""
     return (f" <span class=\"warn partial\" data-building=\"{_e(n - measured)}\">(partial: {_e(measured)} of "
-            f"{_e(n)} measured, previews building)</span>")
+            f"{_e(n)} episodes measured)</span>")
 
 
 def _thumb(url: str | None) -> str:
