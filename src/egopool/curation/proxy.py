@@ -42,22 +42,29 @@ DEPTH_RANGE_MM = (200.0, 6000.0)
 STAT_SAMPLES = 300
 _THUMB_WIDTH = 320
 _CRF = 28
-#: A frame is held (the stream repeated its previous frame) when its coarse luma (every 4th pixel of the
-#: proxy, full range) differs from the previous frame's by less than this mean absolute level and is not
-#: uniform (standard deviation over 2 levels); depth: mean absolute mm.
-HELD_LUMA = 1.0
-HELD_DEPTH_MM = 1.0
+#: A frame is held (the stream repeated its previous frame) when no pixel of its coarse luma (every 4th
+#: pixel of the proxy, full range) differs from the previous frame's by more than this many levels (the
+#: codec's noise on a repeated picture; a small moving hand changes some pixel by tens) and it is not
+#: uniform (standard deviation over 2 levels: a covered lens is an exposure fact); depth: mm.
+HELD_LUMA = 4.0
+HELD_DEPTH_MM = 2.0
 
 
-def held_ranges(held: list[bool]) -> list[list[int]]:
-    """``[start, stop)`` runs of held frames (frame i repeats frame i - 1) of one stream."""
+def held_ranges(held: list[bool], min_run: int = 1) -> list[list[int]]:
+    """``[start, stop)`` runs of at least ``min_run`` held frames (frame i repeats frame i - 1) of one stream.
+    The proxies ask for half a second of rows: a slower camera's frames shown on 2-3 rows each, or a
+    hand still for a moment, are not a frozen camera (docs/decisions.md P7)."""
     out: list[list[int]] = []
     for i, h in enumerate(held):
         if h and out and out[-1][1] == i:
             out[-1][1] = i + 1
         elif h:
             out.append([i, i + 1])
-    return out
+    return [r for r in out if r[1] - r[0] >= min_run]
+
+
+def _min_run(fps: float) -> int:
+    return max(2, round(float(fps) / 2))
 
 
 @dataclass
@@ -261,7 +268,7 @@ def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float,
                 coarse = small.to_ndarray()[: proxy.height: 4, ::4].astype(np.float32)
                 # a uniform frame (lens covered, dark, blown out) is an exposure fact, not a frozen camera
                 held.append(prev is not None and float(coarse.std()) * (255.0 / 219.0) > 2.0
-                            and float(np.abs(coarse - prev).mean()) * (255.0 / 219.0) < HELD_LUMA)
+                            and float(np.abs(coarse - prev).max()) * (255.0 / 219.0) <= HELD_LUMA)
                 prev = coarse
                 if i % every == 0:
                     # limited-range luma (16..235) -> 0..255, so black is 0 and white 255
@@ -288,7 +295,7 @@ def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float,
     _jpeg(thumb_rgb, thumb)
     stats = FrameStats(np.asarray(s_rows, np.int64), np.asarray(sharp), np.asarray(bright), np.asarray(clip))
     return StreamPreview(key, "rgb", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames, stats,
-                         held_ranges(held))
+                         held_ranges(held, _min_run(fps)))
 
 
 def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, params: Mapping[str, Any] | None = None,
@@ -317,7 +324,7 @@ def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, param
         for i, mm in enumerate(frames):
             coarse = np.asarray(mm[::4, ::4], np.float32)
             held.append(prev is not None and prev.shape == coarse.shape
-                        and float(np.abs(coarse - prev).mean()) < HELD_DEPTH_MM)
+                        and float(np.abs(coarse - prev).max()) <= HELD_DEPTH_MM)
             prev = coarse
             rgb = colorize_depth(mm, depth_range)
             if proxy is None:
@@ -336,4 +343,4 @@ def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, param
     proxy.close()
     _jpeg(thumb_rgb, thumb)
     return StreamPreview(key, "depth", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames,
-                         held=held_ranges(held))
+                         held=held_ranges(held, _min_run(fps)))
