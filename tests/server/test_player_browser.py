@@ -48,7 +48,8 @@ def test_player_opens_on_frame_zero_and_counts_frames(tmp_path: Path) -> None:
     anna = add_token(tokens, "anna", ["read", "review"])
     pc = simulate(tmp_path / "pc", "grasp", 1, rig="gripper_d405", seconds=2.0, seed=3)
     with ServerProc(tmp_path / "store", "--tokens", str(tokens)) as srv, \
-            chromium(tmp_path / "profile", "--autoplay-policy=no-user-gesture-required") as browser:
+            chromium(tmp_path / "profile", "--autoplay-policy=no-user-gesture-required",
+                     "--force-device-scale-factor=2") as browser:
         assert upload_episodes(pc, server=srv.url, token=up).ok
         ep = wait_ready(srv, anna, "grasp", 1)
         video = ep["preview"]["streams"][0]["video"]
@@ -111,3 +112,39 @@ def test_player_opens_on_frame_zero_and_counts_frames(tmp_path: Path) -> None:
         browser.find_element(By.ID, "step-back").click()
         browser.find_element(By.ID, "step-back").click()
         assert browser.find_element(By.ID, "clock").get_attribute("data-frame") == str(max(0, frame - 2))
+
+        # the plots (uPlot, vendored; P10): axes with units, a legend naming every series, HiDPI canvases
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#plots .plot")) >= 2)
+        plots = browser.find_elements(By.CSS_SELECTOR, "#plots .plot")
+        groups = [p.get_attribute("data-group") for p in plots]
+        assert "gripper [%]" in groups, groups
+        grip = plots[groups.index("gripper [%]")]
+        assert grip.get_attribute("data-axes") == "time [s] | [%]"
+        for p in plots:  # every series named in the legend, none drawn off the canvas
+            labels = [e.text for e in p.find_elements(By.CSS_SELECTOR, ".u-legend .u-series .u-label")]
+            assert labels[0] == "t [s]" and all(labels[1:]), labels
+        ratio = browser.execute_script("const c = document.querySelector('#plots .plot canvas');"
+                                       "return c.width / c.getBoundingClientRect().width")
+        assert abs(ratio - 2.0) < 0.02, ratio
+        over = grip.find_element(By.CSS_SELECTOR, ".u-over")
+        # hover: the legend shows the value at the cursor
+        ActionChains(browser).move_to_element_with_offset(over, 0, 0).perform()
+        value = grip.find_elements(By.CSS_SELECTOR, ".u-legend .u-series .u-value")[1].text
+        assert value not in ("", "—") and float(value) == float(value), value
+        # click: the players go to that time (the middle of the plot: about frame 29 of 0..59)
+        ActionChains(browser).move_to_element_with_offset(over, 0, 0).click().perform()
+        wait.until(lambda b: abs(int(b.find_element(By.ID, "clock").get_attribute("data-frame")) - 29) <= 2)
+        # drag: zoom on the time axis; double-click: back
+        def axis() -> tuple[float, float]:
+            return float(grip.get_attribute("data-xmin")), float(grip.get_attribute("data-xmax"))
+
+        before = axis()
+        assert before[0] == 0 and before[1] > 1.9
+        w = over.size["width"]
+        ActionChains(browser).move_to_element_with_offset(over, -w // 4, 0).click_and_hold() \
+            .move_by_offset(w // 8, 0).release().perform()
+        wait.until(lambda b: axis() != before)
+        lo, hi = axis()
+        assert 0.3 < lo < hi < 1.0 and hi - lo < 0.5, (lo, hi)  # about a quarter .. three eighths of 2 s
+        ActionChains(browser).double_click(over).perform()
+        wait.until(lambda b: axis() == before)

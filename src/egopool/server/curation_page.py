@@ -358,5 +358,6 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
             hist, f"<ul id=\"shortcuts\">{keys}</ul>",
             "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",
             "<h2>Quality facts</h2>", _facts_table(ep), _json_script(data)]
-    return _doc(f"egopool · {task} · {n}", "".join(body), script="episode.js")
+    return _doc(f"egopool · {task} · {n}", "".join(body), script="episode.js",
+                libs=("uPlot.min.css", "uPlot.iife.min.js"))  # docs/decisions.md P10
 

@@ -48,12 +48,16 @@ def _size(n: int | None) -> str:
     return f"{x:.1f} TB"
 
 
-def _doc(title: str, body: str, script: str = "") -> str:
-    js = f"<script src=\"/static/{_e(script)}\" defer></script>" if script else ""
+def _doc(title: str, body: str, script: str = "", libs: Sequence[str] = ()) -> str:
+    """A page; ``script`` and ``libs`` (vendored files of ``static/``, run before it, in order) are deferred;
+    a lib ending in ``.css`` is a style sheet."""
+    css = "".join(f"<link rel=\"stylesheet\" href=\"/static/{_e(x)}\">" for x in libs if x.endswith(".css"))
+    js = "".join(f"<script src=\"/static/{_e(x)}\" defer></script>" for x in [*libs, script]
+                 if x and not x.endswith(".css"))
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             "<link rel=\"icon\" href=\"data:,\">"
-            f"<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
+            f"{css}<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
             f"<footer class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
             "<a href=\"/api/v1/tasks\">JSON API</a> · <form method=\"post\" action=\"/logout\">"
             "<button type=\"submit\" id=\"logout\">sign out</button></form></footer></body></html>")

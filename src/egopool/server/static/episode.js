@@ -1,6 +1,6 @@
 // The episode page of `egopool serve` (docs/decisions.md Q15): every camera on one transport,
 // the signal plots with a playhead, the idle ranges on a timeline, review buttons and keys.
-// Plain JavaScript served from the package: no library, no build step (decisions P1-P9).
+// Plain JavaScript served from the package, no build step; the plots are uPlot, vendored (decisions P1-P10).
 //
 // Sync: the first video is the master clock. The others play along natively and are steered
 // toward it on every animation frame: a drift under a quarter frame is left alone, a drift
@@ -144,49 +144,65 @@
     return `${lo.toFixed(dec)} … ${hi.toFixed(dec)}`;
   }
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
+  // One uPlot chart per group and unit (P10): time axis in s, one value axis with its unit, a legend
+  // with the value under the cursor, drag to zoom (double-click resets), click to seek, the playhead
+  // as a line over the plot. uPlot draws at devicePixelRatio (crisp on HiDPI).
+  const COLORS20 = [...COLORS, "#bcbd22", "#7f7f7f", "#aec7e8", "#ff9896", "#98df8a", "#c5b0d5", "#ffbb78", "#9edae5"];
   function linePlot(title, ts, series) {
-    const c = document.createElement("canvas");
-    c.setAttribute("data-group", title);
-    $("plots").appendChild(c);
-    fitCanvas(c);
-    const base = document.createElement("canvas");
-    base.width = c.width; base.height = c.height;
-    const g = base.getContext("2d"), w = base.width, h = base.height, pad = 4, top = 18;
+    const box = document.createElement("div");
+    box.className = "plot";
+    $("plots").appendChild(box);
     let lo = Infinity, hi = -Infinity;
     for (const s of series) for (const v of s.values) if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-    if (!isFinite(lo)) { lo = 0; hi = 1; }
-    const range = fmtRange(lo, hi);
-    c.dataset.range = range;
-    if (hi === lo) { hi += 1; lo -= 1; }
-    const t0 = ts[0] || 0, t1 = ts[ts.length - 1] || 1;
-    const X = (t) => pad + ((t - t0) / ((t1 - t0) || 1)) * (w - 2 * pad);
-    const Y = (v) => top + (1 - (v - lo) / (hi - lo)) * (h - top - pad);
-    g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
-    g.fillStyle = "rgba(230,140,0,0.18)";
-    for (const [a, b] of data.idle) g.fillRect(X(a), 0, Math.max(1, X(b) - X(a)), h);
-    g.font = "12px system-ui, sans-serif";
-    let lx = pad;
-    series.forEach((s, k) => {
-      g.strokeStyle = COLORS[k % COLORS.length]; g.lineWidth = 1.2; g.beginPath();
-      let pen = false;
-      s.values.forEach((v, i) => {
-        if (v === null || !isFinite(v)) { pen = false; return; }
-        if (pen) g.lineTo(X(ts[i]), Y(v)); else { g.moveTo(X(ts[i]), Y(v)); pen = true; }
-      });
-      g.stroke();
-      g.fillStyle = COLORS[k % COLORS.length];
-      const label = s.unit ? `${s.name} [${s.unit}]` : s.name;
-      g.fillText(label, lx, 12);
-      lx += g.measureText(label).width + 12;
+    const range = isFinite(lo) ? fmtRange(lo, hi) : fmtRange(0, 1);
+    const unit = series[0] && series[0].unit;
+    const width = Math.max(280, box.clientWidth || $("plots").clientWidth || 600);
+    const opts = {
+      title, width, height: 180,
+      scales: { x: { time: false } },
+      axes: [{ label: "time [s]", size: 40, labelSize: 16 },
+             { label: unit ? `[${unit}]` : "value", size: 64, labelSize: 16 }],
+      series: [{ label: "t [s]", value: (u, v) => (v === null || v === undefined ? "—" : v.toFixed(3)) },
+               ...series.map((s, k) => ({ label: s.name, stroke: COLORS20[k % COLORS20.length], width: 1.25,
+                                          spanGaps: false, points: { show: false },
+                                          value: (u, v) => (v === null || v === undefined ? "—" : (+v.toPrecision(5)).toString()) }))],
+      cursor: { drag: { x: true, y: false, setScale: true } },
+      legend: { live: true },
+      hooks: { drawClear: [(u) => { u.ctx.save(); u.ctx.fillStyle = "#fff"; u.ctx.fillRect(0, 0, u.ctx.canvas.width, u.ctx.canvas.height); u.ctx.restore(); }],
+               draw: [(u) => {  // idle ranges under the lines
+                 const g = u.ctx; g.save(); g.fillStyle = "rgba(230,140,0,0.18)";
+                 for (const [a, b] of data.idle) {
+                   const x0 = u.valToPos(a, "x", true), x1 = u.valToPos(b, "x", true);
+                   g.fillRect(x0, u.bbox.top, Math.max(1, x1 - x0), u.bbox.height);
+                 }
+                 g.restore();
+               }],
+               setScale: [(u, key) => {  // the time range shown (drag zooms, double-click resets), for tests too
+                 if (key === "x") { u.root.parentNode.dataset.xmin = u.scales.x.min; u.root.parentNode.dataset.xmax = u.scales.x.max; }
+               }] },
+    };
+    const u = new uPlot(opts, [ts, ...series.map((s) => s.values)], box);
+    const c = u.ctx.canvas;
+    c.dataset.group = title; c.dataset.range = range;
+    box.dataset.group = title;
+    box.dataset.axes = opts.axes.map((x) => x.label).join(" | ");
+    const head = document.createElement("div");
+    head.className = "playhead";
+    u.over.appendChild(head);
+    let downAt = null;
+    u.over.addEventListener("mousedown", (ev) => { downAt = ev.clientX; });
+    u.over.addEventListener("mouseup", (ev) => {
+      if (downAt !== null && Math.abs(ev.clientX - downAt) < 3 && master) {  // a click, not a drag-zoom
+        const t = u.posToVal(ev.clientX - u.over.getBoundingClientRect().left, "x");
+        pause();
+        toFrame(Math.floor(t * fps + 1e-6));
+      }
+      downAt = null;
     });
-    g.fillStyle = "#555";
-    const note = `${title}  ${range}`;
-    g.fillText(note, Math.max(lx, w - g.measureText(note).width - pad), 12);
-    plots.push({ canvas: c, draw(t) {
-      const cg = c.getContext("2d");
-      cg.drawImage(base, 0, 0);
-      cg.fillStyle = "#c00";
-      cg.fillRect(X(t) - 1, 0, 2, h);
+    plots.push({ canvas: c, chart: u, draw(t) {
+      const x = u.valToPos(t, "x");
+      head.style.display = x >= 0 && x <= u.over.clientWidth ? "block" : "none";
+      head.style.left = `${x}px`;
     } });
   }
   function topView(tr, ts) {
@@ -370,7 +386,11 @@
     master.addEventListener("loadedmetadata", render);
     master.addEventListener("seeked", render);
     // a paused video may report "ended" after a seek into its last frame: only a playing one stops here
-    master.addEventListener("ended", () => { if (playing && !(loopBox && loopBox.checked)) pause(); });
+    master.addEventListener("ended", () => {
+      if (!playing) return;
+      if (loopBox && loopBox.checked) { for (const v of vids) v.currentTime = 0; play(); }  // the browser paused it
+      else pause();
+    });
     if (speedSel) speedSel.addEventListener("change", () => {
       speed = parseFloat(speedSel.value) || 1;
       for (const v of vids) v.playbackRate = speed;
@@ -384,7 +404,14 @@
       toFrame(Math.floor(((ev.clientX - r.left) / r.width) * nframes));
     });
     depthHover();
-    window.addEventListener("resize", () => { plots.length = 0; loadSignals(); render(); });
+    let resizing = null;
+    window.addEventListener("resize", () => {  // charts follow the page width
+      clearTimeout(resizing);
+      resizing = setTimeout(() => {
+        for (const p of plots) if (p.chart) p.chart.setSize({ width: Math.max(280, p.chart.root.parentNode.clientWidth), height: 180 });
+        render();
+      }, 150);
+    });
     render();
   }
   loadSignals();
