@@ -228,8 +228,27 @@
       if (pen) g.lineTo(X(x), Y(y)); else { g.moveTo(X(x), Y(y)); pen = true; }
     });
     g.stroke();
-    g.fillStyle = "#555"; g.font = "12px system-ui, sans-serif";
-    g.fillText(`${tr.column} (top view, x→ y↑)`, 4, 12);
+    // start (green) and end (red) marks, a scale bar in metres, text at the screen's pixel ratio (P10)
+    const dpr = window.devicePixelRatio || 1;
+    const firstI = tr.x.findIndex((v, i) => v !== null && tr.y[i] !== null);
+    let lastI = -1;
+    tr.x.forEach((v, i) => { if (v !== null && tr.y[i] !== null) lastI = i; });
+    for (const [i, col, label] of [[firstI, "#2ca02c", "start"], [lastI, "#d62728", "end"]]) {
+      if (i < 0) continue;
+      g.fillStyle = col; g.beginPath(); g.arc(X(tr.x[i]), Y(tr.y[i]), 4 * dpr, 0, 2 * Math.PI); g.fill();
+      g.font = `${11 * dpr}px system-ui, sans-serif`;
+      g.fillText(label, X(tr.x[i]) + 6 * dpr, Y(tr.y[i]) - 6 * dpr);
+    }
+    const metres = span;  // the span drawn across the box
+    const nice = Math.pow(10, Math.floor(Math.log10(metres / 2)));
+    const bar = [5, 2, 1].map((k) => k * nice).find((m) => m <= metres / 2) || nice;
+    const px = (bar / span) * (w - 2 * pad);
+    g.fillStyle = "#333";
+    g.fillRect(pad, h - pad - 3 * dpr, px, 2 * dpr);
+    g.font = `${11 * dpr}px system-ui, sans-serif`;
+    g.fillText(bar >= 1 ? `${+bar.toPrecision(3)} m` : `${+(bar * 100).toPrecision(3)} cm`, pad, h - pad - 6 * dpr);
+    g.fillStyle = "#555"; g.font = `${12 * dpr}px system-ui, sans-serif`;
+    g.fillText(`${tr.column} (top view, x → right, y ↑ forward; ${tr.frame || "as stored"})`, 4 * dpr, 14 * dpr);
     plots.push({ canvas: c, draw(t) {
       const cg = c.getContext("2d");
       cg.drawImage(base, 0, 0);
