@@ -15,8 +15,11 @@ Run from the repository root, in a venv with the s3 extra (SeaweedFS's ``weed`` 
   ``src/`` on ``sys.path`` (this checkout's, and with ``--base-rev`` REV's), the median of ``--repeat``:
   ``ls`` (the command, ``--json`` to /dev/null: every episode's summary), ``validate --fast`` (the
   command), ``open_task`` + one episode read (``open_task(T).episode(N/2)``: its meta row, its table and
-  its stream decoded) and ``delete`` of one episode (the command, once, at the end, when the store can do it
-  on that backend: else "not yet" with the reason the command gave);
+  its stream decoded), upload -> publish of one more episode (the server's ``Importer.verify`` then
+  ``Importer.publish`` of a packed episode of the same declarations, in process, without HTTP: the claim,
+  the objects, the commit and the info/stats merge into a task that already holds N episodes) and ``delete``
+  of one episode (the command, once, at the end, when the store can do it on that backend: else "not yet"
+  with the reason the command gave);
 * S3 requests of each figure by kind (GET includes HEAD: weed's own ``SeaweedFS_s3_request_total``),
   their number per episode, and the bucket/directory time ratio;
 * cost: 10^3 episodes build + upload in about 1 minute (3,000 objects); 10^4 in about 10 (30,000 objects,
@@ -103,7 +106,28 @@ def _ops(task: str, episodes: int) -> dict[str, Callable[[], Any]]:
     return {"ls": ls, "validate --fast": validate_fast, "open_task + one episode": read_one}
 
 
-def _measure(tasks: dict[str, str], episodes: int, repeat: int, metrics_url: str | None, delete: bool) -> dict[str, Any]:
+def _publish_one(task: str, zip_path: str) -> None:
+    """Verify then publish the packed episode ``zip_path`` into ``task`` through the server's store."""
+    import hashlib
+
+    from egopool.server.importer import Importer
+    from egopool.server.store import ServerStore
+
+    parent, _, name = task.rstrip("/").rpartition("/")
+    if not parent.startswith("s3://"):  # a fresh server: an earlier run's server.db remembers this zip's episode
+        import shutil
+
+        shutil.rmtree(Path(parent) / ".egopool-server", ignore_errors=True)
+    store = ServerStore(parent, state=tempfile.mkdtemp(prefix="bench_store_state_") if parent.startswith("s3://")
+                        else None)
+    imp = Importer(store)
+    z = Path(zip_path)
+    verified = imp.verify(z, task=name, form_index=None, upload_id=store.db.start_upload(None, "127.0.0.1"))
+    imp.publish(verified, zip_sha256=hashlib.sha256(z.read_bytes()).hexdigest())
+
+
+def _measure(tasks: dict[str, str], episodes: int, repeat: int, metrics_url: str | None, delete: bool,
+             publish_zip: str | None = None) -> dict[str, Any]:
     """``{backend: {figure: {"seconds": median, "requests": {kind: n}}}}`` for the tasks given."""
     out: dict[str, Any] = {}
     for backend, task in tasks.items():
@@ -121,6 +145,14 @@ def _measure(tasks: dict[str, str], episodes: int, repeat: int, metrics_url: str
                 after = _counts(url)
                 req = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) - before.get(k, 0)}
             figures[name] = {"seconds": statistics.median(times), "requests": req}
+        if delete and publish_zip:
+            before = _counts(url)
+            t0 = time.perf_counter()
+            _publish_one(task, publish_zip)
+            seconds = time.perf_counter() - t0
+            after = _counts(url)
+            req = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) - before.get(k, 0)}
+            figures["upload -> publish one"] = {"seconds": seconds, "requests": req}
         if delete:
             from egopool.cli.app import main as egopool_main
 
@@ -139,13 +171,27 @@ def _measure(tasks: dict[str, str], episodes: int, repeat: int, metrics_url: str
 
 
 def _subprocess(src: Path, tasks: dict[str, str], episodes: int, repeat: int, metrics_url: str | None,
-                delete: bool, env: dict[str, str]) -> dict[str, Any]:
+                delete: bool, env: dict[str, str], publish_zip: Path | None = None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as res:
         cmd = [sys.executable, __file__, "--measure", str(src), json.dumps(tasks), str(episodes), res.name,
                "--repeat", str(repeat)] + (["--metrics", metrics_url] if metrics_url else []) + \
-              (["--delete"] if delete else [])
+              (["--delete"] if delete else []) + (["--publish", str(publish_zip)] if publish_zip else [])
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **env})
         return json.loads(Path(res.name).read_text())
+
+
+def _episode_zip(root: Path, name: str) -> Path:
+    """One packed episode of ``name``'s declarations (the template of :func:`build_task`), as a PC uploads it."""
+    from egopool.transfer import pack_episodes
+
+    task = build_task_named(root, name, 1)
+    return pack_episodes(task, [1], root / "zips", registry=False)[0].path
+
+
+def build_task_named(root: Path, name: str, episodes: int) -> Path:
+    from copies_task_support import build_copies_task
+
+    return build_copies_task(root, name, episodes)
 
 
 def _fmt_req(req: dict[str, int], n: int | None) -> str:
@@ -164,12 +210,13 @@ def main() -> None:
     ap.add_argument("--measure", nargs=4, metavar=("SRC", "TASKS", "EPISODES", "RESULT"), help=argparse.SUPPRESS)
     ap.add_argument("--metrics", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--delete", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--publish", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     if args.measure:
         src, tasks, episodes, result = args.measure
         sys.path.insert(0, src)
-        res = _measure(json.loads(tasks), int(episodes), args.repeat, args.metrics, args.delete)
+        res = _measure(json.loads(tasks), int(episodes), args.repeat, args.metrics, args.delete, args.publish)
         Path(result).write_text(json.dumps(res))
         return
     sys.path.insert(0, str(ROOT / "src"))
@@ -205,8 +252,9 @@ def main() -> None:
             for label, src in runs:
                 rows.append((n, label, str(src), _subprocess(src, tasks, n, args.repeat, weed.metrics_url,
                                                               False, env)))
-            delete = _subprocess(ROOT / "src", tasks, n, 1, weed.metrics_url, True, env)
-            rows.append((n, "this", "delete", {b: {"delete one episode": f["delete one episode"]}
+            zip_path = _episode_zip(tmp / f"upload_{n}", task.name)
+            delete = _subprocess(ROOT / "src", tasks, n, 1, weed.metrics_url, True, env, zip_path)
+            rows.append((n, "this", "change", {b: {k: f[k] for k in ("upload -> publish one", "delete one episode")}
                                                for b, f in delete.items()}))
             (task / ".complete").unlink()  # the delete changed it: rebuild next time
         load = os.getloadavg()

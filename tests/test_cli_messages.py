@@ -21,10 +21,10 @@ def test_devices_names_the_extra_in_text_and_json(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "pyrealsense2", None)  # `import pyrealsense2` raises ImportError
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
-    assert "note: RealSense: pyrealsense2 is not installed (pip install 'egopool[devices]')" in out, out
+    assert "note: RealSense: pyrealsense2 is not installed (EGOPOOL_EXTRAS=devices ./run ... in a checkout, or pip install 'egopool[devices]')" in out, out
     assert main(["devices", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
-    assert "RealSense: pyrealsense2 is not installed (pip install 'egopool[devices]')" in notes
+    assert "RealSense: pyrealsense2 is not installed (EGOPOOL_EXTRAS=devices ./run ... in a checkout, or pip install 'egopool[devices]')" in notes
 
 
 def test_a_path_with_brackets_is_printed_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,3 +44,50 @@ def test_only_our_styles_are_markup(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == "N gone: 'egopool[server]' in /x/[a b]/y [0.0] [kept] d"
     assert _only_our_styles("[yellow]w[/yellow] [/]") == "[yellow]w[/yellow] [/]"
     assert _only_our_styles("[interop]") == "\\[interop]" and "bold" in STYLES
+
+
+def test_small_trips_of_a_new_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28's smaller items: each now fails or explains itself."""
+    import json as _json
+
+    from egopool.cli.app import main
+
+    assert main(["simulate", "--rig", "d435x2", "--episodes", "2", "--seconds", "0.3", "--scale", "8",
+                 "--out", str(tmp_path), "--task", "t"]) == 0
+    task = tmp_path / "t"
+    (tmp_path / "pipeline.db").unlink()  # a task copied from elsewhere: no registry beside it
+    capsys.readouterr()
+    # pack of a missing N: refused, and no pipeline.db appears beside the task
+    assert not (tmp_path / "pipeline.db").exists()
+    assert main(["pack", str(task), "7", "-o", str(tmp_path / "zips")]) == 1
+    assert "no episode 7" in capsys.readouterr().err
+    assert not (tmp_path / "pipeline.db").exists() and not (tmp_path / "zips").exists()
+    # show of an episode whose data parquet does not read: listed, and exit 1 (also with --json)
+    broken = tmp_path / "broken"
+    import shutil
+
+    shutil.copytree(task, broken)
+    data = sorted((broken / "data").rglob("*.parquet"))[1]
+    data.write_bytes(b"garbage\n")
+    assert main(["show", str(broken), "2"]) == 1
+    assert "problem:" in capsys.readouterr().out
+    assert main(["show", str(broken), "2", "--json"]) == 1
+    assert _json.loads(capsys.readouterr().out)["complete"] is False
+    assert main(["show", str(task), "2"]) == 0
+    capsys.readouterr()
+    # validate: a bad chunks_size once, and the fix named for it, for fps and for a non-object info.json
+    info_path = task / "meta" / "info.json"
+    good = info_path.read_text()
+    for change, want in ((lambda d: d.update(chunks_size=-5), "the spec's default is 1000"),
+                         (lambda d: d.update(fps="thirty"), "set the recording's frame rate")):
+        doc = _json.loads(good)
+        change(doc)
+        info_path.write_text(_json.dumps(doc))
+        assert main(["validate", str(task), "--json"]) == 1
+        errors = [f for f in _json.loads(capsys.readouterr().out)["findings"] if f["severity"] == "error"]
+        assert len(errors) == 1 and want in errors[0]["message"], errors
+    info_path.write_text("[1, 2]")
+    assert main(["validate", str(task)]) == 1
+    out = capsys.readouterr().out
+    assert "not a JSON object (it holds a JSON array)" in out and "restore it from a backup" in out
+    info_path.write_text(good)

@@ -87,7 +87,7 @@ def test_nested_json_in_a_meta_row(task: Path, capsys) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["problems"] == ["meta row unreadable: JSON of episodes column 'drop_stats' nests deeper than 64 "
                                    "levels, more than egopool reads: the file is damaged"]
-    assert main(["show", str(task), "1"]) == 0
+    assert main(["show", str(task), "1"]) == 1  # shown, and the unreadable row fails it (issue 28)
     assert "problem: meta row unreadable: JSON of episodes column 'drop_stats' nests deeper" in capsys.readouterr().out
     report = validate_task(task)
     assert [f.message for f in report.errors] == [

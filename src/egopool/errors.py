@@ -365,3 +365,10 @@ class UploadRejectedError(EgopoolError):
     def to_dict(self) -> dict[str, object]:
         """The JSON body of the HTTP answer: ``{"error", "message", "findings"}``."""
         return {"error": self.reason, "message": self.one_line(), "findings": self.findings}
+
+
+def install_hint(extra: str, venv: str | None = None) -> str:
+    """How to get the optional extra ``extra``, in README's words first: ``EGOPOOL_EXTRAS=NAME ./run ...`` in a
+    checkout (``EGOPOOL_VENV`` too when the extra needs a venv of its own), else ``pip install 'egopool[NAME]'``."""
+    own = f"EGOPOOL_VENV={venv} " if venv else ""
+    return f"{own}EGOPOOL_EXTRAS={extra} ./run ... in a checkout, or pip install 'egopool[{extra}]'"

@@ -44,7 +44,7 @@ def test_a_missing_package_names_the_extra():
     missing = Releases("egopool-no-such-distribution", "0.1", "0.1", "writes nothing")
     with pytest.raises(EgopoolError, match=r"egopool-no-such-distribution, which is not installed") as err:
         missing.require()
-    assert err.value.hint == "pip install 'egopool[interop]'"
+    assert err.value.hint == "EGOPOOL_EXTRAS=interop ./run ... in a checkout, or pip install 'egopool[interop]'"
 
 
 @pytest.mark.parametrize(("dist", "version", "command"), [

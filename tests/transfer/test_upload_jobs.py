@@ -93,7 +93,7 @@ def test_a_refused_declaration_stops_the_run_after_one_request(tmp_path: Path) -
         with pytest.raises(TransferError, match="may not create it") as err:
             upload_episodes(task, server=srv.url, token=lab, jobs=4, temp_dir=tmp_path / "spool", retries=0)
         log = _log(srv, reader)
-    assert "not sent: episodes 2, 3, 4, 5" in err.value.message and err.value.status == 403
+    assert "not sent: episodes 1, 2, 3, 4, 5" in err.value.message and err.value.status == 403
     assert [(r["status"], r["reason"]) for r in log] == [(403, "may_not_declare")]  # met once, not 4 times
     assert Registry.for_task(task).uploads("pick") == []
     assert list((tmp_path / "spool").iterdir()) == []

@@ -39,9 +39,13 @@ def _number_field(row: dict[str, Any], key: str, problems: list[str]) -> None:
         problems.append(f"meta row {key!r} is {'missing' if v is None else repr(v)}, not a number")
 
 
+#: the problem of an episode still being written (or cut off): shown as incomplete, not a failure of `show`
+UNFINISHED = "no meta/episodes row (the episode was never finished)"
+
+
 def _read_meta(ep: Episode, problems: list[str]) -> dict[str, Any] | None:
     if ep.files.meta is None:
-        problems.append("no meta/episodes row (the episode was never finished)")
+        problems.append(UNFINISHED)
         return None
     try:
         return ep.meta
@@ -192,7 +196,7 @@ def show_cmd(task: Path = task_argument(),
              json_out: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Show one episode: its meta row, columns with types, streams and trajectories.
 
-    Parts that cannot be read are listed under problems; the rest is shown.
+    Parts that cannot be read are listed under problems (exit 1); the rest is shown. An episode never finished (no meta row) is shown as incomplete (exit 0).
     """
     t = open_task(task)
     ep = t.episode(n, uncommitted=True)
@@ -221,6 +225,8 @@ def show_cmd(task: Path = task_argument(),
     out["complete"] = not problems
     if json_out:
         print_json(out)
+        if any(p != UNFINISHED for p in problems):  # a part that cannot be read fails, for scripts too (issue 28)
+            raise typer.Exit(1)
         return
     console.print(f"[bold]episode {ep.index}[/bold] (chunk-{ep.chunk:03d}/episode-{ep.file:03d}) "
                   f"rows={out['length']} size={human_bytes(out['bytes'])}")
@@ -238,3 +244,5 @@ def show_cmd(task: Path = task_argument(),
         console.print(f"trajectory {col}: {tr['points']} points, frame={tr['frame']}")
     for p in problems:
         console.print(f"[red]problem:[/red] {escape(p)}")
+    if any(p != UNFINISHED for p in problems):
+        raise typer.Exit(1)

@@ -14,13 +14,14 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from ..errors import EgopoolError
+from ..errors import EgopoolError, install_hint
 from ..transfer import client_identity, pack_episodes, upload_episodes
 from ..transfer.client import UploadOutcome, UploadProgress
 from .app import app
 from .args import episode_argument
 from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
 from .output import console, err_console, human_bytes, print_json
+from .serve_checks import check_port, check_store_directory
 
 token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -64,6 +65,11 @@ def pack_cmd(task: Path = _TASK, indices: list[int] = episode_argument("Global 1
 
     Arcnames are the pooled paths relative to the task (this episode's videos, data parquet and meta/episodes file, plus meta/info.json, stats.json, tasks.jsonl); a legacy shard is sliced to the episode's row. Streams: bounded memory for any episode size.
     """
+    from ..transfer.pack import Packer
+
+    checking = Packer(task, out, registry=False)  # every N first: a missing N must not leave a pipeline.db behind
+    for n in indices:
+        checking.episode(n)
     with _registry_hint(), _byte_bar("packing", not json_out) as cb:
         ident = client_identity(task, registry)
         if ident.notice:
@@ -230,7 +236,7 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
         from ..server.zipcheck import Limits
     except ImportError as exc:
         raise EgopoolError(f"the server needs the optional packages of egopool[server] ({exc.name} is missing)",
-                           hint="pip install 'egopool[server]'") from exc
+                           hint=install_hint("server")) from exc
     limit = int(max_upload_mb * (1 << 20))
     limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
                     max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
@@ -240,7 +246,7 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
             import boto3  # noqa: F401
         except ImportError as exc:
             raise EgopoolError("an s3:// store needs the optional packages of egopool[s3] (boto3 is missing)",
-                               hint="pip install 'egopool[s3]'") from exc
+                               hint=install_hint("s3")) from exc
         from ..storage import as_path
         from ..storage.bucket import Bucket
 
@@ -249,6 +255,9 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")
+    check_port(host, port)  # before anything is written: a busy port left a new store behind (issue 28)
+    if not bucket:
+        check_store_directory(Path(store))
     config = ServerConfig(store=store if bucket else Path(store), tokens=tokens, on_conflict=on_conflict,
                           limits=limits, max_imports=max_imports, max_receiving=max_receiving, state=state,
                           previews=PreviewConfig(enabled=previews, root=previews_dir, workers=preview_workers,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import install_hint
 from ..keypoints.mirror import episode_mirror_dir
 from ..read.reader import Task, open_task
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
@@ -257,7 +258,7 @@ class PooledDataset(_Base):
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
-            raise ValueError("output='torch' needs PyTorch: pip install 'egopool[train]'")
+            raise ValueError(f"output='torch' needs PyTorch: {install_hint('train')}")
         self.as_torch = torch is not None and output != "numpy"
         delta = dict(delta_timestamps or {})
         if isinstance(keys, (str, bytes)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import EgopoolError
+from ..errors import EgopoolError, install_hint
 
 __all__ = ["ARIA", "RERUN", "Releases", "release_numbers"]
 
@@ -72,7 +72,7 @@ class Releases:
             problem = self.problem(version(self.dist))
         except PackageNotFoundError:
             raise EgopoolError(f"egopool {self.use} with {self.dist}, which is not installed",
-                               hint="pip install 'egopool[interop]'") from None
+                               hint=install_hint("interop")) from None
         if problem is not None:
             raise EgopoolError(problem, hint=f"pip install '{self.requirement}'")
 

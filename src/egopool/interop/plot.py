@@ -20,7 +20,7 @@ import numpy as np
 
 from .._atomic import atomic_write_bytes
 from ..arrowutil import list_column_to_numpy
-from ..errors import EgopoolError, StorageError
+from ..errors import EgopoolError, StorageError, install_hint
 from ..gaps import audit_episode_gaps
 from ..read.reader import Episode, open_task
 from ..schema import signal_kind
@@ -40,7 +40,7 @@ def _plt() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - installed with the extra
-        raise EgopoolError("plots need matplotlib", hint="pip install 'egopool[interop]'") from exc
+        raise EgopoolError("plots need matplotlib", hint=install_hint("interop")) from exc
     return plt
 
 

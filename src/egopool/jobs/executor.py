@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import EgopoolError, OperationError
+from ..errors import EgopoolError, OperationError, install_hint
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "UnitProgress", "make_executor"]
 
@@ -165,7 +165,7 @@ class RayExecutor(Executor[S, U, R]):
             import ray
         except ImportError as exc:
             raise EgopoolError("--ray needs Ray, which is not installed",
-                               hint="pip install 'egopool[ray]' (on every node of the cluster)") from exc
+                               hint=install_hint("ray") + " (on every node of the cluster)") from exc
         self._ray = ray
         self.address = address or None
         self.max_retries = int(max_retries)
@@ -359,7 +359,7 @@ def _probe_client(address: str, timeout: float) -> None:
         from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
     except ImportError as exc:
         raise EgopoolError(f"--ray {address} needs Ray Client, which is not installed (no module {exc.name!r})",
-                           hint="pip install 'egopool[ray]' (it brings 'ray[client]')") from exc
+                           hint=install_hint("ray") + " (it brings 'ray[client]')") from exc
     _tcp_probe(address, host, port, timeout, _HINT_CLIENT)
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:  # Ray's own channel: TLS (RAY_USE_TLS) and token authentication as ray.init will use them

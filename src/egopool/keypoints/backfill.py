@@ -52,7 +52,8 @@ from ..layout import EpisodeFiles
 from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import stats_columns
 from ..ops._common import rel
-from ..ops.task_store import BucketTask, open_task_store, pause, take_claim, task_claims, update_json
+from ..ops.task_store import BucketTask, open_task_store, pause, take_claim, task_claims
+from ..publish import update_json
 from ..registry import Registry, file_record, sha256_file, task_key
 from ..schema import hand_pose_column
 from ..storage import is_object_uri
@@ -310,7 +311,7 @@ def _one(root: Path, g: EpisodeFiles, pose: HandPose3D, dry_run: bool, reg: Regi
         if bt is None:
             write_info(root, merge_info(read_info(root), decl))
         else:
-            update_json(bt.store, "meta/info.json", lambda old: merge_info(old or {}, decl))
+            update_json(bt.store, "meta/info.json", lambda old: merge_info(old or {}, decl), indent=2)
         pause(OP, "declared")
     _place(g.data, new, bt)
     pause(OP, "data")

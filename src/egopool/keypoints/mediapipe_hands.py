@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._native_output import native_output
-from ..errors import EgopoolError
+from ..errors import EgopoolError, install_hint
 from .mirror import JOINTS, SIDES
 
 #: What MediaPipe and TensorFlow Lite print from C++ while a graph starts and runs its first frame
@@ -42,7 +42,7 @@ log = logging.getLogger("egopool.keypoints.mediapipe")
 
 __all__ = ["FrameHands", "HandDetection", "MediaPipeHands", "mediapipe_version"]
 
-_INSTALL_HINT = "pip install 'egopool[keypoints]' (mediapipe 0.10.21 ships its models; it needs numpy < 2)"
+_INSTALL_HINT = install_hint("keypoints", venv=".venv-keypoints") + " (mediapipe 0.10.21 ships its models; it needs numpy < 2: a venv of its own)"
 
 
 def _import_mediapipe() -> Any:

@@ -123,10 +123,16 @@ def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str,
                           hint="point egopool at the task directory holding data/, videos/, meta/")
     info = read_json(path, what="info.json", hint="restore info.json from a backup")
     if not isinstance(info, dict):
-        raise FormatError("info.json is not a JSON object", path=path)
+        raise FormatError(f"info.json is not a JSON object (it holds a JSON {_JSON_KIND.get(type(info), 'value')})", path=path,
+                          hint="info.json is one JSON object {...} with the keys of file_format.md §3; restore it "
+                               "from a backup or another copy of the task")
     if check_format:
         parse_format(info, path)
     return info
+
+
+#: what a JSON document that is not an object holds, in JSON's words
+_JSON_KIND = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def new_info(task_name: str, *, fps: float = 30.0, app_version: str, created_at: float | None = None,

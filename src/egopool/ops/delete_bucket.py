@@ -32,9 +32,10 @@ from typing import Any
 
 from ..errors import EpisodeNotFoundError, OperationError
 from ..meta.retired import retire
+from ..publish import update_json
 from ._common import Progress
 from .delete_plan import DeleteOutcome, DeletePlan, DeleteReport, check_indices
-from .task_store import BucketTask, Claim, episode_objects, open_task_store, pause, take_claim, task_claims, update_json
+from .task_store import BucketTask, Claim, episode_objects, open_task_store, pause, take_claim, task_claims
 
 __all__ = ["delete_in_bucket"]
 
@@ -68,7 +69,7 @@ def _plan(bt: BucketTask, index: int, pending: Claim | None) -> DeletePlan:
 def _roll_forward(bt: BucketTask, index: int, claim: Claim) -> DeleteOutcome:
     """Steps 2-6 of the module docstring for a claimed N."""
     retire(bt.store, index)
-    update_json(bt.store, "meta/info.json", _raise_total(index))
+    update_json(bt.store, "meta/info.json", _raise_total(index), indent=2)
     pause(OP, "retired")
     objs = episode_objects(bt.store, bt.layout, index)
     planned = [str(f)[len(bt.name) + 1:] for f in claim.doc.get("files") or [] if isinstance(f, str)]

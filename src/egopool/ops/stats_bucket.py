@@ -25,7 +25,7 @@ from ..errors import OperationError
 from ..jobs.executor import Executor
 from ..meta.info import read_info
 from ..publish import JOURNALS, json_bytes, task_hash
-from ..storage import ObjectPath, PreconditionFailed, PutMode
+from ..storage import ObjectPath, PreconditionFailed, PutMode, require_conditional_writes
 from ..storage.s3_store import S3Store
 from ._common import Progress
 from .stats_ops import (BlockDiff, StatsRecalcReport, _blocks_of, _document, _raise_unreadable, _reconcile,
@@ -53,6 +53,8 @@ def recalc_bucket_stats(root: ObjectPath, *, dry_run: bool = False, progress: Pr
     """
     store_uri, _, task = str(root).rstrip("/").rpartition("/")
     bucket = S3Store(store_uri)
+    if not dry_run:
+        require_conditional_writes(bucket, "stats recalc in a bucket")
     rel = f"{task}/meta/stats.json"
     info = read_info(root)
     per_episode = _blocks_of(root, info, executor, progress)

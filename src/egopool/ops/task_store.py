@@ -28,7 +28,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,12 @@ from typing import Any
 from ..errors import FormatError, OperationError
 from ..layout import TaskLayout
 from ..meta.info import read_info
-from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, is_object_uri, open_store
+from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, is_object_uri, open_store, require_conditional_writes
+
+from ..publish import json_bytes
 from ._common import EXT_TAIL, path_regex
 
-__all__ = ["BucketTask", "Claim", "claim_key", "episode_objects", "open_task_store", "pause", "task_claims",
-           "update_json"]
+__all__ = ["BucketTask", "Claim", "claim_key", "episode_objects", "open_task_store", "pause", "task_claims"]
 
 #: The pooling server's journal folder beside the tasks of a store (egopool.publish, O12).
 JOURNALS = ".egopool-server/journals"
@@ -137,9 +137,7 @@ def open_task_store(uri: str, what: str) -> BucketTask:
     store = open_store(text)
     parent_uri, _, name = text.rpartition("/")
     parent = open_store(parent_uri)
-    if not store.conditional_writes:
-        raise OperationError(f"{text}: the store cannot write conditionally (If-None-Match / If-Match), which "
-                             f"{what} in a bucket relies on", hint="use an S3 server that honours them")
+    require_conditional_writes(store, what)
     return BucketTask(text, store, parent, name, info, TaskLayout.from_info(text, info))
 
 
@@ -186,53 +184,13 @@ def take_claim(bt: BucketTask, index: int, op: str, files: list[str], **extra: A
     doc = {"task": bt.name, "index": index, "op": op, "owner": bt.owner, "created_at": time.time(),
            "files": [f"{bt.name}/{k}" for k in files], "commit": f"{bt.name}/{bt.row_key(index)}", **extra}
     try:
-        bt.parent.put(key, json_bytes(doc), mode=PutMode.CREATE)
+        bt.parent.put(key, json_bytes(doc, indent=None), mode=PutMode.CREATE)
     except PreconditionFailed:
         raise OperationError(f"{bt.uri}: episode {index} is being changed by another writer "
                              f"({bt.parent.url(key)} exists); nothing was written",
                              hint="wait for it (a publish or another egopool command) and run again; a journal "
                                   "left by a killed writer is handled by `egopool repair clean TASK`") from None
     return Claim(index, key, doc)
-
-
-def json_bytes(obj: Any) -> bytes:
-    """Compact JSON (no NaN), final newline."""
-    return (json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
-
-
-def update_json(store: Store, key: str, change: Callable[[Any], Any], *, indent: int | None = 2,
-                attempts: int = 200) -> Any:
-    """Read-modify-write of JSON ``key`` with ``PutMode.UPDATE`` on the version read, retried on a lost race.
-
-    ``change(old)`` returns the new document, or None to leave the object as it is. Returns what was written.
-
-    Raises
-    ------
-    OperationError
-        ``attempts`` conditional writes lost to other writers, or the object is not JSON.
-    """
-    for _ in range(attempts):
-        got = store.get(key)
-        old = None
-        if got is not None:
-            try:
-                old = json.loads(got[0].decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise OperationError(f"{store.url(key)} is not JSON ({exc})", hint="restore it") from exc
-        new = change(old)
-        if new is None:
-            return None
-        body = (json.dumps(new, ensure_ascii=False, indent=indent, allow_nan=False) + "\n").encode("utf-8")
-        try:
-            if got is None:
-                store.put(key, body, mode=PutMode.CREATE)
-            else:
-                store.put(key, body, mode=PutMode.UPDATE, version=got[1])
-            return new
-        except PreconditionFailed:
-            time.sleep(0.01)
-    raise OperationError(f"{store.url(key)}: {attempts} conditional writes lost to other writers",
-                         hint="run again when fewer writers are at work")
 
 
 @dataclass

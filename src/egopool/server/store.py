@@ -38,7 +38,7 @@ from ..errors import EgopoolError, FormatError, LockError, UploadRejectedError
 from ..meta import server_imports
 from ..meta.info import read_info
 from ..publish import JOURNALS, new_owner_id, recover
-from ..storage import ObjectPath, Store, as_path, open_store
+from ..storage import ObjectPath, Store, as_path, open_store, require_conditional_writes
 from ..storage.directory_store import DirectoryStore
 from ..storage.s3_store import S3Store
 from ..write.checks import check_task_name
@@ -90,6 +90,7 @@ class ServerStore:
         self.objects: Store = open_store(text if text.startswith("s3://") else Path(text).resolve())
         if isinstance(self.objects, S3Store):
             self.objects.ensure_bucket()
+            require_conditional_writes(self.objects, "the server's publish")
         self.uri = self.objects.uri
         #: the tasks' directory (None: a bucket store)
         self.root: Path | None = self.objects.root if isinstance(self.objects, DirectoryStore) else None

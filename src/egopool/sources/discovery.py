@@ -15,6 +15,7 @@ from typing import Any
 
 import av
 
+from ..errors import install_hint
 from .camera import default_input_format
 from .realsense import list_realsense
 
@@ -81,7 +82,7 @@ def list_devices() -> dict[str, Any]:
         realsense = list_realsense()
     except ImportError:
         realsense = []
-        notes.append("RealSense: pyrealsense2 is not installed (pip install 'egopool[devices]')")
+        notes.append(f"RealSense: pyrealsense2 is not installed ({install_hint('devices')})")
     for r in realsense:
         r["spec"] = f"realsense:{r['serial_number']}"
     return {"platform": sys.platform, "input_format": fmt, "cameras": cams, "realsense": realsense, "notes": notes}

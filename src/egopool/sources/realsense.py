@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from ..devices.kinds import Device, stereo_calibration
-from ..errors import DeviceError
+from ..errors import DeviceError, install_hint
 from ..recorder import Frame, Recorder
 from .base import Source
 from .pairing import CapturePairer
@@ -59,7 +59,7 @@ def rs_module() -> Any:
         import pyrealsense2 as rs
     except ImportError as exc:
         raise DeviceError("RealSense support needs pyrealsense2",
-                          hint="pip install 'egopool[devices]'") from exc
+                          hint=install_hint("devices")) from exc
     return rs
 
 

@@ -26,9 +26,10 @@ from ._path import (READ_BUFFER, ObjectEntry, ObjectPath, ObjectStat, TaskPath, 
                     as_path, is_object_uri, require_bucket, seekable_reader, store_failure)
 from ._s3 import S3Settings, s3_filesystem, translate_s3_error
 from .opening import open_store
-from .store import ObjectMeta, PreconditionFailed, PutMode, Store
+from .store import ObjectMeta, PreconditionFailed, PutMode, Store, require_conditional_writes
 
 __all__ = [
+    "require_conditional_writes",
     "READ_BUFFER",
     "ObjectMeta",
     "PreconditionFailed",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EgopoolError, FormatError, ObjectStoreError
+from ..errors import EgopoolError, FormatError, ObjectStoreError, install_hint
 from ._path import _split
 from ._s3 import _DENIED, _NO_BUCKET, S3Settings
 from .store import MAX_GET_BYTES as MAX_JSON_BYTES  # the readers' JSON limit (_safe_read imports storage)
@@ -99,7 +99,7 @@ class Bucket:
             import boto3
             from botocore.config import Config
         except ImportError as exc:
-            raise EgopoolError("s3:// stores need boto3", hint="pip install 'egopool[s3]'") from exc
+            raise EgopoolError("s3:// stores need boto3", hint=install_hint("s3")) from exc
         self.uri = uri.rstrip("/")
         self.name, self.prefix = parse_bucket_uri(uri)
         try:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-from ..errors import EgopoolError, FormatError, ObjectStoreError
+from ..errors import EgopoolError, FormatError, ObjectStoreError, install_hint
 from ._s3 import S3Settings, note_client_made, translate_s3_error
 from .store import MAX_GET_BYTES, ObjectMeta, PreconditionFailed, PutMode, Store, check_key, join_key
 
@@ -34,6 +34,9 @@ __all__ = ["S3Store"]
 
 #: objects above this size are put as a multipart upload (invisible until complete)
 MULTIPART_THRESHOLD = 64 << 20
+
+#: (endpoint, bucket) -> whether the server honours conditional writes, probed once per process (issue 24)
+_CONDITIONAL: dict[tuple[str, str], bool] = {}
 
 #: what obstore raises for a missing object (a builtin FileNotFoundError; its NotFoundError class too)
 _NOT_FOUND: tuple[type[BaseException], ...] = (FileNotFoundError,)
@@ -46,7 +49,7 @@ def _obstore() -> Any:
     try:
         import obstore
     except ImportError as exc:
-        raise EgopoolError("s3:// stores need obstore", hint="pip install 'egopool[s3]'") from exc
+        raise EgopoolError("s3:// stores need obstore", hint=install_hint("s3")) from exc
     return obstore
 
 
@@ -174,6 +177,44 @@ class S3Store(Store):
         from .bucket import Bucket
 
         return Bucket(self.uri, settings=self.settings)
+
+    @property
+    def conditional_writes(self) -> bool:
+        """Whether this S3 server honours ``If-None-Match: *`` and ``If-Match`` (asked once per endpoint and
+        bucket in a process, and only by commands that write: 4 requests on a probe object
+        ``.egopool/probe/<random>`` at the bucket's root, deleted at once). A gateway that ignores the headers
+        (``rclone serve s3``) lets the second ``CREATE`` and a stale ``UPDATE`` succeed: False.
+
+        Raises
+        ------
+        ObjectStoreError
+            The bucket cannot be written at all (missing, unreachable, no permission).
+        """
+        where = (self.settings.describe(), self.name)
+        known = _CONDITIONAL.get(where)
+        if known is None:
+            known = _CONDITIONAL[where] = self._probe_conditional_writes()
+        return known
+
+    def _probe_conditional_writes(self) -> bool:
+        import uuid
+
+        root = S3Store(f"s3://{self.name}", settings=self.settings)
+        probe = f".egopool/probe/{uuid.uuid4().hex}"
+        version = root.put(probe, b"1", mode=PutMode.CREATE)
+        try:
+            try:
+                root.put(probe, b"2", mode=PutMode.CREATE)
+                return False
+            except PreconditionFailed:
+                pass
+            try:
+                root.put(probe, b"3", mode=PutMode.UPDATE, version=f'"{version.strip(chr(34))}0"')
+                return False
+            except PreconditionFailed:
+                return True
+        finally:
+            root.delete([probe])
 
     def require_bucket(self) -> None:
         """Raise when the bucket does not exist (one HEAD of the bucket). Some gateways (SeaweedFS) answer a

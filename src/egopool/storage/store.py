@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import EgopoolError, FormatError
+from ..errors import EgopoolError, FormatError, OperationError
 
 __all__ = ["ObjectMeta", "PreconditionFailed", "PutMode", "Store", "check_key", "join_key"]
 
@@ -114,7 +114,11 @@ class Store(ABC):
     """
 
     uri: str
-    conditional_writes: bool = True
+
+    @property
+    def conditional_writes(self) -> bool:
+        """True when ``CREATE`` and ``UPDATE`` are atomic here (a directory always; a bucket probes once)."""
+        return True
 
     # -- naming ------------------------------------------------------------------------------------
     @abstractmethod
@@ -252,3 +256,20 @@ class Store(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
 
+
+
+def require_conditional_writes(store: Store, what: str) -> None:
+    """Refuse a store whose ``CREATE`` / ``UPDATE`` are not atomic, for the command ``what`` (issue 24).
+
+    Raises
+    ------
+    OperationError
+        One line naming the store and why: without ``If-None-Match`` / ``If-Match`` two writers overwrite
+        each other (two publishes take the same N; a compare-and-swap loses an update).
+    """
+    if not store.conditional_writes:
+        raise OperationError(
+            f"{store.uri}: this S3 server ignores conditional writes (If-None-Match / If-Match), which {what} "
+            "relies on: two writers could take the same episode number or lose each other's update",
+            hint="use an S3 server that honours them (AWS S3, MinIO, SeaweedFS, Ceph RGW); gateways such as "
+                 "`rclone serve s3` do not")

@@ -459,6 +459,7 @@ def _schedule(client: httpx.Client, root: Path, key: str, wanted: list[int], don
     outcomes: list[UploadOutcome] = []
     confirmed_any = bool(done)
     fatal: TransferError | None = None
+    refused: list[int] = []  # episodes the server answered 401/403: not sent either
     stopped = False
     in_flight: set[int] = set()
     workers: list[threading.Thread] = []
@@ -505,6 +506,7 @@ def _schedule(client: httpx.Client, root: Path, key: str, wanted: list[int], don
                 stopped = True
                 if exc.status in (401, 403):  # the token is wrong for every episode
                     fatal = fatal or exc
+                    refused.append(got.n)
                     continue
                 report_one(UploadOutcome(got.n, "failed", message=exc.one_line(), attempts=retries + 1))
                 continue  # the server stays unreachable: the next run resumes here
@@ -528,14 +530,13 @@ def _schedule(client: httpx.Client, root: Path, key: str, wanted: list[int], don
             t.join(max(0.0, deadline - time.monotonic()))
         raise
     report.outcomes.extend(sorted(outcomes, key=lambda o: order[o.index]))
+    if fatal is not None:  # the refused episodes were not sent either (issue 28: episode 1 was never named)
+        not_sent = sorted([*refused, *pending], key=lambda n: order[n])
+        raise TransferError(f"{fatal.message}; not sent: episode{'s' if len(not_sent) > 1 else ''} "
+                            f"{', '.join(str(n) for n in not_sent)}", status=fatal.status, hint=fatal.hint)
     if stopped and pending:
         unsent = ", ".join(str(n) for n in pending)
-        if fatal is not None:
-            raise TransferError(f"{fatal.message}; not sent: episode{'s' if len(pending) > 1 else ''} {unsent}",
-                                status=fatal.status, hint=fatal.hint)
         notice(f"stopped: episode{'s' if len(pending) > 1 else ''} {unsent} not sent (run the same command again)")
-    elif fatal is not None:
-        raise fatal
 
 
 def _one(client: httpx.Client, root: Path, n: int, g: Any, base: str, packer: Packer | FormatError, retries: int,

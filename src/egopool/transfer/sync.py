@@ -43,7 +43,7 @@ from ..meta.info import merge_info, read_info, write_info
 from ..meta.stats import episode_stats_file
 from ..registry import sha256_file
 from ..publish import Publication, claim, finish, journal_doc, journal_key, new_owner_id, recover
-from ..storage import ObjectPath, as_path
+from ..storage import ObjectPath, as_path, require_conditional_writes
 from ..storage.bucket import Bucket, is_bucket_uri
 from ..storage.s3_store import S3Store
 from ..write.task_meta import merge_task_meta
@@ -351,6 +351,7 @@ class _BucketDest:
         self.bucket, self.task = _split_task_uri(uri)
         self.bucket.ensure_bucket()
         self.store = S3Store(self.bucket.uri)
+        require_conditional_writes(self.store, "sync into a bucket")
         self.owner = _owner_id()
         self._info: dict[str, Any] | None = None
         got = self.bucket.get(f"{self.task}/meta/info.json")

@@ -176,10 +176,12 @@ def check_info_keys(ctx: Context) -> None:
         types = _INFO_TYPES.get(key)
         if types and not _type_ok(info[key], types):
             want = " or ".join(_JSON_NAMES[t] for t in types)
-            ctx.report.error(R_INFO, path, f"key {key!r} must be a JSON {want}, got {info[key]!r:.60}")
+            fix = _TYPE_FIX.get(key, f"write it as a JSON {want} (file_format.md §3)")
+            ctx.report.error(R_INFO, path, f"key {key!r} must be a JSON {want}, got {info[key]!r:.60}; {fix}")
     cs = info.get("chunks_size")
     if isinstance(cs, int) and not isinstance(cs, bool) and cs < 1:
-        ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}")
+        ctx.report.error(R_INFO, path, f"chunks_size must be >= 1, got {cs}; set the number of episodes per chunk "
+                                       "folder the file names use (the spec's default is 1000)")
     fps = json_float(info.get("fps"))
     # NaN / Infinity (and ints beyond float64) are not usable JSON: the non-finite check reports them once
     if fps is not None and math.isfinite(fps):
@@ -205,6 +207,14 @@ def check_info_keys(ctx: Context) -> None:
         ctx.report.warning(R_INFO, path, "video is false but video_extensions declares streams; set video to true")
 
 
+#: the fix a wrongly typed info.json key names, where a generic "write it as a JSON ..." says too little
+_TYPE_FIX = {
+    "fps": "set the recording's frame rate in rows per second as a number, e.g. 30",
+    "chunks_size": "set the number of episodes per chunk folder as an integer (the spec's default is 1000)",
+    "total_episodes": "set the number of episodes as an integer (`egopool repair` recounts it)",
+}
+
+
 def check_templates(ctx: Context) -> TaskLayout | None:
     """The path templates (§3, checklist §12.2) must be usable: right fields, and they must format.
 
@@ -212,6 +222,9 @@ def check_templates(ctx: Context) -> TaskLayout | None:
     enumerated from these templates.
     """
     path = info_path(ctx.root)
+    cs = ctx.info.get("chunks_size", 1)
+    if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
+        return None  # check_info_keys reported it once; the layout cannot be built without it
     ok = True
     for key in TEMPLATE_FIELDS:
         tpl = ctx.info.get(key)
