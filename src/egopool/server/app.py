@@ -5,22 +5,20 @@ Routes:
 * ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
   zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U11);
   scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
-  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
-  ``{"error", "message", "findings"}``;
+  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with ``{"error", "message", "findings"}``;
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
   ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
   ``/api/v1/uploads`` — scope ``read``;
 * ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality``
-  (the stored quality facts, null until computed) and ``preview`` (state, streams with their
+  (the stored quality facts, null until computed), ``review`` / ``review_version`` (P1) and ``preview`` (state, streams with their
   proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
   ``GET /api/v1/tasks/{task}/episodes/{n}/preview/{name}`` serves a preview file (HTTP Range
   for the videos), 404 until built; ``POST`` ``.../preview`` queues a rebuild (scope
   ``upload:*`` or ``review``) — docs/decisions.md Q5, Q6;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
-* ``POST /api/v1/tasks/{task}/episodes/{n}/review`` — ``{"verdict", "reason"}``, scope
-  ``review`` (a bearer token, or the browser's cookie with the page's CSRF header from the same
-  origin, :mod:`egopool.server.review`); ``GET .../reviews`` — the history, scope ``read``;
+* ``POST .../episodes/{n}/review`` — ``{"episode", "version", "verdict", "reason"}`` (P1), scope ``review``
+  (bearer, or cookie + CSRF header, :mod:`egopool.server.review`); ``GET .../reviews``, scope ``read``;
 * ``GET /api/v1/episodes?<filters>&limit=&cursor=`` — search (:mod:`egopool.server.search`),
   scope ``read``; ``GET /tasks/{task}?<filters>`` is the same as a page, and
   ``GET /tasks/{task}/episodes/{n}`` the episode page (:mod:`egopool.server.curation_page`);
@@ -46,7 +44,6 @@ import contextlib
 import logging
 import shutil
 import urllib.parse
-from dataclasses import replace
 from functools import partial
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -65,12 +62,12 @@ from ..meta.info import read_info
 from ..storage.bucket import is_bucket_uri
 from ..storage.s3_store import S3Store
 from .catalog import episode_entries, episode_entry, episode_file, pending_rows, task_detail, task_summaries
-from .db import ReviewConflict
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
-from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review
-from .search import episode_neighbours, missing_facts, parse_query, search_episodes
+from .review import (CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review,
+                     record_verdict)
+from .search import episode_neighbours, missing_facts, next_unreviewed, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewWorker, describe
 from .receive import MultipartSpool
@@ -423,20 +420,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
         _n(task, index)
         v = parse_review(body)
-        if v.episode != index:  # the page that sent it shows another episode: never judge the wrong one
-            raise UploadRejectedError(409, "conflict", f"this verdict names episode {v.episode} but was sent to "
-                                                       f"episode {index} of task {task!r}; nothing was recorded")
-        store = store_()
-        if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
-            raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
-        try:
-            row, current = await anyio.to_thread.run_sync(
-                partial(store.db.add_review, task, index, v.verdict, v.reason, tok.id if tok else None,
-                                  version=v.version))
-        except ReviewConflict as exc:
-            raise UploadRejectedError(409, "conflict", str(exc), hint="reload the episode to see its current review"
-                                      ) from None
-        return {**row.to_dict(), "version": row.id, "current": current.to_dict() if current else None}
+        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, tok.id if tok else None)
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
@@ -571,11 +555,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             store = store_()
             entry = _episode(task, index)
             prev, nxt = episode_neighbours(store.db, q, task, index)
-            unreviewed = replace(q, filters={**q.filters, "review": "unreviewed"})
             return episode_page(task, entry, store.db.reviews(task, index), (prev, nxt), q,
                                 can_review=tok is None or tok.can_review(),
                                 csrf=csrf_token(cookie) if cookie and tok is not None else "",
-                                next_unreviewed=episode_neighbours(store.db, unreviewed, task, index)[1])
+                                next_unreviewed=next_unreviewed(store.db, q, task, index))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

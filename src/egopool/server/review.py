@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UploadRejectedError
-from .db import UNDO, VERDICTS
+from .db import UNDO, VERDICTS, ReviewConflict, ServerDB
 
 __all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "loopback_host",
-           "Verdict", "parse_review"]
+           "Verdict", "parse_review",
+           "record_verdict"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
@@ -157,3 +158,26 @@ def parse_review(body: bytes) -> Verdict:
                                                       "(a control character or a lone surrogate)",
                                   hint="send plain text (tabs and line breaks are fine)")
     return Verdict(_whole(doc, "episode"), _whole(doc, "version"), verdict, reason)
+
+
+def record_verdict(db: ServerDB, task: str, index: int, v: Verdict, token_id: str | None) -> dict[str, Any]:
+    """Record ``v`` on pooled episode ``index`` of ``task``: the answer of ``POST .../review`` (the row, its
+    ``version`` and the verdict now in force, ``current``; docs/decisions.md P1, P2).
+
+    Raises
+    ------
+    UploadRejectedError
+        409: ``v`` names another episode than the URL, answers an outdated review version, or undoes
+        nothing (nothing recorded); 404: no pooled episode ``index``.
+    """
+    if v.episode != index:  # the page that sent it shows another episode: never judge the wrong one
+        raise UploadRejectedError(409, "conflict", f"this verdict names episode {v.episode} but was sent to "
+                                                   f"episode {index} of task {task!r}; nothing was recorded")
+    if db.episode(task, index) is None:
+        raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
+    try:
+        row, current = db.add_review(task, index, v.verdict, v.reason, token_id, version=v.version)
+    except ReviewConflict as exc:
+        raise UploadRejectedError(409, "conflict", str(exc), hint="reload the episode to see its current review"
+                                  ) from None
+    return {**row.to_dict(), "version": row.id, "current": current.to_dict() if current else None}

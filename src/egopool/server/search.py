@@ -26,7 +26,7 @@ from ..errors import UploadRejectedError
 from .db import VERDICTS, EpisodeRow, ServerDB
 
 __all__ = ["FILTERS", "MAX_LIMIT", "EpisodeQuery", "encode_cursor", "episode_neighbours", "explain", "parse_query",
-           "missing_facts", "preview_url", "search_episodes", "thumbnail_url"]
+           "missing_facts", "next_unreviewed", "preview_url", "search_episodes", "thumbnail_url"]
 
 MAX_LIMIT = 500
 _DEFAULT_LIMIT = 50
@@ -358,6 +358,11 @@ def missing_facts(db: ServerDB, q: EpisodeQuery, task: str) -> dict[str, int]:
                    f"q.episode_index = e.episode_index WHERE e.task = ? AND {FACT_OF_FILTER[name]} IS NULL")
             out[name] = int(db.select(sql, (task,))[0][0])
     return out
+
+
+def next_unreviewed(db: ServerDB, q: EpisodeQuery, task: str, index: int) -> int | None:
+    """The next N of ``task`` after ``index`` under ``q``'s filters that has no verdict (auto-advance, P4)."""
+    return episode_neighbours(db, replace(q, filters={**q.filters, "review": "unreviewed"}), task, index)[1]
 
 
 def explain(db: ServerDB, q: EpisodeQuery) -> list[str]:
