@@ -9,9 +9,9 @@ Routes:
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
   ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
   ``/api/v1/uploads`` — scope ``read``;
-* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality``
-  (the stored quality facts, null until computed), ``review`` / ``review_version`` (P1) and ``preview`` (state, streams with their
-  proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
+* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality`` (the
+  quality facts, null until computed), ``review``, ``review_version`` (P1) and ``preview`` (state, streams with
+  their proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
   ``GET /api/v1/tasks/{task}/episodes/{n}/preview/{name}`` serves a preview file (HTTP Range
   for the videos), 404 until built; ``POST`` ``.../preview`` queues a rebuild (scope
   ``upload:*`` or ``review``) — docs/decisions.md Q5, Q6;
@@ -420,7 +420,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
         _n(task, index)
         v = parse_review(body)
-        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, tok.id if tok else None)
+        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, tok and tok.id)
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:

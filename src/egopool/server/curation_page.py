@@ -302,7 +302,8 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
                if s.get("moves") is False else "")
             + (f"<div class=\"depthbar\" data-video=\"video-{i}\"><span>{DEPTH_RANGE_MM[0]:.0f} mm</span>"
                f"<span class=\"ramp\"></span><span>{DEPTH_RANGE_MM[1]:.0f} mm</span>"
-               f"<span class=\"depthval\" id=\"depthval-{i}\" title=\"depth under the pointer\">black: none</span></div>"
+               f"<span class=\"depthval\" id=\"depthval-{i}\" title=\"depth under the pointer\">black: none"
+               "</span></div>"
                if s.get("kind") == "depth" else "")
             + "</figcaption></figure>"
             for i, s in enumerate(streams))

@@ -375,7 +375,8 @@ class ServerDB:
         """The id of the last review row of ``(task, N)`` (any verdict or undo), 0 when none: what a new
         verdict must answer (docs/decisions.md P1)."""
         with self._connect(write=False) as con:
-            r = con.execute("SELECT MAX(id) FROM reviews WHERE task = ? AND episode_index = ?", (task, index)).fetchone()
+            r = con.execute("SELECT MAX(id) FROM reviews WHERE task = ? AND episode_index = ?",
+                            (task, index)).fetchone()
         return int(r[0] or 0)
 
     def current_review(self, task: str, index: int) -> ReviewRow | None:

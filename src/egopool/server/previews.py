@@ -321,8 +321,8 @@ class PreviewWorker:
 
 def describe(worker: PreviewWorker, task: str, index: int) -> dict[str, Any]:
     """The ``"preview"`` object of the episode API: ``{"state", "error", "streams": [{"key", "kind",
-    "thumbnail", "video", "width", "height", "fps", "frames", "held_frames", "moves"}], "signals"}``, URLs absolute paths
-    under ``/api/v1`` (never a path of the server's disk). No row yet (previews off, or not queued): ``pending``."""
+    "thumbnail", "video", "width", "height", "fps", "frames", "held_frames", "moves"}], "signals"}``, URLs absolute
+    paths under ``/api/v1`` (never a path of the server's disk). No row yet (previews off, or not queued): ``pending``."""
     row = worker.store.db.preview(task, index)
     base = f"/api/v1/tasks/{urllib.parse.quote(task, safe='')}/episodes/{index}/preview/"
     if row is None:

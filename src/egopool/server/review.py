@@ -2,8 +2,8 @@
 (docs/decisions.md Q10, Q11).
 
 A verdict is ``accept``, ``reject`` or ``flag`` (``undo`` takes the last one back); it names its
-episode and the review version it answers, and a stale one is refused (P1, P2); reject and flag need a reason (what a data
-team reads later to know why an episode left the training set). Verdicts are appended to
+episode and the review version it answers, and a stale one is refused (P1, P2); reject and flag need a
+reason (what a data team reads later to know why an episode left the training set). Verdicts are appended to
 ``server.db`` (:meth:`~egopool.server.db.ServerDB.add_review`), never overwritten: the
 latest is the episode's state, the rest its history.
 
