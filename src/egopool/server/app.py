@@ -419,8 +419,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             if len(body) > MAX_BODY:
                 raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
         _n(task, index)
-        v = parse_review(body)
-        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, tok and tok.id)
+        v, who = parse_review(body), (tok.id if tok else None)
+        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, who)
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
