@@ -24,7 +24,8 @@
 Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
 digest; 3 adds ``previews`` and ``quality``; 4 adds ``reviews``, ``review_state`` and the covering
-indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept). An older file is migrated when the
+indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept); 5 adds
+``uploads``' stage timings (``receive_s``, ``queue_s``, ``verify_s``, ``publish_s``, ``verify_attempts``). An older file is migrated when the
 server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
@@ -52,7 +53,7 @@ from .db_rows import UNDO, VERDICTS, EpisodeRow, PreviewRow, ReviewRow, UploadRo
 __all__ = ["QUALITY_COLUMNS", "UNDO", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewConflict", "ReviewRow", "ServerDB",
            "UploadRow"]
 
-_SCHEMA_VERSION = 4
+_SCHEMA_VERSION = 5
 #: verdict -> the review state it leaves (docs/decisions.md Q10).
 #: Quality facts stored as columns of ``quality`` (filterable in SQL); every fact is in its ``facts`` JSON.
 QUALITY_COLUMNS = ("duration_s", "rows", "size_bytes", "idle_fraction", "idle_frames", "gap_total", "drop_total",
@@ -124,7 +125,12 @@ CREATE TABLE IF NOT EXISTS uploads (
     outcome              TEXT    NOT NULL,
     status               INTEGER,
     reason               TEXT,
-    message              TEXT
+    message              TEXT,
+    receive_s            REAL,
+    queue_s              REAL,
+    verify_s             REAL,
+    publish_s            REAL,
+    verify_attempts      INTEGER
 );
 """ + _EPISODES_TABLE + """;
 CREATE INDEX IF NOT EXISTS uploads_received ON uploads (received_at);
@@ -162,6 +168,18 @@ def _episodes_keyed_by_content(con: sqlite3.Connection) -> None:
     con.execute("DROP TABLE episodes_v1")
 
 
+#: Columns schema 5 adds to ``uploads``: where an upload's time went (docs/decisions.md U30).
+_TIMING_COLUMNS = ("receive_s REAL", "queue_s REAL", "verify_s REAL", "publish_s REAL", "verify_attempts INTEGER")
+
+
+def _upload_timings(con: sqlite3.Connection) -> None:
+    """4 -> 5: ``uploads`` gets the seconds of each stage (null for the rows before); a column it has is kept."""
+    have = {row[1] for row in con.execute("PRAGMA table_info(uploads)")}
+    for col in _TIMING_COLUMNS:
+        if col.split()[0] not in have:
+            con.execute(f"ALTER TABLE uploads ADD COLUMN {col}")
+
+
 def _tables_only(con: sqlite3.Connection) -> None:
     """3 -> 4: ``reviews`` and ``review_state``, created by the schema script (``IF NOT EXISTS``)."""
 
@@ -174,7 +192,7 @@ def _curation_tables(con: sqlite3.Connection) -> None:
 
 
 #: version -> the step that brings a file of that version to the next one.
-_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only}
+_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only, 4: _upload_timings}
 
 
 class ServerDB:

@@ -121,6 +121,16 @@ class UploadRow:
     status: int | None
     reason: str | None
     message: str | None
+    #: Seconds the body took to arrive and be spooled (docs/decisions.md U30).
+    receive_s: float | None = None
+    #: Seconds the spooled upload waited for a verification worker.
+    queue_s: float | None = None
+    #: Seconds of its verification (every attempt; in a worker process or a Ray task).
+    verify_s: float | None = None
+    #: Seconds from verified to answered: the publish, waiting for its task's group included.
+    publish_s: float | None = None
+    #: Verifications run (2: the first one's worker died and it was verified again).
+    verify_attempts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""

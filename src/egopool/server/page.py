@@ -99,9 +99,17 @@ def _uploads_table(uploads: Sequence[UploadRow]) -> str:
             if u.server_episode_index is not None else _e(u.client_episode_index)
         rows.append([_e(u.id), _time(u.received_at), _task_link(u.task) if u.task else "—",
                      _client(u), mapping, outcome, _e(u.status),
-                     _e(u.reason or ""), _e(u.token_id or "")])
+                     _e(u.reason or ""), _e(u.token_id or ""), _stages(u)])
     return _table("uploads", ("#", "received", "task", "client", "client N → server N", "outcome", "HTTP",
-                              "reason", "token"), rows)
+                              "reason", "token", "receive · queue · verify · publish (s)"), rows)
+
+
+def _stages(u: UploadRow) -> str:
+    """Where the upload's time went (docs/decisions.md U30): a queue time growing upload after upload is a backlog."""
+    parts = [f"{v:.2f}" if v is not None else "—" for v in (u.receive_s, u.queue_s, u.verify_s, u.publish_s)]
+    retried = f" <span class=\"warn\">({_e(u.verify_attempts)} verifications)</span>" \
+        if (u.verify_attempts or 0) > 1 else ""
+    return _e(" · ".join(parts)) + retried
 
 
 def _reviews(t: dict[str, Any]) -> str:

@@ -28,8 +28,7 @@ from ..errors import UploadRejectedError
 from .db import UNDO, VERDICTS, ReviewConflict, ServerDB
 
 __all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "loopback_host",
-           "Verdict", "parse_review",
-           "record_verdict"]
+           "Verdict", "other_site", "parse_review", "record_verdict"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
@@ -181,3 +180,9 @@ def record_verdict(db: ServerDB, task: str, index: int, v: Verdict, token_id: st
         raise UploadRejectedError(409, "conflict", str(exc), hint="reload the episode to see its current review"
                                   ) from None
     return {**row.to_dict(), "version": row.id, "current": current.to_dict() if current else None}
+
+
+def other_site(fetch_site: str | None) -> bool:
+    """A browser says another site's page sent this (``Sec-Fetch-Site``; not ``Origin``, which a proxy
+    rewriting ``Host`` would make look foreign): it may not sign the browser in or out (docs/decisions.md U24, U27)."""
+    return fetch_site in ("cross-site", "same-site")
