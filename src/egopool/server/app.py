@@ -5,22 +5,20 @@ Routes:
 * ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
   zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U11);
   scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
-  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
-  ``{"error", "message", "findings"}``;
+  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with ``{"error", "message", "findings"}``;
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
   ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
   ``/api/v1/uploads`` — scope ``read``;
-* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality``
-  (the stored quality facts, null until computed) and ``preview`` (state, streams with their
-  proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
+* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality`` (the
+  quality facts, null until computed), ``review``, ``review_version`` (P1) and ``preview`` (state, streams with
+  their proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
   ``GET /api/v1/tasks/{task}/episodes/{n}/preview/{name}`` serves a preview file (HTTP Range
   for the videos), 404 until built; ``POST`` ``.../preview`` queues a rebuild (scope
   ``upload:*`` or ``review``) — docs/decisions.md Q5, Q6;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
-* ``POST /api/v1/tasks/{task}/episodes/{n}/review`` — ``{"verdict", "reason"}``, scope
-  ``review`` (a bearer token, or the browser's cookie with the page's CSRF header from the same
-  origin, :mod:`egopool.server.review`); ``GET .../reviews`` — the history, scope ``read``;
+* ``POST .../episodes/{n}/review`` — ``{"episode", "version", "verdict", "reason"}`` (P1), scope ``review``
+  (bearer, or cookie + CSRF header, :mod:`egopool.server.review`); ``GET .../reviews``, scope ``read``;
 * ``GET /api/v1/episodes?<filters>&limit=&cursor=`` — search (:mod:`egopool.server.search`),
   scope ``read``; ``GET /tasks/{task}?<filters>`` is the same as a page, and
   ``GET /tasks/{task}/episodes/{n}`` the episode page (:mod:`egopool.server.curation_page`);
@@ -66,8 +64,8 @@ from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
 from .review import (CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, other_site,
-                     parse_review)
-from .search import episode_neighbours, parse_query, search_episodes
+                     parse_review, record_verdict)
+from .search import episode_neighbours, missing_facts, next_unreviewed, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewWorker, describe
 from .receive import MultipartSpool
@@ -427,18 +425,15 @@ def create_app(config: ServerConfig) -> FastAPI:
             if len(body) > MAX_BODY:
                 raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
         _n(task, index)
-        verdict, reason = parse_review(body)
-        store = store_()
-        if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
-            raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
-        row = await anyio.to_thread.run_sync(store.db.add_review, task, index, verdict, reason, tok.id if tok else None)
-        return row.to_dict()
+        v, who = parse_review(body), (tok.id if tok else None)
+        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, who)
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
         rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), _n(task, index))
-        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows]}
+        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows],
+                "version": rows[-1].id if rows else 0}
 
     @app.get("/api/v1/episodes")
     async def search_api(request: Request) -> dict[str, Any]:
@@ -475,8 +470,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         if quality and quality.get("errors"):
             quality["errors"] = [hide(str(e)) for e in quality["errors"]]
         length = ep.get("length")
+        current = store.db.current_review(task, index)
         return {**ep, "duration_s": round(length / fps, 6) if length is not None and fps else None,
-                "size_bytes": size, "quality": quality, "preview": preview}
+                "size_bytes": size, "quality": quality, "preview": preview,
+                "review": current.to_dict() if current else None,
+                "review_version": store.db.review_version(task, index)}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
     async def preview_file_api(task: str, index: int, name: str, request: Request) -> Response:
@@ -486,7 +484,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no preview {name!r} "
                                                         "(yet); its entry in the read API says the preview's state")
         media = {".mp4": "video/mp4", ".jpg": "image/jpeg", ".json": "application/json"}[path.suffix]
-        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache",
+                                                               "Cross-Origin-Resource-Policy": "same-origin"})
 
     @app.post("/api/v1/tasks/{task}/episodes/{index}/preview")
     async def preview_rebuild_api(task: str, index: int, request: Request) -> dict[str, Any]:
@@ -544,7 +543,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             info = read_info(state["previews"].task_location(_task(task)))
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
-                             store.db.uploads(limit=20, task=task))
+                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
@@ -563,7 +562,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             prev, nxt = episode_neighbours(store.db, q, task, index)
             return episode_page(task, entry, store.db.reviews(task, index), (prev, nxt), q,
                                 can_review=tok is None or tok.can_review(),
-                                csrf=csrf_token(cookie) if cookie and tok is not None else "")
+                                csrf=csrf_token(cookie) if cookie and tok is not None else "",
+                                next_unreviewed=next_unreviewed(store.db, q, task, index))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UPLOAD_FIELDS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "UploadRow"]
+__all__ = ["UNDO", "UPLOAD_FIELDS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "UploadRow"]
 
 VERDICTS = {"accept": "accepted", "reject": "rejected", "flag": "flagged"}
+#: the review row that takes back the last verdict in force (docs/decisions.md P2)
+UNDO = "undo"
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class ReviewRow:
     task, episode_index:
         The episode (server N).
     verdict:
-        ``accept``, ``reject`` or ``flag``.
+        ``accept``, ``reject`` or ``flag``; ``undo`` takes back the last verdict still in force (P2).
     reason:
         Free text ("" allowed for accept only).
     token_id:
@@ -168,8 +170,8 @@ class ReviewRow:
 
     @property
     def state(self) -> str:
-        """``accepted``, ``rejected`` or ``flagged``."""
-        return VERDICTS[self.verdict]
+        """``accepted``, ``rejected``, ``flagged``, or ``undone`` for an ``undo`` row (docs/decisions.md P2)."""
+        return VERDICTS.get(self.verdict, "undone")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (with ``state``)."""
