@@ -21,7 +21,7 @@ from .app import app
 from .args import episode_argument
 from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
 from .output import console, err_console, human_bytes, print_json
-from .serve_checks import check_port, check_store_directory
+from .serve_checks import check_port, check_store_bucket, check_store_directory
 
 token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -246,6 +246,7 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
     limit = int(max_upload_mb * (1 << 20))
     limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
                     max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
+    check_port(host, port)  # before anything is written: a busy port left a new store behind (issue 28)
     bucket = store.startswith("s3://")
     if bucket:
         try:
@@ -257,11 +258,11 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
         from ..storage.bucket import Bucket
 
         as_path(store)  # an empty / . / .. component is refused as the readers refuse it (O24)
+        check_store_bucket(store)
         Bucket(store).ensure_bucket()  # name, endpoint and keys checked here, in one line, not in uvicorn's start-up
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")
-    check_port(host, port)  # before anything is written: a busy port left a new store behind (issue 28)
     if not bucket:
         check_store_directory(Path(store))
     config = ServerConfig(store=store if bucket else Path(store), tokens=tokens, on_conflict=on_conflict,
