@@ -86,6 +86,11 @@ def test_small_trips_of_a_new_user(tmp_path: Path, capsys: pytest.CaptureFixture
         assert main(["validate", str(task), "--json"]) == 1
         errors = [f for f in _json.loads(capsys.readouterr().out)["findings"] if f["severity"] == "error"]
         assert len(errors) == 1 and want in errors[0]["message"], errors
+    # import lerobot of an egopool task says what it is (it said "KeyError: 'c'")
+    assert main(["import", "lerobot", str(task), "--task", "x", "--out", str(tmp_path / "imp")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this is an egopool task" in err and "egopool export lerobot" in err, err
+    assert not (tmp_path / "imp").exists()
     info_path.write_text("[1, 2]")
     assert main(["validate", str(task)]) == 1
     out = capsys.readouterr().out

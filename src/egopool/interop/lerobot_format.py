@@ -473,6 +473,10 @@ def read_info(root: Path) -> dict[str, Any]:
     info = read_json(path, what="LeRobot info.json")
     if not isinstance(info, dict):
         raise FormatError("info.json is not a JSON object", path=path)
+    if info.get("format") == "pooled_episodes_v1":  # issue 28: an egopool task said "KeyError: 'c'"
+        raise FormatError("this is an egopool task (format pooled_episodes_v1), not a LeRobot dataset: it needs no "
+                          "import", path=path, hint="use it as it is (`egopool ls`, `egopool validate`), or make a "
+                                                    "LeRobot dataset of it with `egopool export lerobot`")
     version = str(info.get("codebase_version", ""))
     if not version.startswith("v3."):
         raise FormatError(f"codebase_version {version or 'missing'!r}: only LeRobot v3.x datasets are read",
