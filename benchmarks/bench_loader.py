@@ -1,20 +1,24 @@
-"""Training loader: egopool.dataset.PooledDataset on a pooled task vs LeRobot 0.4.4's LeRobotDataset
-on the same task exported with ``egopool export lerobot``, one run (issue 18).
+"""Training loader, one run (issues 18, 25): egopool.dataset.PooledDataset on a pooled task read from its
+directory, from a real SeaweedFS bucket, and from that bucket behind a loopback relay adding 50 ms to every
+request; LeRobot 0.6.1 (torchcodec) on the same task exported with ``egopool export lerobot`` when its venv
+``/work/venvs/lerobot06`` exists (``--lerobot-python``), LeRobot 0.4.4 (pyav) when ``lerobot`` imports here.
 
-Run from the repository root in a venv with the extras interop (lerobot) and train (torch)::
+Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the s3 extra)::
 
-    EGOPOOL_EXTRAS=interop,train ./run --version
     .venv/bin/python benchmarks/bench_loader.py [--rig full] [--scale 4] [--seconds 4] [--episodes 2]
-        [--task DIR] [--batches 12] [--workers 0 2]
+        [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50]
 
-* setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras + depth; ``--task`` takes
-  an existing task, e.g. the demo's), then ``export_lerobot(task, out, depth=False)``;
-* both loaders get the same ``delta_timestamps`` (every RGB camera ``[-1/fps, 0]``, ``action``
-  8 rows ``[0, 7/fps]``), ``DataLoader(batch_size=32, shuffle=True, num_workers=W)``;
-  LeRobot decodes with ``video_backend="pyav"`` (torchcodec is not installed here);
-* each loader runs in its own process; samples/s over 1 + ``--batches`` batches timed from
-  ``iter(loader)`` (worker start-up included: timed after a warm-up batch, workers would have
-  prefetched the next 2 x W batches already), peak RSS = the largest sum over the process and its DataLoader workers (sampled every 20 ms).
+* setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras), ``export_lerobot(task, out,
+  depth=False)``, a ``weed server`` on loopback and the task uploaded to ``s3://bench/pool/TASK``;
+* every loader: 8-frame windows ``[-7/fps .. 0]`` on every RGB camera, batch 32, shuffled (egopool:
+  :class:`~egopool.dataset.BucketSampler`, whole episodes shuffled then items within a buffer of 8; LeRobot:
+  ``DataLoader(shuffle=True)``), ``num_workers`` W (forked);
+* a training-style consumer: each step waits for its batch, then a fixed compute of ``--step-ms`` (a sleep:
+  an accelerator's step, leaving the CPU to the loader); "wait" = the share of the run spent in ``next(it)``,
+  as LeRobot's anchors report "the share of each training step waiting on data";
+* each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
+  batches; peak RSS = the largest sum of RSS over the process and its workers (``/proc``, every 20 ms);
+  GETs/sample = GET and HEAD requests the S3 server (weed's metrics) answered during the run / samples.
 
 LeRobot returns float32 CHW images in [0, 1]; egopool returns uint8 (here CHW), as stored.
 """
@@ -34,62 +38,70 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests" / "interop"))
+LEROBOT06 = Path("/work/venvs/lerobot06/bin/python")
 
 
-def _child(args: argparse.Namespace) -> None:
+def _child(spec: dict) -> None:
     import torch
     from torch.utils.data import DataLoader
 
-    spec = json.loads(args.child)
-    if spec["loader"] == "lerobot":
-        from lerobot_env import lerobot_dataset_class
+    if spec["loader"].startswith("lerobot"):
+        if spec["loader"] == "lerobot-0.4.4":
+            sys.path.insert(0, str(ROOT / "tests" / "interop"))
+            from lerobot_env import lerobot_dataset_class
 
-        ds = lerobot_dataset_class()("bench/loader", root=spec["lerobot"], delta_timestamps=spec["lr_delta"],
-                                     video_backend="pyav")
+            cls, backend = lerobot_dataset_class(), "pyav"
+        else:
+            from lerobot.datasets.lerobot_dataset import LeRobotDataset as cls
+
+            backend = "torchcodec"
+        ds = cls("bench/loader", root=spec["lerobot"], delta_timestamps=spec["lr_delta"], video_backend=backend)
+        loader = DataLoader(ds, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0),
+                            num_workers=spec["workers"])
     else:
-        from egopool.dataset import PooledDataset
+        from egopool.dataset import BucketSampler, PooledDataset
 
         ds = PooledDataset(spec["task"], keys=spec["keys"], delta_timestamps=spec["delta"], channels_first=True,
-                           cache_dir=spec["cache"])
-    g = torch.Generator().manual_seed(0)
-    loader = DataLoader(ds, batch_size=32, shuffle=True, generator=g, num_workers=spec["workers"],
-                        persistent_workers=False)
-    t0 = time.perf_counter()  # from iter(): worker start-up counts; after a warm-up batch, workers
-    it = iter(loader)          # would already have prefetched the next 2 x W batches
-    n = len(next(it)["index"])
-    for _ in range(spec["batches"]):
+                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4)
+        loader = DataLoader(ds, batch_size=32, sampler=BucketSampler(ds, buffer=8, seed=0),
+                            num_workers=spec["workers"])
+    step = spec["step_ms"] / 1000
+    t0 = time.perf_counter()
+    it = iter(loader)
+    n, waited = 0, 0.0
+    for _ in range(1 + spec["batches"]):
+        w0 = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:
             it = iter(loader)
             batch = next(it)
+        waited += time.perf_counter() - w0
         n += len(batch["index"])
+        time.sleep(step)  # the training step
     dt = time.perf_counter() - t0
-    print(json.dumps({"samples_per_s": n / dt, "samples": n}), flush=True)
+    print(json.dumps({"samples_per_s": n / dt, "samples": n, "wait_share": waited / dt}), flush=True)
 
 
 def _tree_rss(pid: int) -> int:
-    import psutil
-
-    try:
-        p = psutil.Process(pid)
-        procs = [p, *p.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for q in procs:
+    """RSS bytes of ``pid`` and its descendants (/proc)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
         try:
-            total += q.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
+            status = Path(f"/proc/{p}/status").read_text()
+            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")) * 1024
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration, ValueError):
+            continue
     return total
 
 
-def _run(spec: dict) -> dict:
-    proc = subprocess.Popen([sys.executable, "-W", "ignore", __file__, "--child", json.dumps(spec)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+def _run(spec: dict, python: str, env: dict[str, str], count) -> dict:
+    before = count()
+    proc = subprocess.Popen([python, "-W", "ignore", __file__, "--child", json.dumps(spec)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak = [0]
     done = threading.Event()
 
@@ -100,13 +112,14 @@ def _run(spec: dict) -> dict:
 
     th = threading.Thread(target=watch, daemon=True)
     th.start()
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     done.set()
     th.join()
     if proc.returncode:
-        raise SystemExit(f"{spec['loader']} workers={spec['workers']} failed (exit {proc.returncode})")
+        raise SystemExit(f"{spec['loader']} workers={spec['workers']} failed (exit {proc.returncode}): {err[-2000:]}")
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_rss_mb"] = peak[0] / 2**20
+    res["gets"] = count() - before
     return res
 
 
@@ -117,62 +130,92 @@ def main() -> None:
     ap.add_argument("--scale", default="4", help="simulate --scale (1 = full size)")
     ap.add_argument("--seconds", default="4")
     ap.add_argument("--episodes", default="2")
-    ap.add_argument("--task", help="an existing task instead of a simulated one")
-    ap.add_argument("--export", help="an existing `export lerobot` of --task (skips the export)")
-    ap.add_argument("--loaders", nargs="+", default=["lerobot", "egopool"], help="run only some (no ratio then)")
     ap.add_argument("--batches", type=int, default=12)
-    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="e.g. 0 2 4")
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
+    ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
+    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-s3 egopool-s3-50ms "
+                                                 "lerobot-0.6.1 lerobot-0.4.4")
+    ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
     args = ap.parse_args()
     if args.child:
-        return _child(args)
+        return _child(json.loads(args.child))
+
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "storage")]
+    from latency_relay import LatencyRelay
+    from s3_support import WeedServer
 
     from egopool import open_task
     from egopool.cli.app import main as egopool_main
     from egopool.interop import export_lerobot
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_loader_"))
-    if args.task:
-        task_dir = Path(args.task)
-    else:
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
-                                 args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
-        task_dir = next((tmp / "rec").iterdir())
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
+                             args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
+    task_dir = next((tmp / "rec").iterdir())
     task = open_task(task_dir)
     ep = task.episode(task.episodes()[0].index)
     fps = float(task.info["fps"])
     cams = sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")
-    lr = Path(args.export) if args.export else tmp / "lerobot"
-    with contextlib.redirect_stdout(io.StringIO()) if not args.export else contextlib.nullcontext():
-        if not args.export:
-            export_lerobot(task_dir, lr, depth=False, action=["action"] if "action" in ep.column_names else ())
-    features = json.loads((lr / "meta" / "info.json").read_text())["features"]
-    window = [-1 / fps, 0.0]
+    window = [k / fps for k in range(-7, 1)]
     delta = {c: window for c in cams}
     lr_delta = {f"observation.images.{c}": window for c in cams}
-    if "action" in features and "action" in ep.column_names:
-        delta["action"] = lr_delta["action"] = [k / fps for k in range(8)]
-    missing = [k for k in lr_delta if k not in features]
-    if missing:
-        raise SystemExit(f"the export has no {missing}: {sorted(features)}")
     rows = sum(e.length for e in task.episodes())
+    have_lr06 = Path(args.lerobot_python).exists()
+    try:
+        import lerobot  # noqa: F401
+        have_lr04 = True
+    except ImportError:
+        have_lr04 = False
+    loaders = args.loaders or ["egopool-local", "egopool-s3", "egopool-s3-50ms",
+                               *(["lerobot-0.6.1"] if have_lr06 else []), *(["lerobot-0.4.4"] if have_lr04 else [])]
+    lr = tmp / "lerobot"
+    if any(x.startswith("lerobot") for x in loaders):
+        with contextlib.redirect_stdout(io.StringIO()):
+            export_lerobot(task_dir, lr, depth=False, action=["action"] if "action" in ep.column_names else ())
     print(f"task {task_dir.name}: {len(task.episodes())} episodes, {rows} rows, cameras {cams} "
-          f"({next(iter(ep.video(cams[0]))).shape}), windows {len(window)} frames/camera"
-          + (", action 8 rows" if "action" in delta else ""))
+          f"({next(iter(ep.video(cams[0]))).shape}), 8-frame windows per camera, batch 32, shuffled, "
+          f"step {args.step_ms:g} ms; relay +{args.delay_ms:g} ms/request; nproc {os.cpu_count()}")
     base = {"task": str(task_dir), "lerobot": str(lr), "keys": list(delta), "delta": delta, "lr_delta": lr_delta,
-            "batches": args.batches, "cache": str(tmp / "cache")}
-    print(f"{'workers':>7} {'loader':>8} {'samples/s':>10} {'peak RSS MB':>12} {'load avg 1 min':>15}")
-    for w in args.workers:
-        res = {}
-        for loader in args.loaders:
-            res[loader] = _run({**base, "loader": loader, "workers": w})
-            print(f"{w:>7} {loader:>8} {res[loader]['samples_per_s']:>10.1f} {res[loader]['peak_rss_mb']:>12.0f} "
-                  f"{os.getloadavg()[0]:>15.1f}", flush=True)
-        if len(res) < 2:
-            continue
-        speed = res["egopool"]["samples_per_s"] / res["lerobot"]["samples_per_s"]
-        mem = res["egopool"]["peak_rss_mb"] / res["lerobot"]["peak_rss_mb"]
-        print(f"{w:>7} {'ratio':>8} {speed:>9.2f}x {mem:>11.2f}x   (egopool / lerobot)", flush=True)
+            "batches": args.batches, "cache": str(tmp / "cache"), "step_ms": args.step_ms}
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env0["PYTHONPATH"] = str(ROOT / "src")
+    with WeedServer(tmp / "weed") as weed:
+        uri = weed.upload_dir(task_dir, "bench", f"pool/{task_dir.name}")
+        port = int(weed.endpoint.rsplit(":", 1)[1])
+
+        def gets() -> int:
+            c = weed.request_counts()  # weed's metrics name a request by method (a HEAD counts as a GET)
+            return c.get("GET", 0) + c.get("HEAD", 0)
+
+        print(f"{'workers':>7} {'loader':>16} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
+              f"{'GETs/sample':>12} {'load avg':>9}")
+        with LatencyRelay(port, args.delay_ms / 1000) as relay:
+            for w in args.workers:
+                res = {}
+                for name in loaders:
+                    spec = {**base, "loader": name, "workers": w}
+                    env, python = dict(env0), sys.executable
+                    if name.startswith("egopool-s3"):
+                        env.update(weed.env())
+                        spec["task"] = uri
+                        spec["cache"] = str(tmp / f"cache-{name}")
+                        if name.endswith("50ms"):
+                            env["AWS_ENDPOINT_URL"] = relay.endpoint
+                    elif name == "lerobot-0.6.1":
+                        python = args.lerobot_python
+                        env.pop("PYTHONPATH")
+                    r = res[name] = _run(spec, python, env, gets)
+                    per = f"{r['gets'] / r['samples']:.2f}" if name.startswith("egopool-s3") else "-"
+                    print(f"{w:>7} {name:>16} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
+                          f"{r['peak_rss_mb']:>12.0f} {per:>12} {os.getloadavg()[0]:>9.1f}", flush=True)
+                local = res.get("egopool-local")
+                for name, r in res.items():
+                    if local and name != "egopool-local":
+                        print(f"{w:>7} {'local/' + name:>16} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
+                              flush=True)
 
 
 if __name__ == "__main__":

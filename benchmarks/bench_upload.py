@@ -38,6 +38,7 @@ frame the server decodes) rather than one lossless stream of noise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -210,7 +211,7 @@ def client_main(root: Path, url: str, mode: str, report: Path, go: Path, jobs: i
     import httpx
 
     from egopool.transfer import pack_episodes, upload_episodes
-    from egopool.transfer.client import _multipart
+    from egopool.transfer.posting import multipart_form as _multipart
 
     Path(f"{report}.ready").touch()
     while not go.exists():
@@ -359,6 +360,11 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="send through a local relay adding this round trip (a network's latency; default: none)")
     ap.add_argument("--proxy", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--big-episodes", type=int, default=1, help="episodes of --big-full (several: 2 workers can "
+                                                                 "verify two at once)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also: the decode-only PyAV floor of the episode set, the verification's CPU against it, and "
+                         "the intake with 1 and 2 worker processes and on a local two-node Ray cluster (issue 29)")
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (default: a temp dir)")
     ap.add_argument("--client", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--server", help=argparse.SUPPRESS)
@@ -448,16 +454,61 @@ def run(work: Path, args: argparse.Namespace) -> None:
         bigs.append((record_big(work / "bigpc", args.big_gb), time.perf_counter() - t))
     if args.big_full > 0:
         t = time.perf_counter()
-        bigs.append((record_full(work / "fullpc", args.big_full), time.perf_counter() - t))
+        bigs.append((record_full(work / "fullpc", args.big_full, args.big_episodes), time.perf_counter() - t))
     for big, took in bigs:
         server = measure_big(big, took, server, store, url, port, work)
     stop(server)
+    if args.floor:
+        intake_matrix(work, roots, expected, [b for b, _ in bigs], args.jobs)
 
 
-def record_full(root: Path, seconds: float) -> Path:
+def intake_matrix(work: Path, roots: list[Path], expected: dict[str, int], bigs: list[Path], jobs: int) -> None:
+    """Issue 29's table, in one run: the floor, the verification against it, then the same clients uploading to a
+    fresh server with 1 and 2 worker processes and with its verification on a local two-node Ray cluster."""
+    import _intake_floor as fl
+
+    sets = [("small episodes", roots, expected)] + [(f"big episodes ({b.name})", [b.parent],
+                                                     {b.name: len(list_task_episodes(b))}) for b in bigs]
+    print("\nverification CPU against the floor (PyAV decoding every frame of the same zips), least of 2 rounds:")
+    floors = {}
+    for name, rts, _ in sets:
+        zips = fl.pack_all(rts, work / "floor-zips" / name.split()[0])
+        r = fl.measure(zips)
+        floors[name] = r
+        print(fl.report(name, r))
+    configs: list[tuple[str, list[str]]] = [("1 worker process", ["--max-imports", "1"]),
+                                            ("2 worker processes", ["--max-imports", "2"]), ("ray: 2 nodes x 1 CPU", [])]
+    print(f"\n{'intake':22}{'set':28}{'s':>8}{'ep/s':>8}{'MB/s':>8}{'server CPU ms/MB':>18}{'/ floor':>9}  checks")
+    for k, (cname, extra) in enumerate(configs):
+        with contextlib.ExitStack() as stack:
+            if not extra:
+                extra = ["--max-imports", "2", "--ray", stack.enter_context(fl.ray_cluster(work, SRC))]
+            for name, rts, exp in sets:
+                store, port = work / f"store-m{k}-{name.split()[0]}", free_port()
+                server = start([sys.executable, "-m", "egopool", "serve", "--store", str(store), "--port", str(port),
+                                "--log-level", "warning", "--no-previews", *extra], work / f"server-m{k}.log")
+                wait_up(f"http://127.0.0.1:{port}/healthz", server)
+                out = work / f"m{k}-{name.split()[0]}"
+                out.mkdir()
+                cpu0 = fl.tree_cpu_s(server.pid)
+                wall, reports, _, _ = run_clients(rts, f"http://127.0.0.1:{port}", "egopool", out, jobs)
+                cpu = fl.tree_cpu_s(server.pid) - cpu0
+                stop(server)
+                f = floors[name]
+                n = sum(exp.values())
+                ok = all(i["ok"] for r in reports for i in r) and not verify(store, exp)
+                per_mb = "" if "ray" in cname else f"{cpu / f.mb * 1e3:18.1f}{cpu / f.floor_s:9.2f}"
+                print(f"{cname:22}{name:28}{wall:8.2f}{n / wall:8.1f}{f.mb / wall:8.1f}{per_mb or ' ' * 27}  "
+                      f"{'OK' if ok else 'FAILED'}")
+    print("(server CPU: the server process and its worker processes, HTTP and publish included; on Ray the "
+          "verification's CPU is in the cluster's workers and not counted)")
+
+
+def record_full(root: Path, seconds: float, episodes: int = 1) -> Path:
     """One episode of the issue's full rig (`egopool simulate --rig full`, Appendix B): ~1.8 MB/s, most of it
     the force matrices' parquet, the rest five H.264/HEVC streams."""
     subprocess.run([sys.executable, "-m", "egopool", "simulate", "--rig", "full", "--seconds", str(seconds),
+                    "--episodes", str(episodes),
                     "--out", str(root), "--task", "full", "--depth-codec", "hevc12", "--json"], check=True,
                    stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": SRC})
     return root / "full"
@@ -486,7 +537,7 @@ def measure_big(big: Path, took: float, server: subprocess.Popen[bytes], store: 
           f"confirmed: {ok}; {server_rss}, client peak RSS {client_rss:.0f} MiB")
     print(f"sending (packing excluded): egopool serve {size / 1e6 / sum(big_lat):.0f} MB/s, baseline "
           f"{size / 1e6 / sum(base_big):.0f} MB/s: ratio {sum(base_big) / sum(big_lat):.2f}")
-    problems = verify(store, {big.name: 1})
+    problems = verify(store, {big.name: len(list_task_episodes(big))})
     print("checks: " + ("OK" if not problems else "FAILED: " + "; ".join(problems)))
     return server
 

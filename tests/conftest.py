@@ -21,6 +21,7 @@ def _required() -> set[str]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "extra(name): test of an optional extra (pyproject.toml)")
     config.addinivalue_line("markers", "keypoints: runs in the keypoints venv (numpy < 2, mediapipe)")
+    config.addinivalue_line("markers", "lerobot06: runs in the lerobot 0.6 venv (Python 3.12, lerobot 0.6.1, torchcodec)")
 
 
 @pytest.hookimpl(hookwrapper=True)

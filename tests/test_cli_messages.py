@@ -86,8 +86,30 @@ def test_small_trips_of_a_new_user(tmp_path: Path, capsys: pytest.CaptureFixture
         assert main(["validate", str(task), "--json"]) == 1
         errors = [f for f in _json.loads(capsys.readouterr().out)["findings"] if f["severity"] == "error"]
         assert len(errors) == 1 and want in errors[0]["message"], errors
+    # import lerobot of an egopool task says what it is (it said "KeyError: 'c'")
+    assert main(["import", "lerobot", str(task), "--task", "x", "--out", str(tmp_path / "imp")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this is an egopool task" in err and "egopool export lerobot" in err, err
+    assert not (tmp_path / "imp").exists()
     info_path.write_text("[1, 2]")
     assert main(["validate", str(task)]) == 1
     out = capsys.readouterr().out
     assert "not a JSON object (it holds a JSON array)" in out and "restore it from a backup" in out
     info_path.write_text(good)
+
+
+@pytest.mark.parametrize("uri", ["s3:/lab/imp", "S3://lab/imp", "s3:lab/imp"])
+def test_a_misspelt_s3_uri_is_refused_and_no_s3_folder_appears(tmp_path: Path, uri: str,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24 review: `import tum ... --out s3:/lab/imp` made a local folder `s3:` and ended in a traceback."""
+    from egopool.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    gt = Path(__file__).parent / "data" / "evo_trajectories" / "freiburg1_xyz-groundtruth.txt"
+    assert main(["import", "tum", str(gt), "--frame", "tum_fr1_world", "--out", uri]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an S3 URI" in err and "write s3://lab/imp" in err, err
+    assert main(["ls", uri]) in (1, 2)
+    assert "not an S3 URI" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -237,10 +237,10 @@ def open_regular(path: TaskPathLike, *, what: str = "file") -> BinaryIO:
         from .storage import READ_BUFFER, _object_read, seekable_reader
 
         if _object_read.available(path):  # one GET: the first buffer and the size (decisions O33)
-            head, size = _object_call(path, what, lambda: _object_read.get_head(path, READ_BUFFER))
+            head, size, etag = _object_call(path, what, lambda: _object_read.get_head(path, READ_BUFFER))
             if len(head) >= size:
                 return io.BytesIO(head)
-            return io.BufferedReader(_object_read.RangeFile(path, size, {0: head}), buffer_size=READ_BUFFER)
+            return io.BufferedReader(_object_read.RangeFile(path, size, {0: head}, etag), buffer_size=READ_BUFFER)
         native = _object_open(path, what)
         try:
             return seekable_reader(native)
@@ -460,7 +460,7 @@ def _direct_object_parquet(path: ObjectPath, what: str) -> Any:
 
     from .storage import _object_read
 
-    tail, size = _object_call(path, what, lambda: _object_read.get_tail(path, _object_read.FOOTER_READ))
+    tail, size, etag = _object_call(path, what, lambda: _object_read.get_tail(path, _object_read.FOOTER_READ))
     if size < 12:
         raise FormatError(f"{what} is {size} bytes, too short for a parquet file (truncated)", path=path,
                           hint="restore it from a backup")
@@ -469,8 +469,8 @@ def _direct_object_parquet(path: ObjectPath, what: str) -> Any:
         return pa.BufferReader(tail)
     (footer,) = struct.unpack("<I", tail[-8:-4])
     if footer + 8 > len(tail):  # a footer larger than the first read: one more GET for the rest of it
-        tail = _object_read.get_range(path, size - footer - 8, footer + 8 - len(tail)) + tail
-    return pa.PythonFile(_object_read.RangeFile(path, size, {size - len(tail): tail}), mode="r")
+        tail = _object_read.get_range(path, size - footer - 8, footer + 8 - len(tail), etag) + tail
+    return pa.PythonFile(_object_read.RangeFile(path, size, {size - len(tail): tail}, etag), mode="r")
 
 
 def _parquet_source(path: TaskPath, what: str) -> Any:

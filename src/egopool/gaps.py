@@ -71,6 +71,8 @@ class SeriesGaps:
     kind:
         ``"rows"`` (one stamp per data row), ``"samples"`` (sparse signal, 0 = no sample) or
         ``"points"`` (trajectory ``_ns``, 0 = unstamped point).
+    start_rows:
+        ``(G,)`` data row of the stamp before each gap (None when not known).
     """
 
     column: str
@@ -81,6 +83,7 @@ class SeriesGaps:
     missing: np.ndarray
     interval_ns: float = 0.0
     kind: str = "rows"
+    start_rows: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -237,7 +240,8 @@ def audit_episode_gaps(ep: Episode, tolerance: float = 0.5, fps: float | None = 
         count_zeros = kind != "samples"
         own = interval if kind == "rows" else (nominal_interval(ns, count_zeros) or interval)
         g: Gaps = find_gaps(ns, own, tolerance, count_zeros=count_zeros)
-        series.append(SeriesGaps(name, g.stamps, wrapped, rows[g.index], g.delta_ns, g.missing, own, kind))
+        starts = np.asarray([rows[int(np.argmax(ns == a))] for a in g.start_ns], np.int64)
+        series.append(SeriesGaps(name, g.stamps, wrapped, rows[g.index], g.delta_ns, g.missing, own, kind, starts))
     return EpisodeGapReport(ep.index, ep.length, interval / 1e6, float(tolerance), series)
 
 

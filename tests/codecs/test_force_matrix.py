@@ -155,3 +155,25 @@ def test_fz_self_check():
     assert ratio[0] == 1.0 and ratio[1] == 2.0 and np.isnan(ratio[2])
     ratio = fz_ratio(sums, np.array([31250.0, 100.0, 5.0]), valid=np.array([False, True, True]))
     assert np.isnan(ratio[0]) and ratio[1] == 2.0 and ratio[2] == 0.0
+
+
+def test_may_saturate_never_misses_a_saturated_frame_and_skips_small_ones() -> None:
+    """``may_saturate`` (issue 29): a frame whose rows' |diffs| cannot sum to 32767 has no cell at either limit, so
+    the saturation count need not decode it; every frame with a saturated cell (wraps included) is flagged."""
+    from egopool.codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, may_saturate, saturated_cells
+
+    codec = ForceMatrixCodec("row_diff_quantized", 1.0)
+    rng = np.random.default_rng(29)
+    q = rng.integers(-40, 40, (6, FRAME_VALUES)).astype(np.int16)  # small values: no row can reach a limit
+    q[1, 7] = 32767
+    q[2, FRAME_VALUES - 1] = -32768
+    q[3] = rng.integers(-32768, 32768, FRAME_VALUES).astype(np.int16)  # wrap-arounds all over the frame
+    q[4, 0], q[4, 1] = 30000, -30000  # large values, none at a limit: flagged (a bound), counted 0
+    flat = np.concatenate([codec.encode_quantized(x) for x in q])
+    flags = may_saturate(flat)
+    counts = saturated_cells(q)
+    assert flags.tolist() == [False, True, True, True, True, False]
+    assert counts[0] == counts[5] == 0 and counts[1] == counts[2] == 1 and counts[4] == 0
+    assert np.all(flags[counts > 0])
+    decoded = codec.decode_quantized(flat).reshape(6, FRAME_VALUES)
+    assert np.array_equal(decoded, q)  # the diffs encode exactly what the flags were computed on

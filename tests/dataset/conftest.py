@@ -42,3 +42,14 @@ def demo_task(tmp_path_factory):
     """The demo task (bundled real recordings): 2 episodes of 15 rows, RGB + 12-bit depth."""
     summary = run_demo(tmp_path_factory.mktemp("demo"), episodes=2, max_seconds=1.0)
     return open_task(summary.task_dir)
+
+
+@pytest.fixture(autouse=True)
+def _collect_datasets():
+    """Free each test's datasets in this process after it: a dataset left in a reference cycle would otherwise be
+    collected later, possibly in a forked DataLoader worker of another test, which hangs on the FFmpeg threads its
+    open containers no longer have there (docs/decisions.md T3, O41)."""
+    yield
+    import gc
+
+    gc.collect()

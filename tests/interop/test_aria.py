@@ -205,7 +205,7 @@ def test_empty_mps_fields_are_stored_as_missing_and_counted(tmp_path):
     # a LeRobot export keeps the NaN in its data; its stats.json (JSON: no NaN) skips the missing values
     from egopool.interop import export_lerobot
 
-    out = export_lerobot(result.task_dir, tmp_path / "lr").out
+    out = export_lerobot(result.task_dir, tmp_path / "lr", lerobot="0.4").out
     block = json.loads((out / "meta/stats.json").read_text())["observation.eye_gaze"]
     present = gaze[stored & ~np.isnan(gaze[:, 0]), 0]
     assert block["max"][0] == pytest.approx(float(present.max())) and block["max"][6] == 0.0

@@ -63,7 +63,7 @@ def test_tasks_without_rgb_export_load_and_plot(plain_tasks, tmp_path, capsys):
     LeRobotDataset = lerobot_dataset_class()
     for task in plain_tasks:
         out = tmp_path / task.name
-        result = export_lerobot(task.path, out)
+        result = export_lerobot(task.path, out, lerobot="0.4")
         assert result.plan.streams == [] and json.loads((out / "meta" / "info.json").read_text())["video_path"] is None
         ds = LeRobotDataset("local/x", root=out, video_backend="pyav")
         assert len(ds) == 10 and ds.num_episodes == 2
@@ -94,7 +94,7 @@ def test_missing_stream_file_of_one_episode_stops_the_lerobot_export(sim_copy, t
     # the good episode still exports, with its depth
     assert main(["export", "lerobot", str(sim_copy), str(out), "-e", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert "observation.depth.stereo_depth" in doc["mapping"]["features"] and doc["episodes"] == 1
+    assert "observation.images.stereo_depth" in doc["mapping"]["features"] and doc["episodes"] == 1
 
 
 @pytest.mark.extra("interop")
@@ -242,7 +242,7 @@ def test_state_column_in_some_episodes_only_or_named_twice(sim_copy, tmp_path, c
 def lerobot_export(sim_task, tmp_path_factory):
     """The sim task (2 episodes of 21 rows at 30 fps) exported: file-000 / file-001 per episode."""
     out = tmp_path_factory.mktemp("lrx") / "lr"
-    export_lerobot(sim_task.path, out)
+    export_lerobot(sim_task.path, out, lerobot="0.4")
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -79,7 +80,7 @@ def _check_against_reader(task, out, result):
 def test_lerobot_loads_the_export_and_every_frame_matches(request, which, tmp_path):
     task = request.getfixturevalue(which)
     out = tmp_path / "lerobot"
-    result = export_lerobot(task.path, out, state=STATE[which])
+    result = export_lerobot(task.path, out, state=STATE[which], lerobot="0.4")
     assert {p.index: set(p.copied) for p in result.parts} == {
         ep.index: {s.name for s in result.plan.streams} for ep in task.episodes()}  # H.264 at i/fps: copied
     ds = _check_against_reader(task, out, result)
@@ -111,7 +112,7 @@ def test_stream_lerobot_cannot_take_as_is_is_reencoded(tmp_path):
     ep.finish()
     task = open_task(tmp_path / "odd")
     out = tmp_path / "lr"
-    result = export_lerobot(task.path, out)
+    result = export_lerobot(task.path, out, lerobot="0.4")
     assert result.parts[0].copied == ()
     LeRobotDataset = lerobot_dataset_class()
     ds = LeRobotDataset("local/odd", root=out, video_backend="pyav")
@@ -123,12 +124,12 @@ def test_stream_lerobot_cannot_take_as_is_is_reencoded(tmp_path):
 
 def test_dry_run_writes_nothing_and_cli_prints_the_mapping(sim_task, tmp_path, capsys):
     out = tmp_path / "x"
-    assert main(["export", "lerobot", str(sim_task.path), str(out), "--dry-run", "--json"]) == 0
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "--dry-run", "--json", "--lerobot", "0.4"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert not out.exists() and doc["dry_run"] and doc["frames"] == 42
     assert "observation.depth.stereo_depth" in doc["mapping"]["features"]
     assert {"from": "timestamp", "to": "pooled_timestamp"}.items() <= doc["mapping"]["renamed"][0].items()
-    assert main(["export", "lerobot", str(sim_task.path), str(out), "--no-depth", "-e", "2", "--dry-run"]) == 0
+    assert main(["export", "lerobot", str(sim_task.path), str(out), "--no-depth", "-e", "2", "--dry-run", "--lerobot", "0.4"]) == 0
     text = capsys.readouterr().out
     assert "dropped videos/stereo_depth: depth stream; --no-depth" in text and "N=2 -> 0" in text
 
@@ -136,9 +137,9 @@ def test_dry_run_writes_nothing_and_cli_prints_the_mapping(sim_task, tmp_path, c
 def test_refusals_are_one_line_and_leave_nothing(sim_task, tmp_path, capsys):
     out = tmp_path / "x"
     with pytest.raises(SchemaError, match="float32, which cannot hold it exactly"):
-        export_lerobot(sim_task.path, out, state=["observation.gripper_left_force_ns"])
+        export_lerobot(sim_task.path, out, state=["observation.gripper_left_force_ns"], lerobot="0.4")
     with pytest.raises(SchemaError, match="not a fixed-length numeric column"):
-        export_lerobot(sim_task.path, out, action=["observation.imu"])
+        export_lerobot(sim_task.path, out, action=["observation.imu"], lerobot="0.4")
     out.mkdir()
     assert main(["export", "lerobot", str(sim_task.path), str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err
@@ -153,7 +154,7 @@ def test_fractional_fps_is_refused(tmp_path):
     ep.add_frame({"observation.gripper_state": [0, 0, 0]})
     ep.finish()
     with pytest.raises(EgopoolError, match="integer fps"):
-        export_lerobot(tmp_path / "ntsc", tmp_path / "out")
+        export_lerobot(tmp_path / "ntsc", tmp_path / "out", lerobot="0.4")
 
 
 def test_an_fps_that_rounds_to_zero_is_refused(tmp_path):
@@ -166,4 +167,30 @@ def test_an_fps_that_rounds_to_zero_is_refused(tmp_path):
     info.write_text(info.read_text().replace('"fps": 30.0', '"fps": 1e-300').replace('"fps": 30', '"fps": 1e-300'))
     assert '"fps": 1e-300' in info.read_text()
     with pytest.raises(EgopoolError, match="LeRobot v3 needs an integer fps; the task records at 1e-300 fps"):
-        export_lerobot(tmp_path / "slow", tmp_path / "out", dry_run=True)
+        export_lerobot(tmp_path / "slow", tmp_path / "out", dry_run=True, lerobot="0.4")
+
+
+def test_preset_picks_the_rig_kinds_state_and_a_constant_action_is_warned_about(sim_task, tmp_path, capsys):
+    assert main(["export", "lerobot", str(sim_task.path), str(tmp_path / "x"), "--preset", "gripper", "--dry-run",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mapping"]["features"]["observation.state"]["from"] == [
+        "observation.gripper_state", "observation.gripper_2_gripper_state"]
+    assert main(["export", "lerobot", str(sim_task.path), str(tmp_path / "x"), "--preset", "wheel"]) == 1
+    assert "unknown --preset 'wheel'" in capsys.readouterr().err
+    result = export_lerobot(sim_task.path, tmp_path / "lr", state=["observation.gripper_state"])
+    assert len(result.warnings) == 1 and result.warnings[0].startswith(
+        "action is constant in every exported frame (the pooled placeholder [0.0])")
+    moving = export_lerobot(sim_task.path, tmp_path / "lr2", action=["observation.gripper_state"])
+    assert moving.warnings == ()
+    info = json.loads((tmp_path / "lr" / "meta" / "info.json").read_text())
+    depth = info["features"]["observation.images.stereo_depth"]
+    assert depth["shape"][-1] == 1 and depth["info"]["is_depth_map"] is True and depth["info"]["video.use_log"] is True
+    assert "video.is_depth_map" not in json.dumps(info)  # 0.6's key placement only (issue 31)
+    data = pq.ParquetFile(tmp_path / "lr" / "data" / "chunk-000" / "file-000.parquet")
+    assert data.metadata.num_row_groups == 1
+    typ = data.schema_arrow.field("observation.left_hand_pose").type  # datasets' ArrayND once `datasets` is imported
+    typ = getattr(typ, "storage_type", typ)  # plain nested lists (not fixed-size), as lerobot's writer stores them
+    assert pa.types.is_list(typ) and pa.types.is_list(typ.value_type) and typ.value_type.value_type == pa.float32()
+    mapping = json.loads((tmp_path / "lr" / "egopool_mapping.json").read_text())
+    assert "float32" in mapping["features"]["wall_time"]["note"]

@@ -100,7 +100,7 @@ def _table_values(table, name):
 def test_export_then_import_is_lossless_for_the_exported_columns(request, which, tmp_path):
     src = request.getfixturevalue(which)
     state = ["observation.gripper_state", "observation.gripper_left_force"] if which == "sim_task" else []
-    export = export_lerobot(src.path, tmp_path / "lr", state=state)
+    export = export_lerobot(src.path, tmp_path / "lr", state=state, lerobot="0.4")
     result = import_lerobot(tmp_path / "lr", tmp_path / "rec", task="back")
     back = open_task(result.task_dir)
     assert not validate_task(back.path).errors
@@ -147,7 +147,7 @@ def test_generic_names_follow_the_column_grammar(feature, column):
 
 def test_an_episode_index_the_dataset_lacks_is_refused_before_writing(sim_task, tmp_path, capsys):
     """Found by qa12: ``-e 0 -e 7`` on a 2-episode dataset imported episode 0 and dropped 7 without a word."""
-    export_lerobot(sim_task.path, tmp_path / "lr")
+    export_lerobot(sim_task.path, tmp_path / "lr", lerobot="0.4")
     rec = tmp_path / "rec"
     with pytest.raises(EgopoolError) as err:
         import_lerobot(tmp_path / "lr", rec, task="back", episodes=[0, 7, 9])
@@ -218,7 +218,7 @@ DAMAGED_LEROBOT = {  # found by qa12: each was a traceback (RecursionError, Type
 def test_a_damaged_lerobot_dataset_is_one_line_and_writes_nothing(sim_task, tmp_path_factory, tmp_path, capsys, case):
     src = tmp_path_factory.getbasetemp() / "lerobot_clean"
     if not src.exists():
-        export_lerobot(sim_task.path, src)
+        export_lerobot(sim_task.path, src, lerobot="0.4")
     lr = tmp_path / "lr"
     shutil.copytree(src, lr)
     rel, damage, message = DAMAGED_LEROBOT[case]
@@ -376,7 +376,7 @@ def test_a_video_at_half_the_dataset_rate_is_named_as_a_rate_mismatch(tmp_path, 
 
 def test_importing_a_dataset_twice_is_refused_per_episode(sim_task, tmp_path, capsys):
     """The example: `import lerobot` twice gave 10 episodes (5 + 5 identical copies) without a word."""
-    export_lerobot(sim_task.path, tmp_path / "lr")
+    export_lerobot(sim_task.path, tmp_path / "lr", lerobot="0.4")
     rec = tmp_path / "rec"
     base = ["import", "lerobot", str(tmp_path / "lr"), "--task", "back", "--out", str(rec)]
     assert main([*base, "-e", "1"]) == 0

@@ -117,9 +117,9 @@ def test_ray_export_equals_in_process_file_by_file_and_lerobot_loads_it(ray_clus
 
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
         for k, (task, state) in enumerate(cases):
-            local = export_lerobot(task, tmp_path / f"local{k}", state=state)
+            local = export_lerobot(task, tmp_path / f"local{k}", state=state, lerobot="0.4")
             done: list[tuple[int, int]] = []
-            remote = export_lerobot(task, tmp_path / f"ray{k}", state=state, executor=ex,
+            remote = export_lerobot(task, tmp_path / f"ray{k}", state=state, executor=ex, lerobot="0.4",
                                     progress=lambda d, t: done.append((d, t)))
             n = len(local.plan.jobs)
             assert done == [(i, n) for i in range(1, n + 1)]
@@ -171,7 +171,7 @@ def test_a_damaged_episode_fails_the_ray_export_like_in_process_and_leaves_nothi
         out = tmp_path / "out" / f"x{k}"
         with ray_executor(ray_cluster) if executor else contextlib.nullcontext() as ex:
             with pytest.raises(SchemaError) as err:
-                export_lerobot(task, out, executor=ex)
+                export_lerobot(task, out, executor=ex, lerobot="0.4")
         errors.append(str(err.value))
         assert not out.parent.exists() or not list(out.parent.iterdir())  # no dataset, no staging directory
     assert errors[0] == errors[1]

@@ -145,7 +145,7 @@ def test_stats_are_lerobots_own_computation_on_the_exported_data(tmp_path):
 
     task = _task(tmp_path)
     out = tmp_path / "lr"
-    export_lerobot(task.path, out)
+    export_lerobot(task.path, out, lerobot="0.4")
     features = json.loads((out / "meta" / "info.json").read_text())["features"]
     refs = _lerobot_reference(task, out, features, tmp_path)
     per = _episode_stats(out, features)
@@ -200,7 +200,7 @@ def test_lerobot_aggregates_an_export_with_a_dataset_lerobot_wrote(tmp_path):
 
     task = _task(tmp_path, size=(64, 48))
     out = tmp_path / "lr"
-    export_lerobot(task.path, out)
+    export_lerobot(task.path, out, lerobot="0.4")
     features = json.loads((out / "meta" / "info.json").read_text())["features"]
     own = write_with_lerobot(tmp_path / "own", features,
                              [_frames_like(features, 8, s, "recorded by lerobot") for s in (1, 2)], fps=FPS)
@@ -226,7 +226,7 @@ def test_merge_datasets_of_an_export_and_a_dataset_lerobot_wrote(tmp_path):
 
     task = _task(tmp_path, two_d=False, size=(64, 48))
     out = tmp_path / "lr"
-    export_lerobot(task.path, out)
+    export_lerobot(task.path, out, lerobot="0.4")
     features = json.loads((out / "meta" / "info.json").read_text())["features"]
     own = write_with_lerobot(tmp_path / "own", features,
                              [_frames_like(features, n, s, "recorded by lerobot") for s, n in ((1, 8), (2, 11))],

@@ -50,6 +50,11 @@ class TaskAt:
         report = validate_task(self.location)
         return [f"{f.rule}: {f.message}" for f in report.errors]
 
+    def warnings(self) -> list[str]:
+        """``egopool validate`` warning findings."""
+        report = validate_task(self.location)
+        return [f"{f.rule}: {f.message}" for f in report.warnings]
+
 
 def put_in_bucket(s3_server, local: Path) -> str:
     """Copy the task directory ``local`` into the session bucket under a fresh prefix; its URI."""

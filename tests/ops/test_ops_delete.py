@@ -30,6 +30,15 @@ def group_files(chunk: int, f: int) -> set[str]:
             f"videos/chunk-{chunk:03d}/cam/episode-{f:03d}.mp4"}
 
 
+#: the folders of the tombstones a directory's delete leaves (meta/retired.py)
+TOMBSTONE_DIRS = {".egopool", ".egopool/retired"}
+
+
+def tombstones(*ns: int) -> set[str]:
+    """The tombstone files of deleted N (task-relative)."""
+    return {f".egopool/retired/{n:09d}" for n in ns}
+
+
 def test_delete_n1_in_a_one_episode_task(tmp_path):
     task = write_task(tmp_path, episodes=1)
     before = snapshot(task)
@@ -43,7 +52,7 @@ def test_delete_n1_in_a_one_episode_task(tmp_path):
     report = delete_episodes(task, [1])
 
     assert report.ok
-    assert files_of(task) == META
+    assert files_of(task) == META | tombstones(1)  # N=1 retired for good (O34)
     assert pooled_episode_leftovers(task, 1) == []
     assert list_task_episodes(task) == []
     # stats.json and info.json (total_episodes) are not rolled back: byte-identical
@@ -71,7 +80,7 @@ def test_delete_n1001_after_chunk_rollover_never_touches_n1(tmp_path):
     after = snapshot(task)
     assert set(before) - set(after) == group_files(1, 0) | {"data/chunk-001", "meta/episodes/chunk-001",
                                                            "videos/chunk-001", "videos/chunk-001/cam"}
-    assert set(after) - set(before) == set()
+    assert set(after) - set(before) == TOMBSTONE_DIRS | tombstones(1001)
     for name in group_files(0, 0) | group_files(0, 1) | META:
         assert after[name] == before[name], name
     assert [g.index for g in list_task_episodes(task)] == [1, 2]
@@ -180,7 +189,7 @@ def test_unlink_failure_after_commit_is_reported_and_finished_later(tmp_path, mo
     from egopool._atomic import task_lock
     with task_lock(task):
         assert recover_interrupted_deletes(task) == ["finished interrupted delete of episode 1"]
-    assert files_of(task) == META
+    assert files_of(task) == META | tombstones(1)
 
 
 def _crash_during_delete(task, n, crash_after_renames, commit):
@@ -233,7 +242,7 @@ def test_crash_after_commit_is_finished_by_the_next_delete(tmp_path):
     assert pooled_episode_leftovers(task, 1) == []
     report = delete_episodes(task, [2])
     assert report.recovered == ["finished interrupted delete of episode 1"]
-    assert files_of(task) == META
+    assert files_of(task) == META | tombstones(1, 2)
     assert Registry.for_task(task).recordings("pick") == []
 
 
@@ -319,7 +328,7 @@ def test_delete_removes_a_png16_depth_directory(tmp_path, dirname):
     assert report.ok and report.outcomes[0].not_removed == []
     after = snapshot(task)
     assert set(before) - set(after) == group_files(0, 0) | frames | {f"videos/chunk-000/depth/{dirname.format(f=0)}"}
-    assert set(after) - set(before) == set()  # no staged directory, no journal left behind
+    assert set(after) - set(before) == TOMBSTONE_DIRS | tombstones(1)  # no staged directory, no journal left
     assert pooled_episode_leftovers(task, 1) == []
     assert [g.index for g in list_task_episodes(task)] == [2]
     assert delete_episodes(task, [2]).ok  # the next delete is not blocked by a leftover journal

@@ -93,3 +93,21 @@ def test_delete_and_the_server_refuse_it_and_leave_the_task_alone(s3_server, rel
         else:
             os.environ["AWS_ENDPOINT_URL"] = old
     assert _keys(s3_server, "uncond-task") == before
+
+
+def test_wrong_keys_or_no_endpoint_on_a_writing_command_are_one_line(s3_server, local_task):
+    """Issue 24 review: `sync` with a wrong secret printed botocore's SignatureDoesNotMatch paragraph about a
+    "create bucket" of the prefix; a dead endpoint botocore's text."""
+    s3_server.create_bucket("lab-keys")
+    env = {**os.environ, **s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_MAX_ATTEMPTS": "1"}
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(local_task), "s3://lab-keys/pooled/t"], env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "s3://lab-keys: HEAD bucket failed: access denied by" in r.stderr and "AWS_SECRET_ACCESS_KEY" in r.stderr
+    assert "SignatureDoesNotMatch" not in r.stderr and "create bucket" not in r.stderr
+    assert _keys(s3_server, "lab-keys") == []
+    env.update(AWS_SECRET_ACCESS_KEY=s3_server.env()["AWS_SECRET_ACCESS_KEY"], AWS_ENDPOINT_URL="http://127.0.0.1:1")
+    r = subprocess.run([sys.executable, "-m", "egopool", "sync", str(local_task), "s3://lab-keys/pooled/t"], env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "cannot reach the S3 endpoint http://127.0.0.1:1" in r.stderr and "AWS_ENDPOINT_URL" in r.stderr

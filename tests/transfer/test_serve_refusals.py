@@ -71,3 +71,16 @@ def test_a_busy_port_is_refused_before_the_store_is_made(tmp_path: Path) -> None
 def test_an_unwritable_store_is_refused() -> None:
     line = _one_line(_serve("--store", "/proc/egopool-store"))  # /proc refuses new files even to root
     assert "/proc/egopool-store: cannot write the store in /proc" in line
+
+
+@pytest.mark.extra("s3")
+def test_a_bucket_task_prefix_is_refused(s3_server, task_root: Path, tmp_path: Path) -> None:
+    """Issue 24 review: `serve --store s3://.../TASK` started, where a task directory is refused."""
+    uri = s3_server.upload_dir(task_root / "t", "serve-refusals", "pooled/t")
+    env = {**os.environ, **s3_server.env(), "COLUMNS": "200"}
+    for store, want in ((uri, f"{uri} is a task"), (uri + "/meta", f"is inside the task {uri}")):
+        r = subprocess.run([sys.executable, "-m", "egopool", "serve", "--store", store, "--state",
+                            str(tmp_path / "state")], capture_output=True, text=True, timeout=120, check=False, env=env)
+        line = _one_line(r)
+        assert want in line and "--store s3://serve-refusals/pooled serves t" in line, line
+    assert not (tmp_path / "state").exists()

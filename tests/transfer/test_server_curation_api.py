@@ -71,13 +71,16 @@ def test_review_history_and_scopes(served) -> None:
                       ).status_code == 400
     r = httpx.post(url, content=b'{"verdict": "accept"}', headers={**_bearer(tok["rev"]), "Content-Type": "text/plain"})
     assert r.status_code == 415 and r.json()["message"].startswith("a review is a JSON body")
-    assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/9/review", json={"verdict": "accept"},
-                      headers=_bearer(tok["rev"])).status_code == 404
+    assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/9/review",
+                      json={"episode": 9, "version": 0, "verdict": "accept"}, headers=_bearer(tok["rev"])
+                      ).status_code == 404
 
     before = time.time()
-    a = httpx.post(url, json={"verdict": "reject", "reason": "gripper <occluded>"}, headers=_bearer(tok["rev"]))
+    a = httpx.post(url, json={"episode": 2, "version": 0, "verdict": "reject", "reason": "gripper <occluded>"},
+                   headers=_bearer(tok["rev"]))
     assert a.status_code == 200, a.text
-    b = httpx.post(url, json={"verdict": "accept", "reason": ""}, headers=_bearer(tok["revonly"]))
+    b = httpx.post(url, json={"episode": 2, "version": a.json()["version"], "verdict": "accept", "reason": ""},
+                   headers=_bearer(tok["revonly"]))
     assert b.status_code == 200
     assert a.json()["state"] == "rejected" and b.json()["state"] == "accepted"
     assert before <= a.json()["at"] <= b.json()["at"] <= time.time()
@@ -98,7 +101,9 @@ def test_review_history_and_scopes(served) -> None:
     page = r.text
     assert "1 accepted" in page and 'data-state="accepted"' in page
     assert "script-src 'self'" in r.headers["content-security-policy"]
-    r = httpx.post(url, json={"verdict": "flag", "reason": "<script>x</script>"}, headers=_bearer(tok["rev"]))
+    r = httpx.post(url, json={"episode": 2, "version": b.json()["version"], "verdict": "flag",
+                              "reason": "<script>x</script>"}, headers=_bearer(tok["rev"]))
+    assert r.status_code == 200, r.text
     page = httpx.get(f"{srv.url}/tasks/pick_cup/episodes/2", headers=_bearer(tok["read"])).text
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
 
@@ -118,7 +123,7 @@ def test_browser_cookie_review_needs_same_origin_and_csrf(served) -> None:
         data = json.loads(re.search(r'id="episode-data">(.*?)</script>', page).group(1))
         assert data["can_review"] is True and len(data["csrf"]) == 32 and tok["rev"] not in page
         url = "/api/v1/tasks/pick_cup/episodes/1/review"
-        body = {"verdict": "flag", "reason": "check the wrist camera"}
+        body = {"episode": 1, "version": 0, "verdict": "flag", "reason": "check the wrist camera"}
         refused = [c.post(url, json=body),  # cookie alone
                    c.post(url, json=body, headers={"X-Egopool-CSRF": data["csrf"], "Origin": "http://evil.example"}),
                    c.post(url, json=body, headers={"X-Egopool-CSRF": "0" * 32, "Origin": srv.url}),
@@ -140,7 +145,7 @@ def test_without_tokens_only_the_servers_own_pages_review(tmp_path: Path) -> Non
     with ServerProc(tmp_path / "store") as srv:
         assert upload_episodes(task, server=srv.url).ok
         url = f"{srv.url}/api/v1/tasks/pick_cup/episodes/1/review"
-        body = json.dumps({"verdict": "reject", "reason": "cross-site"})
+        body = json.dumps({"episode": 1, "version": 0, "verdict": "reject", "reason": "cross-site"})
         refused = [httpx.post(url, content=body, headers={"Content-Type": "text/plain", "Origin": "http://evil.example"}),
                    httpx.post(url, content=body, headers={"Content-Type": "application/json",
                                                           "Origin": "http://evil.example"})]
@@ -189,8 +194,9 @@ def test_search_filters_and_stable_paging(served) -> None:
     assert seen == everything[:2]
     more = write_task(tmp_path / "pc3", "pick_cup", episodes=2, first_value=9.0)
     assert upload_episodes(more, server=srv.url, token=tok["up"]).ok
-    assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/3/review", json={"verdict": "accept"},
-                      headers=_bearer(tok["rev"])).status_code == 200
+    assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/3/review",
+                      json={"episode": 3, "version": 0, "verdict": "accept"}, headers=_bearer(tok["rev"])
+                      ).status_code == 200
     cursor = first["next_cursor"]
     while cursor:
         page = httpx.get(f"{srv.url}/api/v1/episodes", params={"limit": 2, "cursor": cursor}, headers=h).json()
@@ -269,7 +275,7 @@ def test_an_older_server_db_gains_the_review_tables(tmp_path: Path, version: int
         con.execute(f"PRAGMA user_version = {version}")
     con.close()
     db = ServerDB(path)
-    assert db.select("PRAGMA user_version") == [(4,)]
+    assert db.select("PRAGMA user_version") == [(5,)]  # the current schema (5: the uploads' stage timings)
     assert db.episode("pick", 1) is not None and db.reviews("pick", 1) == []
     db.add_review("pick", 1, "flag", "check", "anna")
     got, _ = search_episodes(db, parse_query({"review": "flagged"}))
@@ -284,9 +290,11 @@ def test_the_accepted_episodes_are_a_training_selection(served) -> None:
     srv, tok, _ = served
     for n, verdict in ((1, "accept"), (2, "reject"), (3, "accept"), (4, "accept")):
         assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/{n}/review", headers=_bearer(tok["rev"]),
-                          json={"verdict": verdict, "reason": "" if verdict == "accept" else "blur"}).status_code == 200
+                          json={"episode": n, "version": 0, "verdict": verdict,
+                                "reason": "" if verdict == "accept" else "blur"}).status_code == 200
+    v4 = httpx.get(f"{srv.url}/api/v1/tasks/pick_cup/episodes/4", headers=_bearer(tok["read"])).json()["review_version"]
     assert httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/4/review", headers=_bearer(tok["rev"]),
-                      json={"verdict": "flag", "reason": "look again"}).status_code == 200
+                      json={"episode": 4, "version": v4, "verdict": "flag", "reason": "look again"}).status_code == 200
     sel = read_selection(f"{srv.url}/api/v1/episodes?task=pick_cup&review=accepted&limit=1", token=tok["read"])
     assert sel.by_task() == {"pick_cup": [1, 3]}
 

@@ -70,15 +70,20 @@ def test_hostile_reviews_are_one_line_4xx(served) -> None:
     h = _bearer(tok["rev"])
     for verdict in ([], {}, 1, None):
         _one_line(httpx.post(url, json={"verdict": verdict}, headers=h), 400, "unknown verdict")
+    # a verdict names its episode and the review version it answers, as whole numbers (docs/decisions.md P1)
+    for bad in ({}, {"episode": 1}, {"episode": "1", "version": 0}, {"episode": 1, "version": True},
+                {"episode": 1, "version": -1}, {"episode": 1, "version": 2**63}):
+        _one_line(httpx.post(url, json={**bad, "verdict": "accept"}, headers=h), 400, "a review names the ")
     for reason in (f"a{LONE}b", "a\x00b", "\x1b[31mred"):  # a lone surrogate cannot be stored; controls hide text
         body = json.dumps({"verdict": "flag", "reason": reason})  # ensure_ascii: \\ud800 reaches the server
         _one_line(httpx.post(url, content=body, headers={**h, "Content-Type": "application/json"}), 400,
                   "the reason holds the character U+")
     # 2000 astral characters are 2000 characters, even escaped as surrogate pairs (24 kB of JSON)
-    body = json.dumps({"verdict": "flag", "reason": "\U0001f600" * 2000})
+    body = json.dumps({"episode": 1, "version": 0, "verdict": "flag", "reason": "\U0001f600" * 2000})
     r = httpx.post(url, content=body, headers={**h, "Content-Type": "application/json"})
     assert r.status_code == 200 and r.json()["reason"] == "\U0001f600" * 2000
-    r = httpx.post(url, json={"verdict": "flag", "reason": "line one\n\tline two"}, headers=h)
+    r = httpx.post(url, json={"episode": 1, "version": r.json()["version"], "verdict": "flag",
+                              "reason": "line one\n\tline two"}, headers=h)
     assert r.status_code == 200 and r.json()["reason"] == "line one\n\tline two"
     # an N SQLite cannot hold is a missing episode, on every route that takes one
     base = f"{srv.url}/api/v1/tasks/pick_cup/episodes/{HUGE}"

@@ -145,7 +145,7 @@ def test_previews_of_a_rig_with_depth(tmp_path: Path, tokens: tuple[Path, dict[s
 _W, _H, _ROWS = 160, 120, 90
 _IDLE = (20, 60)     # gripper and trajectory hold still: rows 21..59 do not move (row 20 moved from row 19)
 _BLUR = (40, 60)     # frames flattened to a smooth gradient
-_BLACK = (70, 75)    # frames all black (badly exposed, and blurred: no detail)
+_BLACK = (70, 75)    # frames all black (badly exposed; not also counted blurred, decisions P7)
 
 
 def _frame(i: int, rng: np.random.Generator) -> np.ndarray:
@@ -208,7 +208,10 @@ def test_quality_facts_find_idle_blur_and_exposure(tmp_path: Path, tokens: tuple
         assert q["idle_frames"] == _IDLE[1] - _IDLE[0] - 1
         assert q["idle_fraction"] == pytest.approx((_IDLE[1] - _IDLE[0] - 1) / _ROWS)
         assert q["ego_stream"] == "head_rgb" and q["frames_sampled"] == _ROWS
-        assert q["blur_rows"] == [*range(*_BLUR), *range(*_BLACK)]
+        # a black frame is one exposure outlier, not also a blurred one (docs/decisions.md P7)
+        assert q["blur_rows"] == list(range(*_BLUR))
+        # held frames: the same depth picture on every row, the same gradient on the 20 "blurred" rows
+        assert q["frozen_ranges"] == {"head_depth": [[1, _ROWS]], "head_rgb": [[_BLUR[0] + 1, _BLUR[1]]]}
         assert q["exposure_rows"] == list(range(*_BLACK)) and q["exposure_outliers"] == _BLACK[1] - _BLACK[0]
         assert q["duration_s"] == pytest.approx(_ROWS / 30.0) and q["frames"] == {"head_depth": _ROWS,
                                                                                  "head_rgb": _ROWS}

@@ -81,7 +81,7 @@ def test_ls_and_validate_on_the_store_do_not_report_an_episode_being_published(
             assert [r["episode_index"] for r in listed] == list(range(1, n))
             assert all(r["complete"] for r in listed)
             assert report["ok"] and not [f for f in report["findings"] if f["severity"] == "error"], report
-            assert f"being published by the pooling server: {n}" in text
+            assert f"publish or delete under way: {n}" in text
 
             # the same files without the server's journal beside them (a recorder's disk): reported, as before
             copy = tmp_path / "copy" / "pick"

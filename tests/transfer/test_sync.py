@@ -168,7 +168,7 @@ def test_an_episode_being_synced_into_a_bucket_task_is_not_shown_as_damaged(pref
             if argv == ["ls", "--json"]:
                 assert [row["episode_index"] for row in json.loads(r.stdout)] == [1]
             elif argv == ["ls"]:
-                assert "being published by the pooling server: 2" in r.stdout
+                assert "publish or delete under way: 2" in r.stdout
     finally:
         proc.kill()
         proc.wait(30)

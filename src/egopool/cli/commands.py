@@ -28,6 +28,9 @@ COMMANDS: tuple[Entry, ...] = (
     ("migrate", ("ops_cmds",), "Bring a legacy task to the v1.1.2 layout (file_format.md §2, §6.1, §11)."),
     ("compress", ("ops_cmds",),
      "Bring a task's FFV1 depth (.mkv) to the spec's 12-bit log HEVC (.mp4), every episode at once (§3, §8)."),
+    ("edit", ("edit_cmds",),
+     "Reorganise tasks: merge, split, rename, task strings, columns and streams; journaled, resumable, on a "
+     "directory or s3:// alike."),
     ("record", ("record_cmd",),
      "Record episodes from cameras, RealSense devices or recordings, and simulated devices."),
     ("devices", ("record_cmd",),

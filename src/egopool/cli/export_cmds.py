@@ -61,7 +61,18 @@ def lerobot_cmd(
     repo_id: str | None = typer.Option(None, "--repo-id", help="repo_id recorded in the mapping "
                                                                 "(default local/<task>)."),
     depth: bool = typer.Option(True, "--depth/--no-depth",
-                               help="Depth streams as observation.depth.<key> uint16 mm [H, W] per frame."),
+                               help="Export depth streams: LeRobot depth videos (lerobot >= 0.6), or with "
+                                    "--lerobot 0.4 observation.depth.<key> uint16 mm [H, W] per frame."),
+    preset: str | None = typer.Option(None, "--preset", metavar="KIND",
+                                      help="observation.state for a rig kind: gripper (every gripper state), hand "
+                                           "(hand poses) or glove (glove pressures); instead of --state."),
+    lerobot: str = typer.Option("0.6", "--lerobot", metavar="RELEASE",
+                                help="The LeRobot release to write for: 0.6 (lerobot >= 0.6, default) or 0.4 "
+                                     "(lerobot 0.4.x: depth as arrays, 0.4's info keys)."),
+    gop: int | None = typer.Option(None, "--gop", metavar="N", min=1,
+                                   help="Re-encode RGB videos with a key frame every N frames (random access "
+                                        "decodes at most N frames; default: copy the recorded video where LeRobot "
+                                        "can read it as is)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing OUT (an earlier LeRobot dataset) "
                                                               "once the new one is complete."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the mapping only; write nothing."),
@@ -85,6 +96,13 @@ def lerobot_cmd(
 
         name = str((read_info(task).get("task_name") or "")) if (task / "meta" / "info.json").is_file() else ""
         episodes = read_selection(episodes_from).for_task(task.resolve().name, *([name] if name else []))
+    if preset is not None:
+        from ..interop.lerobot_plan import preset_state
+        from ..read.reader import open_task
+
+        if state:
+            raise typer.BadParameter("give --state or --preset, not both", param_hint="--preset")
+        state = preset_state(open_task(task), preset, episodes or None)
     to_bucket = out.startswith("s3://")
     if to_bucket and overwrite:
         raise typer.BadParameter("an s3:// OUT must be empty: a bucket has no rename to replace a dataset "
@@ -96,11 +114,11 @@ def lerobot_cmd(
 
             result = export_lerobot_to_bucket(task, out, episodes=episodes or None, state=state or (),
                                               action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
-                                              progress=tick, executor=executor)
+                                              progress=tick, executor=executor, lerobot=lerobot, gop=gop)
         else:
             result = export_lerobot(task, Path(out), episodes=episodes or None, state=state or (),
                                     action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
-                                    overwrite=overwrite, progress=tick, executor=executor)
+                                    overwrite=overwrite, progress=tick, executor=executor, lerobot=lerobot, gop=gop)
     if json_out:
         print_json(result.to_dict())
         return
@@ -108,6 +126,8 @@ def lerobot_cmd(
     if result.out is None:
         console.print("dry run: nothing written")
         return
+    for warning in result.warnings:
+        console.print(f"[yellow]warning[/yellow] {warning}")
     copied = sum(len(p.copied) for p in result.parts)
     total = len(result.parts) * len(result.plan.streams)
     console.print(f"wrote {result.out} ({len(result.parts)} episodes; videos copied without re-encoding: "

@@ -180,8 +180,7 @@ def ls_cmd(task: Path = task_argument(),
     console.print(table)
     broken = sum(not r["complete"] for r in rows)
     console.print(f"{len(rows)} episode(s)" + (f", {broken} incomplete" if broken else "")
-                  + (f"; being published by the pooling server: {', '.join(map(str, sorted(publishing)))}"
-                     if publishing else ""))
+                  + (f"; publish or delete under way: {', '.join(map(str, sorted(publishing)))}" if publishing else ""))
 
 
 def _number(v: Any) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import EgopoolError
 
-__all__ = ["check_port", "check_store_directory"]
+__all__ = ["check_port", "check_store_bucket", "check_store_directory"]
 
 
 def check_port(host: str, port: int) -> None:
@@ -66,3 +66,28 @@ def check_store_directory(store: Path) -> None:
     except OSError as exc:
         raise EgopoolError(f"{path}: cannot write the store in {existing} ({os.strerror(exc.errno or 0) or exc})",
                            hint="give a directory this user may write, or fix its permissions") from exc
+
+
+def check_store_bucket(uri: str) -> None:
+    """Refuse an ``s3://`` store that is a task or lies inside one (a HEAD of ``meta/info.json`` per level of
+    the prefix), as :func:`check_store_directory` refuses a task directory.
+
+    Raises
+    ------
+    EgopoolError
+        One line naming the task and the store to give instead; ObjectStoreError: the bucket cannot be read.
+    """
+    from ..storage import open_store
+    from ..storage.bucket import parse_bucket_uri
+
+    name, prefix = parse_bucket_uri(uri)
+    root = open_store(f"s3://{name}")
+    parts = [p for p in prefix.split("/") if p]
+    for i in range(len(parts), 0, -1):
+        task = "/".join(parts[:i])
+        if root.exists(f"{task}/meta/info.json"):
+            where = "is a task" if i == len(parts) else f"is inside the task s3://{name}/{task}"
+            parent = "/".join(parts[:i - 1])
+            raise EgopoolError(f"{uri} {where} (it holds meta/info.json): --store is the prefix that holds tasks, one "
+                               "per upload name", hint=f"e.g. --store s3://{name}/{parent}".rstrip("/") +
+                               f" serves {parts[i - 1]} among its tasks")

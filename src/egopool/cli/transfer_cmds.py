@@ -21,7 +21,7 @@ from .app import app
 from .args import episode_argument
 from .ops_cmds import _JSON, _REG, _TASK, _registry_hint
 from .output import console, err_console, human_bytes, print_json
-from .serve_checks import check_port, check_store_directory
+from .serve_checks import check_port, check_store_bucket, check_store_directory
 
 token_app = typer.Typer(help="Access tokens of `egopool serve` (hashed at rest, with scopes).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -196,6 +196,10 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
                                                    "waiting for one task are published together)."),
               max_receiving: int = typer.Option(32, "--max-receiving", min=1,
                                                 help="Upload bodies received at the same time (others wait unread)."),
+              max_queue: int = typer.Option(256, "--max-queue", min=1,
+                                            help="Uploads admitted at a time (received, queued for a verification "
+                                                 "worker, being verified); one more is answered 503 with "
+                                                 "Retry-After, which egopool upload waits."),
               max_connections: int = typer.Option(1024, "--max-connections", min=1,
                                                   help="Open connections; more are answered 503 (the client "
                                                        "retries)."),
@@ -209,7 +213,9 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
                                                   help="Episodes whose previews are built at the same time."),
               ray: str | None = typer.Option(
                   None, "--ray", metavar="[ADDRESS]",
-                  help="Build each episode's previews as one Ray task (pip install 'egopool\\[ray]'); the files come "
+                  help="Verify each upload, and build each episode's previews, as one Ray task (pip install "
+                       "'egopool\\[ray]'; a verification reads and writes the server's state directory by path: one "
+                       "machine or a shared file system); the preview files come "
                        "back to this server's previews directory. ADDRESS: host:port of `ray start --head`, "
                        "ray://host:10001 (Ray Client), auto, or local; without it RAY_ADDRESS, else the latest local "
                        "cluster, else a private one. Workers read the store where the server does (a shared file "
@@ -240,6 +246,7 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
     limit = int(max_upload_mb * (1 << 20))
     limits = Limits(max_request_bytes=limit, max_member_bytes=limit, max_total_bytes=limit, max_ratio=max_ratio,
                     max_zip_ratio=max_zip_ratio, max_decode_bytes=int(max_decode_mb * (1 << 20)))
+    check_port(host, port)  # before anything is written: a busy port left a new store behind (issue 28)
     bucket = store.startswith("s3://")
     if bucket:
         try:
@@ -251,20 +258,22 @@ def serve_cmd(store: str = typer.Option(..., "--store", help="Store directory, o
         from ..storage.bucket import Bucket
 
         as_path(store)  # an empty / . / .. component is refused as the readers refuse it (O24)
+        check_store_bucket(store)
         Bucket(store).ensure_bucket()  # name, endpoint and keys checked here, in one line, not in uvicorn's start-up
     if state is not None and not bucket:
         raise typer.BadParameter("--state is for an s3:// store (a directory store keeps its state in "
                                  "<store>/.egopool-server)", param_hint="--state")
-    check_port(host, port)  # before anything is written: a busy port left a new store behind (issue 28)
     if not bucket:
         check_store_directory(Path(store))
     config = ServerConfig(store=store if bucket else Path(store), tokens=tokens, on_conflict=on_conflict,
                           limits=limits, max_imports=max_imports, max_receiving=max_receiving, state=state,
+                          max_queue=max_queue, verify_ray=ray,
                           previews=PreviewConfig(enabled=previews, root=previews_dir, workers=preview_workers,
                                                  quality=QualityParams(idle_min_frames=idle_frames), ray=ray))
     web = create_app(config)
     where = store if bucket else Path(store).resolve()
-    on_ray = "" if ray is None or not previews else f", previews on Ray at {ray or 'the default address'}"
+    on_ray = "" if ray is None else f", {'verification and previews' if previews else 'verification'} on Ray at " \
+                                    f"{ray or 'the default address'}"
     err_console.print(f"egopool serve: store {where}, http://{host}:{port}/, on conflict: {on_conflict}, "
                       f"{'tokens from ' + str(tokens) if tokens else 'no tokens (loopback only)'}{on_ray}")
     uvicorn.run(web, host=host, port=port, log_level=log_level, timeout_keep_alive=30,

@@ -35,6 +35,7 @@ __all__ = [
     "encoding_for_dtype",
     "fz_plane_sums",
     "fz_ratio",
+    "may_saturate",
     "resolve_force_matrix_spec",
     "saturated_cells",
     "usable_scale",
@@ -419,6 +420,26 @@ def saturated_cells(q: np.ndarray) -> np.ndarray:
         raise CodecError(f"saturation is counted on stored int16 values, got {a.dtype}")
     flat = a.reshape(-1, FRAME_VALUES)
     return np.count_nonzero(flat == 32767, axis=1) + np.count_nonzero(flat == -32768, axis=1)
+
+
+def may_saturate(flat: np.ndarray) -> np.ndarray:
+    """Frames of ``row_diff_quantized`` diffs that can hold a saturated cell: flat int16 ``(R*187500,)`` -> ``(R,)`` bool.
+
+    A frame is decoded row by row (750 values, ``q = wrap16(cumsum(d))``), so every partial sum of a row, and
+    every value it decodes to, is at most the sum of the row's ``|d|`` in magnitude; when that sum is below
+    32767 for every row of the frame no wrap-around can happen and no cell can be 32767 or -32768. A False
+    frame therefore has no saturated cell (exact; :func:`saturated_cells` need not decode it). Costs one
+    pass of ``abs`` and one of a sum, against the decode's five (issue 29).
+
+    Raises
+    ------
+    CodecError
+        The value count is not a multiple of 187500.
+    """
+    d = _frames_view(flat, np.int16)
+    # |int16| as uint16: |-32768| is 32768 there (in int16 it wraps back to -32768)
+    reach = np.add.reduce(np.abs(d).view(np.uint16), axis=1, dtype=np.uint32) >= 32767
+    return np.asarray(reach.reshape(-1, _ROWS).any(axis=1))
 
 
 # Rows of 750 values decoded per block. The int32 scratch (1.5 MB) and the float32

@@ -116,9 +116,12 @@ def build_preview(job: PreviewJob, out: Path) -> tuple[dict[str, Any], dict[str,
     except EgopoolError as exc:
         errors.append(f"signals: {exc.one_line()}")
         signals = None
-    ego = ego_stream(ep, [k for k, v in kinds.items() if v == "rgb"])
+    # the ego stream, the master clock and the thumbnail are chosen among the streams that move (P7)
+    rgb = [s for s in streams if s.kind == "rgb"]
+    ego = ego_stream(ep, [s.key for s in rgb if s.moves] or [s.key for s in rgb])
     ego_stats = next((s.stats for s in streams if s.key == ego), None)
-    facts = episode_quality(ep, ego=ego, ego_stats=ego_stats, validation=job.validation, params=job.params)
+    facts = episode_quality(ep, ego=ego, ego_stats=ego_stats, validation=job.validation, params=job.params,
+                            streams=streams)
     files = [n for s in streams for n in (s.video, s.thumbnail) if n] + ([signals] if signals else [])
     manifest = {"streams": [s.to_dict() for s in streams], "signals": signals, "files": files, "errors": errors,
                 "built_by": {"host": socket.gethostname(), "pid": os.getpid()}}

@@ -31,8 +31,8 @@ from ..codecs.video import DtsGuard, encoding_errors, flush_and_close, mux_frame
 from ..errors import CodecError
 from ..storage import ObjectPath, TaskPathLike, as_path
 
-__all__ = ["DEPTH_RANGE_MM", "MAX_WIDTH", "FrameStats", "StreamPreview", "depth_proxy", "proxy_size", "rgb_proxy",
-           "turbo"]
+__all__ = ["DEPTH_RANGE_MM", "HELD_DEPTH_MM", "HELD_LUMA", "MAX_WIDTH", "FrameStats", "StreamPreview", "depth_proxy",
+           "held_ranges", "proxy_size", "rgb_proxy", "turbo"]
 
 #: Widest proxy, px.
 MAX_WIDTH = 480
@@ -42,6 +42,29 @@ DEPTH_RANGE_MM = (200.0, 6000.0)
 STAT_SAMPLES = 300
 _THUMB_WIDTH = 320
 _CRF = 28
+#: A frame is held (the stream repeated its previous frame) when no pixel of its coarse luma (every 4th
+#: pixel of the proxy, full range) differs from the previous frame's by more than this many levels (the
+#: codec's noise on a repeated picture; a small moving hand changes some pixel by tens) and it is not
+#: uniform (standard deviation over 2 levels: a covered lens is an exposure fact); depth: mm.
+HELD_LUMA = 4.0
+HELD_DEPTH_MM = 2.0
+
+
+def held_ranges(held: list[bool], min_run: int = 1) -> list[list[int]]:
+    """``[start, stop)`` runs of at least ``min_run`` held frames (frame i repeats frame i - 1) of one stream.
+    The proxies ask for half a second of rows: a slower camera's frames shown on 2-3 rows each, or a
+    hand still for a moment, are not a frozen camera (docs/decisions.md P7)."""
+    out: list[list[int]] = []
+    for i, h in enumerate(held):
+        if h and out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        elif h:
+            out.append([i, i + 1])
+    return [r for r in out if r[1] - r[0] >= min_run]
+
+
+def _min_run(fps: float) -> int:
+    return max(2, round(float(fps) / 2))
 
 
 @dataclass
@@ -86,6 +109,9 @@ class StreamPreview:
         Frames in the proxy (= frames decoded from the stream).
     stats:
         RGB only: the sampled frames' :class:`FrameStats`.
+    held:
+        ``[start, stop)`` runs of frames that repeat the frame before (a frozen camera, the writer's
+        ``<key>_repeated_count``), measured on the decoded frames (:data:`HELD_LUMA`, :data:`HELD_DEPTH_MM`).
     """
 
     key: str
@@ -97,11 +123,23 @@ class StreamPreview:
     fps: float
     frames: int
     stats: FrameStats | None = field(default=None, repr=False)
+    held: list[list[int]] = field(default_factory=list)
+
+    @property
+    def held_frames(self) -> int:
+        """Frames that repeat the frame before."""
+        return sum(b - a for a, b in self.held)
+
+    @property
+    def moves(self) -> bool:
+        """Fewer than half of the frames are held: a camera that shows motion (ego, thumbnail, master clock)."""
+        return self.held_frames * 2 < self.frames
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the statistics)."""
         return {"key": self.key, "kind": self.kind, "video": self.video, "thumbnail": self.thumbnail,
-                "width": self.width, "height": self.height, "fps": self.fps, "frames": self.frames}
+                "width": self.width, "height": self.height, "fps": self.fps, "frames": self.frames,
+                "held_frames": self.held_frames, "moves": self.moves}
 
 
 def proxy_size(width: int, height: int, max_width: int = MAX_WIDTH) -> tuple[int, int]:
@@ -217,6 +255,8 @@ def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float,
     clip: list[float] = []
     thumb_rgb: np.ndarray | None = None
     proxy: _Proxy | None = None
+    held: list[bool] = []
+    prev: np.ndarray | None = None
     with open_media(src) as container:
         stream = rgb_stream(container, src)
         try:
@@ -225,6 +265,11 @@ def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float,
                     w, h = proxy_size(frame.width, frame.height, max_width)
                     proxy = _Proxy(video, w, h, fps)
                 small = frame.reformat(width=proxy.width, height=proxy.height, format="yuv420p")
+                coarse = small.to_ndarray()[: proxy.height: 4, ::4].astype(np.float32)
+                # a uniform frame (lens covered, dark, blown out) is an exposure fact, not a frozen camera
+                held.append(prev is not None and float(coarse.std()) * (255.0 / 219.0) > 2.0
+                            and float(np.abs(coarse - prev).max()) * (255.0 / 219.0) <= HELD_LUMA)
+                prev = coarse
                 if i % every == 0:
                     # limited-range luma (16..235) -> 0..255, so black is 0 and white 255
                     y = np.clip((small.to_ndarray()[: proxy.height].astype(np.float32) - 16.0) * (255.0 / 219.0),
@@ -249,7 +294,8 @@ def rgb_proxy(src: str | Path | ObjectPath, out_dir: Path, key: str, fps: float,
     proxy.close()
     _jpeg(thumb_rgb, thumb)
     stats = FrameStats(np.asarray(s_rows, np.int64), np.asarray(sharp), np.asarray(bright), np.asarray(clip))
-    return StreamPreview(key, "rgb", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames, stats)
+    return StreamPreview(key, "rgb", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames, stats,
+                         held_ranges(held, _min_run(fps)))
 
 
 def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, params: Mapping[str, Any] | None = None,
@@ -271,9 +317,15 @@ def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, param
     thumb_at = (int(rows) // 2) if rows else 0
     proxy: _Proxy | None = None
     thumb_rgb: np.ndarray | None = None
+    held: list[bool] = []
+    prev: np.ndarray | None = None
     frames: Iterator[np.ndarray] = read_depth_frames(src, params, ext=ext)
     try:
         for i, mm in enumerate(frames):
+            coarse = np.asarray(mm[::4, ::4], np.float32)
+            held.append(prev is not None and prev.shape == coarse.shape
+                        and float(np.abs(coarse - prev).max()) <= HELD_DEPTH_MM)
+            prev = coarse
             rgb = colorize_depth(mm, depth_range)
             if proxy is None:
                 w, h = proxy_size(rgb.shape[1], rgb.shape[0], max_width)
@@ -290,4 +342,5 @@ def depth_proxy(src: TaskPathLike, out_dir: Path, key: str, fps: float, *, param
         raise CodecError(f"depth stream {key!r} has no frame to preview", path=src)
     proxy.close()
     _jpeg(thumb_rgb, thumb)
-    return StreamPreview(key, "depth", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames)
+    return StreamPreview(key, "depth", video.name, thumb.name, proxy.width, proxy.height, float(fps), proxy.frames,
+                         held=held_ranges(held, _min_run(fps)))

@@ -7,8 +7,15 @@ Facts (all JSON numbers / lists; row ranges are ``[start, stop)`` data rows):
 ``frames``, ``frames_mismatch``
     Frames per stream (counted by demuxing, :func:`egopool.codecs.video.count_video_frames`)
     and the streams whose count is not ``rows`` (§8: one frame per row).
-``gap_total``, ``gap_missing_frames``, ``max_gap_ms``
-    ``egopool audit-gaps`` over every stamp series (:func:`egopool.gaps.audit_episode_gaps`).
+``gap_total``, ``gap_ranges``, ``gap_series_total``, ``gap_missing_frames``, ``max_gap_ms``
+    ``egopool audit-gaps`` over every stamp series (:func:`egopool.gaps.audit_episode_gaps`); one stall
+    seen by several series is one gap: each series' gap covers the rows of its length before the row
+    where it ends, and overlapping covers merge (``gap_ranges``, ``[start, stop)`` rows; ``gap_total``
+    their number; ``gap_series_total`` the series' own count, docs/decisions.md P7).
+``frozen_frames``, ``frozen_streams``, ``frozen_ranges``, ``repeated_counts``
+    Frames that repeat the frame before, per stream, measured on the decoded frames (a frozen camera;
+    :attr:`egopool.curation.proxy.StreamPreview.held`): their sum, ``{key: frames}``, ``{key: [[start,
+    stop), ...]]}``, and the writer's own ``<key>_repeated_count`` of ``drop_stats`` (P7).
 ``drop_total``, ``drop_stats``
     The episode row's ``drop_stats`` and its frame-drop sum (§6.2).
 ``idle_ranges``, ``idle_frames``, ``idle_fraction``, ``idle_min_frames``
@@ -17,9 +24,11 @@ Facts (all JSON numbers / lists; row ranges are ``[start, stop)`` data rows):
     ``idle_gripper_pct``; a run of at least ``idle_min_frames`` still rows is an idle range.
     None (and ``idle_fraction`` None) when the episode has neither trajectories nor a gripper.
 ``ego_stream``, ``blur_outliers``, ``blur_rows``, ``exposure_outliers``, ``exposure_rows``
-    Sampled frames of the ego RGB stream (:func:`ego_stream`): blurred when the variance of the
-    Laplacian is below ``blur_ratio`` × the episode's median; badly exposed when the mean luma
-    is below 16 or above 240 or more than half of the pixels are clipped. None without an RGB stream.
+    Sampled frames of the ego RGB stream (:func:`ego_stream`, chosen among the streams that move):
+    badly exposed when the mean luma is below 16 or above 240 or more than half of the pixels are
+    clipped; blurred when a well-exposed frame's variance of the Laplacian is below ``blur_ratio`` ×
+    the median of the well-exposed frames (a dark frame is one exposure outlier, not also a blurred
+    one, P7). None without an RGB stream.
 ``validation_ok``, ``validation_errors``, ``validation_warnings``
     The validator's verdict at import (None when the episode was not imported by the server).
 ``size_bytes``
@@ -28,7 +37,8 @@ Facts (all JSON numbers / lists; row ranges are ``[start, stop)`` data rows):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +47,11 @@ import numpy as np
 from ..arrowutil import list_offsets
 from ..codecs.video import count_video_frames
 from ..errors import EgopoolError
-from ..gaps import audit_episode_gaps
+from ..gaps import SeriesGaps, audit_episode_gaps
 from ..read.reader import Episode
-from .proxy import FrameStats
+from .proxy import FrameStats, StreamPreview
 
-__all__ = ["QualityParams", "ego_stream", "episode_quality", "idle_ranges", "row_ranges"]
+__all__ = ["QualityParams", "ego_stream", "episode_quality", "gap_ranges", "idle_ranges", "row_ranges"]
 
 
 @dataclass(frozen=True)
@@ -147,17 +157,50 @@ def _image_facts(stats: FrameStats | None, params: QualityParams) -> dict[str, A
     if stats is None or not stats.rows.size:
         return {"blur_outliers": None, "blur_rows": None, "exposure_outliers": None, "exposure_rows": None,
                 "sharpness_median": None, "frames_sampled": 0}
-    median = float(np.median(stats.sharpness))
-    blurred = stats.sharpness < params.blur_ratio * median
     exposed = (stats.brightness < 16.0) | (stats.brightness > 240.0) | (stats.clipped > 0.5)
+    median = float(np.median(stats.sharpness[~exposed])) if (~exposed).any() else 0.0
+    blurred = (stats.sharpness < params.blur_ratio * median) & ~exposed
     return {"blur_outliers": int(blurred.sum()), "blur_rows": stats.rows[blurred].tolist(),
             "exposure_outliers": int(exposed.sum()), "exposure_rows": stats.rows[exposed].tolist(),
             "sharpness_median": round(median, 3), "frames_sampled": int(stats.rows.size)}
 
 
+def gap_ranges(series: Sequence[SeriesGaps], fps: float, rows: int) -> list[list[int]]:
+    """``[start, stop)`` row ranges of the gaps of every series, one per stall: a gap covers the rows from
+    the stamp before it to the one that ends it (``[start_row, end_row + 1)``; without start rows, the
+    rows its length spans at ``fps``); covers that overlap merge, so one stall seen by many series is one."""
+    spans = []
+    for s in series:
+        for k, (r, d) in enumerate(zip(s.rows, s.delta_ns, strict=True)):
+            a = int(s.start_rows[k]) if s.start_rows is not None else \
+                int(r) - max(1, math.ceil(float(d) * fps / 1e9 - 1e-6))
+            spans.append((max(0, min(a, int(r) - 1)), min(rows, int(r) + 1)))
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a < out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _frozen_facts(ep: Episode, streams: Sequence[StreamPreview] | None) -> dict[str, Any]:
+    raw = ep.meta.get("drop_stats") or {}
+    repeated = {k[: -len("_repeated_count")]: int(v) for k, v in raw.items()
+                if isinstance(k, str) and k.endswith("_repeated_count") and isinstance(v, int)} \
+        if isinstance(raw, Mapping) else {}
+    if streams is None:
+        return {"frozen_frames": None, "frozen_streams": None, "frozen_ranges": None, "repeated_counts": repeated}
+    held = {s.key: s for s in streams if s.held}
+    return {"frozen_frames": sum(s.held_frames for s in held.values()),
+            "frozen_streams": {k: s.held_frames for k, s in sorted(held.items())},
+            "frozen_ranges": {k: s.held for k, s in sorted(held.items())}, "repeated_counts": repeated}
+
+
 def episode_quality(ep: Episode, *, ego: str | None = None, ego_stats: FrameStats | None = None,
                     validation: Mapping[str, Any] | None = None,
-                    params: QualityParams = QualityParams()) -> dict[str, Any]:
+                    params: QualityParams = QualityParams(),
+                    streams: Sequence[StreamPreview] | None = None) -> dict[str, Any]:
     """The quality facts of one episode (module docstring).
 
     Parameters
@@ -171,6 +214,8 @@ def episode_quality(ep: Episode, *, ego: str | None = None, ego_stats: FrameStat
         ``{"ok", "errors", "warnings"}`` from the import, or None.
     params:
         Thresholds.
+    streams:
+        The previews built (their held frames are the frozen facts); None: frozen facts None.
 
     Returns
     -------
@@ -197,10 +242,13 @@ def episode_quality(ep: Episode, *, ego: str | None = None, ego_stats: FrameStat
     facts["frames_mismatch"] = sorted(k for k, v in frames.items() if v != rows)
     try:
         gaps = audit_episode_gaps(ep)
-        facts.update(gap_total=gaps.gaps, gap_missing_frames=sum(s.missing_total for s in gaps.series),
+        merged = gap_ranges(gaps.series, fps, rows)
+        facts.update(gap_total=len(merged), gap_ranges=merged, gap_series_total=gaps.gaps,
+                     gap_missing_frames=max((s.missing_total for s in gaps.series), default=0),
                      max_gap_ms=max((s.max_gap_ms for s in gaps.series), default=0.0))
     except EgopoolError as exc:
-        facts.update(gap_total=None, gap_missing_frames=None, max_gap_ms=None)
+        facts.update(gap_total=None, gap_ranges=None, gap_series_total=None, gap_missing_frames=None,
+                     max_gap_ms=None)
         errors.append(exc.one_line())
     try:
         raw = ep.meta.get("drop_stats") or {}
@@ -216,6 +264,7 @@ def episode_quality(ep: Episode, *, ego: str | None = None, ego_stats: FrameStat
     idle_frames = sum(b - a for a, b in idle) if idle is not None else None
     facts.update(idle_ranges=idle, idle_frames=idle_frames, idle_min_frames=params.idle_min_frames,
                  idle_fraction=round(idle_frames / rows, 6) if idle_frames is not None and rows else None)
+    facts.update(_frozen_facts(ep, streams))
     facts["ego_stream"] = ego
     facts.update(_image_facts(ego_stats, params))
     v = validation or {}

@@ -3,7 +3,7 @@
 Shape::
 
     {"t": [s, ...], "rows": [row, ...],
-     "series": [{"name", "unit", "group": "imu"|"gripper"|"glove"|"force", "values": [float|null, ...]}],
+     "series": [{"name", "unit", "group": "imu"|"gripper"|"glove <column>"|"force", "values": [float|null, ...]}],
      "trajectories": [{"column", "frame", "x": [m, ...], "y": [m, ...]}]}
 
 Every series is per data row and shares ``t`` (the ``timestamp`` column, s; ``row / fps``
@@ -148,8 +148,9 @@ def episode_signals(ep: Episode, max_points: int = MAX_POINTS) -> dict[str, Any]
             with np.errstate(invalid="ignore"):
                 mean = np.where(present, np.nanmean(np.where(present[:, None], values, 0.0), axis=1), np.nan)
                 peak = np.where(present, np.nanmax(np.where(present[:, None], values, 0.0), axis=1), np.nan)
-            series.append(_series(f"{col}.mean", "raw", "glove", mean, idx))
-            series.append(_series(f"{col}.max", "raw", "glove", peak, idx))
+            # one plot (one value axis) per glove column: pressure, quaternion and flag columns are not one scale (P10)
+            series.append(_series(f"{col}.mean", "raw", f"glove {col}", mean, idx))
+            series.append(_series(f"{col}.max", "raw", f"glove {col}", peak, idx))
 
     def matrix(col: str) -> None:
         total = np.full(rows, np.nan)

@@ -28,9 +28,10 @@ import numpy as np
 
 from ..codecs.depth import depth_stream_decoder
 from ..codecs.depth_png import png16_frame_paths, read_png16_frame
-from ..codecs.video import open_media, rgb_array, rgb_stream
+from ..codecs.video import open_media, rgb_array, rgb_stream, stream_codec
 from ..errors import CodecError
-from ..storage import TaskPath, TaskPathLike, as_path
+from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
+from .object_cache import BlockCache, mp4_packet_index, open_cached_container
 
 __all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
 
@@ -43,12 +44,17 @@ class StreamDecoder:
     path:
         The stream's file: a local path, or an object in a bucket (read through ranged GETs).
     kind:
-        ``"rgb"`` (uint8 ``(H, W, 3)``) or ``"depth"`` (uint16 mm ``(H, W)``).
+        ``"rgb"`` (uint8 ``(H, W, 3)``), ``"depth"`` (uint16 mm ``(H, W)``), or ``"auto"``: probed on the
+        container as :meth:`egopool.Episode.stream_kind` does (gray pixels or two video streams are depth).
     params:
         Depth log-code parameters (the episode's ``video_codec`` entry); ignored for RGB.
     max_frames:
         Converted frames kept for later requests (memory ``max_frames × H × W × 3`` bytes RGB,
         ``× 2`` bytes depth).
+    cache:
+        For an object in a bucket: the process's :class:`~egopool.dataset.object_cache.BlockCache` its bytes
+        are read through (coalesced ranged GETs, read-ahead, bounded memory; an MP4's packet index is
+        demuxed from its sample tables without downloading its samples). None: PyAV's buffered reader.
 
     Raises
     ------
@@ -57,18 +63,27 @@ class StreamDecoder:
     """
 
     def __init__(self, path: TaskPathLike, kind: str, params: Mapping[str, Any] | None = None, *,
-                 max_frames: int = 32) -> None:
+                 max_frames: int = 32, cache: BlockCache | None = None) -> None:
         self.path = as_path(path)
         self.max_frames = max(1, int(max_frames))
-        self._c = open_media(self.path, "video")
+        self._file: Any = None
+        if isinstance(self.path, ObjectPath) and cache is not None:
+            self._c, self._file = open_cached_container(self.path, cache)
+        else:
+            self._c = open_media(self.path, "video")
         try:
+            if kind == "auto":  # Episode.stream_kind's probe, on this container (no second open of the object)
+                vs = self._c.streams.video
+                gray = bool(vs) and str(stream_codec(vs[0])[1] or "").startswith("gray")
+                kind = "depth" if gray or len(vs) > 1 else "rgb"
+            self.kind = kind
             if kind == "depth":
                 self._s, self._convert = depth_stream_decoder(self._c, self.path, params)
             else:
                 self._s, self._convert = rgb_stream(self._c, self.path), rgb_array
             self._index_packets()
         except BaseException:
-            self._c.close()
+            self._close_container()
             raise
         self._frames: OrderedDict[int, np.ndarray] = OrderedDict()
         self._iter: Any = None
@@ -80,11 +95,16 @@ class StreamDecoder:
     def _index_packets(self) -> None:
         pts: list[int | None] = []
         key: list[bool] = []
-        try:
-            for p in self._c.demux(self._s):
-                if p.size:
-                    pts.append(p.pts)
-                    key.append(bool(p.is_keyframe))
+        table = (mp4_packet_index(self.path, self._file, self._s.index)
+                 if isinstance(self.path, ObjectPath) and self._file is not None else None)
+        try:  # a bucket's MP4: pts and keyframe flags from its sample tables, its samples not downloaded
+            if table is not None:
+                pts, key = [p for p, _ in table], [k for _, k in table]
+            else:
+                for p in self._c.demux(self._s):
+                    if p.size:
+                        pts.append(p.pts)
+                        key.append(bool(p.is_keyframe))
             self._c.seek(0, stream=self._s) if pts else None
         except av.error.FFmpegError as exc:
             raise CodecError(f"cannot demux video: {exc}", path=self.path) from exc
@@ -101,7 +121,14 @@ class StreamDecoder:
         """Close the container (the decoder is unusable afterwards)."""
         self._iter = None
         self._frames.clear()
-        self._c.close()
+        self._close_container()
+
+    def _close_container(self) -> None:
+        try:
+            self._c.close()
+        finally:
+            if self._file is not None:
+                self._file.close()
 
     def _restart(self, k: int) -> None:
         self.seeks += 1

@@ -19,7 +19,7 @@ from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..errors import SchemaError
 from ..keypoints.mirror import EpisodeKeypoints
 from ..read.reader import Episode
-from ..storage import TaskPath
+from ..storage import ObjectPath, TaskPath
 from .keypoint_keys import keypoint_rows, missing_mirror_error
 
 __all__ = ["EpisodeView", "key_kind_by_name"]
@@ -64,6 +64,16 @@ def _column_to_numpy(col: Any, key: str, ep: Episode) -> np.ndarray:
                           hint="choose another key, or fix the episode (`egopool validate TASK`)") from exc
 
 
+def _declared_shape(arr: np.ndarray, feature: Any) -> np.ndarray:
+    """``arr`` ``(R, D)`` as ``(R, *shape)`` when ``info.json`` declares ``shape`` with several axes whose product is
+    ``D`` (multi_device_storage.md: a vector column is stored flat, its feature keeps the shape); else as it is."""
+    shape = feature.get("shape") if isinstance(feature, dict) else None
+    if (arr.ndim != 2 or not isinstance(shape, list) or len(shape) < 2
+            or not all(isinstance(d, int) and d > 0 for d in shape) or int(np.prod(shape)) != arr.shape[1]):
+        return arr
+    return arr.reshape(arr.shape[0], *shape)
+
+
 class EpisodeView:
     """One episode as a worker's dataset reads it (see the module docstring).
 
@@ -87,7 +97,8 @@ class EpisodeView:
         self._mirror: EpisodeKeypoints | None = None
 
     def kind(self, key: str) -> str:
-        """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``.
+        """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``; ``stream`` for an RGB or
+        depth stream in a bucket (its decoder probes which, ``StreamDecoder(kind="auto")``).
 
         Raises
         ------
@@ -96,7 +107,9 @@ class EpisodeView:
         """
         k = self._kinds.get(key)
         if k is None:
-            if key in self._streams:
+            if key in self._streams and isinstance(self.ep.task.path, ObjectPath):
+                k = "stream"  # probed by its decoder on its own container (Episode.stream_kind would open it again)
+            elif key in self._streams:
                 k = self.ep.stream_kind(key)
             elif key not in self._names and key in (self.ep.task.info.get("video_extensions") or {}):
                 raise SchemaError(f"episode {self.ep.index} has no file for stream {key!r}, which the task declares "
@@ -120,10 +133,13 @@ class EpisodeView:
 
     def column(self, key: str) -> np.ndarray:
         """``(R, ...)`` one value per row: numbers as stored (``list<float32>`` -> ``(R, D)`` float32,
-        ``list<list<T>>`` of fixed shape -> ``(R, A, B)``), strings as an object array."""
+        ``list<list<T>>`` of fixed shape -> ``(R, A, B)``; a flat list whose ``info.json`` feature declares a
+        shape of several axes, e.g. a hand pose ``[21, 3]`` stored as 63 values, -> ``(R, 21, 3)``), strings as an
+        object array."""
         arr = self._cols.get(key)
         if arr is None:
-            arr = _column_to_numpy(self.ep.columns([key]).column(key), key, self.ep)
+            arr = _declared_shape(_column_to_numpy(self.ep.columns([key]).column(key), key, self.ep),
+                                  (self.ep.task.info.get("features") or {}).get(key))
             self._cols[key] = arr
         return arr
 

@@ -30,6 +30,7 @@ from .decode import DecoderCache, PngSequence, StreamDecoder
 from .episode_view import EpisodeView, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
+from .object_cache import BlockCache
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
 if TYPE_CHECKING:  # checked as the torch Dataset it is with the extra `train` installed
@@ -127,6 +128,7 @@ class _Worker:
         self.tasks: dict[int, Task] = {}
         self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
         self.decoders = DecoderCache(ds.max_open_streams)
+        self.blocks = BlockCache(ds.cache_bytes, ds.block_size, ds.read_ahead)
         self.pool = ThreadPoolExecutor(ds.decode_threads) if ds.decode_threads > 1 else None
         self.max_views = ds.max_episodes
 
@@ -207,6 +209,11 @@ class PooledDataset(_Base):
         Where the frame index is cached (:mod:`egopool.dataset.index`); ``""`` disables.
     max_open_streams, max_episodes, cache_frames, decode_threads:
         Per-worker bounds (see Memory).
+    cache_bytes, block_size, read_ahead:
+        Videos in a bucket are read through a per-worker block cache
+        (:class:`~egopool.dataset.object_cache.BlockCache`): at most ``cache_bytes`` (default 64 MiB) of
+        ``block_size`` blocks (256 KiB), a miss fetching the blocks it needs and ``read_ahead`` (8) more in
+        one ranged GET. GETs per process: :meth:`io_stats`.
     mirror_root:
         The ``keypoints_output`` directory of the ``keypoints.*`` keys; default as
         ``egopool keypoints extract`` (``$EGOPOOL_KEYPOINTS_ROOT``, else beside the recordings root).
@@ -222,7 +229,7 @@ class PooledDataset(_Base):
     demand). With the defaults (16 streams, ``cache_frames`` = the largest of 4, 2 × the longest window and
     its span in rows + 1, at most 64) and
     640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
-    decoders. ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
+    decoders, and for tasks in a bucket ``cache_bytes`` of video blocks (64 MiB by default). ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
     use 1 when DataLoader workers already fill the cores.
 
     Raises
@@ -254,7 +261,8 @@ class PooledDataset(_Base):
                  output: str = "auto", tolerance_s: float = DEFAULT_TOLERANCE_S,
                  cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
                  cache_frames: int | None = None, decode_threads: int = 4,
-                 mirror_root: str | Path | None = None) -> None:
+                 mirror_root: str | Path | None = None, cache_bytes: int = 64 << 20, block_size: int = 256 << 10,
+                 read_ahead: int = 8) -> None:
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
@@ -296,6 +304,8 @@ class PooledDataset(_Base):
         self.cache_frames = int(cache_frames) if cache_frames is not None else min(64, max(4, 2 * longest, span + 1))
         self.max_open_streams, self.max_episodes = int(max_open_streams), int(max_episodes)
         self.decode_threads = int(decode_threads)
+        BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
+        self.cache_bytes, self.block_size, self.read_ahead = int(cache_bytes), int(block_size), int(read_ahead)
         self._w: _Worker | None = None
 
     @staticmethod
@@ -382,6 +392,16 @@ class PooledDataset(_Base):
     def __len__(self) -> int:
         return len(self.index)
 
+    def io_stats(self) -> dict[str, int]:
+        """This process's object reads: ``GET`` requests and ``bytes`` received so far (every read of a bucket
+        by this process, :func:`egopool.storage._object_read.request_counts`), ``cache_held`` / ``cache_peak``
+        bytes of this dataset's block cache here. A DataLoader worker has its own: ask it in the worker
+        (e.g. from ``worker_init_fn`` or an item)."""
+        from ..storage._object_read import request_counts
+
+        w = self._w if self._w is not None and self._w.pid == os.getpid() else None
+        return {**request_counts(), "cache_held": w.blocks.held if w else 0, "cache_peak": w.blocks.peak if w else 0}
+
     def episode_ranges(self) -> list[range]:
         """Items of each episode, in index order (what :class:`EpisodeSampler` shuffles)."""
         return [self.index.episode_items(e) for e in range(len(self.index.episodes))]
@@ -397,7 +417,7 @@ class PooledDataset(_Base):
             kind = "keypoints" if key.startswith("keypoints.") else view.kind(key)
             rows: np.ndarray | None
             rows, pad = self.windows.rows(key, row, view.length)
-            if kind in ("rgb", "depth"):
+            if kind in ("rgb", "depth", "stream"):
                 streams.append((key, kind, rows, pad))
                 continue
             if kind == "force_matrix":
@@ -423,20 +443,30 @@ class PooledDataset(_Base):
                     item[key + "_is_pad"] = pad
         return self._to_output(item)
 
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Items ``indices`` (what a ``DataLoader`` asks for a batch), in that order, read sorted by episode and
+        row: the windows of one stream are then decoded in one forward pass instead of a seek per item."""
+        where = [self.index.locate(int(i)) for i in indices]
+        out: list[dict[str, Any]] = [{} for _ in indices]
+        for k in sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2])):
+            out[k] = self[int(indices[k])]
+        return out
+
     def _frames(self, w: _Worker, view: EpisodeView, key: str, kind: str, rows: np.ndarray,
                 pad: np.ndarray | None) -> np.ndarray:
         path = view.stream_path(key)
 
         def make() -> PngSequence | StreamDecoder:  # only for a stream not open yet: no stat (HEAD) per item
-            if path.is_dir():
+            if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
-            params = view.ep.depth_params(key) if kind == "depth" else None
-            return StreamDecoder(path, kind, params, max_frames=self.cache_frames)
+            params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
+            return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,
+                                 cache=w.blocks)
 
         dec = w.decoders.open(path, make)
         got = dec.frames(rows.tolist())
         arr = np.stack([got[j] for j in rows.tolist()])  # a copy: the decoder's cache stays private
-        if kind == "rgb" and self.channels_first:
+        if self.channels_first and getattr(dec, "kind", "depth") == "rgb":
             arr = np.moveaxis(arr, -1, -3)
         return arr if pad is not None else arr[0]
 

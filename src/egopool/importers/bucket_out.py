@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import FormatError, ObjectStoreError, OperationError
 from ..layout import TaskLayout, list_task_episodes
 from ..storage import ObjectPath, as_path, require_bucket
+from ..storage._path import refuse_near_uri
 from ..storage.bucket import is_bucket_uri
 from ._common import TASK_SEED, ImportResult
 
@@ -118,6 +119,7 @@ def import_into(out: str | os.PathLike[str], run: Callable[[Path], ImportResult]
     """
     text = os.fspath(out)
     if not is_bucket_out(text):
+        refuse_near_uri(text)  # `--out s3:/b/p` made a local folder named `s3:` (issue 24 review)
         return run(Path(text))
     from ..transfer.sync import sync_task
 

@@ -67,7 +67,8 @@ def export_episode_to_bucket(shared: _BucketExportInput, job: EpisodeJob) -> Epi
 def export_lerobot_to_bucket(task: Any, out: str, *, episodes: Sequence[int] | None = None,
                              state: Sequence[str] = (), action: Sequence[str] = (), depth: bool = True,
                              repo_id: str | None = None, dry_run: bool = False, progress: Any = None,
-                             executor: Executor[Any, Any, Any] | None = None) -> LeRobotExport:
+                             executor: Executor[Any, Any, Any] | None = None, lerobot: str = "0.6",
+                             gop: int | None = None) -> LeRobotExport:
     """Export a task (a directory or ``s3://``) as a LeRobot v3.0 dataset at ``out`` = ``s3://...`` (module docstring).
 
     Parameters are those of :func:`~egopool.interop.lerobot_export.export_lerobot` (no ``overwrite``).
@@ -80,7 +81,7 @@ def export_lerobot_to_bucket(task: Any, out: str, *, episodes: Sequence[int] | N
         The bucket cannot be written (every key written is deleted again).
     """
     plan = plan_export(open_task(task), episodes=episodes, state=state, action=action, depth=depth,
-                       repo_id=repo_id)
+                       repo_id=repo_id, target=lerobot, gop=gop)
     if dry_run:
         return LeRobotExport(None, plan)
     bucket = Bucket(out)

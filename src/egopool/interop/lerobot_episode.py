@@ -34,7 +34,8 @@ from ..write.checks import check_finite_values
 from . import lerobot_format as fmt
 
 __all__ = ["FIX", "FeatureColumns", "LeRobotDatasetInfo", "check_episodes", "data_path", "decode_window",
-           "episode_rows", "plain_int", "png_frame", "row_values", "type_problem", "values", "video_path"]
+           "episode_rows", "plain_int", "png_frame", "row_values", "type_problem", "values", "video_path",
+           "window_frames"]
 
 #: What to do about a damaged episode (every check's hint).
 FIX = "restore it, or import the other episodes (--episode E)"
@@ -128,6 +129,8 @@ def type_problem(typ: pa.DataType, feature: Mapping[str, Any]) -> str | None:
     """
     dtype = feature.get("dtype")
     shape = list(feature.get("shape") or [1])
+    if isinstance(typ, pa.BaseExtensionType):  # datasets' ArrayND, registered when `datasets` is imported
+        typ = typ.storage_type
     if dtype == "image":
         ok = pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0
         ok = ok or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
@@ -168,6 +171,8 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
         values (all the same number without ``feature``), naming the file, column and row.
     """
     col = table.column(name)
+    if isinstance(col.type, pa.BaseExtensionType):  # datasets' ArrayND (lerobot's 2-D columns): its plain lists
+        col = pa.chunked_array([c.storage for c in col.chunks], type=col.type.storage_type)
     if not _is_list(col.type):
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             return np.asarray(col.to_pylist(), dtype=object).reshape(rows, 1)
@@ -240,7 +245,7 @@ def _finite_number(value: Any) -> float | None:
     return float(value)
 
 
-def _window_frames(path: Path, start: float, end: float, fps: float) -> Iterator[Any]:
+def window_frames(path: Path, start: float, end: float, fps: float) -> Iterator[Any]:
     """Decoded frames (``av.VideoFrame``) whose pts lie in ``[start, end)``, half a frame of tolerance.
 
     Packets are fed to the decoder from the key frame before ``start`` up to the first packet
@@ -279,7 +284,7 @@ def decode_window(path: Path, start: float, end: float, fps: float, *, episode: 
         FFmpeg cannot decode a frame (naming the file, the episode and the feature).
     """
     try:
-        for frame in _window_frames(path, start, end, fps):
+        for frame in window_frames(path, start, end, fps):
             yield frame.to_ndarray(format="rgb24")
     except av.error.FFmpegError as exc:
         raise _decode_error(exc, path, episode, feature) from exc
@@ -430,7 +435,7 @@ def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[Fe
                 size = im.shape
 
 
-def _check_video(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], name: str) -> None:
+def _check_video(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], name: str, copy: bool = True) -> None:
     """Decode every frame episode ``ep`` takes from video feature ``name`` (and walk a copied segment)."""
     e = int(ep["episode_index"])
     path, t0, t1 = video_path(ds, ep, name)
@@ -438,13 +443,13 @@ def _check_video(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], name: str) -> No
         codec = packet_times(path)[1]["codec"]
         size = None
         got = 0
-        for frame in _window_frames(path, t0, t1, ds.fps):
+        for frame in window_frames(path, t0, t1, ds.fps):
             if size is not None and (frame.width, frame.height) != size:
                 raise CodecError(f"episode {e}'s video {name!r} changes size from {size[0]}x{size[1]} to "
                                  f"{frame.width}x{frame.height}", path=path, hint=FIX)
             size = (frame.width, frame.height)
             got += 1
-        if codec in COPYABLE_CODECS:  # after the decode: damage is named as such, not as a cut GOP
+        if copy and codec in COPYABLE_CODECS:  # after the decode: damage is named as such, not as a cut GOP
             check_segment(VideoSource(path, t0, t1), ds.fps)
     except av.error.FFmpegError as exc:
         raise _decode_error(exc, path, e, name) from exc
@@ -488,12 +493,12 @@ def check_episodes(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], 
         A video that does not demux or decode, or holds another number of frames in the
         episode's window than it has rows (naming the file and the episode).
     """
-    video_names = [n for n, (_, kind) in streams.items() if kind == "video"]
+    video_names = [n for n, (_, kind) in streams.items() if kind in ("video", "depth_video")]
     names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
     _check_files(ds, chosen, names, video_names)
     for ep in chosen:
         _check_rows(ds, ep, cols, streams, names, sensors)
         for name in video_names:
-            _check_video(ds, ep, name)
+            _check_video(ds, ep, name, copy=streams[name][1] == "video")
         if progress is not None:
             progress(int(ep["length"]))

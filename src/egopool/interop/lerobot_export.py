@@ -16,7 +16,9 @@ that is renamed into place at the end, so a failed export leaves no partial data
 existing OUT is replaced only with ``overwrite``).
 
 Videos: an H.264/HEVC stream whose frames sit exactly at ``i / fps`` is copied byte for byte
-(lerobot decodes both); any other stream is decoded and re-encoded (H.264, yuv420p).
+(lerobot decodes both); any other stream, or every one with ``gop`` (a key frame every ``gop``
+frames, for random access), is decoded and re-encoded (H.264, yuv420p). Depth streams of a
+lerobot >= 0.6 export (the default target) become LeRobot depth videos (:mod:`.lerobot_depth`).
 """
 
 from __future__ import annotations
@@ -46,11 +48,14 @@ from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
 from ._checks import check_output_dir
+from .lerobot_depth import DepthErrors, LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
 
 _BATCH_ROWS = 256
+#: Key frame interval of an exported depth video: lerobot's own writer's (``VideoEncoderConfig.g``).
+_DEPTH_GOP = 2
 _COPY_PIX_FMTS = ("yuv420p", "yuvj420p")
 _MAPPING_FILE = "egopool_mapping.json"
 #: x264 without macroblock-tree rate control: with it the same frames give other bytes from run to
@@ -93,6 +98,7 @@ class EpisodePart:
     videos: dict[str, tuple[int, int, float, float]]
     copied: tuple[str, ...]
     stats: dict[str, dict[str, np.ndarray]] = field(repr=False)
+    depth_errors: dict[str, DepthErrors] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -114,11 +120,25 @@ class LeRobotExport:
     plan: LeRobotPlan
     parts: tuple[EpisodePart, ...] = ()
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What makes the dataset untrainable as it is: an ``action`` that never changes (issue 27)."""
+        blocks = [p.stats["action"] for p in self.parts if "action" in p.stats]
+        if not blocks:
+            return ()
+        merged = fmt.aggregate_stats(blocks)
+        if np.all(np.asarray(merged["min"]) == np.asarray(merged["max"])):
+            what = ("the pooled placeholder [0.0]" if not any(c.name == "action" and c.kind == "concat"
+                                                               for c in self.plan.columns) else "--action columns")
+            return (f"action is constant in every exported frame ({what}): a policy learns nothing from it; "
+                    "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)",)
+        return ()
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the mapping, the output, frames and which videos were copied."""
         return {"out": str(self.out) if self.out else None, "dry_run": self.out is None,
                 "episodes": len(self.plan.jobs), "frames": sum(j.length for j in self.plan.jobs),
-                "videos_copied": {p.index: list(p.copied) for p in self.parts},
+                "videos_copied": {p.index: list(p.copied) for p in self.parts}, "warnings": list(self.warnings),
                 "mapping": self.plan.mapping()}
 
 
@@ -145,13 +165,15 @@ def _copyable(path: TaskPath, length: int, fps: int) -> bool:
     return bool(np.all(np.abs(times - np.arange(length) / fps) < 1e-6))
 
 
-def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int) -> tuple[bool, np.ndarray]:
-    """Copy or re-encode one RGB stream; returns (copied, sampled thumbnails for stats)."""
+def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int,
+                  gop: int | None = None) -> tuple[bool, np.ndarray]:
+    """Copy or re-encode one RGB stream (re-encoded with a key frame every ``gop`` frames when given);
+    returns (copied, sampled thumbnails for stats)."""
     src = ep.stream_path(s.key)
     rows = set(_sample_rows(length).tolist())
     thumbs: list[np.ndarray] = []
     dst.parent.mkdir(parents=True, exist_ok=True)
-    copied = _copyable(src, length, fps)
+    copied = gop is None and _copyable(src, length, fps)
     if copied:
         if isinstance(src, ObjectPath):  # streamed from the bucket, one buffer at a time
             with src.open("rb") as fin, open(dst, "wb") as fout:
@@ -162,7 +184,8 @@ def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int) -
             if i in rows:
                 thumbs.append(_thumb(frame))
         return True, np.stack(thumbs)
-    enc = RgbEncoder(dst, s.width, s.height, fps, codec="h264", crf=_REENCODE_CRF, params=_REPRODUCIBLE_X264)
+    params = _REPRODUCIBLE_X264 if gop is None else f"{_REPRODUCIBLE_X264}:keyint={gop}:min-keyint={gop}:scenecut=0"
+    enc = RgbEncoder(dst, s.width, s.height, fps, codec="h264", crf=_REENCODE_CRF, params=params)
     try:
         n = 0
         for n, frame in enumerate(ep.video(s.key), start=1):
@@ -177,6 +200,30 @@ def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int) -
         raise SchemaError(f"stream {s.key!r} has {n} frames for {length} rows (one per row, file_format.md §7.3)",
                           path=src)
     return False, np.stack(thumbs)
+
+
+def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int,
+                        gop: int | None) -> tuple[np.ndarray, DepthErrors]:
+    """One depth stream as a LeRobot 0.6 depth video; returns (sampled thumbnails ``(S, h, w, 1)`` uint16 mm for
+    stats, the quantisation's errors)."""
+    rows = set(_sample_rows(length).tolist())
+    thumbs: list[np.ndarray] = []
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    enc = LeRobotDepthWriter(dst, s.width, s.height, fps, LeRobotDepthMap(), gop=gop or _DEPTH_GOP)
+    n = 0
+    try:
+        for n, frame in enumerate(ep.depth(s.key), start=1):
+            enc.encode(frame)
+            if n - 1 in rows:
+                thumbs.append(_thumb(frame)[..., None])
+        enc.close()
+    except BaseException:
+        enc.abort()
+        raise
+    if n != length:
+        raise SchemaError(f"depth stream {s.key!r} has {n} frames for {length} rows (one per row, file_format.md "
+                          "§7.3)", path=ep.stream_path(s.key))
+    return np.stack(thumbs), enc.errors
 
 
 def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarray:
@@ -239,7 +286,9 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     data_path.parent.mkdir(parents=True, exist_ok=True)
     features = plan.features
     data_feats = {n: v for n, v in features.items() if v["dtype"] != "video"}
-    schema = pa.schema([pa.field(n, fmt.arrow_type(v)) for n, v in data_feats.items()])
+    plain = plan.target != "0.4"  # lerobot >= 0.6: plain nested lists, one row group per episode (issue 31)
+    schema = pa.schema([fmt.arrow_field(n, v, plain_nested=plain) for n, v in data_feats.items()])
+    batches: list[pa.RecordBatch] = []
     need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources} | {"frame_index"})
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
@@ -270,12 +319,18 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             arrays["episode_index"] = np.full(rows, job.episode_index, np.int64)
             arrays["index"] = np.arange(job.from_index + done, job.from_index + done + rows, dtype=np.int64)
             arrays["task_index"] = np.zeros(rows, np.int64)
-            writer.write_batch(pa.record_batch([fmt.feature_array(arrays[n], data_feats[n]) for n in data_feats],
-                                               schema=schema))
+            batch_out = pa.record_batch([fmt.feature_array(arrays[n], data_feats[n], plain_nested=plain)
+                                         for n in data_feats], schema=schema)
+            if plain:
+                batches.append(batch_out)
+            else:
+                writer.write_batch(batch_out)
             for n in values:
                 if data_feats[n]["dtype"] != "string" and not n.startswith("observation.depth."):
                     values[n].append(arrays[n])
             done += rows
+        if plain and batches:
+            writer.write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=max(done, 1))
     for name, it in depth_iters.items():
         if next(it, None) is not None:
             raise SchemaError(f"{name}: the depth stream has more frames than the {length} rows", path=job.task_dir)
@@ -288,14 +343,20 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         stats[name] = counted.result(length)
     videos: dict[str, tuple[int, int, float, float]] = {}
     copied: list[str] = []
+    errors: dict[str, DepthErrors] = {}
     for s in plan.streams:
         dst = root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=c, file_index=f)
-        was_copied, sampled = _export_video(ep, s, dst, length, fps)
-        if was_copied:
-            copied.append(s.name)
-        stats[s.name] = fmt.image_stats(sampled)
+        if s.depth:  # lerobot 0.6: per channel (1, 1, 1) of the sampled mm frames, not divided by 255
+            sampled, errors[s.name] = _export_depth_video(ep, s, dst, length, fps, plan.gop)
+            stats[s.name] = fmt.image_stats(sampled, scale=1.0)
+        else:
+            was_copied, sampled = _export_video(ep, s, dst, length, fps, plan.gop)
+            if was_copied:
+                copied.append(s.name)
+            stats[s.name] = fmt.image_stats(sampled)
         videos[s.name] = (c, f, 0.0, length / fps)
-    return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats)
+    return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats,
+                       errors)
 
 
 @dataclass(frozen=True)
@@ -363,11 +424,21 @@ def _info(plan: LeRobotPlan, parts: Sequence[EpisodePart], copied_info: Mapping[
             "data_path": fmt.DATA_PATH, "video_path": fmt.VIDEO_PATH if plan.streams else None, "features": feats}
 
 
-def _video_feature_info(root: Path, s: StreamMap, fps: int) -> dict[str, Any]:
+def _video_feature_info(root: Path, s: StreamMap, fps: int, target: str = "0.4",
+                        gop: int | None = None) -> dict[str, Any]:
+    """A video feature's ``info``: 0.4's keys (``video.is_depth_map``), or 0.6's (``is_depth_map`` last, and a
+    depth video's ``depth_unit`` and quantisation), which lerobot 0.6.1's ``merge_datasets`` compares."""
     _, info = packet_times(root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=0, file_index=0))
-    return {"video.height": int(info["height"]), "video.width": int(info["width"]), "video.codec": info["codec"],
-            "video.pix_fmt": info["pix_fmt"], "video.is_depth_map": False, "video.fps": fps, "video.channels": 3,
-            "has_audio": False}
+    stream = {"video.height": int(info["height"]), "video.width": int(info["width"]), "video.codec": info["codec"],
+              "video.pix_fmt": info["pix_fmt"]}
+    if target == "0.4":
+        return {**stream, "video.is_depth_map": False, "video.fps": fps, "video.channels": 3, "has_audio": False}
+    if not s.depth:
+        return {**stream, "video.fps": fps, "video.channels": 3, "has_audio": False,
+                **({"video.g": gop} if gop is not None else {}), "is_depth_map": False}
+    return {"is_depth_map": True, "depth_unit": "mm", **stream, "video.fps": fps, "video.channels": 1,
+            "has_audio": False, "video.g": gop or _DEPTH_GOP, "video.extra_options": {"x265-params": "lossless=1"},
+            **LeRobotDepthMap().to_info()}
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -395,7 +466,7 @@ def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
 def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int] | None = None,
                    state: Sequence[str] = (), action: Sequence[str] = (), depth: bool = True,
                    repo_id: str | None = None, dry_run: bool = False, overwrite: bool = False,
-                   progress: Progress | None = None,
+                   progress: Progress | None = None, lerobot: str = "0.6", gop: int | None = None,
                    executor: Executor[Any, Any, Any] | None = None) -> LeRobotExport:
     """Export a task (or some of its episodes) as a LeRobot v3.0 dataset at ``out``.
 
@@ -410,7 +481,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
     state, action:
         Columns concatenated into ``observation.state`` / ``action`` (float32, flattened).
     depth:
-        Export depth streams as ``observation.depth.<key>`` uint16 mm ``[H, W]`` (default True).
+        Export depth streams (default True): LeRobot depth videos ``observation.images.<key>`` for
+        lerobot >= 0.6, ``observation.depth.<key>`` uint16 mm ``[H, W]`` in the data for ``lerobot="0.4"``.
     repo_id:
         Recorded in the mapping (default ``local/<task dir name>``).
     dry_run:
@@ -420,6 +492,12 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         an earlier LeRobot dataset (``meta/info.json``) or empty.
     progress:
         Called with ``(episodes done, total)``.
+    lerobot:
+        The release written for: "0.6" (default: depth videos, 0.6's keys, plain nested 2-D lists, one row
+        group per episode) or "0.4" (the output lerobot 0.4.x reads, docs/decisions.md I1).
+    gop:
+        Re-encode every RGB video with a key frame every ``gop`` frames (random access reads at most
+        ``gop`` frames; None: stream copy where possible, I1/I16).
     executor:
         Runs :func:`export_episode_unit` per episode: in-process (default) or a
         :class:`~egopool.jobs.RayExecutor` (one Ray task per episode; ``task`` and ``out``
@@ -442,7 +520,7 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         From a Ray ``executor``: the cluster could not finish (nothing is left behind).
     """
     plan = plan_export(open_task(task), episodes=episodes, state=state, action=action, depth=depth,
-                       repo_id=repo_id)
+                       repo_id=repo_id, target=lerobot, gop=gop)
     if dry_run:
         return LeRobotExport(None, plan)
     out = check_output_dir(out, plan.task_dir, what="a LeRobot dataset", overwrite=overwrite,
@@ -473,8 +551,24 @@ def _write_meta(plan: LeRobotPlan, parts: Sequence[EpisodePart], root: Path) -> 
     fmt.write_tasks(meta / "tasks.parquet", [plan.task_text])
     stats = {name: fmt.aggregate_stats([p.stats[name] for p in parts]) for name in parts[0].stats}
     _write_json(meta / "stats.json", fmt.stats_to_json(stats))
-    video_info = {s.name: _video_feature_info(root, s, plan.fps) for s in plan.streams}
+    video_info = {s.name: _video_feature_info(root, s, plan.fps, plan.target, plan.gop) for s in plan.streams}
     _write_json(meta / "info.json", _info(plan, parts, video_info))
-    _write_json(root / _MAPPING_FILE, plan.mapping())
+    mapping = plan.mapping()
+    for s in plan.streams:
+        if s.depth:
+            errs = [p.depth_errors[s.name] for p in parts]
+            total = errs[0]
+            for e in errs[1:]:
+                total = total.merge(e)
+            depth_map = LeRobotDepthMap()
+            mapping["features"][s.name]["depth"] = {
+                **LeRobotDepthMap().to_info(), **total.to_dict(),
+                "bound": "in [depth_min, depth_max]: |error| <= half the code step + 0.5 mm "
+                         f"({depth_map.step_mm(1000) / 2 + 0.5:.2f} mm at 1 m, "
+                         f"{depth_map.step_mm(5000) / 2 + 0.5:.2f} mm at 5 m, "
+                         f"{depth_map.step_mm(10000) / 2 + 0.5:.2f} mm at 10 m) of egopool's reader's value",
+                "hole_value": "code 0, which LeRobot reads as depth_min (10 mm); egopool's import makes it 0 again",
+                "outside": "valid depths below depth_min get code 1 (counted), above depth_max are clipped to it"}
+    _write_json(root / _MAPPING_FILE, mapping)
     with contextlib.suppress(OSError):
         fsync_dir(meta)

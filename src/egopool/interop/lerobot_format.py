@@ -40,6 +40,7 @@ __all__ = [
     "QUANTILE_BINS",
     "VIDEO_PATH",
     "aggregate_stats",
+    "arrow_field",
     "arrow_type",
     "as_vectors",
     "chunk_file",
@@ -75,11 +76,13 @@ def chunk_file(index: int, chunks_size: int = 1000) -> tuple[int, int]:
     return index // chunks_size, index % chunks_size
 
 
-def arrow_type(feature: Mapping[str, Any]) -> pa.DataType:
+def arrow_type(feature: Mapping[str, Any], *, plain_nested: bool = False) -> pa.DataType:
     """The parquet type of a non-video feature, as Hugging Face ``datasets`` stores it.
 
     ``shape [1]`` -> the scalar type; ``[n]`` -> ``fixed_size_list<T>[n]``; ``[a, b, ...]`` ->
-    nested fixed-size lists (``datasets.ArrayND`` casts from them); ``"string"`` -> string.
+    nested fixed-size lists (``datasets.ArrayND`` casts from them), or with ``plain_nested`` the plain
+    nested lists ``list<list<T>>`` lerobot's own writer stores (what lerobot >= 0.6's tools expect,
+    issue 31); ``"string"`` -> string.
     """
     dtype = feature["dtype"]
     if dtype == "string":
@@ -88,12 +91,28 @@ def arrow_type(feature: Mapping[str, Any]) -> pa.DataType:
     shape = list(feature["shape"])
     if shape == [1]:
         return typ
+    if plain_nested and len(shape) > 1:
+        for _ in shape:
+            typ = pa.list_(typ)
+        return typ
     for n in reversed(shape):
         typ = pa.list_(typ, int(n))
     return typ
 
 
-def feature_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
+def arrow_field(name: str, feature: Mapping[str, Any], *, plain_nested: bool = False) -> pa.Field:
+    """:func:`arrow_type` as a field; a plain nested ``[a, b, ...]`` feature carries the ``datasets`` ArrayND
+    extension metadata lerobot's writer gives it (``Array2DExtensionType``, ``[[a, b], dtype]``)."""
+    typ = arrow_type(feature, plain_nested=plain_nested)
+    shape = [int(n) for n in feature.get("shape") or [1]]
+    if not plain_nested or len(shape) < 2 or len(shape) > 5 or feature["dtype"] == "string":
+        return pa.field(name, typ)
+    meta = {b"ARROW:extension:metadata": json.dumps([shape, str(feature["dtype"])]).encode(),
+            b"ARROW:extension:name": f"datasets.features.features.Array{len(shape)}DExtensionType".encode()}
+    return pa.field(name, typ, metadata=meta)
+
+
+def feature_array(values: np.ndarray, feature: Mapping[str, Any], *, plain_nested: bool = False) -> pa.Array:
     """Rows of one feature -> its arrow array.
 
     Parameters
@@ -113,6 +132,8 @@ def feature_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     out: pa.Array = pa.array(arr.reshape(-1))
     for n in reversed(shape):
         out = pa.FixedSizeListArray.from_arrays(out, n)
+    if plain_nested and len(shape) > 1:
+        return out.cast(arrow_type(feature, plain_nested=True))
     return out
 
 
@@ -452,6 +473,10 @@ def read_info(root: Path) -> dict[str, Any]:
     info = read_json(path, what="LeRobot info.json")
     if not isinstance(info, dict):
         raise FormatError("info.json is not a JSON object", path=path)
+    if info.get("format") == "pooled_episodes_v1":  # issue 28: an egopool task said "KeyError: 'c'"
+        raise FormatError("this is an egopool task (format pooled_episodes_v1), not a LeRobot dataset: it needs no "
+                          "import", path=path, hint="use it as it is (`egopool ls`, `egopool validate`), or make a "
+                                                    "LeRobot dataset of it with `egopool export lerobot`")
     version = str(info.get("codebase_version", ""))
     if not version.startswith("v3."):
         raise FormatError(f"codebase_version {version or 'missing'!r}: only LeRobot v3.x datasets are read",

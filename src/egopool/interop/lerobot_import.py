@@ -10,6 +10,10 @@ task), in ``episode_index`` order. Per episode:
 * numeric features -> columns of the same element shape (declared in ``info.features``);
 * egopool's ``observation.depth.<key>`` (uint16 mm) -> depth streams, stored as lossless FFV1
   (file_format.md §8 fallback) so the millimetres come back exactly;
+* LeRobot 0.6 depth videos (``is_depth_map``) -> depth streams: decoded with the feature's own
+  ``video.depth_*`` quantisation to the millimetres LeRobot's reader gives (code 0, LeRobot's
+  ``depth_min``, a hole), stored as lossless FFV1; a depth encoding egopool does not know is refused
+  in one line (:mod:`.lerobot_depth`, decisions I15); language columns are not imported (noted);
 * ``timestamp`` -> the pooled ``timestamp``; ``index``/``episode_index``/``task_index``/``frame_index``
   are LeRobot bookkeeping and are not stored (N and ``frame_index`` are the writer's).
 
@@ -42,8 +46,9 @@ from ..write.task_writer import StreamSpec
 from ..importers._common import (ImportResult, ImportSource, Progress, check_not_imported, refuse_other_fps,
                                  remember_import, task_writer)
 from . import lerobot_format as fmt
+from .lerobot_depth import depth_map_of_feature, is_depth_feature, read_lerobot_depth
 from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
-                              episode_rows, plain_int, png_frame, row_values, values, video_path)
+                              episode_rows, plain_int, png_frame, row_values, values, video_path, window_frames)
 
 __all__ = ["LeRobotDatasetInfo", "import_lerobot", "pooled_name", "scan_lerobot"]
 
@@ -206,7 +211,14 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[Featur
         if dtype in ("video", "image"):
             src = (m or {}).get("from") or []
             key = src[0].removeprefix("videos/") if src and src[0].startswith("videos/") else _stream_key(name)
+            if is_depth_feature(feat):  # lerobot 0.6: decoded with its own quantisation, or refused (I15)
+                depth_map_of_feature(name, feat, ds.root / "meta" / "info.json")
+                streams[name] = (key, "depth_video")
+                continue
             streams[name] = (key, dtype)
+            continue
+        if dtype == "language" or name in ("language_persistent", "language_events"):
+            notes.append(f"{name} (LeRobot language column) not imported")
             continue
         if name in _BOOKKEEPING:
             continue
@@ -338,7 +350,7 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
             progress(done, total)
 
     check_episodes(ds, chosen, cols, streams, decl.get("sensors") or (), checked)
-    copied = reencoded = 0
+    copied = reencoded = depth_videos = 0
     now = time.time()
     results = []
     with task_writer(root, task, fps) as tw:
@@ -356,6 +368,14 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                     stream_specs.append(StreamSpec(key, "depth", w, h, codec="ffv1"))  # lossless: exact mm
                     frames = values(table, name, n, dpath, feat).reshape(n, h, w).astype(np.uint16)
                     frame_iters[key] = iter(list(frames))
+                elif kind == "depth_video":
+                    path, t0, t1 = video_path(ds, ep, name)
+                    _, vinfo = packet_times(path)
+                    dmap = depth_map_of_feature(name, feat, ds.root / "meta" / "info.json")
+                    stream_specs.append(StreamSpec(key, "depth", int(vinfo["width"]), int(vinfo["height"]),
+                                                   codec="ffv1"))  # lossless: LeRobot's values exactly
+                    frame_iters[key] = read_lerobot_depth(window_frames(path, t0, t1, fps), dmap)
+                    depth_videos += 1
                 elif kind == "image":
                     cells = table.column(name).to_pylist()
                     first = png_frame(cells[0], path=dpath, column=name, episode=e)
@@ -398,6 +418,10 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         notes.append(f"{reencoded} episode videos decoded and re-encoded as H.264 (not H.264/HEVC in LeRobot)")
     if copied:
         notes.append(f"{copied} episode videos stream-copied (no re-encode)")
+    if depth_videos:
+        notes.append(f"{depth_videos} LeRobot depth videos decoded with their own quantisation (video.depth_min/max/"
+                     "shift/use_log) into lossless FFV1: the millimetres LeRobot's reader gives (within half a code "
+                     "step of what was recorded), code 0 (LeRobot's depth_min) a hole")
     written = tuple(results)
     return ImportResult(tw.task_dir, written, tuple(synthesised), tuple(notes),
                         {"episodes": len(written), "rows": sum(r.length for r in written), "videos_copied": copied,

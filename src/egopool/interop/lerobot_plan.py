@@ -17,7 +17,9 @@ Rules (docs/decisions.md I1):
 * ``--state`` / ``--action`` columns are concatenated, flattened, as float32 into
   ``observation.state`` / ``action`` (they must be float32 or small integers, which float32
   holds exactly); without ``--action`` the pooled ``action`` placeholder is exported as is.
-* RGB streams -> ``observation.images.<key>`` video features; depth streams -> ``observation.depth.<key>``
+* RGB streams -> ``observation.images.<key>`` video features. Depth streams, for lerobot >= 0.6 (the
+  default target): ``observation.images.<key>`` LeRobot depth videos (``is_depth_map``, its 12-bit
+  quantisation, :mod:`.lerobot_depth`, decisions I14); for ``--lerobot 0.4``: ``observation.depth.<key>``
   uint16 ``[H, W]`` mm per frame in the data parquet (lerobot 0.4 has no depth video feature).
 """
 
@@ -39,7 +41,22 @@ from ..schema import signal_kind
 from ..storage import ObjectPath
 from ._checks import episode_streams
 
-__all__ = ["ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+__all__ = ["PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+
+#: What a LeRobot reader does to the float64 Unix ``wall_time`` (issue 31): said in the mapping and the README.
+WALL_TIME_NOTE = ("float64 Unix seconds in the parquet, but LeRobot's items (its torch transform) return float32, "
+                  "whose step at today's Unix times is 128 s: an item's wall_time is up to 64 s off; read the "
+                  "parquet column (hf_dataset.data) or use pooled_timestamp (s since the episode start)")
+#: ``--preset`` -> the ``observation.state`` columns of that rig kind (those every exported episode has, in this
+#: order; a ``*`` matches one device prefix such as ``gripper_2_``). TCP poses are SLAM trajectories, a variable
+#: number of points per row, which a LeRobot feature cannot hold, so the gripper preset is its width/state.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "gripper": ("observation.gripper_state", "observation.*gripper_state"),
+    "hand": ("observation.left_hand_pose", "observation.right_hand_pose"),
+    "glove": ("observation.left_glove", "observation.right_glove"),
+}
+#: LeRobot releases an export is written for: "0.6" (default, lerobot >= 0.6) and "0.4" (lerobot 0.4.x).
+TARGETS = ("0.6", "0.4")
 
 #: Column kinds whose rows hold a variable number of items (multi_device_storage.md §4.6, §7.2).
 _VARIABLE_KINDS = {"slam_trajectory", "slam_trajectory_ns", "imu", "imu_ts"}
@@ -77,12 +94,13 @@ class ColumnMap:
 
 @dataclass(frozen=True)
 class StreamMap:
-    """One RGB stream exported as a LeRobot video feature."""
+    """One RGB stream (or, for lerobot >= 0.6, depth stream: ``depth``) exported as a LeRobot video feature."""
 
     name: str
     key: str
     width: int
     height: int
+    depth: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,8 @@ class LeRobotPlan:
     jobs: list[EpisodeJob]
     created_at: dict[int, float | None]
     declarations: dict[str, Any]
+    target: str = "0.6"
+    gop: int | None = None
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:
@@ -124,7 +144,7 @@ class LeRobotPlan:
 
         out: dict[str, dict[str, Any]] = {c.name: dict(c.feature) for c in self.columns}
         for s in self.streams:
-            out[s.name] = {"dtype": "video", "shape": [s.height, s.width, 3],
+            out[s.name] = {"dtype": "video", "shape": [s.height, s.width, 1 if s.depth else 3],
                            "names": ["height", "width", "channels"]}
         out.update({k: dict(v) for k, v in DEFAULT_FEATURES.items()})
         return out
@@ -133,12 +153,15 @@ class LeRobotPlan:
         """The JSON document written as ``egopool_mapping.json`` (and printed by ``--dry-run``)."""
         return {
             "egopool_version": __version__, "source_task": str(self.task_dir), "task_name": self.task_name,
-            "repo_id": self.repo_id, "fps": self.fps,
+            "repo_id": self.repo_id, "fps": self.fps, "lerobot": self.target,
+            "videos": "stream copy where possible" if self.gop is None else f"re-encoded, key frame every {self.gop}",
             "episodes": [{"pooled_episode_index": j.index, "episode_index": j.episode_index, "length": j.length,
                           "dataset_from_index": j.from_index, "created_at": self.created_at.get(j.index)}
                          for j in self.jobs],
-            "features": {c.name: {"from": list(c.sources), "how": c.kind, "pooled": c.pooled} for c in self.columns}
-                        | {s.name: {"from": [f"videos/{s.key}"], "how": "video", "pooled": {}} for s in self.streams}
+            "features": {c.name: {"from": list(c.sources), "how": c.kind, "pooled": c.pooled}
+                         | ({"note": WALL_TIME_NOTE} if c.name == "wall_time" else {}) for c in self.columns}
+                        | {s.name: {"from": [f"videos/{s.key}"], "how": "depth_video" if s.depth else "video",
+                                    "pooled": {s.key: {"storage": "depth"}} if s.depth else {}} for s in self.streams}
                         | {"timestamp": {"from": [], "how": "frame_index / fps", "pooled": {}}},
             "renamed": list(self.renamed), "dropped": list(self.dropped),
             "declarations": self.declarations,
@@ -261,7 +284,8 @@ def _select(task: Task, episodes: Sequence[int] | None) -> list[Episode]:
 
 
 def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Sequence[str] = (),
-                action: Sequence[str] = (), depth: bool = True, repo_id: str | None = None) -> LeRobotPlan:
+                action: Sequence[str] = (), depth: bool = True, repo_id: str | None = None,
+                target: str = "0.6", gop: int | None = None) -> LeRobotPlan:
     """Compute the mapping of a LeRobot export (nothing is written).
 
     Parameters
@@ -277,6 +301,10 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
         Export depth streams as ``observation.depth.<key>`` (uint16 mm ``[H, W]``); False drops them.
     repo_id:
         LeRobot ``repo_id`` recorded in the mapping (default ``local/<task name>``).
+    target:
+        The LeRobot release written for (:data:`TARGETS`): "0.6" (depth videos, 0.6's key placement) or "0.4".
+    gop:
+        Re-encode every RGB video with a key frame every ``gop`` frames (None: stream copy where possible).
 
     Raises
     ------
@@ -290,6 +318,10 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     FormatError
         A stream an episode's meta row describes has no file (:func:`._checks.episode_streams`).
     """
+    if target not in TARGETS:
+        raise EgopoolError(f"--lerobot {target!r} is not a target", hint=f"use one of {', '.join(TARGETS)}")
+    if gop is not None and (isinstance(gop, bool) or not isinstance(gop, int) or gop < 1):
+        raise EgopoolError(f"key frame interval {gop!r} is not a whole number >= 1", hint="e.g. --gop 10")
     fps = _integer_fps(task)
     chosen = _select(task, episodes)
     both = set(state) & set(action)
@@ -335,7 +367,7 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
                              {"dtype": "float32", "shape": [1], "names": None},
                              {"timestamp": {"storage": "scalar", "dtype": "float32", "length": None, "feature": None}}))
     columns += [cm for col, cm in cmaps.items() if col not in taken]
-    streams, depth_cols = _plan_streams(chosen, depth, dropped)
+    streams, depth_cols = _plan_streams(chosen, depth, dropped, target)
     columns += depth_cols
     if repo_id is None:
         repo_id = f"local/{task.path.name}"
@@ -350,7 +382,30 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     decl: dict[str, Any] = {k: task.info[k] for k in ("calibration", "devices", "device_names", "sensors", "sensor_dim")
             if k in task.info}
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
-                       created, decl)
+                       created, decl, target, gop)
+
+
+def preset_state(task: Task, preset: str, episodes: Sequence[int] | None = None) -> list[str]:
+    """The ``--state`` columns of a :data:`PRESETS` rig kind that every chosen episode of ``task`` has.
+
+    Raises
+    ------
+    EgopoolError
+        An unknown preset, or a task without any of its columns (naming what was looked for).
+    """
+    import fnmatch
+
+    if preset not in PRESETS:
+        raise EgopoolError(f"unknown --preset {preset!r}", hint=f"use one of {', '.join(PRESETS)}")
+    chosen = _select(task, episodes)
+    common = set(chosen[0].schema.names).intersection(*(set(ep.schema.names) for ep in chosen[1:]))
+    cols: list[str] = []
+    for pattern in PRESETS[preset]:
+        cols += [c for c in sorted(common) if fnmatch.fnmatchcase(c, pattern) and c not in cols]
+    if not cols:
+        raise EgopoolError(f"the task has none of the {preset} preset's columns ({', '.join(PRESETS[preset])})",
+                           path=task.path, hint="name the columns with --state (`egopool show TASK N` lists them)")
+    return cols
 
 
 def _created_at(ep: Episode) -> float | None:
@@ -370,8 +425,8 @@ def _created_at(ep: Episode) -> float | None:
     return float(v)
 
 
-def _plan_streams(chosen: Sequence[Episode], depth: bool,
-                  dropped: list[dict[str, str]]) -> tuple[list[StreamMap], list[ColumnMap]]:
+def _plan_streams(chosen: Sequence[Episode], depth: bool, dropped: list[dict[str, str]],
+                  target: str = "0.6") -> tuple[list[StreamMap], list[ColumnMap]]:
     found = [episode_streams(ep) for ep in chosen]
     keys = [set(f) for f in found]
     common = set(keys[0]).intersection(*keys[1:])
@@ -389,6 +444,8 @@ def _plan_streams(chosen: Sequence[Episode], depth: bool,
         kind, w, h = kinds.pop()
         if kind == "rgb":
             streams.append(StreamMap(f"observation.images.{key}", key, w, h))
+        elif depth and target != "0.4":
+            streams.append(StreamMap(f"observation.images.{key}", key, w, h, depth=True))
         elif depth:
             feat = {"dtype": "uint16", "shape": [h, w], "names": ["height", "width"],
                     "info": {"unit": "mm", "no_depth": 0, "egopool_stream": key}}

@@ -27,7 +27,8 @@ rolled back and N is never handed out again (the registry watermark, and
 A task in a bucket (``s3://bucket/prefix/task``) has no rename and no lock: its delete is
 :mod:`egopool.ops.delete_bucket` (a claim journal, the row first, rolled forward by a re-run),
 reached through the same :func:`delete_episodes`. Either way N is retired for good
-(:mod:`egopool.meta.retired`). What N's files are and the plan: :mod:`egopool.ops.delete_plan`.
+(:mod:`egopool.meta.retired`): a directory's delete also leaves the tombstone ``.egopool/retired/<N>``
+(before its commit; a rollback removes it again), so a server or a sync that sees only the task knows N. What N's files are and the plan: :mod:`egopool.ops.delete_plan`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ from .._safe_read import read_bytes, read_json, read_parquet
 from ..errors import EgopoolError, FormatError, OperationError, RegistryError
 from ..layout import TaskLayout, find_episode_files
 from ..meta.info import info_path, read_info, write_info
+from ..meta.retired import retire, retired_key
 from ..registry import Registry, task_key
 from ..storage import is_object_uri
+from ..storage.directory_store import DirectoryStore
 from ._common import Progress, open_registry, prune_empty_dirs, rel, remove_stale_temps
 from .delete_plan import (JOURNAL_RE, DeleteOutcome, DeletePlan, DeleteReport, _pending_journals, check_indices,
                           plan_delete, pooled_episode_leftovers)
@@ -104,6 +107,13 @@ def _rollback(root: Path, journal: dict[str, Any], info_bytes: bytes | None = No
     delete raised to N is set back when it still says N.
     """
     failed = []
+    if journal.get("tombstone"):  # this delete's tombstone goes with it: N is still in use
+        stone = root / retired_key(int(journal["index"]))
+        with contextlib.suppress(FileNotFoundError):
+            stone.unlink()
+        for d in (stone.parent, stone.parent.parent):  # the folders it made, when nothing else is in them
+            with contextlib.suppress(OSError):
+                d.rmdir()
     before = journal.get("total_episodes_before")
     if before is not None:
         remove_stale_temps(info_path(root))
@@ -224,6 +234,7 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
     total = int(read_info(root).get("total_episodes") or 0)
     journal: dict[str, Any] = {
         "index": n, "state": "staging", "registry_status": prior.status if prior else None,
+        "tombstone": not (root / retired_key(n)).exists(),
         "total_episodes_before": total if total < n else None,
         "moves": [{"path": rel(root, p), "staged": rel(root, _staged_name(p, token))} for p in plan.files],
         "shards": [{"path": rel(root, p), "backup": rel(root, _staged_name(p, token))} for p in plan.shards],
@@ -263,6 +274,9 @@ def _delete_one(root: Path, plan: DeletePlan, layout: TaskLayout, registry: Regi
             info = read_info(root)
             info["total_episodes"] = n
             write_info(root, info)
+        # the tombstone a bucket's delete leaves too (meta/retired.py): it travels with every copy of the task,
+        # and the pooling server's allocation asks it on either store
+        retire(DirectoryStore(root), n)
         journal["state"] = "committed"
         atomic_write_json(jpath, journal)
         pause("delete", "committed")

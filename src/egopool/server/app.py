@@ -5,38 +5,33 @@ Routes:
 * ``POST /api/v1/session/upload`` — multipart ``name`` (task), ``episode_index`` (f), the
   zip, and the ``X-Egopool-Client-Key`` header (the sender's identity, docs/decisions.md U11);
   scope ``upload:<task>`` or ``upload:*``; answers 200 with the server's N
-  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with
-  ``{"error", "message", "findings"}``;
+  (:class:`~egopool.server.importer.ImportResult`) or 4xx/5xx with ``{"error", "message", "findings"}``;
 * ``GET /api/v1/tasks``, ``/api/v1/tasks/{task}``, ``/api/v1/tasks/{task}/episodes``,
   ``/api/v1/tasks/{task}/episodes/{n}``, ``/api/v1/tasks/{task}/episodes/{n}/files/{path}``,
   ``/api/v1/uploads`` — scope ``read``;
-* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality``
-  (the stored quality facts, null until computed) and ``preview`` (state, streams with their
-  proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
+* ``GET /api/v1/tasks/{task}/episodes/{n}`` also carries ``duration_s``, ``size_bytes``, ``quality`` (the
+  quality facts, null until computed), ``review``, ``review_version`` (P1) and ``preview`` (state, streams with
+  their proxy and thumbnail URLs, signals URL; :func:`~egopool.server.previews.describe`);
   ``GET /api/v1/tasks/{task}/episodes/{n}/preview/{name}`` serves a preview file (HTTP Range
   for the videos), 404 until built; ``POST`` ``.../preview`` queues a rebuild (scope
   ``upload:*`` or ``review``) — docs/decisions.md Q5, Q6;
 * ``GET /`` and ``/tasks/{task}`` — the HTML page (scope ``read``; a browser signs in at
   ``/login``, which keeps the token in an HttpOnly, SameSite=Strict cookie honoured for GET only);
-* ``POST /api/v1/tasks/{task}/episodes/{n}/review`` — ``{"verdict", "reason"}``, scope
-  ``review`` (a bearer token, or the browser's cookie with the page's CSRF header from the same
-  origin, :mod:`egopool.server.review`); ``GET .../reviews`` — the history, scope ``read``;
+* ``POST .../episodes/{n}/review`` — ``{"episode", "version", "verdict", "reason"}`` (P1), scope ``review``
+  (bearer, or cookie + CSRF header, :mod:`egopool.server.review`); ``GET .../reviews``, scope ``read``;
 * ``GET /api/v1/episodes?<filters>&limit=&cursor=`` — search (:mod:`egopool.server.search`),
   scope ``read``; ``GET /tasks/{task}?<filters>`` is the same as a page, and
   ``GET /tasks/{task}/episodes/{n}`` the episode page (:mod:`egopool.server.curation_page`);
-* ``GET /static/{name}`` — the pages' script and style sheet (no token: nothing of the store);
-* ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` like the rest of the
-  read API (docs/decisions.md U10; no ``/docs`` page);
-* ``GET /healthz`` — no token.
+* ``GET /api/v1/openapi.json`` — the OpenAPI schema, scope ``read`` (docs/decisions.md U10; no ``/docs``);
+* ``GET /static/{name}`` (the pages' script and style sheet: nothing of the store) and ``GET /healthz`` — no token.
 
 Without a tokens file every request is allowed (only for a server bound to loopback,
 which ``egopool serve`` enforces). An upload without a valid token is answered 401 from
-its headers alone: nothing is read, logged in ``server.db`` or written. The request body
-of an upload is streamed to a spool file (never held in memory), at most ``max_receiving``
-bodies at a time (the others wait, unread); the verification runs in one of ``max_imports``
-worker processes (docs/decisions.md U14), then the publish in a thread of this process, at most
-``max_imports`` of each at a time, so the server's memory and scratch disk are bounded by those
-and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
+its headers alone: nothing is read, logged in ``server.db`` or written; so is one beyond ``max_queue``
+admitted uploads (503 with ``Retry-After``, :mod:`~egopool.server.intake`). A body is streamed to a spool file,
+at most ``max_receiving`` at a time; the verification runs in one of ``max_imports`` worker processes or Ray
+tasks (docs/decisions.md U14, U28), then the publish in a thread of this process, so memory and scratch disk
+are bounded by those and the per-upload :class:`~egopool.server.zipcheck.Limits`. No answer names a path of
 the server's disk (:func:`hide_paths`).
 """
 
@@ -45,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import time
 import urllib.parse
 from functools import partial
 from collections.abc import AsyncIterator
@@ -67,8 +63,9 @@ from .catalog import episode_entries, episode_entry, episode_file, pending_rows,
 from .importer import Importer
 from .curation_page import episode_page, task_page
 from .page import error_page, index_page, login_page
-from .review import CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, parse_review
-from .search import episode_neighbours, parse_query, search_episodes
+from .review import (CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, other_site,
+                     parse_review, record_verdict)
+from .search import episode_neighbours, missing_facts, next_unreviewed, parse_query, search_episodes
 from .summary import task_overview, task_totals
 from .previews import PreviewWorker, describe
 from .receive import MultipartSpool
@@ -76,7 +73,7 @@ from .legacy_journals import recover_legacy_journals
 from .config import ServerConfig, hide_paths, hide_state
 from .store import ServerStore
 from .tokens import Token, TokenStore
-from .workers import VerifyPool
+from .intake import IntakeQueue, start_intake
 from .zipcheck import too_large
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
@@ -125,15 +122,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             if n:
                 log.warning("%d upload(s) were interrupted by the last shutdown", n)
             state["store"] = store
-            if config.verify_processes:
-                state["pool"] = VerifyPool(max(1, config.max_imports))
-            importer = Importer(store, on_conflict=config.on_conflict, limits=config.limits,
-                                    pool=state.get("pool"), max_publishes=max(1, config.max_imports))
-            state["importer"] = importer
-            state["imports"] = anyio.Semaphore(max(1, config.max_imports))  # verifications at a time
-            # publishes at a time: max_imports groups (the importer's bound), each of up to 4 waiting uploads (U18)
-            state["publishing"] = anyio.Semaphore(max(1, config.max_imports) * 4)
-            state["receiving"] = anyio.Semaphore(max(1, config.max_receiving))
+            start_intake(config, store, state)  # verifier, importer, admission queue, semaphores (U14, U28, U29)
             state["previews"] = PreviewWorker(store, config.previews)
             state["previews"].start()
             yield
@@ -261,7 +250,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         return JSONResponse({"error": "not_found" if status == 404 else "server_error",
                              "message": hide(exc.one_line()), "findings": []}, status_code=status)
 
-    # -- upload ----------------------------------------------------------------------------------------
     @app.post("/api/v1/session/upload")
     async def upload(request: Request) -> Response:
         store = store_()
@@ -270,8 +258,16 @@ def create_app(config: ServerConfig) -> FastAPI:
             tok = authenticate(request, cookie_ok=False)
         except UploadRejectedError as exc:
             return _error(exc)
-        upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
-        spool = store.new_spool()
+        intake: IntakeQueue = state["intake"]
+        if (place := intake.admit()) is None:  # the queue is full (U29): from the headers, before a log row
+            return intake.busy()
+        try:
+            t0 = time.monotonic()
+            upload_id = await anyio.to_thread.run_sync(store.db.start_upload, tok.id if tok else None, client)
+            spool = store.new_spool()
+        except BaseException:
+            place.leave()
+            raise
         named: dict[str, str] = {}  # the task name once the form gave it (for the upload log)
         try:
             length = request.headers.get("content-length")
@@ -316,14 +312,22 @@ def create_app(config: ServerConfig) -> FastAPI:
             if not task:
                 raise UploadRejectedError(400, "bad_request", "the form field 'name' (the task name, §9) is missing")
             scope_check(task)
+            t1 = time.monotonic()
             await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, task=task, bytes=body.file_bytes,
-                                                                          zip_sha256=sha))
+                                                                          zip_sha256=sha, receive_s=t1 - t0))
             importer: Importer = state["importer"]
-            async with state["imports"]:  # the verification (worker processes: U14), then the publish: the next
-                verified = await anyio.to_thread.run_sync(  # upload is verified while this one publishes
-                    lambda: importer.verify(spool, task=task, form_index=body.fields.get("episode_index"),
-                                            upload_id=upload_id, token_id=tok.id if tok else None,
-                                            client_key=request.headers.get(CLIENT_KEY_HEADER)))
+            await anyio.to_thread.run_sync(importer.pause, "queued")  # the crash tests' seam: spooled, queued
+            try:
+                async with state["imports"]:  # the verification (worker processes: U14, Ray: U28), then the
+                    t2 = time.monotonic()  # publish: the next upload is verified while this one publishes
+                    verified = await anyio.to_thread.run_sync(
+                        lambda: importer.verify(spool, task=task, form_index=body.fields.get("episode_index"),
+                                                upload_id=upload_id, token_id=tok.id if tok else None,
+                                                client_key=request.headers.get(CLIENT_KEY_HEADER), queue_s=t2 - t1))
+                    intake.observe(time.monotonic() - t2)
+            finally:
+                place.leave()
+            t3 = time.monotonic()
             try:
                 async with state["publishing"]:
                     result = await anyio.to_thread.run_sync(
@@ -332,6 +336,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             except BaseException:
                 store.discard(verified.staging.parent)  # publish discards it itself; not reached when cancelled
                 raise
+            await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, publish_s=time.monotonic() - t3))
             if result.status == "imported":  # off the request path: the answer does not wait for it
                 try:
                     await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
@@ -358,10 +363,10 @@ def create_app(config: ServerConfig) -> FastAPI:
                                                    msg))
             return JSONResponse({"error": "server_error", "message": msg, "findings": []}, status_code=500)
         finally:
+            place.leave()
             with contextlib.suppress(FileNotFoundError):
                 spool.unlink()
 
-    # -- read API --------------------------------------------------------------------------------------
     def _task(name: str) -> str:
         if not store_().has_task(name):
             raise UploadRejectedError(404, "not_found", f"no task {name!r} on this server")
@@ -420,18 +425,15 @@ def create_app(config: ServerConfig) -> FastAPI:
             if len(body) > MAX_BODY:
                 raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
         _n(task, index)
-        verdict, reason = parse_review(body)
-        store = store_()
-        if await anyio.to_thread.run_sync(store.db.episode, _task(task), index) is None:
-            raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
-        row = await anyio.to_thread.run_sync(store.db.add_review, task, index, verdict, reason, tok.id if tok else None)
-        return row.to_dict()
+        v, who = parse_review(body), (tok.id if tok else None)
+        return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, who)
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/reviews")
     async def reviews_api(task: str, index: int, request: Request) -> dict[str, Any]:
         require_read(request)
         rows = await anyio.to_thread.run_sync(store_().db.reviews, _task(task), _n(task, index))
-        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows]}
+        return {"task": task, "episode_index": index, "reviews": [r.to_dict() for r in rows],
+                "version": rows[-1].id if rows else 0}
 
     @app.get("/api/v1/episodes")
     async def search_api(request: Request) -> dict[str, Any]:
@@ -442,7 +444,6 @@ def create_app(config: ServerConfig) -> FastAPI:
             store = store_()
             pending = pending_rows(store, q.filters.get("task"))  # the journals first, then server.db (U5)
             return search_episodes(store.db, q, pending)
-
         eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
 
@@ -469,8 +470,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         if quality and quality.get("errors"):
             quality["errors"] = [hide(str(e)) for e in quality["errors"]]
         length = ep.get("length")
+        current = store.db.current_review(task, index)
         return {**ep, "duration_s": round(length / fps, 6) if length is not None and fps else None,
-                "size_bytes": size, "quality": quality, "preview": preview}
+                "size_bytes": size, "quality": quality, "preview": preview,
+                "review": current.to_dict() if current else None,
+                "review_version": store.db.review_version(task, index)}
 
     @app.get("/api/v1/tasks/{task}/episodes/{index}/preview/{name}")
     async def preview_file_api(task: str, index: int, name: str, request: Request) -> Response:
@@ -480,7 +484,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(404, "not_found", f"episode {index} of task {task!r} has no preview {name!r} "
                                                         "(yet); its entry in the read API says the preview's state")
         media = {".mp4": "video/mp4", ".jpg": "image/jpeg", ".json": "application/json"}[path.suffix]
-        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+        return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache",
+                                                               "Cross-Origin-Resource-Policy": "same-origin"})
 
     @app.post("/api/v1/tasks/{task}/episodes/{index}/preview")
     async def preview_rebuild_api(task: str, index: int, request: Request) -> dict[str, Any]:
@@ -538,7 +543,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             info = read_info(state["previews"].task_location(_task(task)))
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
-                             store.db.uploads(limit=20, task=task))
+                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
@@ -557,7 +562,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             prev, nxt = episode_neighbours(store.db, q, task, index)
             return episode_page(task, entry, store.db.reviews(task, index), (prev, nxt), q,
                                 can_review=tok is None or tok.can_review(),
-                                csrf=csrf_token(cookie) if cookie and tok is not None else "")
+                                csrf=csrf_token(cookie) if cookie and tok is not None else "",
+                                next_unreviewed=next_unreviewed(store.db, q, task, index))
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
@@ -565,14 +571,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def login_form() -> HTMLResponse:
         return HTMLResponse(login_page())
 
-    def other_site(request: Request) -> bool:
-        """A browser says another site's page sent this (``Sec-Fetch-Site``; not ``Origin``, which a proxy
-        rewriting ``Host`` would make look foreign): it may not sign the browser in or out (U24, U27)."""
-        return request.headers.get("sec-fetch-site") in ("cross-site", "same-site")
-
     @app.post("/login")
     async def login(request: Request) -> Response:
-        if other_site(request):
+        if other_site(request.headers.get("sec-fetch-site")):
             return HTMLResponse(login_page("sign in from this server's own page"), status_code=403)
         raw = b""
         async for chunk in request.stream():
@@ -589,7 +590,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.post("/logout")
     async def logout(request: Request) -> Response:
-        if other_site(request):
+        if other_site(request.headers.get("sec-fetch-site")):
             return HTMLResponse(login_page("sign out from this server's own page"), status_code=403)
         resp = RedirectResponse("/login", status_code=303)
         resp.delete_cookie(_COOKIE, path="/")

@@ -36,9 +36,15 @@ class ServerConfig:
         Imports verified and published at the same time (the rest wait).
     max_receiving:
         Upload bodies received at the same time (the rest wait before their body is read).
+    max_queue:
+        Uploads admitted at a time: received, waiting for a verification worker or being verified; one more is
+        answered 503 with ``Retry-After`` (docs/decisions.md U29).
     verify_processes:
         Verify uploads in ``max_imports`` worker processes (docs/decisions.md U14); False verifies in
         the server process's threads.
+    verify_ray:
+        Verify uploads as Ray tasks at this address (``serve --ray``, U28; ``""``: Ray's own resolution); None:
+        worker processes (``verify_processes``).
     previews:
         The preview worker's settings (``enabled=False``: ``--no-previews``).
     """
@@ -50,7 +56,9 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     max_imports: int = 2
     max_receiving: int = 32
+    max_queue: int = 256
     verify_processes: bool = True
+    verify_ray: str | None = None
     previews: PreviewConfig = field(default_factory=PreviewConfig)
 
 

@@ -24,7 +24,8 @@
 Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
 digest; 3 adds ``previews`` and ``quality``; 4 adds ``reviews``, ``review_state`` and the covering
-indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept). An older file is migrated when the
+indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept); 5 adds
+``uploads``' stage timings (``receive_s``, ``queue_s``, ``verify_s``, ``publish_s``, ``verify_attempts``). An older file is migrated when the
 server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
@@ -41,17 +42,18 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import RegistryError
 from .db_rows import UPLOAD_FIELDS as _UPLOAD_FIELDS
-from .db_rows import VERDICTS, EpisodeRow, PreviewRow, ReviewRow, UploadRow
+from .db_rows import UNDO, VERDICTS, EpisodeRow, PreviewRow, ReviewRow, UploadRow
 
-__all__ = ["QUALITY_COLUMNS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "ServerDB", "UploadRow"]
+__all__ = ["QUALITY_COLUMNS", "UNDO", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewConflict", "ReviewRow", "ServerDB",
+           "UploadRow"]
 
-_SCHEMA_VERSION = 4
+_SCHEMA_VERSION = 5
 #: verdict -> the review state it leaves (docs/decisions.md Q10).
 #: Quality facts stored as columns of ``quality`` (filterable in SQL); every fact is in its ``facts`` JSON.
 QUALITY_COLUMNS = ("duration_s", "rows", "size_bytes", "idle_fraction", "idle_frames", "gap_total", "drop_total",
@@ -123,7 +125,12 @@ CREATE TABLE IF NOT EXISTS uploads (
     outcome              TEXT    NOT NULL,
     status               INTEGER,
     reason               TEXT,
-    message              TEXT
+    message              TEXT,
+    receive_s            REAL,
+    queue_s              REAL,
+    verify_s             REAL,
+    publish_s            REAL,
+    verify_attempts      INTEGER
 );
 """ + _EPISODES_TABLE + """;
 CREATE INDEX IF NOT EXISTS uploads_received ON uploads (received_at);
@@ -161,6 +168,18 @@ def _episodes_keyed_by_content(con: sqlite3.Connection) -> None:
     con.execute("DROP TABLE episodes_v1")
 
 
+#: Columns schema 5 adds to ``uploads``: where an upload's time went (docs/decisions.md U30).
+_TIMING_COLUMNS = ("receive_s REAL", "queue_s REAL", "verify_s REAL", "publish_s REAL", "verify_attempts INTEGER")
+
+
+def _upload_timings(con: sqlite3.Connection) -> None:
+    """4 -> 5: ``uploads`` gets the seconds of each stage (null for the rows before); a column it has is kept."""
+    have = {row[1] for row in con.execute("PRAGMA table_info(uploads)")}
+    for col in _TIMING_COLUMNS:
+        if col.split()[0] not in have:
+            con.execute(f"ALTER TABLE uploads ADD COLUMN {col}")
+
+
 def _tables_only(con: sqlite3.Connection) -> None:
     """3 -> 4: ``reviews`` and ``review_state``, created by the schema script (``IF NOT EXISTS``)."""
 
@@ -173,7 +192,7 @@ def _curation_tables(con: sqlite3.Connection) -> None:
 
 
 #: version -> the step that brings a file of that version to the next one.
-_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only}
+_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only, 4: _upload_timings}
 
 
 class ServerDB:
@@ -324,23 +343,64 @@ class ServerDB:
             rows = con.execute("SELECT * FROM episodes WHERE task = ? ORDER BY episode_index", (task,)).fetchall()
         return {int(r[1]): _episode(r) for r in rows}
 
-    def add_review(self, task: str, index: int, verdict: str, reason: str, token_id: str | None) -> ReviewRow:
-        """Record a verdict on episode ``index`` of ``task`` and make it the episode's current state.
+    def add_review(self, task: str, index: int, verdict: str, reason: str, token_id: str | None, *,
+                   version: int | None = None) -> tuple[ReviewRow, ReviewRow | None]:
+        """Record a verdict on episode ``index`` of ``task``; return it and the verdict now in force.
+
+        ``version`` is the review version the verdict answers (:meth:`review_version` when the
+        reviewer looked; None records unconditionally, for seeding and tests). ``undo`` takes back
+        the last verdict still in force (the one before it, or none, is then the episode's state);
+        the row is appended like any other (docs/decisions.md Q11, P1, P2).
 
         Raises
         ------
         ValueError
-            ``verdict`` is not one of :data:`VERDICTS` (the caller checked the request first).
+            ``verdict`` is not one of :data:`VERDICTS` or ``undo`` (the caller checked the request first).
+        ReviewConflict
+            ``version`` is not the episode's review version (another verdict came first: a second tab,
+            a repeated request), or an ``undo`` with no verdict in force. Nothing is recorded.
         """
-        if verdict not in VERDICTS:
+        if verdict not in VERDICTS and verdict != UNDO:
             raise ValueError(f"unknown verdict {verdict!r}")
         at = time.time()
         with self._connect() as con:
+            rows = [ReviewRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], float(r[6])) for r in con.execute(
+                "SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
+                "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()]
+            stack = _in_force(rows)
+            if version is not None and version != (rows[-1].id if rows else 0):
+                raise ReviewConflict(f"episode {index} of task {task!r} was reviewed again since review version "
+                                     f"{version} (now {rows[-1].id if rows else 0}): "
+                                     f"{_describe(stack[-1] if stack else None)}; nothing was recorded",
+                                     stack[-1] if stack else None, rows[-1].id if rows else 0)
+            if verdict == UNDO:
+                if not stack:
+                    raise ReviewConflict(f"episode {index} of task {task!r} has no verdict to undo", None,
+                                         rows[-1].id if rows else 0)
+                reason = reason or f"undo of review #{stack[-1].id} ({stack[-1].state})"
             cur = con.execute("INSERT INTO reviews (task, episode_index, verdict, reason, token_id, at) "
                               "VALUES (?, ?, ?, ?, ?, ?)", (task, index, verdict, reason, token_id, at))
-            rid = int(cur.lastrowid or 0)
-            con.execute("INSERT OR REPLACE INTO review_state VALUES (?, ?, ?, ?)", (task, index, rid, VERDICTS[verdict]))
-        return ReviewRow(rid, task, index, verdict, reason, token_id, at)
+            row = ReviewRow(int(cur.lastrowid or 0), task, index, verdict, reason, token_id, at)
+            stack = _in_force([*rows, row])
+            if stack:
+                con.execute("INSERT OR REPLACE INTO review_state VALUES (?, ?, ?, ?)",
+                            (task, index, stack[-1].id, VERDICTS[stack[-1].verdict]))
+            else:
+                con.execute("DELETE FROM review_state WHERE task = ? AND episode_index = ?", (task, index))
+        return row, (stack[-1] if stack else None)
+
+    def review_version(self, task: str, index: int) -> int:
+        """The id of the last review row of ``(task, N)`` (any verdict or undo), 0 when none: what a new
+        verdict must answer (docs/decisions.md P1)."""
+        with self._connect(write=False) as con:
+            r = con.execute("SELECT MAX(id) FROM reviews WHERE task = ? AND episode_index = ?",
+                            (task, index)).fetchone()
+        return int(r[0] or 0)
+
+    def current_review(self, task: str, index: int) -> ReviewRow | None:
+        """The verdict in force on ``(task, N)`` (undos applied), None when unreviewed."""
+        stack = _in_force(self.reviews(task, index))
+        return stack[-1] if stack else None
 
     def reviews(self, task: str, index: int) -> list[ReviewRow]:
         """Every verdict on episode ``index`` of ``task``, oldest first."""
@@ -449,6 +509,43 @@ class ServerDB:
             rows = con.execute(f"SELECT task, episode_index, facts FROM quality WHERE {' AND '.join(where)} "
                                "ORDER BY task, episode_index LIMIT ?", (*args, int(limit))).fetchall()
         return [(r[0], int(r[1]), json.loads(r[2])) for r in rows]
+
+class ReviewConflict(ValueError):
+    """A verdict that answers an outdated review version, or an undo with nothing to undo (HTTP 409).
+
+    Attributes
+    ----------
+    current:
+        The verdict in force (None: unreviewed).
+    version:
+        The episode's review version now.
+    """
+
+    def __init__(self, message: str, current: ReviewRow | None, version: int) -> None:
+        super().__init__(message)
+        self.current, self.version = current, version
+
+
+def _in_force(rows: Sequence[ReviewRow]) -> list[ReviewRow]:
+    """The verdicts still in force, oldest first, of an episode's review rows in id order: a verdict is
+    pushed, an ``undo`` pops the last one (docs/decisions.md P2)."""
+    stack: list[ReviewRow] = []
+    for r in rows:
+        if r.verdict == UNDO:
+            if stack:
+                stack.pop()
+        else:
+            stack.append(r)
+    return stack
+
+
+def _describe(r: ReviewRow | None) -> str:
+    if r is None:
+        return "it is unreviewed now"
+    by = f" by {r.token_id}" if r.token_id else ""
+    why = f" {r.reason!r}" if r.reason else ""
+    return f"it is {r.state}{why}{by} now"
+
 
 def _episode(r: tuple[Any, ...]) -> EpisodeRow:
     return EpisodeRow(r[0], int(r[1]), r[2], r[3], int(r[4]), r[5], int(r[6]), r[7], float(r[8]), int(r[9]),

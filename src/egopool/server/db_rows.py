@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UPLOAD_FIELDS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "UploadRow"]
+__all__ = ["UNDO", "UPLOAD_FIELDS", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewRow", "UploadRow"]
 
 VERDICTS = {"accept": "accepted", "reject": "rejected", "flag": "flagged"}
+#: the review row that takes back the last verdict in force (docs/decisions.md P2)
+UNDO = "undo"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,16 @@ class UploadRow:
     status: int | None
     reason: str | None
     message: str | None
+    #: Seconds the body took to arrive and be spooled (docs/decisions.md U30).
+    receive_s: float | None = None
+    #: Seconds the spooled upload waited for a verification worker.
+    queue_s: float | None = None
+    #: Seconds of its verification (every attempt; in a worker process or a Ray task).
+    verify_s: float | None = None
+    #: Seconds from verified to answered: the publish, waiting for its task's group included.
+    publish_s: float | None = None
+    #: Verifications run (2: the first one's worker died and it was verified again).
+    verify_attempts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -139,7 +151,7 @@ class ReviewRow:
     task, episode_index:
         The episode (server N).
     verdict:
-        ``accept``, ``reject`` or ``flag``.
+        ``accept``, ``reject`` or ``flag``; ``undo`` takes back the last verdict still in force (P2).
     reason:
         Free text ("" allowed for accept only).
     token_id:
@@ -158,8 +170,8 @@ class ReviewRow:
 
     @property
     def state(self) -> str:
-        """``accepted``, ``rejected`` or ``flagged``."""
-        return VERDICTS[self.verdict]
+        """``accepted``, ``rejected``, ``flagged``, or ``undone`` for an ``undo`` row (docs/decisions.md P2)."""
+        return VERDICTS.get(self.verdict, "undone")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (with ``state``)."""

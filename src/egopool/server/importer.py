@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from ..errors import EgopoolError, FormatError, UploadRejectedError
 from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.info import merge_info, new_info
+from ..meta.retired import retired_key
 from ..meta.tasks import read_tasks
 from ..publish import (JOURNALS, Publication, claim_all, committed_rows, journal_doc, publish_group, stamp_digests,
                        task_hash)
@@ -55,12 +57,13 @@ from .declarations import added_declarations, check_upload_fits, may_not_declare
 from .group_commit import GroupQueue
 from .renumber import rewrite_episode_index
 from .store import ServerStore, record_into
-from .verify import Verified, client_host_id, local, verify_upload
-from .workers import VerifyPool
+from .verify import Verified, client_host_id, local, verify_attempt, verify_upload
+from .workers import Verifier, VerifierLost
 from .zipcheck import Limits
 
 __all__ = ["ON_CONFLICT", "ImportResult", "Importer", "Verified", "verify_upload"]
 
+log = logging.getLogger("egopool.server")
 ON_CONFLICT = ("renumber", "reject")
 _PAUSE_ENV = "EGOPOOL_SERVER_PAUSE"
 
@@ -155,7 +158,8 @@ class Importer:
     limits:
         Zip limits.
     pool:
-        Worker processes for :meth:`verify` (docs/decisions.md U14); None verifies in the calling thread.
+        Worker processes (docs/decisions.md U14) or Ray tasks (U28) for :meth:`verify`; None verifies in the
+        calling thread.
     max_publishes:
         Groups published at a time, over every task (U19).
 
@@ -173,7 +177,7 @@ class Importer:
     GROUP_LIMIT = 16
 
     def __init__(self, store: ServerStore, *, on_conflict: str = "renumber", limits: Limits | None = None,
-                 pool: VerifyPool | None = None, max_publishes: int = 2) -> None:
+                 pool: Verifier | None = None, max_publishes: int = 2) -> None:
         if on_conflict not in ON_CONFLICT:
             raise EgopoolError(f"unknown --on-conflict {on_conflict!r}", hint=f"use one of {ON_CONFLICT}")
         self.store = store
@@ -185,6 +189,10 @@ class Importer:
         self._groups: GroupQueue[_Waiting] = GroupQueue(self.GROUP_LIMIT, leaders=max_publishes)
 
     client_host_id = staticmethod(client_host_id)
+
+    def pause(self, stage: str) -> None:
+        """The crash tests' seam at ``stage`` (class docstring); a no-op unless ``EGOPOOL_SERVER_PAUSE`` names it."""
+        self._pause(stage)
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -229,34 +237,50 @@ class Importer:
         return self.publish(verified, zip_sha256=zip_sha256, token_id=token_id, may_declare=may_declare)
 
     def verify(self, zip_path: Path, *, task: str, form_index: str | None, upload_id: int,
-               token_id: str | None = None, client_key: str | None = None) -> Verified:
+               token_id: str | None = None, client_key: str | None = None, queue_s: float | None = None) -> Verified:
         """Steps 1-5 and 7 (:func:`~egopool.server.verify.verify_upload`) into a fresh staging directory, in a
-        worker process of the ``pool`` when the importer has one (U14), else in this thread. The staging
-        directory is discarded here on a refusal, else by :meth:`publish`.
+        worker process of the ``pool`` (U14) or a Ray task (U28) when the importer has one, else in this thread.
+        A worker that dies mid-call (:class:`~egopool.server.workers.VerifierLost`) costs one more verification
+        into the emptied staging directory (U28); a second death is the caller's 500. The staging directory is
+        discarded here on a refusal, else by :meth:`publish`. ``queue_s``: the seconds the upload waited for a
+        worker, recorded with the verification's own (U30).
 
         Raises
         ------
         UploadRejectedError
             Every refusal; the upload log row gets what was learnt before it (task, f, host id).
+        VerifierLost
+            The worker died twice.
         """
         self.store.check_task(task)  # the name first: 400 before anything is staged
         self._pause("received")
         staging = self.store.new_staging(upload_id, task)
+        started, attempt = time.monotonic(), 1
+        timings: dict[str, Any] = {"queue_s": queue_s}
         try:
             run = self.pool.run if self.pool is not None else _inline
-            verified: Verified = run(verify_upload, zip_path, staging, self.limits, form_index=form_index,
-                                     client_key=client_key, token_id=token_id)
+            while True:
+                try:
+                    verified: Verified = run(verify_attempt, zip_path, staging, self.limits, attempt=attempt,
+                                             form_index=form_index, client_key=client_key, token_id=token_id)
+                    break
+                except VerifierLost:
+                    if attempt >= 2:
+                        raise
+                    log.warning("upload %d: its verification worker died; verifying it again", upload_id)
+                    attempt += 1
         except BaseException as exc:
+            timings.update(verify_s=time.monotonic() - started, verify_attempts=attempt)
             learnt = getattr(exc, "upload_log", None)
-            if learnt:
-                self.store.db.update_upload(upload_id, task=task, **learnt)
+            self.store.db.update_upload(upload_id, task=task, **timings, **(learnt or {}))
             self.store.discard(staging.parent)
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise UploadRejectedError(507, "insufficient_storage", f"the server's disk is full ({exc.strerror})"
                                           ) from exc
             raise
         verified.task, verified.upload_id = task, upload_id
-        self.store.db.update_upload(upload_id, task=task, **verified.upload_log())
+        timings.update(verify_s=time.monotonic() - started, verify_attempts=attempt)
+        self.store.db.update_upload(upload_id, task=task, **timings, **verified.upload_log())
         return verified
 
     def publish(self, v: Verified, *, zip_sha256: str, token_id: str | None = None,
@@ -335,10 +359,12 @@ class Importer:
 
     # -- step 8 --------------------------------------------------------------------------------------
     def _occupied(self, task: str, layout: TaskLayout, k: int) -> bool:
-        """N ``k`` has an object, or a claim, in the store (a directory store: any file of its group too)."""
+        """N ``k`` has an object, a claim or a tombstone (it was deleted) in the store (a directory store: any file
+        of its group too)."""
         objects = self.store.objects
         if any(objects.exists(key) for key in (layout.episodes_file(k).as_posix(), layout.data_file(k).as_posix(),
-                                               f"{JOURNALS}/{task_hash(task)}/{k:09d}.json")):
+                                               f"{JOURNALS}/{task_hash(task)}/{k:09d}.json",
+                                               f"{task}/{retired_key(k)}")):  # deleted N: never again (O34)
             return True
         local = self.store.local_task(task)
         if local is None:

@@ -48,11 +48,16 @@ def _size(n: int | None) -> str:
     return f"{x:.1f} TB"
 
 
-def _doc(title: str, body: str, script: str = "") -> str:
-    js = f"<script src=\"/static/{_e(script)}\" defer></script>" if script else ""
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
+def _doc(title: str, body: str, script: str = "", libs: Sequence[str] = ()) -> str:
+    """A page; ``script`` and ``libs`` (vendored files of ``static/``, run before it, in order) are deferred;
+    a lib ending in ``.css`` is a style sheet."""
+    css = "".join(f"<link rel=\"stylesheet\" href=\"/static/{_e(x)}\">" for x in libs if x.endswith(".css"))
+    js = "".join(f"<script src=\"/static/{_e(x)}\" defer></script>" for x in [*libs, script]
+                 if x and not x.endswith(".css"))
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             "<link rel=\"icon\" href=\"data:,\">"
-            f"<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
+            f"{css}<link rel=\"stylesheet\" href=\"/static/egopool.css\">{js}</head><body>{body}"
             f"<footer class=\"dim\">egopool {_e(__version__)} · pooled_episodes_v1 · "
             "<a href=\"/api/v1/tasks\">JSON API</a> · <form method=\"post\" action=\"/logout\">"
             "<button type=\"submit\" id=\"logout\">sign out</button></form></footer></body></html>")
@@ -94,15 +99,32 @@ def _uploads_table(uploads: Sequence[UploadRow]) -> str:
             if u.server_episode_index is not None else _e(u.client_episode_index)
         rows.append([_e(u.id), _time(u.received_at), _task_link(u.task) if u.task else "—",
                      _client(u), mapping, outcome, _e(u.status),
-                     _e(u.reason or ""), _e(u.token_id or "")])
+                     _e(u.reason or ""), _e(u.token_id or ""), _stages(u)])
     return _table("uploads", ("#", "received", "task", "client", "client N → server N", "outcome", "HTTP",
-                              "reason", "token"), rows)
+                              "reason", "token", "receive · queue · verify · publish (s)"), rows)
+
+
+def _stages(u: UploadRow) -> str:
+    """Where the upload's time went (docs/decisions.md U30): a queue time growing upload after upload is a backlog."""
+    parts = [f"{v:.2f}" if v is not None else "—" for v in (u.receive_s, u.queue_s, u.verify_s, u.publish_s)]
+    retried = f" <span class=\"warn\">({_e(u.verify_attempts)} verifications)</span>" \
+        if (u.verify_attempts or 0) > 1 else ""
+    return _e(" · ".join(parts)) + retried
 
 
 def _reviews(t: dict[str, Any]) -> str:
     return (f"<span class=\"ok\">{_e(t['accepted'])} accepted</span> · <span class=\"bad\">{_e(t['rejected'])} "
             f"rejected</span> · <span class=\"warn\">{_e(t['flagged'])} flagged</span> · "
             f"<span class=\"dim\">{_e(t['unreviewed'])} unreviewed</span>")
+
+
+def _partial(tot: dict[str, Any]) -> str:
+    """" (partial: 1 of 3 measured)" while previews build (P9), else ""."""
+    measured, n = tot.get("measured"), tot.get("episodes")
+    if measured is None or n is None or measured >= n:
+        return ""
+    return (f" <span class=\"warn partial\" data-building=\"{_e(n - measured)}\">(partial: {_e(measured)} of "
+            f"{_e(n)} episodes measured)</span>")
 
 
 def _thumb(url: str | None) -> str:
@@ -125,7 +147,7 @@ def index_page(tasks: Sequence[dict[str, Any]], uploads: Sequence[UploadRow]) ->
             f"{_e(t.get('total_episodes'))} <span class=\"dim\">(none pooled here)</span>"
         tot = tot or {"accepted": 0, "rejected": 0, "flagged": 0, "unreviewed": 0}
         trows.append([_thumb(tot.get("thumbnail")), _task_link(t["name"]), count,
-                      _duration(tot.get("duration_s")), _size(tot.get("size_bytes")), _reviews(tot),
+                      _duration(tot.get("duration_s")) + _partial(tot), _size(tot.get("size_bytes")), _reviews(tot),
                       _e(t["fps"]), f"<span class=\"wrap\">{_e(', '.join(t['streams']))}</span>",
                       _time(t["last_upload_at"])])
     body = ["<h1>egopool pooling server</h1>", "<h2>Tasks</h2>",
@@ -134,7 +156,7 @@ def index_page(tasks: Sequence[dict[str, Any]], uploads: Sequence[UploadRow]) ->
             if trows else "<p id=\"tasks\">No task yet: upload with <code>egopool upload TASK --server URL</code>.</p>"]
     body.append("<h2>Last uploads</h2>")
     body.append(_uploads_table(uploads))
-    return _doc("egopool pooling server", "".join(body))
+    return _doc("egopool pooling server", "".join(body), script="task.js")
 
 
 def error_page(status: int, message: str, hint: str | None = None) -> str:

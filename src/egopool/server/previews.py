@@ -321,8 +321,8 @@ class PreviewWorker:
 
 def describe(worker: PreviewWorker, task: str, index: int) -> dict[str, Any]:
     """The ``"preview"`` object of the episode API: ``{"state", "error", "streams": [{"key", "kind",
-    "thumbnail", "video", "width", "height", "fps", "frames"}], "signals"}``, URLs absolute paths
-    under ``/api/v1`` (never a path of the server's disk). No row yet (previews off, or not queued): ``pending``."""
+    "thumbnail", "video", "width", "height", "fps", "frames", "held_frames", "moves"}], "signals"}``, URLs absolute
+    paths under ``/api/v1`` (never a path of the server's disk). No row yet (previews off, or not queued): ``pending``."""
     row = worker.store.db.preview(task, index)
     base = f"/api/v1/tasks/{urllib.parse.quote(task, safe='')}/episodes/{index}/preview/"
     if row is None:
@@ -331,7 +331,8 @@ def describe(worker: PreviewWorker, task: str, index: int) -> dict[str, Any]:
     streams = [{"key": s["key"], "kind": s["kind"],
                 "thumbnail": base + urllib.parse.quote(s["thumbnail"]) if s.get("thumbnail") else None,
                 "video": base + urllib.parse.quote(s["video"]), "width": s["width"], "height": s["height"],
-                "fps": s["fps"], "frames": s["frames"]} for s in man.get("streams") or []]
+                "fps": s["fps"], "frames": s["frames"],
+                "held_frames": s.get("held_frames"), "moves": s.get("moves")} for s in man.get("streams") or []]
     signals = man.get("signals")
     return {"state": row.state, "error": row.error, "streams": streams,
             "signals": base + urllib.parse.quote(signals) if signals else None, "attempts": row.attempts,

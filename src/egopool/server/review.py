@@ -1,8 +1,9 @@
 """Reviewers' verdicts on pooled episodes: the request body, the browser's CSRF guard
 (docs/decisions.md Q10, Q11).
 
-A verdict is ``accept``, ``reject`` or ``flag``; reject and flag need a reason (what a data
-team reads later to know why an episode left the training set). Verdicts are appended to
+A verdict is ``accept``, ``reject`` or ``flag`` (``undo`` takes the last one back); it names its
+episode and the review version it answers, and a stale one is refused (P1, P2); reject and flag need a
+reason (what a data team reads later to know why an episode left the training set). Verdicts are appended to
 ``server.db`` (:meth:`~egopool.server.db.ServerDB.add_review`), never overwritten: the
 latest is the episode's state, the rest its history.
 
@@ -20,13 +21,14 @@ import hmac
 import ipaddress
 import json
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UploadRejectedError
-from .db import VERDICTS
+from .db import UNDO, VERDICTS, ReviewConflict, ServerDB
 
 __all__ = ["CSRF_HEADER", "MAX_BODY", "MAX_REASON", "cross_site", "csrf_ok", "csrf_token", "loopback_host",
-           "parse_review"]
+           "Verdict", "other_site", "parse_review", "record_verdict"]
 
 CSRF_HEADER = "X-Egopool-CSRF"
 MAX_REASON = 2000  # characters
@@ -82,32 +84,68 @@ def csrf_ok(session: str, sent: str | None, origin: str | None, fetch_site: str 
     return fetch_site is not None  # no Origin at all: only with a same-origin Sec-Fetch-Site
 
 
-def parse_review(body: bytes) -> tuple[str, str]:
-    """``(verdict, reason)`` of a review request body ``{"verdict": ..., "reason": ...}``.
+@dataclass(frozen=True)
+class Verdict:
+    """One review request: what it judges and which review it answers (docs/decisions.md P1).
+
+    Attributes
+    ----------
+    episode:
+        The server N the reviewer looked at (must equal the N of the URL).
+    version:
+        The episode's review version the reviewer saw (the id of its last review row, 0 = none):
+        a verdict answering an older version is refused (409), never recorded.
+    verdict:
+        ``accept``, ``reject``, ``flag`` or ``undo`` (takes back the last verdict in force, P2).
+    reason:
+        Stripped text; needed for reject and flag.
+    """
+
+    episode: int
+    version: int
+    verdict: str
+    reason: str
+
+
+_SHAPE = '{"episode": N, "version": V, "verdict": "accept"|"reject"|"flag"|"undo", "reason": "..."}'
+
+
+def _whole(doc: dict[str, Any], name: str) -> int:
+    v = doc.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+        raise UploadRejectedError(400, "bad_request", f"a review names the {name} it answers: {name!r} must be a "
+                                                      f"whole number, not {v!r}",
+                                  hint=f"send {_SHAPE}; the episode's entry in the read API gives review_version")
+    return v
+
+
+def parse_review(body: bytes) -> Verdict:
+    """The :class:`Verdict` of a review request body (:data:`_SHAPE`).
 
     Raises
     ------
     UploadRejectedError
         400: not a JSON object, an unknown verdict (or one that is not a string), reject / flag
         without a reason, a reason over :data:`MAX_REASON` characters or holding a control
-        character (other than tab and line break) or a lone surrogate (docs/decisions.md Q20).
+        character (other than tab and line break) or a lone surrogate (docs/decisions.md Q20),
+        no whole ``episode`` or ``version`` (P1).
     """
     try:
         doc: Any = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise UploadRejectedError(400, "bad_request", "the review body is not JSON",
-                                  hint='send {"verdict": "accept"|"reject"|"flag", "reason": "..."}') from None
+                                  hint=f"send {_SHAPE}") from None
     if not isinstance(doc, dict):
         raise UploadRejectedError(400, "bad_request", "the review body is not a JSON object",
-                                  hint='send {"verdict": "accept"|"reject"|"flag", "reason": "..."}')
+                                  hint=f"send {_SHAPE}")
     verdict, reason = doc.get("verdict"), doc.get("reason", "")
-    if not isinstance(verdict, str) or verdict not in VERDICTS:
+    if not isinstance(verdict, str) or (verdict not in VERDICTS and verdict != UNDO):
         raise UploadRejectedError(400, "bad_request", f"unknown verdict {verdict!r}",
-                                  hint="verdict is accept, reject or flag")
+                                  hint="verdict is accept, reject, flag or undo")
     if not isinstance(reason, str):
         raise UploadRejectedError(400, "bad_request", "reason must be a string")
     reason = reason.strip()
-    if verdict != "accept" and not reason:
+    if verdict in ("reject", "flag") and not reason:
         raise UploadRejectedError(400, "bad_request", f"a {verdict} needs a reason",
                                   hint="say what is wrong, e.g. \"gripper occluded\"")
     if len(reason) > MAX_REASON:
@@ -118,4 +156,33 @@ def parse_review(body: bytes) -> tuple[str, str]:
         raise UploadRejectedError(400, "bad_request", f"the reason holds the character U+{ord(bad):04X} "
                                                       "(a control character or a lone surrogate)",
                                   hint="send plain text (tabs and line breaks are fine)")
-    return verdict, reason
+    return Verdict(_whole(doc, "episode"), _whole(doc, "version"), verdict, reason)
+
+
+def record_verdict(db: ServerDB, task: str, index: int, v: Verdict, token_id: str | None) -> dict[str, Any]:
+    """Record ``v`` on pooled episode ``index`` of ``task``: the answer of ``POST .../review`` (the row, its
+    ``version`` and the verdict now in force, ``current``; docs/decisions.md P1, P2).
+
+    Raises
+    ------
+    UploadRejectedError
+        409: ``v`` names another episode than the URL, answers an outdated review version, or undoes
+        nothing (nothing recorded); 404: no pooled episode ``index``.
+    """
+    if v.episode != index:  # the page that sent it shows another episode: never judge the wrong one
+        raise UploadRejectedError(409, "conflict", f"this verdict names episode {v.episode} but was sent to "
+                                                   f"episode {index} of task {task!r}; nothing was recorded")
+    if db.episode(task, index) is None:
+        raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
+    try:
+        row, current = db.add_review(task, index, v.verdict, v.reason, token_id, version=v.version)
+    except ReviewConflict as exc:
+        raise UploadRejectedError(409, "conflict", str(exc), hint="reload the episode to see its current review"
+                                  ) from None
+    return {**row.to_dict(), "version": row.id, "current": current.to_dict() if current else None}
+
+
+def other_site(fetch_site: str | None) -> bool:
+    """A browser says another site's page sent this (``Sec-Fetch-Site``; not ``Origin``, which a proxy
+    rewriting ``Host`` would make look foreign): it may not sign the browser in or out (docs/decisions.md U24, U27)."""
+    return fetch_site in ("cross-site", "same-site")

@@ -26,7 +26,7 @@ from ..errors import UploadRejectedError
 from .db import VERDICTS, EpisodeRow, ServerDB
 
 __all__ = ["FILTERS", "MAX_LIMIT", "EpisodeQuery", "encode_cursor", "episode_neighbours", "explain", "parse_query",
-           "preview_url", "search_episodes", "thumbnail_url"]
+           "missing_facts", "next_unreviewed", "preview_url", "search_episodes", "thumbnail_url"]
 
 MAX_LIMIT = 500
 _DEFAULT_LIMIT = 50
@@ -104,7 +104,12 @@ FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "max_idle_fraction": (_number, "+q.idle_fraction <= ?"),
     "max_blur_outliers": (_number, "+q.blur_outliers <= ?"),
     "has_gaps": (_bool, None),
+    "has_frozen": (_bool, None),
 }
+#: quality filter -> the SQL of its fact (NULL: the episode has no value for it; P8)
+FACT_OF_FILTER = {"min_duration": "q.duration_s", "max_duration": "q.duration_s",
+                  "max_idle_fraction": "q.idle_fraction", "max_blur_outliers": "q.blur_outliers",
+                  "has_gaps": "q.gap_total", "has_frozen": "json_extract(q.facts, '$.frozen_frames')"}
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,7 @@ def parse_query(params: Mapping[str, str]) -> EpisodeQuery:
 _COLUMNS = ("e.task, e.episode_index, e.client_host_id, e.client_hostname, e.client_episode_index, e.upload_id, "
             "e.token_id, e.imported_at, e.length, e.streams, e.validation, r.id, r.verdict, r.reason, r.token_id, r.at, "
             "q.duration_s, q.size_bytes, q.gap_total, q.drop_total, q.idle_fraction, q.blur_outliers, "
-            "q.exposure_outliers, p.state, p.manifest")
+            "q.exposure_outliers, p.state, p.manifest, json_extract(q.facts, '$.frozen_frames')")
 #: the quality columns a result carries as its ``quality`` summary (the full facts: the episode API)
 _SUMMARY = ("gap_total", "drop_total", "idle_fraction", "blur_outliers", "exposure_outliers")
 
@@ -205,6 +210,8 @@ def _sql(q: EpisodeQuery, *, reverse: bool = False, columns: str = _COLUMNS) -> 
             args += [] if value == "unreviewed" else [value]
         elif name == "has_gaps":
             where.append("+q.gap_total > 0" if value else "+q.gap_total = 0")
+        elif name == "has_frozen":
+            where.append(f"{FACT_OF_FILTER[name]} {'>' if value else '='} 0")
     cmp = "<" if reverse else ">"
     task = q.filters.get("task")
     if q.after is not None and task is not None:  # one task: seek on N alone (the index's equality prefix)
@@ -235,11 +242,12 @@ def preview_url(task: str, index: int, name: str) -> str:
 
 
 def thumbnail_url(task: str, index: int, state: str | None, manifest: str | None) -> str | None:
-    """The first RGB stream's thumbnail of a built preview, else None."""
+    """The thumbnail of a built preview (the first RGB stream that moves, else any), else None."""
     if state != "ready" or not manifest:
         return None
     streams = json.loads(manifest).get("streams") or []
-    for s in sorted(streams, key=lambda s: s.get("kind") != "rgb"):
+    # a camera that moves first (a frozen one shows the same picture for every episode, P7), then RGB
+    for s in sorted(streams, key=lambda s: (s.get("moves") is False, s.get("kind") != "rgb")):
         if s.get("thumbnail"):
             return preview_url(task, index, s["thumbnail"])
     return None
@@ -253,7 +261,7 @@ def _row(r: tuple[Any, ...]) -> dict[str, Any]:
     computed = r[16] is not None or r[17] is not None
     return {"task": r[0], "episode_index": r[1], "length": r[8], "streams": json.loads(r[9]),
             "validation": json.loads(r[10]), "review": review, "duration_s": r[16], "size_bytes": r[17],
-            "quality": dict(zip(_SUMMARY, r[18:23], strict=True)) if computed else None,
+            "quality": {**dict(zip(_SUMMARY, r[18:23], strict=True)), "frozen_frames": r[25]} if computed else None,
             "preview_state": r[23], "thumbnail": thumbnail_url(r[0], r[1], r[23], r[24]),
             "uploaded_by": {"client_host_id": r[2], "client_hostname": r[3], "client_episode_index": r[4],
                             "upload_id": r[5], "token_id": r[6], "imported_at": r[7]}}
@@ -336,6 +344,25 @@ def episode_neighbours(db: ServerDB, q: EpisodeQuery, task: str, index: int) -> 
         rows = db.select(sql, tuple(args))
         found.append(int(rows[0][0]) if rows else None)
     return found[0], found[1]
+
+
+def missing_facts(db: ServerDB, q: EpisodeQuery, task: str) -> dict[str, int]:
+    """Quality filter of ``q`` -> how many pooled episodes of ``task`` have no value for its fact (not
+    computed yet, or a fact the rig cannot have: idle without a trajectory or gripper). Those episodes
+    never match the filter; the task page says how many there are instead of hiding them silently (P8).
+    One COUNT over the task's episodes per active quality filter."""
+    out: dict[str, int] = {}
+    for name in q.filters:
+        if name in FACT_OF_FILTER:
+            sql = ("SELECT COUNT(*) FROM episodes AS e LEFT JOIN quality AS q ON q.task = e.task AND "
+                   f"q.episode_index = e.episode_index WHERE e.task = ? AND {FACT_OF_FILTER[name]} IS NULL")
+            out[name] = int(db.select(sql, (task,))[0][0])
+    return out
+
+
+def next_unreviewed(db: ServerDB, q: EpisodeQuery, task: str, index: int) -> int | None:
+    """The next N of ``task`` after ``index`` under ``q``'s filters that has no verdict (auto-advance, P4)."""
+    return episode_neighbours(db, replace(q, filters={**q.filters, "review": "unreviewed"}), task, index)[1]
 
 
 def explain(db: ServerDB, q: EpisodeQuery) -> list[str]:

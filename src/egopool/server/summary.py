@@ -45,10 +45,11 @@ def task_overview(store: ServerStore) -> list[dict[str, Any]]:
 
 
 def task_totals(db: ServerDB, task: str | None = None) -> dict[str, dict[str, Any]]:
-    """Task -> ``{"episodes", "duration_s", "size_bytes", "accepted", "rejected", "flagged",
+    """Task -> ``{"episodes", "duration_s", "size_bytes", "measured", "accepted", "rejected", "flagged",
     "unreviewed", "thumbnail"}`` for the pooled episodes (those with a ``server.db`` row);
-    duration (s) and size (bytes) sum the episodes whose quality facts are computed (None when
-    none is); ``thumbnail`` is the lowest N's with a built preview. Only ``task`` when given.
+    duration (s) and size (bytes) sum the ``measured`` episodes, those whose quality facts are
+    computed (None when none is: the pages say "partial" while ``measured < episodes``, P9);
+    ``thumbnail`` is the lowest N's with a built preview. Only ``task`` when given.
 
     Each figure is read from a covering index (episodes' primary key, ``review_state_verdict``,
     ``quality_totals``): no table row is touched, so 100,000 episodes cost milliseconds.
@@ -69,8 +70,8 @@ def task_totals(db: ServerDB, task: str | None = None) -> dict[str, dict[str, An
             t[state] = int(db.select("SELECT COUNT(*) FROM review_state WHERE verdict = ? AND task = ?",
                                      (state, name))[0][0])
         t["unreviewed"] = n - sum(t[v] for v in VERDICTS.values())
-        t["duration_s"], t["size_bytes"] = db.select(
-            "SELECT SUM(duration_s), SUM(size_bytes) FROM quality WHERE task = ?", (name,))[0]
+        t["duration_s"], t["size_bytes"], t["measured"] = db.select(
+            "SELECT SUM(duration_s), SUM(size_bytes), COUNT(*) FROM quality WHERE task = ?", (name,))[0]
         first = db.select("SELECT episode_index, state, manifest FROM previews WHERE task = ? AND state = 'ready' "
                           "ORDER BY episode_index LIMIT 1", (name,))
         t["thumbnail"] = thumbnail_url(name, *first[0]) if first else None

@@ -10,6 +10,8 @@ and egopool's validator. It touches no database and no task of the store.
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from ..validate import validate_task
 from .media_bounds import check_parquet_bounds, open_video_bounded
 from .zipcheck import Limits, extract_verified, inspect_zip
 
-__all__ = ["Verified", "check_slice", "client_host_id", "local", "verify_upload"]
+__all__ = ["Verified", "check_slice", "client_host_id", "local", "verify_attempt", "verify_upload"]
 
 
 def local(p: Path | ObjectPath) -> Path:
@@ -259,6 +261,34 @@ def adopt_reencoded(row_file: Path, n: int, reencoded: Mapping[str, tuple[str, s
         files[name] = got
     restamp_row_file(row_file, files)
     return sha256_path(row_file)
+
+
+def verify_attempt(zip_path: Path, staging: Path, limits: Limits, *, attempt: int, form_index: str | None,
+                   client_key: str | None, token_id: str | None) -> Verified:
+    """:func:`verify_upload` into ``staging`` emptied first: attempt 2 follows a worker that died mid-extraction
+    (docs/decisions.md U28), whose files are never taken for verified ones.
+
+    ``EGOPOOL_SERVER_PAUSE=verifying`` (the crash tests' seam, read in the worker) makes attempt 1 write
+    ``<state>/paused-verifying`` holding this process's pid and wait until that file is removed (a test kills
+    the process meanwhile); a retry does not pause.
+
+    Raises
+    ------
+    UploadRejectedError, OSError
+        As :func:`verify_upload`.
+    """
+    for entry in os.scandir(staging):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    if attempt == 1 and os.environ.get("EGOPOOL_SERVER_PAUSE") == "verifying":
+        marker = staging.parents[2] / "paused-verifying"  # <state>/staging/<id>-<hex>/<task>
+        marker.write_text(str(os.getpid()))
+        deadline = time.monotonic() + 3600
+        while marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return verify_upload(zip_path, staging, limits, form_index=form_index, client_key=client_key, token_id=token_id)
 
 
 def check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits,

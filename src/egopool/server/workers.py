@@ -16,6 +16,7 @@ crash tests, :envvar:`EGOPOOL_SERVER_PAUSE`).
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import threading
@@ -23,14 +24,23 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import EgopoolError
 
-__all__ = ["VerifyPool"]
+if TYPE_CHECKING:
+    from ..jobs.executor import RayExecutor
+
+__all__ = ["RayVerifier", "VerifierLost", "VerifyPool", "Verifier"]
 
 T = TypeVar("T")
+log = logging.getLogger("egopool.server")
 _WATCH_S = 0.5
+
+
+class VerifierLost(EgopoolError):
+    """The process (or Ray task) verifying an upload died mid-call: the upload was not verified; the importer
+    verifies it once more (docs/decisions.md U28), else the client gets a 500 and sends it again."""
 
 
 def _watch_parent(parent: int) -> None:
@@ -63,9 +73,10 @@ class VerifyPool:
 
     Raises
     ------
-    EgopoolError
+    VerifierLost
         From :meth:`run` when a worker died mid-call (killed by the OOM killer, a crash in
-        native code); the pool is replaced, the caller answers 500 and the client retries.
+        native code); the pool is replaced (every call in flight in it fails the same way: the
+        executor ends its other workers too) and the importer verifies the upload again, once.
     """
 
     def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",)) -> None:
@@ -108,10 +119,98 @@ class VerifyPool:
             return future.result()
         except BrokenProcessPool as exc:
             self._replace(pool)
-            raise EgopoolError("a verification worker of the server died mid-upload",
+            raise VerifierLost("a verification worker of the server died mid-upload",
                                hint="the upload was not imported; send it again") from exc
 
     def close(self) -> None:
         """Stop the workers (pending calls are cancelled)."""
         with self._lock:
             self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _call(shared: None, unit: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]) -> Any:
+    fn, args, kwargs = unit
+    return fn(*args, **kwargs)
+
+
+class RayVerifier:
+    """Verification calls as Ray tasks (``egopool serve --ray``; docs/decisions.md U28): one task per upload, on
+    any node with a free CPU, beside the preview builds. The task reads the spooled zip and writes the staging
+    directory by path, so every node must see the server's state directory under the same path (one machine,
+    or a shared file system), as the preview builds see the store.
+
+    The cluster is joined at the first verification, as the previews join it at their first build: while it
+    cannot be reached, uploads are verified in ``workers`` worker processes of this server instead (started
+    then; a warning is logged) and Ray is tried again after :attr:`RETRY_S` — an unreachable cluster never
+    fails an import.
+
+    Parameters
+    ----------
+    address:
+        As ``serve --ray`` (:class:`~egopool.jobs.executor.RayExecutor`).
+    workers:
+        Worker processes of the fallback :class:`VerifyPool`.
+
+    Raises
+    ------
+    VerifierLost
+        From :meth:`run` when the task's worker died (Ray does not retry it: the importer does, once, into a
+        clean staging directory).
+    """
+
+    ready = True
+    #: Seconds before an unreachable cluster is tried again.
+    RETRY_S = 60.0
+
+    def __init__(self, address: str | None, workers: int = 2) -> None:
+        self.address = address
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._ex: RayExecutor[None, Any, Any] | None = None
+        self._fallback: VerifyPool | None = None
+        self._retry_at = 0.0
+
+    def _target(self) -> RayExecutor[None, Any, Any] | VerifyPool:
+        """The Ray executor, or the fallback pool while the cluster cannot be reached."""
+        from ..jobs.executor import RayExecutor
+
+        with self._lock:
+            if self._ex is None and time.monotonic() >= self._retry_at:
+                try:
+                    self._ex = RayExecutor(self.address, max_retries=0, max_in_flight=1)
+                except EgopoolError as exc:
+                    log.warning("verifying uploads in worker processes: %s", exc.one_line())
+                    self._retry_at = time.monotonic() + self.RETRY_S
+            if self._ex is not None:
+                return self._ex
+            if self._fallback is None:
+                self._fallback = VerifyPool(self.workers)
+            return self._fallback
+
+    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` as one Ray task (or in the fallback pool); its result, or the ``EgopoolError`` it
+        raised re-raised here."""
+        from ..errors import OperationError
+
+        ex = self._target()
+        if isinstance(ex, VerifyPool):
+            return ex.run(fn, *args, **kwargs)
+        try:
+            [out] = ex.map(_call, None, [(fn, args, kwargs)])
+        except OperationError as exc:  # the worker died (or Ray failed): not a verdict on the upload
+            raise VerifierLost(f"the Ray task verifying the upload failed: {exc.one_line()}",
+                               hint="the upload was not imported; send it again") from exc
+        result: T = out
+        return result
+
+    def close(self) -> None:
+        """Disconnect from the cluster; stop the fallback workers."""
+        with self._lock:
+            if self._ex is not None:
+                self._ex.close()
+            if self._fallback is not None:
+                self._fallback.close()
+
+
+#: What runs verification calls: worker processes of this server, or Ray tasks.
+Verifier = VerifyPool | RayVerifier

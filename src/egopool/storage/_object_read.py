@@ -30,10 +30,36 @@ from ._path import ObjectPath
 if TYPE_CHECKING:
     from obstore import GetOptions, SuffixRange
 
-__all__ = ["FOOTER_READ", "RangeFile", "available", "get_head", "get_range", "get_tail"]
+__all__ = ["FOOTER_READ", "RangeFile", "available", "changed_error", "count_request", "get_head", "get_range",
+           "get_tail", "request_counts"]
 
 #: Bytes of a parquet's end fetched by its first GET (pyarrow's own default footer read size).
 FOOTER_READ = 64 << 10
+
+#: Requests and bytes this process has fetched from object stores by the read path (:func:`request_counts`).
+_COUNTS = {"GET": 0, "bytes": 0}
+
+
+def request_counts() -> dict[str, int]:
+    """``{"GET": requests, "bytes": bytes received}`` of this process's object reads so far: every ranged GET of
+    this module and of the dataset's block cache (:mod:`egopool.dataset.object_cache`), whichever client made it.
+    Per process: a DataLoader worker counts its own (docs/decisions.md B3)."""
+    return dict(_COUNTS)
+
+
+def count_request(nbytes: int) -> None:
+    """Count one GET of ``nbytes`` bytes in :func:`request_counts`."""
+    _COUNTS["GET"] += 1
+    _COUNTS["bytes"] += int(nbytes)
+
+
+def changed_error(path: ObjectPath, version: str | None) -> EgopoolError:
+    """The one-line error of an object that changed while being read (its ETag is no longer ``version``)."""
+    from ..errors import ObjectStoreError
+
+    return ObjectStoreError(f"changed while being read (it was version {version}); its bytes are not mixed with the "
+                            "new version's", uri=str(path), cause="changed",
+                            hint="the task was rewritten under a running reader: make the dataset again")
 
 
 def available(path: ObjectPath) -> bool:
@@ -49,16 +75,18 @@ def available(path: ObjectPath) -> bool:
     return obstore_usable()
 
 
-def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int]) -> tuple[bytes, int, int]:
+def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int],
+         if_match: str | None = None) -> tuple[bytes, int, int, str | None]:
     """One GET of ``byte_range`` (obstore's ``{"suffix": n}`` or ``(start, stop)``): ``(bytes, offset of the
-    first byte, size of the object)``.
+    first byte, size of the object, its ETag)``; with ``if_match`` only of that version of the object.
 
     Raises
     ------
     FileNotFoundError
         No such object.
     ObjectStoreError
-        The store failed (the message names the URI and the fix).
+        The store failed (the message names the URI and the fix); ``cause="changed"``: the object is no longer
+        version ``if_match``.
     """
     import obstore
 
@@ -66,49 +94,57 @@ def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int]) -> tuple[b
 
     client = _client(path.settings, path.bucket)
     options: GetOptions = {"range": byte_range}
+    if if_match is not None:
+        options["if_match"] = if_match
     try:
         r = obstore.get(client, path.key, options=options)
         data = bytes(r.bytes())
-        return data, int(r.range[0]), int(r.meta["size"])
+        count_request(len(data))
+        return data, int(r.range[0]), int(r.meta["size"]), r.meta.get("e_tag")
     except (FileNotFoundError, obstore.exceptions.NotFoundError) as exc:
         raise FileNotFoundError(2, "No such object", str(path)) from exc
+    except obstore.exceptions.PreconditionError as exc:
+        raise changed_error(path, if_match) from exc
     except EgopoolError:
         raise
     except Exception as exc:  # obstore's errors: S3Store's one boundary
         try:  # an empty object has no byte to return: a range of it is refused
             if int(obstore.head(client, path.key)["size"]) == 0:
-                return b"", 0, 0
+                return b"", 0, 0, None
         except Exception:  # noqa: BLE001 - the GET's own failure is the one to report
             pass
         raise S3Store(f"s3://{path.bucket}", settings=path.settings)._fail(exc, path.key, "GET") from exc
 
 
-def get_tail(path: ObjectPath, length: int) -> tuple[bytes, int]:
-    """The last ``min(length, size)`` bytes of the object and its size, in one GET (a suffix range)."""
-    data, _, size = _get(path, {"suffix": length})
-    return data, size
+def get_tail(path: ObjectPath, length: int) -> tuple[bytes, int, str | None]:
+    """The last ``min(length, size)`` bytes of the object, its size and its ETag, in one GET (a suffix range)."""
+    data, _, size, etag = _get(path, {"suffix": length})
+    return data, size, etag
 
 
-def get_head(path: ObjectPath, length: int) -> tuple[bytes, int]:
-    """The first ``min(length, size)`` bytes of the object and its size, in one GET."""
-    data, _, size = _get(path, (0, length))
-    return data, size
+def get_head(path: ObjectPath, length: int) -> tuple[bytes, int, str | None]:
+    """The first ``min(length, size)`` bytes of the object, its size and its ETag, in one GET."""
+    data, _, size, etag = _get(path, (0, length))
+    return data, size, etag
 
 
-def get_range(path: ObjectPath, start: int, length: int) -> bytes:
-    """``length`` bytes from ``start`` (fewer at the object's end), in one GET."""
+def get_range(path: ObjectPath, start: int, length: int, if_match: str | None = None) -> bytes:
+    """``length`` bytes from ``start`` (fewer at the object's end), in one GET; with ``if_match`` only of that
+    version (else ``ObjectStoreError`` with ``cause="changed"``)."""
     if length <= 0:
         return b""
-    return _get(path, (start, start + length))[0]
+    return _get(path, (start, start + length), if_match)[0]
 
 
 class RangeFile(io.RawIOBase):
     """A seekable raw reader of an object of known ``size``: ``known`` (offset -> bytes, e.g. the first GET's
-    bytes) is served from memory, every other read is one ranged GET of what is asked for."""
+    bytes) is served from memory, every other read is one ranged GET of what is asked for, of version
+    ``version`` only (the first GET's ETag: an object rewritten meanwhile is an error, never mixed bytes)."""
 
-    def __init__(self, path: ObjectPath, size: int, known: dict[int, bytes] | None = None) -> None:
+    def __init__(self, path: ObjectPath, size: int, known: dict[int, bytes] | None = None,
+                 version: str | None = None) -> None:
         super().__init__()
-        self.path, self.size = path, size
+        self.path, self.size, self.version = path, size, version
         self._known = dict(known or {})
         self._pos = 0
 
@@ -133,7 +169,7 @@ class RangeFile(io.RawIOBase):
             return 0
         data = self._cached(self._pos, n)
         if data is None:
-            data = get_range(self.path, self._pos, n)
+            data = get_range(self.path, self._pos, n, self.version)
         view[:len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -145,7 +181,7 @@ class RangeFile(io.RawIOBase):
             return b""
         data = self._cached(self._pos, n)
         if data is None:
-            data = get_range(self.path, self._pos, n)
+            data = get_range(self.path, self._pos, n, self.version)
         self._pos += len(data)
         return data
 

@@ -36,15 +36,33 @@ def is_object_uri(value: object) -> bool:
     return isinstance(value, ObjectPath) or isinstance(value, str) and value.startswith(_SCHEMES)
 
 
+def refuse_near_uri(text: str) -> None:
+    """Refuse text that was meant as an S3 URI but is not one (``s3:/b/t``, ``S3://b/t``): taken as a local path it
+    would create a folder named ``s3:`` (issue 24 review).
+
+    Raises
+    ------
+    FormatError
+        One line naming the text and the spelling of an S3 location.
+    """
+    if text[:3].lower() == "s3:" and not text.startswith("s3://"):
+        raise FormatError("not an S3 URI: an S3 location is written s3://BUCKET/PREFIX (lower-case, two slashes)",
+                          path=text, hint=f"write s3://{text[3:].lstrip('/')}; a local folder of that name: ./{text}")
+
+
 def as_path(value: TaskPathLike) -> TaskPath:
     """``value`` as a location: an :class:`ObjectPath` for ``s3://...`` (or an ObjectPath), else ``Path(value)``.
 
     Raises
     ------
     FormatError
-        An ``s3://`` URI without a bucket, or with an empty / ``.`` / ``..`` path component.
+        An ``s3://`` URI without a bucket, or with an empty / ``.`` / ``..`` path component; text that looks
+        like a misspelt S3 URI (:func:`refuse_near_uri`).
     """
-    if isinstance(value, (ObjectPath, Path)):  # a Path is returned as it is (immutable; no re-parse, U20)
+    if isinstance(value, ObjectPath):
+        return value
+    refuse_near_uri(os.fspath(value))
+    if isinstance(value, Path):  # a Path is returned as it is (immutable; no re-parse, U20)
         return value
     if isinstance(value, str) and value.startswith(_SCHEMES):
         return ObjectPath(value)

@@ -200,7 +200,7 @@ _DENIED = re.compile(r"ACCESS_DENIED|AccessDenied|INVALID_ACCESS_KEY_ID|InvalidA
                      r"No response body\.?$|HTTP response code: 403|Forbidden")
 _NO_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|[Bb]ucket '[^']*' not found|does not exist")
 _TIMEOUT = re.compile(r"[Tt]imed? ?out|REQUEST_TIMEOUT|curlCode: 28")
-_UNREACHABLE = re.compile(r"curlCode: (6|7)\b|Couldn't connect|Could not resolve|Connection refused|Failed to connect")
+_UNREACHABLE = re.compile(r"curlCode: (6|7)\b|Couldn't connect|Could not connect|Could not resolve|Connection refused|Failed to connect")
 #: the endpoint answered, then the connection ended mid-answer (curl 52 empty reply, 56 receive failure, 18 partial)
 _CUT = re.compile(r"curlCode: (18|52|56)\b|Recv failure|Connection reset|Empty reply|transfer closed|"
                   r"connection closed|IncompleteRead|Partial file")

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import EgopoolError, FormatError, ObjectStoreError, install_hint
 from ._path import _split
-from ._s3 import _DENIED, _NO_BUCKET, S3Settings
+from ._s3 import S3Settings, translate_s3_error
 from .store import MAX_GET_BYTES as MAX_JSON_BYTES  # the readers' JSON limit (_safe_read imports storage)
 from .store import PreconditionFailed
 
@@ -109,6 +109,7 @@ class Bucket:
         cfg = Config(connect_timeout=st.connect_timeout, read_timeout=st.request_timeout,
                      retries={"max_attempts": st.max_attempts, "mode": "standard"}, max_pool_connections=32)
         endpoint = f"{st.scheme}://{st.endpoint}" if st.endpoint else None
+        self._settings = st
         self._errors: Any = __import__("botocore.exceptions", fromlist=["ClientError"])
         try:
             self.client: Any = boto3.session.Session().client(
@@ -136,10 +137,15 @@ class Bucket:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return Conflict(f"{what} {self.url(rel)}: the object exists or changed meanwhile ({code or status})")
+        uri = self.url(rel) if rel else f"s3://{self.name}"  # a bucket's own request names the bucket alone
+        text = f"{code} HTTP response code: {status} {exc}" if status else str(exc)
+        # the readers' one-line translation (denied, no bucket, timeout, unreachable: each with its fix), e.g. a
+        # wrong secret key is "access denied by ..." here too, not botocore's SignatureDoesNotMatch paragraph
+        known = translate_s3_error(RuntimeError(text), uri, self._settings, action=f"{what} failed")
+        if isinstance(known, ObjectStoreError) and known.cause != "error":
+            return known
         cause = {403: "denied", 404: "no_bucket"}.get(status, "unreachable" if not status else "error")
-        if not status and not isinstance(exc, self._errors.BotoCoreError):  # boto3's S3UploadFailedError: its text
-            cause = "denied" if _DENIED.search(str(exc)) else "no_bucket" if _NO_BUCKET.search(str(exc)) else "error"
-        return ObjectStoreError(f"{what} {self.url(rel)} failed: {exc}", uri=self.url(rel), cause=cause,
+        return ObjectStoreError(f"{what} {uri} failed: {' '.join(str(exc).split())[:240]}", uri=uri, cause=cause,
                                 hint="check the bucket, the endpoint (AWS_ENDPOINT_URL) and the credentials "
                                      "(AWS_ACCESS_KEY_ID / AWS_PROFILE)")
 
@@ -359,8 +365,9 @@ class Bucket:
         try:
             self.client.head_bucket(Bucket=self.name)
             return
-        except self._errors.ClientError:
-            pass
+        except self._errors.ClientError as exc:
+            if int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0) != 404:
+                raise self._fail(exc, "", "HEAD bucket") from exc  # 403: keys refused; never a create attempt
         except self._errors.BotoCoreError as exc:
             raise self._fail(exc, "", "HEAD bucket") from exc
         try:

@@ -14,7 +14,8 @@ server):
    N; after chunk roll-over f + 1 ≠ N), the zip streamed from disk in 1 MiB blocks with a
    progress callback, and the recordings root's client key in the
    :data:`~egopool.identity.CLIENT_KEY_HEADER` header (docs/decisions.md U11). Network errors
-   and 5xx answers are retried with exponential backoff (0.5 s doubling to 8 s, jittered); 4xx and 507 (server disk full) answers are final for the
+   and 5xx answers are retried with exponential backoff (0.5 s doubling to 8 s, jittered), a 503 with
+   ``Retry-After`` (the server's queue is full) after the time it names (:mod:`~egopool.transfer.posting`); 4xx and 507 (server disk full) answers are final for the
    episode (401/403 stop the whole run);
 4. the answer is **confirmed by checksum**: the server's sha256 of the received zip and
    its episode digest must equal ours. Only then is it recorded in the registry
@@ -38,13 +39,11 @@ import contextlib
 import functools
 import os
 import queue
-import random
 import re
 import ssl
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ from ..meta.info import read_info
 from ..ops import delete_episodes
 from ..registry import Registry, UploadRecord, task_key
 from .pack import PackedEpisode, Packer, client_identity
+from .posting import Cancelled, answer_of, post_episode
 from .spool import spool_base, sweep_legacy, upload_spool
 
 __all__ = ["UPLOAD_PATH", "UploadOutcome", "UploadReport", "upload_episodes"]
@@ -164,36 +164,6 @@ def _base_url(server: str) -> str:
     return base
 
 
-class _Cancelled(Exception):
-    """The run was interrupted (Ctrl-C): a worker stops packing or sending at its next block."""
-
-
-def _multipart(task: str, f: int, zip_path: Path, sent: Callable[[int], None]) -> tuple[str, int, Callable[[], Iterator[bytes]]]:
-    """(content type, length, body factory) of the §9 form: name, episode_index, file.
-
-    ``sent(done_bytes)`` is called before each block; it may raise :class:`_Cancelled` to stop the body.
-    """
-    boundary = f"egopool-{uuid.uuid4().hex}"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n{task}\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"episode_index\"\r\n\r\n{f}\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"episode.zip\"\r\n"
-            "Content-Type: application/zip\r\n\r\n").encode("utf-8")
-    tail = f"\r\n--{boundary}--\r\n".encode("ascii")
-    size = zip_path.stat().st_size
-
-    def body() -> Iterator[bytes]:
-        yield head
-        done = 0
-        with open(zip_path, "rb") as fh:
-            while block := fh.read(_BLOCK):
-                done += len(block)
-                sent(done)
-                yield block
-        yield tail
-
-    return f"multipart/form-data; boundary={boundary}", len(head) + size + len(tail), body
-
-
 @functools.lru_cache(maxsize=1)
 def _tls_context() -> ssl.SSLContext:
     """The certificate-verifying TLS context httpx would build, made once per process.
@@ -202,44 +172,6 @@ def _tls_context() -> ssl.SSLContext:
     :func:`upload_episodes` call, even for an http:// server); an ``SSLContext`` is meant to be shared.
     """
     return httpx.create_ssl_context()
-
-
-def _answer(resp: httpx.Response) -> dict[str, Any]:
-    try:
-        doc = resp.json()
-    except ValueError:
-        return {"message": resp.text[:500]}
-    return doc if isinstance(doc, dict) else {"message": str(doc)[:500]}
-
-
-def _post(client: httpx.Client, url: str, packed: PackedEpisode, retries: int, backoff: float,
-          sent: Callable[[int], None], cancel: threading.Event) -> tuple[httpx.Response, int]:
-    """POST with retries of network errors and 5xx; returns the final response and the attempts.
-
-    ``sent(done_bytes)`` is called per block (it raises :class:`_Cancelled` once ``cancel`` is set).
-    """
-    attempt = 0
-    while True:
-        attempt += 1
-        ctype, length, body = _multipart(packed.task, packed.file, packed.path, sent)
-        status: int | None = None
-        try:
-            resp = client.post(url, content=body(), headers={"Content-Type": ctype, "Content-Length": str(length)})
-            resp.read()
-        except httpx.TransportError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        else:
-            if resp.status_code < 500 or resp.status_code == 507:  # 507: the server's disk is full, retrying won't help
-                return resp, attempt
-            status = resp.status_code
-            problem = f"HTTP {resp.status_code}: {_answer(resp).get('message', '')}"
-        if attempt > retries:
-            raise TransferError(f"episode {packed.index}: giving up after {attempt} attempts ({problem})",
-                                status=status,
-                                hint="check that the server runs and is reachable, then run the same command again")
-        delay = min(8.0, backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-        if cancel.wait(delay):
-            raise _Cancelled
 
 
 def _confirm(packed: PackedEpisode, answer: dict[str, Any]) -> str | None:
@@ -362,7 +294,7 @@ class _Aggregate:
 
     def tick(self, n: int, done: int) -> None:
         if self.cancel.is_set():
-            raise _Cancelled
+            raise Cancelled
         if self.progress is None:
             return
         with self.lock:
@@ -553,13 +485,14 @@ def _one(client: httpx.Client, root: Path, n: int, g: Any, base: str, packer: Pa
     start = time.monotonic()
     agg.start(n, packed.size)
     try:
-        resp, attempts = _post(client, base + UPLOAD_PATH, packed, retries, backoff, lambda d: agg.tick(n, d), cancel)
+        resp, attempts = post_episode(client, base + UPLOAD_PATH, packed, retries, backoff, lambda d: agg.tick(n, d),
+                                      cancel)
     finally:
         agg.end(n)
         with contextlib.suppress(FileNotFoundError):
             packed.path.unlink()
     seconds = time.monotonic() - start
-    answer = _answer(resp)
+    answer = answer_of(resp)
     if resp.status_code == 403 and answer.get("error") == "may_not_declare":  # docs/decisions.md U15
         raise TransferError(f"the server refused to let this token declare the task: {answer.get('message', '')}",
                             status=403, hint="the server's operator declares it (a token of scope declare:<task>); "

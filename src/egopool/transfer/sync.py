@@ -41,6 +41,7 @@ from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_epi
 from ..meta import markers
 from ..meta.digests import DIGEST_COLUMN, Mismatch, mismatch_line, parse_digests, row_digest, same_file
 from ..meta.info import merge_info, read_info, write_info
+from ..meta.retired import retired_key
 from ..meta.stats import episode_stats_file
 from ..registry import sha256_file
 from ..publish import Publication, claim, finish, journal_doc, journal_key, new_owner_id, recover
@@ -442,6 +443,10 @@ class _BucketDest:
                           new_info=source.info if new else None,
                           tasks_jsonl=(source.tasks_jsonl() or b"").decode("utf-8") if new else None)
         if layout.episodes_file(n).as_posix() != row_key or not claim(self.store, self.task, n, doc):
+            if self.store.exists(f"{self.task}/{retired_key(n)}"):  # the claim withdrew: N was deleted there
+                return SyncOutcome(n, "refused", reason=f"episode {n} was deleted from the destination and its "
+                                                        "number is never reused; a sync cannot bring it back (copy "
+                                                        "it into a new task, or `egopool edit merge` one)")
             return SyncOutcome(n, "refused", reason=f"episode {n} was claimed in the destination by another writer; "
                                                     "run the sync again once it has finished")
         size = 0

@@ -23,7 +23,7 @@ import pyarrow as pa
 from ..errors import ObjectStoreError
 from .._safe_read import open_parquet
 from ..arrowutil import list_offsets
-from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells
+from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, may_saturate, saturated_cells
 from ..storage import TaskPath
 from ..layout import EpisodeFiles
 from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, nonfinite_key, saturated_key
@@ -266,10 +266,17 @@ class ForceCellScan(_BatchScan):
                 hit = np.flatnonzero(bad.any(axis=1))
                 per_row = bad[hit].sum(axis=1)
             else:
-                q = self._codec.decode_quantized(stored).reshape(full.size, FRAME_VALUES)
-                # max/min first: counting only pays where a row reaches a limit at all
-                hit = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
-                per_row = saturated_cells(q[hit]) if hit.size else np.zeros(0)
+                # only frames whose |diffs| can sum to a limit are decoded (exact: may_saturate, issue 29)
+                maybe = np.flatnonzero(may_saturate(stored))
+                if maybe.size:
+                    frames = stored.reshape(full.size, FRAME_VALUES)
+                    part = frames if maybe.size == full.size else frames[maybe]
+                    q = self._codec.decode_quantized(part).reshape(maybe.size, FRAME_VALUES)
+                    # max/min first: counting only pays where a row reaches a limit at all
+                    at = np.flatnonzero((q.max(axis=1) == 32767) | (q.min(axis=1) == -32768))
+                    hit, per_row = maybe[at], saturated_cells(q[at]) if at.size else np.zeros(0)
+                else:
+                    hit, per_row = maybe, np.zeros(0)
             if hit.size:
                 self.cells[name] += int(per_row.sum())
                 self.rows[name] += int(hit.size)

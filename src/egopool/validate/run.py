@@ -164,9 +164,12 @@ def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast
         check_stats(ctx, has_episodes=False)
         return
     try:
-        groups = list_task_episodes(root, ctx.layout)
-        publishing = server_imports.publishing(root)  # a pooling server's import in progress: not a damaged group
-        groups = [g for g in groups if g.committed or g.index not in publishing]
+        found = list_task_episodes(root, ctx.layout)
+        # a publish or a bucket delete under its journal (in progress, or interrupted and finished by a re-run):
+        # neither a damaged group nor strays (issue 24 review: a killed delete's videos were 5 stray warnings)
+        publishing = server_imports.publishing(root)
+        groups = [g for g in found if g.committed or g.index not in publishing]
+        journaled = [g for g in found if not g.committed and g.index in publishing]
     except ObjectStoreError:
         raise  # the store failed, not the task: no verdict on what could not be read (O3)
     except EgopoolError as exc:
@@ -179,7 +182,7 @@ def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast
     _check_episodes(ctx, groups, progress, executor, media if isinstance(executor, LocalExecutor) else None)
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
-    _check_strays(ctx, groups)
+    _check_strays(ctx, groups + journaled)
     _guarded(ctx, check_stale_leftovers)  # a local task only: no dot-temps or pids in a bucket (O7)
     if isinstance(root, ObjectPath):  # a bucket's compress journal (O40); a directory's is a stale leftover above
         _guarded(ctx, check_interrupted_compress)

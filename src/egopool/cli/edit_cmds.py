@@ -1,0 +1,199 @@
+"""``egopool edit merge|split|resume|...``: reorganise tasks, on a directory or an ``s3://`` task alike (issue 30).
+
+Thin wrappers: one library call each (:mod:`egopool.edit`), ``--dry-run`` printing exactly what would change,
+``--json`` for scripts.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from ..errors import OperationError
+from .app import app
+from .output import console, print_json
+
+edit_app = typer.Typer(help="Reorganise tasks: merge, split, rename, task strings, columns and streams; "
+                            "journaled, resumable, on a directory or s3:// alike.", no_args_is_help=True)
+app.add_typer(edit_app, name="edit")
+
+_JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout.")
+_DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
+_INTO = typer.Option(..., "--into", metavar="TARGET",
+                     help="The new task to build: a directory or s3://BUCKET/PREFIX/TASK (must not be a task yet).")
+
+
+def parse_episode_list(text: str) -> list[int]:
+    """``"1,3,5-7"`` -> ``[1, 3, 5, 6, 7]``.
+
+    Raises
+    ------
+    OperationError
+        Not a comma list of N or N-M ranges with N >= 1.
+    """
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise OperationError(f"--episodes {text!r}: {part!r} is not N or N-M",
+                                 hint="e.g. --episodes 1,3,5-7") from None
+        if a < 1 or b < a:
+            raise OperationError(f"--episodes {text!r}: {part!r} is not a range of N >= 1",
+                                 hint="e.g. --episodes 1,3,5-7")
+        out += range(a, b + 1)
+    return out
+
+
+def _show(report: object, json_out: bool) -> None:
+    from ..edit import EditReport, InplaceReport
+
+    assert isinstance(report, (EditReport, InplaceReport))
+    if json_out:
+        print_json(report.to_dict())
+        return
+    if report.resumed:
+        console.print("[yellow]finished an interrupted edit of this target[/yellow]")
+    for line in report.lines():
+        console.print(escape(line))
+
+
+@edit_app.command("merge")
+def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="Tasks to merge, in this order."),
+              into: str = _INTO, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Merge tasks with the same declarations into a new task, numbered 1.. in the order given (each by ascending N).
+
+    Duplicates (same content digest) are skipped and reported; stats.json is the sources' accumulators merged; tasks.jsonl is united; each new N's source task and N are kept in meta/edit_origins.jsonl. A different declaration (fps, features, streams...) is refused in one line naming it.
+    """
+    from ..edit import merge_tasks
+
+    _show(merge_tasks(sources, into, dry_run=dry_run), json_out)
+
+
+@edit_app.command("split")
+def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task to take episodes from."),
+              into: str = _INTO,
+              episodes: str = typer.Option("", "--episodes", metavar="LIST", help="Global N: 1,3,5-7."),
+              where: list[str] = typer.Option([], "--where", metavar="COND",
+                                              help='A condition on the episode row, e.g. "length>=300" '
+                                                   "(repeatable; all must hold)."),
+              episodes_from: str = typer.Option("", "--episodes-from", metavar="SELECTION",
+                                                help="A review selection: a file of N, the server's JSON answer, "
+                                                     "or its http(s):// search URL (token in $EGOPOOL_TOKEN)."),
+              move: bool = typer.Option(False, "--move", help="Delete them from TASK once the new task is complete "
+                                                              "(their N stay retired there)."),
+              dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Copy (or move) chosen episodes of a task into a new task, numbered 1.. in ascending N.
+
+    Every value is kept (data, rows, calibration, videos byte for byte); stats.json is rebuilt from the chosen episodes by the accumulator merge. An N that is not in TASK is refused before anything is written.
+    """
+    from ..edit import split_task
+
+    indices = parse_episode_list(episodes)
+    if episodes_from:
+        from ..curation.selection import read_selection
+        from ..meta.info import read_info
+
+        name = source.rstrip("/").rsplit("/", 1)[-1]
+        indices += read_selection(episodes_from).for_task(name, str(read_info(source).get("task_name") or name))
+    _show(split_task(source, into, indices, where, move=move, dry_run=dry_run), json_out)
+
+
+@edit_app.command("resume")
+def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task holding meta/.edit.json."),
+               json_out: bool = _JSON) -> None:
+    """Finish an interrupted edit from its journal (meta/.edit.json), whatever it was."""
+    from ..edit import resume_edit
+
+    _show(resume_edit(target), json_out)
+
+
+@edit_app.command("rename")
+def rename_cmd(task: str = typer.Argument(..., metavar="TASK", help="The task to rename."),
+               name: str = typer.Argument(..., metavar="NAME", help="Its new name (the new task is its sibling)."),
+               dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rename a task: its directory (rename(2)) or prefix (copied, then the old one deleted) and task_name.
+
+    N, data, rows, videos and stats.json are unchanged; a bucket's tombstones of deleted N move with it.
+    """
+    from ..edit import rename_task
+
+    _show(rename_task(task, name, dry_run=dry_run), json_out)
+
+
+def _inplace(task: str, change: object, dry_run: bool, json_out: bool) -> None:
+    from ..edit import Change, apply_change
+
+    assert isinstance(change, Change)
+    report = apply_change(task, change, dry_run=dry_run)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    if report.resumed:
+        console.print("[yellow]finished an interrupted edit of this task[/yellow]")
+    for line in report.lines():
+        console.print(escape(line))
+
+
+_TASK = typer.Argument(..., metavar="TASK", help="Task directory, or s3://BUCKET/PREFIX/TASK.")
+
+
+@edit_app.command("set-task")
+def set_task_cmd(task: str = _TASK, text: str = typer.Argument(..., metavar="TEXT", help="The new task string."),
+                 task_index: int = typer.Option(0, "--task-index", help="Which line of tasks.jsonl."),
+                 dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Set a task string (the language instruction) in meta/tasks.jsonl, one JSON object per line (§5)."""
+    from ..edit import SetTask
+
+    _inplace(task, SetTask(text, task_index), dry_run, json_out)
+
+
+@edit_app.command("remove-column")
+def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(..., metavar="COLUMN"),
+                      dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Remove a column from every episode, info.json features and sensors, and stats.json."""
+    from ..edit import RemoveColumn
+
+    _inplace(task, RemoveColumn(column), dry_run, json_out)
+
+
+@edit_app.command("rename-column")
+def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
+                      new: str = typer.Argument(..., metavar="NEW"),
+                      dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rename a column in every episode at once, info.json and stats.json (multi_device_storage.md §2.4 names)."""
+    from ..edit import RenameColumn
+
+    _inplace(task, RenameColumn(old, new), dry_run, json_out)
+
+
+@edit_app.command("add-column", context_settings={"ignore_unknown_options": True})
+def add_column_cmd(task: str = _TASK, index: int = typer.Argument(..., metavar="N", help="The episode."),
+                   column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
+                   values: str = typer.Option(..., "--from", metavar="FILE",
+                                              help=".npy (rows,) or (rows, d), or text: one value per line."),
+                   dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it."""
+    from ..edit import AddColumn, load_values
+
+    _inplace(task, AddColumn(column, index, load_values(values), values), dry_run, json_out)
+
+
+@edit_app.command("remove-slot")
+def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="SLOT"),
+                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Remove a stream slot: every episode's video, video_extensions, cameras, device_names, devices' slots."""
+    from ..edit import RemoveSlot
+
+    _inplace(task, RemoveSlot(slot), dry_run, json_out)
+
+
+@edit_app.command("rename-slot")
+def rename_slot_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
+                    new: str = typer.Argument(..., metavar="NEW"),
+                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Rename a stream slot in every episode and declaration; a slot name a device uses already is refused."""
+    from ..edit import RenameSlot
+
+    _inplace(task, RenameSlot(old, new), dry_run, json_out)

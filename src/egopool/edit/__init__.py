@@ -1,0 +1,78 @@
+"""Editing tasks (issue 30; docs/decisions.md "Editing tasks (issue 30)"): merge, split, rename, task strings,
+columns and stream slots, on a directory or an ``s3://`` task alike, journaled and resumable.
+
+- :func:`merge_tasks`, :func:`split_task` build a new task (:mod:`egopool.edit.copy`);
+- :func:`rename_task` renames one (:mod:`egopool.edit.rename`);
+- :func:`apply_change` with a :class:`Change` (:mod:`egopool.edit.columns`, :mod:`egopool.edit.slots`) changes
+  one in place (:mod:`egopool.edit.inplace`);
+- :func:`resume_edit` finishes an interrupted edit from its journal, whatever it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import OperationError
+from .columns import AddColumn, RemoveColumn, RenameColumn, load_values
+from .copy import EditReport
+from .inplace import Change, InplaceReport, apply_change
+from .merge import merge_tasks, plan_merge
+from .rename import rename_task
+from .select import plan_split, split_task
+from .slots import RemoveSlot, RenameSlot, SetTask
+
+__all__ = ["AddColumn", "Change", "EditReport", "InplaceReport", "RemoveColumn", "RemoveSlot", "RenameColumn",
+           "RenameSlot", "SetTask", "apply_change", "change_of", "load_values", "merge_tasks", "plan_merge",
+           "plan_split", "rename_task", "resume_edit", "split_task"]
+
+
+def change_of(op: str, args: dict[str, Any]) -> Change:
+    """The in-place change a journal records (``op``, ``args``).
+
+    Raises
+    ------
+    OperationError
+        Not an in-place op.
+    """
+    if op == "remove-column":
+        return RemoveColumn(str(args["column"]))
+    if op == "rename-column":
+        return RenameColumn(str(args["old"]), str(args["new"]))
+    if op == "add-column":
+        return AddColumn(str(args["column"]), int(args["episode"]), np.asarray(args["values"], np.float32),
+                         str(args.get("file") or ""))
+    if op == "remove-slot":
+        return RemoveSlot(str(args["slot"]))
+    if op == "rename-slot":
+        return RenameSlot(str(args["old"]), str(args["new"]))
+    if op == "set-task":
+        return SetTask(str(args["task"]), int(args["task_index"]))
+    raise OperationError(f"unknown edit {op!r} in the journal", hint="remove meta/.edit.json by hand")
+
+
+def resume_edit(target: str) -> EditReport | InplaceReport:
+    """Finish the interrupted edit whose journal is in ``target`` (whatever its op).
+
+    Raises
+    ------
+    OperationError
+        No journal there.
+    """
+    from .copy import open_target, run_plan
+    from .journal import read_journal
+    from .rename import _delete_old
+    from .select import _move
+
+    tgt = open_target(target, new=False)
+    got = read_journal(tgt)
+    if got is not None:
+        op = str(got[0].get("op"))
+        if op == "rename" and tgt.local is not None:
+            args = got[0].get("args") or {}
+            return rename_task(str(args.get("source")), str(args.get("target")).rsplit("/", 1)[-1])
+        if op not in ("merge", "split", "rename"):
+            return apply_change(tgt.uri, change_of(op, dict(got[0].get("args") or {})))
+    return run_plan(tgt, None, EditReport("resume", tgt.uri, False), move=_move if got is None or
+                    got[0].get("op") == "split" else _delete_old)

@@ -1,0 +1,207 @@
+"""Column changes of a task in place (docs/decisions.md E8): remove, rename, add per episode from a file.
+
+Rules (multi_device_storage.md §2.4, file_format.md §3, §4, §7.2): a column is renamed in every episode at
+once (the spec forbids a name that differs between episodes: ``features`` would keep both); the new name follows
+the column grammar (``observation.<a-z0-9_>``, no forbidden name) and keeps its reserved-suffix kind; it must not
+exist yet. A removed or renamed column leaves ``features``, ``sensors`` (``observation.<sensor>``) and its
+``stats.json`` block with it. Key columns (§7.1) and ``action`` are never removed or renamed. An added column
+holds one value (a number or a vector) per data row of one episode: its length must equal the episode's rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import EpisodeNotFoundError, OperationError, SchemaError
+from ..schema import check_column_name, signal_kind
+from .inplace import Change
+from .source import SourceTask
+
+__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "load_values"]
+
+_FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
+
+
+def _columns(s: SourceTask) -> set[str]:
+    import pyarrow.parquet as pq
+
+    names: set[str] = set(s.info.get("features") or {})
+    for ref in s.episodes.values():
+        with s.t.store.open_input(ref.data) as f:
+            names |= set(pq.ParquetFile(f).schema_arrow.names)
+    return names
+
+
+def _sensor(col: str) -> str | None:
+    return col[len("observation."):] if col.startswith("observation.") else None
+
+
+class RemoveColumn(Change):
+    """Remove ``column`` from every episode, ``features``, ``sensors`` and ``stats.json``."""
+
+    op = "remove-column"
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def args(self) -> dict[str, Any]:
+        return {"column": self.column}
+
+    def check(self, s: SourceTask) -> None:
+        if self.column in _FIXED:
+            raise OperationError(f"{self.column!r} is a key column every episode must have (file_format.md §7.1)",
+                                 hint="remove an observation.* or status.* column")
+        if self.column not in _columns(s):
+            raise SchemaError(f"no column {self.column!r} in {s.t.uri}", hint="see `egopool info TASK`")
+
+    def touches_data(self) -> bool:
+        return True
+
+    def data(self, n: int, table: pa.Table) -> pa.Table | None:
+        return table.drop_columns([self.column]) if self.column in table.column_names else None
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = dict(info)
+        out["features"] = {k: v for k, v in (info.get("features") or {}).items() if k != self.column}
+        sn = _sensor(self.column)
+        if sn is not None and "sensors" in info:
+            out["sensors"] = [x for x in info["sensors"] if x != sn]
+        return out
+
+    def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in doc.items() if k != self.column}
+
+
+class RenameColumn(Change):
+    """Rename ``old`` to ``new`` in every episode, ``features``, ``sensors`` and ``stats.json``."""
+
+    op = "rename-column"
+
+    def __init__(self, old: str, new: str) -> None:
+        self.old, self.new = old, new
+
+    def args(self) -> dict[str, Any]:
+        return {"old": self.old, "new": self.new}
+
+    def check(self, s: SourceTask) -> None:
+        if self.old in _FIXED:
+            raise OperationError(f"{self.old!r} is a key column (file_format.md §7.1); its name is fixed",
+                                 hint="rename an observation.* or status.* column")
+        have = _columns(s)
+        if self.old not in have:
+            raise SchemaError(f"no column {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
+        if self.new in have:
+            raise SchemaError(f"column {self.new!r} exists already in {s.t.uri}", hint="choose another name")
+        if self.old.startswith("observation.") != self.new.startswith("observation.") or \
+                self.old.startswith("status.") != self.new.startswith("status."):
+            raise SchemaError(f"{self.old!r} -> {self.new!r} changes the column's namespace",
+                              hint="keep observation.* or status.*")
+        if self.new.startswith("observation."):
+            check_column_name(self.new, signal_kind(self.old))
+            if signal_kind(self.new) != signal_kind(self.old):
+                raise SchemaError(f"{self.new!r} implies kind {signal_kind(self.new)}, {self.old!r} is "
+                                  f"{signal_kind(self.old)} (multi_device_storage.md §2.4 reserved suffixes)",
+                                  hint="keep the reserved suffix")
+
+    def touches_data(self) -> bool:
+        return True
+
+    def data(self, n: int, table: pa.Table) -> pa.Table | None:
+        if self.old not in table.column_names:
+            return None
+        names = [self.new if c == self.old else c for c in table.column_names]
+        return table.rename_columns(names)
+
+    def declare(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = dict(info)
+        feats = dict(info.get("features") or {})
+        if self.old in feats:
+            feats[self.new] = feats[self.old]
+        out["features"] = feats
+        return out
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = self.declare(info)
+        out["features"] = {k: v for k, v in out["features"].items() if k != self.old}
+        old_sn, new_sn = _sensor(self.old), _sensor(self.new)
+        if old_sn is not None and new_sn is not None and "sensors" in info:
+            out["sensors"] = [new_sn if x == old_sn else x for x in info["sensors"]]
+        return out
+
+    def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return {(self.new if k == self.old else k): v for k, v in doc.items()}
+
+
+def load_values(path: str | Path) -> np.ndarray:
+    """The values of an added column: ``.npy`` (shape ``(rows,)`` or ``(rows, d)``), or text with one value (or
+    whitespace-separated vector) per line. Returned as float32 ``(rows, d)``.
+
+    Raises
+    ------
+    OperationError
+        The file does not read as numbers (named).
+    """
+    p = Path(path)
+    try:
+        arr = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
+    except (OSError, ValueError) as exc:
+        raise OperationError(f"{p}: cannot read one value per row ({exc})",
+                             hint="give a .npy array or a text file with one number (or vector) per line") from exc
+    arr = np.asarray(arr, dtype=np.float32)
+    return arr[:, None] if arr.ndim == 1 else arr.reshape(arr.shape[0], -1)
+
+
+class AddColumn(Change):
+    """Add ``column`` (``list<float32, d>``, one value per data row) to episode ``index``; declare it."""
+
+    op = "add-column"
+
+    def __init__(self, column: str, index: int, values: np.ndarray, source: str = "") -> None:
+        self.column, self.index, self.values, self.source = column, index, values, source
+
+    def args(self) -> dict[str, Any]:
+        return {"column": self.column, "episode": self.index, "file": self.source,
+                "values": self.values.tolist()}
+
+    def check(self, s: SourceTask) -> None:
+        if self.index not in s.episodes:
+            raise EpisodeNotFoundError(s.t.uri, self.index)
+        if not self.column.startswith("observation."):
+            raise SchemaError(f"{self.column!r}: an added column is an observation.* signal",
+                              hint="e.g. observation.grip_label")
+        check_column_name(self.column, None)
+        table = s.table(s.episodes[self.index])
+        if self.column in table.column_names:
+            raise SchemaError(f"episode {self.index} has a column {self.column!r} already", hint="remove it first")
+        declared = (s.info.get("features") or {}).get(self.column)
+        if declared is not None and list(declared.get("shape") or []) != [self.values.shape[1]]:
+            raise SchemaError(f"{self.column!r} is declared with shape {declared.get('shape')}, the file gives "
+                              f"{self.values.shape[1]} value(s) per row", hint="give values of the declared shape")
+        if len(self.values) != table.num_rows:
+            raise OperationError(f"{self.source or 'the values'}: {len(self.values)} value(s) for episode "
+                                 f"{self.index}, which has {table.num_rows} rows", hint="one value per data row")
+
+    def touches_data(self) -> bool:
+        return True
+
+    def data(self, n: int, table: pa.Table) -> pa.Table | None:
+        if n != self.index or self.column in table.column_names:
+            return None
+        d = self.values.shape[1]
+        flat = pa.array(self.values.reshape(-1), type=pa.float32())
+        col = pa.FixedSizeListArray.from_arrays(flat, d).cast(pa.list_(pa.float32()))
+        return table.append_column(self.column, col)
+
+    def declare(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = dict(info)
+        feats = dict(info.get("features") or {})
+        feats.setdefault(self.column, {"dtype": "float32", "shape": [int(self.values.shape[1])]})
+        out["features"] = feats
+        return out
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        return self.declare(info)

@@ -1,0 +1,316 @@
+"""Build a new task from episodes of others (``edit merge``, ``edit split``; docs/decisions.md E1-E6).
+
+A plan (:class:`CopyPlan`) names every episode's source task and N, its new N in the target (1, 2, ... in the
+plan's order), the target's ``info.json``, ``stats.json`` and ``tasks.jsonl``. It is executed from its journal
+(:mod:`egopool.edit.journal`, in the target), so a SIGKILL at any step is finished by the next run:
+
+1. ``journal``: the journal is created in the target (``CREATE``; the target holds nothing else yet);
+2. ``episode``: each episode's data parquet (``episode_index`` = new N, ``task_index`` mapped to the united
+   ``tasks.jsonl``), its videos (bytes unchanged), then its ``meta/episodes`` row (the new N, the mapped task,
+   every other column as it was: calibration, drop_stats, ...): one object at a time, each atomic; an episode
+   whose row exists is done (the row is written last);
+3. ``meta``: ``stats.json``, ``tasks.jsonl``, ``meta/edit_origins.jsonl`` (each new N's source task and N);
+4. ``committed``: ``info.json``: from here the target is a task for every reader (before, ``meta/info.json``
+   is missing and nothing reads it as one);
+5. ``moved`` (``split --move`` only): the episodes are deleted from their source by ``egopool delete``'s own
+   journaled delete (N retired there, never reused);
+6. the journal is removed.
+
+Sources are only read (until step 5). Every write goes through the target's :class:`~egopool.storage.Store`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import OperationError
+from ..layout import TaskLayout
+from ..meta.episodes import decode_row, episode_row_table
+from ..ops._store_task import StoreTask, json_bytes
+from ..ops.task_store import pause
+from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
+from ..storage.directory_store import DirectoryStore
+from .journal import JOURNAL, EditJournal, edit_lock, read_journal
+from .source import SourceTask, location, open_source, parquet_bytes
+
+__all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target"]
+
+#: task-relative key of the origins of a built task's episodes (one JSON line per episode)
+ORIGINS = "meta/edit_origins.jsonl"
+OP = "edit"
+
+
+@dataclass
+class Pick:
+    """One episode to copy: source (index into the plan's sources) and N there, its N in the target, the
+    ``task_index`` it gets there, its content digest, its videos ``image_key -> [ext, source key]``."""
+
+    source: int
+    index: int
+    new_index: int
+    task_index: dict[str, int]
+    digest: str
+    videos: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "index": self.index, "new_index": self.new_index,
+                "task_index": self.task_index, "digest": self.digest, "videos": self.videos}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pick:
+        return cls(int(d["source"]), int(d["index"]), int(d["new_index"]), dict(d["task_index"]), str(d["digest"]),
+                   {k: list(v) for k, v in (d.get("videos") or {}).items()})
+
+
+@dataclass
+class CopyPlan:
+    """Everything an execution needs (it is the journal's body)."""
+
+    op: str
+    args: dict[str, Any]
+    target: str
+    sources: list[str]
+    picks: list[Pick]
+    skipped: list[dict[str, Any]]
+    info: dict[str, Any]
+    stats: dict[str, Any]
+    tasks: list[dict[str, Any]]
+    move: bool = False
+    #: objects of the (single) source copied as they are (a rename: its origins, a bucket's tombstones)
+    extra: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "args": self.args, "target": self.target, "sources": self.sources,
+                "picks": [p.to_dict() for p in self.picks], "skipped": self.skipped, "info": self.info,
+                "stats": self.stats, "tasks": self.tasks, "move": self.move, "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CopyPlan:
+        return cls(str(d["op"]), dict(d["args"]), str(d["target"]), list(d["sources"]),
+                   [Pick.from_dict(p) for p in d["picks"]], list(d.get("skipped") or []), dict(d["info"]),
+                   dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []))
+
+
+@dataclass
+class EditReport:
+    """What an edit did (or, ``dry_run``, would do). ``writes``: target-relative keys; ``deleted``: N per source
+    (a move); ``resumed``: the run finished an interrupted edit of the same plan."""
+
+    op: str
+    target: str
+    dry_run: bool
+    plan: CopyPlan | None = None
+    changes: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    deleted: dict[str, list[int]] = field(default_factory=dict)
+    resumed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.plan
+        return {"ok": True, "op": self.op, "target": self.target, "dry_run": self.dry_run, "resumed": self.resumed,
+                "episodes": [{"source": p.sources[k.source], "index": k.index, "new_index": k.new_index,
+                              "digest": k.digest} for k in p.picks] if p else [],
+                "skipped": p.skipped if p else [], "changes": self.changes, "writes": self.writes,
+                "deleted": self.deleted}
+
+    def lines(self) -> list[str]:
+        """The human report: one line per change."""
+        out = list(self.changes)
+        if self.plan is not None:
+            p = self.plan
+            verb = "would copy" if self.dry_run else "copied"
+            out += [f"{verb} {p.sources[k.source]} episode {k.index} -> {p.target} episode {k.new_index}"
+                    for k in p.picks]
+            out += [f"skipped duplicate {s['source']} episode {s['index']} (same content as target episode "
+                    f"{s['same_as']}, {s['digest'][:19]})" for s in p.skipped]
+            out += [f"{'would write' if self.dry_run else 'wrote'} {p.target}/{k}" for k in self.writes]
+        for src, ns in self.deleted.items():
+            if self.op == "rename":
+                out.append(f"{'would delete' if self.dry_run else 'deleted'} the old task {src} (copied whole)")
+                continue
+            out.append(f"{'would delete' if self.dry_run else 'deleted'} episode(s) {', '.join(map(str, ns))} "
+                       f"from {src} (moved; N retired there)")
+        return out
+
+
+def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True) -> StoreTask:
+    """The target of a merge or split: a location that is no task yet (or holds an interrupted edit's journal).
+    ``new=False``: any location (``edit resume``).
+
+    Raises
+    ------
+    OperationError
+        ``location`` is a task already (named), or a directory that is not empty and not an edit's.
+    ObjectStoreError
+        The bucket does not exist.
+    """
+    root = as_path(location(where))
+    store = open_store(str(root))
+    if isinstance(root, ObjectPath):
+        from ..storage._path import require_bucket
+
+        require_bucket(root)
+    t = StoreTask(root, store, store.root if isinstance(store, DirectoryStore) else None)
+    if not new:
+        return t
+    if store.exists("meta/info.json") and not store.exists(JOURNAL):
+        raise OperationError(f"{t.uri} is a task already; an edit builds a new task",
+                             hint="name a new location (delete or rename the old task first if it must go)")
+    if t.local is not None and t.local.exists() and not store.exists(JOURNAL) and \
+            any(not any(part.startswith(".") for part in f.relative_to(t.local).parts)
+                for f in t.local.rglob("*") if f.is_file()):
+        raise OperationError(f"{t.uri} is a directory that is not empty", hint="name a new location")
+    return t
+
+
+def _episode_keys(layout: TaskLayout, n: int, videos: dict[str, list[str]]) -> list[str]:
+    keys = [layout.data_key(n)] + [layout.video_key(n, k, v[0]) for k, v in sorted(videos.items())]
+    return keys + [layout.episodes_key(n)]
+
+
+def target_keys(plan: CopyPlan) -> list[str]:
+    """Every key the plan writes in the target, in the order it writes them."""
+    layout = TaskLayout.from_info(as_path(plan.target), plan.info)
+    keys: list[str] = []
+    for p in plan.picks:
+        keys += _episode_keys(layout, p.new_index, p.videos)
+    return keys + plan.extra + ["meta/stats.json", "meta/tasks.jsonl"] + \
+        ([] if ORIGINS in plan.extra else [ORIGINS]) + ["meta/info.json"]
+
+
+def _set(table: pa.Table, name: str, value: int) -> pa.Table:
+    col = pa.array(np.full(table.num_rows, value, np.int64))
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, col)
+    return table
+
+
+def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) -> None:
+    if tgt.store.exists(layout.episodes_key(p.new_index)):
+        return  # done by an earlier run: the row is written last
+    ref = src.episodes.get(p.index)
+    data_key = ref.data if ref is not None else src.layout.data_key(p.index)
+    row_key = ref.row if ref is not None else src.layout.episodes_key(p.index)
+    body = src.read(data_key)
+    table = pq.read_table(io.BytesIO(body))
+    old_task = int(table.column("task_index")[0].as_py()) if "task_index" in table.column_names and \
+        table.num_rows else 0
+    new_task = p.task_index.get(str(old_task), 0)
+    if p.new_index != p.index or new_task != old_task:  # else the bytes as they are (a rename)
+        body = parquet_bytes(_set(_set(table, "episode_index", p.new_index), "task_index", new_task))
+    tgt.store.put(layout.data_key(p.new_index), body)
+    for image_key, (ext, key) in sorted(p.videos.items()):
+        dest = layout.video_key(p.new_index, image_key, ext)
+        local = src.t.store.local_path(key)
+        if local is not None:
+            tgt.store.put_file(dest, local)
+        else:
+            with tgt.store.staged(dest, suffix="." + ext) as tmp, src.t.store.open_input(key) as f, \
+                    open(tmp, "wb") as out:
+                while piece := f.read(1 << 20):
+                    out.write(piece)
+    row_body = src.read(row_key)
+    raw = pq.read_table(io.BytesIO(row_body))
+    rows = [r for r in raw.to_pylist() if r.get("episode_index") == p.index] or raw.to_pylist()
+    row = decode_row(rows[0])
+    task = p.task_index.get(str(row.get("task_index") or 0), 0)
+    if p.new_index != p.index or task != (row.get("task_index") or 0) or raw.num_rows != 1:
+        row["episode_index"], row["task_index"] = p.new_index, task
+        row_body = parquet_bytes(episode_row_table(row))
+    tgt.store.put(layout.episodes_key(p.new_index), row_body)
+
+
+def _origins(plan: CopyPlan) -> bytes:
+    lines = [json.dumps({"episode_index": p.new_index, "task": as_path(plan.sources[p.source]).name,
+                         "location": plan.sources[p.source], "source_episode_index": p.index, "digest": p.digest,
+                         "op": plan.op}, ensure_ascii=False) for p in plan.picks]
+    return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+
+
+def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
+            move: Callable[[CopyPlan], dict[str, list[int]]] | None = None) -> dict[str, list[int]]:
+    """Run ``plan`` into ``tgt`` from the step its journal records (module docstring). Returns the deleted N per
+    source (a move).
+
+    Raises
+    ------
+    OperationError, StorageError
+        A source object is gone or a store failed: the journal stays; the next run finishes the edit.
+    """
+    layout = TaskLayout.from_info(tgt.root, plan.info)
+    deleted: dict[str, list[int]] = {}
+    if journal.doc.get("state") not in ("committed", "moved"):
+        sources: dict[int, SourceTask] = {}
+        for i, p in enumerate(plan.picks):
+            if p.source not in sources:
+                sources[p.source] = open_source(plan.sources[p.source])
+            _copy_episode(sources[p.source], tgt, layout, p)
+            if i == 0:
+                pause(OP, "episode")
+        tgt.store.put("meta/stats.json", json_bytes(plan.stats, indent=None))
+        tgt.store.put("meta/tasks.jsonl", "".join(json.dumps(t, ensure_ascii=False) + "\n"
+                                                  for t in plan.tasks).encode("utf-8"))
+        for key in plan.extra:
+            src = sources.get(0) or open_source(plan.sources[0])
+            tgt.store.put(key, src.read(key))
+        if ORIGINS not in plan.extra:
+            tgt.store.put(ORIGINS, _origins(plan))
+        pause(OP, "meta")
+        try:
+            tgt.store.put("meta/info.json", json_bytes(plan.info), mode=PutMode.CREATE)
+        except PreconditionFailed:
+            got = tgt.get_json("meta/info.json", "info.json")
+            if got is None or got[0].get("task_name") != plan.info.get("task_name"):
+                raise OperationError(f"{tgt.uri}: another writer created meta/info.json during the edit",
+                                     hint="inspect the target; its journal stays") from None
+        journal.write(state="committed")
+        pause(OP, "committed")
+    if plan.move and move is not None and journal.doc.get("state") != "moved":
+        deleted = move(plan)
+        journal.write(state="moved")
+        pause(OP, "moved")
+    journal.remove()
+    return deleted
+
+
+def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
+             move: Callable[[CopyPlan], dict[str, list[int]]] | None = None) -> EditReport:
+    """Own the target's journal (created for ``plan``, or the interrupted one of the same op and arguments) and
+    execute it. ``plan`` None: finish the interrupted edit whatever it was (``edit resume``).
+
+    Raises
+    ------
+    OperationError
+        The target holds an interrupted edit of another op or arguments (named; `egopool edit resume`).
+    LockError
+        Another edit of the target is under way.
+    """
+    with edit_lock(tgt, dry_run=False):
+        got = read_journal(tgt)
+        if got is not None:
+            old = CopyPlan.from_dict(got[0])
+            if plan is not None and (old.op != plan.op or old.args != plan.args):
+                raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {old.op}`, "
+                                     f"{tgt.store.url(JOURNAL)})",
+                                     hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` "
+                                          f"finishes it; nothing was written")
+            journal = EditJournal.take_over(tgt, got[0], got[1])
+            report.plan, report.resumed = old, True
+            plan = old
+        elif plan is None:
+            raise OperationError(f"{tgt.uri} holds no unfinished edit", hint="nothing to resume")
+        else:
+            journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
+            pause(OP, "journal")
+        report.writes = target_keys(plan)
+        report.deleted = execute(tgt, plan, journal, move=move)
+    return report

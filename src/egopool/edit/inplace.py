@@ -1,0 +1,287 @@
+"""Change a task in place (``edit set-task``, ``remove-column``, ``rename-column``, ``add-column``, ``remove-slot``,
+``rename-slot``; docs/decisions.md E7-E10): one :class:`Change`, applied to every episode and to ``info.json``,
+``stats.json`` and ``tasks.jsonl``, journaled in the task (``meta/.edit.json``, :mod:`egopool.edit.journal`).
+
+Steps (each a crash seam ``EGOPOOL_OPS_PAUSE=edit:<step>``), a valid task after each:
+
+1. ``journal``: the journal (the change and its arguments) is created; a bucket task with a publish in progress
+   is refused first (its journals are listed);
+2. ``declared``: ``info.json`` gets the union of the old and the new declarations (a renamed column or slot is
+   declared under both names, an added column is declared), so every episode validates, changed or not;
+3. ``episode`` (after the first): each episode's data parquet, videos and row are rewritten, one object at a
+   time, each atomically; a change is idempotent (an episode already changed is left as it is), so a re-run
+   simply goes over every episode again;
+4. ``committed``: ``stats.json``, ``tasks.jsonl``, then ``info.json`` with the old declarations gone;
+5. the journal is removed.
+
+Episodes that arrive while the change runs (a publish into a bucket task) are changed too: the episodes are
+listed again before step 4, up to 5 rounds. Untouched objects keep their bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import LockError, OperationError
+from ..ops._store_task import StoreTask, json_bytes
+from ..ops.task_store import pause
+from ..storage import ObjectPath, PreconditionFailed, PutMode
+from .journal import EditJournal, edit_lock, read_journal
+from .source import EpisodeRef, SourceTask, open_source, parquet_bytes
+
+__all__ = ["Change", "InplaceReport", "apply_change"]
+
+OP = "edit"
+
+
+class Change(ABC):
+    """One in-place change: what it does to declarations, to each episode, to stats and task strings."""
+
+    op: str = ""
+
+    @abstractmethod
+    def args(self) -> dict[str, Any]:
+        """Its arguments, JSON (the journal's record; equal arguments = the same change)."""
+
+    @abstractmethod
+    def check(self, s: SourceTask) -> None:
+        """Refuse bad input in one line before anything is written (``OperationError`` and friends)."""
+
+    def declare(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``info.json`` during the change (old and new declarations both); default: unchanged."""
+        return info
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``info.json`` after the change."""
+        return info
+
+    def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``stats.json`` after the change; default: unchanged."""
+        return doc
+
+    def tasks(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``tasks.jsonl`` rows after the change; default: unchanged."""
+        return rows
+
+    def data(self, n: int, table: pa.Table) -> pa.Table | None:
+        """N's data table changed, or None when it has nothing to change (idempotence)."""
+        return None
+
+    def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
+        """N's row (raw parquet values) changed, or None."""
+        return None
+
+    def videos(self, n: int, videos: dict[str, tuple[str, str]]) -> list[tuple[str, str | None]]:
+        """``(image_key, new image_key | None to delete)`` for N's videos; default: none."""
+        return []
+
+    def touches_data(self) -> bool:
+        """Whether :meth:`data` can change anything (else the data parquets are not read)."""
+        return False
+
+    def touches_rows(self) -> bool:
+        """Whether :meth:`row` can change anything."""
+        return False
+
+
+@dataclass
+class InplaceReport:
+    """What a change did (or would do): ``changed`` per N the objects rewritten, ``meta`` the meta documents."""
+
+    op: str
+    task: str
+    dry_run: bool
+    args: dict[str, Any]
+    changed: dict[int, list[str]] = field(default_factory=dict)
+    meta: list[str] = field(default_factory=list)
+    resumed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": True, "op": self.op, "task": self.task, "dry_run": self.dry_run, "args": self.args,
+                "resumed": self.resumed, "episodes": {str(k): v for k, v in sorted(self.changed.items())},
+                "meta": self.meta}
+
+    def lines(self) -> list[str]:
+        verb = "would rewrite" if self.dry_run else "rewrote"
+        out = [f"{verb} episode {n}: {', '.join(keys)}" for n, keys in sorted(self.changed.items()) if keys]
+        return out + [f"{verb} {k}" for k in self.meta]
+
+
+def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:
+    """The one-row table ``row`` with ``raw``'s column types (the row's own columns, nothing added or dropped)."""
+    cols = {name: pa.array([row[name]], type=raw.schema.field(name).type) for name in raw.column_names
+            if name in row}
+    return pa.table(cols)
+
+
+def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> list[str]:
+    store, keys = s.t.store, []
+    if ch.touches_data():
+        table = s.table(ref)
+        new = ch.data(ref.index, table)
+        if new is not None:
+            keys.append(ref.data)
+            if write:
+                store.put(ref.data, parquet_bytes(new))
+    for image_key, to in ch.videos(ref.index, ref.videos):
+        ext, key = ref.videos[image_key]
+        if to is None:
+            keys.append(key)
+            if write:
+                _delete(s, key)
+            continue
+        dest = s.layout.video_key(ref.index, to, ext)
+        keys.append(f"{key} -> {dest}")
+        if write:
+            local = store.local_path(key)
+            if local is not None:
+                store.put_file(dest, local)
+            else:
+                with store.staged(dest, suffix="." + ext) as tmp, store.open_input(key) as f, open(tmp, "wb") as out:
+                    while piece := f.read(1 << 20):
+                        out.write(piece)
+            _delete(s, key)
+    if ch.touches_rows():
+        import io
+
+        import pyarrow.parquet as pq
+
+        raw = pq.read_table(io.BytesIO(s.read(ref.row)))
+        row = raw.to_pylist()[0]
+        new_row = ch.row(ref.index, dict(row))
+        if new_row is not None and new_row != row:
+            keys.append(ref.row)
+            if write:
+                store.put(ref.row, parquet_bytes(_row_table(raw, new_row)))
+    return keys
+
+
+def _delete(s: SourceTask, key: str) -> None:
+    """Delete ``key``; in a directory also the directories it leaves empty (a renamed slot's old folder)."""
+    s.t.store.delete([key])
+    local = s.t.store.local_path(key)
+    if local is None or s.t.local is None:
+        return
+    d = local.parent
+    while d != s.t.local and s.t.local in d.parents:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+        d = d.parent
+
+
+def _publishing(t: StoreTask) -> str | None:
+    """A bucket task's publish in progress (the server's or sync's journal), or None."""
+    if not isinstance(t.root, ObjectPath):
+        return None
+    from ..publish import JOURNALS, task_hash
+    from ..storage import open_store
+
+    parent = open_store(str(t.root.parent))
+    first = next(iter(parent.list(f"{JOURNALS}/{task_hash(t.root.name)}/")), None)
+    return None if first is None else parent.url(first.key)
+
+
+def _update(t: StoreTask, change: Any, key: str = "meta/info.json", *, indent: int | None = 2) -> bool:
+    """Read-modify-write of a meta document by compare-and-swap on both backends (a publish merging into it
+    meanwhile is read again and the change made on top of it). An absent document is left absent."""
+    for _ in range(50):
+        got = t.get_json(key, key)
+        if got is None:
+            if key == "meta/info.json":
+                raise OperationError("meta/info.json vanished during the edit", path=t.uri, hint="restore it")
+            return False
+        new = change(got[0])
+        if new == got[0]:
+            return False
+        try:
+            t.store.put(key, json_bytes(new, indent=indent), mode=PutMode.UPDATE, version=got[1])
+            return True
+        except PreconditionFailed:
+            continue
+    raise LockError(f"{key} kept changing under the edit (50 compare-and-swap rounds lost)", path=t.uri,
+                    hint="run the edit again when the task is quieter; `egopool edit resume TASK` finishes it")
+
+
+def apply_change(location: str | ObjectPath, ch: Change, *, dry_run: bool = False) -> InplaceReport:
+    """Apply ``ch`` to the task at ``location`` (a directory or ``s3://...``), module docstring.
+
+    Raises
+    ------
+    OperationError, SchemaError, EpisodeNotFoundError
+        Bad input (:meth:`Change.check`), one line, nothing written; another edit's journal in the task.
+    LockError
+        Another edit (or a recorder, delete) holds the task; a publish in progress in a bucket task.
+    """
+    s = open_source(location)
+    t = s.t
+    report = InplaceReport(ch.op, t.uri, dry_run, ch.args())
+    if dry_run:
+        ch.check(s)
+        for n in sorted(s.episodes):
+            report.changed[n] = _apply_episode(s, ch, s.episodes[n], False)
+        info = ch.finish(ch.declare(s.info))
+        stats = s.t.get_json("meta/stats.json", "stats.json")
+        report.meta = ([] if stats is None or ch.stats(stats[0]) == stats[0] else ["meta/stats.json"]) + \
+            (["meta/tasks.jsonl"] if ch.tasks(s.tasks()) != s.tasks() else []) + \
+            (["meta/info.json"] if info != s.info else [])
+        return report
+    with edit_lock(t, dry_run=False):
+        got = read_journal(t)
+        if got is not None:
+            if got[0].get("op") != ch.op or got[0].get("args") != ch.args():
+                raise OperationError(f"{t.uri} holds another edit under way or interrupted "
+                                     f"(`edit {got[0].get('op')}`)",
+                                     hint=f"wait for it; if it was killed, `egopool edit resume {t.uri}` "
+                                          f"finishes it; nothing was written")
+            journal = EditJournal.take_over(t, got[0], got[1])
+            report.resumed = True
+        else:
+            ch.check(s)
+            busy = _publishing(t)
+            if busy is not None:
+                raise LockError(f"a publish into this task is in progress ({busy})", path=t.uri,
+                                hint="edit it when the upload finished; nothing was written")
+            journal = EditJournal.create(t, {"op": ch.op, "args": ch.args(), "state": "declaring"})
+            pause(OP, "journal")
+        _run(s, ch, journal, report)
+    return report
+
+
+def _run(s: SourceTask, ch: Change, journal: EditJournal, report: InplaceReport) -> None:
+    t = s.t
+    if journal.doc.get("state") != "committing":
+        _update(t, ch.declare)
+        journal.write(state="episodes")
+        pause(OP, "declared")
+        done: set[int] = set()
+        for _ in range(5):
+            todo = sorted(set(s.episodes) - done)
+            if not todo:
+                break
+            for n in todo:
+                report.changed[n] = _apply_episode(s, ch, s.episodes[n], True)
+                done.add(n)
+                if len(done) == 1:
+                    pause(OP, "episode")
+            s = open_source(t.root)  # episodes published meanwhile are changed too
+        journal.write(state="committing")
+    report.meta = []
+    if _update(t, ch.stats, "meta/stats.json", indent=None):
+        report.meta.append("meta/stats.json")
+    old_tasks = s.tasks()
+    new_tasks = ch.tasks(old_tasks)
+    if new_tasks != old_tasks:
+        t.store.put("meta/tasks.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                for r in new_tasks).encode("utf-8"))
+        report.meta.append("meta/tasks.jsonl")
+    if _update(t, ch.finish):
+        report.meta.append("meta/info.json")
+    pause(OP, "committed")
+    journal.remove()

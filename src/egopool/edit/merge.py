@@ -1,0 +1,150 @@
+"""``egopool edit merge SRC... --into TARGET``: tasks with the same declarations into one new task (docs/decisions.md
+E1, E3, E4).
+
+Order: the sources as given, each by ascending N; the target numbers them 1, 2, ... (N of the sources are not kept
+as N, they are kept as origins in ``meta/edit_origins.jsonl``). An episode whose content digest (its data without
+``episode_index``, and its videos' bytes) equals one already taken is skipped and reported. ``stats.json`` is the
+sources' accumulators merged (file_format.md §4, Chan's merge), minus the skipped duplicates' own blocks (count,
+sum and sum of squares subtracted; min and max are unchanged, the copy that stays holds the same values); a source
+whose ``stats.json`` has no ``count`` (v1.1.0) contributes the blocks of its episodes instead. ``tasks.jsonl`` is
+the union of the sources' task strings, in order of first appearance (``task_index`` remapped in data and rows).
+``info.json`` is the first source's, the others' merged in (calibration per device: the latest; every episode
+keeps its own in its row), ``task_name`` the target's, ``total_episodes`` the number of episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import OperationError
+from ..meta.info import merge_info
+from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
+from ..storage import ObjectPath
+from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .journal import read_journal
+from .source import first_difference, location, open_source, subtract_block
+
+__all__ = ["merge_tasks", "plan_merge"]
+
+
+def _blocks(doc: dict[str, Any]) -> dict[str, StatsBlock]:
+    return {k: StatsBlock.from_dict(v) for k, v in doc.items() if k != "action" and isinstance(v, dict)}
+
+
+def _fold(a: dict[str, StatsBlock], b: dict[str, StatsBlock]) -> dict[str, StatsBlock]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out[k].merge(v) if k in out else v
+    return out
+
+
+def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) -> CopyPlan:
+    """The plan of a merge (module docstring); reads every source episode once (digests), writes nothing.
+
+    Raises
+    ------
+    OperationError
+        Fewer than two sources, a source named twice or as the target, or declarations that differ: one line
+        naming the first difference (``fps is 30.0 in A and 29.97 in B``).
+    FormatError, ObjectStoreError
+        A source is not a task / cannot be read.
+    """
+    if len(sources) < 2:
+        raise OperationError("edit merge needs two or more source tasks", hint="egopool edit merge A B --into C")
+    opened = [open_source(s) for s in sources]
+    uris = [s.t.uri for s in opened]
+    tgt_uri = str(target).rstrip("/")
+    if len(set(uris)) != len(uris) or tgt_uri in uris:
+        raise OperationError(f"a task is named twice among {', '.join(uris + [tgt_uri])}",
+                             hint="name each source once and a new target")
+    for other in opened[1:]:
+        diff = first_difference(opened[0], other)
+        if diff is not None:
+            raise OperationError(f"cannot merge: {diff}; nothing was written",
+                                 hint="merge only tasks recorded with the same declarations")
+    task_strings: list[str] = []
+    maps: list[dict[str, int]] = []
+    for s in opened:
+        m: dict[str, int] = {}
+        for row in s.tasks():
+            text = str(row.get("task"))
+            if text not in task_strings:
+                task_strings.append(text)
+            m[str(int(row.get("task_index") or 0))] = task_strings.index(text)
+        maps.append(m or {"0": 0})
+    picks: list[Pick] = []
+    skipped: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    stats: dict[str, StatsBlock] = {}
+    for i, s in enumerate(opened):
+        stored = read_stats(s.t.root)
+        legacy = not stored or needs_recalc(stored)
+        own = {} if legacy else _blocks(stored)
+        for n in sorted(s.episodes):
+            ref = s.episodes[n]
+            table = s.table(ref)
+            digest = s.digest(ref, table)
+            if digest in seen:
+                skipped.append({"source": s.t.uri, "index": n, "same_as": seen[digest], "digest": digest})
+                if not legacy:
+                    for col, block in s.blocks(table).items():
+                        if col in own:
+                            left = subtract_block(own[col], block)
+                            if left is None:
+                                del own[col]
+                            else:
+                                own[col] = left
+                continue
+            new = len(picks) + 1
+            seen[digest] = new
+            picks.append(Pick(i, n, new, maps[i], digest,
+                              {k: [ext, key] for k, (ext, key) in ref.videos.items()}))
+            if legacy:
+                own = _fold(own, s.blocks(table))
+        stats = _fold(stats, own)
+    info: dict[str, Any] = {}
+    for s in opened:
+        info = merge_info(info, s.info)
+    name = tgt_uri.rsplit("/", 1)[-1]
+    info.update(task_name=name, total_episodes=len(picks))
+    doc = {k: b.to_dict() for k, b in stats.items()}
+    doc["action"] = dict(ACTION_BLOCK)
+    return CopyPlan("merge", {"sources": uris}, tgt_uri, uris, picks, skipped, info, doc,
+                    [{"task_index": k, "task": t} for k, t in enumerate(task_strings)])
+
+
+def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
+                dry_run: bool = False) -> EditReport:
+    """Merge ``sources`` into the new task ``target`` (a directory or ``s3://bucket/prefix/task``), journaled
+    (:mod:`egopool.edit.copy`). A target holding an interrupted merge of the same sources is finished.
+
+    Returns
+    -------
+    EditReport
+        Every episode's source, N and new N; the skipped duplicates; every key written in the target.
+
+    Raises
+    ------
+    OperationError
+        Bad sources (:func:`plan_merge`), a target that is a task already, an unfinished other edit there.
+    LockError
+        Another edit of the target is under way.
+    """
+    tgt = open_target(target)
+    tgt_uri = tgt.uri
+    report = EditReport("merge", tgt_uri, dry_run)
+    pending = read_journal(tgt)
+    if pending is not None and not dry_run:
+        if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
+            return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
+        raise OperationError(f"{tgt_uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
+                             f"of other tasks)",
+                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt_uri}` "
+                                  f"finishes it; nothing was written")
+    plan = plan_merge(sources, tgt_uri)
+    report.plan = plan
+    if dry_run:
+        report.writes = target_keys(plan)
+        return report
+    return run_plan(tgt, plan, report)

@@ -1,0 +1,135 @@
+"""``egopool edit rename TASK NEW``: a task under a new name (docs/decisions.md E11).
+
+The name of a task is its directory's (or prefix's) last part and ``info.json``'s ``task_name`` (file_format.md §1,
+§3). N, data, rows, videos and ``stats.json`` are unchanged.
+
+- A directory is renamed by ``rename(2)`` (atomic; the new path must not exist and be on the same file system),
+  under the task lock, with the journal ``meta/.edit.json`` written first; then ``task_name`` is set. A run
+  killed between the two is finished by ``edit rename TASK NEW`` again or ``edit resume NEW``.
+- A bucket has no rename: the task is copied to the new prefix by the copy engine (:mod:`egopool.edit.copy`) with
+  its N kept, its ``stats.json`` and ``tasks.jsonl`` as they are, its other objects (``.egopool/retired/``
+  tombstones: a deleted N stays retired under the new name, O37) copied; ``info.json`` last; then every object of
+  the old prefix is deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .._atomic import task_lock
+from ..errors import OperationError
+from ..meta.stats import read_stats
+from ..ops._store_task import StoreTask, json_bytes
+from ..ops.task_store import pause
+from ..storage import Store, open_store
+from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .journal import JOURNAL, EditJournal, read_journal
+from .source import location, open_source
+
+__all__ = ["rename_task"]
+
+
+def _objects(store: Store) -> list[str]:
+    """Every object key of a bucket task; not a copy tool's empty "folder" markers (``data/``, ``data``)."""
+    keys = [m.key for m in store.list()]
+    prefixes = {k.rsplit("/", i)[0] for k in keys for i in range(1, k.count("/") + 1)}
+    return [k for k in keys if k and not k.endswith("/") and k not in prefixes]
+
+
+def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
+    s = open_source(src_uri)
+    picks = [Pick(0, n, n, {}, "", {k: [ext, key] for k, (ext, key) in ref.videos.items()})
+             for n, ref in sorted(s.episodes.items())]
+    tasks = s.tasks()
+    same = {str(int(r.get("task_index") or 0)): int(r.get("task_index") or 0) for r in tasks}
+    for p in picks:
+        p.task_index = same or {"0": 0}
+    episode_keys = {k for ref in s.episodes.values() for k in (ref.data, ref.row, *(v[1] for v in ref.videos.values()))}
+    fixed = {"meta/info.json", "meta/stats.json", "meta/tasks.jsonl", JOURNAL}
+    listed = _objects(s.t.store)
+    extra = sorted(k for k in listed if k not in episode_keys and k not in fixed)
+    info = {**s.info, "task_name": new_uri.rsplit("/", 1)[-1]}
+    return CopyPlan("rename", {"source": s.t.uri}, new_uri, [s.t.uri], picks, [], info, read_stats(s.t.root),
+                    tasks, True, extra)
+
+
+def _delete_old(plan: CopyPlan) -> dict[str, list[int]]:
+    store = open_store(plan.sources[0])
+    keys = _objects(store)
+    store.delete(sorted(keys, key=lambda k: (k == "meta/info.json", k)))  # info.json last: a task to the end
+    return {plan.sources[0]: sorted(p.index for p in plan.picks)}
+
+
+def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
+    report = EditReport("rename", str(new), dry_run)
+    report.changes = [f"{'would rename' if dry_run else 'renamed'} {old} -> {new}",
+                      f"{'would set' if dry_run else 'set'} task_name {new.name!r} in meta/info.json"]
+    pending_new = new.exists() and (new / JOURNAL).exists()
+    if not pending_new:
+        if not old.is_dir():
+            raise OperationError(f"{old}: no such task directory", hint="give the task's directory")
+        if new.exists():
+            raise OperationError(f"{new} exists already", hint="choose a new name")
+        if old.parent.resolve() != new.parent.resolve() and os.stat(old).st_dev != os.stat(new.parent).st_dev:
+            raise OperationError(f"{new.parent} is on another file system than {old}",
+                                 hint="rename within one file system, or `edit split --episodes 1-N --move`")
+        open_source(old)  # a task, readable
+        if dry_run:
+            return report
+        t = StoreTask(old, open_store(str(old)), old)
+        args = {"source": str(old), "target": str(new)}
+        with task_lock(old, wait=False):
+            got = read_journal(t)
+            if got is None:
+                EditJournal.create(t, {"op": "rename", "args": args, "state": "renaming"})
+                pause("edit", "journal")
+            elif got[0].get("op") != "rename" or got[0].get("args") != args:
+                raise OperationError(f"{old} holds another edit under way or interrupted "
+                                     f"(`edit {got[0].get('op')}`)",
+                                     hint=f"wait for it; if it was killed, `egopool edit resume {old}` "
+                                          f"finishes it; nothing was written")
+            os.rename(old, new)
+        pause("edit", "renamed")
+    t = StoreTask(new, open_store(str(new)), new)
+    with task_lock(new, wait=False):
+        got = read_journal(t)
+        info = t.get_json("meta/info.json", "info.json")
+        if info is not None and info[0].get("task_name") != new.name:
+            t.store.put("meta/info.json", json_bytes({**info[0], "task_name": new.name}))
+        if got is not None:
+            t.store.delete([JOURNAL])
+    report.resumed = pending_new
+    return report
+
+
+def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditReport:
+    """Rename the task at ``source`` to ``new_name`` (a name: the new task is its sibling), module docstring.
+
+    Raises
+    ------
+    OperationError
+        ``new_name`` has a ``/`` or is empty; the new location exists; another file system (a directory).
+    LockError
+        Another edit or writer holds the task.
+    """
+    if not new_name or "/" in new_name or new_name in (".", "..") or new_name.startswith("."):
+        raise OperationError(f"{new_name!r} is not a task name (no '/', not empty, not a dot name)",
+                             hint="egopool edit rename TASK NEWNAME")
+    src = location(source)
+    new = src.rsplit("/", 1)[0] + "/" + new_name
+    if not src.startswith("s3://"):
+        return _rename_dir(Path(src), Path(new), dry_run)
+    tgt = open_target(new)
+    report = EditReport("rename", tgt.uri, dry_run)
+    pending = read_journal(tgt)
+    if pending is not None and not dry_run:
+        return run_plan(tgt, None, report, move=_delete_old)
+    plan = _bucket_plan(src, tgt.uri)
+    report.plan = plan
+    report.changes = [f"{'would set' if dry_run else 'set'} task_name {new_name!r} in meta/info.json"]
+    if dry_run:
+        report.writes = target_keys(plan)
+        report.deleted = {src: [p.index for p in plan.picks]}
+        return report
+    return run_plan(tgt, plan, report, move=_delete_old)

@@ -1,0 +1,159 @@
+"""Stream slots and task strings of a task, changed in place (docs/decisions.md E9, E10).
+
+A slot (``image_key``, file_format.md §8, multi_device_storage.md §5.2) is removed from every episode's videos,
+``video_extensions``, ``cameras``, ``device_names``, the ``slots`` of its device in ``devices`` (a device left
+without a slot goes) and the rows' ``video_codec`` entry of that slot. A rename moves every episode's video to
+the new slot name (bytes unchanged) and renames it in each of those declarations. The new name must be a slot
+name (no ``/``, not empty, not a dot name) that no device uses yet: two devices never share an ``image_key``
+(§5.2 rule 1). ``set-task`` rewrites one line of ``tasks.jsonl`` (the language instruction of ``task_index``),
+single-line JSON as §5 requires.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import OperationError, SchemaError
+from .inplace import Change
+from .source import SourceTask
+
+__all__ = ["RemoveSlot", "RenameSlot", "SetTask"]
+
+_SLOT_DICTS = ("video_extensions", "cameras", "device_names")
+
+
+def _slots(s: SourceTask) -> set[str]:
+    out = set(s.info.get("video_extensions") or {})
+    for ref in s.episodes.values():
+        out |= set(ref.videos)
+    return out
+
+
+def _codec(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
+    text = row.get("video_codec")
+    try:
+        doc = json.loads(text) if isinstance(text, str) and text.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    new = change(doc)
+    if new == doc:
+        return None
+    return {**row, "video_codec": json.dumps(new, ensure_ascii=False)}
+
+
+class RemoveSlot(Change):
+    """Remove the stream slot ``slot`` everywhere (module docstring)."""
+
+    op = "remove-slot"
+
+    def __init__(self, slot: str) -> None:
+        self.slot = slot
+
+    def args(self) -> dict[str, Any]:
+        return {"slot": self.slot}
+
+    def check(self, s: SourceTask) -> None:
+        if self.slot not in _slots(s):
+            raise SchemaError(f"no stream slot {self.slot!r} in {s.t.uri}", hint="see `egopool info TASK`")
+
+    def videos(self, n: int, videos: dict[str, tuple[str, str]]) -> list[tuple[str, str | None]]:
+        return [(self.slot, None)] if self.slot in videos else []
+
+    def touches_rows(self) -> bool:
+        return True
+
+    def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
+        return _codec(row, lambda d: {k: v for k, v in d.items() if k != self.slot})
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = dict(info)
+        for key in _SLOT_DICTS:
+            if isinstance(info.get(key), dict):
+                out[key] = {k: v for k, v in info[key].items() if k != self.slot}
+        devices = []
+        for dev in info.get("devices") or []:
+            if isinstance(dev, dict) and self.slot in (dev.get("slots") or []):
+                dev = {**dev, "slots": [x for x in dev["slots"] if x != self.slot]}
+                if not dev["slots"]:
+                    continue
+            devices.append(dev)
+        if "devices" in info:
+            out["devices"] = devices
+        return out
+
+
+class RenameSlot(Change):
+    """Rename the stream slot ``old`` to ``new`` everywhere (module docstring)."""
+
+    op = "rename-slot"
+
+    def __init__(self, old: str, new: str) -> None:
+        self.old, self.new = old, new
+
+    def args(self) -> dict[str, Any]:
+        return {"old": self.old, "new": self.new}
+
+    def check(self, s: SourceTask) -> None:
+        slots = _slots(s)
+        if self.old not in slots:
+            raise SchemaError(f"no stream slot {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
+        if not self.new or "/" in self.new or self.new.startswith(".") or self.new != self.new.strip():
+            raise SchemaError(f"{self.new!r} is not a slot name (no '/', not empty, not a dot name)",
+                              hint="e.g. head_rgb")
+        users = [str(d.get("key")) for d in s.info.get("devices") or []
+                 if isinstance(d, dict) and self.new in (d.get("slots") or [])]
+        if self.new in slots or users:
+            who = f" (device {users[0]})" if users else ""
+            raise SchemaError(f"slot {self.new!r} is used already{who}: two devices never share an image_key "
+                              "(multi_device_storage.md §5.2)", hint="choose a free slot name")
+
+    def videos(self, n: int, videos: dict[str, tuple[str, str]]) -> list[tuple[str, str | None]]:
+        return [(self.old, self.new)] if self.old in videos else []
+
+    def touches_rows(self) -> bool:
+        return True
+
+    def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
+        return _codec(row, lambda d: {(self.new if k == self.old else k): v for k, v in d.items()})
+
+    def declare(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = dict(info)
+        for key in _SLOT_DICTS:
+            if isinstance(info.get(key), dict) and self.old in info[key]:
+                out[key] = {**info[key], self.new: info[key][self.old]}
+        return out
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = self.declare(info)
+        for key in _SLOT_DICTS:
+            if isinstance(out.get(key), dict):
+                out[key] = {k: v for k, v in out[key].items() if k != self.old}
+        if "devices" in info:
+            out["devices"] = [{**d, "slots": [self.new if x == self.old else x for x in d.get("slots") or []]}
+                              if isinstance(d, dict) else d for d in info["devices"]]
+        return out
+
+
+class SetTask(Change):
+    """Set the task string (language instruction) of ``task_index`` in ``tasks.jsonl``."""
+
+    op = "set-task"
+
+    def __init__(self, text: str, task_index: int = 0) -> None:
+        self.text, self.task_index = text, task_index
+
+    def args(self) -> dict[str, Any]:
+        return {"task": self.text, "task_index": self.task_index}
+
+    def check(self, s: SourceTask) -> None:
+        if not self.text.strip() or "\n" in self.text:
+            raise OperationError("the task string is empty or spans lines", hint="one line of text")
+        if self.task_index not in {int(r.get("task_index") or 0) for r in s.tasks()}:
+            raise OperationError(f"no task_index {self.task_index} in {s.t.uri}/meta/tasks.jsonl",
+                                 hint="see the file; task_index 0 is the task's own")
+
+    def tasks(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "task": self.text} if int(r.get("task_index") or 0) == self.task_index else r for r in rows]

@@ -1,0 +1,192 @@
+"""A task read for an edit (docs/decisions.md E3): its declarations, episodes, ``tasks.jsonl``, stats blocks and
+each episode's content digest, through its :class:`~egopool.storage.Store` (a directory or a bucket alike).
+
+Also the declaration comparison of a merge (the first difference, in one line) and the accumulator
+arithmetic of ``stats.json`` (file_format.md §4: ``sum = mean*count``, ``sum_sq = (std²+mean²)*count``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import FormatError
+from ..layout import TaskLayout, list_task_episodes
+from ..meta.info import read_info
+from ..meta.stats import StatsBlock, episode_stats
+from ..meta.tasks import read_tasks
+from ..ops._store_task import StoreTask, open_store_task
+from ..storage import ObjectPath
+
+__all__ = ["DECLARATION_KEYS", "EpisodeRef", "SourceTask", "first_difference", "location", "open_source",
+           "parquet_bytes", "subtract_block"]
+
+#: The ``info.json`` keys two tasks must share to be merged (they fix every episode's layout and meaning).
+DECLARATION_KEYS = ("fps", "chunks_size", "data_path", "video_path", "episodes_path", "features", "cameras",
+                    "video_extensions", "devices", "device_names", "sensors", "sensor_dim", "video")
+
+
+@dataclass
+class EpisodeRef:
+    """One committed episode of a source: N, its task-relative keys, ``image_key -> (ext, key)`` of its videos."""
+
+    index: int
+    data: str
+    row: str
+    videos: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class SourceTask:
+    """A task opened for reading by an edit (``t.root`` is its path, ``t.store`` its store)."""
+
+    t: StoreTask
+    info: dict[str, Any]
+    layout: TaskLayout
+    episodes: dict[int, EpisodeRef]
+
+    @property
+    def name(self) -> str:
+        """The task's name (the last part of its location)."""
+        return self.t.root.name
+
+    def table(self, ref: EpisodeRef) -> pa.Table:
+        """N's data parquet as a table (whole: an edit rewrites it)."""
+        return pq.read_table(io.BytesIO(self.read(ref.data)))
+
+    def read(self, key: str) -> bytes:
+        """The bytes of ``key`` (a bucket: streamed through the store's reader).
+
+        Raises
+        ------
+        FormatError
+            The object is gone (named).
+        """
+        try:
+            with self.t.store.open_input(key) as f:
+                return f.read()
+        except FileNotFoundError as exc:
+            raise FormatError("the object vanished while it was being edited", path=self.t.store.url(key),
+                              hint="another writer changed the task; run the edit again") from exc
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """``tasks.jsonl`` rows ``{task_index, task}``."""
+        return read_tasks(self.t.root)
+
+    def digest(self, ref: EpisodeRef, table: pa.Table) -> str:
+        """The content digest of an episode: sha256 over its data (``episode_index`` left out: it is the number,
+        not the content) and each video's bytes by ``image_key``. Two copies of one recording have the same."""
+        h = hashlib.sha256()
+        body = table.drop_columns(["episode_index"]) if "episode_index" in table.column_names else table
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, body.schema) as w:
+            w.write_table(body)
+        h.update(hashlib.sha256(sink.getvalue()).digest())
+        for key in sorted(ref.videos):
+            h.update(key.encode("utf-8") + b"\0" + hashlib.sha256(self.read(ref.videos[key][1])).digest())
+        return "sha256:" + h.hexdigest()
+
+    def blocks(self, table: pa.Table) -> dict[str, StatsBlock]:
+        """The episode's stats blocks (§4), from the table already read."""
+        return episode_stats(table, self.info)
+
+
+def location(where: str | os.PathLike[str] | ObjectPath) -> str:
+    """A task's location as an edit records it: ``s3://...`` as given (no trailing ``/``), a directory absolute."""
+    text = str(where) if isinstance(where, ObjectPath) else os.fspath(where)
+    if text.startswith("s3://"):
+        return text.rstrip("/")
+    return os.path.abspath(text)
+
+
+def open_source(where: str | os.PathLike[str] | ObjectPath) -> SourceTask:
+    """Open a task for reading by an edit: ``info.json`` and its committed episodes (one listing, O33).
+
+    Raises
+    ------
+    FormatError
+        Not a task (``meta/info.json`` missing), named; an episode without its data parquet or row.
+    ObjectStoreError
+        No such bucket / unreachable.
+    """
+    t = open_store_task(location(where))
+    info = read_info(t.root)
+    layout = TaskLayout.from_info(t.root, info)
+    exts = info.get("video_extensions") or {}
+    episodes: dict[int, EpisodeRef] = {}
+    for g in list_task_episodes(t.root, layout):
+        if g.meta is None:
+            continue  # no row: not committed (a publish in progress), not an episode for readers (O11)
+        if g.data is None or g.meta_is_shard:
+            raise FormatError(f"episode {g.index} has {'no data parquet' if g.data is None else 'a legacy shard row'}",
+                              path=t.uri, hint="run `egopool validate TASK` (and `egopool migrate` for shards) first")
+        videos = {}
+        for key, p in g.videos.items():
+            ext = str(exts.get(key) or t.key(p).rsplit(".", 1)[-1])
+            videos[key] = (ext, t.key(p))
+        episodes[g.index] = EpisodeRef(g.index, t.key(g.data), t.key(g.meta), videos)
+    return SourceTask(t, info, layout, episodes)
+
+
+def _first_diff(a: Any, b: Any, where: str) -> str | None:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                return f"{where}[{json.dumps(k, ensure_ascii=False)}]"
+            d = _first_diff(a[k], b[k], f"{where}[{json.dumps(k, ensure_ascii=False)}]")
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return None if float(a) == float(b) else where
+    return None if a == b else where
+
+
+def first_difference(a: SourceTask, b: SourceTask) -> str | None:
+    """The first declaration (:data:`DECLARATION_KEYS`, then nested keys in sorted order) where ``a`` and ``b``
+    differ, as one phrase naming both values, or None when they declare the same."""
+    for key in DECLARATION_KEYS:
+        where = _first_diff(a.info.get(key), b.info.get(key), key)
+        if where is not None:
+            va, vb = _at(a.info, where), _at(b.info, where)
+            return f"{where} is {va} in {a.t.uri} and {vb} in {b.t.uri}"
+    return None
+
+
+def _at(doc: Mapping[str, Any], where: str) -> str:
+    head, _, rest = where.partition("[")
+    value: Any = doc.get(head, "absent")
+    for part in (rest.rstrip("]").split("][") if rest else []):
+        k = json.loads(part)
+        value = value.get(k, "absent") if isinstance(value, Mapping) else "absent"
+    text = json.dumps(value, ensure_ascii=False) if value != "absent" else "absent"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def subtract_block(total: StatsBlock, part: StatsBlock) -> StatsBlock | None:
+    """``total`` without the samples of ``part`` (count, sum and sum of squares subtracted; min/max of ``total``
+    kept: a skipped duplicate's values are also in the copy that stays). None when nothing is left."""
+    n = total.count - part.count
+    if n <= 0:
+        return None
+    s = total.mean * total.count - part.mean * part.count
+    sq = (total.std ** 2 + total.mean ** 2) * total.count - (part.std ** 2 + part.mean ** 2) * part.count
+    mean = s / n
+    return StatsBlock(n, mean, np.sqrt(np.maximum(sq / n - mean ** 2, 0.0)), total.min, total.max)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as a zstd parquet file (the writer's compression, §7)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()

@@ -1,0 +1,107 @@
+"""An edit killed (SIGKILL) at each journal step leaves valid tasks, and a re-run finishes it; two edits of one
+target at once: the second is refused while the first runs (issue 30), on a directory and on SeaweedFS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from backends import TaskAt, kill_at, run_cli
+from edit_support import assert_stats_recount, at, digests, record, target_of
+
+from egopool.meta.info import read_info
+
+
+@pytest.fixture(params=["dir", "bucket"])
+def backend(request):
+    if request.param == "bucket":
+        request.getfixturevalue("s3_server")
+    return request.param
+
+
+def _target_valid_or_absent(t: TaskAt) -> None:
+    """Before its commit the target is no task (no meta/info.json); after it, a valid task."""
+    if t.store.exists("meta/info.json"):
+        assert t.errors() == []
+
+
+@pytest.mark.parametrize("stage", ["journal", "episode", "meta", "committed"])
+def test_merge_killed_at_each_step_is_finished_by_a_rerun(tmp_path, backend, request, stage):
+    a = at(backend, record(tmp_path / "a", episodes=2), request)
+    b = at(backend, record(tmp_path / "b", episodes=2, first_value=50.0), request)
+    before = digests(a), digests(b)
+    into = target_of(backend, tmp_path, a, "m")
+    args = ("edit", "merge", a.location, b.location, "--into", into)
+    kill_at(tmp_path / "state", "edit", stage, *args)
+    t = TaskAt(backend, into, tmp_path)
+    _target_valid_or_absent(t)
+    assert t.store.exists("meta/.edit.json")
+    r = run_cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert (digests(a), digests(b)) == before
+    assert t.errors() == [] and read_info(into)["total_episodes"] == 4
+    assert not t.store.exists("meta/.edit.json")
+    assert_stats_recount(into)
+
+
+@pytest.mark.parametrize("stage", ["episode", "committed", "moved"])
+def test_split_move_killed_at_each_step_is_finished_by_a_rerun(tmp_path, backend, request, stage):
+    s = at(backend, record(tmp_path / "s", episodes=3), request)
+    into = target_of(backend, tmp_path, s, "part")
+    args = ("edit", "split", s.location, "--into", into, "--episodes", "1,3", "--move")
+    kill_at(tmp_path / "state", "edit", stage, *args)
+    t = TaskAt(backend, into, tmp_path)
+    _target_valid_or_absent(t)
+    assert s.errors() == []
+    r = run_cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert t.errors() == [] and s.errors() == []
+    assert read_info(into)["total_episodes"] == 2
+    assert {k for k in s.keys() if k.startswith("data/")} == {"data/chunk-000/episode-001.parquet"}
+    assert_stats_recount(into)
+
+
+def test_resume_finishes_whatever_edit_was_interrupted(tmp_path, backend, request):
+    s = at(backend, record(tmp_path / "s", episodes=2), request)
+    into = target_of(backend, tmp_path, s, "r")
+    kill_at(tmp_path / "state", "edit", "meta", "edit", "split", s.location, "--into", into, "--episodes", "2")
+    r = run_cli("edit", "resume", into)
+    assert r.returncode == 0, r.stderr
+    assert TaskAt(backend, into, tmp_path).errors() == []
+    r = run_cli("edit", "resume", into)
+    assert r.returncode == 1 and "no unfinished edit" in r.stderr
+
+
+def test_a_second_edit_of_a_target_is_refused_while_the_first_runs(tmp_path, backend, request):
+    a = at(backend, record(tmp_path / "a", episodes=2), request)
+    b = at(backend, record(tmp_path / "b", episodes=1, first_value=70.0), request)
+    into = target_of(backend, tmp_path, a, "busy")
+    args = ("edit", "merge", a.location, b.location, "--into", into)
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {**os.environ, "EGOPOOL_OPS_PAUSE": "edit:episode", "XDG_STATE_HOME": str(state)}
+    first = subprocess.Popen([sys.executable, "-m", "egopool", *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    marker = state / "egopool" / "ops-paused-edit-episode"
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        second = run_cli(*args)
+        assert second.returncode == 1, second.stderr
+        assert "another" in second.stderr and second.stderr.count("\n") <= 2, second.stderr
+        marker.unlink()  # let the first finish
+        out, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGKILL)
+            first.communicate()
+    t = TaskAt(backend, into, tmp_path)
+    assert t.errors() == [] and read_info(into)["total_episodes"] == 3
