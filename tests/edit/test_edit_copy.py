@@ -56,8 +56,12 @@ def test_merge_renumbers_keeps_everything_and_stats_equal_a_recount(tmp_path, ba
         row = pq.read_table(io.BytesIO(t.read(f"meta/episodes/chunk-000/episode-{new - 1:03d}.parquet"))).to_pylist()[0]
         old = pq.read_table(io.BytesIO(src.read(f"meta/episodes/chunk-000/episode-{n - 1:03d}.parquet"))).to_pylist()[0]
         assert row["episode_index"] == new
-        assert {k: v for k, v in row.items() if k != "episode_index"} == \
-            {k: v for k, v in old.items() if k != "episode_index"}  # calibration per episode, lengths, drop_stats
+        moved = ("episode_index", "file_digests")  # the checksums name the files' new paths (X1, E13)
+        assert {k: v for k, v in row.items() if k not in moved} == \
+            {k: v for k, v in old.items() if k not in moved}  # calibration per episode, lengths, drop_stats
+        if old.get("file_digests"):
+            assert sorted(json.loads(row["file_digests"])["files"]) == [
+                f"data/chunk-000/episode-{new - 1:03d}.parquet", f"videos/chunk-000/cam/episode-{new - 1:03d}.mp4"]
     origins = [json.loads(line) for line in t.read("meta/edit_origins.jsonl").decode().splitlines()]
     assert [(o["location"], o["source_episode_index"]) for o in origins] == \
         [(a.location, 1), (a.location, 2), (b.location, 1), (b.location, 2), (b.location, 3)]

@@ -43,9 +43,11 @@ def test_rename_column_everywhere(tmp_path, backend, request):
     assert_stats_recount(t.location)
     table = pq.read_table(io.BytesIO(t.read(D1)))
     assert "observation.left_glove" in table.column_names and "observation.right_glove" not in table.column_names
-    # only the data parquets and the meta documents changed; videos and rows keep their bytes
+    # only the data parquets, the rows recording their new checksums (X1, E13) and the meta documents changed;
+    # videos keep their bytes
     assert _changed(before, digests(t)) == {D1, "data/chunk-000/episode-001.parquet", "meta/info.json",
-                                            "meta/stats.json"}
+                                            "meta/stats.json", "meta/episodes/chunk-000/episode-000.parquet",
+                                            "meta/episodes/chunk-000/episode-001.parquet"}
 
 
 def test_remove_column_and_its_stats(tmp_path, backend, request):

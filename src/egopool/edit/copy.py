@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from ..errors import OperationError
 from ..layout import TaskLayout
+from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes
 from ..meta.episodes import decode_row, episode_row_table
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
@@ -205,11 +206,15 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
     old_task = int(table.column("task_index")[0].as_py()) if "task_index" in table.column_names and \
         table.num_rows else 0
     new_task = p.task_index.get(str(old_task), 0)
+    moves: dict[str, str] = {data_key: layout.data_key(p.new_index)}
+    changes: dict[str, str | None] = {}
     if p.new_index != p.index or new_task != old_task:  # else the bytes as they are (a rename)
         body = parquet_bytes(_set(_set(table, "episode_index", p.new_index), "task_index", new_task))
+        changes[layout.data_key(p.new_index)] = sha256_bytes(body)
     tgt.store.put(layout.data_key(p.new_index), body)
     for image_key, (ext, key) in sorted(p.videos.items()):
         dest = layout.video_key(p.new_index, image_key, ext)
+        moves[key] = dest
         local = src.t.store.local_path(key)
         if local is not None:
             tgt.store.put_file(dest, local)
@@ -223,8 +228,13 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
     rows = [r for r in raw.to_pylist() if r.get("episode_index") == p.index] or raw.to_pylist()
     row = decode_row(rows[0])
     task = p.task_index.get(str(row.get("task_index") or 0), 0)
-    if p.new_index != p.index or task != (row.get("task_index") or 0) or raw.num_rows != 1:
+    # the checksums follow the files (docs/decisions.md X1, E13): new names, the rewritten data file's sha256
+    files = remapped_digests(row.get(DIGEST_COLUMN), moves=moves, changes=changes)
+    if p.new_index != p.index or task != (row.get("task_index") or 0) or raw.num_rows != 1 or \
+            (files is not None and any(k != v for k, v in moves.items())):
         row["episode_index"], row["task_index"] = p.new_index, task
+        if files is not None:
+            row[DIGEST_COLUMN] = files  # episode_row_table stamps them with the row's new content digest
         row_body = parquet_bytes(episode_row_table(row))
     tgt.store.put(layout.episodes_key(p.new_index), row_body)
 

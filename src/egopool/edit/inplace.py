@@ -32,6 +32,7 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode
 from .journal import EditJournal, edit_lock, read_journal
+from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes, stamp
 from .source import EpisodeRef, SourceTask, open_source, parquet_bytes
 
 __all__ = ["Change", "InplaceReport", "apply_change"]
@@ -121,22 +122,28 @@ def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:
 
 def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> list[str]:
     store, keys = s.t.store, []
+    moves: dict[str, str] = {}
+    changes: dict[str, str | None] = {}
     if ch.touches_data():
         table = s.table(ref)
         new = ch.data(ref.index, table)
         if new is not None:
             keys.append(ref.data)
+            body = parquet_bytes(new)
+            changes[ref.data] = sha256_bytes(body)
             if write:
-                store.put(ref.data, parquet_bytes(new))
+                store.put(ref.data, body)
     for image_key, to in ch.videos(ref.index, ref.videos):
         ext, key = ref.videos[image_key]
         if to is None:
             keys.append(key)
+            changes[key] = None
             if write:
                 _delete(s, key)
             continue
         dest = s.layout.video_key(ref.index, to, ext)
         keys.append(f"{key} -> {dest}")
+        moves[key] = dest
         if write:
             local = store.local_path(key)
             if local is not None:
@@ -146,15 +153,20 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> l
                     while piece := f.read(1 << 20):
                         out.write(piece)
             _delete(s, key)
-    if ch.touches_rows():
+    if ch.touches_rows() or moves or changes:
         import io
 
         import pyarrow.parquet as pq
 
         raw = pq.read_table(io.BytesIO(s.read(ref.row)))
         row = raw.to_pylist()[0]
-        new_row = ch.row(ref.index, dict(row))
-        if new_row is not None and new_row != row:
+        new_row = (ch.row(ref.index, dict(row)) if ch.touches_rows() else None) or dict(row)
+        # the row's checksums follow its files (docs/decisions.md X1, E13): same bytes under a new name, a
+        # rewritten data file's new sha256, a removed stream gone; the row's own digest recomputed
+        files = remapped_digests(row.get(DIGEST_COLUMN), moves=moves, changes=changes)
+        if files is not None:
+            new_row[DIGEST_COLUMN] = stamp(new_row, files)
+        if new_row != row:
             keys.append(ref.row)
             if write:
                 store.put(ref.row, parquet_bytes(_row_table(raw, new_row)))

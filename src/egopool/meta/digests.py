@@ -27,7 +27,7 @@ from typing import Any
 from ..storage import ObjectPath, Store, TaskPath
 
 __all__ = ["ALGORITHM", "DIGEST_COLUMN", "CHUNK", "Digests", "Mismatch", "episode_digests", "file_digests_of",
-           "mismatch_line", "parse_digests", "same_file", "row_digest", "sha256_bytes", "sha256_of_key", "sha256_path", "stamp",
+           "mismatch_line", "parse_digests", "remapped_digests", "same_file", "row_digest", "sha256_bytes", "sha256_of_key", "sha256_path", "stamp",
            "updated_digests"]
 
 DIGEST_COLUMN = "file_digests"
@@ -134,6 +134,33 @@ def updated_digests(value: Any, changes: Mapping[str, str | None]) -> dict[str, 
         if sha is not None:
             files[rel] = sha
     return files
+
+
+def remapped_digests(value: Any, *, moves: Mapping[str, str] | None = None,
+                     changes: Mapping[str, str | None] | None = None) -> dict[str, str] | None:
+    """A row's recorded files after an edit (issue 30 meets X1): ``moves`` old path -> new path (a renumbered
+    episode, a renamed slot: the same bytes under a new name; a PNG16 folder moves every file in it), then
+    ``changes`` path -> new sha256, or None when the file or folder is gone. None when the row records no
+    digests.
+
+    Raises
+    ------
+    ValueError
+        The recorded value is damaged.
+    """
+    rec = parse_digests(value)
+    if rec is None:
+        return None
+    files = dict(rec.files)
+    for old, new in (moves or {}).items():
+        for r in [r for r in files if r == old or r.startswith(old + "/")]:
+            files[new + r[len(old):]] = files.pop(r)
+    for rel, sha in (changes or {}).items():
+        for r in [r for r in files if r == rel or r.startswith(rel + "/")]:
+            files.pop(r)
+        if sha is not None:
+            files[rel] = sha
+    return dict(sorted(files.items()))
 
 
 def _rel(root: TaskPath, p: TaskPath) -> str:
