@@ -49,6 +49,12 @@ def build_copies_task(root: Path, name: str, episodes: int) -> Path:
     info = json.loads((task / "meta" / "info.json").read_text())
     cs = int(info["chunks_size"])
     tables = {k: pq.read_table(task / info[k].format(c=0, f=0)) for k in ("data_path", "episodes_path")}
+    # the copies are a task written before checksums (docs/decisions.md X1): the template row's file_digests
+    # name episode 1's files and its own content, which every copy changes
+    rows = tables["episodes_path"]
+    if "file_digests" in rows.column_names:
+        tables["episodes_path"] = rows.drop_columns(["file_digests"])
+        pq.write_table(tables["episodes_path"], task / info["episodes_path"].format(c=0, f=0), compression="zstd")
     video = task / info["video_path"].format(c=0, f=0, image_key=STREAM, ext="mp4")
     for n in range(2, episodes + 1):
         c, f = divmod(n - 1, cs)

@@ -80,6 +80,9 @@ class Context:
         nothing demuxed): the video check takes its file's instead of opening it (docs/decisions.md U20).
     undigested:
         Episodes whose row records no file digests (docs/decisions.md X5: one note for the task).
+    raw_rows:
+        N -> its ``meta/episodes`` row as stored, kept by the row check for the digest check (which pops it):
+        the row is read once (a GET per episode in a bucket, O33).
     """
 
     root: TaskPath
@@ -93,6 +96,7 @@ class Context:
     decode: bool = True
     media: dict[Path, Any] = field(default_factory=dict)
     undigested: int = 0
+    raw_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def features(self) -> dict[str, Any]:

@@ -146,6 +146,7 @@ def _check_meta_row(ctx: Context, g: EpisodeFiles[TaskPath]) -> dict[str, Any] |
     if len(matches) > 1:
         ctx.report.error(R_META_FILE, path, f"{len(matches)} rows have episode_index={n}; each episode has one row")
     raw = table.slice(matches[0], 1).to_pylist()[0]
+    ctx.raw_rows[n] = raw  # for check_digests: the row as stored, read once
     missing = [c for c in EPISODE_COLUMNS if c not in table.column_names and c not in _OPTIONAL_META]
     if missing:
         ctx.report.error(R_META_COLS, path, f"meta row lacks column(s) {missing}; the row has the 11 columns of "
