@@ -86,6 +86,9 @@ COMMANDS: dict[str, list[str]] = {
     "keypoints extract": ["keypoints", "extract", "{task}", "1", "--mirror-root", "{out}/kp", "--json"],
     "keypoints backfill": ["keypoints", "backfill", "{task}", "--dry-run", "--no-registry",
                            "--mirror-root", "{out}/kp", "--json"],
+    # edit plans from every episode's files (issue 30): the dry run reads them all and writes nothing
+    "edit remove-column": ["edit", "remove-column", "{task}", "observation.left_glove", "--dry-run", "--json"],
+    "edit split": ["edit", "split", "{task}", "--into", "{out}/split", "--episodes", "1,2", "--dry-run", "--json"],
 }
 #: Commands that take seconds per run (video export, rendering): each damaged input runs half of
 #: them in turn (:func:`commands_for`), so every one still meets every file kind three times.

@@ -102,7 +102,11 @@ class WeedServer:
         """The ``weed server`` command line."""
         return [self.weed, "server", f"-dir={self.data_dir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 "-master.telemetry=false", f"-master.port={self.master_port}",
-                f"-master.port.grpc={self.master_grpc}", "-master.volumeSizeLimitMB=256",
+                f"-master.port.grpc={self.master_grpc}",
+                # each bucket takes 7 volumes as it first writes: at 256 MB a volume, a CI machine's free disk (the
+                # venvs take ~15 GB) ran out of slots after ~30 buckets ("No writable volume", every later PUT
+                # failed); test objects are small (the filer chunks large ones), so 32 MB volumes: 8x the buckets
+                "-master.volumeSizeLimitMB=32",
                 f"-volume.port={self.volume_port}", f"-volume.port.grpc={self.volume_grpc}",
                 "-volume.max=0", f"-filer.port={self.filer_port}", f"-filer.port.grpc={self.filer_grpc}",
                 "-s3", f"-s3.port={self.s3_port}", f"-s3.port.grpc={self.s3_grpc}",

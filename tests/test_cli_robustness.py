@@ -209,7 +209,7 @@ def test_ls_and_show_with_a_meta_row_without_length(tmp_path: Path, capsys) -> N
     rows = _ls(capsys, task)
     assert rows[1]["length"] == 3 and rows[1]["complete"] is False
     assert rows[1]["problems"] == ["meta row 'length' is missing, not an integer"]
-    assert main(["show", str(task), "2"]) == 0
+    assert main(["show", str(task), "2"]) == 1  # a damaged row is shown, and fails (issue 28)
     out, err = capsys.readouterr()
     assert err == "" and "rows=3" in out and "problem: meta row 'length' is missing, not an integer" in out
 
@@ -220,11 +220,11 @@ def test_show_with_created_at_stored_as_a_string(tmp_path: Path, capsys) -> None
                                                    pa.array(["yesterday"])))
     assert [(r["complete"], r["problems"]) for r in _ls(capsys, task)] == [
         (False, ["meta row 'created_at' is 'yesterday', not a number"]), (True, [])]
-    assert main(["show", str(task), "1"]) == 0
+    assert main(["show", str(task), "1"]) == 1  # a damaged row is shown, and fails (issue 28)
     out, err = capsys.readouterr()
     assert err == "" and "created_at='yesterday' (not a number)" in out and "observation.glove" in out
     assert "problem: meta row 'created_at' is 'yesterday', not a number" in out
-    assert main(["show", "--json", str(task), "1"]) == 0
+    assert main(["show", "--json", str(task), "1"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["meta"]["created_at"] == "yesterday" and doc["columns"]["observation.glove"] == "list<element: float>"
 

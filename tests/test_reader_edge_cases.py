@@ -144,6 +144,6 @@ def test_show_lists_a_malformed_slam_specs_entry_as_a_problem(tmp_path, capsys):
 
     hw = 9_000_000_000_000 + np.arange(3, dtype=np.int64) * DT
     ep = _set_slam_spec(_record(tmp_path, hw, hw), "down_left_forward")
-    assert main(["show", str(ep.task.path), "1", "--json"]) == 0
+    assert main(["show", str(ep.task.path), "1", "--json"]) == 1  # listed, and a problem fails it (issue 28)
     out = capsys.readouterr().out
     assert "slam_specs entry is str 'down_left_forward', not an object" in out

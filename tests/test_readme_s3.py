@@ -35,8 +35,16 @@ def _script(code: str, tmp: Path, port: int, weed: str) -> str:
     return text.replace("./run ", f"{sys.executable} -m egopool ")
 
 
+def free_port(host: str) -> int:
+    """A TCP port nothing listens on at ``host`` now (``from conftest import`` found tests/server/conftest.py)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def test_readme_s3_block_runs_as_written(tmp_path):
-    from conftest import free_port
     from s3_support import weed_binary
 
     assert len(S3_BLOCK) == 1, "README.md has one object-storage try-it block marked for tests/test_readme_s3.py"

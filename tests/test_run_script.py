@@ -31,7 +31,8 @@ def fake_venv(tmp_path: Path) -> Path:
 
 def _run(args: list[str], cwd: Path, venv: Path) -> str:
     # the stand-in venv has no extras: an EGOPOOL_EXTRAS of the calling run (CI) must not ask for them
-    env = {**{k: v for k, v in os.environ.items() if k != "EGOPOOL_EXTRAS"}, "EGOPOOL_VENV": str(venv)}
+    # nor a PYTHON (CI exports one): the stand-in's python answers no version question
+    env = {**{k: v for k, v in os.environ.items() if k not in ("EGOPOOL_EXTRAS", "PYTHON")}, "EGOPOOL_VENV": str(venv)}
     done = subprocess.run([str(RUN), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # nothing was installed

@@ -362,7 +362,7 @@ def test_legacy_episodes_row_without_new_columns_reads_with_defaults(tmp_path):
     assert old.meta["drop_stats"] == {"imu_overflow": 0}
     assert old.meta["calibration"] == {"head_stereo": {"type": "stereo"}}
     assert new.index == 2 and new.meta["force_matrix_specs"] == {}
-    assert pq.read_schema(tw.layout.episodes_file(2)).names == list(EPISODE_COLUMNS)
+    assert pq.read_schema(tw.layout.episodes_file(2)).names == [*EPISODE_COLUMNS, "file_digests"]  # X1
 
 
 def test_imu_that_stops_for_a_whole_row_group_still_finishes(tmp_path):

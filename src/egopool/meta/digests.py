@@ -71,7 +71,7 @@ def sha256_path(path: TaskPath | str) -> str:
     Raises
     ------
     OSError, ObjectStoreError
-        The file cannot be read.
+        The file cannot be read; FormatError: it is not a regular file (a FIFO, a device, a folder).
     """
     h = hashlib.sha256()
     if isinstance(path, ObjectPath):
@@ -82,7 +82,9 @@ def sha256_path(path: TaskPath | str) -> str:
                     break
                 h.update(b)
         return h.hexdigest()
-    with open(path, "rb") as fh:
+    from .._safe_read import open_regular
+
+    with open_regular(path, what="file to hash") as fh:  # a FIFO or a device never blocks or reads forever
         while True:
             b = fh.read(CHUNK)
             if not b:
@@ -180,19 +182,26 @@ def _expand(p: TaskPath) -> list[TaskPath]:
     return [p]
 
 
-def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath]) -> dict[str, str]:
+def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath], *, skip_unreadable: bool = False) -> dict[str, str]:
     """Task-relative path -> sha256 of each file (folders expanded) of ``paths`` (an episode's data and videos;
-    its row is excluded by the caller).
+    its row is excluded by the caller). ``skip_unreadable``: a local file that cannot be read, or is not a regular
+    file, is left out (``validate``: its own checks name it) instead of raising.
 
     Raises
     ------
-    OSError, ObjectStoreError
-        A file cannot be read.
+    OSError, ObjectStoreError, FormatError
+        A file cannot be read (never for a local file with ``skip_unreadable``).
     """
+    from ..errors import FormatError
+
     out: dict[str, str] = {}
     for p in paths:
         for f in _expand(p):
-            out[_rel(task_dir, f)] = sha256_path(f)
+            try:
+                out[_rel(task_dir, f)] = sha256_path(f)
+            except (OSError, FormatError):
+                if not skip_unreadable:
+                    raise
     return dict(sorted(out.items()))
 
 

@@ -132,8 +132,8 @@ def stamp_digests(pub: Publication) -> None:
         pub.sha[key] = sha
         files[key[len(prefix):] if key.startswith(prefix) else key] = sha
     if not recorded_as(pub.row[0], pub.index, files):
-        restamp_row_file(pub.row[0], files)
-        pub.synced = pub.synced - {pub.row[0]}
+        restamp_row_file(pub.row[0], files)  # temp + fsync + rename: the new row file is durable already
+        pub.synced = pub.synced | {pub.row[0]}  # so the commit's put does not fsync it a second time
         pub.sha.pop(pub.row[1], None)
     if pub.row[1] not in pub.sha:
         pub.sha[pub.row[1]] = sha256_path(pub.row[0])
@@ -205,7 +205,8 @@ def publish_group(store: Store, pubs: list[Publication], pause: Pause, record: R
         puts = {id(s): [(_POOL.submit(_put, store, path, key, s.pub.sha.get(key), path in s.pub.synced), key)
                         for path, key in s.pub.objects] for s in live()}
         local = store.local_path(slots[0].pub.row[1]) is not None if slots else False
-        rows = [_POOL.submit(fsync_file, s.pub.row[0]) for s in live()] if local else []  # the commits' bytes too
+        rows = [_POOL.submit(fsync_file, s.pub.row[0]) for s in live()  # the commits' bytes too (a row restamped
+                if s.pub.row[0] not in s.pub.synced] if local else []       # with its checksums is durable already)
         _settle([f for fs in puts.values() for f, _ in fs] + rows)
         if any(f.exception() is not None for f in rows):
             local = False  # synced again by the commit's own put

@@ -58,6 +58,29 @@ def _dir_lock(directory: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def _open_regular(p: Path) -> BinaryIO:
+    """``open(p, "rb")`` that never blocks on a FIFO or reads a device forever: opened non-blocking, refused unless
+    ``fstat`` says it is a regular file (a damaged task may hold anything at a file's name).
+
+    Raises
+    ------
+    FileNotFoundError, IsADirectoryError, OSError
+        As ``open``; FormatError: not a regular file.
+    """
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if _stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "Is a directory", str(p))
+        if not _stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{p} is not a regular file", path=str(p), hint="restore the file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class DirectoryStore(Store):
     """Objects as files under a local directory ``root`` (created on the first write).
 
@@ -93,7 +116,7 @@ class DirectoryStore(Store):
     def get(self, key: str, *, limit: int = MAX_GET_BYTES) -> tuple[bytes, str] | None:
         p = self._path(key)
         try:
-            with open(p, "rb") as f:
+            with _open_regular(p) as f:
                 st = os.fstat(f.fileno())
                 if not _stat.S_ISREG(st.st_mode):
                     raise FormatError(f"{p} is not a regular file", path=str(p), hint="restore the file")
@@ -108,12 +131,12 @@ class DirectoryStore(Store):
                               hint="remove or rename the directory") from exc
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        with open(self._path(key), "rb") as f:
+        with _open_regular(self._path(key)) as f:
             f.seek(start)
             return f.read(length)
 
     def open_input(self, key: str) -> BinaryIO:
-        return open(self._path(key), "rb")
+        return _open_regular(self._path(key))
 
     def head(self, key: str) -> ObjectMeta | None:
         try:
