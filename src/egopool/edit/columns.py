@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import EpisodeNotFoundError, OperationError, SchemaError
+from ..errors import EpisodeNotFoundError, FormatError, OperationError, SchemaError
 from ..schema import check_column_name, signal_kind
 from .inplace import Change
 from .source import SourceTask
@@ -32,7 +32,13 @@ def _columns(s: SourceTask) -> set[str]:
     names: set[str] = set(s.info.get("features") or {})
     for ref in s.episodes.values():
         with s.t.store.open_input(ref.data) as f:
-            names |= set(pq.ParquetFile(f).schema_arrow.names)
+            try:
+                names |= set(pq.ParquetFile(f).schema_arrow.names)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise FormatError(f"cannot read parquet ({text}): the file is damaged",
+                                  path=s.t.store.url(ref.data), hint="`egopool validate TASK` names what is wrong; "
+                                                                     "restore the file before editing") from exc
     return names
 
 

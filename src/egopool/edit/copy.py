@@ -21,7 +21,6 @@ Sources are only read (until step 5). Every write goes through the target's :cla
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Callable
@@ -30,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import OperationError
 from ..layout import TaskLayout
@@ -41,7 +39,7 @@ from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
 from ..storage.directory_store import DirectoryStore
 from .journal import JOURNAL, EditJournal, edit_lock, read_journal
-from .source import SourceTask, location, open_source, parquet_bytes
+from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
 
 __all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target"]
 
@@ -202,7 +200,7 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
     data_key = ref.data if ref is not None else src.layout.data_key(p.index)
     row_key = ref.row if ref is not None else src.layout.episodes_key(p.index)
     body = src.read(data_key)
-    table = pq.read_table(io.BytesIO(body))
+    table = parquet_table(body, src.t.store.url(data_key))
     old_task = int(table.column("task_index")[0].as_py()) if "task_index" in table.column_names and \
         table.num_rows else 0
     new_task = p.task_index.get(str(old_task), 0)
@@ -224,7 +222,7 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
                 while piece := f.read(1 << 20):
                     out.write(piece)
     row_body = src.read(row_key)
-    raw = pq.read_table(io.BytesIO(row_body))
+    raw = parquet_table(row_body, src.t.store.url(row_key))
     rows = [r for r in raw.to_pylist() if r.get("episode_index") == p.index] or raw.to_pylist()
     row = decode_row(rows[0])
     task = p.task_index.get(str(row.get("task_index") or 0), 0)

@@ -33,7 +33,7 @@ from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode
 from .journal import EditJournal, edit_lock, read_journal
 from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes, stamp
-from .source import EpisodeRef, SourceTask, open_source, parquet_bytes
+from .source import EpisodeRef, SourceTask, open_source, parquet_bytes, parquet_table
 
 __all__ = ["Change", "InplaceReport", "apply_change"]
 
@@ -154,11 +154,7 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> l
                         out.write(piece)
             _delete(s, key)
     if ch.touches_rows() or moves or changes:
-        import io
-
-        import pyarrow.parquet as pq
-
-        raw = pq.read_table(io.BytesIO(s.read(ref.row)))
+        raw = parquet_table(s.read(ref.row), s.t.store.url(ref.row))
         row = raw.to_pylist()[0]
         new_row = (ch.row(ref.index, dict(row)) if ch.touches_rows() else None) or dict(row)
         # the row's checksums follow its files (docs/decisions.md X1, E13): same bytes under a new name, a

@@ -35,6 +35,22 @@ DECLARATION_KEYS = ("fps", "chunks_size", "data_path", "video_path", "episodes_p
                     "video_extensions", "devices", "device_names", "sensors", "sensor_dim", "video")
 
 
+def parquet_table(body: bytes, where: str) -> pa.Table:
+    """``body`` read as a parquet table; a damaged file is one line naming ``where`` (no edit starts on it).
+
+    Raises
+    ------
+    FormatError
+        Not readable as parquet (truncated, corrupt, empty).
+    """
+    try:
+        return pq.read_table(io.BytesIO(body))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FormatError(f"cannot read parquet ({text}): the file is damaged", path=where,
+                          hint="`egopool validate TASK` names what is wrong; restore the file before editing") from exc
+
+
 @dataclass
 class EpisodeRef:
     """One committed episode of a source: N, its task-relative keys, ``image_key -> (ext, key)`` of its videos."""
@@ -60,8 +76,14 @@ class SourceTask:
         return self.t.root.name
 
     def table(self, ref: EpisodeRef) -> pa.Table:
-        """N's data parquet as a table (whole: an edit rewrites it)."""
-        return pq.read_table(io.BytesIO(self.read(ref.data)))
+        """N's data parquet as a table (whole: an edit rewrites it).
+
+        Raises
+        ------
+        FormatError
+            The file does not read as parquet (named, with the fix).
+        """
+        return parquet_table(self.read(ref.data), self.t.store.url(ref.data))
 
     def read(self, key: str) -> bytes:
         """The bytes of ``key`` (a bucket: streamed through the store's reader).
