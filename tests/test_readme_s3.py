@@ -36,12 +36,23 @@ def _script(code: str, tmp: Path, port: int, weed: str) -> str:
 
 
 def free_port(host: str) -> int:
-    """A TCP port nothing listens on at ``host`` now (``from conftest import`` found tests/server/conftest.py)."""
+    """A TCP port nothing listens on at ``host`` now, and whose +10000 (weed's S3 gRPC port) is a port too and
+    free: a pick above 55535 made weed exit ("invalid port") and README's wait loop wait for ever."""
     import socket
 
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as g:
+            try:
+                g.bind((host, port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair (p, p + 10000) on this machine")
 
 
 def test_readme_s3_block_runs_as_written(tmp_path):
