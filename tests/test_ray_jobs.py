@@ -240,7 +240,7 @@ def test_cli_through_ray_client_equals_in_process(ray_cluster, collection, in_pr
     got, ref = json.loads(r.stdout), in_process["report"]
     assert got["findings"] == [f.to_dict() for f in ref.findings] and len(got["findings"]) >= 3
     assert got["tasks"] == [{"task": ref.task, "ok": False, "episodes": EPISODES, "errors": len(ref.errors),
-                             "warnings": len(ref.warnings)}]
+                             "warnings": len(ref.warnings), "notes": list(ref.notes)}]
     # stats check on the damaged task: N=101 unreadable (skipped with its error), stats.json still counts N=11
     r = subprocess.run([*cmd, "stats", "check", str(collection), "--ray", addr, "--json"], capture_output=True,
                        text=True, env=env)
