@@ -27,8 +27,7 @@ from typing import Any
 from ..storage import ObjectPath, Store, TaskPath
 
 __all__ = ["ALGORITHM", "DIGEST_COLUMN", "CHUNK", "Digests", "Mismatch", "episode_digests", "file_digests_of",
-           "mismatch_line", "parse_digests", "remapped_digests", "same_file", "row_digest", "sha256_bytes", "sha256_of_key", "sha256_path", "stamp",
-           "updated_digests"]
+           "mismatch_line", "parse_digests", "remapped_digests", "same_file", "row_digest", "sha256_bytes", "sha256_of_key", "sha256_path", "stamp"]
 
 DIGEST_COLUMN = "file_digests"
 ALGORITHM = "sha256"
@@ -116,26 +115,6 @@ def sha256_of_key(store: Store, key: str) -> str:
         for piece in iter(lambda: f.read(CHUNK), b""):
             h.update(piece)
     return h.hexdigest()
-
-
-def updated_digests(value: Any, changes: Mapping[str, str | None]) -> dict[str, str] | None:
-    """A row's recorded files (its :data:`DIGEST_COLUMN` value) with ``changes`` applied (path -> new sha256, or
-    None: the file is gone); None when the row records no digests (nothing to keep up to date).
-
-    Raises
-    ------
-    ValueError
-        The recorded value is damaged.
-    """
-    rec = parse_digests(value)
-    if rec is None:
-        return None
-    files = dict(rec.files)
-    for rel, sha in changes.items():
-        files.pop(rel, None)
-        if sha is not None:
-            files[rel] = sha
-    return files
 
 
 def remapped_digests(value: Any, *, moves: Mapping[str, str] | None = None,

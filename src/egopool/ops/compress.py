@@ -67,7 +67,7 @@ from ..errors import EgopoolError, FormatError, LockError, OperationError, Regis
 from ..layout import TaskLayout
 from ..meta import markers
 from ..meta.drop_stats import clipped_key
-from ..meta.digests import DIGEST_COLUMN, sha256_of_key, updated_digests
+from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_of_key
 from ..meta.episodes import EPISODE_COLUMNS, keep_digests, read_episode_row, restamp_table, row_bytes
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
@@ -242,7 +242,7 @@ def _row_bytes(meta: Path | ObjectPath, codecs: dict[str, Any], drops: dict[str,
             table = table.append_column(name, col)
     if files and DIGEST_COLUMN in table.column_names and table.num_rows == 1:
         try:
-            kept = updated_digests(table.column(DIGEST_COLUMN)[0].as_py(), files)
+            kept = remapped_digests(table.column(DIGEST_COLUMN)[0].as_py(), changes=files)
         except ValueError:
             kept = None  # a damaged digest column stays as it is: validate names it
         if kept is not None:
