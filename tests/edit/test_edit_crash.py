@@ -3,14 +3,8 @@ target at once: the second is refused while the first runs (issue 30), on a dire
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pytest
-from backends import TaskAt, kill_at, run_cli
+from backends import TaskAt, kill_at, paused, run_cli
 from edit_support import assert_stats_recount, at, digests, record, target_of
 
 from egopool.meta.info import read_info
@@ -81,27 +75,11 @@ def test_a_second_edit_of_a_target_is_refused_while_the_first_runs(tmp_path, bac
     b = at(backend, record(tmp_path / "b", episodes=1, first_value=70.0), request)
     into = target_of(backend, tmp_path, a, "busy")
     args = ("edit", "merge", a.location, b.location, "--into", into)
-    state = tmp_path / "state"
-    state.mkdir()
-    env = {**os.environ, "EGOPOOL_OPS_PAUSE": "edit:episode", "XDG_STATE_HOME": str(state)}
-    first = subprocess.Popen([sys.executable, "-m", "egopool", *args], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    marker = state / "egopool" / "ops-paused-edit-episode"
-    try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    with paused(tmp_path / "state", "edit", "episode", *args) as first:
         second = run_cli(*args)
         assert second.returncode == 1, second.stderr
         assert "another" in second.stderr and second.stderr.count("\n") <= 2, second.stderr
-        marker.unlink()  # let the first finish
-        out, err = first.communicate(timeout=300)
-        assert first.returncode == 0, err
-    finally:
-        if first.poll() is None:
-            first.send_signal(signal.SIGKILL)
-            first.communicate()
+        done = first.release()  # let the first finish
+        assert done.returncode == 0, done.stderr
     t = TaskAt(backend, into, tmp_path)
     assert t.errors() == [] and read_info(into)["total_episodes"] == 3

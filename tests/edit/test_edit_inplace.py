@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from backends import TaskAt, kill_at, run_cli
+from backends import TaskAt, kill_at, paused, run_cli
 from edit_support import assert_stats_recount, at, digests, record
 
 from egopool.meta.info import read_info, write_info
@@ -174,35 +174,13 @@ def test_rename_dir_killed_then_resumed(tmp_path, stage):
 
 
 def test_a_second_edit_of_a_task_is_refused_while_the_first_runs(tmp_path, backend, request):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     t = at(backend, record(tmp_path / "s", episodes=2), request)
-    state = tmp_path / "state"
-    state.mkdir()
-    env = {**os.environ, "EGOPOOL_OPS_PAUSE": "edit:episode", "XDG_STATE_HOME": str(state)}
-    first = subprocess.Popen([sys.executable, "-m", "egopool", "edit", "rename-slot", t.location, "cam", "head_rgb"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    marker = state / "egopool" / "ops-paused-edit-episode"
-    try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    with paused(tmp_path / "state", "edit", "episode", "edit", "rename-slot", t.location, "cam", "head_rgb") as first:
         before = digests(t)
         second = run_cli("edit", "remove-column", t.location, "observation.right_glove")
         assert second.returncode == 1 and second.stderr.count("\n") == 1, second.stderr
         assert ("locked" in second.stderr) if backend == "dir" else ("(`edit rename-slot`" in second.stderr)
         assert digests(t) == before  # the second wrote nothing
-        marker.unlink()
-        _, err = first.communicate(timeout=300)
-        assert first.returncode == 0, err
-    finally:
-        if first.poll() is None:
-            first.send_signal(signal.SIGKILL)
-            first.communicate()
+        done = first.release()
+        assert done.returncode == 0, done.stderr
     assert t.errors() == [] and set(read_info(t.location)["video_extensions"]) == {"head_rgb"}

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,23 +75,52 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
-def kill_at(state: Path, op: str, stage: str, *args: str) -> None:
-    """Run ``egopool ARGS`` with ``EGOPOOL_OPS_PAUSE=op:stage`` and SIGKILL it when it reaches ``stage``."""
+def wait_for(path: Path, proc: subprocess.Popen[str] | None = None, timeout: float = 300.0) -> None:
+    """Wait until ``path`` exists (a pause seam's marker); fail when ``proc`` ended first or after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(map(str, proc.args))} ended ({proc.returncode}) before {path.name}: "
+                                 f"{out} {err}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@dataclass
+class Paused:
+    """A command stopped at its pause seam: ``proc``, and the ``marker`` whose removal lets it go on."""
+
+    proc: subprocess.Popen[str]
+    marker: Path
+
+    def release(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Let it go on and wait for it; its result."""
+        self.marker.unlink()
+        out, err = self.proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+
+@contextmanager
+def paused(state: Path, op: str, stage: str, *args: str) -> Iterator[Paused]:
+    """Run ``egopool ARGS`` with ``EGOPOOL_OPS_PAUSE=op:stage`` (``egopool.ops.task_store.pause``) and yield it once
+    it waits at ``stage``; on leaving, a process still running is SIGKILLed (a crash at that step)."""
     state.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "EGOPOOL_OPS_PAUSE": f"{op}:{stage}", "XDG_STATE_HOME": str(state)}
     proc = subprocess.Popen([sys.executable, "-m", "egopool", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     marker = state / "egopool" / f"ops-paused-{op}-{stage}"
     try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError(f"egopool {' '.join(args)} ended ({proc.returncode}) before {stage}: {out} {err}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"egopool {' '.join(args)} never reached {stage}")
-            time.sleep(0.05)
+        wait_for(marker, proc)
+        yield Paused(proc, marker)
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate()
-    marker.unlink()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate()
+        marker.unlink(missing_ok=True)
+
+
+def kill_at(state: Path, op: str, stage: str, *args: str) -> None:
+    """Run ``egopool ARGS`` with ``EGOPOOL_OPS_PAUSE=op:stage`` and SIGKILL it when it reaches ``stage``."""
+    with paused(state, op, stage, *args):
+        pass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from transfer_helpers import ServerProc, store_files, write_task
+from transfer_helpers import ServerProc, store_files, wait_for, write_task
 
 from egopool.layout import list_task_episodes
 from egopool.transfer import pack_episode
@@ -24,13 +24,6 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from egopool.transfer import upload_episodes  # noqa: E402
-
-
-def _wait_for(path: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def _post(url: str, zip_path: Path, f: int) -> httpx.Response:
@@ -59,7 +52,7 @@ def test_a_worker_killed_mid_verification_is_verified_again_once(tmp_path: Path)
     with ServerProc(store, env={"EGOPOOL_SERVER_PAUSE": "verifying"}) as srv:
         thread, out = _in_thread(_post, srv.url, packed.path, packed.file)
         marker = store / ".egopool-server/paused-verifying"
-        _wait_for(marker)
+        wait_for(marker)
         worker = int(marker.read_text())
         assert worker != srv.proc.pid  # type: ignore[union-attr]  # the pause is in a worker process
         assert not (store / "pick").exists()  # nothing published while it verifies
@@ -86,7 +79,7 @@ def test_kill_while_queued_or_verifying_leaves_the_store_as_it_was(stage: str, t
     paused = ServerProc(store, env={"EGOPOOL_SERVER_PAUSE": stage}).start()
     try:
         thread, out = _in_thread(_post, paused.url, packed.path, packed.file)
-        _wait_for(store / ".egopool-server" / f"paused-{stage}")
+        wait_for(store / ".egopool-server" / f"paused-{stage}")
     finally:
         paused.kill()
     thread.join(60)
@@ -107,7 +100,7 @@ def test_a_full_queue_answers_503_with_retry_after_which_the_client_waits(tmp_pa
     marker = store / ".egopool-server/paused-queued"
     with ServerProc(store, "--max-queue", "1", env={"EGOPOOL_SERVER_PAUSE": "queued"}) as srv:
         first, out1 = _in_thread(_post, srv.url, zips[0].path, zips[0].file)
-        _wait_for(marker)  # episode 1 holds the only place
+        wait_for(marker)  # episode 1 holds the only place
         busy = _post(srv.url, zips[1].path, zips[1].file)
         assert busy.status_code == 503 and busy.json()["error"] == "busy"
         wait = busy.headers["Retry-After"]
@@ -117,7 +110,7 @@ def test_a_full_queue_answers_503_with_retry_after_which_the_client_waits(tmp_pa
         time.sleep(1.5)  # the client meets the full queue (at least once) and waits
         marker.unlink()  # episode 1 goes on and leaves its place
         first.join(300)
-        _wait_for(marker)  # episode 2 got the place after Retry-After
+        wait_for(marker)  # episode 2 got the place after Retry-After
         marker.unlink()
         second.join(300)
         assert isinstance(out1[0], httpx.Response) and out1[0].status_code == 200

@@ -17,13 +17,14 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ops"))
+from backends import wait_for  # noqa: E402  (the pause seams' wait, shared with the ops and edit tests)
 from ops_helpers import clone_episode, snapshot, write_task  # noqa: E402  (shared task builders)
 
 from egopool.cli.app import main as cli  # noqa: E402
 from egopool.transfer.manifest import MANIFEST_NAME, MemberRecord, episode_digest  # noqa: E402
 
 __all__ = ["ServerProc", "clone_episode", "cli", "previews_settled", "rebuild_zip", "server_pids", "simulate", "snapshot",
-           "store_files", "verify_workers", "write_task"]
+           "store_files", "verify_workers", "wait_for", "write_task"]
 
 
 def free_port() -> int:

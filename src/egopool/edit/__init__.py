@@ -72,7 +72,7 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
         if op == "rename" and tgt.local is not None:
             args = got[0].get("args") or {}
             return rename_task(str(args.get("source")), str(args.get("target")).rsplit("/", 1)[-1])
-        if op not in ("merge", "split", "rename"):
+        if op not in ("merge", "merge-into", "split", "rename"):
             return apply_change(tgt.uri, change_of(op, dict(got[0].get("args") or {})))
     return run_plan(tgt, None, EditReport("resume", tgt.uri, False), move=_move if got is None or
                     got[0].get("op") == "split" else _delete_old)

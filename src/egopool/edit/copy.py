@@ -86,17 +86,22 @@ class CopyPlan:
     move: bool = False
     #: objects of the (single) source copied as they are (a rename: its origins, a bucket's tombstones)
     extra: list[str] = field(default_factory=list)
+    #: the target is an existing task the episodes are appended to (:mod:`egopool.edit.append`); ``stats`` is
+    #: then what the sources add to its accumulators
+    into: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "args": self.args, "target": self.target, "sources": self.sources,
                 "picks": [p.to_dict() for p in self.picks], "skipped": self.skipped, "info": self.info,
-                "stats": self.stats, "tasks": self.tasks, "move": self.move, "extra": self.extra}
+                "stats": self.stats, "tasks": self.tasks, "move": self.move, "extra": self.extra,
+                "into": self.into}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CopyPlan:
         return cls(str(d["op"]), dict(d["args"]), str(d["target"]), list(d["sources"]),
                    [Pick.from_dict(p) for p in d["picks"]], list(d.get("skipped") or []), dict(d["info"]),
-                   dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []))
+                   dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []),
+                   bool(d.get("into")))
 
 
 @dataclass
@@ -182,6 +187,8 @@ def target_keys(plan: CopyPlan) -> list[str]:
     keys: list[str] = []
     for p in plan.picks:
         keys += _episode_keys(layout, p.new_index, p.videos)
+    if plan.into:
+        return ["meta/tasks.jsonl", "meta/info.json"] + keys + ["meta/stats.json", ORIGINS]
     return keys + plan.extra + ["meta/stats.json", "meta/tasks.jsonl"] + \
         ([] if ORIGINS in plan.extra else [ORIGINS]) + ["meta/info.json"]
 
@@ -320,5 +327,10 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
             journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
             pause(OP, "journal")
         report.writes = target_keys(plan)
-        report.deleted = execute(tgt, plan, journal, move=move)
+        if plan.into:
+            from .append import execute_into
+
+            execute_into(tgt, plan, journal)
+        else:
+            report.deleted = execute(tgt, plan, journal, move=move)
     return report

@@ -23,7 +23,7 @@ from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import read_journal
-from .source import first_difference, location, open_source, subtract_block
+from .source import SourceTask, first_difference, location, open_source, subtract_block
 
 __all__ = ["merge_tasks", "plan_merge"]
 
@@ -63,19 +63,90 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
         if diff is not None:
             raise OperationError(f"cannot merge: {diff}; nothing was written",
                                  hint="merge only tasks recorded with the same declarations")
-    task_strings: list[str] = []
+    tasks, maps = unite_tasks([], opened)
+    picks, skipped, stats = collect(opened, maps, {}, 1)
+    info: dict[str, Any] = {}
+    for s in opened:
+        info = merge_info(info, s.info)
+    name = tgt_uri.rsplit("/", 1)[-1]
+    info.update(task_name=name, total_episodes=len(picks))
+    doc = {k: b.to_dict() for k, b in stats.items()}
+    doc["action"] = dict(ACTION_BLOCK)
+    return CopyPlan("merge", {"sources": uris}, tgt_uri, uris, picks, skipped, info, doc, tasks)
+
+
+def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
+                dry_run: bool = False) -> EditReport:
+    """Merge ``sources`` into the new task ``target`` (a directory or ``s3://bucket/prefix/task``), journaled
+    (:mod:`egopool.edit.copy`). A target holding an interrupted merge of the same sources is finished.
+
+    Returns
+    -------
+    EditReport
+        Every episode's source, N and new N; the skipped duplicates; every key written in the target.
+
+    Raises
+    ------
+    OperationError
+        Bad sources (:func:`plan_merge`), a target that is a task already, an unfinished other edit there.
+    LockError
+        Another edit of the target is under way.
+    """
+    existing = open_target(target, new=False)
+    if existing.store.exists("meta/info.json"):
+        pending = read_journal(existing)
+        if pending is None or pending[0].get("op") == "merge-into":
+            from .append import merge_into
+
+            return merge_into(sources, existing, dry_run=dry_run)  # into an existing task (E14)
+    tgt = open_target(target)
+    tgt_uri = tgt.uri
+    report = EditReport("merge", tgt_uri, dry_run)
+    pending = read_journal(tgt)
+    if pending is not None and not dry_run:
+        if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
+            return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
+        raise OperationError(f"{tgt_uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
+                             f"of other tasks)",
+                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt_uri}` "
+                                  f"finishes it; nothing was written")
+    plan = plan_merge(sources, tgt_uri)
+    report.plan = plan
+    if dry_run:
+        report.writes = target_keys(plan)
+        return report
+    return run_plan(tgt, plan, report)
+
+
+def unite_tasks(existing: list[dict[str, Any]], opened: Sequence[SourceTask]
+                ) -> tuple[list[dict[str, Any]], list[dict[str, int]]]:
+    """``tasks.jsonl`` rows united: ``existing`` (a target's, indices kept) then each source's strings not seen yet,
+    numbered on from the highest index; and per source its ``task_index`` map (text key -> united index)."""
+    index: dict[str, int] = {}
+    for r in existing:
+        index.setdefault(str(r.get("task")), int(r.get("task_index") or 0))
     maps: list[dict[str, int]] = []
     for s in opened:
         m: dict[str, int] = {}
         for row in s.tasks():
             text = str(row.get("task"))
-            if text not in task_strings:
-                task_strings.append(text)
-            m[str(int(row.get("task_index") or 0))] = task_strings.index(text)
+            if text not in index:
+                index[text] = max(index.values(), default=-1) + 1
+            m[str(int(row.get("task_index") or 0))] = index[text]
         maps.append(m or {"0": 0})
+    kept = [dict(r) for r in existing]
+    have = {str(r.get("task")) for r in existing}
+    return kept + [{"task_index": k, "task": t} for t, k in index.items() if t not in have], maps
+
+
+def collect(opened: Sequence[SourceTask], maps: list[dict[str, int]], seen: dict[str, int], start: int
+            ) -> tuple[list[Pick], list[dict[str, Any]], dict[str, StatsBlock]]:
+    """The episodes of ``opened`` (in order, each by ascending N) numbered from ``start``, those whose content
+    digest is in ``seen`` (digest -> N it is kept as; updated) skipped, and the stats blocks they add: each
+    source's accumulators minus its skipped episodes' blocks (a v1.1.0 source: its taken episodes' blocks).
+    Reads every source episode once."""
     picks: list[Pick] = []
     skipped: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
     stats: dict[str, StatsBlock] = {}
     for i, s in enumerate(opened):
         stored = read_stats(s.t.root)
@@ -96,55 +167,11 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
                             else:
                                 own[col] = left
                 continue
-            new = len(picks) + 1
+            new = start + len(picks)
             seen[digest] = new
             picks.append(Pick(i, n, new, maps[i], digest,
                               {k: [ext, key] for k, (ext, key) in ref.videos.items()}))
             if legacy:
                 own = _fold(own, s.blocks(table))
         stats = _fold(stats, own)
-    info: dict[str, Any] = {}
-    for s in opened:
-        info = merge_info(info, s.info)
-    name = tgt_uri.rsplit("/", 1)[-1]
-    info.update(task_name=name, total_episodes=len(picks))
-    doc = {k: b.to_dict() for k, b in stats.items()}
-    doc["action"] = dict(ACTION_BLOCK)
-    return CopyPlan("merge", {"sources": uris}, tgt_uri, uris, picks, skipped, info, doc,
-                    [{"task_index": k, "task": t} for k, t in enumerate(task_strings)])
-
-
-def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
-                dry_run: bool = False) -> EditReport:
-    """Merge ``sources`` into the new task ``target`` (a directory or ``s3://bucket/prefix/task``), journaled
-    (:mod:`egopool.edit.copy`). A target holding an interrupted merge of the same sources is finished.
-
-    Returns
-    -------
-    EditReport
-        Every episode's source, N and new N; the skipped duplicates; every key written in the target.
-
-    Raises
-    ------
-    OperationError
-        Bad sources (:func:`plan_merge`), a target that is a task already, an unfinished other edit there.
-    LockError
-        Another edit of the target is under way.
-    """
-    tgt = open_target(target)
-    tgt_uri = tgt.uri
-    report = EditReport("merge", tgt_uri, dry_run)
-    pending = read_journal(tgt)
-    if pending is not None and not dry_run:
-        if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
-            return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
-        raise OperationError(f"{tgt_uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
-                             f"of other tasks)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt_uri}` "
-                                  f"finishes it; nothing was written")
-    plan = plan_merge(sources, tgt_uri)
-    report.plan = plan
-    if dry_run:
-        report.writes = target_keys(plan)
-        return report
-    return run_plan(tgt, plan, report)
+    return picks, skipped, stats
