@@ -184,3 +184,40 @@ def test_a_second_edit_of_a_task_is_refused_while_the_first_runs(tmp_path, backe
         done = first.release()
         assert done.returncode == 0, done.stderr
     assert t.errors() == [] and set(read_info(t.location)["video_extensions"]) == {"head_rgb"}
+
+
+_KILLED = {  # op -> (its arguments after the task, the keys it may change; every other object stays byte-identical)
+    "remove-column": (("observation.right_glove",), ("data/", "meta/episodes/", "meta/info.json", "meta/stats.json")),
+    "add-column": (("2", "observation.grip_label", "--from", "{npy}"),
+                   ("data/chunk-000/episode-001.parquet", "meta/episodes/chunk-000/episode-001.parquet",
+                    "meta/info.json")),
+    "set-task": (("pick up the red cup",), ("meta/tasks.jsonl",)),
+}
+
+
+@pytest.mark.parametrize("stage", ["journal", "declared", "episode", "committed"])
+@pytest.mark.parametrize("op", sorted(_KILLED))
+def test_inplace_change_killed_at_each_step_then_rerun(tmp_path, backend, request, op, stage):
+    t = at(backend, record(tmp_path / "s", episodes=2, rows=4), request)
+    np.save(tmp_path / "v.npy", np.arange(8, dtype=np.float32).reshape(4, 2))
+    extra, may_change = _KILLED[op]
+    args = ("edit", op, t.location, *(a.format(npy=tmp_path / "v.npy") for a in extra))
+    before = digests(t)
+    kill_at(tmp_path / "state", "edit", stage, *args)
+    assert t.errors() == [] and t.store.exists("meta/.edit.json")
+    r = run_cli("edit", "resume", t.location, "--json") if op == "set-task" else run_cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed"] is True
+    assert t.errors() == [] and not t.store.exists("meta/.edit.json")
+    after = digests(t)
+    assert {k for k in set(before) | set(after) if before.get(k) != after.get(k)
+            and not k.startswith(may_change)} == set()
+    assert_stats_recount(t.location)
+    info = read_info(t.location)
+    if op == "remove-column":
+        assert "observation.right_glove" not in info["features"]
+    elif op == "add-column":
+        table = pq.read_table(io.BytesIO(t.read("data/chunk-000/episode-001.parquet")))
+        assert table.column("observation.grip_label").to_pylist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    else:
+        assert read_tasks(t.location) == [{"task_index": 0, "task": "pick up the red cup"}]
