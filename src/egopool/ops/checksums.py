@@ -28,14 +28,14 @@ from .._atomic import atomic_write_bytes, task_lock, task_read_lock
 from .._safe_read import read_parquet
 from ..errors import EgopoolError
 from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
-from ..meta.digests import DIGEST_COLUMN, episode_digests, parse_digests, sha256_bytes
+from ..meta.digests import DIGEST_COLUMN, episode_digests, parse_digests
 from ..meta.episodes import restamp_table, row_bytes
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
-from ..storage import ObjectPath, PreconditionFailed, PutMode, TaskPath, is_object_uri
-from ._common import BACKUP_DIR, Progress, backup_copy, new_backup_dir, open_registry, rel, timestamp
+from ..storage import ObjectPath, TaskPath, is_object_uri
+from ._common import Progress, backup_copy, new_backup_dir, open_registry
 from .migrate import refuse_during_migration
-from .task_store import BucketTask, open_task_store, pause, take_claim, task_claims
+from .task_store import BucketTask, open_task_store, pause, rewrite_row_under_claim, task_claims
 
 __all__ = ["ChecksumsReport", "EpisodeChecksums", "repair_checksums"]
 
@@ -165,27 +165,12 @@ def repair_checksums(task_dir: str | Path, *, dry_run: bool = False,
 
 def _write_bucket(bt: BucketTask, g: EpisodeFiles[TaskPath], rep: EpisodeChecksums, report: ChecksumsReport) -> None:
     """Rewrite one row in a bucket: claim, backup, conditional PUT, release (module docstring)."""
-    key = bt.row_key(rep.index)
-    claim = take_claim(bt, rep.index, OP, [])
-    try:
-        got = bt.store.get(key)
-        if got is None:
-            rep.status, rep.reason = "skipped", "the row was deleted meanwhile"
-            return
-        if report.backup is None:
-            report.backup = bt.path / BACKUP_DIR / f"repair-checksums-{timestamp()}"
-        assert isinstance(report.backup, ObjectPath)
-        bt.store.put(f"{rel(bt.path, report.backup)}/{key}", got[0])
-        pause(OP, "backup")
-        body = row_bytes(restamp_table(pq.read_table(io.BytesIO(got[0])), rep.files))
-        try:
-            bt.store.put(key, body, mode=PutMode.UPDATE, version=got[1], sha256=sha256_bytes(body))
-        except PreconditionFailed:
-            rep.status, rep.reason = "skipped", "the row changed meanwhile; run the repair again"
-            return
-        pause(OP, "row")
-    finally:
-        bt.parent.delete([claim.key])
+    assert report.backup is None or isinstance(report.backup, ObjectPath)
+    reason, report.backup = rewrite_row_under_claim(
+        bt, rep.index, OP, report.backup, "repair-checksums",
+        lambda old: row_bytes(restamp_table(pq.read_table(io.BytesIO(old)), rep.files)))
+    if reason is not None:
+        rep.status, rep.reason = "skipped", reason
 
 
 def _write(root: Path, g: EpisodeFiles[TaskPath], rep: EpisodeChecksums, report: ChecksumsReport,

@@ -32,7 +32,6 @@ on the stored integers (scale-free), one parquet row group at a time.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -51,10 +50,10 @@ from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, keep_digests, read_episode_row
 from ..meta.info import read_info
 from ..registry import Registry, file_record, task_key
-from ..storage import ObjectPath, PreconditionFailed, PutMode, TaskPath, is_object_uri
-from ._common import BACKUP_DIR, Progress, backup_copy, new_backup_dir, open_registry, rel, timestamp
+from ..storage import ObjectPath, TaskPath, is_object_uri
+from ._common import Progress, backup_copy, new_backup_dir, open_registry, rel
 from .migrate import refuse_during_migration
-from .task_store import BucketTask, open_task_store, pause, take_claim, task_claims
+from .task_store import BucketTask, open_task_store, pause, rewrite_row_under_claim, task_claims
 
 __all__ = ["CANDIDATE_SCALES", "ColumnEvidence", "EpisodeRepair", "ForceScaleReport", "column_evidence",
            "repair_force_scale"]
@@ -470,27 +469,12 @@ def _new_specs(rep: EpisodeRepair) -> dict[str, Any]:
 
 def _write_bucket(bt: BucketTask, rep: EpisodeRepair, report: ForceScaleReport) -> None:
     """Rewrite one row in a bucket (module docstring): claim, backup, conditional PUT, release."""
-    key = bt.row_key(rep.index)
-    claim = take_claim(bt, rep.index, OP, [])
-    try:
-        got = bt.store.get(key)
-        if got is None:
-            rep.status, rep.reason = "skipped", "the row was deleted meanwhile"
-            return
-        if report.backup is None:
-            report.backup = bt.path / BACKUP_DIR / f"repair-force-scale-{timestamp()}"
-        bt.store.put(f"{rel(bt.path, report.backup)}/{key}", got[0])
-        pause(OP, "backup")
-        table = pq.read_table(io.BytesIO(got[0]))
-        body = _table_with_specs(table, _new_specs(rep))
-        try:
-            bt.store.put(key, body, mode=PutMode.UPDATE, version=got[1], sha256=hashlib.sha256(body).hexdigest())
-        except PreconditionFailed:
-            rep.status, rep.reason = "skipped", "the row changed meanwhile; run the repair again"
-            return
-        pause(OP, "row")
-    finally:
-        bt.parent.delete([claim.key])
+    assert report.backup is None or isinstance(report.backup, ObjectPath)
+    reason, report.backup = rewrite_row_under_claim(
+        bt, rep.index, OP, report.backup, "repair-force-scale",
+        lambda old: _table_with_specs(pq.read_table(io.BytesIO(old)), _new_specs(rep)))
+    if reason is not None:
+        rep.status, rep.reason = "skipped", reason
 
 
 def _write(root: Path, rep: EpisodeRepair, report: ForceScaleReport, reg: Registry | None) -> None:
