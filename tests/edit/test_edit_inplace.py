@@ -102,18 +102,28 @@ def test_add_column_from_a_file_and_set_task(tmp_path, backend, request):
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, backend, request):
     local = record(tmp_path / "s", episodes=2, rows=4)
     info = read_info(local)
-    info["devices"] = [{"key": "uvc:wrist", "kind": "uvc", "name": "wrist", "slots": ["wrist_rgb"]}]
+    info["devices"] = [{"key": "uvc:wrist", "kind": "uvc", "name": "wrist", "slots": ["wrist_rgb"]},
+                       {"key": "ble:glove", "kind": "ble_glove", "name": "glove", "slots": ["right_glove"]}]
     write_info(local, info)
     t = at(backend, local, request)
     before = digests(t)
     (tmp_path / "v.txt").write_text("1\n2\n3\n")
+    (tmp_path / "empty.txt").write_text("")
+    np.save(tmp_path / "cube.npy", np.zeros((4, 2, 2), np.float32))
     cases = [(("rename-slot", t.location, "cam", "wrist_rgb"), "used already (device uvc:wrist)"),
              (("remove-column", t.location, "observation.nope"), "no column 'observation.nope'"),
              (("rename-column", t.location, "observation.right_glove", "observation.Bad"), "observation.Bad"),
              (("add-column", t.location, "1", "observation.x", "--from", str(tmp_path / "v.txt")),
               "3 value(s) for episode 1, which has 4 rows"),
              (("add-column", t.location, "7", "observation.x", "--from", str(tmp_path / "v.txt")), "no episode 7"),
-             (("remove-slot", t.location, "nope"), "no stream slot 'nope'")]
+             (("remove-slot", t.location, "nope"), "no stream slot 'nope'"),
+             (("remove-column", t.location, "observation.right_glove"), "written by device 'ble:glove'"),
+             (("rename-column", t.location, "observation.right_glove", "observation.g"), "written by device"),
+             (("add-column", t.location, "1", "observation.x", "--from", str(tmp_path / "empty.txt")),
+              "holds no values"),
+             (("add-column", t.location, "1", "observation.x", "--from", str(tmp_path / "cube.npy")),
+              "(rows,) or (rows, d)"),
+             (("split", t.location, "--into", str(tmp_path / "n"), "--episodes", "3"), "no episode 3")]
     for args, want in cases:
         r = run_cli("edit", *args)
         assert r.returncode == 1 and want in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)

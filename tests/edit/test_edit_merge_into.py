@@ -160,3 +160,24 @@ def test_a_server_publishing_into_the_task_refuses_the_merge(tmp_path, backend, 
     assert _new_n(r) == [(1, 3)]
     assert t.errors() == []
     assert_stats_recount(task)
+
+
+def test_s3_uri_typos_are_one_line_and_write_nothing(tmp_path, request):
+    t = at("bucket", record(tmp_path / "t", episodes=1), request)
+    src = at("bucket", record(tmp_path / "s", episodes=1, first_value=5.0), request)
+    bucket_root = TaskAt("bucket", t.location.split("/", 3)[0] + "//" + t.location.split("/", 3)[2], tmp_path)
+    before = digests(bucket_root)
+    good, prefix = t.location, t.location.rsplit("/", 1)[0]
+    cases = [("merge", "s3:/" + good[5:], "--into", good),  # one slash
+             ("merge", good.replace("ops-tasks", "no-such-bucket"), "--into", good),
+             ("merge", prefix + "/no_such_task", "--into", good),
+             ("merge", src.location, "--into", good.replace("ops-tasks", "no-such-bucket")),
+             ("merge", src.location, "--into", "s3://"),
+             ("split", src.location, "--into", "s3://ops-tasks", "--episodes", "1"),
+             ("remove-column", "s3://ops-tasks/", "observation.right_glove"),
+             ("rename", prefix + "/no_such_task", "x"),
+             ("resume", "s3://no-such-bucket/x/y")]
+    for args in cases:
+        r = run_cli("edit", *args)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (args, r.stderr)
+    assert digests(bucket_root) == before

@@ -10,6 +10,8 @@ holds one value (a number or a vector) per data row of one episode: its length m
 
 from __future__ import annotations
 
+import warnings
+
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,26 @@ def _sensor(col: str) -> str | None:
     return col[len("observation."):] if col.startswith("observation.") else None
 
 
+def _not_a_device_column(s: SourceTask, column: str) -> None:
+    """Refuse a column a device of ``devices`` names as its own (a lite glove's ``slots`` hold its sensor name;
+    ``sensor_column`` / ``sensor_columns``, multi_device_storage.md §6.4): the declaration would point at nothing.
+
+    Raises
+    ------
+    SchemaError
+        The column is a device's (named).
+    """
+    sensor = _sensor(column)
+    for dev in s.info.get("devices") or []:
+        if not isinstance(dev, dict):
+            continue
+        named = [str(x) for x in dev.get("slots") or []] + [str(x) for x in dev.get("sensor_columns") or []]
+        named += [str(dev["sensor_column"])] if dev.get("sensor_column") else []
+        if column in named or (sensor is not None and sensor in named):
+            raise SchemaError(f"column {column!r} is written by device {dev.get('key')!r} (its devices[] entry "
+                              f"names it) in {s.t.uri}", hint="a device's column keeps its name; nothing was changed")
+
+
 class RemoveColumn(Change):
     """Remove ``column`` from every episode, ``features``, ``sensors`` and ``stats.json``."""
 
@@ -63,6 +85,7 @@ class RemoveColumn(Change):
                                  hint="remove an observation.* or status.* column")
         if self.column not in _columns(s):
             raise SchemaError(f"no column {self.column!r} in {s.t.uri}", hint="see `egopool info TASK`")
+        _not_a_device_column(s, self.column)
 
     def touches_data(self) -> bool:
         return True
@@ -112,6 +135,7 @@ class RenameColumn(Change):
                 raise SchemaError(f"{self.new!r} implies kind {signal_kind(self.new)}, {self.old!r} is "
                                   f"{signal_kind(self.old)} (multi_device_storage.md §2.4 reserved suffixes)",
                                   hint="keep the reserved suffix")
+        _not_a_device_column(s, self.old)
 
     def touches_data(self) -> bool:
         return True
@@ -152,13 +176,21 @@ def load_values(path: str | Path) -> np.ndarray:
         The file does not read as numbers (named).
     """
     p = Path(path)
+    hint = "give a .npy array or a text file with one number (or vector) per line"
     try:
-        arr = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
-    except (OSError, ValueError) as exc:
-        raise OperationError(f"{p}: cannot read one value per row ({exc})",
-                             hint="give a .npy array or a text file with one number (or vector) per line") from exc
-    arr = np.asarray(arr, dtype=np.float32)
-    return arr[:, None] if arr.ndim == 1 else arr.reshape(arr.shape[0], -1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # loadtxt warns of an empty file: it is refused below, in one line
+            arr = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
+        arr = np.asarray(arr, dtype=np.float32)
+    except (OSError, ValueError, TypeError) as exc:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OperationError(f"{p}: cannot read one value per row ({text})", hint=hint) from exc
+    if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
+        raise OperationError(f"{p}: holds no values (shape {list(arr.shape)})", hint=hint)
+    if arr.ndim > 2:
+        raise OperationError(f"{p}: shape {list(arr.shape)}: one value or one vector per row is (rows,) or "
+                             f"(rows, d)", hint=hint)
+    return arr[:, None] if arr.ndim == 1 else arr
 
 
 class AddColumn(Change):

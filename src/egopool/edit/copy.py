@@ -162,6 +162,10 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
     if isinstance(root, ObjectPath):
         from ..storage._path import require_bucket
 
+        if not root.key.strip("/"):
+            raise OperationError(f"{location(where)}: give the task's prefix, s3://BUCKET/[PREFIX/]TASK",
+                                 hint="a task in a bucket is named by its bucket and the task's key prefix; "
+                                      "nothing was written")
         require_bucket(root)
     t = StoreTask(root, store, store.root if isinstance(store, DirectoryStore) else None)
     if not new:
