@@ -21,6 +21,9 @@ _JSON = typer.Option(False, "--json", help="Print the report as JSON on stdout."
 _DRY = typer.Option(False, "--dry-run", help="Show exactly what would change; change nothing.")
 _INTO = typer.Option(..., "--into", metavar="TARGET",
                      help="The new task to build: a directory or s3://BUCKET/PREFIX/TASK (must not be a task yet).")
+_INTO_MERGE = typer.Option(..., "--into", metavar="TARGET",
+                           help="The task to build (a new location) or to append to (an existing task): a directory "
+                                "or s3://BUCKET/PREFIX/TASK.")
 
 
 def parse_episode_list(text: str) -> list[int]:
@@ -61,8 +64,8 @@ def _show(report: object, json_out: bool) -> None:
 
 @edit_app.command("merge")
 def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="Tasks to merge, in this order."),
-              into: str = _INTO, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Merge tasks with the same declarations into a new task, numbered 1.. in the order given (each by ascending N).
+              into: str = _INTO_MERGE, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
+    """Merge tasks with the same declarations into a new task, numbered 1.. in the order given (each by ascending N), or append them to an existing task (--into EXISTING), numbered after the highest N it ever used (deleted N are never reused).
 
     Duplicates (same content digest) are skipped and reported; stats.json is the sources' accumulators merged; tasks.jsonl is united; each new N's source task and N are kept in meta/edit_origins.jsonl. A different declaration (fps, features, streams...) is refused in one line naming it.
     """
