@@ -183,6 +183,8 @@ def _claim_all(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, layout: Tas
                 continue  # this edit's own claim (a re-run)
             if journal.doc.get("state") == "claiming":
                 _release(tgt, plan, token)
+                if journal.doc.get("made_claims_dir"):
+                    _drop_claims_dir(tgt)
                 journal.remove()
                 raise LockError(f"episode {p.new_index} of this task was claimed by another writer meanwhile "
                                 f"({parent.url(key)})", path=tgt.uri,
@@ -202,6 +204,19 @@ def _release(tgt: StoreTask, plan: CopyPlan, token: str) -> None:
             mine.append(key)
     if mine:
         remove_claims(parent, mine)
+
+
+def _drop_claims_dir(tgt: StoreTask) -> None:
+    """Remove ``<parent>/.egopool-server/journals`` and ``.egopool-server`` of a directory when empty (made by
+    this edit: a plain folder of tasks is left as it was)."""
+    if not isinstance(tgt.root, Path):
+        return
+    top = tgt.root.parent / ".egopool-server"
+    for d in (top / "journals", top):
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def _update_info(tgt: StoreTask, plan: CopyPlan) -> None:
@@ -279,6 +294,9 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         journal.write(token=uuid.uuid4().hex)
     state = journal.doc.get("state")
     if state in ("copying", "claiming"):
+        if state == "copying":  # a directory's claims folder this edit makes is removed with its claims
+            made = isinstance(tgt.root, Path) and not (tgt.root.parent / ".egopool-server").exists()
+            journal.write(made_claims_dir=made)
         journal.write(state="claiming")
         _claim_all(tgt, plan, journal, layout)
         journal.write(state="declaring")
@@ -308,6 +326,8 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         state = "origins"
     _append_origins(tgt, plan)
     _release(tgt, plan, str(journal.doc.get("token")))
+    if journal.doc.get("made_claims_dir"):
+        _drop_claims_dir(tgt)
     journal.write(state="committed")
     pause(OP, "committed")
     journal.remove()

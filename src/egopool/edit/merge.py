@@ -51,7 +51,8 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
         A source is not a task / cannot be read.
     """
     if len(sources) < 2:
-        raise OperationError("edit merge needs two or more source tasks", hint="egopool edit merge A B --into C")
+        raise OperationError(f"edit merge into the new task {target} needs two or more source tasks",
+                             hint="egopool edit merge A B --into NEW, or A --into an existing task")
     opened = [open_source(s) for s in sources]
     uris = [s.t.uri for s in opened]
     tgt_uri = str(target).rstrip("/")
