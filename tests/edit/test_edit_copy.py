@@ -112,12 +112,12 @@ def test_merge_refuses_another_fps_in_one_line_and_writes_nothing(tmp_path, back
     assert (not (tmp_path / "out").exists()) if backend == "dir" else t.all_keys() == set()
 
 
-def test_merge_refuses_a_target_that_is_a_task(tmp_path, backend, request):
+def test_split_refuses_a_target_that_is_a_task(tmp_path, backend, request):
+    """A split builds a new task (a merge into an existing one appends: tests/edit/test_edit_merge_into.py)."""
     a = at(backend, record(tmp_path / "a", episodes=1), request)
     b = at(backend, record(tmp_path / "b", episodes=1, first_value=9.0), request)
     before = digests(b)
-    r = run_cli("edit", "merge", a.location, a.location.replace("/a/", "/c/") if backend == "dir" else a.location,
-                "--into", b.location)
+    r = run_cli("edit", "split", a.location, "--into", b.location, "--episodes", "1")
     assert r.returncode == 1 and "is a task already" in r.stderr, r.stderr
     assert digests(b) == before
 

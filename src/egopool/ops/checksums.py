@@ -16,7 +16,6 @@ meanwhile is skipped), the claim released last: as ``repair force-scale``.
 
 from __future__ import annotations
 
-import contextlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,18 +23,16 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_bytes, task_lock, task_read_lock
 from .._safe_read import read_parquet
 from ..errors import EgopoolError
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, list_task_episodes
 from ..meta.digests import DIGEST_COLUMN, episode_digests, parse_digests
 from ..meta.episodes import restamp_table, row_bytes
-from ..meta.info import read_info
-from ..registry import Registry, file_record, task_key
-from ..storage import ObjectPath, TaskPath, is_object_uri
-from ._common import Progress, backup_copy, new_backup_dir, open_registry
-from .migrate import refuse_during_migration
-from .task_store import BucketTask, open_task_store, pause, rewrite_row_under_claim, task_claims
+from ..registry import Registry
+from ..storage import ObjectPath, TaskPath
+from ._common import Progress
+from .row_rewrite import open_row_task, rewrite_local_row, rewrite_row_under_claim
+from .task_store import BucketTask
 
 __all__ = ["ChecksumsReport", "EpisodeChecksums", "repair_checksums"]
 
@@ -122,27 +119,11 @@ def repair_checksums(task_dir: str | Path, *, dry_run: bool = False,
     FormatError
         ``info.json`` cannot be read.
     """
-    bt: BucketTask | None
-    if is_object_uri(task_dir):
-        bt = open_task_store(str(task_dir), "repair checksums")
-        where: str | Path = bt.uri
-        root: TaskPath = bt.path
-        layout, reg = bt.layout, None
-        lock: Any = contextlib.nullcontext()
-        if not dry_run:  # a killed run's claims: its row PUT was atomic, so releasing them is its roll-forward
-            bt.parent.delete([c.key for c in task_claims(bt) if c.op == OP])
-    else:
-        bt = None
-        where = local = Path(task_dir)
-        root = local
-        layout = TaskLayout.from_info(local, read_info(local))
-        reg = open_registry(local, registry) if not dry_run else None
-        lock = task_read_lock(local) if dry_run else task_lock(local)
+    rt = open_row_task(task_dir, "repair checksums", OP, dry_run=dry_run, registry=registry)
+    bt, root = rt.bt, rt.root
     report = ChecksumsReport(root, dry_run)
-    with lock:
-        if bt is None:
-            refuse_during_migration(local, "repair episode rows")
-        groups = [g for g in list_task_episodes(where, layout) if g.meta is not None and g.data is not None]
+    with rt.hold():
+        groups = [g for g in list_task_episodes(rt.where, rt.layout) if g.meta is not None and g.data is not None]
         for i, g in enumerate(groups):
             try:
                 rep = _inspect(root, g)
@@ -154,8 +135,8 @@ def repair_checksums(task_dir: str | Path, *, dry_run: bool = False,
                         rep.status = "would record"
                     elif rep.status == "recorded" and bt is not None:
                         _write_bucket(bt, g, rep, report)
-                    elif rep.status == "recorded":
-                        _write(local, g, rep, report, reg)
+                    elif rep.status == "recorded" and rt.local is not None:
+                        _write(rt.local, g, rep, report, rt.reg)
             except EgopoolError as exc:  # one unreadable episode never stops the others
                 report.episodes.append(EpisodeChecksums(g.index, "skipped", reason=exc.one_line()))
             if progress is not None:
@@ -178,16 +159,7 @@ def _write(root: Path, g: EpisodeFiles[TaskPath], rep: EpisodeChecksums, report:
     meta = g.meta
     if not isinstance(meta, Path):
         raise TypeError(f"episode {rep.index} of the directory task {root} has no local row file: {meta!r}")
-    if report.backup is None:
-        report.backup = new_backup_dir(root, "repair-checksums")
-    assert isinstance(report.backup, Path)
-    backup_copy(root, meta, report.backup)
-    pause(OP, "backup")
-    atomic_write_bytes(meta, row_bytes(restamp_table(read_parquet(meta, what="episodes parquet"), rep.files)))
-    pause(OP, "row")
-    if reg is not None:
-        rec = reg.get(task_key(root), rep.index)
-        if rec is not None:
-            new = file_record(root, meta)
-            files = [f for f in rec.files if f.path != new.path] + [new]
-            reg.replace_files(task_key(root), rep.index, sorted(files, key=lambda f: f.path))
+    assert report.backup is None or isinstance(report.backup, Path)
+    report.backup = rewrite_local_row(
+        root, rep.index, meta, OP, report.backup, "repair-checksums",
+        lambda: row_bytes(restamp_table(read_parquet(meta, what="episodes parquet"), rep.files)), reg)

@@ -31,7 +31,6 @@ on the stored integers (scale-free), one parquet row group at a time.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -42,18 +41,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_write_bytes, task_lock, task_read_lock
 from .._safe_read import open_parquet, read_parquet, read_parquet_schema
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
 from ..errors import EgopoolError, FormatError
-from ..layout import EpisodeFiles, TaskLayout, list_task_episodes
+from ..layout import EpisodeFiles, list_task_episodes
 from ..meta.episodes import EPISODE_COLUMNS, keep_digests, read_episode_row
-from ..meta.info import read_info
-from ..registry import Registry, file_record, task_key
-from ..storage import ObjectPath, TaskPath, is_object_uri
-from ._common import Progress, backup_copy, new_backup_dir, open_registry, rel
-from .migrate import refuse_during_migration
-from .task_store import BucketTask, open_task_store, pause, rewrite_row_under_claim, task_claims
+from ..registry import Registry
+from ..storage import ObjectPath, TaskPath
+from ._common import Progress, rel
+from .row_rewrite import open_row_task, rewrite_local_row, rewrite_row_under_claim
+from .task_store import BucketTask
 
 __all__ = ["CANDIDATE_SCALES", "ColumnEvidence", "EpisodeRepair", "ForceScaleReport", "column_evidence",
            "repair_force_scale"]
@@ -416,26 +413,11 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
     FormatError
         ``info.json`` cannot be read.
     """
-    if is_object_uri(task_dir):
-        bt = open_task_store(str(task_dir), "repair force-scale")
-        where: str | Path = bt.uri
-        root: Path | ObjectPath = bt.path
-        layout, reg = bt.layout, None
-        lock: Any = contextlib.nullcontext()
-        if not dry_run:  # a killed run's claims: its row PUT was atomic, so releasing them is its roll-forward
-            bt.parent.delete([c.key for c in task_claims(bt) if c.op == OP])
-    else:
-        bt = None
-        where = local = Path(task_dir)
-        root = local
-        layout = TaskLayout.from_info(local, read_info(local))
-        reg = open_registry(local, registry)
-        lock = task_read_lock(local) if dry_run else task_lock(local)  # a dry run writes nothing (decisions.md #24)
+    rt = open_row_task(task_dir, "repair force-scale", OP, dry_run=dry_run, registry=registry)
+    bt, root = rt.bt, rt.root
     report = ForceScaleReport(root, dry_run)
-    with lock:
-        if bt is None:
-            refuse_during_migration(local, "repair episode rows")
-        groups = [g for g in list_task_episodes(where, layout) if g.data is not None and g.meta is not None]
+    with rt.hold():
+        groups = [g for g in list_task_episodes(rt.where, rt.layout) if g.data is not None and g.meta is not None]
         for i, g in enumerate(groups):
             try:
                 rep = _inspect(g, tolerance)
@@ -450,8 +432,8 @@ def repair_force_scale(task_dir: str | Path, *, dry_run: bool = False, tolerance
                         rep.status = "would repair" if rep.status == "repaired" else "would repair partially"
                     elif bt is not None:
                         _write_bucket(bt, rep, report)
-                    else:
-                        _write(local, rep, report, reg)
+                    elif rt.local is not None:
+                        _write(rt.local, rep, report, rt.reg)
             if progress is not None:
                 progress(i + 1, len(groups), f"episode {g.index}")
     return report
@@ -481,16 +463,6 @@ def _write(root: Path, rep: EpisodeRepair, report: ForceScaleReport, reg: Regist
     meta = rep.meta
     if not isinstance(meta, Path):  # a directory task's episodes are local files (a bucket's go through _write_bucket)
         raise TypeError(f"episode {rep.index} of the directory task {root} has no local row file: {meta!r}")
-    if report.backup is None:
-        report.backup = new_backup_dir(root, "repair-force-scale")
-    assert isinstance(report.backup, Path)  # a directory task's backup is a directory
-    backup_copy(root, meta, report.backup)
-    pause(OP, "backup")
-    atomic_write_bytes(meta, _row_with_specs(meta, _new_specs(rep)))
-    pause(OP, "row")
-    if reg is not None:
-        rec = reg.get(task_key(root), rep.index)
-        if rec is not None:
-            new = file_record(root, meta)
-            files = [f for f in rec.files if f.path != new.path] + [new]
-            reg.replace_files(task_key(root), rep.index, sorted(files, key=lambda f: f.path))
+    assert report.backup is None or isinstance(report.backup, Path)  # a directory task's backup is a directory
+    report.backup = rewrite_local_row(root, rep.index, meta, OP, report.backup, "repair-force-scale",
+                                      lambda: _row_with_specs(meta, _new_specs(rep)), reg)

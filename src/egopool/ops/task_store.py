@@ -28,7 +28,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,7 @@ from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, i
 from ..publish import json_bytes
 from ._common import EXT_TAIL, path_regex
 
-__all__ = ["BucketTask", "Claim", "claim_key", "episode_objects", "open_task_store", "pause", "rewrite_row_under_claim",
-           "task_claims"]
+__all__ = ["BucketTask", "Claim", "claim_key", "episode_objects", "open_task_store", "pause", "task_claims"]
 
 #: The pooling server's journal folder beside the tasks of a store (egopool.publish, O12).
 JOURNALS = ".egopool-server/journals"
@@ -243,46 +241,3 @@ def episode_objects(store: Store, layout: TaskLayout, index: int) -> EpisodeObje
             out.sizes[m.key] = m.size
     return out
 
-
-def rewrite_row_under_claim(bt: BucketTask, index: int, op: str, backup: ObjectPath | None, backup_name: str,
-                            change: Callable[[bytes], bytes]) -> tuple[str | None, ObjectPath | None]:
-    """Rewrite N's ``meta/episodes`` row in a bucket under N's claim (``repair force-scale``, ``repair
-    checksums``): claim N (:func:`take_claim`), put the old row under ``backup`` (created as
-    ``<task>/<BACKUP_DIR>/<backup_name>-<time>`` when None), put ``change(old bytes)`` with ``PutMode.UPDATE`` on the
-    version read (its sha256 recorded), release the claim last. Crash seams ``pause(op, "backup")`` and
-    ``pause(op, "row")``. A run killed anywhere leaves the old or the new row (one PUT) and at most its claim.
-
-    Returns
-    -------
-    tuple
-        ``(reason, backup)``: why the row was left as it is (deleted or changed meanwhile) or None when rewritten;
-        the backup folder (created here or the one given).
-
-    Raises
-    ------
-    OperationError
-        Another writer holds N (nothing written).
-    """
-    import hashlib
-
-    from ._common import BACKUP_DIR, rel, timestamp
-
-    key = bt.row_key(index)
-    claim = take_claim(bt, index, op, [])
-    try:
-        got = bt.store.get(key)
-        if got is None:
-            return "the row was deleted meanwhile", backup
-        if backup is None:
-            backup = bt.path / BACKUP_DIR / f"{backup_name}-{timestamp()}"
-        bt.store.put(f"{rel(bt.path, backup)}/{key}", got[0])
-        pause(op, "backup")
-        body = change(got[0])
-        try:
-            bt.store.put(key, body, mode=PutMode.UPDATE, version=got[1], sha256=hashlib.sha256(body).hexdigest())
-        except PreconditionFailed:
-            return "the row changed meanwhile; run the repair again", backup
-        pause(op, "row")
-        return None, backup
-    finally:
-        bt.parent.delete([claim.key])
