@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from transfer_helpers import ServerProc, cli, simulate, write_task
+from transfer_helpers import ServerProc, cli, simulate, wait_for, write_task
 
 from egopool.layout import list_task_episodes
 from egopool.meta.stats import recalc_stats
@@ -59,13 +59,6 @@ def _download(uri: str, task: str, dest: Path) -> Path:
     return dest / task
 
 
-def _wait_for(path: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def _post_in_thread(url: str, zip_path: Path, f: int, task: str = "pick") -> tuple[threading.Thread, list[object]]:
     result: list[object] = []
 
@@ -89,7 +82,7 @@ def _stats_match(task_dir: Path) -> None:
     for col in fresh:
         assert stored[col]["count"] == fresh[col]["count"]
         for k in ("mean", "std", "min", "max"):
-            assert all(abs(a - b) <= 1e-9 for a, b in zip(stored[col][k], fresh[col][k]))
+            assert all(abs(a - b) <= 1e-9 for a, b in zip(stored[col][k], fresh[col][k], strict=True))
 
 
 def _sha(data: bytes) -> str:
@@ -148,7 +141,7 @@ def test_kill_server_mid_publish(stage: str, uri: str, tmp_path: Path) -> None:
     paused = _server(tmp_path, uri, EGOPOOL_SERVER_PAUSE=stage).start()
     try:
         thread, result = _post_in_thread(paused.url, packed.path, packed.file)
-        _wait_for(tmp_path / "state" / f"paused-{stage}")
+        wait_for(tmp_path / "state" / f"paused-{stage}")
         mid = _objects(uri)
         assert any(k.startswith(".egopool-server/journals/") for k in mid)
         assert "pick/data/chunk-000/episode-001.parquet" in mid  # every object PUT, the row (not) yet
@@ -193,7 +186,7 @@ def test_kill_weed_mid_publish(s3_server: Any, uri: str, tmp_path: Path) -> None
     paused = _server(tmp_path, uri, EGOPOOL_SERVER_PAUSE="placed").start()
     try:
         thread, _ = _post_in_thread(paused.url, packed.path, packed.file)
-        _wait_for(tmp_path / "state" / "paused-placed")
+        wait_for(tmp_path / "state" / "paused-placed")
         s3_server.kill()
     finally:
         paused.kill()
@@ -226,7 +219,7 @@ def test_weed_killed_while_the_server_runs(s3_server: Any, uri: str, tmp_path: P
     marker = tmp_path / "state" / "paused-placed"
     with _server(tmp_path, uri, EGOPOOL_SERVER_PAUSE="placed") as srv:
         thread, result = _post_in_thread(srv.url, packed.path, packed.file)
-        _wait_for(marker)
+        wait_for(marker)
         s3_server.kill()
         marker.unlink()  # the import goes on: its row PUT meets no server
         thread.join(300)
@@ -238,7 +231,7 @@ def test_weed_killed_while_the_server_runs(s3_server: Any, uri: str, tmp_path: P
         assert [e["episode_index"] for e in httpx.get(srv.url + "/api/v1/tasks/pick/episodes").json()["episodes"]
                 ] == [1]
         thread, result = _post_in_thread(srv.url, packed.path, packed.file)
-        _wait_for(marker)
+        wait_for(marker)
         mid = _objects(uri)
         assert not [k for k in mid if k.startswith(".egopool-server/journals/") and k not in left]  # N reused
         marker.unlink()
@@ -307,7 +300,7 @@ def test_stats_recalc_waits_for_a_publish_in_progress(uri: str, tmp_path: Path) 
     marker = tmp_path / "state" / "paused-committed"
     with _server(tmp_path, uri, EGOPOOL_SERVER_PAUSE="committed") as srv:
         thread, result = _post_in_thread(srv.url, packed.path, packed.file)
-        _wait_for(marker)  # episode 2's row is in place, its stats merge not done
+        wait_for(marker)  # episode 2's row is in place, its stats merge not done
         box: dict[str, Any] = {}
         recalc = threading.Thread(target=lambda: box.update(r=recalc_bucket_stats(as_path(f"{uri}/pick"))))
         recalc.start()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from transfer_helpers import ServerProc, store_files, verify_workers, write_task
+from transfer_helpers import ServerProc, store_files, verify_workers, wait_for, write_task
 
 from egopool.layout import list_task_episodes
 from egopool.meta.stats import recalc_stats
@@ -32,13 +32,6 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from egopool.transfer import upload_episodes  # noqa: E402
-
-
-def _wait_for(path: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -87,7 +80,7 @@ def _stats_match(task: Path) -> None:
     for col in fresh:
         assert stored[col]["count"] == fresh[col]["count"]
         for k in ("mean", "std", "min", "max"):
-            assert all(abs(a - b) <= 1e-9 for a, b in zip(stored[col][k], fresh[col][k]))
+            assert all(abs(a - b) <= 1e-9 for a, b in zip(stored[col][k], fresh[col][k], strict=True))
 
 
 @pytest.mark.parametrize("stage", ["placed", "committed"])
@@ -102,7 +95,7 @@ def test_kill_mid_import(stage: str, tmp_path: Path) -> None:
     paused = ServerProc(store, env={"EGOPOOL_SERVER_PAUSE": stage}).start()
     try:
         thread, result = _post_in_thread(paused.url, packed.path, packed.file)
-        _wait_for(store / ".egopool-server" / f"paused-{stage}")
+        wait_for(store / ".egopool-server" / f"paused-{stage}")
         mid = store_files(store)
         assert "pick/data/chunk-000/episode-001.parquet" in mid  # killed with the files placed
         assert list((store / ".egopool-server/journals").iterdir())
@@ -145,7 +138,7 @@ def test_client_retry_survives_a_server_killed_mid_upload_and_deletes_only_confi
     client = subprocess.Popen([sys.executable, "-m", "egopool", "upload", str(task), "--server", paused.url,
                                "--delete-after", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for(store / ".egopool-server/paused-received")  # episode 1's body is on the server
+        wait_for(store / ".egopool-server/paused-received")  # episode 1's body is on the server
         assert [g.index for g in list_task_episodes(task)] == [1, 2, 3]  # not confirmed: nothing deleted
         paused.kill()
         time.sleep(0.5)  # the client sees the connection die and starts retrying

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from transfer_helpers import ServerProc, cli
+from transfer_helpers import ServerProc, cli, wait_for
 
 from egopool import open_task
 from egopool.errors import EgopoolError
@@ -203,13 +203,6 @@ def _post_in_thread(url: str, packed: PackedEpisode) -> tuple[threading.Thread, 
     return t, result
 
 
-def _wait_for(path: Path, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def _db_episodes(store: Path) -> list[int]:
     con = sqlite3.connect(store / ".egopool-server/server.db")
     try:
@@ -281,7 +274,7 @@ def test_sigkill_mid_publish_then_restart_no_reader_sees_an_episode_come_and_go(
         poller.start()
         poller.phase = "paused"
         thread, result = _post_in_thread(paused.url, recorded.zips[target])
-        _wait_for(store / ".egopool-server" / f"paused-{stage}")
+        wait_for(store / ".egopool-server" / f"paused-{stage}")
         poller.wait_polls()
         data = _files_of(target)[0]
         assert (store / TASK / data).is_file()  # the episode's data parquet is placed
