@@ -75,6 +75,7 @@ from .store import ServerStore
 from .tokens import Token, TokenStore
 from .intake import IntakeQueue, start_intake
 from .zipcheck import too_large
+from .page_routes import PageDeps, add_page_routes, read_body, task_tools
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
 
@@ -419,11 +420,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/api/v1/tasks/{task}/episodes/{index}/review")
     async def review_api(task: str, index: int, request: Request) -> dict[str, Any]:
         tok = require_review(request)
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
+        body = await read_body(request, MAX_BODY, "a review body")
         _n(task, index)
         v, who = parse_review(body), (tok.id if tok else None)
         return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, who)
@@ -533,7 +530,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/tasks/{task}", response_class=HTMLResponse)
     async def task_html(task: str, request: Request) -> HTMLResponse:
-        require_read(request)
+        tok = require_read(request)
         params = dict(request.query_params)
         params.pop("task", None)
         q = parse_query({**params, "task": task})
@@ -543,7 +540,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             info = read_info(state["previews"].task_location(_task(task)))
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
-                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task))
+                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task),
+                             tools=task_tools(task, q, tok, request.cookies.get(_COOKIE)))  # P11-P13
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
@@ -596,4 +594,5 @@ def create_app(config: ServerConfig) -> FastAPI:
         resp.delete_cookie(_COOKIE, path="/")
         return resp
 
+    add_page_routes(app, PageDeps(store_, require_read, require_review, _task))  # bulk review, dashboard, downloads
     return app

@@ -90,6 +90,7 @@ def _sort_values(ep: dict[str, Any]) -> str:
     up = ep.get("uploaded_by") or {}
     vals = {"episode_index": ep.get("episode_index"), "duration_s": ep.get("duration_s"),
             "size_bytes": ep.get("size_bytes"), "imported_at": up.get("imported_at"),
+            "version": ep.get("review_version"),  # what a bulk verdict on it answers (P11)
             **{k: q.get(k) for k in SORTS if k in q}}
     return "".join(f" data-{k.replace('_', '-')}=\"{_e(v)}\"" for k, v in vals.items() if v is not None)
 
@@ -146,12 +147,13 @@ def _missing_note(missing: dict[str, int]) -> str:
 
 def task_page(task: str, info: dict[str, Any], totals: dict[str, Any] | None, q: EpisodeQuery,
               episodes: Sequence[dict[str, Any]], next_cursor: str | None, uploads: Sequence[UploadRow],
-              missing: dict[str, int] | None = None) -> str:
+              missing: dict[str, int] | None = None, tools: str = "") -> str:
     """``/tasks/<task>``: the filter form, one page of matching episodes, the last uploads.
 
     ``episodes`` and ``next_cursor`` come from :func:`~egopool.server.search.search_episodes`;
     ``totals`` from :func:`~egopool.server.summary.task_totals`; ``missing`` from
-    :func:`~egopool.server.search.missing_facts`.
+    :func:`~egopool.server.search.missing_facts`; ``tools``: the bar of
+    :func:`~egopool.server.task_tools.task_tools` (dashboard, downloads, bulk review), already HTML.
     """
     t = totals or {"episodes": 0, "accepted": 0, "rejected": 0, "flagged": 0, "unreviewed": 0}
     keep = {k: v for k, v in q.params().items() if k != "task"}
@@ -183,13 +185,13 @@ def task_page(task: str, info: dict[str, Any], totals: dict[str, Any] | None, q:
             f"{_e(t['unreviewed'])} unreviewed"
             + (f" · {_duration(t.get('duration_s'))} · {_size(t.get('size_bytes'))}{_partial(t)}" if totals else "")
             + "</p>",
-            _filter_form(task, q), _missing_note(missing or {}),
+            _filter_form(task, q), _missing_note(missing or {}), tools,
             f"<p class=\"dim\" id=\"shown\">{shown} · <label>sort this page by <select id=\"sort\">"
             + "".join(f"<option value=\"{k}\">{_e(v)}</option>" for k, v in SORTS.items())
             + "</select></label> <label><input type=\"checkbox\" id=\"sort-desc\"> descending</label></p>",
             _episodes_table(f"episodes-{task}", rows),
             f"<p class=\"paging\">{' · '.join(paging)}</p>", "<h2>Last uploads</h2>", _uploads_table(uploads)]
-    return _doc(f"egopool · {task}", "".join(body), script="task.js")
+    return _doc(f"egopool · {task}", "".join(body), script="task.js", libs=("bulk.js",) if tools else ())
 
 
 def _episodes_table(table_id: str, rows: Sequence[Sequence[str]]) -> str:
