@@ -30,7 +30,7 @@ from .catalog import episode_entry
 from .store import ServerStore
 
 __all__ = ["BLOCK", "episode_zip", "episodes_zip", "file_stream", "lerobot_export_dir", "lerobot_stream", "rerun_file",
-           "scratch_dir"]
+           "rerun_ready", "scratch_dir"]
 
 #: bytes read from a source file per step (and so, roughly, per chunk of the response)
 BLOCK = 1 << 20
@@ -172,6 +172,19 @@ def file_stream(path: Path, cleanup: Path | None = None) -> Iterator[bytes]:
     finally:
         if cleanup is not None:
             shutil.rmtree(cleanup, ignore_errors=True)
+
+
+def rerun_ready() -> None:
+    """Check that rerun-sdk is installed in a release egopool drives, without importing it.
+
+    Raises
+    ------
+    EgopoolError
+        It is not (the hint names the ``interop`` extra, or the pip command of a release that fits).
+    """
+    from ..interop._releases import RERUN
+
+    RERUN.require()
 
 
 def rerun_file(store: ServerStore, task: str, index: int) -> tuple[Path, Path]:

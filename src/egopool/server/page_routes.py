@@ -25,7 +25,8 @@ from ..errors import EgopoolError, UploadRejectedError
 from .catalog import episode_entry
 from .bulk_review import MAX_BULK_BODY, parse_bulk, record_bulk, selection
 from .dashboard import dashboard_data, dashboard_page
-from .downloads import episode_zip, episodes_zip, file_stream, lerobot_export_dir, lerobot_stream, rerun_file
+from .downloads import (episode_zip, episodes_zip, file_stream, lerobot_export_dir, lerobot_stream, rerun_file,
+                        rerun_ready)
 from .review import MAX_BODY
 from .search import EpisodeQuery, parse_query
 from .task_tools import task_tools
@@ -132,13 +133,11 @@ def add_page_routes(app: FastAPI, deps: PageDeps) -> None:
         if not 1 <= index < 2**63 or await anyio.to_thread.run_sync(episode_entry, store, name, index) is None:
             raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
         try:
-            path, scratch = await anyio.to_thread.run_sync(rerun_file, store, name, index)
-        except EgopoolError as exc:
-            missing = "not installed" in str(exc) or "rerun-sdk" in str(exc)
-            raise UploadRejectedError(501 if missing else 500, "not_available" if missing else "server_error",
-                                      f"this server cannot make a .rrd: {exc.one_line()}",
-                                      hint="install the extra on the server: EGOPOOL_EXTRAS=interop ./run, or "
-                                           "pip install 'egopool[interop]'") from None
+            await anyio.to_thread.run_sync(rerun_ready)
+        except EgopoolError as exc:  # its hint names the extra to install on the server
+            raise UploadRejectedError(501, "not_available", f"this server cannot make a .rrd: {exc.one_line()}"
+                                      ) from None
+        path, scratch = await anyio.to_thread.run_sync(rerun_file, store, name, index)
         return _stream(file_stream(path, scratch), f"{task}-{index}.rrd", "application/octet-stream")
 
     @app.get("/api/v1/tasks/{task}/download/episodes.zip")
