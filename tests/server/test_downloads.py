@@ -60,6 +60,11 @@ def test_downloads(tmp_path: Path) -> None:
             assert zf.testzip() is None
             rels = _members_match(zf, store, 2)
         listed = httpx.get(f"{api}/episodes/2", headers=auth).json()["files"]
+        page = httpx.get(f"{srv.url}/tasks/pick_cup/episodes/2", headers=auth).text  # linked from the pages
+        assert 'href="/api/v1/tasks/pick_cup/episodes/2/download.zip"' in page
+        assert 'href="/api/v1/tasks/pick_cup/episodes/2/download.rrd"' in page
+        page = httpx.get(f"{srv.url}/tasks/pick_cup", params={"review": "accepted"}, headers=auth).text
+        assert 'href="/api/v1/tasks/pick_cup/download/lerobot.zip?review=accepted"' in page
         assert sorted(rels) == sorted(["meta/info.json", *listed])
 
         # scope read; unknown episodes are 404 before anything is streamed

@@ -21,6 +21,7 @@ from .db import ReviewRow, UploadRow
 from .page import _doc, _duration, _e, _partial, _size, _table, _thumb, _time, _uploads_table, _validation
 from ..curation.proxy import DEPTH_RANGE_MM
 from .search import EpisodeQuery
+from .task_tools import episode_downloads
 
 __all__ = ["SHORTCUTS", "episode_page", "task_page"]
 
@@ -356,7 +357,8 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
                     _e(r.token_id or "—")] for r in reversed(reviews)])
     keys = "".join(f"<li><kbd>{_e(k)}</kbd> {_e(v)}</li>" for k, v in SHORTCUTS.items()
                    if can_review or k not in (*_REVIEW_KEYS, "Esc"))
-    body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin, player,
+    body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin,
+            episode_downloads(task, n), player,
             f"<h2>Review</h2><p>Current: <span id=\"review-state\">{_review_cell(current)}</span></p>", review_box,
             hist, f"<ul id=\"shortcuts\">{keys}</ul>",
             "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",

@@ -16,7 +16,7 @@ from .review import csrf_token
 from .search import EpisodeQuery
 from .tokens import Token
 
-__all__ = ["task_tools"]
+__all__ = ["episode_downloads", "task_tools"]
 
 
 def task_tools(task: str, q: EpisodeQuery, tok: Token | None, cookie: str | None) -> str:
@@ -46,3 +46,10 @@ def task_tools(task: str, q: EpisodeQuery, tok: Token | None, cookie: str | None
         "<button type=\"button\" id=\"bulk-flag\" class=\"warn\">flag selected</button> "
         "<label class=\"dim\"><input type=\"checkbox\" id=\"bulk-all-or-none\"> all or none</label> "
         "<span id=\"bulk-msg\" role=\"status\"></span></div>")
+
+
+def episode_downloads(task: str, index: int) -> str:
+    """The episode page's download links: its files as a zip, its Rerun recording (P13)."""
+    base = f"/api/v1/tasks/{urllib.parse.quote(task, safe='')}/episodes/{index}"
+    return (f"<p id=\"downloads\">download: <a id=\"dl-zip\" href=\"{base}/download.zip\">its files (zip)</a> · "
+            f"<a id=\"dl-rrd\" href=\"{base}/download.rrd\">a Rerun recording (.rrd)</a></p>")

@@ -15,16 +15,15 @@
   let lastBox = null, busy = false;
   const pageAll = document.createElement("input");
   pageAll.type = "checkbox"; pageAll.id = "select-page"; pageAll.title = "select this page";
-  const th = document.createElement("th"); th.appendChild(pageAll); head.insertBefore(th, head.firstChild);
+  head.cells[0].appendChild(pageAll);  // the thumbnail column holds the boxes: the columns stay as they are
   const boxes = () => Array.from(body.querySelectorAll("input.pick"));
   for (const row of body.rows) {
-    const td = document.createElement("td");
     const box = document.createElement("input");
     box.type = "checkbox"; box.className = "pick";
     box.dataset.n = row.getAttribute("data-episode-index");
     box.dataset.v = row.getAttribute("data-version") || "0";
     box.setAttribute("aria-label", "select episode " + box.dataset.n);
-    td.appendChild(box); row.insertBefore(td, row.firstChild);
+    row.cells[0].insertBefore(box, row.cells[0].firstChild);
   }
   function count() {
     const n = selected.size;
