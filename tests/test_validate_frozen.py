@@ -1,5 +1,5 @@
 """validate warns about a frozen stream (the writer's ``<key>_repeated_count`` over half the rows) with its
-rows (docs/decisions.md P14); a stream that repeats a few frames is not frozen."""
+rows (docs/decisions.md P23); a stream that repeats a few frames is not frozen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bulk review and the task dashboard in a real headless chromium (docs/decisions.md P11, P12).
+"""Bulk review and the task dashboard in a real headless chromium (docs/decisions.md P20, P21).
 
 Bulk: a click and a shift-click select a range; an episode judged elsewhere after the page was loaded is
 refused (listed, its row marked) while the rest are recorded; "select all matching the filter" takes every

@@ -1,4 +1,4 @@
-"""Streamed downloads against a real ``egopool serve`` (docs/decisions.md P13): one episode's zip holds the
+"""Streamed downloads against a real ``egopool serve`` (docs/decisions.md P22): one episode's zip holds the
 task's own bytes; a selection's zip holds one such zip per matching episode; the LeRobot download is the
 export of the filter; a ``.rrd`` without rerun-sdk is a clear 501 naming the extra (with it, a recording);
 scope ``read``."""

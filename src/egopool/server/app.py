@@ -541,7 +541,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
                              store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task),
-                             tools=task_tools(task, q, tok, request.cookies.get(_COOKIE)))  # P11-P13
+                             tools=task_tools(task, q, tok, request.cookies.get(_COOKIE)))  # P20-P22
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 

@@ -1,4 +1,4 @@
-"""Bulk review: one verdict on a selection of a task's episodes (docs/decisions.md P11).
+"""Bulk review: one verdict on a selection of a task's episodes (docs/decisions.md P20).
 
 ``POST /api/v1/tasks/{task}/reviews`` takes ``{"verdict", "reason", "episodes": [{"episode": N,
 "version": V}, ...], "all_or_none": false}``: every item still names its episode and the review version

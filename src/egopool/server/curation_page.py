@@ -91,7 +91,7 @@ def _sort_values(ep: dict[str, Any]) -> str:
     up = ep.get("uploaded_by") or {}
     vals = {"episode_index": ep.get("episode_index"), "duration_s": ep.get("duration_s"),
             "size_bytes": ep.get("size_bytes"), "imported_at": up.get("imported_at"),
-            "version": ep.get("review_version"),  # what a bulk verdict on it answers (P11)
+            "version": ep.get("review_version"),  # what a bulk verdict on it answers (P20)
             **{k: q.get(k) for k in SORTS if k in q}}
     return "".join(f" data-{k.replace('_', '-')}=\"{_e(v)}\"" for k, v in vals.items() if v is not None)
 

@@ -1,4 +1,4 @@
-"""A task's dashboard: ``/tasks/<task>/dashboard`` (docs/decisions.md P12).
+"""A task's dashboard: ``/tasks/<task>/dashboard`` (docs/decisions.md P21).
 
 Episodes, hours and review states per host and per day (UTC day of import) as stacked bar charts, and
 each quality fact as a histogram, drawn by the vendored uPlot (``static/dashboard.js``; no CDN, no build

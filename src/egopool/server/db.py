@@ -369,7 +369,7 @@ class ServerDB:
     def add_reviews(self, task: str, items: Sequence[tuple[int, int]], verdict: str, reason: str,
                     token_id: str | None, *, all_or_none: bool = False
                     ) -> tuple[list[ReviewRow], list[tuple[int, int, ReviewConflict]], list[int]]:
-        """Record one verdict on many episodes of ``task`` in one transaction (bulk review, docs/decisions.md P11).
+        """Record one verdict on many episodes of ``task`` in one transaction (bulk review, docs/decisions.md P20).
 
         ``items``: ``(N, version)`` pairs, each N once, the version the reviewer saw (as :meth:`add_review`).
         Returns the rows recorded, the stale items ``(N, version sent, conflict)`` and the N that have no

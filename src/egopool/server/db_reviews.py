@@ -1,5 +1,5 @@
 """The review stack of ``server.db``: appending one verdict inside a write transaction, the verdicts in
-force, and the conflict a stale verdict raises (docs/decisions.md Q11, P1, P2, P11)."""
+force, and the conflict a stale verdict raises (docs/decisions.md Q11, P1, P2, P20)."""
 
 from __future__ import annotations
 

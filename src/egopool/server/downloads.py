@@ -1,4 +1,4 @@
-"""Downloads from the pages, scope ``read``, streamed (docs/decisions.md P13).
+"""Downloads from the pages, scope ``read``, streamed (docs/decisions.md P22).
 
 * ``GET /api/v1/tasks/{task}/episodes/{n}/download.zip``: the episode's files (data parquet, videos,
   its meta row) and ``meta/info.json``, at their task-relative paths under ``<task>/``;

@@ -1,4 +1,4 @@
-"""Routes of the review pages' later parts (docs/decisions.md P11-P13), added to the app by
+"""Routes of the review pages' later parts (docs/decisions.md P20-P22), added to the app by
 :func:`add_page_routes` with the app's own authentication and store (:class:`PageDeps`):
 
 * ``POST /api/v1/tasks/{task}/reviews`` — bulk review (:mod:`egopool.server.bulk_review`), scope ``review``,

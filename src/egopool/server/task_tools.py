@@ -1,4 +1,4 @@
-"""The task page's tools bar: dashboard link, downloads of the current filter, bulk review (P11-P13).
+"""The task page's tools bar: dashboard link, downloads of the current filter, bulk review (P20-P22).
 
 The bar is HTML with its URLs in ``data-*`` attributes; ``static/bulk.js`` adds a checkbox to every
 episode row (its N and review version are the row's ``data-episode-index`` / ``data-version``), a
@@ -49,7 +49,7 @@ def task_tools(task: str, q: EpisodeQuery, tok: Token | None, cookie: str | None
 
 
 def episode_downloads(task: str, index: int) -> str:
-    """The episode page's download links: its files as a zip, its Rerun recording (P13)."""
+    """The episode page's download links: its files as a zip, its Rerun recording (P22)."""
     base = f"/api/v1/tasks/{urllib.parse.quote(task, safe='')}/episodes/{index}"
     return (f"<p id=\"downloads\">download: <a id=\"dl-zip\" href=\"{base}/download.zip\">its files (zip)</a> · "
             f"<a id=\"dl-rrd\" href=\"{base}/download.rrd\">a Rerun recording (.rrd)</a></p>")

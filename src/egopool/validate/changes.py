@@ -66,7 +66,7 @@ def check_value_changes(ctx: Context, g: EpisodeFiles[TaskPath], row: Mapping[st
 
 
 #: A stream that repeats its previous frame in at least this share of its rows does not move: a frozen camera
-#: (the server's quality facts draw the same line from the decoded frames, docs/decisions.md P7, P14).
+#: (the server's quality facts draw the same line from the decoded frames, docs/decisions.md P7, P23).
 FROZEN_SHARE = 0.5
 
 

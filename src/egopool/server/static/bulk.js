@@ -1,4 +1,4 @@
-// Bulk review on the task page of `egopool serve` (docs/decisions.md P11): a checkbox on every episode row
+// Bulk review on the task page of `egopool serve` (docs/decisions.md P20): a checkbox on every episode row
 // (shift-click selects the range from the last box clicked), "select all matching the filter" (every page,
 // from .../selection), and accept / reject / flag for the selection. Every item carries its episode and the
 // review version the page showed (the row's data-version; for rows of other pages, the version when they

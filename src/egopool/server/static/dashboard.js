@@ -1,4 +1,4 @@
-// The task dashboard of `egopool serve` (docs/decisions.md P12): per-day and per-host review states as
+// The task dashboard of `egopool serve` (docs/decisions.md P21): per-day and per-host review states as
 // stacked bars, hours as bars, each quality fact as a histogram; drawn by the vendored uPlot from the
 // figures embedded in the page (#dashboard-data). Legends show each series' own count, not the stack.
 "use strict";
