@@ -17,7 +17,9 @@ requests, interleaved round by round:
 * ``GET /tasks/<task>`` (page 1: 50 rows, filter form, totals), the same page at a cursor
   near the end (keyset paging: should cost what page 1 does), a filtered search page
   (``review=rejected&min_duration=...&max_idle_fraction=...``);
-* ``GET /api/v1/episodes`` (JSON, 50 rows) first page and deep page.
+* ``GET /api/v1/episodes`` (JSON, 50 rows) first page and deep page;
+* ``GET /tasks/<task>/dashboard`` (per host and day, histograms: one scan of the task) and
+  ``GET /api/v1/tasks/<task>/selection`` (bulk review's "select all matching": 10,000 pairs a page).
 
 Printed: ms per request, the ratio to ``/healthz``, and the load average.
 """
@@ -116,6 +118,8 @@ def main() -> None:
             "search API, page 1": f"/api/v1/episodes?task={task}",
             "search API, deep cursor": f"/api/v1/episodes?cursor={deep}",
             "search API, filtered": "/api/v1/episodes?review=rejected&min_duration=20&max_idle_fraction=0.3",
+            "dashboard page": f"/tasks/{task}/dashboard",
+            "selection API (10,000 [N, version])": f"/api/v1/tasks/{task}/selection",
         }
         try:
             with httpx.Client(base_url=url, timeout=60.0) as c:
