@@ -2,15 +2,16 @@
 
 Episodes, hours and review states per host and per day (UTC day of import) as stacked bar charts, and
 each quality fact as a histogram, drawn by the vendored uPlot (``static/dashboard.js``; no CDN, no build
-step). Every figure comes from ``server.db`` in three SQL statements (one grouped scan of the task's
+step). Every figure comes from ``server.db`` in two SQL statements (one grouped scan of the task's
 episodes with their review state and duration, one scan of its quality rows): no episode file is read,
-so the page costs the same on a bucket store and grows with the task's rows only.
+so the page costs the same on a bucket store and grows with the task's rows only; the figures are kept
+until the task's episodes, a review or a quality row change (:func:`dashboard_data`).
 """
 
 from __future__ import annotations
 
 import json
-import math
+import threading
 import urllib.parse
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 from .db import VERDICTS, ServerDB
 from .page import _doc, _duration, _e
 
-__all__ = ["FACTS", "dashboard_data", "dashboard_page"]
+__all__ = ["FACTS", "build_dashboard_data", "dashboard_data", "dashboard_page"]
 
 #: quality fact -> (SQL over ``quality``, unit, label) drawn as a histogram
 FACTS = {"duration_s": ("duration_s", "s", "duration"),
@@ -35,27 +36,69 @@ _STATES = (*VERDICTS.values(), "unreviewed")
 
 
 def _histogram(values: np.ndarray) -> dict[str, Any]:
-    """``{"edges": [...], "counts": [...]}``: :data:`_BINS` equal bins, or one bin per whole number when the
-    values are whole numbers spanning fewer than 40."""
+    """``{"edges": [...], "counts": [...], "whole"}``: :data:`_BINS` equal bins, or one bin per whole number when
+    the values are whole numbers spanning fewer than 40 (``whole``: every value is a whole number)."""
     if values.size == 0:
-        return {"edges": [], "counts": []}
+        return {"edges": [], "counts": [], "whole": False}
     lo, hi = float(values.min()), float(values.max())
     whole = bool(np.all(values == np.round(values)))
     if whole and hi - lo < 40:
         edges = np.arange(lo - 0.5, hi + 1.5, 1.0)
-    else:
-        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, _BINS + 1)
+    elif hi > lo:
+        edges = np.linspace(lo, hi, _BINS + 1)
+    else:  # one value: one bin around it
+        d = max(abs(lo) * 0.05, 1e-3)
+        edges = np.array([lo - d, lo + d])
     counts, edges = np.histogram(values, bins=edges)
-    return {"edges": [round(float(x), 6) for x in edges], "counts": [int(c) for c in counts]}
+    return {"edges": [round(float(x), 6) for x in edges], "counts": [int(c) for c in counts], "whole": whole}
+
+
+#: task -> (change key, figures): what the last build of each task's dashboard gave (:func:`dashboard_data`)
+_CACHE: dict[tuple[str, str], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_TASKS = 64
+
+
+def _change_key(db: ServerDB, task: str) -> tuple[Any, ...]:
+    """What changes whenever a figure of ``task``'s dashboard can: its episode count (a covering index), the last
+    review row (every verdict and undo appends one) and the last quality row (``set_quality`` replaces a row,
+    which gives it a new rowid): three index lookups, not a scan."""
+    return (db.select("SELECT COUNT(*) FROM episodes WHERE task = ?", (task,))[0][0],
+            db.select("SELECT MAX(id) FROM reviews")[0][0], db.select("SELECT MAX(rowid) FROM quality")[0][0])
 
 
 def dashboard_data(db: ServerDB, task: str) -> dict[str, Any]:
+    """The dashboard's figures for ``task``, rebuilt (:func:`build_dashboard_data`) only when the task's episodes,
+    any review or any quality facts changed since the last build (:func:`_change_key`); a build scans the task
+    (2.0 s at 10⁵ episodes measured at load average 12-15 on 2 cores), a page while nothing changed costs three
+    index lookups (12 ms there).
+
+    Raises
+    ------
+    RegistryError
+        ``server.db`` failed.
+    """
+    key = _change_key(db, task)
+    ident = (str(db.path), task)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(ident)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    data = build_dashboard_data(db, task)
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_TASKS:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[ident] = (key, data)
+    return data
+
+
+def build_dashboard_data(db: ServerDB, task: str) -> dict[str, Any]:
     """The dashboard's figures for ``task``.
 
     Returns ``{"task", "totals": {"episodes", "hours", "measured", "accepted", "rejected", "flagged",
     "unreviewed"}, "hosts": [{"host", "episodes", "hours", <states>}], "days": [{"day" (unix s of 00:00
     UTC), "episodes", "hours", <states>}] (every day from the first to the last import, zeros included),
-    "facts": {fact: {"unit", "label", "edges", "counts", "missing"}}}``; hours sum the episodes whose
+    "facts": {fact: {"unit", "label", "edges", "counts", "whole", "missing"}}}``; hours sum the episodes whose
     quality facts are computed (``measured``).
 
     Raises
@@ -90,8 +133,7 @@ def dashboard_data(db: ServerDB, task: str) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     cols = ", ".join(sql for sql, _, _ in FACTS.values())
     qrows = db.select(f"SELECT {cols} FROM quality WHERE task = ?", (task,))
-    table = np.array([[math.nan if v is None else float(v) for v in r] for r in qrows], dtype=np.float64) \
-        if qrows else np.zeros((0, len(FACTS)))
+    table = np.array(qrows, dtype=np.float64) if qrows else np.zeros((0, len(FACTS)))  # NULL -> NaN
     for i, (name, (_, unit, label)) in enumerate(FACTS.items()):
         col = table[:, i]
         have = col[~np.isnan(col)]

@@ -43,28 +43,39 @@
     return u;
   }
   const DAY = 86400;
+  const days = data.days, xsDays = days.map((d) => d.day + DAY / 2);
+  // at least a week wide, so that one day is a bar and not the whole axis
+  const span = Math.max(7 * DAY, (xsDays.length ? xsDays[xsDays.length - 1] - xsDays[0] : 0) + DAY);
+  const mid = xsDays.length ? (xsDays[0] + xsDays[xsDays.length - 1]) / 2 : 0;
   const dayAxis = {
-    label: "day (UTC)", scale: { time: true, range: (u, lo, hi) => [lo - DAY / 2, hi + DAY / 2] },
-    axis: { label: "day of import (UTC)", size: 48, labelSize: 16 },
+    label: "day (UTC)", scale: { time: true, auto: false, range: () => [mid - span / 2, mid + span / 2 - DAY / 100] },
+    // day ticks only (a week, a month … apart when many), written as UTC dates
+    axis: { label: "day of import (UTC)", size: 48, labelSize: 16,
+            incrs: [1, 2, 7, 14, 30, 61, 91, 182, 365].map((d) => d * DAY),
+            splits: (u, ax, lo, hi, incr) => { const out = []; for (let t = Math.ceil(lo / DAY) * DAY; t <= hi; t += incr) out.push(t); return out; },
+            values: (u, splits) => splits.map((v) => new Date(v * 1000).toISOString().slice(0, 10)) },
     legend: (u, v) => (v === null || v === undefined ? "—" : new Date(v * 1000).toISOString().slice(0, 10)),
   };
-  const days = data.days, xsDays = days.map((d) => d.day + DAY / 2);
+  // hours, or minutes while every bar is under an hour
+  const hourly = [...days.map((d) => d.hours), ...data.hosts.map((h) => h.hours)];
+  const minutes = hourly.length > 0 && Math.max(...hourly) < 1;
+  const time = (h) => (minutes ? h * 60 : h), timeUnit = minutes ? "minutes" : "hours";
   if (days.length) {
     stacked(document.getElementById("chart-days"), "episodes per day by review state", xsDays, days, dayAxis);
-    simpleBars(document.getElementById("chart-days-hours"), "hours recorded per day", xsDays, days.map((d) => d.hours),
-               dayAxis, "hours", "#1f77b4");
+    simpleBars(document.getElementById("chart-days-hours"), `${timeUnit} recorded per day`, xsDays,
+               days.map((d) => time(d.hours)), dayAxis, timeUnit, "#1f77b4");
   }
   const hosts = data.hosts, idx = hosts.map((_, i) => i);
   const hostAxis = {
-    label: "host", scale: { time: false, range: () => [-0.5, Math.max(hosts.length, 1) - 0.5] },
+    label: "host", scale: { time: false, auto: false, range: () => [-0.5, Math.max(hosts.length, 1) - 0.5] },
     axis: { label: "host", size: 48, labelSize: 16, splits: () => idx,
             values: (u, splits) => splits.map((i) => (hosts[i] ? hosts[i].host : "")) },
     legend: (u, v) => (v === null || v === undefined || !hosts[v] ? "—" : hosts[v].host),
   };
   if (hosts.length) {
-    stacked(document.getElementById("chart-hosts"), "episodes per host by review state", idx.map((i) => i - 0.35), hosts, hostAxis);
-    simpleBars(document.getElementById("chart-hosts-hours"), "hours recorded per host", idx.map((i) => i - 0.35),
-               hosts.map((h) => h.hours), hostAxis, "hours", "#1f77b4");
+    stacked(document.getElementById("chart-hosts"), "episodes per host by review state", idx, hosts, hostAxis);
+    simpleBars(document.getElementById("chart-hosts-hours"), `${timeUnit} recorded per host`, idx,
+               hosts.map((h) => time(h.hours)), hostAxis, timeUnit, "#1f77b4");
   }
   for (const [name, f] of Object.entries(data.facts)) {
     const el = document.getElementById("hist-" + name);
@@ -73,17 +84,19 @@
       const p = document.createElement("p"); p.className = "dim"; p.textContent = "no episode has this fact yet";
       el.appendChild(p); el.dataset.kind = "empty"; continue;
     }
-    const lefts = f.edges.slice(0, -1), w = f.edges[1] - f.edges[0];
+    const w = f.edges[1] - f.edges[0], mids = f.edges.slice(0, -1).map((e) => e + w / 2);
     const u = new uPlot({
       width: Math.max(280, Math.min(520, (el.parentNode.clientWidth || 600) - 4)), height: 180,
-      series: [{ label: `${f.label} [${f.unit}]`, value: (u, v) => (v === null || v === undefined ? "—" : `${(+v.toPrecision(4))} … ${(+(v + w).toPrecision(4))}`) },
+      series: [{ label: `${f.label} [${f.unit}]`, value: (u, v) => (v === null || v === undefined ? "—" : `${(+(v - w / 2).toPrecision(4))} … ${(+(v + w / 2).toPrecision(4))}`) },
                { label: "episodes", fill: "#7f9fd0", stroke: "#3b6bb5", width: 1, paths: bars(1), points: { show: false } }],
-      scales: { x: { time: false, range: () => [f.edges[0], f.edges[f.edges.length - 1]] },
+      scales: { x: { time: false, auto: false, range: () => [f.edges[0], f.edges[f.edges.length - 1]] },
                 y: { range: (u, lo, hi) => [0, Math.max(1, hi) * 1.08] } },
-      axes: [{ label: `${f.label} [${f.unit}]`, size: 44, labelSize: 16 }, { label: "episodes", size: 52, labelSize: 16 }],
+      axes: [{ label: `${f.label} [${f.unit}]`, size: 44, labelSize: 16,
+               ...(f.whole ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 1e5, 1e6] } : {}) },
+             { label: "episodes", size: 52, labelSize: 16 }],
       legend: { live: true }, cursor: { drag: { x: false, y: false } },
       hooks: { drawClear: [white] },
-    }, [lefts, f.counts], el);
+    }, [mids, f.counts], el);
     mark(el, u, "histogram", f.counts.length);
   }
   document.body.dataset.ready = "1";
