@@ -21,7 +21,7 @@
     const u = new uPlot({
       title, width: width(el), height: 240, series,
       scales: { x: xAxis.scale, y: { range: (u, lo, hi) => [0, Math.max(1, hi) * 1.08] } },
-      axes: [xAxis.axis, { label: "episodes", size: 56, labelSize: 16 }],
+      axes: [xAxis.axis, { label: "episodes", size: 66, labelSize: 16 }],
       legend: { live: true }, cursor: { drag: { x: false, y: false } },
       hooks: { drawClear: [white] },
     }, [xs, ...cum], el);
@@ -93,7 +93,7 @@
                 y: { range: (u, lo, hi) => [0, Math.max(1, hi) * 1.08] } },
       axes: [{ label: `${f.label} [${f.unit}]`, size: 44, labelSize: 16,
                ...(f.whole ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 1e5, 1e6] } : {}) },
-             { label: "episodes", size: 52, labelSize: 16 }],
+             { label: "episodes", size: 66, labelSize: 16 }],
       legend: { live: true }, cursor: { drag: { x: false, y: false } },
       hooks: { drawClear: [white] },
     }, [mids, f.counts], el);
