@@ -120,3 +120,33 @@ def test_download_rerun_recording(tmp_path: Path) -> None:
             assert msg.startswith("this server cannot make a .rrd: egopool ") and "rerun-sdk" in msg, msg
             assert "EGOPOOL_EXTRAS=interop ./run" in msg and "pip install 'egopool[interop]'" in msg, msg
         assert httpx.get(f"{api}/episodes/9/download.rrd", headers=auth).status_code == 404
+
+
+@pytest.mark.extra("s3")
+def test_downloads_from_a_bucket_store(s3_server, tmp_path: Path) -> None:
+    """The same streamed zips from a server whose store is a bucket (real SeaweedFS): the bytes are the objects'."""
+    pytest.importorskip("boto3")
+    import uuid
+
+    from egopool.storage.bucket import Bucket
+
+    s3_server.create_bucket("pool")
+    uri = f"s3://pool/{uuid.uuid4().hex[:10]}"
+    task = write_task(tmp_path / "pc", "pick_cup", episodes=2, rows=8)
+    state = tmp_path / "state"
+    with ServerProc(state, "--state", str(state), "--no-previews", store_arg=uri) as srv:
+        assert upload_episodes(task, server=srv.url).ok
+        api = f"{srv.url}/api/v1/tasks/pick_cup"
+        bucket = Bucket(uri)
+        r = httpx.get(f"{api}/episodes/2/download.zip")
+        assert r.status_code == 200
+        with zipfile.ZipFile(io.BytesIO(r.content)) as zf:
+            names = zf.namelist()
+            assert "pick_cup/meta/info.json" in names and any("/videos/" in n for n in names)
+            for name in names:
+                assert zf.read(name) == (bucket.get(name) or (b"", ""))[0], name
+        r = httpx.get(f"{api}/download/episodes.zip")
+        with zipfile.ZipFile(io.BytesIO(r.content)) as outer:
+            assert outer.namelist() == ["pick_cup-1.zip", "pick_cup-2.zip"]
+        r = httpx.get(f"{api}/download/lerobot.zip")
+        assert r.status_code == 501 and "this server's store is a bucket" in r.json()["message"]

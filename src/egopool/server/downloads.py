@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import EgopoolError
+from ..errors import UploadRejectedError
 from .catalog import episode_entry
 from .store import ServerStore
 
@@ -214,15 +214,17 @@ def lerobot_export_dir(store: ServerStore, task: str, indices: Sequence[int]) ->
 
     Raises
     ------
+    UploadRejectedError
+        501: the store is a bucket (``export lerobot`` reads a task directory here).
     EgopoolError
-        The store is a bucket (``export lerobot`` reads a task directory here) or the export fails (the
-        scratch directory is removed first).
+        The export fails (the scratch directory is removed first).
     """
     from ..interop.lerobot_export import export_lerobot
 
     if store.root is None:
-        raise EgopoolError("a LeRobot download reads the task from a directory store; this server's store is a "
-                           "bucket", hint="run `egopool export lerobot s3://… OUT` where the bucket is reachable")
+        raise UploadRejectedError(501, "not_available", "a LeRobot download reads the task from a directory store; "
+                                                        "this server's store is a bucket",
+                                  hint="run `egopool export lerobot s3://… OUT` where the bucket is reachable")
     d = scratch_dir(store)
     try:
         out = d / f"{task}-lerobot"
