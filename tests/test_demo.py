@@ -83,7 +83,7 @@ def test_hand_pose_and_imu_values(demo, inputs):
     assert not left.any()
     # IMU: every CSV sample whose time is within the rows' span [0, n/30) s, in order, converted
     t = [Fraction(r[0]) for r in inputs["imu"]]
-    inside = [r for r, tt in zip(inputs["imu"], t) if tt - t[0] < Fraction(n, 30)]
+    inside = [r for r, tt in zip(inputs["imu"], t, strict=True) if tt - t[0] < Fraction(n, 30)]
     samples = np.concatenate([e.imu()[1] for e in eps])
     stamps = np.concatenate([e.imu()[0] for e in eps])
     assert samples.shape == (len(inside), 6)
