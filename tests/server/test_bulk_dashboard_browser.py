@@ -63,6 +63,10 @@ def test_bulk_review_and_dashboard(tmp_path: Path) -> None:
         ActionChains(browser).key_down(Keys.SHIFT).click(_box(browser, 3)).key_up(Keys.SHIFT).perform()
         assert browser.find_element(By.ID, "bulk-count").text == "3 selected"
         assert [_box(browser, n).is_selected() for n in range(1, 7)] == [True, True, True, False, False, False]
+        if browser.find_elements(By.CSS_SELECTOR, ".partial"):  # previews building: the page would reload every 5 s
+            browser.execute_script("window.__kept = 1")
+            time.sleep(6)  # not while a selection is pending: it would be lost
+            assert browser.execute_script("return window.__kept") == 1
         # episode 2 is judged elsewhere after this page showed it unreviewed (version 0)
         r = httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/2/review", headers={"Authorization": f"Bearer {anna}"},
                        json={"episode": 2, "version": 0, "verdict": "accept", "reason": "checked by hand"})

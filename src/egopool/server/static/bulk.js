@@ -27,6 +27,8 @@
   }
   function count() {
     const n = selected.size;
+    // task.js reloads a page whose totals are partial: never while a selection or a bulk verdict is pending
+    if (n || busy) document.body.dataset.selecting = "1"; else delete document.body.dataset.selecting;
     $("bulk-count").textContent = matching ? `all ${n} matching selected` : `${n} selected`;
     const shown = boxes();
     pageAll.checked = shown.length > 0 && shown.every((b) => b.checked);
@@ -87,6 +89,7 @@
     if (!selected.size) { msg.textContent = "select episodes first"; return; }
     if (verdict !== "accept" && !reason) { msg.textContent = `a ${verdict} needs a reason`; reasonBox.focus(); return; }
     busy = true;
+    count();
     const items = Array.from(selected, ([episode, version]) => ({ episode, version }));
     const max = +bar.dataset.max || 1000;
     const all = { recorded: [], stale: [], not_found: [] };
