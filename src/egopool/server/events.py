@@ -232,6 +232,8 @@ def update_event(db: ServerDB, event_id: int, e: EventEdit, duration_of: Callabl
         400: no version, an empty label, the range that results is not ``t0 < t1 <= duration``;
         404: no such event; 409: the event is at another version (nothing changed).
     """
+    seen = get_event(db, event_id)  # the episode's length is read outside the write transaction
+    duration = duration_of(seen.task, seen.episode_index) if seen is not None else None
     with db.writing() as con:
         old = _current(con, event_id, e.version)
         if e.label == "":
@@ -240,8 +242,7 @@ def update_event(db: ServerDB, event_id: int, e: EventEdit, duration_of: Callabl
                        old.t1 if e.t1 is None else e.t1, old.label if e.label is None else e.label,
                        old.note if e.note is None else e.note, old.token_id, who, old.created_at, time.time(),
                        old.version + 1)
-        _check_range(new.t0, new.t1, duration_of(old.task, old.episode_index),
-                     f"episode {old.episode_index} of task {old.task!r}")
+        _check_range(new.t0, new.t1, duration, f"episode {old.episode_index} of task {old.task!r}")
         con.execute("UPDATE events SET t0 = ?, t1 = ?, label = ?, note = ?, updated_by = ?, updated_at = ?, "
                     "version = ? WHERE id = ?", (new.t0, new.t1, new.label, new.note, who, new.updated_at,
                                                  new.version, event_id))
