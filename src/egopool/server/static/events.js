@@ -21,9 +21,9 @@
   function say(text, cls) { msg.textContent = text; msg.className = cls || ""; }
   function unfocus() { const a = document.activeElement; if (a && a !== document.body && a.blur) a.blur(); }
   function dur() { return P.duration() || data.duration || 0; }
-  const r3 = (t) => Math.round(t * 1000) / 1000;
-  function frameStart(t) { return r3(P.frameOf(t) / fps); }
-  function frameEnd(t) { return r3(Math.min(dur() || Infinity, (P.frameOf(t) + 1) / fps)); }
+  // frame i is [i / fps, (i + 1) / fps): exact, not rounded (a start rounded down would seek to frame i - 1)
+  function frameStart(t) { return P.frameOf(t) / fps; }
+  function frameEnd(t) { return Math.min(dur() || Infinity, (P.frameOf(t) + 1) / fps); }
 
   // ---- the lane under the timeline --------------------------------------------------------------
   let lane = null, ghost = null;
@@ -179,7 +179,7 @@
       if (start === null) { say("press [ at the event's first frame first", "warn"); return; }
       const t = P.time();
       const a = Math.min(start, frameStart(t)), b = Math.max(frameEnd(t), start + 1 / fps);
-      openForm(a, r3(Math.min(b, dur() || b)));
+      openForm(a, Math.min(b, dur() || b));
     }
   });
 
