@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -59,6 +60,19 @@ def _rows(events: Sequence[ReviewEvent], fps: float, length: int) -> list[list[d
     return rows
 
 
+def _column(rows: Sequence[Sequence[dict[str, Any]]], typ: pa.DataType) -> pa.Array:
+    """``rows`` as a ``language_events`` array: built from its parts, because pyarrow cannot convert Python
+    values to the JSON extension type of ``tool_calls`` (always null here)."""
+    flat = [r for frame in rows for r in frame]
+    item = typ.value_type
+    children = [pa.array([r[f.name] for r in flat], type=f.type) if f.name != "tool_calls"
+                else pa.nulls(len(flat), type=f.type) for f in item]
+    mask = pa.array([False] * len(flat)) if flat else None
+    values = pa.StructArray.from_arrays(children, fields=list(item), mask=mask)
+    offsets = pa.array(np.cumsum([0, *(len(frame) for frame in rows)]), type=pa.int32())
+    return pa.ListArray.from_arrays(offsets, values, type=typ)
+
+
 def write_language_events(root: Path, parts: Sequence[tuple[int, tuple[int, int]]], fps: float,
                           events: Mapping[int, Sequence[ReviewEvent]]) -> int:
     """Add ``language_events`` to every episode's data parquet under ``root`` (a dataset being built) and its
@@ -88,7 +102,7 @@ def write_language_events(root: Path, parts: Sequence[tuple[int, tuple[int, int]
         table = pq.read_table(path)
         rows = _rows(events.get(n, ()), fps, table.num_rows)
         written += sum(1 for r in rows for _ in r)
-        table = table.append_column(pa.field(LANGUAGE_EVENTS, typ), pa.array(rows, type=typ))
+        table = table.append_column(pa.field(LANGUAGE_EVENTS, typ), _column(rows, typ))
         tmp = path.with_name(path.name + ".events.tmp")
         pq.write_table(table, tmp, compression="zstd", row_group_size=max(table.num_rows, 1))
         tmp.replace(path)
