@@ -35,6 +35,9 @@
     ghost = document.createElement("div");
     ghost.id = "event-ghost";
     ghost.hidden = true;
+    // the label form and its messages right under the range being marked (the videos stay in view)
+    lane.insertAdjacentElement("afterend", msg);
+    if (form) lane.insertAdjacentElement("afterend", form);
   }
   function place(el, a, b) {
     const d = dur() || 1;
@@ -118,7 +121,7 @@
     noteBox.value = ev ? ev.note : "";
     form.hidden = false;
     if (ghost && !ev) { place(ghost, range[0], range[1]); ghost.hidden = false; }
-    labelBox.focus();
+    labelBox.focus({ preventScroll: true });
     say("type a label (and a note), Enter saves, Esc cancels", "dim");
   }
   function closeForm(text, cls) {
