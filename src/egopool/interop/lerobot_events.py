@@ -137,6 +137,9 @@ def events_mapping(events: Mapping[int, Sequence[ReviewEvent]], episodes: Mappin
                        "frame where each range starts; the whole range, who and when only here")
             if in_column else "not written to the data (lerobot 0.4 has no language columns); listed here only",
             "frames": "[f0, f1): the frames whose start i / fps is in [t0, t1)",
+            "caveats": ("a recipe that binds style 'interjection' renders these rows into prompts; lerobot-annotate's "
+                        "validator expects an interjection to pair with a speech atom (none is written: a "
+                        "reviewer's note is not speech to the robot)") if in_column else None,
             "left_out": left_out, "events": listed}
 
 
