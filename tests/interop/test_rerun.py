@@ -181,6 +181,6 @@ def test_review_events_show_in_the_rerun_recording(sim_task, tmp_path):
     with open_rrd(out) as rec:
         assert "/episode_2/events" not in rec.entity_paths()
         table = rec.read("frame_index", "/episode_1/events")
-        got = sorted(zip(table.column("frame_index").to_pylist(),
-                         [t[0] for t in table.column("/episode_1/events:TextLog:text").to_pylist()]))
+        texts = [t[0] for t in table.column("/episode_1/events:TextLog:text").to_pylist()]
+        got = sorted(zip(table.column("frame_index").to_pylist(), texts, strict=True))
     assert got == [(3, "slip: cup <b> [0.100-0.300 s, by anna]"), (9, "end of slip")]
