@@ -1,14 +1,17 @@
 """Events on time ranges in a real headless chromium (docs/decisions.md P13): `[` at one frame and `]` at a
 later one mark both frames; a drag on the timeline marks the dragged span; a label typed into the form never
 fires a shortcut and after Enter no field keeps the focus; the ranges are drawn under the timeline and a click
-on one seeks to its start; a note with markup is shown as text; edit and delete from the list; Escape cancels.
+on one seeks to its start; a note with markup is shown as text; edit and delete from the list; Escape cancels;
+the page's event reaches `export lerobot --events-from <the API's URL>` (the mapping and language_events).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 from transfer_helpers import ServerProc, simulate
 
@@ -24,6 +27,7 @@ from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_player_browser import VIDEOS, wait_ready  # noqa: E402
 
+from egopool.cli.app import main  # noqa: E402
 from egopool.server.tokens import add_token  # noqa: E402
 from egopool.transfer import upload_episodes  # noqa: E402
 
@@ -44,7 +48,7 @@ def _events(srv: ServerProc, token: str) -> list[dict]:
     return sorted(r.json()["events"], key=lambda e: e["t0"])
 
 
-def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path) -> None:
+def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = tmp_path / "tokens.json"
     up = add_token(tokens, "pc-7", ["upload:*", "declare:*"])
     anna = add_token(tokens, "anna", ["read", "review"])
@@ -130,3 +134,14 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path) -> 
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#event-list tbody tr")) == 1)
         assert [e["label"] for e in _events(srv, anna)] == ["grasp"]
         assert [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#event-lane .event-range")] == ["grasp"]
+
+        # 6. the page's event reaches the LeRobot export through the API (P16, P17)
+        monkeypatch.setenv("EGOPOOL_TOKEN", anna)
+        out = tmp_path / "lr"
+        assert main(["export", "lerobot", str(tmp_path / "store" / "grasp"), str(out), "--no-depth",
+                     "--events-from", f"{srv.url}/api/v1/events?task=grasp"]) == 0
+    listed = json.loads((out / "egopool_mapping.json").read_text())["events"]["events"]
+    assert [(e["label"], e["note"], e["frames"], e["token_id"]) for e in listed] == [
+        ("grasp", "<b>slow</b> & shaky", [10, 21], "anna")]
+    rows = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet").column("language_events").to_pylist()
+    assert [(i, [r["content"] for r in v]) for i, v in enumerate(rows) if v] == [(10, ["grasp: <b>slow</b> & shaky"])]
