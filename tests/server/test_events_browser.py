@@ -2,7 +2,7 @@
 later one mark both frames; a drag on the timeline marks the dragged span; a label typed into the form never
 fires a shortcut and after Enter no field keeps the focus; the ranges are drawn under the timeline and a click
 on one seeks to its start; a note with markup is shown as text; edit and delete from the list; Escape cancels;
-the page's event reaches `export lerobot --events-from <the API's URL>` (the mapping and language_events).
+the form's from / to boxes move a range; the page's event reaches `export lerobot --events-from <the API's URL>` (the mapping and language_events).
 """
 
 from __future__ import annotations
@@ -122,14 +122,18 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
         browser.find_element(By.CSS_SELECTOR, "#event-list tbody tr:first-child button.event-edit").click()
         wait.until(lambda b: b.execute_script(ACTIVE) == "INPUT#event-label")
         assert browser.find_element(By.ID, "event-label").get_attribute("value") == "grasp a jar fk"
+        assert browser.find_element(By.ID, "event-t1").get_attribute("value") == "0.700"
         label = browser.find_element(By.ID, "event-label")
         label.clear()
-        label.send_keys("grasp", Keys.ENTER)
+        label.send_keys("grasp")
+        end = browser.find_element(By.ID, "event-t1")  # the end moved by hand; the start box left as shown
+        end.clear()
+        end.send_keys("0.9", Keys.ENTER)
         wait.until(ec.text_to_be_present_in_element((By.ID, "event-msg"), "saved grasp"))
         assert browser.execute_script(ACTIVE) == "body"
         first = _events(srv, anna)[0]
-        assert (first["label"], first["note"], first["version"], first["t0"] * FPS) == (
-            "grasp", "<b>slow</b> & shaky", 2, pytest.approx(10))
+        assert (first["label"], first["note"], first["version"], first["t0"] * FPS, first["t1"]) == (
+            "grasp", "<b>slow</b> & shaky", 2, pytest.approx(10), 0.9)  # the start stays exact (not 0.333)
         browser.find_element(By.CSS_SELECTOR, "#event-list tbody tr:nth-child(2) button.event-delete").click()
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#event-list tbody tr")) == 1)
         assert [e["label"] for e in _events(srv, anna)] == ["grasp"]
@@ -142,6 +146,6 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
                      "--events-from", f"{srv.url}/api/v1/events?task=grasp"]) == 0
     listed = json.loads((out / "egopool_mapping.json").read_text())["events"]["events"]
     assert [(e["label"], e["note"], e["frames"], e["token_id"]) for e in listed] == [
-        ("grasp", "<b>slow</b> & shaky", [10, 21], "anna")]
+        ("grasp", "<b>slow</b> & shaky", [10, 27], "anna")]
     rows = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet").column("language_events").to_pylist()
     assert [(i, [r["content"] for r in v]) for i, v in enumerate(rows) if v] == [(10, ["grasp: <b>slow</b> & shaky"])]

@@ -152,6 +152,8 @@ def events_section(*, can_review: bool) -> str:
     form = ""
     if can_review:
         form = ("<form id=\"event-form\" hidden><span id=\"event-range\"></span> "
+                "<label>from <input id=\"event-t0\" type=\"number\" step=\"any\" min=\"0\" size=\"7\"> s</label> "
+                "<label>to <input id=\"event-t1\" type=\"number\" step=\"any\" min=\"0\" size=\"7\"> s</label> "
                 f"<input id=\"event-label\" type=\"text\" size=\"20\" maxlength=\"{MAX_LABEL}\" placeholder=\"label\" "
                 "required> "
                 f"<input id=\"event-note\" type=\"text\" size=\"40\" maxlength=\"{MAX_NOTE}\" placeholder=\"note\"> "

@@ -110,13 +110,20 @@
   }
 
   // ---- the form --------------------------------------------------------------------------------
-  const labelBox = $("event-label"), noteBox = $("event-note");
-  let range = [0, 0];
+  const labelBox = $("event-label"), noteBox = $("event-note"), t0Box = $("event-t0"), t1Box = $("event-t1");
+  let range = [0, 0];  // exact; the boxes show 3 decimals and replace a bound only when the reviewer changed it
+  const shown = (t) => t.toFixed(3);
+  function bound(box, exact) {
+    if (!box || box.value === shown(exact)) return exact;
+    const v = parseFloat(box.value);
+    return isFinite(v) ? v : exact;
+  }
   function openForm(t0, t1, ev) {
     if (!form) return;
     editing = ev || null;
     range = [Math.min(t0, t1), Math.max(t0, t1)];
     $("event-range").textContent = `${editing ? "edit" : "new event"} ${range[0].toFixed(3)}–${range[1].toFixed(3)} s`;
+    if (t0Box) { t0Box.value = shown(range[0]); t1Box.value = shown(range[1]); }
     labelBox.value = ev ? ev.label : "";
     noteBox.value = ev ? ev.note : "";
     form.hidden = false;
@@ -143,9 +150,9 @@
     if (busy) return;
     const label = labelBox.value.trim(), note = noteBox.value.trim();
     if (!label) { say("an event needs a label", "warn"); return; }
-    const ev = editing;
-    const req = ev ? send("PATCH", `/api/v1/events/${ev.id}`, { version: ev.version, label, note })
-      : send("POST", addUrl, { episode: data.index, t0: range[0], t1: range[1], label, note });
+    const ev = editing, t0 = bound(t0Box, range[0]), t1 = bound(t1Box, range[1]);
+    const req = ev ? send("PATCH", `/api/v1/events/${ev.id}`, { version: ev.version, t0, t1, label, note })
+      : send("POST", addUrl, { episode: data.index, t0, t1, label, note });
     unfocus();  // whatever the answer: the next key is a shortcut again
     req.then(({ ok, status, body }) => {
       if (!ok) { closeForm(body.message || `refused (HTTP ${status})`, "bad"); load(); return; }
