@@ -122,7 +122,7 @@
     if (!form) return;
     editing = ev || null;
     range = [Math.min(t0, t1), Math.max(t0, t1)];
-    $("event-range").textContent = `${editing ? "edit" : "new event"} ${range[0].toFixed(3)}–${range[1].toFixed(3)} s`;
+    $("event-range").textContent = editing ? `edit ${ev.label}` : "new event";
     if (t0Box) { t0Box.value = shown(range[0]); t1Box.value = shown(range[1]); }
     labelBox.value = ev ? ev.label : "";
     noteBox.value = ev ? ev.note : "";
