@@ -3,9 +3,9 @@
     PYTHONPATH=src python tests/server/screenshot_events.py docs/screenshots
 
 A real server with one simulated gripper_d405 episode (4 s) and three events made on its API; the episode page
-at 1440x900, device pixel ratio 2, in Debian's headless chromium: the ranges under the timeline with a new
-range being labelled (``episode-events-1440x900.png``), and the list scrolled into view
-(``episode-events-list-1440x900.png``).
+at 1440x900 and 390x844, device pixel ratio 2, in Debian's headless chromium: the ranges under the timeline
+with a new range being labelled (``episode-events-<size>.png``), and the list scrolled into view
+(``episode-events-list-<size>.png``).
 """
 
 from __future__ import annotations
@@ -52,27 +52,27 @@ def main(out: Path) -> None:
                               (anna, {"t0": 2.6, "t1": 3.1, "label": "slip", "note": "cup slides in the fingers"})):
                 r = httpx.post(add, headers={"Authorization": f"Bearer {who}"}, json={"episode": 1, **body})
                 assert r.status_code == 200, r.text
-            browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                                    {"width": 1440, "height": 900, "deviceScaleFactor": 2, "mobile": False})
             browser.get(srv.url + "/login")
             browser.find_element(By.ID, "token").send_keys(anna)
             browser.find_element(By.ID, "login").click()
             time.sleep(1.0)
-            browser.get(srv.url + "/tasks/grasp/episodes/1")
-            time.sleep(2.5)  # videos load, plots draw
-            timeline = browser.find_element(By.ID, "timeline")
-            w = timeline.size["width"]
-            ActionChains(browser).move_to_element_with_offset(timeline, int(w * 0.3), 0).click_and_hold() \
-                .move_by_offset(int(w * 0.12), 0).release().perform()  # a new range, its form open
-            ActionChains(browser).send_keys("put down").perform()
-            time.sleep(0.5)
-            browser.execute_script("document.getElementById('timeline').scrollIntoView({block: 'center'})")
-            time.sleep(0.5)
-            browser.save_screenshot(str(out / "episode-events-1440x900.png"))
-            browser.execute_script("document.getElementById('events').scrollIntoView({block: 'start'})")
-            time.sleep(0.5)
-            browser.save_screenshot(str(out / "episode-events-list-1440x900.png"))
-
+            for size, (w, hh, mobile) in {"1440x900": (1440, 900, False), "390x844": (390, 844, True)}.items():
+                browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                        {"width": w, "height": hh, "deviceScaleFactor": 2, "mobile": mobile})
+                browser.get(srv.url + "/tasks/grasp/episodes/1")
+                time.sleep(2.5)  # videos load, plots draw
+                timeline = browser.find_element(By.ID, "timeline")
+                tw = timeline.size["width"]
+                ActionChains(browser).move_to_element_with_offset(timeline, int(tw * 0.3), 0).click_and_hold() \
+                    .move_by_offset(int(tw * 0.12), 0).release().perform()  # a new range, its form open
+                ActionChains(browser).send_keys("put down").perform()
+                time.sleep(0.5)
+                browser.execute_script("document.getElementById('timeline').scrollIntoView({block: 'center'})")
+                time.sleep(0.5)
+                browser.save_screenshot(str(out / f"episode-events-{size}.png"))
+                browser.execute_script("document.getElementById('events').scrollIntoView({block: 'start'})")
+                time.sleep(0.5)
+                browser.save_screenshot(str(out / f"episode-events-list-{size}.png"))
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
