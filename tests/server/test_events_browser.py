@@ -129,6 +129,11 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
         label.send_keys("grasp")
         end = browser.find_element(By.ID, "event-t1")  # the end moved by hand; the start box left as shown
         end.clear()
+        end.send_keys("9", Keys.ENTER)  # past the end: refused, the form stays with what was typed, unfocused
+        wait.until(ec.text_to_be_present_in_element((By.ID, "event-msg"), "lasts 2 s; an event cannot end at t1=9 s"))
+        assert browser.execute_script(ACTIVE) == "body"
+        assert browser.find_element(By.ID, "event-label").get_attribute("value") == "grasp"
+        end.clear()
         end.send_keys("0.9", Keys.ENTER)
         wait.until(ec.text_to_be_present_in_element((By.ID, "event-msg"), "saved grasp"))
         assert browser.execute_script(ACTIVE) == "body"

@@ -155,7 +155,8 @@
       : send("POST", addUrl, { episode: data.index, t0, t1, label, note });
     unfocus();  // whatever the answer: the next key is a shortcut again
     req.then(({ ok, status, body }) => {
-      if (!ok) { closeForm(body.message || `refused (HTTP ${status})`, "bad"); load(); return; }
+      if (!ok && status !== 409) { say(body.message || `refused (HTTP ${status})`, "bad"); return; }  // fix, save again
+      if (!ok) { closeForm(body.message, "bad"); load(); return; }  // edited elsewhere: the list shows it now
       closeForm(`${ev ? "saved" : "marked"} ${body.label} ${body.t0.toFixed(3)}–${body.t1.toFixed(3)} s`, "ok");
       load();
     }).catch((e) => closeForm(String(e), "bad"));
@@ -179,7 +180,9 @@
   document.addEventListener("keydown", (ev) => {
     if (!form || P.typing(ev.target) || P.typing(document.activeElement)) return;
     if (ev.ctrlKey || ev.metaKey || ev.altKey || ev.repeat) return;
-    if (ev.key === "[") {
+    if (ev.key === "Escape" && !form.hidden) {
+      closeForm("cancelled", "dim");
+    } else if (ev.key === "[") {
       ev.preventDefault();
       start = frameStart(P.time());
       say(`event starts at ${start.toFixed(3)} s; press ] at its last frame`, "dim");
