@@ -118,13 +118,17 @@ def _reference_stats(task, out, features, name_to_key):
     return refs, aggregate_stats(refs)
 
 
-def test_stats_agree_with_lerobot06s_own_functions(sim_task, tmp_path):
+@pytest.mark.parametrize("which, state", [("sim_task", ["observation.gripper_state"]), ("demo_task", []),
+                                          ("d435x2_task", ["observation.left_hand_pose"])])
+def test_stats_agree_with_lerobot06s_own_functions(request, which, state, tmp_path):
+    """Every feature's block, depth included (the demo's real depth with holes, d435x2's two depth streams)."""
     _lerobot06()
+    task = request.getfixturevalue(which)
     out = tmp_path / "lr"
-    result = export_lerobot(sim_task.path, out, state=["observation.gripper_state"])
+    result = export_lerobot(task.path, out, state=state)
     features = json.loads((out / "meta" / "info.json").read_text())["features"]
     depth = {s.name: s.key for s in result.plan.streams if s.depth}
-    _, want = _reference_stats(sim_task, out, features, depth)
+    _, want = _reference_stats(task, out, features, depth)
     got = json.loads((out / "meta" / "stats.json").read_text())
     for name, block in want.items():
         for key, w in block.items():
