@@ -146,27 +146,31 @@ def _depth_main(args: argparse.Namespace) -> None:
     fps = float(task.info["fps"])
     cams = [f"observation.images.{k}" for k in sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")]
     window = [k / fps for k in range(-7, 1)]
+    runs = {"none": ("torchcodec windows, no depth", "none", "torchcodec", True),
+            "0.4": ("torchcodec windows, depth arrays (--lerobot 0.4)", "0.4", "torchcodec", True),
+            "0.6": ("torchcodec windows, depth videos (0.6)", "0.6", "torchcodec", True),
+            "copy": ("pyav random items, stream copy", "none", "pyav", False),
+            "gop": ("pyav random items, --gop 10", "gop", "pyav", False)}
+    chosen = [runs[k] for k in args.loaders or runs]
     exports = {"none": {"depth": False}, "0.4": {"lerobot": "0.4"}, "0.6": {}, "gop": {"depth": False, "gop": 10}}
     depth_keys: dict[str, list[str]] = {}
     for name, kw in exports.items():
+        if name not in {c[1] for c in chosen}:
+            continue
         with contextlib.redirect_stdout(io.StringIO()):
             export_lerobot(task_dir, tmp / name, **kw)
         feats = json.loads((tmp / name / "meta" / "info.json").read_text())["features"]
         depth_keys[name] = [k for k, f in feats.items()
                             if k.startswith("observation.depth.") or (f.get("info") or {}).get("is_depth_map")]
-    runs = [("torchcodec windows, no depth", "none", "torchcodec", True),
-            ("torchcodec windows, depth arrays (--lerobot 0.4)", "0.4", "torchcodec", True),
-            ("torchcodec windows, depth videos (0.6)", "0.6", "torchcodec", True),
-            ("pyav random items, stream copy", "none", "pyav", False),
-            ("pyav random items, --gop 10", "gop", "pyav", False)]
     shape = next(iter(ep.video(cams[0].rsplit(".", 1)[1]))).shape
+    depth = sorted({k for v in depth_keys.values() for k in v})
     print(f"task {task_dir.name}: {len(task.episodes())} episodes, {sum(e.length for e in task.episodes())} rows, "
-          f"RGB {cams} ({shape}), depth {depth_keys['0.6']}; lerobot 0.6.1, batch {args.batch}, shuffled, "
+          f"RGB {cams} ({shape}), depth {depth}; lerobot 0.6.1, batch {args.batch}, shuffled, "
           f"step {args.step_ms:g} ms; nproc {os.cpu_count()}")
     print(f"{'workers':>7} {'loader':>50} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} {'load avg':>9}")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for w in args.workers:
-        for label, name, backend, windows in runs:
+        for label, name, backend, windows in chosen:
             keys = cams + depth_keys[name] if windows else []
             spec = {"loader": "lerobot-0.6.1", "lerobot": str(tmp / name), "backend": backend, "batch": args.batch,
                     "lr_delta": {k: window for k in keys} or None, "batches": args.batches, "workers": w,
@@ -188,7 +192,7 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
     ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
     ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-s3 egopool-s3-50ms "
-                                                 "lerobot-0.6.1 lerobot-0.4.4")
+                                                 "lerobot-0.6.1 lerobot-0.4.4 (--depth: none 0.4 0.6 copy gop)")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
     ap.add_argument("--depth", action="store_true", help="LeRobot 0.6.1 alone: the export with depth (--lerobot 0.4 "
                     "raw arrays vs 0.6 depth videos vs no depth) and pyav random items (stream copy vs --gop 10)")
