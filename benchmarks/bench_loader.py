@@ -54,10 +54,10 @@ def _child(spec: dict) -> None:
         else:
             from lerobot.datasets.lerobot_dataset import LeRobotDataset as cls
 
-            backend = "torchcodec"
+            backend = spec.get("backend", "torchcodec")
         ds = cls("bench/loader", root=spec["lerobot"], delta_timestamps=spec["lr_delta"], video_backend=backend)
-        loader = DataLoader(ds, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0),
-                            num_workers=spec["workers"])
+        loader = DataLoader(ds, batch_size=spec.get("batch", 32), shuffle=True,
+                            generator=torch.Generator().manual_seed(0), num_workers=spec["workers"])
     else:
         from egopool.dataset import BucketSampler, PooledDataset
 
@@ -123,6 +123,63 @@ def _run(spec: dict, python: str, env: dict[str, str], count) -> dict:
     return res
 
 
+def _depth_main(args: argparse.Namespace) -> None:
+    """``--depth``: lerobot 0.6.1 on exports of one simulated task, each loader in its own process (issues 27, 31).
+
+    torchcodec, 8-frame windows on every RGB camera and (where exported) every depth stream: no depth; depth as
+    ``--lerobot 0.4`` writes it (uint16 ``[H, W]`` arrays in the data parquet); depth as 0.6 depth videos (the
+    default). Then pyav, single random items of every RGB camera (no window): the stream-copied recording
+    (one key frame per video) vs ``--gop 10``.
+    """
+    sys.path.insert(0, str(ROOT / "src"))
+    from egopool import open_task
+    from egopool.cli.app import main as egopool_main
+    from egopool.interop import export_lerobot
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_loader_depth_"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
+                             args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
+    task_dir = next((tmp / "rec").iterdir())
+    task = open_task(task_dir)
+    ep = task.episode(task.episodes()[0].index)
+    fps = float(task.info["fps"])
+    cams = [f"observation.images.{k}" for k in sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")]
+    window = [k / fps for k in range(-7, 1)]
+    runs = {"none": ("torchcodec windows, no depth", "none", "torchcodec", True),
+            "0.4": ("torchcodec windows, depth arrays (--lerobot 0.4)", "0.4", "torchcodec", True),
+            "0.6": ("torchcodec windows, depth videos (0.6)", "0.6", "torchcodec", True),
+            "copy": ("pyav random items, stream copy", "none", "pyav", False),
+            "gop": ("pyav random items, --gop 10", "gop", "pyav", False)}
+    chosen = [runs[k] for k in args.loaders or runs]
+    exports = {"none": {"depth": False}, "0.4": {"lerobot": "0.4"}, "0.6": {}, "gop": {"depth": False, "gop": 10}}
+    depth_keys: dict[str, list[str]] = {}
+    for name, kw in exports.items():
+        if name not in {c[1] for c in chosen}:
+            continue
+        with contextlib.redirect_stdout(io.StringIO()):
+            export_lerobot(task_dir, tmp / name, **kw)
+        feats = json.loads((tmp / name / "meta" / "info.json").read_text())["features"]
+        depth_keys[name] = [k for k, f in feats.items()
+                            if k.startswith("observation.depth.") or (f.get("info") or {}).get("is_depth_map")]
+    shape = next(iter(ep.video(cams[0].rsplit(".", 1)[1]))).shape
+    depth = sorted({k for v in depth_keys.values() for k in v})
+    print(f"task {task_dir.name}: {len(task.episodes())} episodes, {sum(e.length for e in task.episodes())} rows, "
+          f"RGB {cams} ({shape}), depth {depth}; lerobot 0.6.1, batch {args.batch}, shuffled, "
+          f"step {args.step_ms:g} ms; nproc {os.cpu_count()}")
+    print(f"{'workers':>7} {'loader':>50} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} {'load avg':>9}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for w in args.workers:
+        for label, name, backend, windows in chosen:
+            keys = cams + depth_keys[name] if windows else []
+            spec = {"loader": "lerobot-0.6.1", "lerobot": str(tmp / name), "backend": backend, "batch": args.batch,
+                    "lr_delta": {k: window for k in keys} or None, "batches": args.batches, "workers": w,
+                    "step_ms": args.step_ms}
+            r = _run(spec, args.lerobot_python, env, lambda: 0)
+            print(f"{w:>7} {label:>50} {r['samples_per_s']:>10.2f} {100 * r['wait_share']:>6.1f}% "
+                  f"{r['peak_rss_mb']:>12.0f} {os.getloadavg()[0]:>9.1f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -135,11 +192,16 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
     ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
     ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-s3 egopool-s3-50ms "
-                                                 "lerobot-0.6.1 lerobot-0.4.4")
+                                                 "lerobot-0.6.1 lerobot-0.4.4 (--depth: none 0.4 0.6 copy gop)")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
+    ap.add_argument("--depth", action="store_true", help="LeRobot 0.6.1 alone: the export with depth (--lerobot 0.4 "
+                    "raw arrays vs 0.6 depth videos vs no depth) and pyav random items (stream copy vs --gop 10)")
+    ap.add_argument("--batch", type=int, default=32, help="batch size (--depth)")
     args = ap.parse_args()
     if args.child:
         return _child(json.loads(args.child))
+    if args.depth:
+        return _depth_main(args)
 
     sys.path.insert(0, str(ROOT / "src"))
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "storage")]
