@@ -24,6 +24,7 @@ from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_player_browser import VIDEOS, wait_ready  # noqa: E402
 
@@ -56,7 +57,8 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
     with ServerProc(tmp_path / "store", "--tokens", str(tokens)) as srv, chromium(tmp_path / "profile") as browser:
         assert upload_episodes(pc, server=srv.url, token=up).ok
         wait_ready(srv, anna, "grasp", 1)
-        wait = WebDriverWait(browser, 60)
+        # the list and the lane are drawn anew after every change: an element read between two draws is stale
+        wait = WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,))
         browser.get(srv.url + "/login")
         browser.find_element(By.ID, "token").send_keys(anna)
         browser.find_element(By.ID, "login").click()
@@ -83,8 +85,9 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
             (pytest.approx(10), pytest.approx(21), "grasp a jar fk", "<b>slow</b> & shaky", "anna")]
         assert httpx.get(f"{srv.url}/api/v1/tasks/grasp/episodes/1/reviews",
                          headers={"Authorization": f"Bearer {anna}"}).json()["reviews"] == []
-        note = browser.find_element(By.CSS_SELECTOR, "#event-list td.event-note")
-        assert note.text == "<b>slow</b> & shaky" and note.find_elements(By.TAG_NAME, "b") == []
+        wait.until(lambda b: [(n.text, n.find_elements(By.TAG_NAME, "b")) for n in
+                              b.find_elements(By.CSS_SELECTOR, "#event-list td.event-note")] == [
+            ("<b>slow</b> & shaky", [])])
         # an Enter now sends nothing more; ] without [ only says so
         ActionChains(browser).send_keys(Keys.ENTER).send_keys("]").perform()
         wait.until(ec.text_to_be_present_in_element((By.ID, "event-msg"), "press [ at the event's first frame"))
@@ -114,9 +117,9 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
         assert browser.find_element(By.ID, "clock").get_attribute("data-frame") == "30"
 
         # 4. the ranges under the timeline; a click on one seeks to its start
-        ranges = browser.find_elements(By.CSS_SELECTOR, "#event-lane .event-range")
-        assert sorted(r.text for r in ranges) == ["grasp a jar fk", "occluded"]
-        next(r for r in ranges if r.text == "grasp a jar fk").click()
+        lane = (By.CSS_SELECTOR, "#event-lane .event-range")
+        wait.until(lambda b: sorted(r.text for r in b.find_elements(*lane)) == ["grasp a jar fk", "occluded"])
+        wait.until(lambda b: next(r for r in b.find_elements(*lane) if r.text == "grasp a jar fk").click() is None)
         wait.until(lambda b: b.find_element(By.ID, "clock").get_attribute("data-frame") == "10")
 
         # 5. edit from the list (the version moves on), then delete the drag's event
@@ -143,7 +146,7 @@ def test_events_marked_by_keys_and_drag_shown_edited_deleted(tmp_path: Path, mon
         browser.find_element(By.CSS_SELECTOR, "#event-list tbody tr:nth-child(2) button.event-delete").click()
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#event-list tbody tr")) == 1)
         assert [e["label"] for e in _events(srv, anna)] == ["grasp"]
-        assert [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#event-lane .event-range")] == ["grasp"]
+        wait.until(lambda b: [r.text for r in b.find_elements(*lane)] == ["grasp"])
 
         # 6. the page's event reaches the LeRobot export through the API (P16, P17)
         monkeypatch.setenv("EGOPOOL_TOKEN", anna)
