@@ -16,12 +16,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._parquet_pages import iter_batches
 from ..arrowutil import list_offsets, numpy_dtype
 from ..codecs.force_matrix import FRAME_VALUES
 from .._safe_read import open_parquet
@@ -313,7 +315,9 @@ def _check_rows(ctx: Context, pf: pq.ParquetFile, path: TaskPath, index: int, su
         return
     first = _FirstRow()
     base = 0
-    for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
+    # force matrices straight from their pages when the file is local (docs/decisions.md U32): the same rows
+    local = path if isinstance(path, Path) else None
+    for batch in iter_batches(pf, local, wanted, _BATCH_ROWS, pages=fms):
         if visit is not None:
             visit(batch, base)
         arrays = {name: batch.column(name) for name in wanted}
