@@ -139,3 +139,43 @@ def test_validate_task_takes_only_its_own_handed_containers(recorded: Path, tmp_
             c.close()
     assert [f.to_dict() for f in report.findings] == alone
     assert report.ok and list(handed) == [other]  # the task's container was taken; the other was left
+
+
+def _thread_mode() -> tuple[bool, str]:
+    """In a worker: whether it decodes in one thread, and the thread mode a scan leaves on a 352x288 stream."""
+    import tempfile
+
+    from egopool.codecs import decode_scan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "v.mp4"
+        with av.open(str(path), "w") as out:
+            s = out.add_stream("libx264", rate=30)
+            s.width, s.height, s.pix_fmt = 352, 288, "yuv420p"
+            for i in range(3):
+                frame = av.VideoFrame.from_ndarray(np.full((288, 352, 3), 40 * i, np.uint8), format="rgb24")
+                for p in s.encode(frame):
+                    out.mux(p)
+            for p in s.encode():
+                out.mux(p)
+        with av.open(str(path)) as c:
+            scan = decode_scan.scan_opened(c, path)
+            mode = str(c.streams.video[0].codec_context.thread_type)
+    assert scan.decoded == 3
+    return decode_scan.decodes_in_one_thread(), mode
+
+
+def test_a_pool_of_as_many_workers_as_cores_decodes_in_one_thread() -> None:
+    """docs/decisions.md U34: with at least as many verification workers as cores, each worker decodes a large
+    frame in its own thread (the workers use the cores); a smaller pool keeps FFmpeg's slice threads."""
+    from egopool.server.workers import VerifyPool, cores
+
+    many = VerifyPool(cores())
+    few = VerifyPool(1, one_thread=False)
+    try:
+        assert many.one_thread and many.run(_thread_mode) == (True, "ThreadType.NONE")
+        on, mode = few.run(_thread_mode)
+        assert not on and mode != "ThreadType.NONE"
+    finally:
+        many.close()
+        few.close()

@@ -50,10 +50,28 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def _init_worker(parent: int, modules: tuple[str, ...]) -> None:
+def _init_worker(parent: int, modules: tuple[str, ...], one_thread: bool = False) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), name="egopool-parent-watch", daemon=True).start()
     for name in modules:  # imported once per worker, before its first request
         __import__(name)
+    if one_thread:  # as many workers as cores: the workers use the cores, not the decoders' slice threads (U34)
+        from ..codecs.decode_scan import decode_in_one_thread
+
+        decode_in_one_thread()
+
+
+def cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _decodes_in_one_thread() -> bool:
+    from ..codecs.decode_scan import decodes_in_one_thread
+
+    return decodes_in_one_thread()
 
 
 def _ready(pause_s: float) -> int:
@@ -70,6 +88,9 @@ class VerifyPool:
         Number of processes (>= 1).
     modules:
         Modules each worker imports at start (the verification code).
+    one_thread:
+        Each worker decodes video in one thread (:func:`~egopool.codecs.decode_scan.decode_in_one_thread`);
+        None (the default): when there are at least as many workers as cores (docs/decisions.md U34).
 
     Raises
     ------
@@ -79,9 +100,11 @@ class VerifyPool:
         executor ends its other workers too) and the importer verifies the upload again, once.
     """
 
-    def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",)) -> None:
+    def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",),
+                 one_thread: bool | None = None) -> None:
         self.workers = max(1, int(workers))
         self.modules = modules
+        self.one_thread = self.workers >= cores() if one_thread is None else one_thread
         self._lock = threading.Lock()
         self._warm: list[Future[int]] = []
         self._pool = self._start()
@@ -89,7 +112,7 @@ class VerifyPool:
     def _start(self) -> ProcessPoolExecutor:
         """A new executor whose workers are all being started (not waited for: :attr:`ready`)."""
         pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(os.getpid(), self.modules))
+                                   initializer=_init_worker, initargs=(os.getpid(), self.modules, self.one_thread))
         self._warm = [pool.submit(_ready, 0.2) for _ in range(self.workers)]  # one per worker: all spawn now
         return pool
 
