@@ -165,17 +165,34 @@ def _thread_mode() -> tuple[bool, str]:
     return decode_scan.decodes_in_one_thread(), mode
 
 
-def test_a_pool_of_as_many_workers_as_cores_decodes_in_one_thread() -> None:
-    """docs/decisions.md U34: with at least as many verification workers as cores, each worker decodes a large
-    frame in its own thread (the workers use the cores); a smaller pool keeps FFmpeg's slice threads."""
-    from egopool.server.workers import VerifyPool, cores
+def _thread_mode_after(seconds: float) -> tuple[bool, str]:
+    import time
 
-    many = VerifyPool(cores())
-    few = VerifyPool(1, one_thread=False)
+    time.sleep(seconds)  # the calls overlap
+    return _thread_mode()
+
+
+def test_a_full_pool_decodes_in_one_thread_a_lone_call_with_threads() -> None:
+    """docs/decisions.md U34: a verification that starts while every core has one decodes a large frame in its
+    own thread; one that starts alone keeps FFmpeg's slice threads; ``one_thread`` forces either."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from egopool.server.workers import VerifyPool
+
+    pool = VerifyPool(2)
+    pool.cores = 2  # as on the 2-core machine, whatever this one has
+    forced = VerifyPool(1, one_thread=True)
     try:
-        assert many.one_thread and many.run(_thread_mode) == (True, "ThreadType.NONE")
-        on, mode = few.run(_thread_mode)
-        assert not on and mode != "ThreadType.NONE"
+        assert pool.run(_thread_mode)[0] is False  # alone: slice threads
+        with ThreadPoolExecutor(2) as ex:
+            first = ex.submit(pool.run, _thread_mode_after, 1.5)
+            while pool._busy < 1:
+                pass
+            second = ex.submit(pool.run, _thread_mode_after, 0.0)
+            got = [first.result(), second.result()]
+        assert got[0][0] is False and got[0][1] != "ThreadType.NONE"
+        assert got[1] == (True, "ThreadType.NONE")  # the second core's call: one thread
+        assert forced.run(_thread_mode) == (True, "ThreadType.NONE")
     finally:
-        many.close()
-        few.close()
+        pool.close()
+        forced.close()

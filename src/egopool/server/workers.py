@@ -50,14 +50,18 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def _init_worker(parent: int, modules: tuple[str, ...], one_thread: bool = False) -> None:
+def _init_worker(parent: int, modules: tuple[str, ...]) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), name="egopool-parent-watch", daemon=True).start()
     for name in modules:  # imported once per worker, before its first request
         __import__(name)
-    if one_thread:  # as many workers as cores: the workers use the cores, not the decoders' slice threads (U34)
-        from ..codecs.decode_scan import decode_in_one_thread
 
-        decode_in_one_thread()
+
+def _threaded(one_thread: bool, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+    """``fn(*args, **kwargs)`` in a worker, decoding video in one thread or with FFmpeg's slice threads (U34)."""
+    from ..codecs.decode_scan import decode_in_one_thread
+
+    decode_in_one_thread(one_thread)
+    return fn(*args, **kwargs)
 
 
 def cores() -> int:
@@ -66,12 +70,6 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _decodes_in_one_thread() -> bool:
-    from ..codecs.decode_scan import decodes_in_one_thread
-
-    return decodes_in_one_thread()
 
 
 def _ready(pause_s: float) -> int:
@@ -89,8 +87,11 @@ class VerifyPool:
     modules:
         Modules each worker imports at start (the verification code).
     one_thread:
-        Each worker decodes video in one thread (:func:`~egopool.codecs.decode_scan.decode_in_one_thread`);
-        None (the default): when there are at least as many workers as cores (docs/decisions.md U34).
+        A call decodes video in one thread (:func:`~egopool.codecs.decode_scan.decode_in_one_thread`) when
+        True; with FFmpeg's slice threads when False; None (the default): in one thread when, counting it,
+        as many calls as there are cores are in flight (every core has its verification: the threads would
+        only add their cost), with the threads when fewer are (a lone upload uses every core), docs/decisions.md
+        U34.
 
     Raises
     ------
@@ -104,7 +105,9 @@ class VerifyPool:
                  one_thread: bool | None = None) -> None:
         self.workers = max(1, int(workers))
         self.modules = modules
-        self.one_thread = self.workers >= cores() if one_thread is None else one_thread
+        self.one_thread = one_thread
+        self.cores = cores()
+        self._busy = 0
         self._lock = threading.Lock()
         self._warm: list[Future[int]] = []
         self._pool = self._start()
@@ -112,7 +115,7 @@ class VerifyPool:
     def _start(self) -> ProcessPoolExecutor:
         """A new executor whose workers are all being started (not waited for: :attr:`ready`)."""
         pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(os.getpid(), self.modules, self.one_thread))
+                                   initializer=_init_worker, initargs=(os.getpid(), self.modules))
         self._warm = [pool.submit(_ready, 0.2) for _ in range(self.workers)]  # one per worker: all spawn now
         return pool
 
@@ -133,17 +136,23 @@ class VerifyPool:
         lost a worker while idle is replaced before the call (the call itself is not at fault)."""
         with self._lock:
             pool = self._pool
+            self._busy += 1
+            one = self._busy >= self.cores if self.one_thread is None else self.one_thread
         try:
-            future = pool.submit(fn, *args, **kwargs)
-        except BrokenProcessPool:
-            pool = self._replace(pool)
-            future = pool.submit(fn, *args, **kwargs)
-        try:
-            return future.result()
-        except BrokenProcessPool as exc:
-            self._replace(pool)
-            raise VerifierLost("a verification worker of the server died mid-upload",
-                               hint="the upload was not imported; send it again") from exc
+            try:
+                future = pool.submit(_threaded, one, fn, args, kwargs)
+            except BrokenProcessPool:
+                pool = self._replace(pool)
+                future = pool.submit(_threaded, one, fn, args, kwargs)
+            try:
+                return future.result()
+            except BrokenProcessPool as exc:
+                self._replace(pool)
+                raise VerifierLost("a verification worker of the server died mid-upload",
+                                   hint="the upload was not imported; send it again") from exc
+        finally:
+            with self._lock:
+                self._busy -= 1
 
     def close(self) -> None:
         """Stop the workers (pending calls are cancelled)."""
