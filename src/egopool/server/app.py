@@ -62,6 +62,7 @@ from ..storage.s3_store import S3Store
 from .catalog import episode_entries, episode_entry, episode_file, pending_rows, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
+from .events_api import EventRoutes, add_event_routes
 from .page import error_page, index_page, login_page
 from .review import (CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, other_site,
                      parse_review, record_verdict)
@@ -118,8 +119,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             for line in [*recover_legacy_journals(store), *store.recover()]:  # the start-up sweep
                 log.warning(line)
             store.clean_scratch()
-            n = store.db.interrupt_unfinished()
-            if n:
+            if n := store.db.interrupt_unfinished():
                 log.warning("%d upload(s) were interrupted by the last shutdown", n)
             state["store"] = store
             start_intake(config, store, state)  # verifier, importer, admission queue, semaphores (U14, U28, U29)
@@ -447,6 +447,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
 
+    add_event_routes(app, EventRoutes(store_, require_read, require_review, _task))  # events (P11-P19)
+
     @app.get("/static/{name}")
     async def static(name: str) -> Response:
         path = _STATIC / name
@@ -506,8 +508,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         require_read(request)
         key = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
         objects = store_().objects
-        local = objects.local_path(key)
-        if local is not None:
+        if (local := objects.local_path(key)) is not None:
             return FileResponse(local, filename=local.name)
         if isinstance(objects, S3Store):  # streamed from the bucket, never a local file (O13)
             return StreamingResponse(objects.bucket.stream(key), media_type="application/octet-stream",

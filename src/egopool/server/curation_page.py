@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .db import ReviewRow, UploadRow
+from .events_api import events_section
 from .page import _doc, _duration, _e, _partial, _size, _table, _thumb, _time, _uploads_table, _validation
 from ..curation.proxy import DEPTH_RANGE_MM
 from .search import EpisodeQuery
@@ -104,7 +105,7 @@ def _origin(up: dict[str, Any] | None) -> str:
 _SELECTS = {"validation": ("", "passed", "failed"),
             "review": ("", "unreviewed", "accepted", "rejected", "flagged"),
             "has_gaps": ("", "true", "false"), "has_frozen": ("", "true", "false")}
-_INPUTS = (("host", "host", "text", "pc-3"), ("since", "imported since", "date", ""),
+_INPUTS = (("host", "host", "text", "pc-3"), ("event", "event label", "text", "slip"), ("since", "imported since", "date", ""),
            ("until", "imported before", "date", ""), ("min_duration", "min s", "number", ""),
            ("max_duration", "max s", "number", ""), ("max_idle_fraction", "max idle share", "number", "0.3"),
            ("max_blur_outliers", "max blurred frames", "number", ""))
@@ -356,7 +357,7 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
                    if can_review or k not in (*_REVIEW_KEYS, "Esc"))
     body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin, player,
             f"<h2>Review</h2><p>Current: <span id=\"review-state\">{_review_cell(current)}</span></p>", review_box,
-            hist, f"<ul id=\"shortcuts\">{keys}</ul>",
+            hist, f"<ul id=\"shortcuts\">{keys}</ul>", events_section(can_review=can_review),
             "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",
             "<h2>Quality facts</h2>", _facts_table(ep), _json_script(data)]
     return _doc(f"egopool · {task} · {n}", "".join(body), script="episode.js",

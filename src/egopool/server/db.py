@@ -25,7 +25,8 @@ Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
 digest; 3 adds ``previews`` and ``quality``; 4 adds ``reviews``, ``review_state`` and the covering
 indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept); 5 adds
-``uploads``' stage timings (``receive_s``, ``queue_s``, ``verify_s``, ``publish_s``, ``verify_attempts``). An older file is migrated when the
+``uploads``' stage timings (``receive_s``, ``queue_s``, ``verify_s``, ``publish_s``, ``verify_attempts``); 6 adds
+``events`` (reviewers' labelled time ranges, :mod:`egopool.server.events`). An older file is migrated when the
 server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
@@ -53,7 +54,7 @@ from .db_rows import UNDO, VERDICTS, EpisodeRow, PreviewRow, ReviewRow, UploadRo
 __all__ = ["QUALITY_COLUMNS", "UNDO", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewConflict", "ReviewRow", "ServerDB",
            "UploadRow"]
 
-_SCHEMA_VERSION = 5
+_SCHEMA_VERSION = 6
 #: verdict -> the review state it leaves (docs/decisions.md Q10).
 #: Quality facts stored as columns of ``quality`` (filterable in SQL); every fact is in its ``facts`` JSON.
 QUALITY_COLUMNS = ("duration_s", "rows", "size_bytes", "idle_fraction", "idle_frames", "gap_total", "drop_total",
@@ -155,7 +156,23 @@ CREATE TABLE IF NOT EXISTS review_state (
 CREATE INDEX IF NOT EXISTS review_state_verdict ON review_state (verdict, task, episode_index);
 """ + _CURATION_TABLES + """;
 CREATE INDEX IF NOT EXISTS quality_totals ON quality (task, duration_s, size_bytes);
-CREATE INDEX IF NOT EXISTS uploads_task ON uploads (task, outcome, finished_at)
+CREATE INDEX IF NOT EXISTS uploads_task ON uploads (task, outcome, finished_at);
+CREATE TABLE IF NOT EXISTS events (
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    t0                   REAL    NOT NULL,
+    t1                   REAL    NOT NULL,
+    label                TEXT    NOT NULL,
+    note                 TEXT    NOT NULL,
+    token_id             TEXT,
+    updated_by           TEXT,
+    created_at           REAL    NOT NULL,
+    updated_at           REAL    NOT NULL,
+    version              INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_episode ON events (task, episode_index, t0);
+CREATE INDEX IF NOT EXISTS events_label ON events (label, task, episode_index)
 """
 
 
@@ -181,7 +198,7 @@ def _upload_timings(con: sqlite3.Connection) -> None:
 
 
 def _tables_only(con: sqlite3.Connection) -> None:
-    """3 -> 4: ``reviews`` and ``review_state``, created by the schema script (``IF NOT EXISTS``)."""
+    """3 -> 4: ``reviews`` and ``review_state``; 5 -> 6: ``events``; created by the schema script (``IF NOT EXISTS``)."""
 
 
 def _curation_tables(con: sqlite3.Connection) -> None:
@@ -192,7 +209,8 @@ def _curation_tables(con: sqlite3.Connection) -> None:
 
 
 #: version -> the step that brings a file of that version to the next one.
-_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only, 4: _upload_timings}
+_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only, 4: _upload_timings,
+               5: _tables_only}
 
 
 class ServerDB:
@@ -408,6 +426,13 @@ class ServerDB:
             rows = con.execute("SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
                                "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()
         return [ReviewRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """One durable write transaction (``BEGIN IMMEDIATE``, committed with ``synchronous=FULL``) for a
+        table kept by another module (:mod:`egopool.server.events`); SQLite errors become RegistryError."""
+        with self._connect() as con:
+            yield con
 
     def select(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of one read-only query (the search and the page summaries build theirs)."""

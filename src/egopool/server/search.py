@@ -105,6 +105,9 @@ FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "max_blur_outliers": (_number, "+q.blur_outliers <= ?"),
     "has_gaps": (_bool, None),
     "has_frozen": (_bool, None),
+    # an episode with at least one reviewer's event of this label (docs/decisions.md P15)
+    "event": (_text, "EXISTS (SELECT 1 FROM events AS ev WHERE ev.label = ? AND ev.task = e.task "
+                     "AND ev.episode_index = e.episode_index)"),
 }
 #: quality filter -> the SQL of its fact (NULL: the episode has no value for it; P8)
 FACT_OF_FILTER = {"min_duration": "q.duration_s", "max_duration": "q.duration_s",
