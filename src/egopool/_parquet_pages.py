@@ -138,10 +138,12 @@ class _Levels:
 
 
 def _scan_levels(data: bytes | memoryview, count: int, width: int, base: int, keep: int,
-                 pos_out: list[np.ndarray], val_out: list[np.ndarray] | None) -> int:
+                 pos_out: list[np.ndarray], val_out: list[np.ndarray] | None, limit: int) -> int:
     """Decode ``count`` levels of bit ``width`` from RLE/bit-packed hybrid ``data``; append to ``pos_out`` the
-    positions (offset by ``base``) of the levels != ``keep`` (and their values to ``val_out``). Returns the
+    positions (offset by ``base``) of the levels != ``keep`` (and their values to ``val_out``), at most ``limit``
+    of them in all (each is a row start, or an empty or null row: never more than the rows). Returns the
     bytes consumed."""
+    held = sum(a.size for a in pos_out)
     pos, done, n = 0, 0, len(data)
     vbytes = (width + 7) // 8
     mask = (1 << width) - 1
@@ -167,6 +169,9 @@ def _scan_levels(data: bytes | memoryview, count: int, width: int, base: int, ke
             take = min(groups * 8, count - done)
             vals = vals[:take]
             hit = np.flatnonzero(vals != keep)
+            held += hit.size
+            if held > limit:
+                raise Unsupported("more level positions than rows")
             if hit.size:
                 pos_out.append(hit + (base + done))
                 if val_out is not None:
@@ -182,6 +187,9 @@ def _scan_levels(data: bytes | memoryview, count: int, width: int, base: int, ke
                 raise Unsupported("level beyond its bit width")
             take = min(run, count - done)
             if value != keep:
+                held += take
+                if held > limit:
+                    raise Unsupported("more level positions than rows")
                 pos_out.append(np.arange(base + done, base + done + take, dtype=np.int64))
                 if val_out is not None:
                     val_out.append(np.full(take, value, np.int64))
@@ -297,8 +305,8 @@ def read_list_chunk(pf: Any, fh: BinaryIO, name: str, row_group: int, max_bytes:
             if count == 0 or seen + count > total:
                 raise Unsupported("page value count")
             page = _decompress(codec, body, usize)
-            off = _length_prefixed(page, 0, count, 1, seen, levels.zeros, None, keep=1)
-            off = _length_prefixed(page, off, count, 2, seen, levels.other, levels.other_values, keep=3)
+            off = _length_prefixed(page, 0, count, 1, seen, levels.zeros, None, 1, rows)
+            off = _length_prefixed(page, off, count, 2, seen, levels.other, levels.other_values, 3, rows)
             vals = page[off:]
         elif ptype == 3:  # DATA_PAGE_V2
             dh = _struct(header, 8)
@@ -307,8 +315,8 @@ def read_list_chunk(pf: Any, fh: BinaryIO, name: str, row_group: int, max_bytes:
             count, dlen, rlen = _field(dh, 1), _field(dh, 5), _field(dh, 6)
             if count == 0 or seen + count > total or rlen + dlen > csize or rlen + dlen > usize:
                 raise Unsupported("page v2 sizes")
-            _scan_exact(body[:rlen], count, 1, seen, levels.zeros, None, keep=1)
-            _scan_exact(body[rlen:rlen + dlen], count, 2, seen, levels.other, levels.other_values, keep=3)
+            _scan_exact(body[:rlen], count, 1, seen, levels.zeros, None, 1, rows)
+            _scan_exact(body[rlen:rlen + dlen], count, 2, seen, levels.other, levels.other_values, 3, rows)
             compressed = dh.get(7, True) is not False
             vals = _decompress(codec if compressed else None, body[rlen + dlen:], usize - rlen - dlen)
         elif ptype == 2:
@@ -361,20 +369,20 @@ def _decompress(codec: Any, body: memoryview, usize: int) -> memoryview:
 
 
 def _length_prefixed(page: memoryview, off: int, count: int, width: int, base: int, pos_out: list[np.ndarray],
-                     val_out: list[np.ndarray] | None, keep: int) -> int:
+                     val_out: list[np.ndarray] | None, keep: int, limit: int) -> int:
     """v1 levels: a 4-byte little-endian length, then the runs; returns the offset after them."""
     if off + 4 > len(page):
         raise Unsupported("truncated levels")
     n = int.from_bytes(bytes(page[off:off + 4]), "little")
     if off + 4 + n > len(page):
         raise Unsupported("levels beyond the page")
-    _scan_exact(page[off + 4:off + 4 + n], count, width, base, pos_out, val_out, keep=keep)
+    _scan_exact(page[off + 4:off + 4 + n], count, width, base, pos_out, val_out, keep, limit)
     return off + 4 + n
 
 
 def _scan_exact(data: memoryview, count: int, width: int, base: int, pos_out: list[np.ndarray],
-                val_out: list[np.ndarray] | None, keep: int) -> None:
-    used = _scan_levels(data, count, width, base, keep, pos_out, val_out)
+                val_out: list[np.ndarray] | None, keep: int, limit: int) -> None:
+    used = _scan_levels(data, count, width, base, keep, pos_out, val_out, limit)
     if used > len(data):
         raise Unsupported("levels overrun")
 
@@ -440,7 +448,7 @@ def iter_batches(pf: Any, path: Path | None, columns: list[str], batch_rows: int
         for rg in range(meta.num_row_groups):
             try:
                 cols = _group_columns(pf, fh, leaves, rg)
-            except Unsupported:
+            except Exception:  # noqa: BLE001 - Unsupported, or a damaged page this parser trips on: pyarrow's verdict
                 yield from pf.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns)
                 continue
             rows = meta.row_group(rg).num_rows
