@@ -19,6 +19,7 @@ instead (never a wrong frame).
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -228,26 +229,41 @@ class PngSequence:
 class DecoderCache:
     """At most ``max_open`` decoders, least recently used closed first.
 
-    ``open(path, make)`` returns the decoder of ``path``, calling ``make()`` when there is none.
+    ``open(path, make)`` returns the decoder of ``path``, calling ``make()`` when there is none. Thread-safe:
+    ``make()`` runs outside the lock (threads open different streams at once); a caller that uses at most
+    ``max_open`` decoders at a time never has one closed under it (the one closed is the least recently
+    opened, and every decoder in use was opened after it).
     """
 
     def __init__(self, max_open: int = 16) -> None:
         self.max_open = max(1, int(max_open))
         self._open: OrderedDict[TaskPath, Any] = OrderedDict()
+        self._lock = threading.Lock()
 
     def open(self, path: TaskPath, make: Callable[[], Any]) -> Any:
         """The cached decoder of ``path`` (made and cached when absent)."""
-        dec = self._open.get(path)
-        if dec is None:
-            dec = make()
-            self._open[path] = dec
-            while len(self._open) > self.max_open:
-                self._open.popitem(last=False)[1].close()
-        else:
+        with self._lock:
+            dec = self._open.get(path)
+            if dec is not None:
+                self._open.move_to_end(path)
+                return dec
+        made = make()
+        closing = []
+        with self._lock:
+            dec = self._open.setdefault(path, made)
             self._open.move_to_end(path)
+            if dec is not made:  # another thread opened it meanwhile
+                closing.append(made)
+            while len(self._open) > self.max_open:
+                closing.append(self._open.popitem(last=False)[1])
+        for d in closing:
+            d.close()
         return dec
 
     def close(self) -> None:
         """Close every decoder."""
-        while self._open:
-            self._open.popitem()[1].close()
+        with self._lock:
+            held = list(self._open.values())
+            self._open.clear()
+        for d in held:
+            d.close()

@@ -14,11 +14,12 @@ tensors (``output="numpy"`` keeps numpy); without it, the same class returns num
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -45,6 +46,9 @@ else:
         _Base = object
 
 __all__ = ["PooledDataset", "find_tasks"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 #: Worker states a forked process inherited: never used, never freed (see ``PooledDataset._worker``).
 _INHERITED: list[_Worker] = []
@@ -120,8 +124,19 @@ def _same_location(key: Any, path: TaskPath) -> bool:
     return Path(key).resolve() == path
 
 
+class _Ask(NamedTuple):
+    """One item's window on one stream: item position ``k`` in the batch, its kind, rows and pad flags."""
+
+    k: int
+    kind: str
+    rows: np.ndarray
+    pad: np.ndarray | None
+    view: EpisodeView
+
+
 class _Worker:
-    """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled."""
+    """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled. Thread-safe: a
+    batch's episodes and streams are read by the pool's threads at once (``PooledDataset._read``)."""
 
     def __init__(self, ds: PooledDataset) -> None:
         self.pid = os.getpid()
@@ -129,20 +144,38 @@ class _Worker:
         self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
         self.decoders = DecoderCache(ds.max_open_streams)
         self.blocks = BlockCache(ds.cache_bytes, ds.block_size, ds.read_ahead)
-        self.pool = ThreadPoolExecutor(ds.decode_threads) if ds.decode_threads > 1 else None
+        self.threads = ds.threads()
+        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
         self.max_views = ds.max_episodes
+        self._lock = threading.Lock()
+
+    def map(self, fn: Callable[[_T], _R], todo: Sequence[_T]) -> list[_R]:
+        """``[fn(x) for x in todo]``, on the pool's threads when there are several (the first error is raised)."""
+        if self.pool is None or len(todo) < 2:
+            return [fn(x) for x in todo]
+        return list(self.pool.map(fn, todo))
+
+    def task(self, ds: PooledDataset, t: int) -> Task:
+        with self._lock:
+            task = self.tasks.get(t)
+        if task is None:
+            task = open_task(ds.index.tasks[t].path)
+            with self._lock:
+                task = self.tasks.setdefault(t, task)
+        return task
 
     def view(self, ds: PooledDataset, t: int, n: int, length: int) -> EpisodeView:
-        v = self.views.get((t, n))
-        if v is None:
-            task = self.tasks.get(t)
-            if task is None:
-                task = self.tasks[t] = open_task(ds.index.tasks[t].path)
-            v = self.views[(t, n)] = EpisodeView(task.episode(n), length)
+        with self._lock:
+            v = self.views.get((t, n))
+            if v is not None:
+                self.views.move_to_end((t, n))
+                return v
+        v = EpisodeView(self.task(ds, t).episode(n), length)
+        with self._lock:
+            v = self.views.setdefault((t, n), v)
+            self.views.move_to_end((t, n))
             while len(self.views) > self.max_views:
                 self.views.popitem(last=False)
-        else:
-            self.views.move_to_end((t, n))
         return v
 
     def close(self) -> None:
@@ -214,6 +247,11 @@ class PooledDataset(_Base):
         (:class:`~egopool.dataset.object_cache.BlockCache`): at most ``cache_bytes`` (default 64 MiB) of
         ``block_size`` blocks (256 KiB), a miss fetching the blocks it needs and ``read_ahead`` (8) more in
         one ranged GET. GETs per process: :meth:`io_stats`.
+    io_threads:
+        Threads per process reading a batch of a task in a bucket (default 8; directories use
+        ``decode_threads``): the batch's episodes, then its streams, are opened and read at once, so a
+        batch costs a few round trips of the store's latency rather than one per object (a forked worker
+        reads through a boto3 client of its own, docs/decisions.md B8, B9).
     mirror_root:
         The ``keypoints_output`` directory of the ``keypoints.*`` keys; default as
         ``egopool keypoints extract`` (``$EGOPOOL_KEYPOINTS_ROOT``, else beside the recordings root).
@@ -229,8 +267,9 @@ class PooledDataset(_Base):
     demand). With the defaults (16 streams, ``cache_frames`` = the largest of 4, 2 × the longest window and
     its span in rows + 1, at most 64) and
     640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
-    decoders, and for tasks in a bucket ``cache_bytes`` of video blocks (64 MiB by default). ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
-    use 1 when DataLoader workers already fill the cores.
+    decoders, and for tasks in a bucket ``cache_bytes`` of video blocks (64 MiB by default). ``decode_threads`` threads decode a batch's streams in parallel (PyAV releases the GIL);
+    use 1 when DataLoader workers already fill the cores (a bucket's batch uses ``io_threads``). A batch
+    (``__getitems__``) also holds its own frames while it is assembled: what it returns.
 
     Raises
     ------
@@ -262,7 +301,7 @@ class PooledDataset(_Base):
                  cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
                  cache_frames: int | None = None, decode_threads: int = 4,
                  mirror_root: str | Path | None = None, cache_bytes: int = 64 << 20, block_size: int = 256 << 10,
-                 read_ahead: int = 8) -> None:
+                 read_ahead: int = 8, io_threads: int = 8) -> None:
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
@@ -303,7 +342,7 @@ class PooledDataset(_Base):
         span = max((int(v.max() - v.min()) + 1 for v in offs), default=1)
         self.cache_frames = int(cache_frames) if cache_frames is not None else min(64, max(4, 2 * longest, span + 1))
         self.max_open_streams, self.max_episodes = int(max_open_streams), int(max_episodes)
-        self.decode_threads = int(decode_threads)
+        self.decode_threads, self.io_threads = max(1, int(decode_threads)), max(1, int(io_threads))
         BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
         self.cache_bytes, self.block_size, self.read_ahead = int(cache_bytes), int(block_size), int(read_ahead)
         self._w: _Worker | None = None
@@ -406,10 +445,82 @@ class PooledDataset(_Base):
         """Items of each episode, in index order (what :class:`EpisodeSampler` shuffles)."""
         return [self.index.episode_items(e) for e in range(len(self.index.episodes))]
 
+    def threads(self) -> int:
+        """Threads per process reading a batch: ``decode_threads``, or ``io_threads`` when larger and a task is in
+        a bucket (there a thread mostly waits on its GET)."""
+        remote = any(isinstance(e.path, ObjectPath) for e in self.index.tasks)
+        return max(self.decode_threads, self.io_threads) if remote else self.decode_threads
+
     def __getitem__(self, i: int) -> dict[str, Any]:
-        t, n, row, e = self.index.locate(int(i))
+        return self._read([int(i)])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Items ``indices`` (what a ``DataLoader`` asks for a batch), in that order (see :meth:`_read`)."""
+        return self._read([int(i) for i in indices])
+
+    def _read(self, indices: list[int]) -> list[dict[str, Any]]:
+        """Items ``indices`` read as one plan: the batch's episodes (at most ``max_episodes`` at a time) are opened
+        and their columns read by the worker's threads at once; then each stream the batch touches (at most
+        ``max_open_streams`` at a time) is opened and decoded once for all the batch's windows on it, sorted by
+        row (one forward decode per stream, not a seek per item), the streams on the threads at once. Over a
+        bucket every object's GETs then overlap with the others' instead of following them one by one
+        (docs/decisions.md B9). Memory: the batch's frames (what it returns) plus the per-worker bounds."""
         w = self._worker()
-        view = w.view(self, t, n, self.index.episodes[e][2])
+        where = [self.index.locate(i) for i in indices]
+        order = sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2]))
+        by_ep: OrderedDict[int, list[int]] = OrderedDict()
+        for k in order:
+            by_ep.setdefault(where[k][3], []).append(k)
+        plain: list[dict[str, Any]] = [{} for _ in indices]
+        frames: list[dict[str, tuple[np.ndarray, np.ndarray | None]]] = [{} for _ in indices]
+        eps = list(by_ep)
+        for c in range(0, len(eps), self.max_episodes):
+            chunk = eps[c:c + self.max_episodes]
+            for t in dict.fromkeys(where[by_ep[e][0]][0] for e in chunk):
+                w.task(self, t)  # one open per task, before its episodes' threads
+
+            def columns(e: int) -> list[tuple[tuple[int, str], _Ask]]:
+                t, n, _row, _e = where[by_ep[e][0]]
+                view = w.view(self, t, n, self.index.episodes[e][2])
+                todo = []
+                for k in by_ep[e]:
+                    plain[k], streams = self._plain(view, indices[k], where[k])
+                    todo += [((e, key), _Ask(k, kind, rows, pad, view)) for key, kind, rows, pad in streams]
+                return todo
+
+            groups: OrderedDict[tuple[int, str], list[_Ask]] = OrderedDict()
+            for todo in w.map(columns, chunk):
+                for g, ask in todo:
+                    groups.setdefault(g, []).append(ask)
+
+            def decode(job: tuple[str, list[_Ask]]) -> None:
+                key, asks = job
+                dec = self._decoder(w, asks[0].view, key, asks[0].kind)
+                got = dec.frames(sorted({int(j) for a in asks for j in a.rows.tolist()}))
+                rgb_cf = self.channels_first and getattr(dec, "kind", "depth") == "rgb"
+                for a in asks:
+                    arr = np.stack([got[j] for j in a.rows.tolist()])  # a copy: the decoder's cache stays private
+                    if rgb_cf:
+                        arr = np.moveaxis(arr, -1, -3)
+                    frames[a.k][key] = (arr if a.pad is not None else arr[0], a.pad)
+
+            jobs = [(g[1], asks) for g, asks in groups.items()]
+            for d in range(0, len(jobs), self.max_open_streams):
+                w.map(decode, jobs[d:d + self.max_open_streams])
+        out = []
+        for k in range(len(indices)):
+            item = plain[k]
+            for key, (value, pad) in frames[k].items():
+                item[key] = value
+                if pad is not None:
+                    item[key + "_is_pad"] = pad
+            out.append(self._to_output(item))
+        return out
+
+    def _plain(self, view: EpisodeView, i: int, where: tuple[int, int, int, int]
+               ) -> tuple[dict[str, Any], list[tuple[str, str, np.ndarray, np.ndarray | None]]]:
+        """Item ``i``'s values that are not video frames, and its streams' ``(key, kind, rows, pad)``."""
+        t, n, row, _e = where
         item: dict[str, Any] = {"index": np.int64(i if i >= 0 else i + len(self)), "task_index": np.int64(t),
                                 "episode_index": np.int64(n), "frame_index": np.int64(row)}
         streams = []
@@ -432,28 +543,9 @@ class PooledDataset(_Base):
             if pad is not None:
                 item[key + "_is_pad"] = pad
             item[key] = value if rows is None or pad is not None else value[0]
-        if streams:
-            if w.pool is not None and len(streams) > 1:
-                frames = list(w.pool.map(lambda s: self._frames(w, view, *s), streams))
-            else:
-                frames = [self._frames(w, view, *s) for s in streams]
-            for (key, _k, _r, pad), value in zip(streams, frames, strict=True):
-                item[key] = value
-                if pad is not None:
-                    item[key + "_is_pad"] = pad
-        return self._to_output(item)
+        return item, streams
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Items ``indices`` (what a ``DataLoader`` asks for a batch), in that order, read sorted by episode and
-        row: the windows of one stream are then decoded in one forward pass instead of a seek per item."""
-        where = [self.index.locate(int(i)) for i in indices]
-        out: list[dict[str, Any]] = [{} for _ in indices]
-        for k in sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2])):
-            out[k] = self[int(indices[k])]
-        return out
-
-    def _frames(self, w: _Worker, view: EpisodeView, key: str, kind: str, rows: np.ndarray,
-                pad: np.ndarray | None) -> np.ndarray:
+    def _decoder(self, w: _Worker, view: EpisodeView, key: str, kind: str) -> PngSequence | StreamDecoder:
         path = view.stream_path(key)
 
         def make() -> PngSequence | StreamDecoder:  # only for a stream not open yet: no stat (HEAD) per item
@@ -463,12 +555,8 @@ class PooledDataset(_Base):
             return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,
                                  cache=w.blocks)
 
-        dec = w.decoders.open(path, make)
-        got = dec.frames(rows.tolist())
-        arr = np.stack([got[j] for j in rows.tolist()])  # a copy: the decoder's cache stays private
-        if self.channels_first and getattr(dec, "kind", "depth") == "rgb":
-            arr = np.moveaxis(arr, -1, -3)
-        return arr if pad is not None else arr[0]
+        dec: PngSequence | StreamDecoder = w.decoders.open(path, make)
+        return dec
 
     def _ragged(self, view: EpisodeView, kind: str, key: str, row: int) -> tuple[np.ndarray, np.ndarray | None]:
         if kind == "imu":
