@@ -34,7 +34,15 @@ from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
 from .object_cache import BlockCache, mp4_packet_index, open_cached_container
 
-__all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
+__all__ = ["DecoderCache", "PngSequence", "StreamDecoder", "probe_kind"]
+
+
+def probe_kind(container: Any) -> str:
+    """``"depth"`` or ``"rgb"`` of an open container, by :meth:`egopool.Episode.stream_kind`'s rule: gray pixels or
+    two video streams are depth."""
+    vs = container.streams.video
+    gray = bool(vs) and str(stream_codec(vs[0])[1] or "").startswith("gray")
+    return "depth" if gray or len(vs) > 1 else "rgb"
 
 
 class StreamDecoder:
@@ -74,9 +82,7 @@ class StreamDecoder:
             self._c = open_media(self.path, "video")
         try:
             if kind == "auto":  # Episode.stream_kind's probe, on this container (no second open of the object)
-                vs = self._c.streams.video
-                gray = bool(vs) and str(stream_codec(vs[0])[1] or "").startswith("gray")
-                kind = "depth" if gray or len(vs) > 1 else "rgb"
+                kind = probe_kind(self._c)
             self.kind = kind
             if kind == "depth":
                 self._s, self._convert = depth_stream_decoder(self._c, self.path, params)

@@ -14,24 +14,25 @@ tensors (``output="numpy"`` keeps numpy); without it, the same class returns num
 from __future__ import annotations
 
 import os
-import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import install_hint
 from ..keypoints.mirror import episode_mirror_dir
-from ..read.reader import Task, open_task
+from ..read.reader import open_task
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
-from .decode import DecoderCache, PngSequence, StreamDecoder
+from .decode import PngSequence, StreamDecoder
 from .episode_view import EpisodeView, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .object_cache import BlockCache
+from .torchcodec_decode import TorchcodecStream, torchcodec_available
+from .worker import Ask, Worker
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
 if TYPE_CHECKING:  # checked as the torch Dataset it is with the extra `train` installed
@@ -47,11 +48,8 @@ else:
 
 __all__ = ["PooledDataset", "find_tasks"]
 
-_T = TypeVar("_T")
-_R = TypeVar("_R")
-
 #: Worker states a forked process inherited: never used, never freed (see ``PooledDataset._worker``).
-_INHERITED: list[_Worker] = []
+_INHERITED: list[Worker] = []
 
 
 def find_tasks(paths: TaskPathLike | Iterable[TaskPathLike]) -> list[TaskPath]:
@@ -124,75 +122,6 @@ def _same_location(key: Any, path: TaskPath) -> bool:
     return Path(key).resolve() == path
 
 
-class _Ask(NamedTuple):
-    """One item's window on one stream: item position ``k`` in the batch, its kind, rows and pad flags."""
-
-    k: int
-    kind: str
-    rows: np.ndarray
-    pad: np.ndarray | None
-    view: EpisodeView
-
-
-class _Worker:
-    """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled. Thread-safe: a
-    batch's episodes and streams are read by the pool's threads at once (``PooledDataset._read``)."""
-
-    def __init__(self, ds: PooledDataset) -> None:
-        self.pid = os.getpid()
-        self.tasks: dict[int, Task] = {}
-        self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
-        self.decoders = DecoderCache(ds.max_open_streams)
-        self.blocks = BlockCache(ds.cache_bytes, ds.block_size, ds.read_ahead)
-        self.threads = ds.threads()
-        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
-        self.max_views = ds.max_episodes
-        self._lock = threading.Lock()
-
-    def map(self, fn: Callable[[_T], _R], todo: Sequence[_T]) -> list[_R]:
-        """``[fn(x) for x in todo]``, on the pool's threads when there are several (the first error is raised)."""
-        if self.pool is None or len(todo) < 2:
-            return [fn(x) for x in todo]
-        return list(self.pool.map(fn, todo))
-
-    def task(self, ds: PooledDataset, t: int) -> Task:
-        with self._lock:
-            task = self.tasks.get(t)
-        if task is None:
-            task = open_task(ds.index.tasks[t].path)
-            with self._lock:
-                task = self.tasks.setdefault(t, task)
-        return task
-
-    def view(self, ds: PooledDataset, t: int, n: int, length: int) -> EpisodeView:
-        with self._lock:
-            v = self.views.get((t, n))
-            if v is not None:
-                self.views.move_to_end((t, n))
-                return v
-        v = EpisodeView(self.task(ds, t).episode(n), length)
-        with self._lock:
-            v = self.views.setdefault((t, n), v)
-            self.views.move_to_end((t, n))
-            while len(self.views) > self.max_views:
-                self.views.popitem(last=False)
-        return v
-
-    def close(self) -> None:
-        self.decoders.close()
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
-
-    def __del__(self) -> None:
-        # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
-        # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
-        # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
-        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O41). A fork's inherited
-        # copy is never closed.
-        if self.pid == os.getpid():
-            self.close()
-
-
 class PooledDataset(_Base):
     """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
 
@@ -252,6 +181,11 @@ class PooledDataset(_Base):
         ``decode_threads``): the batch's episodes, then its streams, are opened and read at once, so a
         batch costs a few round trips of the store's latency rather than one per object (a forked worker
         reads through a boto3 client of its own, docs/decisions.md B8, B9).
+    decoder:
+        The RGB streams' decoder: ``"torchcodec"`` (LeRobot 0.6's; the extra ``train`` installs it), ``"pyav"``, or
+        ``"auto"`` (default: torchcodec when it imports, else PyAV; torchcodec measured faster, benchmarks/README.md
+        "bench_loader.py"). Both give the reader's frames bit for bit; depth streams always use egopool's own
+        decoder (12-bit HEVC log code, FFV1: :mod:`egopool.dataset.torchcodec_decode`).
     mirror_root:
         The ``keypoints_output`` directory of the ``keypoints.*`` keys; default as
         ``egopool keypoints extract`` (``$EGOPOOL_KEYPOINTS_ROOT``, else beside the recordings root).
@@ -301,12 +235,18 @@ class PooledDataset(_Base):
                  cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
                  cache_frames: int | None = None, decode_threads: int = 4,
                  mirror_root: str | Path | None = None, cache_bytes: int = 64 << 20, block_size: int = 256 << 10,
-                 read_ahead: int = 8, io_threads: int = 8) -> None:
+                 read_ahead: int = 8, io_threads: int = 8, decoder: str = "auto") -> None:
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
             raise ValueError(f"output='torch' needs PyTorch: {install_hint('train')}")
         self.as_torch = torch is not None and output != "numpy"
+        if decoder not in ("auto", "pyav", "torchcodec"):
+            raise ValueError(f"decoder must be 'auto', 'pyav' or 'torchcodec', got {decoder!r}")
+        if decoder == "torchcodec" and not torchcodec_available():
+            raise ValueError(f"decoder='torchcodec' needs torchcodec (and FFmpeg's libraries): {install_hint('train')}")
+        #: ``"pyav"`` or ``"torchcodec"``: the RGB streams' decoder (``"auto"``: torchcodec when it imports).
+        self.decoder = decoder if decoder != "auto" else ("torchcodec" if torchcodec_available() else "pyav")
         delta = dict(delta_timestamps or {})
         if isinstance(keys, (str, bytes)):
             raise ValueError(f"keys must be a list of names, got the string {keys!r}: use keys=[{keys!r}]")
@@ -345,7 +285,7 @@ class PooledDataset(_Base):
         self.decode_threads, self.io_threads = max(1, int(decode_threads)), max(1, int(io_threads))
         BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
         self.cache_bytes, self.block_size, self.read_ahead = int(cache_bytes), int(block_size), int(read_ahead)
-        self._w: _Worker | None = None
+        self._w: Worker | None = None
 
     @staticmethod
     def _entries(paths: list[TaskPath], names: Iterable[str] | None,
@@ -412,14 +352,14 @@ class PooledDataset(_Base):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def _worker(self) -> _Worker:
+    def _worker(self) -> Worker:
         w = self._w
         if w is None or w.pid != os.getpid():  # first item here, or a forked copy of the parent's
             if w is not None:
                 # a fork's copy of the parent's containers: freeing them here would join FFmpeg decoder
                 # threads that do not exist in this process (a deadlock); they stay untouched instead
                 _INHERITED.append(w)
-            w = self._w = _Worker(self)
+            w = self._w = Worker(self)
         return w
 
     def close(self) -> None:
@@ -479,21 +419,21 @@ class PooledDataset(_Base):
             for t in dict.fromkeys(where[by_ep[e][0]][0] for e in chunk):
                 w.task(self, t)  # one open per task, before its episodes' threads
 
-            def columns(e: int) -> list[tuple[tuple[int, str], _Ask]]:
+            def columns(e: int) -> list[tuple[tuple[int, str], Ask]]:
                 t, n, _row, _e = where[by_ep[e][0]]
                 view = w.view(self, t, n, self.index.episodes[e][2])
                 todo = []
                 for k in by_ep[e]:
                     plain[k], streams = self._plain(view, indices[k], where[k])
-                    todo += [((e, key), _Ask(k, kind, rows, pad, view)) for key, kind, rows, pad in streams]
+                    todo += [((e, key), Ask(k, kind, rows, pad, view)) for key, kind, rows, pad in streams]
                 return todo
 
-            groups: OrderedDict[tuple[int, str], list[_Ask]] = OrderedDict()
+            groups: OrderedDict[tuple[int, str], list[Ask]] = OrderedDict()
             for todo in w.map(columns, chunk):
                 for g, ask in todo:
                     groups.setdefault(g, []).append(ask)
 
-            def decode(job: tuple[str, list[_Ask]]) -> None:
+            def decode(job: tuple[str, list[Ask]]) -> None:
                 key, asks = job
                 dec = self._decoder(w, asks[0].view, key, asks[0].kind)
                 got = dec.frames(sorted({int(j) for a in asks for j in a.rows.tolist()}))
@@ -545,17 +485,24 @@ class PooledDataset(_Base):
             item[key] = value if rows is None or pad is not None else value[0]
         return item, streams
 
-    def _decoder(self, w: _Worker, view: EpisodeView, key: str, kind: str) -> PngSequence | StreamDecoder:
+    def _decoder(self, w: Worker, view: EpisodeView, key: str, kind: str
+                 ) -> PngSequence | StreamDecoder | TorchcodecStream:
         path = view.stream_path(key)
 
-        def make() -> PngSequence | StreamDecoder:  # only for a stream not open yet: no stat (HEAD) per item
+        def make() -> PngSequence | StreamDecoder | TorchcodecStream:  # only for a stream not open yet: no stat (HEAD) per item
             if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
-            params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
-            return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,
+            k = kind
+            if self.decoder == "torchcodec" and k in ("rgb", "stream"):
+                tc = TorchcodecStream.open(path, k, w.blocks, self.cache_frames)
+                if tc is not None:
+                    return tc
+                k = "depth"  # probed: depth stays on egopool's decoder
+            params = view.ep.depth_params(key) if k in ("depth", "stream") else None
+            return StreamDecoder(path, "auto" if k == "stream" else k, params, max_frames=self.cache_frames,
                                  cache=w.blocks)
 
-        dec: PngSequence | StreamDecoder = w.decoders.open(path, make)
+        dec: PngSequence | StreamDecoder | TorchcodecStream = w.decoders.open(path, make)
         return dec
 
     def _ragged(self, view: EpisodeView, kind: str, key: str, row: int) -> tuple[np.ndarray, np.ndarray | None]:
