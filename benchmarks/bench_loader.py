@@ -8,6 +8,7 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
     .venv/bin/python benchmarks/bench_loader.py [--rig full] [--scale 4] [--seconds 4] [--episodes 2]
         [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50]
 
+* egopool decodes RGB with ``decoder="auto"`` (torchcodec where it imports), ``egopool-local-pyav`` with PyAV;
 * setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras), ``export_lerobot(task, out,
   depth=False)``, a ``weed server`` on loopback and the task uploaded to ``s3://bench/pool/TASK``;
 * every loader: 8-frame windows ``[-7/fps .. 0]`` on every RGB camera, batch 32, shuffled (egopool:
@@ -62,7 +63,8 @@ def _child(spec: dict) -> None:
         from egopool.dataset import BucketSampler, PooledDataset
 
         ds = PooledDataset(spec["task"], keys=spec["keys"], delta_timestamps=spec["delta"], channels_first=True,
-                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4)
+                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4,
+                           decoder="pyav" if spec["loader"].endswith("-pyav") else "auto")
         loader = DataLoader(ds, batch_size=32, sampler=BucketSampler(ds, buffer=8, seed=0),
                             num_workers=spec["workers"])
     step = spec["step_ms"] / 1000
@@ -81,6 +83,12 @@ def _child(spec: dict) -> None:
         time.sleep(step)  # the training step
     dt = time.perf_counter() - t0
     print(json.dumps({"samples_per_s": n / dt, "samples": n, "wait_share": waited / dt}), flush=True)
+
+
+def _auto_decoder() -> str:
+    from egopool.dataset.torchcodec_decode import torchcodec_available
+
+    return "torchcodec" if torchcodec_available() else "pyav"
 
 
 def _tree_rss(pid: int) -> int:
@@ -134,9 +142,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
     ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
-    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-s3 egopool-s3-50ms "
-                                                 "lerobot-0.6.1 lerobot-0.4.4")
+    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-local-pyav egopool-s3 "
+                                                 "egopool-s3-50ms lerobot-0.6.1 lerobot-0.4.4")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
+    ap.add_argument("--lerobot044-python", default=sys.executable,
+                    help="python of a venv with LeRobot 0.4.4 (the interop extra; default: this one, if it imports)")
     args = ap.parse_args()
     if args.child:
         return _child(json.loads(args.child))
@@ -164,12 +174,8 @@ def main() -> None:
     lr_delta = {f"observation.images.{c}": window for c in cams}
     rows = sum(e.length for e in task.episodes())
     have_lr06 = Path(args.lerobot_python).exists()
-    try:
-        import lerobot  # noqa: F401
-        have_lr04 = True
-    except ImportError:
-        have_lr04 = False
-    loaders = args.loaders or ["egopool-local", "egopool-s3", "egopool-s3-50ms",
+    have_lr04 = subprocess.run([args.lerobot044_python, "-c", "import lerobot"], capture_output=True).returncode == 0
+    loaders = args.loaders or ["egopool-local", "egopool-local-pyav", "egopool-s3", "egopool-s3-50ms",
                                *(["lerobot-0.6.1"] if have_lr06 else []), *(["lerobot-0.4.4"] if have_lr04 else [])]
     lr = tmp / "lerobot"
     if any(x.startswith("lerobot") for x in loaders):
@@ -190,7 +196,8 @@ def main() -> None:
             c = weed.request_counts()  # weed's metrics name a request by method (a HEAD counts as a GET)
             return c.get("GET", 0) + c.get("HEAD", 0)
 
-        print(f"{'workers':>7} {'loader':>16} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
+        print(f"egopool decoder (auto): {_auto_decoder()}")
+        print(f"{'workers':>7} {'loader':>18} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
               f"{'GETs/sample':>12} {'load avg':>9}")
         with LatencyRelay(port, args.delay_ms / 1000) as relay:
             for w in args.workers:
@@ -207,14 +214,16 @@ def main() -> None:
                     elif name == "lerobot-0.6.1":
                         python = args.lerobot_python
                         env.pop("PYTHONPATH")
+                    elif name == "lerobot-0.4.4":
+                        python = args.lerobot044_python
                     r = res[name] = _run(spec, python, env, gets)
                     per = f"{r['gets'] / r['samples']:.2f}" if name.startswith("egopool-s3") else "-"
-                    print(f"{w:>7} {name:>16} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
+                    print(f"{w:>7} {name:>18} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
                           f"{r['peak_rss_mb']:>12.0f} {per:>12} {os.getloadavg()[0]:>9.1f}", flush=True)
                 local = res.get("egopool-local")
                 for name, r in res.items():
                     if local and name != "egopool-local":
-                        print(f"{w:>7} {'local/' + name:>16} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
+                        print(f"{w:>7} {'local/' + name:>18} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
                               flush=True)
 
 
