@@ -153,7 +153,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT / "src"))
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "storage")]
-    from latency_relay import LatencyRelay
+    from relay import LatencyRelay
     from s3_support import WeedServer
 
     from egopool import open_task

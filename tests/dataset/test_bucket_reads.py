@@ -114,7 +114,7 @@ def test_shuffled_windows_from_two_workers_equal_the_directory(remote, gop_task,
 
 def test_a_stalled_connection_is_a_timeout_naming_the_object(s3_server, remote, tmp_path, monkeypatch):
     sys.path.insert(0, str(Path(__file__).parents[1] / "storage"))
-    from faulty_relay import FaultyRelay
+    from relay import FaultyRelay
 
     port = int(s3_server.endpoint.rsplit(":", 1)[1])
     with FaultyRelay(port, "stall", after=10**9) as relay:
