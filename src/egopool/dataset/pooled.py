@@ -203,7 +203,8 @@ class PooledDataset(_Base):
     640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
     decoders, and for tasks in a bucket ``cache_bytes`` of video blocks (64 MiB by default). ``decode_threads`` threads decode a batch's streams in parallel (PyAV releases the GIL);
     use 1 when DataLoader workers already fill the cores (a bucket's batch uses ``io_threads``). A batch
-    (``__getitems__``) also holds its own frames while it is assembled: what it returns.
+    (``__getitems__``) also holds its own frames while it is assembled: what it returns; over a bucket at most
+    ``io_threads`` GETs are in flight, each at most the blocks one read needs plus ``read_ahead`` blocks.
 
     Raises
     ------
