@@ -31,6 +31,7 @@ from .episode_view import EpisodeView, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .object_cache import BlockCache
+from .read_ahead import next_batch
 from .torchcodec_decode import TorchcodecStream, torchcodec_available
 from .worker import Ask, Worker
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
@@ -287,6 +288,7 @@ class PooledDataset(_Base):
         BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
         self.cache_bytes, self.block_size, self.read_ahead = int(cache_bytes), int(block_size), int(read_ahead)
         self._w: Worker | None = None
+        self._order: Any = None  # the BucketSampler whose order the workers read ahead in (follow_order)
 
     @staticmethod
     def _entries(paths: list[TaskPath], names: Iterable[str] | None,
@@ -392,6 +394,12 @@ class PooledDataset(_Base):
         remote = any(isinstance(e.path, ObjectPath) for e in self.index.tasks)
         return max(self.decode_threads, self.io_threads) if remote else self.decode_threads
 
+    def follow_order(self, sampler: Any) -> None:
+        """Read ahead in ``sampler``'s order (a :class:`~egopool.dataset.BucketSampler` calls this when made over this
+        dataset): over a bucket, after each batch a worker opens the episodes and streams of its next batch in the
+        background (:mod:`egopool.dataset.read_ahead`). It changes no item."""
+        self._order = sampler
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self._read([int(i)])[0]
 
@@ -407,6 +415,7 @@ class PooledDataset(_Base):
         bucket every object's GETs then overlap with the others' instead of following them one by one
         (docs/decisions.md B9). Memory: the batch's frames (what it returns) plus the per-worker bounds."""
         w = self._worker()
+        w.settle()
         where = [self.index.locate(i) for i in indices]
         order = sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2]))
         by_ep: OrderedDict[int, list[int]] = OrderedDict()
@@ -448,6 +457,10 @@ class PooledDataset(_Base):
             jobs = [(g[1], asks) for g, asks in groups.items()]
             for d in range(0, len(jobs), self.max_open_streams):
                 w.map(decode, jobs[d:d + self.max_open_streams])
+        if self._order is not None and w.pool is not None and self.threads() > self.decode_threads:
+            nxt = next_batch(self._order, indices, w.position)  # a bucket: open the next batch's objects meanwhile
+            if nxt:
+                w.read_ahead(lambda: self._open_ahead(w, nxt))
         out = []
         for k in range(len(indices)):
             item = plain[k]
@@ -457,6 +470,23 @@ class PooledDataset(_Base):
                     item[key + "_is_pad"] = pad
             out.append(self._to_output(item))
         return out
+
+    def _open_ahead(self, w: Worker, indices: list[int]) -> None:
+        """Open what a batch of ``indices`` will read (its first ``max_episodes`` episodes, their columns, its
+        first ``max_open_streams`` streams) and decode nothing: :mod:`egopool.dataset.read_ahead`."""
+        first: OrderedDict[int, tuple[int, tuple[int, int, int, int]]] = OrderedDict()
+        for i in indices:
+            where = self.index.locate(i)
+            first.setdefault(where[3], (i, where))
+        eps = list(first.values())[:self.max_episodes]
+
+        def episode(x: tuple[int, tuple[int, int, int, int]]) -> list[tuple[EpisodeView, str, str]]:
+            i, (t, n, _row, e) = x
+            view = w.view(self, t, n, self.index.episodes[e][2])
+            return [(view, key, kind) for key, kind, _r, _p in self._plain(view, i, x[1])[1]]
+
+        streams = [s for got in w.map(episode, eps) for s in got][:self.max_open_streams]
+        w.map(lambda s: self._decoder(w, *s), streams)
 
     def _plain(self, view: EpisodeView, i: int, where: tuple[int, int, int, int]
                ) -> tuple[dict[str, Any], list[tuple[str, str, np.ndarray, np.ndarray | None]]]:

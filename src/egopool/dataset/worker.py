@@ -8,7 +8,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
@@ -17,6 +17,7 @@ from ..read.reader import Task, open_task
 from .decode import DecoderCache
 from .episode_view import EpisodeView
 from .object_cache import BlockCache
+from .read_ahead import Position
 
 if TYPE_CHECKING:
     from .pooled import PooledDataset
@@ -51,6 +52,26 @@ class Worker:
         self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
         self.max_views = ds.max_episodes
         self._lock = threading.Lock()
+        #: The next batch's opening, running in the background (read_ahead.py), and where that batch starts.
+        self.ahead: Future[None] | None = None
+        self.position = Position()
+        self._ahead_pool: ThreadPoolExecutor | None = None
+
+    def read_ahead(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (opening the predicted next batch) in the background; :meth:`settle` waits for it."""
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(1)
+        self.ahead = self._ahead_pool.submit(fn)
+
+    def settle(self) -> None:
+        """Wait for the read-ahead to end (before a batch uses the decoders it may have opened). Its errors are
+        dropped: the batch that needs what failed reads it again and reports it."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            try:
+                ahead.result()
+            except Exception:  # noqa: BLE001 - reported by the read that needs it
+                pass
 
     def map(self, fn: Callable[[_T], _R], todo: Sequence[_T]) -> list[_R]:
         """``[fn(x) for x in todo]``, on the pool's threads when there are several (the first error is raised)."""
@@ -82,9 +103,11 @@ class Worker:
         return v
 
     def close(self) -> None:
+        self.settle()
         self.decoders.close()
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
+        for pool in (self.pool, self._ahead_pool):
+            if pool is not None:
+                pool.shutdown(wait=False)
 
     def __del__(self) -> None:
         # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
