@@ -72,7 +72,8 @@ def test_small_trips_of_a_new_user(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["show", str(broken), "2"]) == 1
     assert "problem:" in capsys.readouterr().out
     assert main(["show", str(broken), "2", "--json"]) == 1
-    assert _json.loads(capsys.readouterr().out)["complete"] is False
+    shown = _json.loads(capsys.readouterr().out)
+    assert (shown["complete"], shown["finished"], shown["damaged"]) == (False, True, True)
     assert main(["show", str(task), "2"]) == 0
     capsys.readouterr()
     # validate: a bad chunks_size once, and the fix named for it, for fps and for a non-object info.json

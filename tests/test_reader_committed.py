@@ -63,4 +63,6 @@ def test_ls_and_show_still_show_an_uncommitted_group_as_incomplete(tmp_path: Pat
     assert cli(["show", str(root), "2", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["episode_index"] == 2 and shown["complete"] is False
+    assert (shown["finished"], shown["damaged"]) == (False, False)
+    assert [(r["finished"], r["damaged"]) for r in rows] == [(True, False), (False, False), (True, True)]
     assert any("meta" in p for p in shown["problems"])

@@ -43,6 +43,11 @@ def _number_field(row: dict[str, Any], key: str, problems: list[str]) -> None:
 UNFINISHED = "no meta/episodes row (the episode was never finished)"
 
 
+def _damaged(problems: list[str], finished: bool) -> bool:
+    """True when a problem other than the episode being unfinished was found (its one UNFINISHED line)."""
+    return len(problems) > (0 if finished else 1)
+
+
 def _read_meta(ep: Episode, problems: list[str]) -> dict[str, Any] | None:
     if ep.files.meta is None:
         problems.append(UNFINISHED)
@@ -78,6 +83,7 @@ def _size(ep: Episode) -> int:
 def _summary(ep: Episode) -> tuple[dict[str, Any], dict[str, Any] | None]:
     problems: list[str] = []
     row = _read_meta(ep, problems)
+    finished = ep.files.meta is not None
     rows = _data_rows(ep, problems)
     length = rows
     if row is not None:
@@ -98,14 +104,18 @@ def _summary(ep: Episode) -> tuple[dict[str, Any], dict[str, Any] | None]:
     summary = {
         "episode_index": ep.index, "chunk": ep.chunk, "file": ep.file, "length": length,
         "streams": sorted(ep.files.videos), "bytes": _size(ep), "complete": not problems, "problems": problems,
+        "finished": finished, "damaged": _damaged(problems, finished),
     }
     return summary, row
 
 
 def episode_summary(ep: Episode) -> dict[str, Any]:
-    """One ``ls`` row: episode_index, chunk, file, length, streams, bytes, complete, problems.
+    """One ``ls`` row: episode_index, chunk, file, length, streams, bytes, complete, problems, finished, damaged.
 
-    ``complete`` is True when the data parquet footer and the meta row read, the row's
+    ``finished`` is False for an episode still being written or cut off (no meta row);
+    ``damaged`` is True when a part that exists cannot be read or is malformed (any problem
+    other than being unfinished). ``complete`` is True when the data parquet footer and the
+    meta row read, the row's
     values are well-formed and every stream its ``video_codec`` lists has its file
     (multi_device_storage.md §1.2); ``problems`` says what is not so, one line each.
     Never raises for a broken episode.
@@ -222,9 +232,10 @@ def show_cmd(task: Path = task_argument(),
         "meta": row, "columns": columns, "trajectories": trajectories,
     }
     out["complete"] = not problems
+    out["damaged"] = _damaged(problems, summary["finished"])
     if json_out:
         print_json(out)
-        if any(p != UNFINISHED for p in problems):  # a part that cannot be read fails, for scripts too (issue 28)
+        if out["damaged"]:  # a part that cannot be read fails, for scripts too (issue 28)
             raise typer.Exit(1)
         return
     console.print(f"[bold]episode {ep.index}[/bold] (chunk-{ep.chunk:03d}/episode-{ep.file:03d}) "
@@ -243,5 +254,5 @@ def show_cmd(task: Path = task_argument(),
         console.print(f"trajectory {col}: {tr['points']} points, frame={tr['frame']}")
     for p in problems:
         console.print(f"[red]problem:[/red] {escape(p)}")
-    if any(p != UNFINISHED for p in problems):
+    if out["damaged"]:
         raise typer.Exit(1)

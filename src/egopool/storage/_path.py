@@ -154,7 +154,7 @@ class ObjectEntry:
 def _split(uri: str) -> tuple[str, str]:
     rest = uri[len("s3://"):]
     bucket, _, key = rest.partition("/")
-    key = key.strip("/")
+    key = key.rstrip("/")  # a trailing / is a folder; a leading one (s3://b//t) is an empty component
     if not bucket:
         raise FormatError(f"{uri!r} names no bucket", hint="write s3://BUCKET/PREFIX/TASK")
     if key and any(part in ("", ".", "..") for part in key.split("/")):
