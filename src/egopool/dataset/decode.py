@@ -32,7 +32,7 @@ from ..codecs.depth_png import png16_frame_paths, read_png16_frame
 from ..codecs.video import open_media, rgb_array, rgb_stream, stream_codec
 from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
-from .object_cache import BlockCache, mp4_packet_index, open_cached_container
+from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
 __all__ = ["DecoderCache", "PngSequence", "StreamDecoder", "probe_kind"]
 
@@ -64,6 +64,9 @@ class StreamDecoder:
         For an object in a bucket: the process's :class:`~egopool.dataset.object_cache.BlockCache` its bytes
         are read through (coalesced ranged GETs, read-ahead, bounded memory; an MP4's packet index is
         demuxed from its sample tables without downloading its samples). None: PyAV's buffered reader.
+    opened:
+        ``(container, file)`` of :func:`~egopool.dataset.object_cache.open_cached_container` already open on
+        ``path`` (its header probed elsewhere): used instead of opening the object again; closed with this decoder.
 
     Raises
     ------
@@ -72,11 +75,14 @@ class StreamDecoder:
     """
 
     def __init__(self, path: TaskPathLike, kind: str, params: Mapping[str, Any] | None = None, *,
-                 max_frames: int = 32, cache: BlockCache | None = None) -> None:
+                 max_frames: int = 32, cache: BlockCache | None = None,
+                 opened: tuple[Any, CachedObjectFile] | None = None) -> None:
         self.path = as_path(path)
         self.max_frames = max(1, int(max_frames))
         self._file: Any = None
-        if isinstance(self.path, ObjectPath) and cache is not None:
+        if opened is not None:  # a container over the cache already open (torchcodec_decode probed it)
+            self._c, self._file = opened
+        elif isinstance(self.path, ObjectPath) and cache is not None:
             self._c, self._file = open_cached_container(self.path, cache)
         else:
             self._c = open_media(self.path, "video")

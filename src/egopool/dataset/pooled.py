@@ -32,7 +32,7 @@ from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .object_cache import BlockCache
 from .read_ahead import next_batch
-from .torchcodec_decode import TorchcodecStream, torchcodec_available
+from .torchcodec_decode import TorchcodecStream, open_stream, torchcodec_available
 from .worker import Ask, Worker
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
@@ -523,14 +523,10 @@ class PooledDataset(_Base):
         def make() -> PngSequence | StreamDecoder | TorchcodecStream:  # only for a stream not open yet: no stat (HEAD) per item
             if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
-            k = kind
-            if self.decoder == "torchcodec" and k in ("rgb", "stream"):
-                tc = TorchcodecStream.open(path, k, w.blocks, self.cache_frames)
-                if tc is not None:
-                    return tc
-                k = "depth"  # probed: depth stays on egopool's decoder
-            params = view.ep.depth_params(key) if k in ("depth", "stream") else None
-            return StreamDecoder(path, "auto" if k == "stream" else k, params, max_frames=self.cache_frames,
+            params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
+            if self.decoder == "torchcodec":  # RGB by torchcodec, depth by egopool's decoder
+                return open_stream(path, kind, params, w.blocks, self.cache_frames)
+            return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,
                                  cache=w.blocks)
 
         dec: PngSequence | StreamDecoder | TorchcodecStream = w.decoders.open(path, make)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,7 +29,10 @@ from ..storage import ObjectPath, TaskPath
 from ..codecs.video import rgb_stream
 from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
-__all__ = ["TorchcodecStream", "torchcodec_available"]
+if TYPE_CHECKING:
+    from .decode import StreamDecoder
+
+__all__ = ["TorchcodecStream", "open_stream", "torchcodec_available"]
 
 
 def torchcodec_available() -> bool:
@@ -102,31 +105,6 @@ class TorchcodecStream:
                              ) from exc
         self.frame_count = int(self._d.metadata.num_frames or 0)
 
-    @classmethod
-    def open(cls, path: TaskPath, kind: str, cache: BlockCache | None, max_frames: int) -> TorchcodecStream | None:
-        """A torchcodec decoder of ``path`` when it is an RGB stream, else None (depth: egopool's decoder).
-
-        ``kind`` ``"rgb"`` is known (a local task); ``"stream"`` (a bucket) is probed on the container's header
-        read through ``cache`` (:func:`~egopool.dataset.decode.probe_kind`), whose blocks torchcodec then reads.
-        """
-        if not isinstance(path, ObjectPath) or cache is None:
-            return cls(path, max_frames=max_frames) if kind == "rgb" else None
-        from .decode import probe_kind
-
-        c, f = open_cached_container(path, cache)
-        try:
-            kind = probe_kind(c) if kind == "stream" else kind
-            stream = rgb_stream(c, path).index if kind == "rgb" else -1
-        except BaseException:
-            f.close()
-            raise
-        finally:
-            c.close()
-        if kind != "rgb":
-            f.close()
-            return None
-        return cls(path, file=f, stream=stream, max_frames=max_frames)
-
     def frames(self, wanted: Sequence[int]) -> dict[int, np.ndarray]:
         """Frames ``wanted`` (0-based, any order, repeats allowed) as ``{index: (H, W, 3) uint8}``.
 
@@ -167,3 +145,37 @@ class TorchcodecStream:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def open_stream(path: TaskPath, kind: str, params: Mapping[str, Any] | None, cache: BlockCache | None,
+                max_frames: int) -> TorchcodecStream | StreamDecoder:
+    """The decoder of stream ``path`` with ``decoder="torchcodec"``: torchcodec for RGB, egopool's own
+    :class:`~egopool.dataset.decode.StreamDecoder` for depth (``params``: the depth log-code parameters).
+
+    ``kind`` ``"rgb"`` / ``"depth"`` is known (a local task); ``"stream"`` (a bucket) is probed on the container's
+    header read through ``cache`` (:func:`~egopool.dataset.decode.probe_kind`), and that open container serves
+    the decoder chosen: one opening GET per stream either way.
+
+    Raises
+    ------
+    CodecError
+        The file cannot be opened or decoded (names it).
+    """
+    from .decode import StreamDecoder, probe_kind
+
+    if not isinstance(path, ObjectPath) or cache is None:
+        if kind == "rgb":
+            return TorchcodecStream(path, max_frames=max_frames)
+        return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=max_frames, cache=cache)
+    c, f = open_cached_container(path, cache)
+    try:
+        kind = probe_kind(c) if kind == "stream" else kind
+        if kind != "rgb":  # depth: egopool's decoder on this very container
+            return StreamDecoder(path, kind, params, max_frames=max_frames, opened=(c, f))
+        stream = rgb_stream(c, path).index
+    except BaseException:
+        c.close()
+        f.close()
+        raise
+    c.close()  # the file stays open: torchcodec reads it (its blocks are in the cache already)
+    return TorchcodecStream(path, file=f, stream=stream, max_frames=max_frames)
