@@ -8,7 +8,7 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
     .venv/bin/python benchmarks/bench_loader.py [--rig full] [--scale 4] [--seconds 4] [--episodes 2]
         [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50]
 
-* egopool decodes RGB with ``decoder="auto"`` (torchcodec where it imports), ``egopool-local-pyav`` with PyAV;
+* egopool decodes RGB with PyAV (the default), ``egopool-local-torchcodec`` with ``decoder="torchcodec"``;
 * setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras), ``export_lerobot(task, out,
   depth=False)``, a ``weed server`` on loopback and the task uploaded to ``s3://bench/pool/TASK``;
 * every loader: 8-frame windows ``[-7/fps .. 0]`` on every RGB camera, batch 32, shuffled (egopool:
@@ -64,7 +64,7 @@ def _child(spec: dict) -> None:
 
         ds = PooledDataset(spec["task"], keys=spec["keys"], delta_timestamps=spec["delta"], channels_first=True,
                            cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4,
-                           decoder="pyav" if spec["loader"].endswith("-pyav") else "auto")
+                           decoder="torchcodec" if spec["loader"].endswith("-torchcodec") else "pyav")
         loader = DataLoader(ds, batch_size=32, sampler=BucketSampler(ds, buffer=8, seed=0),
                             num_workers=spec["workers"])
     step = spec["step_ms"] / 1000
@@ -83,12 +83,6 @@ def _child(spec: dict) -> None:
         time.sleep(step)  # the training step
     dt = time.perf_counter() - t0
     print(json.dumps({"samples_per_s": n / dt, "samples": n, "wait_share": waited / dt}), flush=True)
-
-
-def _auto_decoder() -> str:
-    from egopool.dataset.torchcodec_decode import torchcodec_available
-
-    return "torchcodec" if torchcodec_available() else "pyav"
 
 
 def _tree_rss(pid: int) -> int:
@@ -142,7 +136,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
     ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
-    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-local-pyav egopool-s3 "
+    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-local-torchcodec egopool-s3 "
                                                  "egopool-s3-50ms lerobot-0.6.1 lerobot-0.4.4")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
     ap.add_argument("--lerobot044-python", default=sys.executable,
@@ -175,7 +169,7 @@ def main() -> None:
     rows = sum(e.length for e in task.episodes())
     have_lr06 = Path(args.lerobot_python).exists()
     have_lr04 = subprocess.run([args.lerobot044_python, "-c", "import lerobot"], capture_output=True).returncode == 0
-    loaders = args.loaders or ["egopool-local", "egopool-local-pyav", "egopool-s3", "egopool-s3-50ms",
+    loaders = args.loaders or ["egopool-local", "egopool-local-torchcodec", "egopool-s3", "egopool-s3-50ms",
                                *(["lerobot-0.6.1"] if have_lr06 else []), *(["lerobot-0.4.4"] if have_lr04 else [])]
     lr = tmp / "lerobot"
     if any(x.startswith("lerobot") for x in loaders):
@@ -196,7 +190,6 @@ def main() -> None:
             c = weed.request_counts()  # weed's metrics name a request by method (a HEAD counts as a GET)
             return c.get("GET", 0) + c.get("HEAD", 0)
 
-        print(f"egopool decoder (auto): {_auto_decoder()}")
         print(f"{'workers':>7} {'loader':>18} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
               f"{'GETs/sample':>12} {'load avg':>9}")
         with LatencyRelay(port, args.delay_ms / 1000) as relay:

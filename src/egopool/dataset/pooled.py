@@ -183,10 +183,10 @@ class PooledDataset(_Base):
         batch costs a few round trips of the store's latency rather than one per object (a forked worker
         reads through a boto3 client of its own, docs/decisions.md B8, B9).
     decoder:
-        The RGB streams' decoder: ``"torchcodec"`` (LeRobot 0.6's; the extra ``train`` installs it), ``"pyav"``, or
-        ``"auto"`` (default: torchcodec when it imports, else PyAV; torchcodec measured faster, benchmarks/README.md
-        "bench_loader.py"). Both give the reader's frames bit for bit; depth streams always use egopool's own
-        decoder (12-bit HEVC log code, FFV1: :mod:`egopool.dataset.torchcodec_decode`).
+        The RGB streams' decoder: ``"pyav"`` (default: faster in the loader benchmark, benchmarks/README.md
+        "bench_loader.py") or ``"torchcodec"`` (LeRobot 0.6's; the extra ``train`` installs it). Both give the
+        reader's frames bit for bit; depth streams always use egopool's own decoder (12-bit HEVC log code, FFV1:
+        :mod:`egopool.dataset.torchcodec_decode`).
     mirror_root:
         The ``keypoints_output`` directory of the ``keypoints.*`` keys; default as
         ``egopool keypoints extract`` (``$EGOPOOL_KEYPOINTS_ROOT``, else beside the recordings root).
@@ -237,18 +237,18 @@ class PooledDataset(_Base):
                  cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
                  cache_frames: int | None = None, decode_threads: int = 4,
                  mirror_root: str | Path | None = None, cache_bytes: int = 64 << 20, block_size: int = 256 << 10,
-                 read_ahead: int = 8, io_threads: int = 8, decoder: str = "auto") -> None:
+                 read_ahead: int = 8, io_threads: int = 8, decoder: str = "pyav") -> None:
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
             raise ValueError(f"output='torch' needs PyTorch: {install_hint('train')}")
         self.as_torch = torch is not None and output != "numpy"
-        if decoder not in ("auto", "pyav", "torchcodec"):
-            raise ValueError(f"decoder must be 'auto', 'pyav' or 'torchcodec', got {decoder!r}")
+        if decoder not in ("pyav", "torchcodec"):
+            raise ValueError(f"decoder must be 'pyav' or 'torchcodec', got {decoder!r}")
         if decoder == "torchcodec" and not torchcodec_available():
             raise ValueError(f"decoder='torchcodec' needs torchcodec (and FFmpeg's libraries): {install_hint('train')}")
-        #: ``"pyav"`` or ``"torchcodec"``: the RGB streams' decoder (``"auto"``: torchcodec when it imports).
-        self.decoder = decoder if decoder != "auto" else ("torchcodec" if torchcodec_available() else "pyav")
+        #: ``"pyav"`` or ``"torchcodec"``: the RGB streams' decoder.
+        self.decoder = decoder
         delta = dict(delta_timestamps or {})
         if isinstance(keys, (str, bytes)):
             raise ValueError(f"keys must be a list of names, got the string {keys!r}: use keys=[{keys!r}]")
