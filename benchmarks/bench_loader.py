@@ -17,7 +17,8 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
 * a training-style consumer: each step waits for its batch, then a fixed compute of ``--step-ms`` (a sleep:
   an accelerator's step, leaving the CPU to the loader); "wait" = the share of the run spent in ``next(it)``,
   as LeRobot's anchors report "the share of each training step waiting on data";
-* each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
+* each worker count starts with an untimed run of the first loader (the first child of a series was 1.5x slower
+  than the same loader later in every run: cold caches), then each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
   batches; peak RSS = the largest sum of RSS over the process and its workers (``/proc``, every 20 ms);
   GETs/sample = GET and HEAD requests the S3 server (weed's metrics) answered during the run / samples.
 
@@ -139,6 +140,8 @@ def main() -> None:
     ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-local-torchcodec egopool-s3 "
                                                  "egopool-s3-50ms lerobot-0.6.1 lerobot-0.4.4")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
+    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
+                    help="skip the untimed first run of each worker count (its figure is printed, not kept)")
     ap.add_argument("--lerobot044-python", default=sys.executable,
                     help="python of a venv with LeRobot 0.4.4 (the interop extra; default: this one, if it imports)")
     args = ap.parse_args()
@@ -195,7 +198,7 @@ def main() -> None:
         with LatencyRelay(port, args.delay_ms / 1000) as relay:
             for w in args.workers:
                 res = {}
-                for name in loaders:
+                for k, name in enumerate([loaders[0], *loaders] if args.warmup else loaders):
                     spec = {**base, "loader": name, "workers": w}
                     env, python = dict(env0), sys.executable
                     if name.startswith("egopool-s3"):
@@ -209,7 +212,11 @@ def main() -> None:
                         env.pop("PYTHONPATH")
                     elif name == "lerobot-0.4.4":
                         python = args.lerobot044_python
-                    r = res[name] = _run(spec, python, env, gets)
+                    r = _run(spec, python, env, gets)
+                    if args.warmup and k == 0:  # the first child of a series ran slower in every run (cold caches)
+                        print(f"{w:>7} {'(warm-up) ' + name:>18} {r['samples_per_s']:>10.1f}", flush=True)
+                        continue
+                    res[name] = r
                     per = f"{r['gets'] / r['samples']:.2f}" if name.startswith("egopool-s3") else "-"
                     print(f"{w:>7} {name:>18} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
                           f"{r['peak_rss_mb']:>12.0f} {per:>12} {os.getloadavg()[0]:>9.1f}", flush=True)
