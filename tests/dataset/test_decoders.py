@@ -36,7 +36,7 @@ def test_torchcodec_items_equal_pyav_items_and_depth_stays_on_egopools_decoder(g
     kw = {"keys": KEYS, "delta_timestamps": DELTA, "output": "numpy", "cache_dir": tmp_path}
     pyav, tc = PooledDataset(gop_task.path, decoder="pyav", **kw), PooledDataset(gop_task.path, decoder="torchcodec", **kw)
     assert (pyav.decoder, tc.decoder) == ("pyav", "torchcodec")
-    assert PooledDataset(gop_task.path, **kw).decoder == "pyav"  # the default (the faster in the benchmark)
+    assert PooledDataset(gop_task.path, **kw).decoder == "pyav"  # the default (docs/decisions.md B10)
     for i in [0, 5, 249, 250, 251, 269, 270, 400, 539]:  # edges, both sides of a keyframe, both episodes
         _equal(pyav[i], tc[i], f"item {i}")
     order = list(BucketSampler(pyav, run=30, buffer=3, seed=1))[:64]

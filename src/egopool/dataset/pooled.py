@@ -183,8 +183,8 @@ class PooledDataset(_Base):
         batch costs a few round trips of the store's latency rather than one per object (a forked worker
         reads through a boto3 client of its own, docs/decisions.md B8, B9).
     decoder:
-        The RGB streams' decoder: ``"pyav"`` (default: faster in the loader benchmark, benchmarks/README.md
-        "bench_loader.py") or ``"torchcodec"`` (LeRobot 0.6's; the extra ``train`` installs it). Both give the
+        The RGB streams' decoder: ``"pyav"`` (default: as fast in the loader benchmark, less memory, scales with
+        ``decode_threads``; benchmarks/README.md) or ``"torchcodec"`` (LeRobot 0.6's; the extra ``train``). Both give the
         reader's frames bit for bit; depth streams always use egopool's own decoder (12-bit HEVC log code, FFV1:
         :mod:`egopool.dataset.torchcodec_decode`).
     mirror_root:
