@@ -14,7 +14,8 @@ from egopool.dataset.torchcodec_decode import TorchcodecStream, torchcodec_avail
 from egopool.errors import CodecError
 from egopool.storage import open_store
 
-needs_torchcodec = pytest.mark.skipif(not torchcodec_available(), reason="torchcodec is not installed (extra train)")
+# the torchcodec tests are marked as the extra `train`'s: a CI that requires the extra fails when torchcodec does not
+# load there (tests/conftest.py)
 
 KEYS = ["d435_rgb", "d435_depth", "action"]
 DELTA = {"d435_rgb": [k / 30 for k in range(-7, 1)], "d435_depth": [-1 / 30, 0.0]}
@@ -31,7 +32,8 @@ def _kinds(ds: PooledDataset) -> set[str]:
     return {type(d).__name__ for d in ds._w.decoders._open.values()}
 
 
-@needs_torchcodec
+@pytest.mark.extra("train")
+@pytest.mark.skipif(not torchcodec_available(), reason="torchcodec does not load (extra train)")
 def test_torchcodec_items_equal_pyav_items_and_depth_stays_on_egopools_decoder(gop_task, tmp_path):
     kw = {"keys": KEYS, "delta_timestamps": DELTA, "output": "numpy", "cache_dir": tmp_path}
     pyav, tc = PooledDataset(gop_task.path, decoder="pyav", **kw), PooledDataset(gop_task.path, decoder="torchcodec", **kw)
@@ -48,7 +50,8 @@ def test_torchcodec_items_equal_pyav_items_and_depth_stays_on_egopools_decoder(g
     assert _kinds(pyav) == {"StreamDecoder"}
 
 
-@needs_torchcodec
+@pytest.mark.extra("train")
+@pytest.mark.skipif(not torchcodec_available(), reason="torchcodec does not load (extra train)")
 def test_torchcodec_hevc_rgb_equals_the_reader(tmp_path):
     path = tmp_path / "rgb_hevc.mp4"
     enc = RgbEncoder(path, 128, 96, 30.0, codec="hevc")
@@ -70,7 +73,8 @@ def test_torchcodec_hevc_rgb_equals_the_reader(tmp_path):
 
 
 @pytest.mark.extra("s3")
-@needs_torchcodec
+@pytest.mark.extra("train")
+@pytest.mark.skipif(not torchcodec_available(), reason="torchcodec does not load (extra train)")
 def test_torchcodec_from_the_bucket_equals_the_directory_reading_what_pyav_reads(s3_server, gop_task, tmp_path):
     uri = s3_server.upload_dir(gop_task.path, "loader-decoders", "t/sim_d435x2")
     kw = {"keys": KEYS, "delta_timestamps": DELTA, "output": "numpy", "cache_dir": tmp_path}
