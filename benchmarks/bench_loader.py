@@ -8,6 +8,7 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
     .venv/bin/python benchmarks/bench_loader.py [--rig full] [--scale 4] [--seconds 4] [--episodes 2]
         [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50]
 
+* egopool decodes RGB with PyAV (the default), ``egopool-local-torchcodec`` with ``decoder="torchcodec"``;
 * setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras), ``export_lerobot(task, out,
   depth=False)``, a ``weed server`` on loopback and the task uploaded to ``s3://bench/pool/TASK``;
 * every loader: 8-frame windows ``[-7/fps .. 0]`` on every RGB camera, batch 32, shuffled (egopool:
@@ -16,7 +17,8 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
 * a training-style consumer: each step waits for its batch, then a fixed compute of ``--step-ms`` (a sleep:
   an accelerator's step, leaving the CPU to the loader); "wait" = the share of the run spent in ``next(it)``,
   as LeRobot's anchors report "the share of each training step waiting on data";
-* each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
+* each worker count starts with an untimed run of the first loader (the first child of a series was 1.5x slower
+  than the same loader later in every run: cold caches), then each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
   batches; peak RSS = the largest sum of RSS over the process and its workers (``/proc``, every 20 ms);
   GETs/sample = GET and HEAD requests the S3 server (weed's metrics) answered during the run / samples.
 
@@ -62,7 +64,8 @@ def _child(spec: dict) -> None:
         from egopool.dataset import BucketSampler, PooledDataset
 
         ds = PooledDataset(spec["task"], keys=spec["keys"], delta_timestamps=spec["delta"], channels_first=True,
-                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4)
+                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4,
+                           decoder="torchcodec" if spec["loader"].endswith("-torchcodec") else "pyav")
         loader = DataLoader(ds, batch_size=32, sampler=BucketSampler(ds, buffer=8, seed=0),
                             num_workers=spec["workers"])
     step = spec["step_ms"] / 1000
@@ -191,12 +194,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
     ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
-    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-s3 egopool-s3-50ms "
-                                                 "lerobot-0.6.1 lerobot-0.4.4 (--depth: none 0.4 0.6 copy gop)")
+    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-local-torchcodec egopool-s3 "
+                                                 "egopool-s3-50ms lerobot-0.6.1 lerobot-0.4.4 (--depth: none 0.4 0.6 copy gop)")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
     ap.add_argument("--depth", action="store_true", help="LeRobot 0.6.1 alone: the export with depth (--lerobot 0.4 "
                     "raw arrays vs 0.6 depth videos vs no depth) and pyav random items (stream copy vs --gop 10)")
     ap.add_argument("--batch", type=int, default=32, help="batch size (--depth)")
+    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
+                    help="skip the untimed first run of each worker count (its figure is printed, not kept)")
+    ap.add_argument("--lerobot044-python", default=sys.executable,
+                    help="python of a venv with LeRobot 0.4.4 (the interop extra; default: this one, if it imports)")
     args = ap.parse_args()
     if args.child:
         return _child(json.loads(args.child))
@@ -205,7 +212,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT / "src"))
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "storage")]
-    from latency_relay import LatencyRelay
+    from relay import LatencyRelay
     from s3_support import WeedServer
 
     from egopool import open_task
@@ -226,12 +233,8 @@ def main() -> None:
     lr_delta = {f"observation.images.{c}": window for c in cams}
     rows = sum(e.length for e in task.episodes())
     have_lr06 = Path(args.lerobot_python).exists()
-    try:
-        import lerobot  # noqa: F401
-        have_lr04 = True
-    except ImportError:
-        have_lr04 = False
-    loaders = args.loaders or ["egopool-local", "egopool-s3", "egopool-s3-50ms",
+    have_lr04 = subprocess.run([args.lerobot044_python, "-c", "import lerobot"], capture_output=True).returncode == 0
+    loaders = args.loaders or ["egopool-local", "egopool-local-torchcodec", "egopool-s3", "egopool-s3-50ms",
                                *(["lerobot-0.6.1"] if have_lr06 else []), *(["lerobot-0.4.4"] if have_lr04 else [])]
     lr = tmp / "lerobot"
     if any(x.startswith("lerobot") for x in loaders):
@@ -252,12 +255,12 @@ def main() -> None:
             c = weed.request_counts()  # weed's metrics name a request by method (a HEAD counts as a GET)
             return c.get("GET", 0) + c.get("HEAD", 0)
 
-        print(f"{'workers':>7} {'loader':>16} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
+        print(f"{'workers':>7} {'loader':>18} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
               f"{'GETs/sample':>12} {'load avg':>9}")
         with LatencyRelay(port, args.delay_ms / 1000) as relay:
             for w in args.workers:
                 res = {}
-                for name in loaders:
+                for k, name in enumerate([loaders[0], *loaders] if args.warmup else loaders):
                     spec = {**base, "loader": name, "workers": w}
                     env, python = dict(env0), sys.executable
                     if name.startswith("egopool-s3"):
@@ -269,14 +272,20 @@ def main() -> None:
                     elif name == "lerobot-0.6.1":
                         python = args.lerobot_python
                         env.pop("PYTHONPATH")
-                    r = res[name] = _run(spec, python, env, gets)
+                    elif name == "lerobot-0.4.4":
+                        python = args.lerobot044_python
+                    r = _run(spec, python, env, gets)
+                    if args.warmup and k == 0:  # the first child of a series ran slower in every run (cold caches)
+                        print(f"{w:>7} {'(warm-up) ' + name:>18} {r['samples_per_s']:>10.1f}", flush=True)
+                        continue
+                    res[name] = r
                     per = f"{r['gets'] / r['samples']:.2f}" if name.startswith("egopool-s3") else "-"
-                    print(f"{w:>7} {name:>16} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
+                    print(f"{w:>7} {name:>18} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
                           f"{r['peak_rss_mb']:>12.0f} {per:>12} {os.getloadavg()[0]:>9.1f}", flush=True)
                 local = res.get("egopool-local")
                 for name, r in res.items():
                     if local and name != "egopool-local":
-                        print(f"{w:>7} {'local/' + name:>16} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
+                        print(f"{w:>7} {'local/' + name:>18} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
                               flush=True)
 
 
