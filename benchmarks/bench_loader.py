@@ -8,6 +8,7 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
     .venv/bin/python benchmarks/bench_loader.py [--rig full] [--scale 4] [--seconds 4] [--episodes 2]
         [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50]
 
+* egopool decodes RGB with PyAV (the default), ``egopool-local-torchcodec`` with ``decoder="torchcodec"``;
 * setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras), ``export_lerobot(task, out,
   depth=False)``, a ``weed server`` on loopback and the task uploaded to ``s3://bench/pool/TASK``;
 * every loader: 8-frame windows ``[-7/fps .. 0]`` on every RGB camera, batch 32, shuffled (egopool:
@@ -16,7 +17,8 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
 * a training-style consumer: each step waits for its batch, then a fixed compute of ``--step-ms`` (a sleep:
   an accelerator's step, leaving the CPU to the loader); "wait" = the share of the run spent in ``next(it)``,
   as LeRobot's anchors report "the share of each training step waiting on data";
-* each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
+* each worker count starts with an untimed run of the first loader (the first child of a series was 1.5x slower
+  than the same loader later in every run: cold caches), then each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
   batches; peak RSS = the largest sum of RSS over the process and its workers (``/proc``, every 20 ms);
   GETs/sample = GET and HEAD requests the S3 server (weed's metrics) answered during the run / samples.
 
@@ -54,15 +56,16 @@ def _child(spec: dict) -> None:
         else:
             from lerobot.datasets.lerobot_dataset import LeRobotDataset as cls
 
-            backend = "torchcodec"
+            backend = spec.get("backend", "torchcodec")
         ds = cls("bench/loader", root=spec["lerobot"], delta_timestamps=spec["lr_delta"], video_backend=backend)
-        loader = DataLoader(ds, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0),
-                            num_workers=spec["workers"])
+        loader = DataLoader(ds, batch_size=spec.get("batch", 32), shuffle=True,
+                            generator=torch.Generator().manual_seed(0), num_workers=spec["workers"])
     else:
         from egopool.dataset import BucketSampler, PooledDataset
 
         ds = PooledDataset(spec["task"], keys=spec["keys"], delta_timestamps=spec["delta"], channels_first=True,
-                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4)
+                           cache_dir=spec["cache"], decode_threads=1 if spec["workers"] else 4,
+                           decoder="torchcodec" if spec["loader"].endswith("-torchcodec") else "pyav")
         loader = DataLoader(ds, batch_size=32, sampler=BucketSampler(ds, buffer=8, seed=0),
                             num_workers=spec["workers"])
     step = spec["step_ms"] / 1000
@@ -123,6 +126,63 @@ def _run(spec: dict, python: str, env: dict[str, str], count) -> dict:
     return res
 
 
+def _depth_main(args: argparse.Namespace) -> None:
+    """``--depth``: lerobot 0.6.1 on exports of one simulated task, each loader in its own process (issues 27, 31).
+
+    torchcodec, 8-frame windows on every RGB camera and (where exported) every depth stream: no depth; depth as
+    ``--lerobot 0.4`` writes it (uint16 ``[H, W]`` arrays in the data parquet); depth as 0.6 depth videos (the
+    default). Then pyav, single random items of every RGB camera (no window): the stream-copied recording
+    (one key frame per video) vs ``--gop 10``.
+    """
+    sys.path.insert(0, str(ROOT / "src"))
+    from egopool import open_task
+    from egopool.cli.app import main as egopool_main
+    from egopool.interop import export_lerobot
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_loader_depth_"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
+                             args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
+    task_dir = next((tmp / "rec").iterdir())
+    task = open_task(task_dir)
+    ep = task.episode(task.episodes()[0].index)
+    fps = float(task.info["fps"])
+    cams = [f"observation.images.{k}" for k in sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")]
+    window = [k / fps for k in range(-7, 1)]
+    runs = {"none": ("torchcodec windows, no depth", "none", "torchcodec", True),
+            "0.4": ("torchcodec windows, depth arrays (--lerobot 0.4)", "0.4", "torchcodec", True),
+            "0.6": ("torchcodec windows, depth videos (0.6)", "0.6", "torchcodec", True),
+            "copy": ("pyav random items, stream copy", "none", "pyav", False),
+            "gop": ("pyav random items, --gop 10", "gop", "pyav", False)}
+    chosen = [runs[k] for k in args.loaders or runs]
+    exports = {"none": {"depth": False}, "0.4": {"lerobot": "0.4"}, "0.6": {}, "gop": {"depth": False, "gop": 10}}
+    depth_keys: dict[str, list[str]] = {}
+    for name, kw in exports.items():
+        if name not in {c[1] for c in chosen}:
+            continue
+        with contextlib.redirect_stdout(io.StringIO()):
+            export_lerobot(task_dir, tmp / name, **kw)
+        feats = json.loads((tmp / name / "meta" / "info.json").read_text())["features"]
+        depth_keys[name] = [k for k, f in feats.items()
+                            if k.startswith("observation.depth.") or (f.get("info") or {}).get("is_depth_map")]
+    shape = next(iter(ep.video(cams[0].rsplit(".", 1)[1]))).shape
+    depth = sorted({k for v in depth_keys.values() for k in v})
+    print(f"task {task_dir.name}: {len(task.episodes())} episodes, {sum(e.length for e in task.episodes())} rows, "
+          f"RGB {cams} ({shape}), depth {depth}; lerobot 0.6.1, batch {args.batch}, shuffled, "
+          f"step {args.step_ms:g} ms; nproc {os.cpu_count()}")
+    print(f"{'workers':>7} {'loader':>50} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} {'load avg':>9}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for w in args.workers:
+        for label, name, backend, windows in chosen:
+            keys = cams + depth_keys[name] if windows else []
+            spec = {"loader": "lerobot-0.6.1", "lerobot": str(tmp / name), "backend": backend, "batch": args.batch,
+                    "lr_delta": {k: window for k in keys} or None, "batches": args.batches, "workers": w,
+                    "step_ms": args.step_ms}
+            r = _run(spec, args.lerobot_python, env, lambda: 0)
+            print(f"{w:>7} {label:>50} {r['samples_per_s']:>10.2f} {100 * r['wait_share']:>6.1f}% "
+                  f"{r['peak_rss_mb']:>12.0f} {os.getloadavg()[0]:>9.1f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -134,16 +194,25 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     ap.add_argument("--step-ms", type=float, default=50.0, help="the consumer's fixed compute per step")
     ap.add_argument("--delay-ms", type=float, default=50.0, help="latency the relay adds per request")
-    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-s3 egopool-s3-50ms "
-                                                 "lerobot-0.6.1 lerobot-0.4.4")
+    ap.add_argument("--loaders", nargs="+", help="run only some of: egopool-local egopool-local-torchcodec egopool-s3 "
+                                                 "egopool-s3-50ms lerobot-0.6.1 lerobot-0.4.4 (--depth: none 0.4 0.6 copy gop)")
     ap.add_argument("--lerobot-python", default=str(LEROBOT06), help="python of the LeRobot 0.6.1 venv")
+    ap.add_argument("--depth", action="store_true", help="LeRobot 0.6.1 alone: the export with depth (--lerobot 0.4 "
+                    "raw arrays vs 0.6 depth videos vs no depth) and pyav random items (stream copy vs --gop 10)")
+    ap.add_argument("--batch", type=int, default=32, help="batch size (--depth)")
+    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
+                    help="skip the untimed first run of each worker count (its figure is printed, not kept)")
+    ap.add_argument("--lerobot044-python", default=sys.executable,
+                    help="python of a venv with LeRobot 0.4.4 (the interop extra; default: this one, if it imports)")
     args = ap.parse_args()
     if args.child:
         return _child(json.loads(args.child))
+    if args.depth:
+        return _depth_main(args)
 
     sys.path.insert(0, str(ROOT / "src"))
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "storage")]
-    from latency_relay import LatencyRelay
+    from relay import LatencyRelay
     from s3_support import WeedServer
 
     from egopool import open_task
@@ -164,12 +233,8 @@ def main() -> None:
     lr_delta = {f"observation.images.{c}": window for c in cams}
     rows = sum(e.length for e in task.episodes())
     have_lr06 = Path(args.lerobot_python).exists()
-    try:
-        import lerobot  # noqa: F401
-        have_lr04 = True
-    except ImportError:
-        have_lr04 = False
-    loaders = args.loaders or ["egopool-local", "egopool-s3", "egopool-s3-50ms",
+    have_lr04 = subprocess.run([args.lerobot044_python, "-c", "import lerobot"], capture_output=True).returncode == 0
+    loaders = args.loaders or ["egopool-local", "egopool-local-torchcodec", "egopool-s3", "egopool-s3-50ms",
                                *(["lerobot-0.6.1"] if have_lr06 else []), *(["lerobot-0.4.4"] if have_lr04 else [])]
     lr = tmp / "lerobot"
     if any(x.startswith("lerobot") for x in loaders):
@@ -190,12 +255,12 @@ def main() -> None:
             c = weed.request_counts()  # weed's metrics name a request by method (a HEAD counts as a GET)
             return c.get("GET", 0) + c.get("HEAD", 0)
 
-        print(f"{'workers':>7} {'loader':>16} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
+        print(f"{'workers':>7} {'loader':>18} {'samples/s':>10} {'wait %':>7} {'peak RSS MB':>12} "
               f"{'GETs/sample':>12} {'load avg':>9}")
         with LatencyRelay(port, args.delay_ms / 1000) as relay:
             for w in args.workers:
                 res = {}
-                for name in loaders:
+                for k, name in enumerate([loaders[0], *loaders] if args.warmup else loaders):
                     spec = {**base, "loader": name, "workers": w}
                     env, python = dict(env0), sys.executable
                     if name.startswith("egopool-s3"):
@@ -207,14 +272,20 @@ def main() -> None:
                     elif name == "lerobot-0.6.1":
                         python = args.lerobot_python
                         env.pop("PYTHONPATH")
-                    r = res[name] = _run(spec, python, env, gets)
+                    elif name == "lerobot-0.4.4":
+                        python = args.lerobot044_python
+                    r = _run(spec, python, env, gets)
+                    if args.warmup and k == 0:  # the first child of a series ran slower in every run (cold caches)
+                        print(f"{w:>7} {'(warm-up) ' + name:>18} {r['samples_per_s']:>10.1f}", flush=True)
+                        continue
+                    res[name] = r
                     per = f"{r['gets'] / r['samples']:.2f}" if name.startswith("egopool-s3") else "-"
-                    print(f"{w:>7} {name:>16} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
+                    print(f"{w:>7} {name:>18} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
                           f"{r['peak_rss_mb']:>12.0f} {per:>12} {os.getloadavg()[0]:>9.1f}", flush=True)
                 local = res.get("egopool-local")
                 for name, r in res.items():
                     if local and name != "egopool-local":
-                        print(f"{w:>7} {'local/' + name:>16} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
+                        print(f"{w:>7} {'local/' + name:>18} {local['samples_per_s'] / r['samples_per_s']:>9.2f}x",
                               flush=True)
 
 

@@ -8,7 +8,7 @@ A store with one task is made (one real episode written by the writer, so the ta
 disk), and its ``server.db`` is filled through the catalog's own calls with ``--episodes``
 pooled episodes as the server records them: the episode rows (``ServerDB.add_episodes``),
 their quality facts (``set_quality``), built previews (``set_preview``) and a verdict on every
-third episode (``add_review``). A real ``egopool serve`` (uvicorn, loopback, no tokens) is
+third episode (``add_reviews``, 1000 a transaction). A real ``egopool serve`` (uvicorn, loopback, no tokens) is
 timed with one keep-alive client; each figure is the median wall time of ``--repeat``
 requests, interleaved round by round:
 
@@ -17,7 +17,9 @@ requests, interleaved round by round:
 * ``GET /tasks/<task>`` (page 1: 50 rows, filter form, totals), the same page at a cursor
   near the end (keyset paging: should cost what page 1 does), a filtered search page
   (``review=rejected&min_duration=...&max_idle_fraction=...``);
-* ``GET /api/v1/episodes`` (JSON, 50 rows) first page and deep page.
+* ``GET /api/v1/episodes`` (JSON, 50 rows) first page and deep page;
+* ``GET /tasks/<task>/dashboard`` (per host and day, histograms: one scan of the task) and
+  ``GET /api/v1/tasks/<task>/selection`` (bulk review's "select all matching": 10,000 pairs a page).
 
 Printed: ms per request, the ratio to ``/healthz``, and the load average.
 """
@@ -71,9 +73,10 @@ def _fill(store: Path, task: str, n: int) -> None:
             "streams": [{"key": s, "kind": "rgb", "video": f"{s}.mp4", "thumbnail": f"{s}.jpg", "width": 320,
                          "height": 240, "fps": 30.0, "frames": r.length} for s in ("ego", "wrist")],
             "signals": "signals.json", "files": []})
-        if k % 3 == 0:
-            db.add_review(task, k, ("accept", "reject", "flag")[k // 3 % 3], "" if k // 3 % 3 == 0 else "blur",
-                          "anna")
+    for i, verdict in enumerate(("accept", "reject", "flag")):  # a verdict on every third, 1000 per transaction
+        judged = [(k, 0) for k in range(3, n + 1, 3) if k // 3 % 3 == i]
+        for j in range(0, len(judged), 1000):
+            db.add_reviews(task, judged[j:j + 1000], verdict, "" if verdict == "accept" else "blur", "anna")
 
 
 def _port() -> int:
@@ -114,7 +117,9 @@ def main() -> None:
             "task page, filtered": f"/tasks/{task}?review=rejected&min_duration=20&max_idle_fraction=0.3",
             "search API, page 1": f"/api/v1/episodes?task={task}",
             "search API, deep cursor": f"/api/v1/episodes?cursor={deep}",
-            "search API, filtered": f"/api/v1/episodes?review=rejected&min_duration=20&max_idle_fraction=0.3",
+            "search API, filtered": "/api/v1/episodes?review=rejected&min_duration=20&max_idle_fraction=0.3",
+            "dashboard page": f"/tasks/{task}/dashboard",
+            "selection API (10,000 [N, version])": f"/api/v1/tasks/{task}/selection",
         }
         try:
             with httpx.Client(base_url=url, timeout=60.0) as c:
@@ -142,7 +147,7 @@ def main() -> None:
     load = os.getloadavg()
     print(f"\n{args.episodes} episodes, median of {args.repeat}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
           f"({os.cpu_count()} CPUs)\n")
-    print(f"| request | ms | × /healthz | bytes |\n|---|---:|---:|---:|")
+    print("| request | ms | × /healthz | bytes |\n|---|---:|---:|---:|")
     for name in targets:
         m = statistics.median(times[name])
         print(f"| {name} | {m * 1000:.1f} | {m / base:.1f} | {sizes[name]} |")

@@ -248,3 +248,31 @@ def test_an_old_task_validates_with_one_note_and_repair_records_its_checksums(
     if backend == "dir":  # and now a damaged file is caught
         assert _silent_damage(task / RGB)
         assert [(f.rule, f.path) for f in validate_task(task).errors] == [(RULE, str(task / RGB))]
+
+
+def test_digests_the_caller_computed_are_taken_instead_of_hashing_again(reference: Path, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """`validate_task(digests=...)` (the server's extraction, docs/decisions.md U33): a given sha256 is the one
+    compared with the row's record (a wrong one is reported as that file's mismatch), and a given file is not
+    read again; the server's verification hashes each staged file once."""
+    import egopool.meta.digests as digests_mod
+    from egopool.server.verify import verify_upload
+    from egopool.server.zipcheck import Limits
+
+    task = tmp_path / "t" / reference.name
+    shutil.copytree(reference, task)
+    data = (task / DATA).resolve()
+    hashed: list[str] = []
+    real = digests_mod.sha256_path
+    monkeypatch.setattr(digests_mod, "sha256_path", lambda p: hashed.append(str(p)) or real(p))
+    assert validate_task(task, digests={data: sha256_path(data)}).ok
+    assert hashed and str(data) not in hashed
+    bad = validate_task(task, digests={data: "0" * 64})
+    assert [f.rule for f in bad.findings if f.severity == "error"] == [RULE]
+    assert "0" * 12 in bad.findings[0].message or DATA.split("/")[-1] in bad.findings[0].path
+    hashed.clear()
+    zipped = pack_episode(reference, 1, tmp_path / "zips")
+    (tmp_path / "staging" / "task").mkdir(parents=True)
+    verify_upload(zipped.path, tmp_path / "staging" / "task", Limits(max_ratio=1e6), form_index=None, client_key=None,
+                  token_id=None)
+    assert not [p for p in hashed if "/staging/" in p]  # the extraction's sha256 served the checksum check

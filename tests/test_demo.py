@@ -83,7 +83,7 @@ def test_hand_pose_and_imu_values(demo, inputs):
     assert not left.any()
     # IMU: every CSV sample whose time is within the rows' span [0, n/30) s, in order, converted
     t = [Fraction(r[0]) for r in inputs["imu"]]
-    inside = [r for r, tt in zip(inputs["imu"], t) if tt - t[0] < Fraction(n, 30)]
+    inside = [r for r, tt in zip(inputs["imu"], t, strict=True) if tt - t[0] < Fraction(n, 30)]
     samples = np.concatenate([e.imu()[1] for e in eps])
     stamps = np.concatenate([e.imu()[0] for e in eps])
     assert samples.shape == (len(inside), 6)
@@ -155,6 +155,14 @@ def test_validates(demo):
     report = validate.validate_task(task.path)
     assert report.ok, report.to_dict()
     assert summary.ok and summary.validation is not None and summary.validation["ok"] is True
+    # the held TUM frame is a frozen camera, and validate says so with its rows (never a working camera)
+    frozen = sorted(f["message"] for f in report.to_dict()["findings"] if "is frozen" in f["message"])
+    want = sorted(f"drop_stats {k}_repeated_count = {e.length - 1}: stream {k} is frozen: rows 1-{e.length - 1} "
+                  "repeat row 0's frame; it shows no motion and should not be taken for a working camera"
+                  for e in task.episodes() for k in ("d435_depth", "d435_rgb"))
+    assert frozen == want
+    assert all(f["severity"] == "warning" for f in report.to_dict()["findings"] if "is frozen" in f["message"])
+    assert any(n.startswith("d435_rgb/d435_depth: FROZEN, not a working camera") for n in summary.notes)
 
 
 def test_existing_task_refused_unless_overwrite(tmp_path):

@@ -10,7 +10,8 @@ device (kind)             source                                      where it l
 ``uvc`` hand camera       dex-retargeting hand video, 621 frames      ``head_left_rgb`` video,
                           @30 fps + MediaPipe 21x3 joints (m)         ``status.head_left_rgb``,
                                                                       ``observation.right_hand_pose``
-``d435`` RGB-D (ego)      one TUM RGB-D frame (held for every row)    ``d435_rgb`` / ``d435_depth``
+``d435`` RGB-D (frozen)   one TUM RGB-D frame (held for every row:    ``d435_rgb`` / ``d435_depth``
+                          validate warns "stream … is frozen")
                           + TUM fr1/xyz ground truth (~100 Hz)        ``observation.ego_slam_trajectory(_ns)``
 ``imu``                   x-io IMU CSV (~100 Hz, deg/s, g)            ``observation.imu`` + ``imu_ts_ns``
 ========================  ==========================================  ==============================
@@ -461,8 +462,10 @@ def run_demo(out_dir: str | Path = "demo_out", *, episodes: int = 5, max_seconds
         "not a synchronised capture",
         f"head_left_rgb: {plan.source_size[0]}x{plan.source_size[1]} video downscaled to {vw}x{vh} "
         "to keep the demo fast; hand joints unchanged",
-        f"{_RGB}/{_DEPTH}: one real TUM RGB-D frame held for every row (drop_stats '<key>_repeated_count'); "
-        "depth mm = round(v/5) from the factor-5000 PNG",
+        f"{_RGB}/{_DEPTH}: FROZEN, not a working camera: one real TUM RGB-D frame held for every row (the bundled "
+        "samples have one RGB-D frame; drop_stats '<key>_repeated_count' counts the held rows, validate warns "
+        "'stream … is frozen' and the server's pages mark the stream frozen and never use it as the ego stream "
+        "or thumbnail); depth mm = round(v/5) from the factor-5000 PNG",
         "left_hand_pose: all-zero placeholder (an always-written column, file_format.md §7.2)",
         f"ego trajectory frame 'tum_fr1_world'; only the first {end_s:.1f} s of the 30 s trajectory and "
         "135 s IMU are used",

@@ -23,3 +23,12 @@ def sim_task(tmp_path_factory):
     assert main(["simulate", "--rig", "full", "--episodes", "2", "--seconds", "0.7", "--scale", "4",
                  "--out", str(root)]) == 0
     return open_task(root / "sim_full")
+
+
+@pytest.fixture(scope="session")
+def d435x2_task(tmp_path_factory):
+    """`egopool simulate --rig d435x2`: 2 episodes of 9 rows, 2 RealSense cameras, each RGB + 16-bit depth (small)."""
+    root = tmp_path_factory.mktemp("d435")
+    assert main(["simulate", "--rig", "d435x2", "--episodes", "2", "--seconds", "0.3", "--scale", "8",
+                 "--out", str(root)]) == 0
+    return open_task(root / "sim_d435x2")

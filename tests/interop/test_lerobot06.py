@@ -20,6 +20,8 @@ from egopool.errors import FormatError
 from egopool.interop import export_lerobot, import_lerobot
 from egopool.interop.lerobot_depth import LeRobotDepthMap
 
+from .lerobot_field import depth_bound
+
 pytestmark = [pytest.mark.lerobot06, pytest.mark.extra("lerobot06")]
 
 DEPTH = LeRobotDepthMap()
@@ -33,21 +35,6 @@ def _lerobot06():
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     return LeRobotDataset
-
-
-@pytest.fixture(scope="module")
-def d435x2_task(tmp_path_factory):
-    """`egopool simulate --rig d435x2`: 2 RealSense cameras, each RGB + 16-bit depth (small)."""
-    root = tmp_path_factory.mktemp("d435")
-    assert main(["simulate", "--rig", "d435x2", "--episodes", "2", "--seconds", "0.3", "--scale", "8",
-                 "--out", str(root)]) == 0
-    return open_task(root / "sim_d435x2")
-
-
-def _bound(mm: np.ndarray) -> np.ndarray:
-    """The stated error of a valid in-range depth (mm): half the code step at that depth + 0.5 mm rounding."""
-    step = (mm.astype(np.float64) + 3500.0) * (np.exp(np.log(13500.0 / 3510.0) / 4095) - 1.0)
-    return step / 2 + 0.5 + 1e-3
 
 
 @pytest.mark.parametrize("which", ["demo_task", "sim_task", "d435x2_task"])
@@ -80,7 +67,7 @@ def test_lerobot06_reads_every_frame_and_window_of_the_export(request, which, tm
                 hole = want == 0
                 assert np.all(got[hole] == DEPTH.depth_min * 1000)  # a hole reads as depth_min (I14)
                 err = np.abs(got[~hole].astype(np.float64) - want[~hole])
-                assert np.all(err <= _bound(want[~hole])), (name, fi, err.max())
+                assert np.all(err <= depth_bound(want[~hole])), (name, fi, err.max())
         start += ep.length
     # a window: the frame before each one, as a policy asks for it (delta_timestamps)
     keys = list(rgb_streams) + list(depth_streams)
@@ -131,13 +118,17 @@ def _reference_stats(task, out, features, name_to_key):
     return refs, aggregate_stats(refs)
 
 
-def test_stats_agree_with_lerobot06s_own_functions(sim_task, tmp_path):
+@pytest.mark.parametrize("which, state", [("sim_task", ["observation.gripper_state"]), ("demo_task", []),
+                                          ("d435x2_task", ["observation.left_hand_pose"])])
+def test_stats_agree_with_lerobot06s_own_functions(request, which, state, tmp_path):
+    """Every feature's block, depth included (the demo's real depth with holes, d435x2's two depth streams)."""
     _lerobot06()
+    task = request.getfixturevalue(which)
     out = tmp_path / "lr"
-    result = export_lerobot(sim_task.path, out, state=["observation.gripper_state"])
+    result = export_lerobot(task.path, out, state=state)
     features = json.loads((out / "meta" / "info.json").read_text())["features"]
     depth = {s.name: s.key for s in result.plan.streams if s.depth}
-    _, want = _reference_stats(sim_task, out, features, depth)
+    _, want = _reference_stats(task, out, features, depth)
     got = json.loads((out / "meta" / "stats.json").read_text())
     for name, block in want.items():
         for key, w in block.items():

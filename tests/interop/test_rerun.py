@@ -163,3 +163,24 @@ def test_a_recording_the_current_viewer_must_migrate_says_so(sim_task, tmp_path)
     said = [n for n in result.notes if "rerun rrd migrate" in n]
     assert said == ([f"written with rerun-sdk {version('rerun-sdk')}: its own viewer opens it; Rerun viewers 0.41 "
                      f"and later only after `rerun rrd migrate {out}`"] if old else [])
+
+
+@pytest.mark.extra("interop")
+def test_review_events_show_in_the_rerun_recording(sim_task, tmp_path):
+    """`export rerun --events-from`: each event is text at the frame its range starts and the frame it ends
+    (docs/decisions.md P18); events of another task or of an episode not exported are not logged."""
+    pytest.importorskip("rerun")
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps({"events": [
+        {"task": "sim_full", "episode_index": 1, "t0": 0.1, "t1": 0.3, "label": "slip", "note": "cup <b>",
+         "token_id": "anna"},
+        {"task": "sim_full", "episode_index": 2, "t0": 0.0, "t1": 0.1, "label": "reach"},
+        {"task": "other", "episode_index": 1, "t0": 0.0, "t1": 0.1, "label": "elsewhere"}], "next_cursor": None}))
+    out = tmp_path / "ev.rrd"
+    assert main(["export", "rerun", str(sim_task.path), "1", "-o", str(out), "--events-from", str(events)]) == 0
+    with open_rrd(out) as rec:
+        assert "/episode_2/events" not in rec.entity_paths()
+        table = rec.read("frame_index", "/episode_1/events")
+        texts = [t[0] for t in table.column("/episode_1/events:TextLog:text").to_pylist()]
+        got = sorted(zip(table.column("frame_index").to_pylist(), texts, strict=True))
+    assert got == [(3, "slip: cup <b> [0.100-0.300 s, by anna]"), (9, "end of slip")]

@@ -504,3 +504,26 @@ def test_migrate_sigkilled_after_each_journal_step_is_valid_and_a_rerun_reaches_
         assert report.resumed and report.done == 20, k  # the CLI checkpoints every 50: each step re-run, idempotently
         assert _content(task) == expected, k
         assert migrate_task(task).steps == []
+
+
+def test_a_source_imported_before_is_refused_on_either_backend_until_its_n_is_deleted(where: Where, tmp_path: Path,
+                                                                                      capsys) -> None:
+    """A bucket task remembers its imported sources as a directory's registry does (issue 24's leftover)."""
+    args = ("import", "tum", TUM, "--frame", "tum_fr1_world", "--out", where.root, "--task", "dup")
+    task = as_path(where.task("dup"))
+    assert _run(capsys, *args)[0] == 0
+    code, out, err = _run(capsys, *args)
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"egopool: error: {where.task('dup')}: {TUM} is already in this task as episode N=1 ")
+    assert "--allow-duplicate" in err and "`egopool delete TASK 1`" in err
+    assert [g.index for g in list_task_episodes(task)] == [1]  # nothing written
+    code, out, err = _run(capsys, *args, "--allow-duplicate")
+    assert code == 0 and "episode N=2 " in out, err
+    assert _run(capsys, "delete", where.task("dup"), "1", "2", "--yes")[0] == 0
+    code, out, err = _run(capsys, *args)  # its episodes are gone: the source may come back, as a new N
+    assert code == 0 and "episode N=3 " in out, err
+    code, _, err = _run(capsys, *args)
+    assert code == 1 and "as episode N=3 " in err, err
+    assert [g.index for g in list_task_episodes(task)] == [3]
+    assert validate_task(task).ok
+    _no_local_s3(tmp_path)

@@ -3,7 +3,8 @@
     PYTHONPATH=src python tests/server/screenshots.py docs/screenshots
 
 A real server with a simulated gripper_d405 rig (3 episodes) and the quality-facts episodes of
-facts_episode.py (a frozen stream, a stall, dark frames); index, task and episode pages at 1440x900 and
+facts_episode.py (a frozen stream, a stall, dark frames); index, task (rows 1-3 selected for bulk review),
+episode and dashboard pages at 1440x900 and
 390x844, both at device pixel ratio 2, in Debian's headless chromium.
 """
 
@@ -62,14 +63,32 @@ def main(out: Path) -> None:
             browser.find_element(By.ID, "login").click()
             time.sleep(1.0)
             pages = {"index": "/", "task": "/tasks/grasp", "episode": "/tasks/grasp/episodes/1",
-                     "task-facts": "/tasks/facts", "episode-facts": "/tasks/facts/episodes/1"}
+                     "task-facts": "/tasks/facts", "episode-facts": "/tasks/facts/episodes/1",
+                     "dashboard": "/tasks/grasp/dashboard"}
             for size, (w, hh, mobile) in {"1440x900": (1440, 900, False), "390x844": (390, 844, True)}.items():
                 browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                                         {"width": w, "height": hh, "deviceScaleFactor": 2, "mobile": mobile})
                 for name, path in pages.items():
                     browser.get(srv.url + path)
                     time.sleep(2.5)  # videos load, plots draw
+                    if name == "task":  # a selection for bulk review: rows 1 and 3 (shift-click takes 2)
+                        boxes = browser.find_elements(By.CSS_SELECTOR, "input.pick")
+                        boxes[0].click()
+                        browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true, "
+                                               "shiftKey: true}))", boxes[2])
                     browser.save_screenshot(str(out / f"{name}-{size}.png"))
+    for png in out.glob("*-*x*.png"):  # 256 colours: a third of the bytes in git, the pages' look kept
+        _palette(png)
+
+
+def _palette(png: Path) -> None:
+    from PIL import Image
+
+    with Image.open(png) as im:
+        if im.mode == "P":
+            return
+        small = im.convert("RGB").quantize(256)
+    small.save(png, optimize=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A store that stalls or closes connections mid-answer gives the store's error, never a verdict on the task
 (issue 24: `validate` printed "FAILED (2 episodes, 1 error)" for a mid-body close, calling it "cannot reach
-the S3 endpoint"). A real SeaweedFS behind a relay that misbehaves at the K-th request (faulty_relay.py)."""
+the S3 endpoint"). A real SeaweedFS behind a relay that misbehaves at the K-th request (relay.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from faulty_relay import FaultyRelay
+from relay import FaultyRelay
 
 pytestmark = pytest.mark.extra("s3")
 

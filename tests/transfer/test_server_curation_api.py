@@ -275,7 +275,7 @@ def test_an_older_server_db_gains_the_review_tables(tmp_path: Path, version: int
         con.execute(f"PRAGMA user_version = {version}")
     con.close()
     db = ServerDB(path)
-    assert db.select("PRAGMA user_version") == [(5,)]  # the current schema (5: the uploads' stage timings)
+    assert db.select("PRAGMA user_version") == [(6,)]  # the current schema (6: the reviewers' events)
     assert db.episode("pick", 1) is not None and db.reviews("pick", 1) == []
     db.add_review("pick", 1, "flag", "check", "anna")
     got, _ = search_episodes(db, parse_query({"review": "flagged"}))

@@ -139,3 +139,60 @@ def test_validate_task_takes_only_its_own_handed_containers(recorded: Path, tmp_
             c.close()
     assert [f.to_dict() for f in report.findings] == alone
     assert report.ok and list(handed) == [other]  # the task's container was taken; the other was left
+
+
+def _thread_mode() -> tuple[bool, str]:
+    """In a worker: whether it decodes in one thread, and the thread mode a scan leaves on a 352x288 stream."""
+    import tempfile
+
+    from egopool.codecs import decode_scan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "v.mp4"
+        with av.open(str(path), "w") as out:
+            s = out.add_stream("libx264", rate=30)
+            s.width, s.height, s.pix_fmt = 352, 288, "yuv420p"
+            for i in range(3):
+                frame = av.VideoFrame.from_ndarray(np.full((288, 352, 3), 40 * i, np.uint8), format="rgb24")
+                for p in s.encode(frame):
+                    out.mux(p)
+            for p in s.encode():
+                out.mux(p)
+        with av.open(str(path)) as c:
+            scan = decode_scan.scan_opened(c, path)
+            mode = str(c.streams.video[0].codec_context.thread_type)
+    assert scan.decoded == 3
+    return decode_scan.decodes_in_one_thread(), mode
+
+
+def _thread_mode_after(seconds: float) -> tuple[bool, str]:
+    import time
+
+    time.sleep(seconds)  # the calls overlap
+    return _thread_mode()
+
+
+def test_a_full_pool_decodes_in_one_thread_a_lone_call_with_threads() -> None:
+    """docs/decisions.md U34: a verification that starts while every core has one decodes a large frame in its
+    own thread; one that starts alone keeps FFmpeg's slice threads; ``one_thread`` forces either."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from egopool.server.workers import VerifyPool
+
+    pool = VerifyPool(2)
+    pool.cores = 2  # as on the 2-core machine, whatever this one has
+    forced = VerifyPool(1, one_thread=True)
+    try:
+        assert pool.run(_thread_mode)[0] is False  # alone: slice threads
+        with ThreadPoolExecutor(2) as ex:
+            first = ex.submit(pool.run, _thread_mode_after, 1.5)
+            while pool._busy < 1:
+                pass
+            second = ex.submit(pool.run, _thread_mode_after, 0.0)
+            got = [first.result(), second.result()]
+        assert got[0][0] is False and got[0][1] != "ThreadType.NONE"
+        assert got[1] == (True, "ThreadType.NONE")  # the second core's call: one thread
+        assert forced.run(_thread_mode) == (True, "ThreadType.NONE")
+    finally:
+        pool.close()
+        forced.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..interop.lerobot_events import ExportEvents
 from ..interop.lerobot_export import LeRobotExport, export_lerobot
 from ..interop.rerun import RerunExport, export_rerun
 from ..interop.tum import CLOCKS, export_tum
@@ -41,6 +42,15 @@ def _print_mapping(result: LeRobotExport) -> None:
     console.print("episodes: " + ", ".join(f"N={j.index} -> {j.episode_index}" for j in plan.jobs))
 
 
+def _events_for(task: Path, source: str) -> ExportEvents:
+    """The events of ``source`` (file or URL) that belong to ``task`` (its directory name or info's task_name)."""
+    from ..curation.review_events import events_by_episode, read_events
+    from ..meta.info import read_info
+
+    name = str((read_info(task).get("task_name") or "")) if (task / "meta" / "info.json").is_file() else ""
+    return ExportEvents(source, events_by_episode(read_events(source), task.resolve().name, *([name] if name else [])))
+
+
 @export_app.command("lerobot")
 def lerobot_cmd(
     task: Path = _TASK,
@@ -53,6 +63,11 @@ def lerobot_cmd(
                                                   "line, a JSON list of N or a pooling server's JSON answer "
                                                   "({\"episodes\": [{\"task\", \"index\"}]}), or the URL of "
                                                   "one (token from $EGOPOOL_TOKEN; pages followed)."),
+    events_from: str | None = typer.Option(None, "--events-from", metavar="FILE|URL",
+                                           help="Carry reviewers' events: a pooling server's answer to GET "
+                                                "/api/v1/events (saved, or its URL; token from $EGOPOOL_TOKEN; "
+                                                "pages followed) -> language_events (lerobot >= 0.6) and "
+                                                "egopool_mapping.json's events."),
     state: list[str] = typer.Option(None, "--state", metavar="COL",
                                     help="Columns concatenated (float32) into observation.state (repeat, in order)."),
     action: list[str] = typer.Option(None, "--action", metavar="COL",
@@ -104,6 +119,10 @@ def lerobot_cmd(
             raise typer.BadParameter("give --state or --preset, not both", param_hint="--preset")
         state = preset_state(open_task(task), preset, episodes or None)
     to_bucket = out.startswith("s3://")
+    if to_bucket and events_from is not None:
+        raise typer.BadParameter("events go to a dataset directory; export to one, then copy it to the bucket",
+                                 param_hint="--events-from")
+    events = _events_for(task, events_from) if events_from is not None else None
     if to_bucket and overwrite:
         raise typer.BadParameter("an s3:// OUT must be empty: a bucket has no rename to replace a dataset "
                                  "atomically", param_hint="--overwrite")
@@ -118,7 +137,8 @@ def lerobot_cmd(
         else:
             result = export_lerobot(task, Path(out), episodes=episodes or None, state=state or (),
                                     action=action or (), depth=depth, repo_id=repo_id, dry_run=dry_run,
-                                    overwrite=overwrite, progress=tick, executor=executor, lerobot=lerobot, gop=gop)
+                                    overwrite=overwrite, progress=tick, executor=executor, lerobot=lerobot, gop=gop,
+                                    events=events)
     if json_out:
         print_json(result.to_dict())
         return
@@ -128,6 +148,10 @@ def lerobot_cmd(
         return
     for warning in result.warnings:
         console.print(f"[yellow]warning[/yellow] {warning}")
+    if events is not None:
+        carried = sum(len(v) for n, v in events.by_episode.items() if n in {p.index for p in result.parts})
+        console.print(f"events: {carried} of {events.source} carried (egopool_mapping.json lists them"
+                      + (", language_events holds them)" if lerobot != "0.4" else ")"))
     copied = sum(len(p.copied) for p in result.parts)
     total = len(result.parts) * len(result.plan.streams)
     console.print(f"wrote {result.out} ({len(result.parts)} episodes; videos copied without re-encoding: "
@@ -181,13 +205,17 @@ def rerun_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="The .rrd file to write (open it with `rerun FILE.rrd`)."),
     stride: int = typer.Option(1, "--stride", min=1, help="Log every K-th depth frame and force matrix "
                                                           "(stored raw in the .rrd)."),
+    events_from: str | None = typer.Option(None, "--events-from", metavar="FILE|URL",
+                                           help="Show reviewers' events (GET /api/v1/events of a pooling server, "
+                                                "saved or its URL) as text at the frames they start and end."),
     json_out: bool = _JSON,
 ) -> None:
     """Write episodes as a Rerun recording: videos (stored MP4, no re-encode), depth with pinholes,
     trajectories as transforms in their own frame_axes, IMU / forces / glove / gripper state as scalars,
     force matrices as tensors, hand pose as points; timelines frame_index, wall_time and the device clocks."""
     with progress_bar("logging episodes", json_out) as tick:
-        result = export_rerun(task, out, indices or None, stride=stride, progress=tick)
+        result = export_rerun(task, out, indices or None, stride=stride, progress=tick,
+                              events=_events_for(task, events_from).by_episode if events_from else None)
     if json_out:
         print_json(result.to_dict())
         return

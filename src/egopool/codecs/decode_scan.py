@@ -133,6 +133,23 @@ def scan_stream(path: TaskPathLike, stream_index: int | None = None) -> StreamSc
 #: docs/decisions.md U13) cost more CPU to start than such a frame takes to decode (U20).
 SINGLE_THREAD_PIXELS = 320 * 240
 
+_ONE_THREAD = False
+
+
+def decode_in_one_thread(on: bool = True) -> None:
+    """Decode every frame of this process in the calling thread, whatever its size (the scans of
+    :func:`scan_stream` / :func:`scan_opened`). For a process that is one of as many as there are cores
+    (the pooling server's verification workers, docs/decisions.md U34): the processes use the cores, and
+    FFmpeg's slice threads would only add their own cost and take a core another process needs. The frames
+    decoded are the same (the decoders are bit-exact whatever the thread mode)."""
+    global _ONE_THREAD
+    _ONE_THREAD = bool(on)
+
+
+def decodes_in_one_thread() -> bool:
+    """Whether :func:`decode_in_one_thread` is on in this process."""
+    return _ONE_THREAD
+
 
 def scan_opened(container: Any, path: TaskPathLike, stream_index: int | None = None) -> StreamScan:
     """:func:`scan_stream` of a container the caller opened (and closes), nothing demuxed from it yet: a
@@ -158,7 +175,8 @@ def scan_opened(container: Any, path: TaskPathLike, stream_index: int | None = N
 
 def _scan_container(container: Any, stream: Any) -> StreamScan:
     cc = getattr(stream, "codec_context", None)
-    if cc is not None and 0 < (getattr(cc, "width", 0) or 0) * (getattr(cc, "height", 0) or 0) <= SINGLE_THREAD_PIXELS:
+    if cc is not None and (_ONE_THREAD or 0 < (getattr(cc, "width", 0) or 0) * (getattr(cc, "height", 0) or 0)
+                           <= SINGLE_THREAD_PIXELS):
         with contextlib.suppress(Exception):  # an opened codec keeps its threads: only the cost differs
             cc.thread_type, cc.thread_count = "NONE", 1  # the same frames, decoded without starting threads
     stamps: list[int | None] = []  # pts of every payload packet, in decode order

@@ -19,6 +19,7 @@ instead (never a wrong frame).
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,9 +32,17 @@ from ..codecs.depth_png import png16_frame_paths, read_png16_frame
 from ..codecs.video import open_media, rgb_array, rgb_stream, stream_codec
 from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
-from .object_cache import BlockCache, mp4_packet_index, open_cached_container
+from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
-__all__ = ["DecoderCache", "PngSequence", "StreamDecoder"]
+__all__ = ["DecoderCache", "PngSequence", "StreamDecoder", "probe_kind"]
+
+
+def probe_kind(container: Any) -> str:
+    """``"depth"`` or ``"rgb"`` of an open container, by :meth:`egopool.Episode.stream_kind`'s rule: gray pixels or
+    two video streams are depth."""
+    vs = container.streams.video
+    gray = bool(vs) and str(stream_codec(vs[0])[1] or "").startswith("gray")
+    return "depth" if gray or len(vs) > 1 else "rgb"
 
 
 class StreamDecoder:
@@ -55,6 +64,9 @@ class StreamDecoder:
         For an object in a bucket: the process's :class:`~egopool.dataset.object_cache.BlockCache` its bytes
         are read through (coalesced ranged GETs, read-ahead, bounded memory; an MP4's packet index is
         demuxed from its sample tables without downloading its samples). None: PyAV's buffered reader.
+    opened:
+        ``(container, file)`` of :func:`~egopool.dataset.object_cache.open_cached_container` already open on
+        ``path`` (its header probed elsewhere): used instead of opening the object again; closed with this decoder.
 
     Raises
     ------
@@ -63,19 +75,20 @@ class StreamDecoder:
     """
 
     def __init__(self, path: TaskPathLike, kind: str, params: Mapping[str, Any] | None = None, *,
-                 max_frames: int = 32, cache: BlockCache | None = None) -> None:
+                 max_frames: int = 32, cache: BlockCache | None = None,
+                 opened: tuple[Any, CachedObjectFile] | None = None) -> None:
         self.path = as_path(path)
         self.max_frames = max(1, int(max_frames))
         self._file: Any = None
-        if isinstance(self.path, ObjectPath) and cache is not None:
+        if opened is not None:  # a container over the cache already open (torchcodec_decode probed it)
+            self._c, self._file = opened
+        elif isinstance(self.path, ObjectPath) and cache is not None:
             self._c, self._file = open_cached_container(self.path, cache)
         else:
             self._c = open_media(self.path, "video")
         try:
             if kind == "auto":  # Episode.stream_kind's probe, on this container (no second open of the object)
-                vs = self._c.streams.video
-                gray = bool(vs) and str(stream_codec(vs[0])[1] or "").startswith("gray")
-                kind = "depth" if gray or len(vs) > 1 else "rgb"
+                kind = probe_kind(self._c)
             self.kind = kind
             if kind == "depth":
                 self._s, self._convert = depth_stream_decoder(self._c, self.path, params)
@@ -228,26 +241,41 @@ class PngSequence:
 class DecoderCache:
     """At most ``max_open`` decoders, least recently used closed first.
 
-    ``open(path, make)`` returns the decoder of ``path``, calling ``make()`` when there is none.
+    ``open(path, make)`` returns the decoder of ``path``, calling ``make()`` when there is none. Thread-safe:
+    ``make()`` runs outside the lock (threads open different streams at once); a caller that uses at most
+    ``max_open`` decoders at a time never has one closed under it (the one closed is the least recently
+    opened, and every decoder in use was opened after it).
     """
 
     def __init__(self, max_open: int = 16) -> None:
         self.max_open = max(1, int(max_open))
         self._open: OrderedDict[TaskPath, Any] = OrderedDict()
+        self._lock = threading.Lock()
 
     def open(self, path: TaskPath, make: Callable[[], Any]) -> Any:
         """The cached decoder of ``path`` (made and cached when absent)."""
-        dec = self._open.get(path)
-        if dec is None:
-            dec = make()
-            self._open[path] = dec
-            while len(self._open) > self.max_open:
-                self._open.popitem(last=False)[1].close()
-        else:
+        with self._lock:
+            dec = self._open.get(path)
+            if dec is not None:
+                self._open.move_to_end(path)
+                return dec
+        made = make()
+        closing = []
+        with self._lock:
+            dec = self._open.setdefault(path, made)
             self._open.move_to_end(path)
+            if dec is not made:  # another thread opened it meanwhile
+                closing.append(made)
+            while len(self._open) > self.max_open:
+                closing.append(self._open.popitem(last=False)[1])
+        for d in closing:
+            d.close()
         return dec
 
     def close(self) -> None:
         """Close every decoder."""
-        while self._open:
-            self._open.popitem()[1].close()
+        with self._lock:
+            held = list(self._open.values())
+            self._open.clear()
+        for d in held:
+            d.close()

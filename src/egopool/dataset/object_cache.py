@@ -7,12 +7,12 @@ A read that misses fetches every missing block it needs plus up to ``read_ahead`
 runs of consecutive missing blocks, one ranged GET per run: decoding forward from a keyframe reads the next
 bytes from memory, and a window of 8 frames costs one GET, not one per 64 KiB PyAV asks.
 
-Which version: the first GET of an object gives its size and ETag (obstore, the main process or a spawned
-worker); every later GET carries ``If-Match`` with that ETag, so an object rewritten under a running dataset
-is an :class:`~egopool.errors.ObjectStoreError` with ``cause="changed"`` naming it, never old and new bytes
-mixed. A forked worker cannot use obstore (docs/decisions.md O41): it opens the object with pyarrow.fs (one
-HEAD: size and mtime, the version) and reads with ``read_at``; a rewrite there is seen when the object is next
-opened (its HEAD), not within one open (docs/decisions.md B2).
+Which version: the first GET of an object gives its size and ETag; every later GET carries ``If-Match`` with
+that ETag, so an object rewritten under a running dataset is an :class:`~egopool.errors.ObjectStoreError` with
+``cause="changed"`` naming it, never old and new bytes mixed. The reads are
+:class:`~egopool.storage._object_read.ObjectVersion`'s, the read path's one reader (obstore; in a forked worker, a
+boto3 client made after the fork: docs/decisions.md B8). The cache is thread-safe: a worker's I/O threads read
+different objects through it at once (:class:`~egopool.dataset.PooledDataset`'s ``io_threads``).
 
 :func:`mp4_packet_index` demuxes an MP4 without downloading its samples: FFmpeg takes each packet's pts and
 keyframe flag from the ``moov`` box's sample tables, so the ``mdat`` box is served as zeros there. Nothing
@@ -23,7 +23,6 @@ Every GET is counted in :func:`egopool.storage._object_read.request_counts` (per
 
 from __future__ import annotations
 
-import io
 import struct
 import threading
 from collections import OrderedDict
@@ -39,54 +38,28 @@ __all__ = ["BlockCache", "CachedObjectFile", "mp4_packet_index", "open_cached_co
 
 
 class _Source:
-    """One version of one object: its size, version, and how its bytes are fetched."""
+    """One version of one object read through a cache: :class:`~egopool.storage._object_read.ObjectVersion`
+    (the read path's one reader), its first GET's bytes kept as the cache's first blocks."""
 
     def __init__(self, path: ObjectPath, cache: BlockCache) -> None:
         self.path = path
-        self._native: Any = None
-        first: bytes = b""
-        if objread.available(path):
-            try:
-                first, size, version = objread.get_head(path, cache.block_size * cache.read_ahead)
-            except FileNotFoundError:
-                raise CodecError("cannot open video: the object is missing", path=path,
-                                 hint="run `egopool validate TASK` to see what is missing") from None
-            self.size, self.version = size, version or ""
-        else:  # a forked worker: pyarrow.fs, a HEAD for size and mtime (the version), its own HEAD, then read_at
-            from pyarrow import fs as pafs
-
-            try:
-                info = path.filesystem.get_file_info(path.fs_path)
-            except Exception as exc:  # the AWS SDK's OSError: one boundary
-                raise path._error(exc) from exc
-            if info.type != pafs.FileType.File:
-                raise CodecError("cannot open video: the object is missing", path=path,
-                                 hint="run `egopool validate TASK` to see what is missing")
-            self.size = int(info.size or 0)
-            self.version = f"size={self.size} mtime={info.mtime_ns}"
-            try:
-                self._native = path.filesystem.open_input_file(path.fs_path)
-            except Exception as exc:
-                raise path._error(exc) from exc
+        try:
+            self._obj = objread.ObjectVersion(path, cache.block_size * cache.read_ahead)
+        except FileNotFoundError:
+            raise CodecError("cannot open video: the object is missing", path=path,
+                             hint="run `egopool validate TASK` to see what is missing") from None
+        self.size, self.version = self._obj.size, self._obj.version
         self.key = (path.uri, self.version)
-        if first:
-            cache.put_run(self.key, 0, first)
+        if self._obj.first:
+            cache.put_run(self.key, 0, self._obj.first)
+            self._obj.first = b""  # held by the cache now (and counted in its bound)
 
     def fetch(self, start: int, length: int) -> bytes:
         """``length`` bytes from ``start`` of this version, in one GET."""
-        if self._native is None:
-            return objread.get_range(self.path, start, length, self.version or None)
-        try:
-            data = self._native.read_at(length, start)
-        except Exception as exc:
-            raise self.path._error(exc) from exc
-        objread.count_request(len(data))
-        return bytes(data)
+        return self._obj.fetch(start, length)
 
     def close(self) -> None:
-        if self._native is not None:
-            self._native.close()
-            self._native = None
+        self._obj.close()
 
 
 class BlockCache:
@@ -197,28 +170,12 @@ def _runs(blocks: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-class CachedObjectFile(io.RawIOBase):
+class CachedObjectFile(objread.SizedRaw):
     """A seekable raw reader of one version of an object through a :class:`BlockCache`."""
 
     def __init__(self, src: _Source, cache: BlockCache) -> None:
-        super().__init__()
+        super().__init__(src.size)
         self.src, self.cache = src, cache
-        self.size = src.size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
     def pread(self, start: int, n: int) -> bytes:
         """``n`` bytes from ``start`` without moving this file's position (another reader of the same object)."""
@@ -236,29 +193,14 @@ class CachedObjectFile(io.RawIOBase):
         super().close()
 
 
-class _SparseMdat(io.RawIOBase):
+class _SparseMdat(objread.SizedRaw):
     """An MP4 file object whose ``mdat`` boxes read as zeros (no GET): what a demux of the sample tables needs.
     It reads ``f`` by offset (:meth:`CachedObjectFile.pread`): the container reading ``f`` keeps its position."""
 
     def __init__(self, f: CachedObjectFile) -> None:
-        super().__init__()
-        self.f, self.size = f, f.size
+        super().__init__(f.size)
+        self.f = f
         self.holes = _mdat_ranges(f)
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")

@@ -24,13 +24,16 @@ import numpy as np
 
 from ..errors import install_hint
 from ..keypoints.mirror import episode_mirror_dir
-from ..read.reader import Task, open_task
+from ..read.reader import open_task
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
-from .decode import DecoderCache, PngSequence, StreamDecoder
+from .decode import PngSequence, StreamDecoder
 from .episode_view import EpisodeView, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .object_cache import BlockCache
+from .read_ahead import next_batch
+from .torchcodec_decode import TorchcodecStream, open_stream, torchcodec_available
+from .worker import Ask, Worker
 from .windows import DEFAULT_TOLERANCE_S, WindowSpec
 
 if TYPE_CHECKING:  # checked as the torch Dataset it is with the extra `train` installed
@@ -47,7 +50,7 @@ else:
 __all__ = ["PooledDataset", "find_tasks"]
 
 #: Worker states a forked process inherited: never used, never freed (see ``PooledDataset._worker``).
-_INHERITED: list[_Worker] = []
+_INHERITED: list[Worker] = []
 
 
 def find_tasks(paths: TaskPathLike | Iterable[TaskPathLike]) -> list[TaskPath]:
@@ -120,46 +123,6 @@ def _same_location(key: Any, path: TaskPath) -> bool:
     return Path(key).resolve() == path
 
 
-class _Worker:
-    """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled."""
-
-    def __init__(self, ds: PooledDataset) -> None:
-        self.pid = os.getpid()
-        self.tasks: dict[int, Task] = {}
-        self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
-        self.decoders = DecoderCache(ds.max_open_streams)
-        self.blocks = BlockCache(ds.cache_bytes, ds.block_size, ds.read_ahead)
-        self.pool = ThreadPoolExecutor(ds.decode_threads) if ds.decode_threads > 1 else None
-        self.max_views = ds.max_episodes
-
-    def view(self, ds: PooledDataset, t: int, n: int, length: int) -> EpisodeView:
-        v = self.views.get((t, n))
-        if v is None:
-            task = self.tasks.get(t)
-            if task is None:
-                task = self.tasks[t] = open_task(ds.index.tasks[t].path)
-            v = self.views[(t, n)] = EpisodeView(task.episode(n), length)
-            while len(self.views) > self.max_views:
-                self.views.popitem(last=False)
-        else:
-            self.views.move_to_end((t, n))
-        return v
-
-    def close(self) -> None:
-        self.decoders.close()
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
-
-    def __del__(self) -> None:
-        # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
-        # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
-        # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
-        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O41). A fork's inherited
-        # copy is never closed.
-        if self.pid == os.getpid():
-            self.close()
-
-
 class PooledDataset(_Base):
     """Map-style dataset: item ``i`` = row ``frame_index`` of episode N of a pooled task.
 
@@ -214,6 +177,16 @@ class PooledDataset(_Base):
         (:class:`~egopool.dataset.object_cache.BlockCache`): at most ``cache_bytes`` (default 64 MiB) of
         ``block_size`` blocks (256 KiB), a miss fetching the blocks it needs and ``read_ahead`` (8) more in
         one ranged GET. GETs per process: :meth:`io_stats`.
+    io_threads:
+        Threads per process reading a batch of a task in a bucket (default 8; directories use
+        ``decode_threads``): the batch's episodes, then its streams, are opened and read at once, so a
+        batch costs a few round trips of the store's latency rather than one per object (a forked worker
+        reads through a boto3 client of its own, docs/decisions.md B8, B9).
+    decoder:
+        The RGB streams' decoder: ``"pyav"`` (default: as fast in the loader benchmark, less memory, scales with
+        ``decode_threads``; benchmarks/README.md) or ``"torchcodec"`` (LeRobot 0.6's; the extra ``train``). Both give the
+        reader's frames bit for bit; depth streams always use egopool's own decoder (12-bit HEVC log code, FFV1:
+        :mod:`egopool.dataset.torchcodec_decode`).
     mirror_root:
         The ``keypoints_output`` directory of the ``keypoints.*`` keys; default as
         ``egopool keypoints extract`` (``$EGOPOOL_KEYPOINTS_ROOT``, else beside the recordings root).
@@ -229,8 +202,10 @@ class PooledDataset(_Base):
     demand). With the defaults (16 streams, ``cache_frames`` = the largest of 4, 2 × the longest window and
     its span in rows + 1, at most 64) and
     640×480 cameras and windows of 2 frames: 16 streams × 4 frames × 0.9 MB ≈ 59 MB of frames plus the
-    decoders, and for tasks in a bucket ``cache_bytes`` of video blocks (64 MiB by default). ``decode_threads`` threads decode an item's streams in parallel (PyAV releases the GIL);
-    use 1 when DataLoader workers already fill the cores.
+    decoders, and for tasks in a bucket ``cache_bytes`` of video blocks (64 MiB by default). ``decode_threads`` threads decode a batch's streams in parallel (PyAV releases the GIL);
+    use 1 when DataLoader workers already fill the cores (a bucket's batch uses ``io_threads``). A batch
+    (``__getitems__``) also holds its own frames while it is assembled: what it returns; over a bucket at most
+    ``io_threads`` GETs are in flight, each at most the blocks one read needs plus ``read_ahead`` blocks.
 
     Raises
     ------
@@ -262,12 +237,18 @@ class PooledDataset(_Base):
                  cache_dir: str | Path | None = None, max_open_streams: int = 16, max_episodes: int = 8,
                  cache_frames: int | None = None, decode_threads: int = 4,
                  mirror_root: str | Path | None = None, cache_bytes: int = 64 << 20, block_size: int = 256 << 10,
-                 read_ahead: int = 8) -> None:
+                 read_ahead: int = 8, io_threads: int = 8, decoder: str = "pyav") -> None:
         if output not in ("auto", "torch", "numpy"):
             raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
         if output == "torch" and torch is None:
             raise ValueError(f"output='torch' needs PyTorch: {install_hint('train')}")
         self.as_torch = torch is not None and output != "numpy"
+        if decoder not in ("pyav", "torchcodec"):
+            raise ValueError(f"decoder must be 'pyav' or 'torchcodec', got {decoder!r}")
+        if decoder == "torchcodec" and not torchcodec_available():
+            raise ValueError(f"decoder='torchcodec' needs torchcodec (and FFmpeg's libraries): {install_hint('train')}")
+        #: ``"pyav"`` or ``"torchcodec"``: the RGB streams' decoder.
+        self.decoder = decoder
         delta = dict(delta_timestamps or {})
         if isinstance(keys, (str, bytes)):
             raise ValueError(f"keys must be a list of names, got the string {keys!r}: use keys=[{keys!r}]")
@@ -303,10 +284,11 @@ class PooledDataset(_Base):
         span = max((int(v.max() - v.min()) + 1 for v in offs), default=1)
         self.cache_frames = int(cache_frames) if cache_frames is not None else min(64, max(4, 2 * longest, span + 1))
         self.max_open_streams, self.max_episodes = int(max_open_streams), int(max_episodes)
-        self.decode_threads = int(decode_threads)
+        self.decode_threads, self.io_threads = max(1, int(decode_threads)), max(1, int(io_threads))
         BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
         self.cache_bytes, self.block_size, self.read_ahead = int(cache_bytes), int(block_size), int(read_ahead)
-        self._w: _Worker | None = None
+        self._w: Worker | None = None
+        self._order: Any = None  # the BucketSampler whose order the workers read ahead in (follow_order)
 
     @staticmethod
     def _entries(paths: list[TaskPath], names: Iterable[str] | None,
@@ -373,14 +355,14 @@ class PooledDataset(_Base):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def _worker(self) -> _Worker:
+    def _worker(self) -> Worker:
         w = self._w
         if w is None or w.pid != os.getpid():  # first item here, or a forked copy of the parent's
             if w is not None:
                 # a fork's copy of the parent's containers: freeing them here would join FFmpeg decoder
                 # threads that do not exist in this process (a deadlock); they stay untouched instead
                 _INHERITED.append(w)
-            w = self._w = _Worker(self)
+            w = self._w = Worker(self)
         return w
 
     def close(self) -> None:
@@ -406,10 +388,110 @@ class PooledDataset(_Base):
         """Items of each episode, in index order (what :class:`EpisodeSampler` shuffles)."""
         return [self.index.episode_items(e) for e in range(len(self.index.episodes))]
 
+    def threads(self) -> int:
+        """Threads per process reading a batch: ``decode_threads``, or ``io_threads`` when larger and a task is in
+        a bucket (there a thread mostly waits on its GET)."""
+        remote = any(isinstance(e.path, ObjectPath) for e in self.index.tasks)
+        return max(self.decode_threads, self.io_threads) if remote else self.decode_threads
+
+    def follow_order(self, sampler: Any) -> None:
+        """Read ahead in ``sampler``'s order (a :class:`~egopool.dataset.BucketSampler` calls this when made over this
+        dataset): over a bucket, after each batch a worker opens the episodes and streams of its next batch in the
+        background (:mod:`egopool.dataset.read_ahead`). It changes no item."""
+        self._order = sampler
+
     def __getitem__(self, i: int) -> dict[str, Any]:
-        t, n, row, e = self.index.locate(int(i))
+        return self._read([int(i)])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Items ``indices`` (what a ``DataLoader`` asks for a batch), in that order (see :meth:`_read`)."""
+        return self._read([int(i) for i in indices])
+
+    def _read(self, indices: list[int]) -> list[dict[str, Any]]:
+        """Items ``indices`` read as one plan: the batch's episodes (at most ``max_episodes`` at a time) are opened
+        and their columns read by the worker's threads at once; then each stream the batch touches (at most
+        ``max_open_streams`` at a time) is opened and decoded once for all the batch's windows on it, sorted by
+        row (one forward decode per stream, not a seek per item), the streams on the threads at once. Over a
+        bucket every object's GETs then overlap with the others' instead of following them one by one
+        (docs/decisions.md B9). Memory: the batch's frames (what it returns) plus the per-worker bounds."""
         w = self._worker()
-        view = w.view(self, t, n, self.index.episodes[e][2])
+        w.settle()
+        where = [self.index.locate(i) for i in indices]
+        order = sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2]))
+        by_ep: OrderedDict[int, list[int]] = OrderedDict()
+        for k in order:
+            by_ep.setdefault(where[k][3], []).append(k)
+        plain: list[dict[str, Any]] = [{} for _ in indices]
+        frames: list[dict[str, tuple[np.ndarray, np.ndarray | None]]] = [{} for _ in indices]
+        eps = list(by_ep)
+        for c in range(0, len(eps), self.max_episodes):
+            chunk = eps[c:c + self.max_episodes]
+            for t in dict.fromkeys(where[by_ep[e][0]][0] for e in chunk):
+                w.task(self, t)  # one open per task, before its episodes' threads
+
+            def columns(e: int) -> list[tuple[tuple[int, str], Ask]]:
+                t, n, _row, _e = where[by_ep[e][0]]
+                view = w.view(self, t, n, self.index.episodes[e][2])
+                todo = []
+                for k in by_ep[e]:
+                    plain[k], streams = self._plain(view, indices[k], where[k])
+                    todo += [((e, key), Ask(k, kind, rows, pad, view)) for key, kind, rows, pad in streams]
+                return todo
+
+            groups: OrderedDict[tuple[int, str], list[Ask]] = OrderedDict()
+            for todo in w.map(columns, chunk):
+                for g, ask in todo:
+                    groups.setdefault(g, []).append(ask)
+
+            def decode(job: tuple[str, list[Ask]]) -> None:
+                key, asks = job
+                dec = self._decoder(w, asks[0].view, key, asks[0].kind)
+                got = dec.frames(sorted({int(j) for a in asks for j in a.rows.tolist()}))
+                rgb_cf = self.channels_first and getattr(dec, "kind", "depth") == "rgb"
+                for a in asks:
+                    arr = np.stack([got[j] for j in a.rows.tolist()])  # a copy: the decoder's cache stays private
+                    if rgb_cf:
+                        arr = np.moveaxis(arr, -1, -3)
+                    frames[a.k][key] = (arr if a.pad is not None else arr[0], a.pad)
+
+            jobs = [(g[1], asks) for g, asks in groups.items()]
+            for d in range(0, len(jobs), self.max_open_streams):
+                w.map(decode, jobs[d:d + self.max_open_streams])
+        if self._order is not None and w.pool is not None and self.threads() > self.decode_threads:
+            nxt = next_batch(self._order, indices, w.position)  # a bucket: open the next batch's objects meanwhile
+            if nxt:
+                w.read_ahead(lambda: self._open_ahead(w, nxt))
+        out = []
+        for k in range(len(indices)):
+            item = plain[k]
+            for key, (value, pad) in frames[k].items():
+                item[key] = value
+                if pad is not None:
+                    item[key + "_is_pad"] = pad
+            out.append(self._to_output(item))
+        return out
+
+    def _open_ahead(self, w: Worker, indices: list[int]) -> None:
+        """Open what a batch of ``indices`` will read (its first ``max_episodes`` episodes, their columns, its
+        first ``max_open_streams`` streams) and decode nothing: :mod:`egopool.dataset.read_ahead`."""
+        first: OrderedDict[int, tuple[int, tuple[int, int, int, int]]] = OrderedDict()
+        for i in indices:
+            where = self.index.locate(i)
+            first.setdefault(where[3], (i, where))
+        eps = list(first.values())[:self.max_episodes]
+
+        def episode(x: tuple[int, tuple[int, int, int, int]]) -> list[tuple[EpisodeView, str, str]]:
+            i, (t, n, _row, e) = x
+            view = w.view(self, t, n, self.index.episodes[e][2])
+            return [(view, key, kind) for key, kind, _r, _p in self._plain(view, i, x[1])[1]]
+
+        streams = [s for got in w.map(episode, eps) for s in got][:self.max_open_streams]
+        w.map(lambda s: self._decoder(w, *s), streams)
+
+    def _plain(self, view: EpisodeView, i: int, where: tuple[int, int, int, int]
+               ) -> tuple[dict[str, Any], list[tuple[str, str, np.ndarray, np.ndarray | None]]]:
+        """Item ``i``'s values that are not video frames, and its streams' ``(key, kind, rows, pad)``."""
+        t, n, row, _e = where
         item: dict[str, Any] = {"index": np.int64(i if i >= 0 else i + len(self)), "task_index": np.int64(t),
                                 "episode_index": np.int64(n), "frame_index": np.int64(row)}
         streams = []
@@ -432,43 +514,23 @@ class PooledDataset(_Base):
             if pad is not None:
                 item[key + "_is_pad"] = pad
             item[key] = value if rows is None or pad is not None else value[0]
-        if streams:
-            if w.pool is not None and len(streams) > 1:
-                frames = list(w.pool.map(lambda s: self._frames(w, view, *s), streams))
-            else:
-                frames = [self._frames(w, view, *s) for s in streams]
-            for (key, _k, _r, pad), value in zip(streams, frames, strict=True):
-                item[key] = value
-                if pad is not None:
-                    item[key + "_is_pad"] = pad
-        return self._to_output(item)
+        return item, streams
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Items ``indices`` (what a ``DataLoader`` asks for a batch), in that order, read sorted by episode and
-        row: the windows of one stream are then decoded in one forward pass instead of a seek per item."""
-        where = [self.index.locate(int(i)) for i in indices]
-        out: list[dict[str, Any]] = [{} for _ in indices]
-        for k in sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2])):
-            out[k] = self[int(indices[k])]
-        return out
-
-    def _frames(self, w: _Worker, view: EpisodeView, key: str, kind: str, rows: np.ndarray,
-                pad: np.ndarray | None) -> np.ndarray:
+    def _decoder(self, w: Worker, view: EpisodeView, key: str, kind: str
+                 ) -> PngSequence | StreamDecoder | TorchcodecStream:
         path = view.stream_path(key)
 
-        def make() -> PngSequence | StreamDecoder:  # only for a stream not open yet: no stat (HEAD) per item
+        def make() -> PngSequence | StreamDecoder | TorchcodecStream:  # only for a stream not open yet: no stat (HEAD) per item
             if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
             params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
+            if self.decoder == "torchcodec":  # RGB by torchcodec, depth by egopool's decoder
+                return open_stream(path, kind, params, w.blocks, self.cache_frames)
             return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,
                                  cache=w.blocks)
 
-        dec = w.decoders.open(path, make)
-        got = dec.frames(rows.tolist())
-        arr = np.stack([got[j] for j in rows.tolist()])  # a copy: the decoder's cache stays private
-        if self.channels_first and getattr(dec, "kind", "depth") == "rgb":
-            arr = np.moveaxis(arr, -1, -3)
-        return arr if pad is not None else arr[0]
+        dec: PngSequence | StreamDecoder | TorchcodecStream = w.decoders.open(path, make)
+        return dec
 
     def _ragged(self, view: EpisodeView, kind: str, key: str, row: int) -> tuple[np.ndarray, np.ndarray | None]:
         if kind == "imu":

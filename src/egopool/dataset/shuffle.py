@@ -96,6 +96,9 @@ class BucketSampler(_Base):
         self.shuffle, self.buffer, self.seed = bool(shuffle), int(buffer), int(seed)
         self.epoch, self.position = 0, 0
         self._yielded = 0
+        follow = getattr(dataset, "follow_order", None)
+        if callable(follow):  # a PooledDataset reads ahead in this order (dataset/read_ahead.py)
+            follow(self)
 
     # -- the order --------------------------------------------------------------------------------------
     def _bounds(self) -> tuple[int, int]:

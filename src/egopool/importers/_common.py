@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,6 +36,8 @@ from ..write.task_writer import EpisodeResult, TaskWriter, refuse_foreign
 __all__ = [
     "ImportResult",
     "ImportSource",
+    "SOURCE_MEMORY",
+    "SourceMemory",
     "check_not_imported",
     "remember_import",
     "source_digest",
@@ -446,11 +448,56 @@ def source_digest(*paths: str | Path, base: str | Path | None = None) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+class SourceMemory(Protocol):
+    """Where a task bound for a bucket remembers its imported sources (:class:`~.bucket_sources.BucketSources`)."""
+
+    def held(self, task: str, sources: Sequence[ImportSource]) -> list[tuple[ImportSource, int]]:
+        """``(source, N)`` for every source still held by the task as episode N."""
+        ...
+
+    def remember(self, task: str, source: ImportSource, index: int) -> None:
+        """Note that episode ``index`` of ``task`` came from ``source``."""
+        ...
+
+    def location(self, task: str) -> str:
+        """The task as a message names it (``s3://BUCKET/PREFIX/TASK``)."""
+        ...
+
+
+#: The bucket's memory of imported sources, set by :mod:`egopool.importers.bucket_out` while an import runs
+#: into a local scratch task bound for a bucket (the scratch task has no registry of its own to ask).
+SOURCE_MEMORY: contextvars.ContextVar[SourceMemory | None] = contextvars.ContextVar("egopool_source_memory",
+                                                                                   default=None)
+
+
+def _registry_held(task_dir: Path, sources: Sequence[ImportSource]) -> list[tuple[ImportSource, int]]:
+    """``(source, N)`` from the registry beside a directory task (none when there is no registry)."""
+    if not info_path(task_dir).is_file():
+        return []
+    reg = Registry.for_task(task_dir)
+    if not reg.path.exists():
+        return []
+    try:
+        key = task_key(task_dir)
+        if not reg.has_imports(key):
+            return []  # nothing was ever imported into this task: the source is not even read for a digest
+        layout = TaskLayout.from_info(task_dir, read_info(task_dir))
+        return [(src, n) for src in sources for n in reg.imported(key, src.digest)
+                if layout.episodes_file(n).exists()]
+    except RegistryError as exc:
+        warnings.warn(f"cannot check whether {sources[0].what} was imported before: {exc.one_line()}",
+                      RuntimeWarning, stacklevel=4)
+        return []
+    except EgopoolError:  # a source file that cannot be read: the importer's own check names it
+        return []
+
+
 def check_not_imported(task_dir: str | Path, sources: Sequence[ImportSource], allow_duplicate: bool) -> None:
     """Refuse, before anything is written, a source an earlier import already put into the task.
 
     Reads only. The registry beside the task (``pipeline.db``) remembers which episode each source
-    digest became (:func:`remember_import`); a source whose episode still exists is refused unless
+    digest became (:func:`remember_import`); for an import into a bucket the bucket task's own records
+    do (:data:`SOURCE_MEMORY`). A source whose episode still exists is refused unless
     ``allow_duplicate`` (a deleted episode's source may be imported again). A task or registry that
     does not exist yet holds nothing; a registry that cannot be read is a warning (the import goes on).
 
@@ -458,37 +505,34 @@ def check_not_imported(task_dir: str | Path, sources: Sequence[ImportSource], al
     ------
     EgopoolError
         Naming the source, the N that holds it, ``--allow-duplicate`` and the delete that frees it.
+    ObjectStoreError
+        For a bucket: its records cannot be read.
     """
     task_dir = Path(task_dir)
-    if allow_duplicate or not sources or not info_path(task_dir).is_file():
+    if allow_duplicate or not sources:
         return
-    reg = Registry.for_task(task_dir)
-    if not reg.path.exists():
-        return
-    try:
-        key = task_key(task_dir)
-        if not reg.has_imports(key):
-            return  # nothing was ever imported into this task: the source is not even read for a digest
-        layout = TaskLayout.from_info(task_dir, read_info(task_dir))
-        held = [(src, n) for src in sources for n in reg.imported(key, src.digest)
-                if layout.episodes_file(n).exists()]
-    except RegistryError as exc:
-        warnings.warn(f"cannot check whether {sources[0].what} was imported before: {exc.one_line()}",
-                      RuntimeWarning, stacklevel=3)
-        return
-    except EgopoolError:  # a source file that cannot be read: the importer's own check names it
-        return
+    memory = SOURCE_MEMORY.get()
+    where: str | Path = task_dir
+    if memory is None:
+        held = _registry_held(task_dir, sources)
+    else:
+        held, where = memory.held(task_dir.name, sources), memory.location(task_dir.name)
     if held:
         src, n = held[0]
         also = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
         raise EgopoolError(f"{src.what} is already in this task as episode N={n}{also} (imported before, same "
                            f"content {src.digest.split('#')[0][:19]}...); importing it again would hold it twice",
-                           path=task_dir, hint="pass --allow-duplicate to import it again anyway, or "
+                           path=where, hint="pass --allow-duplicate to import it again anyway, or "
                                                f"`egopool delete TASK {n}` first")
 
 
 def remember_import(tw: TaskWriter, source: ImportSource, index: int) -> None:
-    """Record in the registry that episode ``index`` came from ``source`` (a failure is a warning)."""
+    """Record in the registry (or, bound for a bucket, :data:`SOURCE_MEMORY`) that episode ``index`` came from
+    ``source`` (a registry failure is a warning)."""
+    memory = SOURCE_MEMORY.get()
+    if memory is not None:
+        memory.remember(tw.task_dir.name, source, index)
+        return
     if tw.registry is None:
         return
     try:

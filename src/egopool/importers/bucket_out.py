@@ -12,8 +12,9 @@ before a row is written leaves no episode (the next sync or import from this mac
 journal back); an N another writer claimed meanwhile is refused in one line (import again).
 
 Nothing is written under a local ``s3:`` directory, and nothing reaches the bucket before the import
-itself succeeded. What only a directory has stays there: the registry's memory of imported sources
-(``--allow-duplicate``'s check) is not kept for a bucket task.
+itself succeeded. The registry's memory of imported sources (``--allow-duplicate``'s check) is kept in
+the bucket task itself (:mod:`egopool.importers.bucket_sources`): a source imported before is refused
+before anything is written, as for a directory.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from ..layout import TaskLayout, list_task_episodes
 from ..storage import ObjectPath, as_path, require_bucket
 from ..storage._path import refuse_near_uri
 from ..storage.bucket import is_bucket_uri
-from ._common import TASK_SEED, ImportResult
+from ._common import SOURCE_MEMORY, TASK_SEED, ImportResult
+from .bucket_sources import BucketSources
 
 __all__ = ["import_into", "is_bucket_out"]
 
@@ -124,12 +126,14 @@ def import_into(out: str | os.PathLike[str], run: Callable[[Path], ImportResult]
     from ..transfer.sync import sync_task
 
     root = _bucket_root(text)
+    sources = BucketSources(root)
     with tempfile.TemporaryDirectory(prefix="egopool-import-") as tmp:
         scratch = Path(tmp)
-        token = TASK_SEED.set(_seed_from(root))
+        token, memory = TASK_SEED.set(_seed_from(root)), SOURCE_MEMORY.set(sources)
         try:
             result = run(scratch)
         finally:
+            SOURCE_MEMORY.reset(memory)
             TASK_SEED.reset(token)
         local = result.task_dir
         assert isinstance(local, Path)  # run() wrote into the scratch directory
@@ -141,6 +145,7 @@ def import_into(out: str | os.PathLike[str], run: Callable[[Path], ImportResult]
             raise OperationError(f"episode {o.index} was not published: {o.reason}", path=str(dest),
                                  hint="nothing of it was left in the bucket; run the import again")
         problems = [f"episode {o.index}: {o.reason}" for o in report.outcomes if o.reason]
+        sources.flush(local.name, {o.index for o in report.outcomes if o.status == "copied"})
 
         def remote(p: Path) -> Path | ObjectPath:
             with contextlib.suppress(ValueError):

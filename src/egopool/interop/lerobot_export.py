@@ -49,6 +49,7 @@ from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
 from ._checks import check_output_dir
 from .lerobot_depth import DepthErrors, LeRobotDepthMap, LeRobotDepthWriter
+from .lerobot_events import ExportEvents, add_events
 from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
@@ -467,7 +468,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
                    state: Sequence[str] = (), action: Sequence[str] = (), depth: bool = True,
                    repo_id: str | None = None, dry_run: bool = False, overwrite: bool = False,
                    progress: Progress | None = None, lerobot: str = "0.6", gop: int | None = None,
-                   executor: Executor[Any, Any, Any] | None = None) -> LeRobotExport:
+                   executor: Executor[Any, Any, Any] | None = None, events: ExportEvents | None = None
+                   ) -> LeRobotExport:
     """Export a task (or some of its episodes) as a LeRobot v3.0 dataset at ``out``.
 
     Parameters
@@ -502,6 +504,9 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
         Runs :func:`export_episode_unit` per episode: in-process (default) or a
         :class:`~egopool.jobs.RayExecutor` (one Ray task per episode; ``task`` and ``out``
         must be on a file system every node sees under the same path). The files are the same.
+    events:
+        Reviewers' events (``--events-from``): LeRobot's ``language_events`` (lerobot >= 0.6) and the
+        mapping's ``events`` (:mod:`.lerobot_events`, docs/decisions.md P17).
 
     Returns
     -------
@@ -536,6 +541,9 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
             shared = _ExportInput(plan, Path(os.path.abspath(staging)))
             parts = (executor or LocalExecutor()).map(export_episode_unit, shared, jobs, progress=progress)
             _write_meta(plan, parts, staging)
+            if events is not None:
+                add_events(staging, events, plan.fps, plan.target,
+                           [(p.index, p.episode_index, p.length, p.data_file) for p in parts])
             _publish_dir(staging, out, overwrite)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

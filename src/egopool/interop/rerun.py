@@ -38,6 +38,8 @@ from ..errors import CodecError, EgopoolError, StorageError
 from ..storage import ObjectPath
 from ..read.reader import Episode, Task, open_task
 from ..schema import signal_kind
+from ..curation.review_events import ReviewEvent
+from .rerun_events import log_events
 from ._checks import check_output_file, episode_streams
 from ._releases import RERUN, release_numbers
 
@@ -340,8 +342,8 @@ class _Logger:
         self.count(entity, len(have))
 
 
-def _log_episodes(rec: Any, task: Task, indices: Sequence[int], stride: int,
-                  progress: Progress | None) -> tuple[dict[str, int], list[str]]:
+def _log_episodes(rec: Any, task: Task, indices: Sequence[int], stride: int, progress: Progress | None,
+                  events: Mapping[int, Sequence[ReviewEvent]] | None = None) -> tuple[dict[str, int], list[str]]:
     rr = _rr()
     entities: dict[str, int] = {}
     notes: list[str] = []
@@ -351,6 +353,12 @@ def _log_episodes(rec: Any, task: Task, indices: Sequence[int], stride: int,
         lg.trajectories()
         lg.imu()
         lg.signals()
+        if events and events.get(n):  # reviewers' events as text (docs/decisions.md P18)
+            fps = task.info.get("fps")
+            if isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0:
+                lg.count(lg.path("events"), log_events(rr, rec, lg.path("events"), lg.frames, float(fps), events[n]))
+            else:
+                notes.append(f"episode {n}: info.json has no fps; its {len(events[n])} events are not placed")
         entities.update(lg.entities)
         notes += [f"episode {n}: {m}" for m in lg.notes]
         if progress is not None:
@@ -397,7 +405,8 @@ def _indices(task: Task, indices: Sequence[int] | None) -> list[int]:
 
 
 def export_rerun(task: str | Path | ObjectPath, out: str | Path, indices: Sequence[int] | None = None, *,
-                 stride: int = 1, progress: Progress | None = None) -> RerunExport:
+                 stride: int = 1, progress: Progress | None = None,
+                 events: Mapping[int, Sequence[ReviewEvent]] | None = None) -> RerunExport:
     """Write episodes of a task into a Rerun ``.rrd`` file (module docstring: entities and timelines).
 
     Parameters
@@ -413,6 +422,9 @@ def export_rerun(task: str | Path | ObjectPath, out: str | Path, indices: Sequen
         everything else is logged whole.
     progress:
         Called with ``(episodes done, total)``.
+    events:
+        ``{N: reviewers' events}`` (``--events-from``), logged as text under ``episode_N/events``
+        (:mod:`.rerun_events`).
 
     Raises
     ------
@@ -433,7 +445,7 @@ def export_rerun(task: str | Path | ObjectPath, out: str | Path, indices: Sequen
     out = check_output_file(out, t.path, what="the Rerun recording", example=f"{t.path.name}.rrd")
     rec = _recording(t)
     with StorageError.guard(out, action="cannot write the Rerun recording"):
-        entities, notes = _save(rec, out, lambda: _log_episodes(rec, t, chosen, stride, progress))
+        entities, notes = _save(rec, out, lambda: _log_episodes(rec, t, chosen, stride, progress, events))
     return RerunExport(out, tuple(chosen), entities, tuple(notes + _old_format_note(out)))
 
 

@@ -17,6 +17,7 @@ are committed atomically with the episode.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import json
 from collections.abc import Iterable, Mapping
@@ -161,10 +162,12 @@ def _expand(p: TaskPath) -> list[TaskPath]:
     return [p]
 
 
-def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath], *, skip_unreadable: bool = False) -> dict[str, str]:
+def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath], *, skip_unreadable: bool = False,
+                    known: Mapping[Path, str] | None = None) -> dict[str, str]:
     """Task-relative path -> sha256 of each file (folders expanded) of ``paths`` (an episode's data and videos;
     its row is excluded by the caller). ``skip_unreadable``: a local file that cannot be read, or is not a regular
-    file, is left out (``validate``: its own checks name it) instead of raising.
+    file, is left out (``validate``: its own checks name it) instead of raising. ``known``: sha256 of local files
+    already hashed by the caller (by absolute path), taken as they are.
 
     Raises
     ------
@@ -176,8 +179,9 @@ def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath], *, skip_unrea
     out: dict[str, str] = {}
     for p in paths:
         for f in _expand(p):
+            done = known.get(Path(os.path.abspath(f))) if known and isinstance(f, Path) else None
             try:
-                out[_rel(task_dir, f)] = sha256_path(f)
+                out[_rel(task_dir, f)] = done if done is not None else sha256_path(f)
             except (OSError, FormatError):
                 if not skip_unreadable:
                     raise

@@ -62,6 +62,7 @@ from ..storage.s3_store import S3Store
 from .catalog import episode_entries, episode_entry, episode_file, pending_rows, task_detail, task_summaries
 from .importer import Importer
 from .curation_page import episode_page, task_page
+from .events_api import EventRoutes, add_event_routes
 from .page import error_page, index_page, login_page
 from .review import (CSRF_HEADER, MAX_BODY, cross_site, csrf_ok, csrf_token, loopback_host, other_site,
                      parse_review, record_verdict)
@@ -75,6 +76,7 @@ from .store import ServerStore
 from .tokens import Token, TokenStore
 from .intake import IntakeQueue, start_intake
 from .zipcheck import too_large
+from .page_routes import PageDeps, add_page_routes, read_body, task_tools
 
 __all__ = ["ServerConfig", "create_app", "hide_paths"]
 
@@ -118,8 +120,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             for line in [*recover_legacy_journals(store), *store.recover()]:  # the start-up sweep
                 log.warning(line)
             store.clean_scratch()
-            n = store.db.interrupt_unfinished()
-            if n:
+            if n := store.db.interrupt_unfinished():
                 log.warning("%d upload(s) were interrupted by the last shutdown", n)
             state["store"] = store
             start_intake(config, store, state)  # verifier, importer, admission queue, semaphores (U14, U28, U29)
@@ -419,11 +420,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/api/v1/tasks/{task}/episodes/{index}/review")
     async def review_api(task: str, index: int, request: Request) -> dict[str, Any]:
         tok = require_review(request)
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                raise UploadRejectedError(413, "too_large", f"a review body is at most {MAX_BODY // 1024} KiB")
+        body = await read_body(request, MAX_BODY, "a review body")
         _n(task, index)
         v, who = parse_review(body), (tok.id if tok else None)
         return await anyio.to_thread.run_sync(record_verdict, store_().db, _task(task), index, v, who)
@@ -446,6 +443,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             return search_episodes(store.db, q, pending)
         eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
+
+    add_event_routes(app, EventRoutes(store_, require_read, require_review, _task))  # events (P11-P19)
 
     @app.get("/static/{name}")
     async def static(name: str) -> Response:
@@ -506,8 +505,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         require_read(request)
         key = await anyio.to_thread.run_sync(episode_file, store_(), _task(task), _n(task, index), rel)
         objects = store_().objects
-        local = objects.local_path(key)
-        if local is not None:
+        if (local := objects.local_path(key)) is not None:
             return FileResponse(local, filename=local.name)
         if isinstance(objects, S3Store):  # streamed from the bucket, never a local file (O13)
             return StreamingResponse(objects.bucket.stream(key), media_type="application/octet-stream",
@@ -533,7 +531,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/tasks/{task}", response_class=HTMLResponse)
     async def task_html(task: str, request: Request) -> HTMLResponse:
-        require_read(request)
+        tok = require_read(request)
         params = dict(request.query_params)
         params.pop("task", None)
         q = parse_query({**params, "task": task})
@@ -543,7 +541,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             info = read_info(state["previews"].task_location(_task(task)))
             eps, nxt = search_episodes(store.db, q, pending_rows(store, task))
             return task_page(task, info, task_totals(store.db, task).get(task), q, eps, nxt,
-                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task))
+                             store.db.uploads(limit=20, task=task), missing_facts(store.db, q, task),
+                             tools=task_tools(task, q, tok, request.cookies.get(_COOKIE)))  # P20-P22
 
         return HTMLResponse(await anyio.to_thread.run_sync(build))
 
@@ -596,4 +595,5 @@ def create_app(config: ServerConfig) -> FastAPI:
         resp.delete_cookie(_COOKIE, path="/")
         return resp
 
+    add_page_routes(app, PageDeps(store_, require_read, require_review, _task))  # bulk review, dashboard, downloads
     return app

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from .db import ReviewRow, UploadRow
+from .events_api import events_section
 from .page import _doc, _duration, _e, _partial, _size, _table, _thumb, _time, _uploads_table, _validation
 from ..curation.proxy import DEPTH_RANGE_MM
 from .search import EpisodeQuery
+from .task_tools import episode_downloads
 
 __all__ = ["SHORTCUTS", "episode_page", "task_page"]
 
@@ -90,6 +92,7 @@ def _sort_values(ep: dict[str, Any]) -> str:
     up = ep.get("uploaded_by") or {}
     vals = {"episode_index": ep.get("episode_index"), "duration_s": ep.get("duration_s"),
             "size_bytes": ep.get("size_bytes"), "imported_at": up.get("imported_at"),
+            "version": ep.get("review_version"),  # what a bulk verdict on it answers (P20)
             **{k: q.get(k) for k in SORTS if k in q}}
     return "".join(f" data-{k.replace('_', '-')}=\"{_e(v)}\"" for k, v in vals.items() if v is not None)
 
@@ -104,7 +107,7 @@ def _origin(up: dict[str, Any] | None) -> str:
 _SELECTS = {"validation": ("", "passed", "failed"),
             "review": ("", "unreviewed", "accepted", "rejected", "flagged"),
             "has_gaps": ("", "true", "false"), "has_frozen": ("", "true", "false")}
-_INPUTS = (("host", "host", "text", "pc-3"), ("since", "imported since", "date", ""),
+_INPUTS = (("host", "host", "text", "pc-3"), ("event", "event label", "text", "slip"), ("since", "imported since", "date", ""),
            ("until", "imported before", "date", ""), ("min_duration", "min s", "number", ""),
            ("max_duration", "max s", "number", ""), ("max_idle_fraction", "max idle share", "number", "0.3"),
            ("max_blur_outliers", "max blurred frames", "number", ""))
@@ -146,12 +149,13 @@ def _missing_note(missing: dict[str, int]) -> str:
 
 def task_page(task: str, info: dict[str, Any], totals: dict[str, Any] | None, q: EpisodeQuery,
               episodes: Sequence[dict[str, Any]], next_cursor: str | None, uploads: Sequence[UploadRow],
-              missing: dict[str, int] | None = None) -> str:
+              missing: dict[str, int] | None = None, tools: str = "") -> str:
     """``/tasks/<task>``: the filter form, one page of matching episodes, the last uploads.
 
     ``episodes`` and ``next_cursor`` come from :func:`~egopool.server.search.search_episodes`;
     ``totals`` from :func:`~egopool.server.summary.task_totals`; ``missing`` from
-    :func:`~egopool.server.search.missing_facts`.
+    :func:`~egopool.server.search.missing_facts`; ``tools``: the bar of
+    :func:`~egopool.server.task_tools.task_tools` (dashboard, downloads, bulk review), already HTML.
     """
     t = totals or {"episodes": 0, "accepted": 0, "rejected": 0, "flagged": 0, "unreviewed": 0}
     keep = {k: v for k, v in q.params().items() if k != "task"}
@@ -183,13 +187,13 @@ def task_page(task: str, info: dict[str, Any], totals: dict[str, Any] | None, q:
             f"{_e(t['unreviewed'])} unreviewed"
             + (f" · {_duration(t.get('duration_s'))} · {_size(t.get('size_bytes'))}{_partial(t)}" if totals else "")
             + "</p>",
-            _filter_form(task, q), _missing_note(missing or {}),
+            _filter_form(task, q), _missing_note(missing or {}), tools,
             f"<p class=\"dim\" id=\"shown\">{shown} · <label>sort this page by <select id=\"sort\">"
             + "".join(f"<option value=\"{k}\">{_e(v)}</option>" for k, v in SORTS.items())
             + "</select></label> <label><input type=\"checkbox\" id=\"sort-desc\"> descending</label></p>",
             _episodes_table(f"episodes-{task}", rows),
             f"<p class=\"paging\">{' · '.join(paging)}</p>", "<h2>Last uploads</h2>", _uploads_table(uploads)]
-    return _doc(f"egopool · {task}", "".join(body), script="task.js")
+    return _doc(f"egopool · {task}", "".join(body), script="task.js", libs=("bulk.js",) if tools else ())
 
 
 def _episodes_table(table_id: str, rows: Sequence[Sequence[str]]) -> str:
@@ -354,9 +358,10 @@ def episode_page(task: str, ep: dict[str, Any], reviews: Sequence[ReviewRow], ne
                     _e(r.token_id or "—")] for r in reversed(reviews)])
     keys = "".join(f"<li><kbd>{_e(k)}</kbd> {_e(v)}</li>" for k, v in SHORTCUTS.items()
                    if can_review or k not in (*_REVIEW_KEYS, "Esc"))
-    body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin, player,
+    body = [f"<h1>{_e(task)} · episode {_e(n)}</h1>", f"<p class=\"nav\">{' · '.join(nav)}</p>", origin,
+            episode_downloads(task, n), player,
             f"<h2>Review</h2><p>Current: <span id=\"review-state\">{_review_cell(current)}</span></p>", review_box,
-            hist, f"<ul id=\"shortcuts\">{keys}</ul>",
+            hist, f"<ul id=\"shortcuts\">{keys}</ul>", events_section(can_review=can_review),
             "<h2>Signals</h2><div id=\"plots\"><p class=\"dim\">no signals</p></div>",
             "<h2>Quality facts</h2>", _facts_table(ep), _json_script(data)]
     return _doc(f"egopool · {task} · {n}", "".join(body), script="episode.js",

@@ -25,7 +25,8 @@ Schema versions (``PRAGMA user_version``): 1 had ``UNIQUE (task, client_host_id,
 client_episode_index)``; 2 drops it (the table is rebuilt, every row kept) and indexes the
 digest; 3 adds ``previews`` and ``quality``; 4 adds ``reviews``, ``review_state`` and the covering
 indexes ``quality_totals`` and ``uploads_task`` (created by the schema script: every row of an older file is kept); 5 adds
-``uploads``' stage timings (``receive_s``, ``queue_s``, ``verify_s``, ``publish_s``, ``verify_attempts``). An older file is migrated when the
+``uploads``' stage timings (``receive_s``, ``queue_s``, ``verify_s``, ``publish_s``, ``verify_attempts``); 6 adds
+``events`` (reviewers' labelled time ranges, :mod:`egopool.server.events`). An older file is migrated when the
 server opens it.
 
 Each thread keeps its own connection (WAL journal, 30 s busy timeout), so threads of the
@@ -49,11 +50,12 @@ from typing import Any
 from ..errors import RegistryError
 from .db_rows import UPLOAD_FIELDS as _UPLOAD_FIELDS
 from .db_rows import UNDO, VERDICTS, EpisodeRow, PreviewRow, ReviewRow, UploadRow
+from .db_reviews import ReviewConflict, append_review as _append_review, in_force as _in_force
 
 __all__ = ["QUALITY_COLUMNS", "UNDO", "VERDICTS", "EpisodeRow", "PreviewRow", "ReviewConflict", "ReviewRow", "ServerDB",
            "UploadRow"]
 
-_SCHEMA_VERSION = 5
+_SCHEMA_VERSION = 6
 #: verdict -> the review state it leaves (docs/decisions.md Q10).
 #: Quality facts stored as columns of ``quality`` (filterable in SQL); every fact is in its ``facts`` JSON.
 QUALITY_COLUMNS = ("duration_s", "rows", "size_bytes", "idle_fraction", "idle_frames", "gap_total", "drop_total",
@@ -155,7 +157,23 @@ CREATE TABLE IF NOT EXISTS review_state (
 CREATE INDEX IF NOT EXISTS review_state_verdict ON review_state (verdict, task, episode_index);
 """ + _CURATION_TABLES + """;
 CREATE INDEX IF NOT EXISTS quality_totals ON quality (task, duration_s, size_bytes);
-CREATE INDEX IF NOT EXISTS uploads_task ON uploads (task, outcome, finished_at)
+CREATE INDEX IF NOT EXISTS uploads_task ON uploads (task, outcome, finished_at);
+CREATE TABLE IF NOT EXISTS events (
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
+    task                 TEXT    NOT NULL,
+    episode_index        INTEGER NOT NULL,
+    t0                   REAL    NOT NULL,
+    t1                   REAL    NOT NULL,
+    label                TEXT    NOT NULL,
+    note                 TEXT    NOT NULL,
+    token_id             TEXT,
+    updated_by           TEXT,
+    created_at           REAL    NOT NULL,
+    updated_at           REAL    NOT NULL,
+    version              INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_episode ON events (task, episode_index, t0);
+CREATE INDEX IF NOT EXISTS events_label ON events (label, task, episode_index)
 """
 
 
@@ -181,7 +199,7 @@ def _upload_timings(con: sqlite3.Connection) -> None:
 
 
 def _tables_only(con: sqlite3.Connection) -> None:
-    """3 -> 4: ``reviews`` and ``review_state``, created by the schema script (``IF NOT EXISTS``)."""
+    """3 -> 4: ``reviews`` and ``review_state``; 5 -> 6: ``events``; created by the schema script (``IF NOT EXISTS``)."""
 
 
 def _curation_tables(con: sqlite3.Connection) -> None:
@@ -192,7 +210,8 @@ def _curation_tables(con: sqlite3.Connection) -> None:
 
 
 #: version -> the step that brings a file of that version to the next one.
-_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only, 4: _upload_timings}
+_MIGRATIONS = {1: _episodes_keyed_by_content, 2: _curation_tables, 3: _tables_only, 4: _upload_timings,
+               5: _tables_only}
 
 
 class ServerDB:
@@ -362,32 +381,48 @@ class ServerDB:
         """
         if verdict not in VERDICTS and verdict != UNDO:
             raise ValueError(f"unknown verdict {verdict!r}")
-        at = time.time()
         with self._connect() as con:
-            rows = [ReviewRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], float(r[6])) for r in con.execute(
-                "SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
-                "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()]
-            stack = _in_force(rows)
-            if version is not None and version != (rows[-1].id if rows else 0):
-                raise ReviewConflict(f"episode {index} of task {task!r} was reviewed again since review version "
-                                     f"{version} (now {rows[-1].id if rows else 0}): "
-                                     f"{_describe(stack[-1] if stack else None)}; nothing was recorded",
-                                     stack[-1] if stack else None, rows[-1].id if rows else 0)
-            if verdict == UNDO:
-                if not stack:
-                    raise ReviewConflict(f"episode {index} of task {task!r} has no verdict to undo", None,
-                                         rows[-1].id if rows else 0)
-                reason = reason or f"undo of review #{stack[-1].id} ({stack[-1].state})"
-            cur = con.execute("INSERT INTO reviews (task, episode_index, verdict, reason, token_id, at) "
-                              "VALUES (?, ?, ?, ?, ?, ?)", (task, index, verdict, reason, token_id, at))
-            row = ReviewRow(int(cur.lastrowid or 0), task, index, verdict, reason, token_id, at)
-            stack = _in_force([*rows, row])
-            if stack:
-                con.execute("INSERT OR REPLACE INTO review_state VALUES (?, ?, ?, ?)",
-                            (task, index, stack[-1].id, VERDICTS[stack[-1].verdict]))
-            else:
-                con.execute("DELETE FROM review_state WHERE task = ? AND episode_index = ?", (task, index))
-        return row, (stack[-1] if stack else None)
+            return _append_review(con, task, index, verdict, reason, token_id, version, time.time())
+
+    def add_reviews(self, task: str, items: Sequence[tuple[int, int]], verdict: str, reason: str,
+                    token_id: str | None, *, all_or_none: bool = False
+                    ) -> tuple[list[ReviewRow], list[tuple[int, int, ReviewConflict]], list[int]]:
+        """Record one verdict on many episodes of ``task`` in one transaction (bulk review, docs/decisions.md P20).
+
+        ``items``: ``(N, version)`` pairs, each N once, the version the reviewer saw (as :meth:`add_review`).
+        Returns the rows recorded, the stale items ``(N, version sent, conflict)`` and the N that have no
+        ``episodes`` row; stale and unknown items record nothing. With ``all_or_none`` one stale or unknown
+        item records nothing at all (the lists still say which).
+
+        Raises
+        ------
+        ValueError
+            ``verdict`` is not one of :data:`VERDICTS` (no bulk undo) or an N repeats.
+        """
+        if verdict not in VERDICTS:
+            raise ValueError(f"unknown bulk verdict {verdict!r}")
+        if len({n for n, _ in items}) != len(items):
+            raise ValueError("an episode is named twice in one bulk review")
+        at = time.time()
+        done: list[ReviewRow] = []
+        stale: list[tuple[int, int, ReviewConflict]] = []
+        unknown: list[int] = []
+        with self._connect() as con:
+            con.execute("SAVEPOINT bulk")
+            for n, version in items:
+                if con.execute("SELECT 1 FROM episodes WHERE task = ? AND episode_index = ?", (task, n)).fetchone() \
+                        is None:
+                    unknown.append(n)
+                    continue
+                try:
+                    done.append(_append_review(con, task, n, verdict, reason, token_id, version, at)[0])
+                except ReviewConflict as exc:
+                    stale.append((n, version, exc))
+            if all_or_none and (stale or unknown):
+                con.execute("ROLLBACK TO bulk")
+                done = []
+            con.execute("RELEASE bulk")
+        return done, stale, unknown
 
     def review_version(self, task: str, index: int) -> int:
         """The id of the last review row of ``(task, N)`` (any verdict or undo), 0 when none: what a new
@@ -408,6 +443,13 @@ class ServerDB:
             rows = con.execute("SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
                                "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()
         return [ReviewRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], float(r[6])) for r in rows]
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """One durable write transaction (``BEGIN IMMEDIATE``, committed with ``synchronous=FULL``) for a
+        table kept by another module (:mod:`egopool.server.events`); SQLite errors become RegistryError."""
+        with self._connect() as con:
+            yield con
 
     def select(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of one read-only query (the search and the page summaries build theirs)."""
@@ -509,43 +551,6 @@ class ServerDB:
             rows = con.execute(f"SELECT task, episode_index, facts FROM quality WHERE {' AND '.join(where)} "
                                "ORDER BY task, episode_index LIMIT ?", (*args, int(limit))).fetchall()
         return [(r[0], int(r[1]), json.loads(r[2])) for r in rows]
-
-class ReviewConflict(ValueError):
-    """A verdict that answers an outdated review version, or an undo with nothing to undo (HTTP 409).
-
-    Attributes
-    ----------
-    current:
-        The verdict in force (None: unreviewed).
-    version:
-        The episode's review version now.
-    """
-
-    def __init__(self, message: str, current: ReviewRow | None, version: int) -> None:
-        super().__init__(message)
-        self.current, self.version = current, version
-
-
-def _in_force(rows: Sequence[ReviewRow]) -> list[ReviewRow]:
-    """The verdicts still in force, oldest first, of an episode's review rows in id order: a verdict is
-    pushed, an ``undo`` pops the last one (docs/decisions.md P2)."""
-    stack: list[ReviewRow] = []
-    for r in rows:
-        if r.verdict == UNDO:
-            if stack:
-                stack.pop()
-        else:
-            stack.append(r)
-    return stack
-
-
-def _describe(r: ReviewRow | None) -> str:
-    if r is None:
-        return "it is unreviewed now"
-    by = f" by {r.token_id}" if r.token_id else ""
-    why = f" {r.reason!r}" if r.reason else ""
-    return f"it is {r.state}{why}{by} now"
-
 
 def _episode(r: tuple[Any, ...]) -> EpisodeRow:
     return EpisodeRow(r[0], int(r[1]), r[2], r[3], int(r[4]), r[5], int(r[6]), r[7], float(r[8]), int(r[9]),

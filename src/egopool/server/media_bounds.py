@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .zipcheck import Limits, _mib, _reject, too_large
 
-__all__ = ["check_parquet_bounds", "check_video_bounds", "open_video_bounded"]
+__all__ = ["check_parquet_bounds", "check_video_bounds", "open_parquet_bounded", "open_video_bounded"]
 
 
 #: Bytes per value a parquet physical type decodes to (BYTE_ARRAY: its 4-byte offset; the bytes themselves
@@ -143,7 +143,7 @@ def _footer_length(path: Path) -> int:
     return length if tail[4:] == b"PAR1" and length <= size - 12 else 0
 
 
-def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None) -> None:
+def open_parquet_bounded(path: Path, limits: Limits, *, rows: int | None = None) -> Any:
     """Refuse a parquet bomb from its footer alone, before any page of it is decoded.
 
     Decoding holds one row group at a time (the validator streams rows, stats and renumbering
@@ -156,6 +156,9 @@ def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None)
     ``rows``: the row count the file must hold (1 for the §6.1 single-row ``meta/episodes``
     file), so a row file repeating its row millions of times is refused before the validator
     reads it whole.
+
+    Returns the file's ``pyarrow.parquet.ParquetFile``, open (the caller closes it): the checks that follow read
+    its footer no second time (docs/decisions.md U36).
 
     Raises
     ------
@@ -172,27 +175,45 @@ def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None)
                                             f"is read, ~{_FOOTER_COST}x its size in memory) is {_mib(footer)}; the "
                                             f"limit of what one import decodes at a time is "
                                             f"{_mib(limits.max_decode_bytes)}", "max_decode_bytes")
+    pf = None
     try:
-        with pq.ParquetFile(str(path)) as pf:
-            meta = pf.metadata
-            if rows is not None and meta.num_rows != rows:
-                raise _reject(422, "meta_rows", f"{name} holds {meta.num_rows} rows; a per-episode meta file holds "
-                                                f"exactly {rows} (file_format.md §6.1)")
-            groups, flat, dictionary = _footer_bytes(pf)
+        pf = pq.ParquetFile(str(path))
+        meta = pf.metadata
+        if rows is not None and meta.num_rows != rows:
+            raise _reject(422, "meta_rows", f"{name} holds {meta.num_rows} rows; a per-episode meta file holds "
+                                            f"exactly {rows} (file_format.md §6.1)")
+        groups, flat, dictionary = _footer_bytes(pf)
         _check_decode(name, groups, flat, meta.num_rows, limits.max_decode_bytes)
         if dictionary:  # the small dictionaries, now that reading them is known to be cheap
             flat = _add_dictionary_bytes(path, groups, flat, dictionary)
             _check_decode(name, groups, flat, meta.num_rows, limits.max_decode_bytes)
     except UploadRejectedError:
+        if pf is not None:
+            pf.close()
         raise
     except Exception as exc:  # pyarrow raises several types for a broken footer
+        if pf is not None:
+            pf.close()
         raise _reject(422, "validation", f"{name}: cannot read the parquet footer ({_first_line(exc, path)})"
                       ) from exc
     decoded = sum(groups)
     size = path.stat().st_size
     if decoded > limits.ratio_floor_bytes and decoded > limits.max_ratio * max(size, 1):
+        pf.close()
         raise too_large("compression_ratio", f"{name} expands {decoded / max(size, 1):.0f}x when decoded, the "
                                              f"limit is {limits.max_ratio:g}x (parquet bomb?)", "max_ratio")
+    return pf
+
+
+def check_parquet_bounds(path: Path, limits: Limits, *, rows: int | None = None) -> None:
+    """:func:`open_parquet_bounded`, the file closed again.
+
+    Raises
+    ------
+    UploadRejectedError
+        As :func:`open_parquet_bounded`.
+    """
+    open_parquet_bounded(path, limits, rows=rows).close()
 
 
 def _first_line(exc: BaseException, path: Path) -> str:

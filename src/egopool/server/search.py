@@ -105,6 +105,9 @@ FILTERS: dict[str, tuple[Callable[[str, str], Any], str | None]] = {
     "max_blur_outliers": (_number, "+q.blur_outliers <= ?"),
     "has_gaps": (_bool, None),
     "has_frozen": (_bool, None),
+    # an episode with at least one reviewer's event of this label (docs/decisions.md P15)
+    "event": (_text, "EXISTS (SELECT 1 FROM events AS ev WHERE ev.label = ? AND ev.task = e.task "
+                     "AND ev.episode_index = e.episode_index)"),
 }
 #: quality filter -> the SQL of its fact (NULL: the episode has no value for it; P8)
 FACT_OF_FILTER = {"min_duration": "q.duration_s", "max_duration": "q.duration_s",
@@ -184,7 +187,9 @@ def parse_query(params: Mapping[str, str]) -> EpisodeQuery:
 _COLUMNS = ("e.task, e.episode_index, e.client_host_id, e.client_hostname, e.client_episode_index, e.upload_id, "
             "e.token_id, e.imported_at, e.length, e.streams, e.validation, r.id, r.verdict, r.reason, r.token_id, r.at, "
             "q.duration_s, q.size_bytes, q.gap_total, q.drop_total, q.idle_fraction, q.blur_outliers, "
-            "q.exposure_outliers, p.state, p.manifest, json_extract(q.facts, '$.frozen_frames')")
+            "q.exposure_outliers, p.state, p.manifest, json_extract(q.facts, '$.frozen_frames'), "
+            # the review version a verdict on it answers (P1): reviews_episode's last id, one index seek
+            "(SELECT MAX(v.id) FROM reviews AS v WHERE v.task = e.task AND v.episode_index = e.episode_index)")
 #: the quality columns a result carries as its ``quality`` summary (the full facts: the episode API)
 _SUMMARY = ("gap_total", "drop_total", "idle_fraction", "blur_outliers", "exposure_outliers")
 
@@ -260,7 +265,8 @@ def _row(r: tuple[Any, ...]) -> dict[str, Any]:
                   "at": r[15]}
     computed = r[16] is not None or r[17] is not None
     return {"task": r[0], "episode_index": r[1], "length": r[8], "streams": json.loads(r[9]),
-            "validation": json.loads(r[10]), "review": review, "duration_s": r[16], "size_bytes": r[17],
+            "validation": json.loads(r[10]), "review": review, "review_version": int(r[26] or 0),
+            "duration_s": r[16], "size_bytes": r[17],
             "quality": {**dict(zip(_SUMMARY, r[18:23], strict=True)), "frozen_frames": r[25]} if computed else None,
             "preview_state": r[23], "thumbnail": thumbnail_url(r[0], r[1], r[23], r[24]),
             "uploaded_by": {"client_host_id": r[2], "client_hostname": r[3], "client_episode_index": r[4],
@@ -295,7 +301,8 @@ def _pending_filter(row: EpisodeRow, name: str, value: Any) -> bool:
 
 def _pending_dict(r: EpisodeRow) -> dict[str, Any]:
     return {"task": r.task, "episode_index": r.episode_index, "length": r.length, "streams": r.streams,
-            "validation": r.validation, "review": None, "duration_s": None, "size_bytes": None, "quality": None,
+            "validation": r.validation, "review": None, "review_version": 0,
+            "duration_s": None, "size_bytes": None, "quality": None,
             "preview_state": None, "thumbnail": None,
             "uploaded_by": {"client_host_id": r.client_host_id, "client_hostname": r.client_hostname,
                             "client_episode_index": r.client_episode_index, "upload_id": r.upload_id,
@@ -311,7 +318,8 @@ def search_episodes(db: ServerDB, q: EpisodeQuery, pending: Mapping[tuple[str, i
     search, like every reader, lists an episode from its commit on (docs/decisions.md U5).
 
     Each episode: ``task``, ``episode_index``, ``length`` (rows), ``streams``, ``validation``,
-    ``review`` (the current verdict or None), ``duration_s`` (s), ``size_bytes``, ``quality``
+    ``review`` (the current verdict or None), ``review_version`` (what a verdict answers, P1),
+    ``duration_s`` (s), ``size_bytes``, ``quality``
     (``gap_total``, ``drop_total``, ``idle_fraction``, ``blur_outliers``, ``exposure_outliers``;
     None before the facts are computed), ``preview_state``, ``thumbnail`` (URL or None),
     ``uploaded_by`` (host, its N, upload, token, ``imported_at`` unix s).

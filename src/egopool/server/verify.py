@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .._atomic import fsync_file
 from ..codecs.decode_scan import SINGLE_THREAD_PIXELS
@@ -33,7 +32,7 @@ from ..meta.info import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_
 from ..meta.stats import StatsBlock, episode_stats_file, stats_columns
 from ..transfer.manifest import Manifest
 from ..validate import validate_task
-from .media_bounds import check_parquet_bounds, open_video_bounded
+from .media_bounds import open_parquet_bounded, open_video_bounded
 from .zipcheck import Limits, extract_verified, inspect_zip
 
 __all__ = ["Verified", "check_slice", "client_host_id", "local", "verify_attempt", "verify_upload"]
@@ -46,19 +45,15 @@ def local(p: Path | ObjectPath) -> Path:
     return p
 
 
-def _facts(staging: Path, n: int, layout: TaskLayout) -> tuple[int, list[str], list[str]]:
-    """Rows and column names of the data parquet (one footer read) and the image_keys of the slice's videos."""
-    with pq.ParquetFile(str(layout.data_file(n))) as pf:
-        rows, names = pf.metadata.num_rows, pf.schema_arrow.names
+def _facts(staging: Path, n: int, layout: TaskLayout) -> list[str]:
+    """The image_keys of the slice's videos."""
     c, f = layout.chunk_file(n)
     vdir = staging / "videos" / f"chunk-{c:03d}"
-    keys = sorted(p.name for p in vdir.iterdir()) if vdir.is_dir() else []
-    return int(rows), keys, names
+    return sorted(p.name for p in vdir.iterdir()) if vdir.is_dir() else []
 
 
-
-def _column_values(path: Path, column: str) -> set[int]:
-    pf = pq.ParquetFile(str(path))
+def _column_values(pf: Any, column: str) -> set[int]:
+    """Every value of ``column`` of an open parquet file, row group by row group."""
     if column not in pf.schema_arrow.names:
         return set()
     out: set[int] = set()
@@ -197,7 +192,8 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
         learnt = {"form_episode_index": plan.file, "client_host_id": host_id,
                   "client_hostname": plan.manifest.source_hostname}
         extracted = extract_verified(zip_path, plan, staging, limits)
-        info, layout, n = check_slice(staging, plan.chunk, plan.file, plan.manifest, limits, media)
+        footer: dict[str, Any] = {}
+        info, layout, n = check_slice(staging, plan.chunk, plan.file, plan.manifest, limits, media, footer)
         learnt["client_episode_index"] = n
         hashed = {str(staging.joinpath(*a.split("/"))): r.sha256 for a, r in extracted.items()}
         row_file = local(layout.episodes_file(n))
@@ -208,7 +204,9 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
         # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="egopool-fsync") as syncer:
             syncing = syncer.submit(_sync_episode_files, staging, layout, n)
-            report = validate_task(staging, media=media)
+            # the extraction hashed every file as it wrote it: the checksum check takes those (one pass, U33)
+            report = validate_task(staging, media=media,
+                                   digests={Path(os.path.abspath(k)): v for k, v in hashed.items()})
             if not report.ok:
                 errors = [f for f in report.findings if f.severity == "error"]
                 hide = _StagingPaths(staging)
@@ -218,7 +216,7 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
                                                     for f in report.findings])
             validation = {"ok": True, "errors": 0,
                           "warnings": sum(1 for f in report.findings if f.severity == "warning")}
-            length, streams, names = _facts(staging, n, layout)
+            length, names, streams = footer["rows"], footer["names"], _facts(staging, n, layout)
             blocks = episode_stats_file(local(layout.data_file(n)), info)
             synced = syncing.result()
     except UploadRejectedError as exc:
@@ -292,9 +290,12 @@ def verify_attempt(zip_path: Path, staging: Path, limits: Limits, *, attempt: in
 
 
 def check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits: Limits,
-                 media: dict[Path, Any] | None = None) -> tuple[dict[str, Any], TaskLayout, int]:
+                media: dict[Path, Any] | None = None, footer: dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], TaskLayout, int]:
     """Steps 4 and 5: format, templates, and N from the data parquet. ``media`` receives the open
-    containers of the videos with small frames (:func:`_small_frames`) for the validator."""
+    containers of the videos with small frames (:func:`_small_frames`) for the validator; ``footer`` the data
+    parquet's ``rows`` and column ``names`` from the footer the bounds read (each parquet file's footer is read
+    once here: docs/decisions.md U36)."""
     try:
         info = read_info(staging)
     except LegacyLayoutError as exc:
@@ -312,18 +313,19 @@ def check_slice(staging: Path, chunk: int, file: int, manifest: Manifest, limits
         raise UploadRejectedError(422, "unknown_format", f"meta/info.json: {exc.message}") from exc
     data = staging / "data" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
     row = staging / "meta" / "episodes" / f"chunk-{chunk:03d}" / f"episode-{file:03d}.parquet"
-    check_parquet_bounds(data, limits)
-    check_parquet_bounds(row, limits, rows=1)
-    for video in sorted((staging / "videos").glob("chunk-*/*/episode-*.*")):
-        container = open_video_bounded(video, limits)
-        if container is not None and media is not None and _small_frames(container):
-            media[Path(os.path.abspath(video))] = container  # the validator's, not opened twice (U20)
-        elif container is not None:
-            container.close()
-    try:
-        values, row_values = _column_values(data, "episode_index"), _column_values(row, "episode_index")
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise UploadRejectedError(422, "validation", f"cannot read the episode's parquet files ({exc})") from exc
+    with open_parquet_bounded(data, limits) as data_pf, open_parquet_bounded(row, limits, rows=1) as row_pf:
+        if footer is not None:
+            footer.update(rows=int(data_pf.metadata.num_rows), names=list(data_pf.schema_arrow.names))
+        for video in sorted((staging / "videos").glob("chunk-*/*/episode-*.*")):
+            container = open_video_bounded(video, limits)
+            if container is not None and media is not None and _small_frames(container):
+                media[Path(os.path.abspath(video))] = container  # the validator's, not opened twice (U20)
+            elif container is not None:
+                container.close()
+        try:
+            values, row_values = _column_values(data_pf, "episode_index"), _column_values(row_pf, "episode_index")
+        except Exception as exc:  # pyarrow raises several types for a broken file
+            raise UploadRejectedError(422, "validation", f"cannot read the episode's parquet files ({exc})") from exc
     if len(values) != 1 or not all(isinstance(v, int) and v >= 1 for v in values):
         raise UploadRejectedError(422, "episode_index_mismatch",
                                   f"the data parquet's episode_index column holds {sorted(map(str, values))[:5]}; "

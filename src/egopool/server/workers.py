@@ -56,6 +56,22 @@ def _init_worker(parent: int, modules: tuple[str, ...]) -> None:
         __import__(name)
 
 
+def _threaded(one_thread: bool, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+    """``fn(*args, **kwargs)`` in a worker, decoding video in one thread or with FFmpeg's slice threads (U34)."""
+    from ..codecs.decode_scan import decode_in_one_thread
+
+    decode_in_one_thread(one_thread)
+    return fn(*args, **kwargs)
+
+
+def cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _ready(pause_s: float) -> int:
     time.sleep(pause_s)  # each warm-up call holds its worker a moment, so every worker is started
     return os.getpid()
@@ -70,6 +86,12 @@ class VerifyPool:
         Number of processes (>= 1).
     modules:
         Modules each worker imports at start (the verification code).
+    one_thread:
+        A call decodes video in one thread (:func:`~egopool.codecs.decode_scan.decode_in_one_thread`) when
+        True; with FFmpeg's slice threads when False; None (the default): in one thread when, counting it,
+        as many calls as there are cores are in flight (every core has its verification: the threads would
+        only add their cost), with the threads when fewer are (a lone upload uses every core), docs/decisions.md
+        U34.
 
     Raises
     ------
@@ -79,9 +101,13 @@ class VerifyPool:
         executor ends its other workers too) and the importer verifies the upload again, once.
     """
 
-    def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",)) -> None:
+    def __init__(self, workers: int, modules: tuple[str, ...] = ("egopool.server.importer",),
+                 one_thread: bool | None = None) -> None:
         self.workers = max(1, int(workers))
         self.modules = modules
+        self.one_thread = one_thread
+        self.cores = cores()
+        self._busy = 0
         self._lock = threading.Lock()
         self._warm: list[Future[int]] = []
         self._pool = self._start()
@@ -110,17 +136,23 @@ class VerifyPool:
         lost a worker while idle is replaced before the call (the call itself is not at fault)."""
         with self._lock:
             pool = self._pool
+            self._busy += 1
+            one = self._busy >= self.cores if self.one_thread is None else self.one_thread
         try:
-            future = pool.submit(fn, *args, **kwargs)
-        except BrokenProcessPool:
-            pool = self._replace(pool)
-            future = pool.submit(fn, *args, **kwargs)
-        try:
-            return future.result()
-        except BrokenProcessPool as exc:
-            self._replace(pool)
-            raise VerifierLost("a verification worker of the server died mid-upload",
-                               hint="the upload was not imported; send it again") from exc
+            try:
+                future = pool.submit(_threaded, one, fn, args, kwargs)
+            except BrokenProcessPool:
+                pool = self._replace(pool)
+                future = pool.submit(_threaded, one, fn, args, kwargs)
+            try:
+                return future.result()
+            except BrokenProcessPool as exc:
+                self._replace(pool)
+                raise VerifierLost("a verification worker of the server died mid-upload",
+                                   hint="the upload was not imported; send it again") from exc
+        finally:
+            with self._lock:
+                self._busy -= 1
 
     def close(self) -> None:
         """Stop the workers (pending calls are cancelled)."""

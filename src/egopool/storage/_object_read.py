@@ -14,14 +14,24 @@ the object's size and the bytes a reader needs first, so (docs/decisions.md O33)
   are ranged GETs.
 
 These go through obstore, the client of :class:`~egopool.storage.s3_store.S3Store` (the ``s3`` extra,
-docs/decisions.md O32). Without it :func:`available` is False and the readers keep pyarrow.fs's HEAD-then-GET
-path. Errors are those of the pyarrow path: ``FileNotFoundError`` for no object,
-:class:`~egopool.errors.ObjectStoreError` naming the URI and the fix for the store (``S3Store``'s translation).
+docs/decisions.md O32). obstore's runtime does not survive a fork (O41): a process forked after its parent used
+obstore (a DataLoader's worker) sends the same ranged GETs through a boto3 client of its own, made after the fork
+(:class:`~egopool.storage.bucket.Bucket`'s client: the same timeouts and retries, thread-safe), so a forked worker
+also opens an object with one GET and pins its later GETs to the first one's ETag (docs/decisions.md B8). Without
+the extra :func:`available` is False and the readers keep pyarrow.fs's HEAD-then-GET path. Errors are those of
+the pyarrow path: ``FileNotFoundError`` for no object, :class:`~egopool.errors.ObjectStoreError` naming the URI and
+the fix for the store (``S3Store``'s translation).
+
+:class:`ObjectVersion` is the one reader of one version of an object the loader's block cache
+(:mod:`egopool.dataset.object_cache`) and :class:`RangeFile` build on; :class:`SizedRaw` is the seekable raw
+file over an object of known size that they share.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EgopoolError
@@ -30,14 +40,15 @@ from ._path import ObjectPath
 if TYPE_CHECKING:
     from obstore import GetOptions, SuffixRange
 
-__all__ = ["FOOTER_READ", "RangeFile", "available", "changed_error", "count_request", "get_head", "get_range",
-           "get_tail", "request_counts"]
+__all__ = ["FOOTER_READ", "ObjectVersion", "RangeFile", "SizedRaw", "available", "changed_error", "count_request",
+           "get_head", "get_range", "get_tail", "request_counts"]
 
 #: Bytes of a parquet's end fetched by its first GET (pyarrow's own default footer read size).
 FOOTER_READ = 64 << 10
 
 #: Requests and bytes this process has fetched from object stores by the read path (:func:`request_counts`).
 _COUNTS = {"GET": 0, "bytes": 0}
+_COUNTS_LOCK = threading.Lock()
 
 
 def request_counts() -> dict[str, int]:
@@ -49,8 +60,9 @@ def request_counts() -> dict[str, int]:
 
 def count_request(nbytes: int) -> None:
     """Count one GET of ``nbytes`` bytes in :func:`request_counts`."""
-    _COUNTS["GET"] += 1
-    _COUNTS["bytes"] += int(nbytes)
+    with _COUNTS_LOCK:  # a worker's I/O threads count concurrently
+        _COUNTS["GET"] += 1
+        _COUNTS["bytes"] += int(nbytes)
 
 
 def changed_error(path: ObjectPath, version: str | None) -> EgopoolError:
@@ -63,16 +75,67 @@ def changed_error(path: ObjectPath, version: str | None) -> EgopoolError:
 
 
 def available(path: ObjectPath) -> bool:
-    """True when one-request reads are possible: obstore (the ``s3`` extra) is installed and usable in this
-    process. obstore's runtime does not survive a fork (a forked DataLoader worker's request hangs): a process
-    forked after its parent used obstore reads through pyarrow.fs, as without the extra."""
+    """True when one-request reads are possible: the ``s3`` extra is installed (obstore, and boto3 for a process
+    forked after its parent used obstore, whose runtime does not survive a fork)."""
     try:
+        import boto3  # noqa: F401
         import obstore  # noqa: F401
     except ImportError:
         return False
-    from .s3_store import obstore_usable
+    return True
 
-    return obstore_usable()
+
+#: A forked process's boto3 clients by (settings, bucket), made after the fork (pid-checked, thread-safe).
+_FORKED: dict[tuple[Any, str], Any] = {}
+_FORKED_PID = [0]
+_FORKED_LOCK = threading.Lock()
+
+
+def _forked_bucket(path: ObjectPath) -> Any:
+    """This process's :class:`~egopool.storage.bucket.Bucket` of ``path``'s bucket (boto3; made in this process)."""
+    from .bucket import Bucket
+
+    with _FORKED_LOCK:
+        if _FORKED_PID[0] != os.getpid():  # a fork of a process that had some: never use the parent's sockets
+            _FORKED.clear()
+            _FORKED_PID[0] = os.getpid()
+        b = _FORKED.get((path.settings, path.bucket))
+        if b is None:
+            b = _FORKED[(path.settings, path.bucket)] = Bucket(f"s3://{path.bucket}", settings=path.settings)
+        return b
+
+
+def _get_forked(path: ObjectPath, byte_range: SuffixRange | tuple[int, int],
+                if_match: str | None) -> tuple[bytes, int, int, str | None]:
+    """:func:`_get` through boto3 (a forked process: obstore's runtime did not survive the fork)."""
+    b = _forked_bucket(path)
+    rng = (f"bytes=-{byte_range['suffix']}" if isinstance(byte_range, dict)
+           else f"bytes={byte_range[0]}-{byte_range[1] - 1}")
+    kw: dict[str, Any] = {"Bucket": path.bucket, "Key": path.key, "Range": rng}
+    if if_match is not None:
+        kw["IfMatch"] = if_match
+    errors = b._errors
+    try:
+        r = b.client.get_object(**kw)
+        data = bytes(r["Body"].read())
+    except errors.ClientError as exc:
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in ("NoSuchKey", "NotFound") or status == 404:
+            raise FileNotFoundError(2, "No such object", str(path)) from exc
+        if code == "PreconditionFailed" or status == 412:
+            raise changed_error(path, if_match) from exc
+        if code == "InvalidRange" or status == 416:  # an empty object has no byte to return
+            return b"", 0, 0, None
+        raise b._fail(exc, path.key, "GET") from exc  # the store's one-line translation, naming the URI
+    except errors.BotoCoreError as exc:
+        raise b._fail(exc, path.key, "GET") from exc
+    count_request(len(data))
+    total = str(r.get("ContentRange") or "").rpartition("/")[2]
+    size = int(total) if total.isdigit() else len(data)
+    start = int(str(r.get("ContentRange") or "bytes 0-").split()[-1].split("-")[0] or 0)
+    return data, start, size, r.get("ETag")
 
 
 def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int],
@@ -90,8 +153,10 @@ def _get(path: ObjectPath, byte_range: SuffixRange | tuple[int, int],
     """
     import obstore
 
-    from .s3_store import S3Store, _client
+    from .s3_store import S3Store, _client, obstore_usable
 
+    if not obstore_usable():
+        return _get_forked(path, byte_range, if_match)
     client = _client(path.settings, path.bucket)
     options: GetOptions = {"range": byte_range}
     if if_match is not None:
@@ -136,16 +201,12 @@ def get_range(path: ObjectPath, start: int, length: int, if_match: str | None = 
     return _get(path, (start, start + length), if_match)[0]
 
 
-class RangeFile(io.RawIOBase):
-    """A seekable raw reader of an object of known ``size``: ``known`` (offset -> bytes, e.g. the first GET's
-    bytes) is served from memory, every other read is one ranged GET of what is asked for, of version
-    ``version`` only (the first GET's ETag: an object rewritten meanwhile is an error, never mixed bytes)."""
+class SizedRaw(io.RawIOBase):
+    """A seekable, read-only raw file of ``size`` bytes: position bookkeeping only (subclasses read)."""
 
-    def __init__(self, path: ObjectPath, size: int, known: dict[int, bytes] | None = None,
-                 version: str | None = None) -> None:
+    def __init__(self, size: int) -> None:
         super().__init__()
-        self.path, self.size, self.version = path, size, version
-        self._known = dict(known or {})
+        self.size = int(size)
         self._pos = 0
 
     def readable(self) -> bool:
@@ -161,6 +222,83 @@ class RangeFile(io.RawIOBase):
 
     def tell(self) -> int:
         return self._pos
+
+
+class ObjectVersion:
+    """One version of one object: its size, its version, its first bytes, and ranged reads of that version only.
+
+    ``ObjectVersion(path, first)`` opens it with one GET of its first ``first`` bytes (:func:`get_head`: the size
+    and ETag come with them); :meth:`fetch` is one ranged GET carrying ``If-Match`` with that ETag, so a rewrite
+    is :func:`changed_error`, never mixed bytes. Without the ``s3`` extra (:func:`available` False): a HEAD
+    (size and mtime: the version) and pyarrow.fs ``read_at`` (a rewrite is then seen at the next open only).
+    Thread-safe: fetches of one version may run concurrently. Every GET is counted (:func:`request_counts`).
+
+    Attributes
+    ----------
+    size:
+        Bytes.
+    version:
+        The ETag (``"size=N mtime=NS"`` on the pyarrow path; ``""`` when the store gave none).
+    first:
+        The object's first ``min(first, size)`` bytes (``b""`` on the pyarrow path).
+
+    Raises
+    ------
+    FileNotFoundError
+        No such object.
+    ObjectStoreError
+        The store failed (names the URI, the cause and the fix).
+    """
+
+    def __init__(self, path: ObjectPath, first: int) -> None:
+        self.path = path
+        self.first = b""
+        self._native: Any = None
+        if available(path):
+            self.first, self.size, etag = get_head(path, first)
+            self.version = etag or ""
+            return
+        from pyarrow import fs as pafs
+
+        try:
+            info = path.filesystem.get_file_info(path.fs_path)
+            if info.type != pafs.FileType.File:
+                raise FileNotFoundError(2, "No such object", str(path))
+            self._native = path.filesystem.open_input_file(path.fs_path)
+        except (FileNotFoundError, EgopoolError):
+            raise
+        except Exception as exc:  # the AWS SDK's OSError: one boundary
+            raise path._error(exc) from exc
+        self.size = int(info.size or 0)
+        self.version = f"size={self.size} mtime={info.mtime_ns}"
+
+    def fetch(self, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end) of this version, in one GET."""
+        if self._native is None:
+            return get_range(self.path, start, length, self.version or None)
+        try:
+            data = self._native.read_at(length, start)
+        except Exception as exc:
+            raise self.path._error(exc) from exc
+        count_request(len(data))
+        return bytes(data)
+
+    def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
+            self._native = None
+
+
+class RangeFile(SizedRaw):
+    """A seekable raw reader of an object of known ``size``: ``known`` (offset -> bytes, e.g. the first GET's
+    bytes) is served from memory, every other read is one ranged GET of what is asked for, of version
+    ``version`` only (the first GET's ETag: an object rewritten meanwhile is an error, never mixed bytes)."""
+
+    def __init__(self, path: ObjectPath, size: int, known: dict[int, bytes] | None = None,
+                 version: str | None = None) -> None:
+        super().__init__(size)
+        self.path, self.version = path, version
+        self._known = dict(known or {})
 
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")

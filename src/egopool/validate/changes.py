@@ -30,7 +30,7 @@ from ..meta.drop_stats import CHANGED_VALUE_SUFFIXES, changed_value_notes, nonfi
 from ..schema import signal_kind
 from .context import Context
 
-__all__ = ["ForceCellScan", "NonFiniteScan", "check_value_changes", "feed_all"]
+__all__ = ["FROZEN_SHARE", "ForceCellScan", "NonFiniteScan", "check_value_changes", "feed_all", "frozen_stream_notes"]
 
 _RULES = {"_rejected_count": "multi_device_storage.md §5.5", "_saturated_count": "file_format.md §7.2.1",
           "_clipped_count": "file_format.md §8", "_encode_failed_count": "file_format.md §8",
@@ -57,9 +57,40 @@ def check_value_changes(ctx: Context, g: EpisodeFiles[TaskPath], row: Mapping[st
         if notes:
             rule = next(r for suffix, r in _RULES.items() if key.endswith(suffix))
             ctx.report.warning(rule, where, f"drop_stats {key} = {drop[key]}: {notes[0]}")
+    length = row.get("length") if row is not None else None
+    for key, text in frozen_stream_notes(drop, length if isinstance(length, int) else None):
+        ctx.report.warning("file_format.md §6.2", where, f"drop_stats {key} = {drop[key]}: {text}")
     if g.data is not None:
         _saturated_force_cells(ctx, g, g.data, drop, pf, cells)
         _non_finite_values(ctx, g.data, drop, pf, scan)
+
+
+#: A stream that repeats its previous frame in at least this share of its rows does not move: a frozen camera
+#: (the server's quality facts draw the same line from the decoded frames, docs/decisions.md P7, P23).
+FROZEN_SHARE = 0.5
+
+
+def frozen_stream_notes(drop: Mapping[str, Any], length: int | None) -> list[tuple[str, str]]:
+    """``(drop_stats key, message)`` for every stream whose ``<key>_repeated_count`` (rows where the writer was
+    given no new frame and repeated the previous one) is at least :data:`FROZEN_SHARE` of the episode's
+    ``length`` rows: a frozen stream. The rows are named when the count says which they are (every row after
+    the first); otherwise the count is all ``drop_stats`` knows."""
+    out: list[tuple[str, str]] = []
+    if not length or length < 2:
+        return out
+    for key in sorted(drop):
+        n = drop[key]
+        if not key.endswith("_repeated_count") or isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            continue
+        if n < FROZEN_SHARE * length:
+            continue
+        stream = key[: -len("_repeated_count")]
+        rows = (f"rows 1-{length - 1} repeat row 0's frame" if n == length - 1 else
+                f"{n} of its {length} rows repeat the previous frame (which ones: the server's quality facts, "
+                "frozen_ranges)")
+        out.append((key, f"stream {stream} is frozen: {rows}; it shows no motion and should not be taken for a "
+                         "working camera"))
+    return out
 
 
 def _float_columns(schema: pa.Schema) -> list[str]:

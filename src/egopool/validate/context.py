@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,9 @@ class Context:
         nothing demuxed): the video check takes its file's instead of opening it (docs/decisions.md U20).
     undigested:
         Episodes whose row records no file digests (docs/decisions.md X5: one note for the task).
+    known_digests:
+        Absolute local file path -> sha256 hex the caller computed as it wrote the file (the server's
+        extraction, docs/decisions.md U33): the digest check takes it instead of hashing the file again.
     raw_rows:
         N -> its ``meta/episodes`` row as stored, kept by the row check for the digest check (which pops it):
         the row is read once (a GET per episode in a bucket, O33).
@@ -97,6 +101,7 @@ class Context:
     media: dict[Path, Any] = field(default_factory=dict)
     undigested: int = 0
     raw_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    known_digests: Mapping[Path, str] = field(default_factory=dict)
 
     @property
     def features(self) -> dict[str, Any]:

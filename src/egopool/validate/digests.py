@@ -56,7 +56,8 @@ def check_digests(ctx: Context, g: EpisodeFiles[TaskPath]) -> None:
                                             "restore it from another copy of the task")
     if not ctx.decode:
         return
-    stored = episode_digests(ctx.root, [p for p in g.paths() if p != g.meta], skip_unreadable=True)
+    stored = episode_digests(ctx.root, [p for p in g.paths() if p != g.meta], skip_unreadable=True,
+                             known=ctx.known_digests)
     where = {same_file(rel): rel for rel in stored}
     have = {same_file(rel): h for rel, h in stored.items()}
     recorded = {same_file(rel): h for rel, h in rec.files.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ R_CHECKLIST = "file_format.md §12"
 
 
 def validate_task(path: str | Path, *, progress: ProgressCallback | None = None, fast: bool = False,
-                  executor: Executor[Any, Any, Any] | None = None, media: dict[Path, Any] | None = None) -> Report:
+                  executor: Executor[Any, Any, Any] | None = None, media: dict[Path, Any] | None = None,
+                  digests: Mapping[Path, str] | None = None) -> Report:
     """Check a task directory against file_format.md §12 and multi_device_storage.md §8.1/§8.2.
 
     Read-only: nothing is written anywhere (no lock is taken, no file is created).
@@ -110,6 +111,11 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
         the dict, and closed) instead of opening the file again; the caller closes the ones left. Only with
         the in-process executor (a Ray task opens its files itself). The pooling server hands over the
         containers its frame-size bound opened (docs/decisions.md U20).
+    digests:
+        sha256 hex of files the caller hashed as it wrote them, by absolute file path: the recorded-checksum
+        check (X5) takes those instead of reading the files again. Only with the in-process executor. The
+        pooling server hands over what its extraction hashed (docs/decisions.md U33); nothing else may have
+        written those files since.
 
     Returns
     -------
@@ -128,7 +134,7 @@ def validate_task(path: str | Path, *, progress: ProgressCallback | None = None,
     root = as_path(path)
     report = Report(task=str(root) if isinstance(root, ObjectPath) else str(path))
     try:
-        _run(root, report, progress, fast, executor or LocalExecutor(), media)
+        _run(root, report, progress, fast, executor or LocalExecutor(), media, digests)
     except (OperationError, ObjectStoreError):  # a Ray cluster lost, a bucket unreachable: no verdict at all
         raise
     except Exception as exc:  # last resort: a check itself failed; still no traceback for the user
@@ -152,7 +158,8 @@ def _guarded(ctx: Context, check: Callable[[Context], Any]) -> Any:
 
 
 def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast: bool,
-         executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None) -> None:
+         executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None,
+         digests: Mapping[Path, str] | None = None) -> None:
     info = check_info_file(root, report)
     if info is None:
         return
@@ -179,7 +186,8 @@ def _run(root: TaskPath, report: Report, progress: ProgressCallback | None, fast
         return
     check_stats(ctx, has_episodes=bool(groups))
     report.episodes = len(groups)
-    _check_episodes(ctx, groups, progress, executor, media if isinstance(executor, LocalExecutor) else None)
+    local = isinstance(executor, LocalExecutor)
+    _check_episodes(ctx, groups, progress, executor, media if local else None, digests if local else None)
     check_stream_declarations(ctx)
     _check_watermark(ctx, groups)
     _check_strays(ctx, groups + journaled)
@@ -197,6 +205,7 @@ class _EpisodeInput:
     layout: TaskLayout
     decode: bool
     media: dict[Path, Any] | None = field(default=None, compare=False)  # in-process only (validate_task)
+    digests: Mapping[Path, str] | None = field(default=None, compare=False)  # likewise
 
 
 @dataclass
@@ -218,7 +227,7 @@ def check_episode_unit(shared: _EpisodeInput, unit: list[EpisodeFiles[TaskPath]]
     never raises for a broken episode (each problem is a finding).
     """
     ctx = Context(shared.root, Report(task=str(shared.root)), shared.info, shared.layout, decode=shared.decode,
-                  media=shared.media if shared.media is not None else {})
+                  media=shared.media if shared.media is not None else {}, known_digests=shared.digests or {})
     for g in unit:
         try:
             check_episode(ctx, g)
@@ -248,7 +257,8 @@ def episode_units(groups: list[EpisodeFiles[TaskPath]]) -> list[list[EpisodeFile
 
 
 def _check_episodes(ctx: Context, groups: list[EpisodeFiles[TaskPath]], progress: ProgressCallback | None,
-                    executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None) -> None:
+                    executor: Executor[Any, Any, Any], media: dict[Path, Any] | None = None,
+                    digests: Mapping[Path, str] | None = None) -> None:
     assert ctx.layout is not None
     units = episode_units(groups)
     sizes = [0]
@@ -268,7 +278,8 @@ def _check_episodes(ctx: Context, groups: list[EpisodeFiles[TaskPath]], progress
         absolute = Path(os.path.abspath(ctx.root))
         layout = dataclasses.replace(ctx.layout, root=absolute)
         units = [[_absolute(g) for g in u] for u in units]
-    results = executor.map(check_episode_unit, _EpisodeInput(absolute, ctx.info, layout, ctx.decode, media), units,
+    results = executor.map(check_episode_unit, _EpisodeInput(absolute, ctx.info, layout, ctx.decode, media, digests),
+                           units,
                            progress=tick if progress is not None else None)
     for r in results:
         ctx.report.extend(_as_given(f, absolute, ctx.root) for f in r.findings)

@@ -133,7 +133,9 @@
     if (clock) { clock.textContent = `${t.toFixed(3)} s · frame ${i} / ${nframes - 1}`; clock.dataset.frame = String(i); }
     drawTimeline(t);
     for (const p of plots) p.draw(t);
+    for (const f of onRender) f(t);
   }
+  const onRender = [];  // static/events.js draws its ranges here (P13)
 
   // The range label of a plot: enough decimals that the span shows 3 significant digits
   // (22408.3 … 22419.1, 0 … 100), so a varying series never reads "2.24e+4 … 2.24e+4".
@@ -434,6 +436,9 @@
     render();
   }
   loadSignals();
+  // the player as static/events.js sees it (P13): the clock, a seek that pauses, the typing rule
+  window.egopoolPlayer = { time: () => (master ? master.currentTime : 0), duration, fps, nframes, frameOf,
+                           seek: (t) => { if (master) { pause(); toFrame(frameOf(t)); } }, typing, onRender };
 
   // ---- depth under the pointer: the proxy's turbo colour mapped back to mm (Q2, P9) -------------
   function turboRGB(x) {

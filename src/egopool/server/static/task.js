@@ -34,6 +34,7 @@
     const again = () => {
       const a = document.activeElement;
       if (a && a !== document.body && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) { setTimeout(again, 5000); return; }
+      if (document.body.dataset.selecting) { setTimeout(again, 5000); return; }  // a bulk selection (bulk.js, P20)
       location.reload();
     };
     setTimeout(again, 5000);

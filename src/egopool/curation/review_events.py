@@ -1,0 +1,164 @@
+"""Reviewers' events for an export: what ``--events-from`` reads (docs/decisions.md P16).
+
+The export runs on a task directory, the events live in the pooling server's ``server.db``: the export reads
+them from the server's answer to ``GET /api/v1/events`` (the same JSON saved to a file, or its ``http(s)://``
+URL fetched with the token in ``$EGOPOOL_TOKEN`` and every ``next_cursor`` page followed), like
+``--episodes-from`` reads a selection (:mod:`egopool.curation.selection`). A plain JSON list of event
+objects is read too. An event is kept as the server gave it: task, server N (the task directory's N), the
+range ``[t0, t1)`` in seconds from the episode's start, label, note, who and when.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.parse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import EgopoolError
+from .selection import TOKEN_ENV
+
+__all__ = ["ReviewEvent", "events_by_episode", "read_events"]
+
+_MAX_PAGES = 100_000
+
+
+@dataclass(frozen=True)
+class ReviewEvent:
+    """One reviewer's event (the server's ``GET /api/v1/events`` row).
+
+    Attributes
+    ----------
+    task, episode_index:
+        Server task name and N (the N of the task directory it was pooled into).
+    t0, t1:
+        Seconds from the episode's start (frame ``i`` starts at ``i / fps``), ``t0 < t1``.
+    label, note:
+        Text.
+    token_id, updated_by:
+        Who made it and who edited it last (None on a server without tokens).
+    created_at, updated_at:
+        Unix s.
+    id:
+        The server's event id.
+    """
+
+    task: str
+    episode_index: int
+    t0: float
+    t1: float
+    label: str
+    note: str = ""
+    token_id: str | None = None
+    updated_by: str | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+    id: int | None = None
+
+    def frames(self, fps: float, length: int) -> tuple[int, int]:
+        """``[f0, f1)`` rows of an episode of ``length`` rows at ``fps`` that the range covers (a frame is in
+        when its start is in ``[t0, t1)``), clipped to the episode (``f0 <= f1``)."""
+        f0 = min(length, max(0, math.ceil(self.t0 * fps - 1e-6)))
+        f1 = min(length, max(f0, math.ceil(self.t1 * fps - 1e-6)))
+        return f0, f1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+def _event(e: Any, where: str) -> ReviewEvent:
+    if not isinstance(e, dict):
+        raise EgopoolError(f"{where}: an event is a JSON object, not {type(e).__name__}")
+    try:
+        task, n, t0, t1, label = e["task"], e["episode_index"], e["t0"], e["t1"], e["label"]
+    except KeyError as exc:
+        raise EgopoolError(f"{where}: an event without {exc.args[0]!r}",
+                           hint="give the server's answer to GET /api/v1/events") from None
+    ok = (isinstance(task, str) and isinstance(n, int) and not isinstance(n, bool) and isinstance(label, str)
+          and all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in (t0, t1)))
+    if not ok or not 0 <= t0 < t1:
+        raise EgopoolError(f"{where}: not an event of the server's API: {json.dumps(e)[:200]}",
+                           hint="task (text), episode_index (N), 0 <= t0 < t1 (s), label (text)")
+    note = e.get("note")
+    return ReviewEvent(task, n, float(t0), float(t1), label, note if isinstance(note, str) else "",
+                       e.get("token_id"), e.get("updated_by"), e.get("created_at"), e.get("updated_at"), e.get("id"))
+
+
+def _from_json(doc: Any, where: str) -> tuple[list[ReviewEvent], Any]:
+    if isinstance(doc, list):
+        return [_event(e, where) for e in doc], None
+    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+        raise EgopoolError(f"{where}: not a list of events (the server's answer to GET /api/v1/events)")
+    return [_event(e, where) for e in doc["events"]], doc.get("next_cursor")
+
+
+def _fetch(url: str, token: str | None, timeout: float) -> list[ReviewEvent]:
+    import httpx
+
+    from .selection import _reason, _with_cursor
+
+    shown = urllib.parse.urlsplit(url)._replace(query="").geturl()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    out: list[ReviewEvent] = []
+    seen: set[str] = set()
+    page = url
+    for _ in range(_MAX_PAGES):
+        try:
+            r = httpx.get(page, headers=headers, timeout=timeout, follow_redirects=False)
+        except httpx.HTTPError as exc:
+            raise EgopoolError(f"cannot fetch the events {shown}: {exc}", hint="check the URL and the server") from exc
+        if r.status_code in (401, 403):
+            raise EgopoolError(f"the server refused the events {shown} ({r.status_code})",
+                               hint=f"put a token with the read scope in ${TOKEN_ENV}")
+        if r.status_code != 200:
+            raise EgopoolError(f"the server answered {r.status_code} for the events {shown}: {_reason(r)}")
+        try:
+            doc = r.json()
+        except ValueError:
+            raise EgopoolError(f"the events {shown} are not JSON", hint="give the URL of GET /api/v1/events"
+                               ) from None
+        got, cursor = _from_json(doc, shown)
+        out += got
+        if cursor in (None, "") or str(cursor) in seen:
+            return out
+        seen.add(str(cursor))
+        page = _with_cursor(url, cursor)
+    raise EgopoolError(f"the events {shown} have more than {_MAX_PAGES} pages")
+
+
+def read_events(source: str | Path, *, token: str | None = None, timeout: float = 60.0) -> list[ReviewEvent]:
+    """Every event of a file or a server URL (module docstring), in the order given.
+
+    Raises
+    ------
+    EgopoolError
+        A missing or malformed file, an event without its fields or with ``t0 >= t1``, a refused or failed
+        request.
+    """
+    text = str(source)
+    if text.startswith(("http://", "https://")):
+        return _fetch(text, token or os.environ.get(TOKEN_ENV), timeout)
+    path = Path(source)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EgopoolError(f"cannot read the events: {exc}", path=path,
+                           hint="the server's JSON answer to GET /api/v1/events, or its URL") from exc
+    return _from_json(doc, str(path))[0]
+
+
+def events_by_episode(events: list[ReviewEvent], task: str, *aliases: str) -> dict[int, list[ReviewEvent]]:
+    """``{N: events ordered by (t0, t1, id)}`` of the events of ``task`` (or one of its ``aliases``, e.g.
+    ``info.json``'s ``task_name``)."""
+    names = {task, *aliases}
+    out: dict[int, list[ReviewEvent]] = {}
+    for e in events:
+        if e.task in names:
+            out.setdefault(e.episode_index, []).append(e)
+    for v in out.values():
+        v.sort(key=lambda e: (e.t0, e.t1, e.id or 0))
+    return out

@@ -1,0 +1,119 @@
+"""What one process of a :class:`~egopool.dataset.PooledDataset` keeps open: tasks, episode views, decoders, the
+block cache and the thread pool a batch is read on (docs/decisions.md B9). Never pickled: each DataLoader worker
+makes its own on its first item."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+import numpy as np
+
+from ..read.reader import Task, open_task
+from .decode import DecoderCache
+from .episode_view import EpisodeView
+from .object_cache import BlockCache
+from .read_ahead import Position
+
+if TYPE_CHECKING:
+    from .pooled import PooledDataset
+
+__all__ = ["Ask", "Worker"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class Ask(NamedTuple):
+    """One item's window on one stream: item position ``k`` in the batch, its kind, rows and pad flags."""
+
+    k: int
+    kind: str
+    rows: np.ndarray
+    pad: np.ndarray | None
+    view: EpisodeView
+
+
+class Worker:
+    """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled. Thread-safe: a
+    batch's episodes and streams are read by the pool's threads at once (``PooledDataset._read``)."""
+
+    def __init__(self, ds: PooledDataset) -> None:
+        self.pid = os.getpid()
+        self.tasks: dict[int, Task] = {}
+        self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
+        self.decoders = DecoderCache(ds.max_open_streams)
+        self.blocks = BlockCache(ds.cache_bytes, ds.block_size, ds.read_ahead)
+        self.threads = ds.threads()
+        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+        self.max_views = ds.max_episodes
+        self._lock = threading.Lock()
+        #: The next batch's opening, running in the background (read_ahead.py), and where that batch starts.
+        self.ahead: Future[None] | None = None
+        self.position = Position()
+        self._ahead_pool: ThreadPoolExecutor | None = None
+
+    def read_ahead(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (opening the predicted next batch) in the background; :meth:`settle` waits for it."""
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(1)
+        self.ahead = self._ahead_pool.submit(fn)
+
+    def settle(self) -> None:
+        """Wait for the read-ahead to end (before a batch uses the decoders it may have opened). Its errors are
+        dropped: the batch that needs what failed reads it again and reports it."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            try:
+                ahead.result()
+            except Exception:  # noqa: BLE001 - reported by the read that needs it
+                pass
+
+    def map(self, fn: Callable[[_T], _R], todo: Sequence[_T]) -> list[_R]:
+        """``[fn(x) for x in todo]``, on the pool's threads when there are several (the first error is raised)."""
+        if self.pool is None or len(todo) < 2:
+            return [fn(x) for x in todo]
+        return list(self.pool.map(fn, todo))
+
+    def task(self, ds: PooledDataset, t: int) -> Task:
+        with self._lock:
+            task = self.tasks.get(t)
+        if task is None:
+            task = open_task(ds.index.tasks[t].path)
+            with self._lock:
+                task = self.tasks.setdefault(t, task)
+        return task
+
+    def view(self, ds: PooledDataset, t: int, n: int, length: int) -> EpisodeView:
+        with self._lock:
+            v = self.views.get((t, n))
+            if v is not None:
+                self.views.move_to_end((t, n))
+                return v
+        v = EpisodeView(self.task(ds, t).episode(n), length)
+        with self._lock:
+            v = self.views.setdefault((t, n), v)
+            self.views.move_to_end((t, n))
+            while len(self.views) > self.max_views:
+                self.views.popitem(last=False)
+        return v
+
+    def close(self) -> None:
+        self.settle()
+        self.decoders.close()
+        for pool in (self.pool, self._ahead_pool):
+            if pool is not None:
+                pool.shutdown(wait=False)
+
+    def __del__(self) -> None:
+        # A dataset dropped in the process that opened its containers closes them now. Left to the garbage
+        # collector (a PyAV container and its streams form a cycle), they could still be uncollected garbage
+        # when a DataLoader forks, and a worker's collector would then free FFmpeg decoders whose threads
+        # do not exist after fork: a hang (docs/decisions.md, training loader T3, and O41). A fork's inherited
+        # copy is never closed.
+        if self.pid == os.getpid():
+            self.close()
