@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from .selection import TOKEN_ENV
 
 __all__ = ["ReviewEvent", "events_by_episode", "read_events"]
 
-_MAX_PAGES = 100_000
 
 
 @dataclass(frozen=True)
@@ -97,37 +95,10 @@ def _from_json(doc: Any, where: str) -> tuple[list[ReviewEvent], Any]:
 
 
 def _fetch(url: str, token: str | None, timeout: float) -> list[ReviewEvent]:
-    import httpx
+    from .selection import fetch_pages
 
-    from .selection import _reason, _with_cursor
-
-    shown = urllib.parse.urlsplit(url)._replace(query="").geturl()
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    out: list[ReviewEvent] = []
-    seen: set[str] = set()
-    page = url
-    for _ in range(_MAX_PAGES):
-        try:
-            r = httpx.get(page, headers=headers, timeout=timeout, follow_redirects=False)
-        except httpx.HTTPError as exc:
-            raise EgopoolError(f"cannot fetch the events {shown}: {exc}", hint="check the URL and the server") from exc
-        if r.status_code in (401, 403):
-            raise EgopoolError(f"the server refused the events {shown} ({r.status_code})",
-                               hint=f"put a token with the read scope in ${TOKEN_ENV}")
-        if r.status_code != 200:
-            raise EgopoolError(f"the server answered {r.status_code} for the events {shown}: {_reason(r)}")
-        try:
-            doc = r.json()
-        except ValueError:
-            raise EgopoolError(f"the events {shown} are not JSON", hint="give the URL of GET /api/v1/events"
-                               ) from None
-        got, cursor = _from_json(doc, shown)
-        out += got
-        if cursor in (None, "") or str(cursor) in seen:
-            return out
-        seen.add(str(cursor))
-        page = _with_cursor(url, cursor)
-    raise EgopoolError(f"the events {shown} have more than {_MAX_PAGES} pages")
+    return fetch_pages(url, "the events", "give the URL of GET /api/v1/events", _from_json, token=token,
+                       timeout=timeout)
 
 
 def read_events(source: str | Path, *, token: str | None = None, timeout: float = 60.0) -> list[ReviewEvent]:

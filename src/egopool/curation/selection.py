@@ -18,10 +18,10 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import EgopoolError
 
@@ -30,6 +30,8 @@ __all__ = ["TOKEN_ENV", "Selection", "read_selection"]
 #: Environment variable holding the token for a selection URL.
 TOKEN_ENV = "EGOPOOL_TOKEN"
 _MAX_PAGES = 100_000
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -138,37 +140,54 @@ def _reason(r: Any) -> str:
     return (text[:200] + " …") if len(text) > 200 else (text or "(no body)")
 
 
-def _fetch(url: str, token: str | None, timeout: float) -> list[tuple[str | None, int]]:
+def fetch_pages(url: str, what: str, hint: str, parse: Callable[[Any, str], tuple[list[T], Any]], *,
+                token: str | None, timeout: float) -> list[T]:
+    """Every item of a paged ``GET`` of the pooling server's API (``next_cursor`` followed), in order.
+
+    ``parse(doc, shown)`` turns one JSON answer into ``(items, next_cursor)``; ``what`` names the answer in
+    messages (``the selection``, ``the events``) and ``hint`` is the fix for an answer that is not JSON. The
+    token (``$EGOPOOL_TOKEN``) goes as a Bearer header; redirects are not followed.
+
+    Raises
+    ------
+    EgopoolError
+        The server cannot be reached, refuses the token (401/403: the read scope named), answers another
+        status (its reason shown), answers something that is not JSON, or has more than ``_MAX_PAGES`` pages.
+    """
     import httpx
 
     shown = urllib.parse.urlsplit(url)._replace(query="").geturl()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    pairs: list[tuple[str | None, int]] = []
+    items: list[T] = []
     seen: set[str] = set()
     page = url
     for _ in range(_MAX_PAGES):
         try:
             r = httpx.get(page, headers=headers, timeout=timeout, follow_redirects=False)
         except httpx.HTTPError as exc:
-            raise EgopoolError(f"cannot fetch the selection {shown}: {exc}",
-                               hint="check the URL and the server") from exc
+            raise EgopoolError(f"cannot fetch {what} {shown}: {exc}", hint="check the URL and the server") from exc
         if r.status_code in (401, 403):
-            raise EgopoolError(f"the server refused the selection {shown} ({r.status_code})",
+            raise EgopoolError(f"the server refused {what} {shown} ({r.status_code})",
                                hint=f"put a token with the read scope in ${TOKEN_ENV}")
         if r.status_code != 200:
-            raise EgopoolError(f"the server answered {r.status_code} for the selection {shown}: {_reason(r)}")
+            raise EgopoolError(f"the server answered {r.status_code} for {what} {shown}: {_reason(r)}")
         try:
             doc = r.json()
         except ValueError:
-            raise EgopoolError(f"the selection {shown} is not JSON", hint="give the URL of a /api/v1/... answer"
+            raise EgopoolError(f"{what} {shown} {'are' if what.endswith('s') else 'is'} not JSON", hint=hint
                                ) from None
-        got, cursor = _from_json(doc, shown)
-        pairs += got
+        got, cursor = parse(doc, shown)
+        items += got
         if cursor in (None, "") or str(cursor) in seen:
-            return pairs
+            return items
         seen.add(str(cursor))
         page = _with_cursor(url, cursor)
-    raise EgopoolError(f"the selection {shown} has more than {_MAX_PAGES} pages")
+    raise EgopoolError(f"{what} {shown} {'have' if what.endswith('s') else 'has'} more than {_MAX_PAGES} pages")
+
+
+def _fetch(url: str, token: str | None, timeout: float) -> list[tuple[str | None, int]]:
+    return fetch_pages(url, "the selection", "give the URL of a /api/v1/... answer", _from_json,
+                       token=token, timeout=timeout)
 
 
 def _dedup(pairs: Iterable[tuple[str | None, int]]) -> tuple[tuple[str | None, int], ...]:
