@@ -43,7 +43,7 @@ from ..ops.task_store import claim_key, pause
 from ..publish import journals as publish_journals
 from ..publish.journal import remove as remove_claims
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, open_store
-from .copy import ORIGINS, CopyPlan, EditReport, _copy_episode, _origins, run_plan, target_keys
+from .copy import ORIGINS, CopyPlan, EditReport, _origins, copy_picks, run_plan, target_keys
 from .journal import EditJournal, read_journal
 from .merge import collect, unite_tasks
 from .source import SourceTask, first_difference, location, open_source
@@ -310,13 +310,7 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         pause(OP, "declared")
         state = "episodes"
     if state == "episodes":
-        sources: dict[int, SourceTask] = {}
-        for i, p in enumerate(plan.picks):
-            if p.source not in sources:
-                sources[p.source] = open_source(plan.sources[p.source])
-            _copy_episode(sources[p.source], tgt, layout, p)
-            if i == 0:
-                pause(OP, "episode")
+        copy_picks(plan, tgt, layout)
         journal.write(state="stats")
         state = "stats"
     if state == "stats":

@@ -248,6 +248,25 @@ def _copy_episode(src: SourceTask, tgt: StoreTask, layout: TaskLayout, p: Pick) 
     tgt.store.put(layout.episodes_key(p.new_index), row_body)
 
 
+def copy_picks(plan: CopyPlan, tgt: StoreTask, layout: TaskLayout) -> dict[int, SourceTask]:
+    """Copy every picked episode of ``plan`` into ``tgt`` at its new N (the crash tests' ``episode`` pause after
+    the first); returns the sources opened, by their index in ``plan.sources``.
+
+    Raises
+    ------
+    OperationError, StorageError
+        A source object is gone or a store failed (the edit's journal stays; the next run copies again).
+    """
+    sources: dict[int, SourceTask] = {}
+    for i, p in enumerate(plan.picks):
+        if p.source not in sources:
+            sources[p.source] = open_source(plan.sources[p.source])
+        _copy_episode(sources[p.source], tgt, layout, p)
+        if i == 0:
+            pause(OP, "episode")
+    return sources
+
+
 def _origins(plan: CopyPlan) -> bytes:
     lines = [json.dumps({"episode_index": p.new_index, "task": as_path(plan.sources[p.source]).name,
                          "location": plan.sources[p.source], "source_episode_index": p.index, "digest": p.digest,
@@ -268,13 +287,7 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
     layout = TaskLayout.from_info(tgt.root, plan.info)
     deleted: dict[str, list[int]] = {}
     if journal.doc.get("state") not in ("committed", "moved"):
-        sources: dict[int, SourceTask] = {}
-        for i, p in enumerate(plan.picks):
-            if p.source not in sources:
-                sources[p.source] = open_source(plan.sources[p.source])
-            _copy_episode(sources[p.source], tgt, layout, p)
-            if i == 0:
-                pause(OP, "episode")
+        sources = copy_picks(plan, tgt, layout)
         tgt.store.put("meta/stats.json", json_bytes(plan.stats, indent=None))
         tgt.store.put("meta/tasks.jsonl", "".join(json.dumps(t, ensure_ascii=False) + "\n"
                                                   for t in plan.tasks).encode("utf-8"))
