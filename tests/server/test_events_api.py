@@ -144,3 +144,87 @@ def test_a_schema_5_file_gains_the_events_table(tmp_path: Path) -> None:
     db = ServerDB(path)
     assert db.select("PRAGMA user_version") == [(6,)]
     assert db.select("SELECT COUNT(*) FROM events") == [(0,)]
+
+
+def test_edge_requests_are_clear_refusals_and_a_no_change_edit_keeps_the_version(tmp_path: Path) -> None:
+    """P30-P32: a huge id is a 404 (not a 500 from SQLite), unknown and null fields are named, an edit that
+    changes nothing keeps version and updated_at, numbers out of range say the range, the 415 says "event"."""
+    tokens = tmp_path / "tokens.json"
+    up = add_token(tokens, "pc-7", ["upload:*", "declare:*"])
+    anna = {"Authorization": f"Bearer {add_token(tokens, 'anna', ['read', 'review'])}"}
+    task = write_task(tmp_path / "pc", "pick_cup", episodes=1, rows=60, video=False)
+    with ServerProc(tmp_path / "store", "--tokens", str(tokens), "--no-previews") as srv:
+        assert upload_episodes(task, server=srv.url, token=up).ok
+        add = f"{srv.url}/api/v1/tasks/pick_cup/episodes/1/events"
+        r = httpx.post(add, headers=anna, json={"episode": 1, "t0": 0.5, "t1": 1.0, "label": "slip", "note": "n"})
+        assert r.status_code == 200, r.text
+        ev = r.json()
+        one = f"{srv.url}/api/v1/events/{ev['id']}"
+
+        # 1. ids SQLite cannot hold are unknown events, for PATCH and DELETE; so are huge episode N elsewhere
+        for big in (2**63, 10**30):
+            r = httpx.patch(f"{srv.url}/api/v1/events/{big}", headers=anna, json={"version": 1, "note": "x"})
+            assert r.status_code == 404 and r.json()["message"] == f"no event {big} (deleted, or never made)", r.text
+            r = httpx.request("DELETE", f"{srv.url}/api/v1/events/{big}", headers=anna, json={"version": 1})
+            assert r.status_code == 404 and r.json()["message"] == f"no event {big} (deleted, or never made)", r.text
+            for path in (f"/api/v1/tasks/pick_cup/episodes/{big}", f"/api/v1/tasks/pick_cup/episodes/{big}/reviews",
+                         f"/api/v1/tasks/pick_cup/episodes/{big}/download.zip",
+                         f"/api/v1/tasks/pick_cup/episodes/{big}/files/meta/info.json",
+                         f"/api/v1/tasks/pick_cup/episodes/{big}/preview/card.jpg"):
+                assert httpx.get(srv.url + path, headers=anna).status_code == 404, path
+            r = httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/{big}/events", headers=anna,
+                           json={"episode": 1, "t0": 0, "t1": 1, "label": "x"})
+            assert r.status_code == 404, r.text
+            r = httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/{big}/review", headers=anna,
+                           json={"episode": 1, "version": 0, "verdict": "accept"})
+            assert r.status_code == 404, r.text
+
+        # 4. an edit that changes nothing: 200, the event as stored (same version and updated_at)
+        for body in ({"version": 1}, {"version": 1, "label": "slip", "t0": 0.5}):
+            r = httpx.patch(one, headers=anna, json=body)
+            assert r.status_code == 200 and r.json() == ev, (body, r.text)
+        # unknown fields and nulls: one line naming them, nothing changed
+        r = httpx.patch(one, headers=anna, json={"version": 1, "token_id": "x", "version2": 3})
+        assert r.status_code == 400 and r.json()["message"] == ("unknown event field(s) ['token_id', 'version2']; "
+                                                                "nothing was changed (fields here: episode, label, "
+                                                                "note, t0, t1, version)"), r.text
+        r = httpx.patch(one, headers=anna, json={"version": 1, "t0": None, "label": None})
+        assert r.status_code == 400 and r.json()["message"].startswith(
+            "an event's label, t0 cannot be null (leave a field out to keep it; only the note is cleared by null)")
+        r = httpx.post(add, headers=anna, json={"episode": 1, "t0": 0, "t1": 1, "label": "x", "version": 1})
+        assert r.status_code == 400 and r.json()["message"].startswith("unknown event field(s) ['version']")
+        r = httpx.request("DELETE", one, headers=anna, json={"version": 1, "note": "why"})
+        assert r.status_code == 400 and r.json()["message"].startswith("unknown event field(s) ['note']")
+        assert httpx.get(f"{srv.url}/api/v1/events", headers=anna).json()["events"] == [ev]
+        # the note is the one field null clears: a real change, version 2
+        r = httpx.patch(one, headers=anna, json={"version": 1, "note": None})
+        assert r.status_code == 200 and (r.json()["note"], r.json()["version"]) == ("", 2), r.text
+
+        # 6. the range of a whole number; "an event" in the 415; the version of a delete goes in the body
+        for body, name, low in (({"episode": -1}, "episode", 1), ({"episode": 10**30}, "episode", 1),
+                                ({"version": -1}, "version", 1), ({"version": 0}, "version", 1)):
+            value = next(iter(body.values()))
+            r = httpx.patch(one, headers=anna, json=body)
+            assert r.status_code == 400 and r.json()["message"].startswith(
+                f"an event's {name} must be a whole number from {low} to {2**63 - 1}, not {value}"), r.text
+        r = httpx.post(add, content=b'{"episode": 1}', headers={**anna, "Content-Type": "text/plain"})
+        assert r.status_code == 415 and r.json()["message"].startswith("an event is a JSON body ("), r.text
+        r = httpx.request("DELETE", one, headers=anna)
+        assert r.status_code == 415 and r.json()["message"].startswith(
+            'an event is a JSON body ({"version": V} for a delete)'), r.text
+        r = httpx.request("DELETE", one, headers=anna, params={"version": 2})
+        assert r.status_code == 400 and r.json()["message"].startswith(
+            "a delete names the event's version in its JSON body, not in the URL"), r.text
+
+        # a review: the range of its numbers, and a version from the future is not "reviewed again"
+        rev = f"{srv.url}/api/v1/tasks/pick_cup/episodes/1/review"
+        r = httpx.post(rev, headers=anna, json={"episode": 1, "version": -1, "verdict": "accept"})
+        assert r.status_code == 400 and r.json()["message"].startswith(
+            f"a review names the version it answers: 'version' must be a whole number from 0 to {2**63 - 1}, "
+            "not -1"), r.text
+        r = httpx.post(rev, headers=anna, json={"episode": 1, "version": 0, "verdict": "accept"})
+        assert r.status_code == 200, r.text
+        now = r.json()["version"]
+        r = httpx.post(rev, headers=anna, json={"episode": 1, "version": now + 999, "verdict": "accept"})
+        assert r.status_code == 409 and r.json()["message"].startswith(
+            f"episode 1 of task 'pick_cup' has no review version {now + 999} (the latest is {now})"), r.text

@@ -194,24 +194,26 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no read scope")
         return tok
 
-    def require_review(request: Request) -> Token | None:
-        """A bearer token, or the sign-in cookie on a same-origin request carrying the CSRF header."""
+    def require_review(request: Request, what: str = "a review") -> Token | None:
+        """A bearer token, or the sign-in cookie on a same-origin request carrying the CSRF header (``what`` the
+        body is, for the 415: "a review", "an event")."""
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             # an HTML form or a "simple" cross-site fetch cannot send application/json (a CORS preflight would)
-            raise UploadRejectedError(415, "unsupported_media_type", "a review is a JSON body",
+            extra = " ({\"version\": V} for a delete)" if request.method == "DELETE" else ""
+            raise UploadRejectedError(415, "unsupported_media_type", f"{what} is a JSON body{extra}",
                                       hint="send Content-Type: application/json")
         origin = request.headers.get("origin")
         if not tokens.enabled:  # loopback without tokens: still only this server's own pages
             local_only(request)
             if cross_site(origin, request.headers.get("sec-fetch-site"), request.headers.get("host")):
-                raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
+                raise UploadRejectedError(403, "forbidden", f"{what} from the browser must come from this "
                                                             "server's page (same origin)")
             return None
         cookie = request.cookies.get(_COOKIE)
         if _bearer(request) is None and cookie:
             if not csrf_ok(cookie, request.headers.get(CSRF_HEADER), origin,
                            request.headers.get("sec-fetch-site"), request.headers.get("host")):
-                raise UploadRejectedError(403, "forbidden", "a review from the browser must come from this "
+                raise UploadRejectedError(403, "forbidden", f"{what} from the browser must come from this "
                                                             f"server's page (same origin, {CSRF_HEADER} header)")
         tok = authenticate(request, cookie_ok=True)
         assert tok is not None
@@ -219,6 +221,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no review scope",
                                       hint="egopool token add --scope review")
         return tok
+
+    def require_event(request: Request) -> Token | None:
+        return require_review(request, "an event")
 
     @app.exception_handler(UploadRejectedError)
     async def _rejected(request: Request, exc: UploadRejectedError) -> Response:
@@ -444,7 +449,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
 
-    add_event_routes(app, EventRoutes(store_, require_read, require_review, _task))  # events (P11-P19)
+    add_event_routes(app, EventRoutes(store_, require_read, require_event, _task))  # events (P11-P19)
 
     @app.get("/static/{name}")
     async def static(name: str) -> Response:

@@ -35,7 +35,12 @@ def append_review(con: sqlite3.Connection, task: str, index: int, verdict: str, 
         "SELECT id, task, episode_index, verdict, reason, token_id, at FROM reviews "
         "WHERE task = ? AND episode_index = ? ORDER BY id", (task, index)).fetchall()]
     stack = in_force(rows)
-    if version is not None and version != (rows[-1].id if rows else 0):
+    latest = rows[-1].id if rows else 0
+    if version is not None and version > latest:
+        raise ReviewConflict(f"episode {index} of task {task!r} has no review version {version} (the latest is "
+                             f"{latest}): {describe(stack[-1] if stack else None)}; nothing was recorded",
+                             stack[-1] if stack else None, latest)
+    if version is not None and version != latest:
         raise ReviewConflict(f"episode {index} of task {task!r} was reviewed again since review version "
                              f"{version} (now {rows[-1].id if rows else 0}): "
                              f"{describe(stack[-1] if stack else None)}; nothing was recorded",

@@ -22,12 +22,18 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .db import ServerDB
 
-__all__ = ["MAX_EVENTS_PAGE", "MAX_LABEL", "MAX_NOTE", "EventEdit", "EventRow", "add_event", "delete_event",
+__all__ = ["DELETE_FIELDS", "MAX_EVENTS_PAGE", "MAX_ID", "MAX_LABEL", "MAX_NOTE", "PATCH_FIELDS", "POST_FIELDS", "EventEdit", "EventRow", "add_event", "delete_event",
            "find_events", "get_event", "parse_event", "update_event"]
 
 MAX_LABEL = 200  # characters
 MAX_NOTE = 2000
 MAX_EVENTS_PAGE = 1000
+#: the largest id, episode N or version SQLite holds (a signed 64-bit integer)
+MAX_ID = (1 << 63) - 1
+#: the fields a request body may hold: a new event, an edit (``episode`` only to say it cannot change), a delete
+POST_FIELDS = frozenset({"episode", "t0", "t1", "label", "note"})
+PATCH_FIELDS = frozenset({"version", "episode", "t0", "t1", "label", "note"})
+DELETE_FIELDS = frozenset({"version"})
 _COLUMNS = "id, task, episode_index, t0, t1, label, note, token_id, updated_by, created_at, updated_at, version"
 _SHAPE = '{"episode": N, "t0": s, "t1": s, "label": "...", "note": "..."} (an edit or delete adds "version": V)'
 
@@ -125,25 +131,29 @@ def _seconds(doc: dict[str, Any], name: str) -> float | None:
     return float(v)
 
 
-def _whole(doc: dict[str, Any], name: str) -> int | None:
+def _whole(doc: dict[str, Any], name: str, low: int) -> int | None:
     v = doc.get(name)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
-        raise _bad(f"an event's {name} must be a whole number, not {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_ID:
+        raise _bad(f"an event's {name} must be a whole number from {low} to {MAX_ID}, not {v!r}")
     return v
 
 
-def parse_event(body: bytes) -> EventEdit:
-    """The :class:`EventEdit` of a request body (``_SHAPE``).
+def parse_event(body: bytes, fields: frozenset[str] = PATCH_FIELDS | POST_FIELDS) -> EventEdit:
+    """The :class:`EventEdit` of a request body (``_SHAPE``) that may hold ``fields`` (:data:`POST_FIELDS`,
+    :data:`PATCH_FIELDS` or :data:`DELETE_FIELDS`).
+
+    ``"note": null`` clears the note (as ``""`` does); any other field given as null is refused (leave it
+    out to keep the stored value).
 
     Raises
     ------
     UploadRejectedError
-        400: not a JSON object; a time that is not a finite number ``>= 0``; a label over
-        :data:`MAX_LABEL` or a note over :data:`MAX_NOTE` characters, or one holding a control
-        character (the note may hold tabs and line breaks) or a lone surrogate; an episode or
-        version that is not a whole number.
+        400: not a JSON object; a field not in ``fields`` (all named); a null field other than the note; a
+        time that is not a finite number ``>= 0``; a label over :data:`MAX_LABEL` or a note over
+        :data:`MAX_NOTE` characters, or one holding a control character (the note may hold tabs and line
+        breaks) or a lone surrogate; an episode or version that is not a whole number from 1 to :data:`MAX_ID`.
     """
     try:
         doc: Any = json.loads(body) if body.strip() else {}
@@ -151,7 +161,17 @@ def parse_event(body: bytes) -> EventEdit:
         raise _bad("the event body is not JSON") from None
     if not isinstance(doc, dict):
         raise _bad("the event body is not a JSON object")
-    return EventEdit(_whole(doc, "episode"), _whole(doc, "version"), _seconds(doc, "t0"), _seconds(doc, "t1"),
+    unknown = sorted(set(doc) - fields)
+    if unknown:
+        raise UploadRejectedError(400, "bad_request", f"unknown event field(s) {unknown}; nothing was changed",
+                                  hint=f"fields here: {', '.join(sorted(fields))}")
+    nulls = sorted(k for k, v in doc.items() if v is None and k != "note")
+    if nulls:
+        raise _bad(f"an event's {', '.join(nulls)} cannot be null (leave a field out to keep it; only the note "
+                   "is cleared by null)")
+    if "note" in doc and doc["note"] is None:
+        doc["note"] = ""
+    return EventEdit(_whole(doc, "episode", 1), _whole(doc, "version", 1), _seconds(doc, "t0"), _seconds(doc, "t1"),
                      _text(doc, "label", MAX_LABEL), _text(doc, "note", MAX_NOTE))
 
 
@@ -199,7 +219,9 @@ def add_event(db: ServerDB, task: str, index: int, e: EventEdit, duration: float
 
 
 def get_event(db: ServerDB, event_id: int) -> EventRow | None:
-    """Event ``event_id``, or None."""
+    """Event ``event_id``, or None (also for an id SQLite cannot hold)."""
+    if not 0 <= event_id <= MAX_ID:
+        return None
     rows = db.select(f"SELECT {_COLUMNS} FROM events WHERE id = ?", (event_id,))
     return _row(rows[0]) if rows else None
 
@@ -208,7 +230,8 @@ def _current(con: sqlite3.Connection, event_id: int, version: int | None) -> Eve
     """The stored event that an edit or delete naming ``version`` may change (raises 400 / 404 / 409)."""
     if version is None:
         raise _bad("an edit or delete names the version of the event it answers: \"version\" is missing")
-    r = con.execute(f"SELECT {_COLUMNS} FROM events WHERE id = ?", (event_id,)).fetchone()
+    r = con.execute(f"SELECT {_COLUMNS} FROM events WHERE id = ?", (event_id,)).fetchone() \
+        if 0 <= event_id <= MAX_ID else None  # 2**63: no such event, not an OverflowError
     if r is None:
         raise UploadRejectedError(404, "not_found", f"no event {event_id} (deleted, or never made)")
     row = _row(r)
@@ -223,6 +246,7 @@ def _current(con: sqlite3.Connection, event_id: int, version: int | None) -> Eve
 def update_event(db: ServerDB, event_id: int, e: EventEdit, duration_of: Callable[[str, int], float | None],
                  who: str | None) -> EventRow:
     """Change the given fields of event ``event_id`` if it is still at ``e.version``; its version is raised.
+    An edit that changes nothing returns the stored event as it is (same version, ``updated_at``).
 
     ``duration_of(task, index)`` gives the episode's length in s (None: unknown).
 
@@ -242,6 +266,8 @@ def update_event(db: ServerDB, event_id: int, e: EventEdit, duration_of: Callabl
                        old.t1 if e.t1 is None else e.t1, old.label if e.label is None else e.label,
                        old.note if e.note is None else e.note, old.token_id, who, old.created_at, time.time(),
                        old.version + 1)
+        if (new.t0, new.t1, new.label, new.note) == (old.t0, old.t1, old.label, old.note):
+            return old  # nothing changes: no new version, no new updated_at / updated_by (P30)
         _check_range(new.t0, new.t1, duration, f"episode {old.episode_index} of task {old.task!r}")
         con.execute("UPDATE events SET t0 = ?, t1 = ?, label = ?, note = ?, updated_by = ?, updated_at = ?, "
                     "version = ? WHERE id = ?", (new.t0, new.t1, new.label, new.note, who, new.updated_at,

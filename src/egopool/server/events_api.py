@@ -3,7 +3,10 @@
 * ``POST /api/v1/tasks/{task}/episodes/{n}/events`` — ``{"episode", "t0", "t1", "label", "note"}``: a new
   event (200 with the row);
 * ``PATCH /api/v1/events/{id}`` — ``{"version", ...fields}``: change it (409 when the event moved on);
-* ``DELETE /api/v1/events/{id}`` — ``{"version"}``: delete it (same 409);
+* ``DELETE /api/v1/events/{id}`` — ``{"version"}`` (in the JSON body, not the URL): delete it (same 409);
+
+A body holding a field its route does not take is refused (400, naming it); ``"note": null`` clears the
+note, any other null is refused; an edit that changes nothing answers the event as it is (P30).
 * ``GET /api/v1/events?task=&episode=&label=&q=&reviewer=&limit=&cursor=`` — the events matching every
   filter, ascending id, keyset pages (``next_cursor``), scope ``read``.
 
@@ -26,8 +29,8 @@ from fastapi import FastAPI, Request
 from ..errors import UploadRejectedError
 from ..meta.info import read_info
 from .db import ServerDB
-from .events import (MAX_EVENTS_PAGE, MAX_LABEL, MAX_NOTE, EventRow, add_event, delete_event, find_events,
-                     parse_event, update_event)
+from .events import (DELETE_FIELDS, MAX_EVENTS_PAGE, MAX_ID, MAX_LABEL, MAX_NOTE, PATCH_FIELDS, POST_FIELDS, EventRow,
+                     add_event, delete_event, find_events, parse_event, update_event)
 from .review import MAX_BODY
 from .store import ServerStore
 from .tokens import Token
@@ -101,11 +104,11 @@ def add_event_routes(app: FastAPI, deps: EventRoutes) -> None:
     @app.post("/api/v1/tasks/{task}/episodes/{index}/events")
     async def event_add_api(task: str, index: int, request: Request) -> dict[str, Any]:
         tok = deps.require_review(request)
-        e = parse_event(await _body(request))
+        e = parse_event(await _body(request), POST_FIELDS)
 
         def run() -> EventRow:
             name = deps.task(task)
-            if not 0 <= index < (1 << 63):
+            if not 0 <= index <= MAX_ID:
                 raise UploadRejectedError(404, "not_found", f"no pooled episode {index} in task {task!r}")
             return add_event(deps.db(), name, index, e, duration(name, index), who(tok))
         return (await anyio.to_thread.run_sync(run)).to_dict()
@@ -113,7 +116,7 @@ def add_event_routes(app: FastAPI, deps: EventRoutes) -> None:
     @app.patch("/api/v1/events/{event_id}")
     async def event_edit_api(event_id: int, request: Request) -> dict[str, Any]:
         tok = deps.require_review(request)
-        e = parse_event(await _body(request))
+        e = parse_event(await _body(request), PATCH_FIELDS)
         if e.episode is not None:
             raise UploadRejectedError(400, "bad_request", "an event stays on its episode; make a new one there")
         row = await anyio.to_thread.run_sync(lambda: update_event(deps.db(), event_id, e, duration, who(tok)))
@@ -121,8 +124,11 @@ def add_event_routes(app: FastAPI, deps: EventRoutes) -> None:
 
     @app.delete("/api/v1/events/{event_id}")
     async def event_delete_api(event_id: int, request: Request) -> dict[str, Any]:
+        if "version" in request.query_params:
+            raise UploadRejectedError(400, "bad_request", "a delete names the event's version in its JSON body, "
+                                                          "not in the URL", hint="send {\"version\": V}")
         deps.require_review(request)
-        e = parse_event(await _body(request))
+        e = parse_event(await _body(request), DELETE_FIELDS)
         row = await anyio.to_thread.run_sync(lambda: delete_event(deps.db(), event_id, e.version))
         return {"deleted": row.to_dict()}
 

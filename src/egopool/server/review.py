@@ -112,9 +112,10 @@ _SHAPE = '{"episode": N, "version": V, "verdict": "accept"|"reject"|"flag"|"undo
 
 def _whole(doc: dict[str, Any], name: str) -> int:
     v = doc.get(name)
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+    low = 0 if name == "version" else 1  # version 0: no review yet; episodes are numbered from 1
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v < 2**63:
         raise UploadRejectedError(400, "bad_request", f"a review names the {name} it answers: {name!r} must be a "
-                                                      f"whole number, not {v!r}",
+                                                      f"whole number from {low} to {2**63 - 1}, not {v!r}",
                                   hint=f"send {_SHAPE}; the episode's entry in the read API gives review_version")
     return v
 
