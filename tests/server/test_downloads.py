@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
+import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -26,9 +28,9 @@ HAS_RERUN = importlib.util.find_spec("rerun") is not None
 
 
 def _no_scratch_left(store: Path) -> bool:
-    """The export's scratch directory is removed once the stream ends (the server's generator closes just after
-    the last chunk: wait for it a little)."""
-    for _ in range(100):
+    """The export's scratch directory is removed once the stream ends or the client leaves (the server closes
+    the stream just after: wait for it, up to a generous deadline)."""
+    for _ in range(600):
         if not [p for p in (store / ".egopool-server" / "staging").iterdir() if p.name.startswith("download-")]:
             return True
         time.sleep(0.1)
@@ -97,6 +99,22 @@ def test_downloads(tmp_path: Path) -> None:
                     _members_match(inner, store, n)
         assert httpx.get(f"{api}/download/episodes.zip", params={"review": "bogus"}, headers=auth).status_code == 400
 
+        # reviewers' events go with the LeRobot download as --events-from takes them (P34): 3's is exported,
+        # 2's is not in the selection (counted as left out)
+        events = []
+        for n, t0, t1, label in ((3, 0.1, 0.2, "slip"), (2, 0.0, 0.1, "occluded")):
+            r = httpx.post(f"{api}/episodes/{n}/events", headers={"Authorization": f"Bearer {anna}"},
+                           json={"episode": n, "t0": t0, "t1": t1, "label": label, "note": "by hand"})
+            assert r.status_code == 200, r.text
+            events.append(r.json())
+        # a stale scratch directory that no download streams is swept when the next export starts (P33)
+        staging = store / ".egopool-server" / "staging"
+        stale, fresh = staging / "download-stale0000000", staging / "download-fresh0000000"
+        for d in (stale, fresh):
+            d.mkdir()
+            (d / "part").write_bytes(b"x")
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))
+
         # the same filter as a LeRobot dataset: its info says two episodes, with the rows of 1 and 3
         r = httpx.get(f"{api}/download/lerobot.zip", params={"review": "accepted"}, headers=auth, timeout=300)
         assert r.status_code == 200, r.text[:500]
@@ -104,9 +122,31 @@ def test_downloads(tmp_path: Path) -> None:
             info = json.loads(zf.read("pick_cup-lerobot/meta/info.json"))
             assert info["total_episodes"] == 2 and info["total_frames"] == 16
             assert any(x.startswith("pick_cup-lerobot/data/") for x in zf.namelist())
+            mapping = json.loads(zf.read("pick_cup-lerobot/egopool_mapping.json"))
+            assert info["features"]["language_events"]["dtype"] == "language"
+        listed = mapping["events"]["events"]
+        assert mapping["events"]["left_out"] == 1
+        assert mapping["events"]["from"] == "this server's events (GET /api/v1/events?task=pick_cup)"
+        assert [(e["id"], e["episode_index"], e["lerobot_episode_index"], e["label"], e["note"], e["t0"], e["t1"],
+                 e["frames"]) for e in listed] == [(events[0]["id"], 3, 1, "slip", "by hand", 0.1, 0.2, [3, 6])]
+        assert listed[0]["language_events"]["content"] == "slip: by hand"
+        assert not stale.exists() and fresh.is_dir()  # the fresh one may still be someone's: kept
+        shutil.rmtree(fresh)
         assert _no_scratch_left(store)
-        r = httpx.get(f"{api}/download/lerobot.zip", params={"review": "flagged"}, headers=auth)
-        assert r.status_code == 404 and "matches this filter" in r.json()["message"]
+
+        # a download the client abandons after its first chunk leaves no scratch directory behind (P33)
+        with httpx.stream("GET", f"{api}/download/lerobot.zip", params={"review": "accepted"}, headers=auth,
+                          timeout=300) as r:
+            assert r.status_code == 200
+            first = next(r.iter_raw(1024))
+            assert first[:4] == b"PK\x03\x04"
+        assert _no_scratch_left(store)
+
+        # a filter that matches nothing: the same 404 for both selection downloads (P35)
+        for what in ("episodes.zip", "lerobot.zip"):
+            r = httpx.get(f"{api}/download/{what}", params={"review": "flagged"}, headers=auth)
+            assert r.status_code == 404, (what, r.text[:300])
+            assert r.json()["message"] == "no pooled episode of task 'pick_cup' matches this filter"
 
 
 def test_download_rerun_recording(tmp_path: Path) -> None:

@@ -12,25 +12,29 @@
 A zip is written by the stdlib :mod:`zipfile` into a non-seekable sink (sizes in data descriptors,
 ZIP64 when needed) that the response drains after every block: memory holds one block, never a file.
 An export (``.rrd``, LeRobot) is written to the server's staging directory first (those tools write
-files), streamed from there and removed; a server killed meanwhile removes it at its next start.
+files), streamed from there and removed (:mod:`egopool.server.download_scratch`: when the response ends,
+also when the client goes away mid-stream; a stale one at the next export; all at the next start).
+The LeRobot export carries the task's reviewers' events from ``server.db`` as ``--events-from`` would
+(``language_events`` and the mapping's ``events``; P34).
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import uuid
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from ..curation.review_events import ReviewEvent, events_by_episode
 from ..errors import UploadRejectedError
+from ..interop.lerobot_events import ExportEvents
 from .catalog import episode_entry
+from .download_scratch import make_scratch, release_scratch
+from .events import MAX_EVENTS_PAGE, find_events
 from .store import ServerStore
 
 __all__ = ["BLOCK", "episode_zip", "episodes_zip", "file_stream", "lerobot_export_dir", "lerobot_stream", "rerun_file",
-           "rerun_ready", "scratch_dir"]
+           "rerun_ready", "scratch_dir", "server_events"]
 
 #: bytes read from a source file per step (and so, roughly, per chunk of the response)
 BLOCK = 1 << 20
@@ -152,11 +156,9 @@ def episodes_zip(store: ServerStore, task: str, indices: Sequence[int]) -> Itera
 
 
 def scratch_dir(store: ServerStore) -> Path:
-    """A fresh directory under the server's staging area for one export (removed by the caller, or by
-    :meth:`~egopool.server.store.ServerStore.clean_scratch` at the next start)."""
-    d = store.staging_dir / f"download-{uuid.uuid4().hex[:12]}"
-    d.mkdir(parents=True)
-    return d
+    """A fresh directory under the server's staging area for one export (released by the caller, swept when stale,
+    or removed by :meth:`~egopool.server.store.ServerStore.clean_scratch` at the next start)."""
+    return make_scratch(store.staging_dir)
 
 
 def file_stream(path: Path, cleanup: Path | None = None) -> Iterator[bytes]:
@@ -171,7 +173,7 @@ def file_stream(path: Path, cleanup: Path | None = None) -> Iterator[bytes]:
                 yield block
     finally:
         if cleanup is not None:
-            shutil.rmtree(cleanup, ignore_errors=True)
+            release_scratch(cleanup)
 
 
 def rerun_ready() -> None:
@@ -203,9 +205,24 @@ def rerun_file(store: ServerStore, task: str, index: int) -> tuple[Path, Path]:
         out = d / f"{task}-{index}.rrd"
         export_rerun(store.task_location(task), out, [index])
     except BaseException:
-        shutil.rmtree(d, ignore_errors=True)
+        release_scratch(d)
         raise
     return out, d
+
+
+def server_events(store: ServerStore, task: str) -> ExportEvents:
+    """Every reviewer's event of ``task`` in this server's ``server.db`` (all pages of ``find_events``), as the
+    export takes them (what ``egopool export lerobot --events-from <this server's GET /api/v1/events>`` reads)."""
+    rows, after = [], 0
+    while True:
+        page = find_events(store.db, task=task, after=after, limit=MAX_EVENTS_PAGE)
+        rows += page
+        if len(page) < MAX_EVENTS_PAGE:
+            break
+        after = page[-1].id
+    events = [ReviewEvent(r.task, r.episode_index, r.t0, r.t1, r.label, r.note, r.token_id, r.updated_by,
+                          r.created_at, r.updated_at, r.id) for r in rows]
+    return ExportEvents(f"this server's events (GET /api/v1/events?task={task})", events_by_episode(events, task))
 
 
 def lerobot_export_dir(store: ServerStore, task: str, indices: Sequence[int]) -> tuple[Path, Path]:
@@ -218,6 +235,9 @@ def lerobot_export_dir(store: ServerStore, task: str, indices: Sequence[int]) ->
         501: the store is a bucket (``export lerobot`` reads a task directory here).
     EgopoolError
         The export fails (the scratch directory is removed first).
+
+    The task's events in ``server.db`` go with it (:func:`server_events`): ``language_events`` and
+    ``egopool_mapping.json``'s ``events``, as ``--events-from`` writes them.
     """
     from ..interop.lerobot_export import export_lerobot
 
@@ -225,12 +245,13 @@ def lerobot_export_dir(store: ServerStore, task: str, indices: Sequence[int]) ->
         raise UploadRejectedError(501, "not_available", "a LeRobot download reads the task from a directory store; "
                                                         "this server's store is a bucket",
                                   hint="run `egopool export lerobot s3://… OUT` where the bucket is reachable")
+    events = server_events(store, task)
     d = scratch_dir(store)
     try:
         out = d / f"{task}-lerobot"
-        export_lerobot(store.root / task, out, episodes=list(indices))
+        export_lerobot(store.root / task, out, episodes=list(indices), events=events)
     except BaseException:
-        shutil.rmtree(d, ignore_errors=True)
+        release_scratch(d)
         raise
     return d, out
 
@@ -246,5 +267,4 @@ def lerobot_stream(task: str, d: Path, out: Path) -> Iterator[bytes]:
                         yield from _copy_into(zf, sink, f"{task}-lerobot/{p.relative_to(out).as_posix()}", src)
         yield sink.drain()
     finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(d, ignore_errors=True)
+        release_scratch(d)

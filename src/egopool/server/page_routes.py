@@ -25,6 +25,7 @@ from ..errors import EgopoolError, UploadRejectedError
 from .catalog import episode_entry
 from .bulk_review import MAX_BULK_BODY, parse_bulk, record_bulk, selection
 from .dashboard import dashboard_data, dashboard_page
+from .download_scratch import ScratchResponse
 from .downloads import (episode_zip, episodes_zip, file_stream, lerobot_export_dir, lerobot_stream, rerun_file,
                         rerun_ready)
 from .review import MAX_BODY
@@ -45,6 +46,10 @@ class PageDeps:
     require_read: Callable[[Request], Token | None]
     require_review: Callable[[Request], Token | None]
     task: Callable[[str], str]
+
+
+#: a selection download (zip of episodes, LeRobot) whose filter matches nothing: 404
+_NONE_MATCH = "no pooled episode of task {task!r} matches this filter"
 
 
 def _filters(request: Request, task: str) -> EpisodeQuery:
@@ -138,7 +143,8 @@ def add_page_routes(app: FastAPI, deps: PageDeps) -> None:
             raise UploadRejectedError(501, "not_available", f"this server cannot make a .rrd: {exc.one_line()}"
                                       ) from None
         path, scratch = await anyio.to_thread.run_sync(rerun_file, store, name, index)
-        return _stream(file_stream(path, scratch), f"{task}-{index}.rrd", "application/octet-stream")
+        return ScratchResponse(file_stream(path, scratch), scratch, media_type="application/octet-stream",
+                               headers=_attachment(f"{task}-{index}.rrd"))
 
     @app.get("/api/v1/tasks/{task}/download/episodes.zip")
     async def selection_zip_api(task: str, request: Request) -> Response:
@@ -146,6 +152,8 @@ def add_page_routes(app: FastAPI, deps: PageDeps) -> None:
         q = _filters(request, task)
         store, name = deps.store(), deps.task(task)
         indices = await anyio.to_thread.run_sync(_all_matching, store, q, name)
+        if not indices:  # the same answer as the LeRobot download's (P35)
+            raise UploadRejectedError(404, "not_found", _NONE_MATCH.format(task=task))
         return _stream(episodes_zip(store, name, indices), f"{task}-episodes.zip")
 
     @app.get("/api/v1/tasks/{task}/download/lerobot.zip")
@@ -155,6 +163,7 @@ def add_page_routes(app: FastAPI, deps: PageDeps) -> None:
         store, name = deps.store(), deps.task(task)
         indices = await anyio.to_thread.run_sync(_all_matching, store, q, name)
         if not indices:
-            raise UploadRejectedError(404, "not_found", f"no pooled episode of task {task!r} matches this filter")
+            raise UploadRejectedError(404, "not_found", _NONE_MATCH.format(task=task))
         d, out = await anyio.to_thread.run_sync(lerobot_export_dir, store, name, indices)
-        return _stream(lerobot_stream(name, d, out), f"{task}-lerobot.zip")
+        return ScratchResponse(lerobot_stream(name, d, out), d, media_type="application/zip",
+                               headers=_attachment(f"{task}-lerobot.zip"))
