@@ -170,7 +170,8 @@ def test_edge_requests_are_clear_refusals_and_a_no_change_edit_keeps_the_version
             for path in (f"/api/v1/tasks/pick_cup/episodes/{big}", f"/api/v1/tasks/pick_cup/episodes/{big}/reviews",
                          f"/api/v1/tasks/pick_cup/episodes/{big}/download.zip",
                          f"/api/v1/tasks/pick_cup/episodes/{big}/files/meta/info.json",
-                         f"/api/v1/tasks/pick_cup/episodes/{big}/preview/card.jpg"):
+                         f"/api/v1/tasks/pick_cup/episodes/{big}/preview/card.jpg",
+                         f"/api/v1/tasks/pick_cup/episodes/{big}/download.rrd", f"/tasks/pick_cup/episodes/{big}"):
                 assert httpx.get(srv.url + path, headers=anna).status_code == 404, path
             r = httpx.post(f"{srv.url}/api/v1/tasks/pick_cup/episodes/{big}/events", headers=anna,
                            json={"episode": 1, "t0": 0, "t1": 1, "label": "x"})
