@@ -114,3 +114,18 @@ def test_a_misspelt_s3_uri_is_refused_and_no_s3_folder_appears(tmp_path: Path, u
     assert main(["ls", uri]) in (1, 2)
     assert "not an S3 URI" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["lerobot", "s3://b/x", "--task", "t"],
+                                  ["tum", "s3://b/f.txt", "--frame", "tum_fr1_world"],
+                                  ["euroc", "S3://b/e"], ["rgbd-frames", "s3:/b/f", "--frame", "ego_cam_optical"],
+                                  ["aria", "s3://b/r.vrs", "--task", "t"]])
+def test_an_import_source_in_a_bucket_is_refused_naming_the_uri(tmp_path, capsys, argv) -> None:
+    """`import lerobot s3://b/x` said "s3:/b/x: no meta/info.json" (a lost slash, no fix): one line, nothing written."""
+    out = tmp_path / "out"
+    assert main(["import", *argv, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    uri = "s3://b/" + argv[1].split("/")[-1]
+    assert err.startswith(f"egopool: error: {uri}: ") and "is read from a local copy" in err, err
+    assert f"aws s3 cp --recursive {uri} " in err and err.count("\n") == 1
+    assert not out.exists()

@@ -46,7 +46,7 @@ def test_the_block_cache_holds_at_most_its_bound_and_counts_its_gets(remote, gop
         assert ds.io_stats()["cache_held"] <= 40 << 10
     stats = ds.io_stats()
     assert 0 < stats["cache_peak"] <= 40 << 10 and stats["GET"] > before
-    with pytest.raises(ValueError, match="max_bytes 4096 >= block_size"):
+    with pytest.raises(ValueError, match="cache_bytes=4096, block_size=8192, read_ahead=8: .*cache_bytes >= block_size"):
         PooledDataset(remote[0], cache_bytes=4096, block_size=8192, **kw)
 
 

@@ -41,7 +41,9 @@ def test_events_from_the_server_reach_the_lerobot_export(tmp_path: Path, monkeyp
         out = tmp_path / "lr"
         assert main(["export", "lerobot", str(tmp_path / "store" / "pick_cup"), str(out), "-e", "1", "-e", "3",
                      "--events-from", url]) == 0
-        assert f"events: 2 of {url} carried" in " ".join(capsys.readouterr().out.split())
+        said = " ".join(capsys.readouterr().out.split())
+        assert f"events: 2 of {url} carried" in said
+        assert "warning 1 event(s) of episode(s) 2 not carried: not exported" in said
         out4 = tmp_path / "lr04"
         assert main(["export", "lerobot", str(tmp_path / "store" / "pick_cup"), str(out4), "--lerobot", "0.4",
                      "--events-from", url]) == 0
@@ -74,3 +76,29 @@ def test_events_from_the_server_reach_the_lerobot_export(tmp_path: Path, monkeyp
     assert [e["label"] for e in m4["events"]["events"]] == ["reach", "slip", "slip"]
     assert all(e["language_events"] is None for e in m4["events"]["events"])
     assert "language_events" not in pq.read_schema(out4 / "data" / "chunk-000" / "file-000.parquet").names
+
+
+def test_events_left_out_of_an_export_are_said_never_dropped_silently(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Review finding: a saved page of a longer answer, events of another task or of a missing episode, and an
+    event past its episode's end were carried or dropped without a word (exit 0, "events: 0 of ... carried")."""
+    task = write_task(tmp_path / "pc", "pick_cup", episodes=1, rows=30, video=False)  # 1 s at 30 fps
+    saved = tmp_path / "events.json"
+
+    def ev(task_name: str, n: int, t0: float, t1: float, label: str) -> dict[str, object]:
+        return {"task": task_name, "episode_index": n, "t0": t0, "t1": t1, "label": label}
+
+    saved.write_text(json.dumps({"events": [ev("pick_cup", 1, 0.5, 100.0, "long"), ev("place_cup", 1, 0.0, 0.5, "x"),
+                                            ev("pick_cup", 9, 0.0, 0.5, "gone")], "next_cursor": "5"}))
+    out = tmp_path / "lr"
+    assert main(["export", "lerobot", str(task), str(out), "--events-from", str(saved)]) == 0
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())
+    assert f"{saved} is one page of a longer answer (next_cursor '5'): only its 3 event(s) are carried" in said
+    assert "1 event(s) name other tasks than 'pick_cup', not carried: 'place_cup' (1)" in said
+    assert "1 event(s) of episode(s) 9 not carried" in said
+    assert "1 event(s) end after their episode's last frame, clipped to it (e.g. episode 1 [0.5, 100) s 'long')" \
+        in said
+    assert f"events: 1 of {saved} carried" in said
+    mapping = json.loads((out / "egopool_mapping.json").read_text())["events"]
+    assert [(e["label"], e["frames"]) for e in mapping["events"]] == [("long", [15, 30])]

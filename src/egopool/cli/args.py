@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import typer
 
-from ..errors import EgopoolError, LayoutError
+from ..errors import EgopoolError, FormatError, LayoutError
 
 __all__ = ["MAX_EPISODE_N", "episode_argument", "episode_option", "parse_episode_n", "parse_lerobot_index",
            "lerobot_index_option", "parse_task_location", "task_argument"]
@@ -153,3 +154,22 @@ def record_fps_option(default: float = 30.0) -> Any:
     """The ``--fps`` Typer option of ``record`` / ``simulate`` (parsed by :func:`parse_record_fps`)."""
     return typer.Option(default, "--fps", metavar="HZ", parser=parse_record_fps,
                         help="Task frame rate (rows per second).")
+
+
+def local_source(path: Path | None, what: str) -> Path | None:
+    """An import's source as given, refused in one line when it names a bucket (``s3://...``).
+
+    Typer has made the text a ``Path`` (``s3://b/x`` reads ``s3:/b/x``); the URI is named as typed. An import
+    reads a local copy: the fix (copy it down first) is named.
+
+    Raises
+    ------
+    FormatError
+        ``path`` starts with ``s3:``.
+    """
+    if path is None or str(path)[:3].lower() != "s3:":
+        return path
+    uri = "s3://" + str(path)[3:].lstrip("/")
+    raise FormatError(f"{what} is read from a local copy; an import does not read from a bucket", path=uri,
+                      hint=f"copy it down first (`aws s3 cp --recursive {uri} ./{Path(uri[5:]).name}`; a single "
+                           "file without --recursive), then import the local copy; --out may be s3://")

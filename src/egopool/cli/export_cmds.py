@@ -149,7 +149,20 @@ def lerobot_cmd(
     for warning in result.warnings:
         console.print(f"[yellow]warning[/yellow] {warning}")
     if events is not None:
-        carried = sum(len(v) for n, v in events.by_episode.items() if n in {p.index for p in result.parts})
+        exported = {p.index: p for p in result.parts}
+        left = sorted(n for n in events.by_episode if n not in exported)
+        if left:
+            console.print(f"[yellow]warning[/yellow] {sum(len(events.by_episode[n]) for n in left)} event(s) of "
+                          f"episode(s) {', '.join(map(str, left[:10]))}{' ...' if len(left) > 10 else ''} not "
+                          "carried: not exported (or not in the task)")
+        fps = result.plan.fps
+        long = [e for n, evs in events.by_episode.items() if n in exported
+                for e in evs if e.t1 * fps > exported[n].length + 1e-6]
+        if long:
+            e = long[0]
+            console.print(f"[yellow]warning[/yellow] {len(long)} event(s) end after their episode's last frame, "
+                          f"clipped to it (e.g. episode {e.episode_index} [{e.t0:g}, {e.t1:g}) s {e.label!r})")
+        carried = sum(len(v) for n, v in events.by_episode.items() if n in exported)
         console.print(f"events: {carried} of {events.source} carried (egopool_mapping.json lists them"
                       + (", language_events holds them)" if lerobot != "0.4" else ")"))
     copied = sum(len(p.copied) for p in result.parts)

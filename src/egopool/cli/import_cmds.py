@@ -16,6 +16,7 @@ from ..frames import FRAMES
 from ..importers import ImportResult, import_euroc, import_rgbd_frames, import_tum
 from ..importers.bucket_out import import_into
 from .app import app
+from .args import local_source
 from ..codecs.depth import DEPTH_CODECS
 from .output import changed_values_to_stderr, console, print_json, progress_bar
 
@@ -81,6 +82,7 @@ def rgbd_frames_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import colour + depth + pose frames (7-Scenes layout) as one episode with RGB, depth and trajectory."""
+    directory = local_source(directory, "a frames folder") or directory
     frame = _need_frame(frame, "a pose.txt file", directory)
     with _progress("importing frames", json_out) as tick:
         result = import_into(out, lambda root: import_rgbd_frames(
@@ -103,6 +105,7 @@ def tum_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a TUM trajectory file as one episode with a trajectory column (+ _ns from its timestamps)."""
+    file = local_source(file, "a TUM file") or file
     frame = _need_frame(frame, "a TUM file", file)
     with _progress("importing poses", json_out) as tick:
         result = import_into(out, lambda root: import_tum(file, root, frame=frame, task=task, fps=fps, prefix=prefix,
@@ -124,6 +127,7 @@ def euroc_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a EuRoC/ASL recording: one row per cam0 frame, IMU samples attached per frame window."""
+    directory = local_source(directory, "a EuRoC recording") or directory
     with _progress("importing frames", json_out) as tick:
         result = import_into(out, lambda root: import_euroc(directory, root, task=task, fps=fps, frame=frame,
                                                             progress=tick, allow_duplicate=allow_duplicate))

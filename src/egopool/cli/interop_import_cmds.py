@@ -8,7 +8,7 @@ import typer
 
 from ..importers.bucket_out import import_into
 from ..interop.lerobot_import import import_lerobot
-from .args import lerobot_index_option
+from .args import lerobot_index_option, local_source
 from .import_cmds import _OUT_HELP, ALLOW_DUPLICATE, _progress, _report, import_app
 
 
@@ -27,6 +27,7 @@ def lerobot_cmd(
     H.264/HEVC videos are stream-copied per episode, others (LeRobot's default AV1) re-encoded as H.264.
     A dataset written by `egopool export lerobot` returns under its pooled names (egopool_mapping.json).
     """
+    directory = local_source(directory, "a LeRobot dataset") or directory
     with _progress("importing frames", json_out) as tick:
         result = import_into(out, lambda root: import_lerobot(directory, root, task=task, progress=tick,
                                                               episodes=episodes or None,
@@ -55,6 +56,8 @@ def aria_cmd(
 
     from ..interop.aria import import_aria
 
+    recording = local_source(recording, "a VRS recording")
+    mps = local_source(mps, "an MPS output folder")
     log = logging.getLogger("egopool.interop.aria")
     handler = logging.StreamHandler(sys.stderr)
     if verbose:

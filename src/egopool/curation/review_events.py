@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -119,17 +120,29 @@ def read_events(source: str | Path, *, token: str | None = None, timeout: float 
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise EgopoolError(f"cannot read the events: {exc}", path=path,
                            hint="the server's JSON answer to GET /api/v1/events, or its URL") from exc
-    return _from_json(doc, str(path))[0]
+    events, cursor = _from_json(doc, str(path))
+    if cursor not in (None, ""):
+        warnings.warn(f"{path} is one page of a longer answer (next_cursor {cursor!r}): only its {len(events)} "
+                      "event(s) are carried; give the URL instead to follow every page", UserWarning, stacklevel=2)
+    return events
 
 
 def events_by_episode(events: list[ReviewEvent], task: str, *aliases: str) -> dict[int, list[ReviewEvent]]:
     """``{N: events ordered by (t0, t1, id)}`` of the events of ``task`` (or one of its ``aliases``, e.g.
-    ``info.json``'s ``task_name``)."""
+    ``info.json``'s ``task_name``). Events of other tasks are left out with one warning naming them (events
+    are matched by task name: a renamed copy of a task matches none)."""
     names = {task, *aliases}
     out: dict[int, list[ReviewEvent]] = {}
+    others: dict[str, int] = {}
     for e in events:
         if e.task in names:
             out.setdefault(e.episode_index, []).append(e)
+        else:
+            others[e.task] = others.get(e.task, 0) + 1
+    if others:
+        shown = ", ".join(f"{t!r} ({k})" for t, k in sorted(others.items())[:5]) + (" ..." if len(others) > 5 else "")
+        warnings.warn(f"{sum(others.values())} event(s) name other tasks than {task!r}, not carried: {shown} "
+                      "(events are matched by task name)", UserWarning, stacklevel=2)
     for v in out.values():
         v.sort(key=lambda e: (e.t0, e.t1, e.id or 0))
     return out

@@ -285,7 +285,12 @@ class PooledDataset(_Base):
         self.cache_frames = int(cache_frames) if cache_frames is not None else min(64, max(4, 2 * longest, span + 1))
         self.max_open_streams, self.max_episodes = int(max_open_streams), int(max_episodes)
         self.decode_threads, self.io_threads = max(1, int(decode_threads)), max(1, int(io_threads))
-        BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
+        try:
+            BlockCache(cache_bytes, block_size, read_ahead)  # refuse bad bounds here, not in a worker
+        except ValueError:
+            raise ValueError(f"cache_bytes={cache_bytes}, block_size={block_size}, read_ahead={read_ahead}: the "
+                             "bucket read cache needs block_size >= 4096, cache_bytes >= block_size and "
+                             "read_ahead >= 1 (defaults: 64 MiB, 256 KiB, 8)") from None
         self.cache_bytes, self.block_size, self.read_ahead = int(cache_bytes), int(block_size), int(read_ahead)
         self._w: Worker | None = None
         self._order: Any = None  # the BucketSampler whose order the workers read ahead in (follow_order)

@@ -250,6 +250,13 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[Featur
     return cols, streams
 
 
+def _counters(raw: Any) -> dict[str, int]:
+    """An exported episode's ``drop_stats`` from ``egopool_mapping.json`` (whole counts; anything else left out)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): int(v) for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
 # -- import ------------------------------------------------------------------------------------------
 def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progress: Progress | None = None,
                    episodes: Sequence[int] | None = None, allow_duplicate: bool = False) -> ImportResult:
@@ -309,6 +316,7 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
         cols, streams = _plan_columns(ds, notes)
         mapping = ds.mapping or {}
         created = {int(e["episode_index"]): e.get("created_at") for e in mapping.get("episodes", [])}
+        carried = {int(e["episode_index"]): _counters(e.get("drop_stats")) for e in mapping.get("episodes", [])}
         for v in created.values():
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise ValueError(f"created_at {v!r} is not a number")
@@ -412,6 +420,9 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                     done += 1
                     if progress is not None:
                         progress(done, total)
+                for key, k in carried.get(e, {}).items():  # the recording's counters (a frozen stream stays said)
+                    if key not in writer.drop_stats:
+                        writer.count(key, k)
                 results.append(writer.finish())
             remember_import(tw, sources[e], results[-1].index)
     if reencoded:

@@ -25,6 +25,7 @@ Rules (docs/decisions.md I1):
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,9 @@ class LeRobotPlan:
     declarations: dict[str, Any]
     target: str = "0.6"
     gop: int | None = None
+    #: Each episode's ``drop_stats`` (§6.2: frames repeated, values clipped or rejected...), carried in the mapping
+    #: so that ``import lerobot`` gives them back (a frozen stream stays said after a round trip).
+    drop_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:
@@ -156,7 +160,8 @@ class LeRobotPlan:
             "repo_id": self.repo_id, "fps": self.fps, "lerobot": self.target,
             "videos": "stream copy where possible" if self.gop is None else f"re-encoded, key frame every {self.gop}",
             "episodes": [{"pooled_episode_index": j.index, "episode_index": j.episode_index, "length": j.length,
-                          "dataset_from_index": j.from_index, "created_at": self.created_at.get(j.index)}
+                          "dataset_from_index": j.from_index, "created_at": self.created_at.get(j.index),
+                          "drop_stats": self.drop_stats.get(j.index, {})}
                          for j in self.jobs],
             "features": {c.name: {"from": list(c.sources), "how": c.kind, "pooled": c.pooled}
                          | ({"note": WALL_TIME_NOTE} if c.name == "wall_time" else {}) for c in self.columns}
@@ -381,8 +386,9 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     text = str(tasks[0].get("task")) if tasks and isinstance(tasks[0], Mapping) else task.name
     decl: dict[str, Any] = {k: task.info[k] for k in ("calibration", "devices", "device_names", "sensors", "sensor_dim")
             if k in task.info}
+    drops = {ep.index: _drop_stats(ep) for ep in chosen}
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
-                       created, decl, target, gop)
+                       created, decl, target, gop, drops)
 
 
 def preset_state(task: Task, preset: str, episodes: Sequence[int] | None = None) -> list[str]:
@@ -406,6 +412,20 @@ def preset_state(task: Task, preset: str, episodes: Sequence[int] | None = None)
         raise EgopoolError(f"the task has none of the {preset} preset's columns ({', '.join(PRESETS[preset])})",
                            path=task.path, hint="name the columns with --state (`egopool show TASK N` lists them)")
     return cols
+
+
+def _drop_stats(ep: Episode) -> dict[str, int | float]:
+    """The row's ``drop_stats`` counters (§6.2) that are numbers ({} when the row has none)."""
+    raw = ep.meta.get("drop_stats")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): v for k, v in raw.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def _created_at(ep: Episode) -> float | None:
