@@ -195,12 +195,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         return tok
 
     def require_review(request: Request, what: str = "a review") -> Token | None:
-        """A bearer token, or the sign-in cookie on a same-origin request carrying the CSRF header (``what`` the
-        body is, for the 415: "a review", "an event")."""
+        """A bearer token, or the sign-in cookie on a same-origin request with the CSRF header (``what``: the body)."""
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             # an HTML form or a "simple" cross-site fetch cannot send application/json (a CORS preflight would)
-            extra = " ({\"version\": V} for a delete)" if request.method == "DELETE" else ""
-            raise UploadRejectedError(415, "unsupported_media_type", f"{what} is a JSON body{extra}",
+            tail = ' ({"version": V} for a delete)' if request.method == "DELETE" else ""
+            raise UploadRejectedError(415, "unsupported_media_type", f"{what} is a JSON body{tail}",
                                       hint="send Content-Type: application/json")
         origin = request.headers.get("origin")
         if not tokens.enabled:  # loopback without tokens: still only this server's own pages
@@ -221,9 +220,6 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise UploadRejectedError(403, "forbidden", f"token {tok.id!r} has no review scope",
                                       hint="egopool token add --scope review")
         return tok
-
-    def require_event(request: Request) -> Token | None:
-        return require_review(request, "an event")
 
     @app.exception_handler(UploadRejectedError)
     async def _rejected(request: Request, exc: UploadRejectedError) -> Response:
@@ -379,8 +375,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         return name
 
     def _n(task: str, index: int) -> int:
-        """``index`` when SQLite can hold it (a signed 64-bit integer), else the 404 of a missing episode
-        (docs/decisions.md Q20: ``episodes/10**30`` is not a 500)."""
+        """``index`` when SQLite holds it (signed 64-bit), else a missing episode's 404 (Q20, P31: not a 500)."""
         if not -(1 << 63) <= index < (1 << 63):
             raise UploadRejectedError(404, "not_found", f"no episode {index} in task {task!r}")
         return index
@@ -449,7 +444,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         eps, nxt = await anyio.to_thread.run_sync(run)
         return {"episodes": eps, "next_cursor": nxt}
 
-    add_event_routes(app, EventRoutes(store_, require_read, require_event, _task))  # events (P11-P19)
+    add_event_routes(app, EventRoutes(store_, require_read, lambda r: require_review(r, "an event"), _task))  # P11-P19
 
     @app.get("/static/{name}")
     async def static(name: str) -> Response:

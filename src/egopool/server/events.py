@@ -22,7 +22,8 @@ from typing import Any
 from ..errors import UploadRejectedError
 from .db import ServerDB
 
-__all__ = ["DELETE_FIELDS", "MAX_EVENTS_PAGE", "MAX_ID", "MAX_LABEL", "MAX_NOTE", "PATCH_FIELDS", "POST_FIELDS", "EventEdit", "EventRow", "add_event", "delete_event",
+__all__ = ["DELETE_FIELDS", "MAX_EVENTS_PAGE", "MAX_ID", "MAX_LABEL", "MAX_NOTE", "PATCH_FIELDS", "POST_FIELDS",
+           "EventEdit", "EventRow", "add_event", "delete_event",
            "find_events", "get_event", "parse_event", "update_event"]
 
 MAX_LABEL = 200  # characters
