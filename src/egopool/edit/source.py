@@ -30,6 +30,9 @@ from ..storage import ObjectPath
 __all__ = ["DECLARATION_KEYS", "EpisodeRef", "SourceTask", "first_difference", "location", "open_source",
            "parquet_bytes", "subtract_block"]
 
+#: The data columns a copy rewrites (edit/copy.py ``_copy_episode``): the numbering, not the content.
+NUMBERING_COLUMNS = ("episode_index", "task_index")
+
 #: The ``info.json`` keys two tasks must share to be merged (they fix every episode's layout and meaning).
 DECLARATION_KEYS = ("fps", "chunks_size", "data_path", "video_path", "episodes_path", "features", "cameras",
                     "video_extensions", "devices", "device_names", "sensors", "sensor_dim", "video")
@@ -69,6 +72,7 @@ class SourceTask:
     info: dict[str, Any]
     layout: TaskLayout
     episodes: dict[int, EpisodeRef]
+    _task_strings: dict[int, str] | None = field(default=None, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -104,11 +108,25 @@ class SourceTask:
         """``tasks.jsonl`` rows ``{task_index, task}``."""
         return read_tasks(self.t.root)
 
+    def task_strings(self) -> dict[int, str]:
+        """``task_index -> task string`` of ``tasks.jsonl`` (read once)."""
+        if self._task_strings is None:
+            self._task_strings = {int(r.get("task_index") or 0): str(r.get("task")) for r in self.tasks()}
+        return self._task_strings
+
     def digest(self, ref: EpisodeRef, table: pa.Table) -> str:
-        """The content digest of an episode: sha256 over its data (``episode_index`` left out: it is the number,
-        not the content) and each video's bytes by ``image_key``. Two copies of one recording have the same."""
+        """The content digest of an episode (docs/decisions.md E4, E22): sha256 over its data and each video's bytes
+        by ``image_key``. The numbering an edit rewrites is left out: ``episode_index`` (the N) and ``task_index``
+        (a number into this task's ``tasks.jsonl``), the latter replaced by the task *string* it stands for, so two
+        copies of one recording have the same digest whatever they are numbered, and two episodes differing in
+        any value or in their instruction do not."""
         h = hashlib.sha256()
-        body = table.drop_columns(["episode_index"]) if "episode_index" in table.column_names else table
+        body = table.drop_columns([c for c in NUMBERING_COLUMNS if c in table.column_names])
+        if "task_index" in table.column_names:
+            strings = self.task_strings()
+            ks = table.column("task_index").to_pylist()
+            body = body.append_column("edit.task", pa.array(
+                [None if k is None else strings.get(int(k), f"#{int(k)}") for k in ks], pa.string()))
         sink = io.BytesIO()
         with pa.ipc.new_stream(sink, body.schema) as w:
             w.write_table(body)

@@ -1,0 +1,42 @@
+"""Defects a review found in ``egopool edit`` (docs/decisions.md E22-E30), each pinned on a directory task: a
+repeated merge after ``task_index`` was renumbered, reserved-suffix names in ``add-column``, Unicode line breaks in
+``set-task``, the ``--episodes`` parser, mistyped ``s3://`` URIs, companion columns and ``source_slot`` references."""
+
+from __future__ import annotations
+
+import json
+
+from backends import TaskAt, run_cli
+from edit_support import digests, record
+
+from egopool.meta.tasks import read_tasks
+
+
+def _one_line_refusal(r, *words: str) -> None:
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+def test_a_repeated_merge_into_skips_episodes_whose_task_index_was_renumbered(tmp_path):
+    a = TaskAt("dir", str(record(tmp_path / "a", name="a", episodes=3)), tmp_path)
+    b = record(tmp_path / "b", name="b", episodes=3)  # the same values as a's episodes, another instruction
+    r = run_cli("edit", "merge", str(b), "--into", a.location, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    # same data, another task string: other content, all copied (task "b" becomes task_index 1 in a)
+    assert [(e["index"], e["new_index"]) for e in doc["episodes"]] == [(1, 4), (2, 5), (3, 6)]
+    assert doc["skipped"] == []
+    assert read_tasks(a.location) == [{"task_index": 0, "task": "a"}, {"task_index": 1, "task": "b"}]
+    before = digests(a)
+    r = run_cli("edit", "merge", str(b), "--into", a.location, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["episodes"] == []
+    assert [(s["index"], s["same_as"]) for s in doc["skipped"]] == [(1, 4), (2, 5), (3, 6)]
+    after = digests(a)
+    assert {k for k in after if after[k] != before.get(k)} <= {"meta/info.json", "meta/stats.json"}
+    assert a.errors() == []
+    r = run_cli("edit", "merge", str(b), "--into", a.location)  # the human report names the target's N
+    assert r.returncode == 0, r.stderr
+    assert "same content as target episode 4" in r.stdout and "copied" not in r.stdout, r.stdout
