@@ -40,3 +40,18 @@ def test_a_repeated_merge_into_skips_episodes_whose_task_index_was_renumbered(tm
     r = run_cli("edit", "merge", str(b), "--into", a.location)  # the human report names the target's N
     assert r.returncode == 0, r.stderr
     assert "same content as target episode 4" in r.stdout and "copied" not in r.stdout, r.stdout
+
+
+def test_add_column_refuses_every_reserved_suffix_in_one_line(tmp_path):
+    from egopool.schema import RESERVED_SUFFIXES
+
+    t = TaskAt("dir", str(record(tmp_path, episodes=1)), tmp_path)
+    values = tmp_path / "v.txt"
+    values.write_text("1\n2\n3\n4\n")
+    before = digests(t)
+    names = ["observation.x_slam_trajectory", "observation.foo_force_matrix"] + \
+        [f"observation.x{suffix if suffix.startswith('_') else '_' + suffix}" for suffix in RESERVED_SUFFIXES]
+    for name in names:
+        r = run_cli("edit", "add-column", t.location, "1", name, "--from", str(values))
+        _one_line_refusal(r, "reserved suffix")
+    assert digests(t) == before and t.errors() == []

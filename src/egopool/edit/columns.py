@@ -212,6 +212,11 @@ class AddColumn(Change):
             raise SchemaError(f"{self.column!r}: an added column is an observation.* signal",
                               hint="e.g. observation.grip_label")
         check_column_name(self.column, None)
+        kind = signal_kind(self.column)
+        if kind is not None:  # an added column is plain float32 values; a reserved kind has its own layout (§2.4)
+            raise SchemaError(f"{self.column!r} ends with a reserved suffix that means {kind!r} "
+                              "(multi_device_storage.md §2.4); an added column is a plain float32 signal",
+                              hint="pick a name that does not end in a reserved suffix, e.g. observation.grip_label")
         table = s.table(s.episodes[self.index])
         if self.column in table.column_names:
             raise SchemaError(f"episode {self.index} has a column {self.column!r} already", hint="remove it first")
