@@ -55,3 +55,23 @@ def test_add_column_refuses_every_reserved_suffix_in_one_line(tmp_path):
         r = run_cli("edit", "add-column", t.location, "1", name, "--from", str(values))
         _one_line_refusal(r, "reserved suffix")
     assert digests(t) == before and t.errors() == []
+
+
+def test_set_task_refuses_every_line_break_str_splitlines_knows(tmp_path):
+    t = TaskAt("dir", str(record(tmp_path, episodes=1)), tmp_path)
+    before = digests(t)
+    for brk in ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]:
+        r = run_cli("edit", "set-task", t.location, f"pick{brk}place")
+        _one_line_refusal(r, "spans lines")
+    assert digests(t) == before and t.errors() == []
+    r = run_cli("edit", "set-task", t.location, "pick — à la main")  # other non-ASCII text: written readable
+    assert r.returncode == 0, r.stderr
+    assert read_tasks(t.location) == [{"task_index": 0, "task": "pick — à la main"}] and t.errors() == []
+
+
+def test_tasks_jsonl_escapes_the_line_breaks_json_leaves_raw():
+    from egopool.meta.tasks import tasks_jsonl
+
+    body = tasks_jsonl([{"task_index": 0, "task": "a\u2028b\x85c\u2029d é"}])
+    assert body.decode("utf-8").splitlines() == ['{"task_index": 0, "task": "a\\u2028b\\u0085c\\u2029d é"}']
+    assert json.loads(body) == {"task_index": 0, "task": "a\u2028b\x85c\u2029d é"}

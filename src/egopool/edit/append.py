@@ -38,6 +38,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import merge_info
 from ..meta.retired import highest_retired
 from ..meta.stats import StatsBlock, merge_stats, needs_recalc, recalc_stats
+from ..meta.tasks import tasks_jsonl
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import claim_key, pause
 from ..publish import journals as publish_journals
@@ -303,8 +304,7 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         pause(OP, "journal")
         state = "declaring"
     if state == "declaring":
-        tgt.store.put("meta/tasks.jsonl", "".join(json.dumps(t, ensure_ascii=False) + "\n"
-                                                  for t in plan.tasks).encode("utf-8"))
+        tgt.store.put("meta/tasks.jsonl", tasks_jsonl(plan.tasks))
         _update_info(tgt, plan)
         journal.write(state="episodes")
         pause(OP, "declared")

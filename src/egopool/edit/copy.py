@@ -34,6 +34,7 @@ from ..errors import OperationError
 from ..layout import TaskLayout
 from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes
 from ..meta.episodes import decode_row, episode_row_table
+from ..meta.tasks import tasks_jsonl
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
@@ -289,8 +290,7 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
     if journal.doc.get("state") not in ("committed", "moved"):
         sources = copy_picks(plan, tgt, layout)
         tgt.store.put("meta/stats.json", json_bytes(plan.stats, indent=None))
-        tgt.store.put("meta/tasks.jsonl", "".join(json.dumps(t, ensure_ascii=False) + "\n"
-                                                  for t in plan.tasks).encode("utf-8"))
+        tgt.store.put("meta/tasks.jsonl", tasks_jsonl(plan.tasks))
         for key in plan.extra:
             src = sources.get(0) or open_source(plan.sources[0])
             tgt.store.put(key, src.read(key))

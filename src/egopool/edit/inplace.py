@@ -20,7 +20,6 @@ listed again before step 4, up to 5 rounds. Untouched objects keep their bytes.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode
 from .journal import EditJournal, edit_lock, read_journal
 from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes, stamp
+from ..meta.tasks import tasks_jsonl
 from .source import EpisodeRef, SourceTask, open_source, parquet_bytes, parquet_table
 
 __all__ = ["Change", "InplaceReport", "apply_change"]
@@ -286,8 +286,7 @@ def _run(s: SourceTask, ch: Change, journal: EditJournal, report: InplaceReport)
     old_tasks = s.tasks()
     new_tasks = ch.tasks(old_tasks)
     if new_tasks != old_tasks:
-        t.store.put("meta/tasks.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                for r in new_tasks).encode("utf-8"))
+        t.store.put("meta/tasks.jsonl", tasks_jsonl(new_tasks))
         report.meta.append("meta/tasks.jsonl")
     if _update(t, ch.finish):
         report.meta.append("meta/info.json")

@@ -149,8 +149,9 @@ class SetTask(Change):
         return {"task": self.text, "task_index": self.task_index}
 
     def check(self, s: SourceTask) -> None:
-        if not self.text.strip() or "\n" in self.text:
-            raise OperationError("the task string is empty or spans lines", hint="one line of text")
+        if not self.text.strip() or self.text.splitlines() != [self.text]:  # \n, \r, U+2028, U+0085...
+            raise OperationError("the task string is empty or spans lines (a line break, U+2028 or the like)",
+                                 hint="one line of text")
         if self.task_index not in {int(r.get("task_index") or 0) for r in s.tasks()}:
             raise OperationError(f"no task_index {self.task_index} in {s.t.uri}/meta/tasks.jsonl",
                                  hint="see the file; task_index 0 is the task's own")

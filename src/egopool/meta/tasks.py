@@ -12,7 +12,7 @@ from .._safe_read import loads_json, read_text
 from ..errors import FormatError
 from ..storage import TaskPath, TaskPathLike, as_local_path, as_path
 
-__all__ = ["read_tasks", "tasks_path", "write_tasks_if_missing"]
+__all__ = ["read_tasks", "tasks_jsonl", "tasks_path", "write_tasks_if_missing"]
 
 
 @overload
@@ -45,6 +45,22 @@ def read_tasks(task_dir: TaskPathLike) -> list[dict[str, Any]]:
             raise FormatError(f"line {i} is not a JSON object", path=path)
         out.append(obj)
     return out
+
+
+#: Characters ``str.splitlines`` breaks a line at that ``json.dumps(ensure_ascii=False)`` leaves raw.
+_RAW_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def tasks_jsonl(rows: list[dict[str, Any]]) -> bytes:
+    """``rows`` as ``tasks.jsonl`` bytes (UTF-8): one JSON object per line (§5), non-ASCII text kept readable but
+    every character a line reader splits at (U+0085, U+2028, U+2029; json escapes the rest) written escaped."""
+    out = []
+    for r in rows:
+        line = json.dumps(r, ensure_ascii=False)
+        for raw, esc in _RAW_LINE_BREAKS.items():
+            line = line.replace(raw, esc)
+        out.append(line + "\n")
+    return "".join(out).encode("utf-8")
 
 
 def write_tasks_if_missing(task_dir: str | os.PathLike[str], task_name: str) -> None:
