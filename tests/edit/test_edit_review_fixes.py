@@ -75,3 +75,18 @@ def test_tasks_jsonl_escapes_the_line_breaks_json_leaves_raw():
     body = tasks_jsonl([{"task_index": 0, "task": "a\u2028b\x85c\u2029d é"}])
     assert body.decode("utf-8").splitlines() == ['{"task_index": 0, "task": "a\\u2028b\\u0085c\\u2029d é"}']
     assert json.loads(body) == {"task_index": 0, "task": "a\u2028b\x85c\u2029d é"}
+
+
+def test_episodes_list_parses_n_as_delete_does_and_bounds_a_range(tmp_path):
+    from egopool.cli.edit_cmds import parse_episode_list
+
+    assert parse_episode_list("1,3,5-7") == [1, 3, 5, 6, 7] and parse_episode_list(" 2 - 3 ") == [2, 3]
+    src = TaskAt("dir", str(record(tmp_path, episodes=2)), tmp_path)
+    before = digests(src)
+    for bad in ["1-99999999999", "01", "+1", "\u0661", "1-02", "0", "3-1", "1.0", "1-", "-1", "1_0", "1-99999999999999999999999"]:
+        r = run_cli("edit", "split", src.location, "--into", str(tmp_path / "out"), "--episodes", bad)
+        _one_line_refusal(r, "--episodes")
+        assert not (tmp_path / "out").exists()
+    r = run_cli("edit", "add-column", src.location, "01", "observation.grip_label", "--from", str(tmp_path))
+    _one_line_refusal(r, "plain positive decimal")
+    assert digests(src) == before

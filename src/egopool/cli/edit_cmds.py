@@ -9,8 +9,9 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from ..errors import OperationError
+from ..errors import LayoutError, OperationError
 from .app import app
+from .args import episode_argument, parse_episode_n
 from .output import console, print_json
 
 edit_app = typer.Typer(help="Reorganise tasks: merge, split, rename, task strings, columns and streams; "
@@ -26,25 +27,34 @@ _INTO_MERGE = typer.Option(..., "--into", metavar="TARGET",
                                 "or s3://BUCKET/PREFIX/TASK.")
 
 
+#: The most N one ``--episodes`` list may name (a range wider than any task: refused, not expanded).
+MAX_LISTED = 1_000_000
+
+
 def parse_episode_list(text: str) -> list[int]:
-    """``"1,3,5-7"`` -> ``[1, 3, 5, 6, 7]``.
+    """``"1,3,5-7"`` -> ``[1, 3, 5, 6, 7]``; each N parsed as ``egopool delete`` does
+    (:func:`~egopool.cli.args.parse_episode_n`: plain ASCII digits, no sign, no leading zero).
 
     Raises
     ------
     OperationError
-        Not a comma list of N or N-M ranges with N >= 1.
+        Not a comma list of N or N-M ranges with 1 <= N <= M, or more than :data:`MAX_LISTED` N in all.
     """
     out: list[int] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         lo, sep, hi = part.partition("-")
         try:
-            a, b = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            raise OperationError(f"--episodes {text!r}: {part!r} is not N or N-M",
-                                 hint="e.g. --episodes 1,3,5-7") from None
-        if a < 1 or b < a:
+            a = parse_episode_n(lo.strip())
+            b = parse_episode_n(hi.strip()) if sep else a
+        except LayoutError:
+            raise OperationError(f"--episodes {text!r}: {part!r} is not N or N-M (N a plain positive decimal "
+                                 "integer: 1, 2, 3...)", hint="e.g. --episodes 1,3,5-7") from None
+        if b < a:
             raise OperationError(f"--episodes {text!r}: {part!r} is not a range of N >= 1",
                                  hint="e.g. --episodes 1,3,5-7")
+        if len(out) + (b - a + 1) > MAX_LISTED:
+            raise OperationError(f"--episodes {text!r}: names more than {MAX_LISTED} N, more than a task holds",
+                                 hint="name the task's N (`egopool ls TASK`)")
         out += range(a, b + 1)
     return out
 
@@ -172,7 +182,7 @@ def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar=
 
 
 @edit_app.command("add-column", context_settings={"ignore_unknown_options": True})
-def add_column_cmd(task: str = _TASK, index: int = typer.Argument(..., metavar="N", help="The episode."),
+def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode (global N)."),
                    column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
                    values: str = typer.Option(..., "--from", metavar="FILE",
                                               help=".npy (rows,) or (rows, d), or text: one value per line."),
