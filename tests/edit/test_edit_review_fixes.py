@@ -90,3 +90,21 @@ def test_episodes_list_parses_n_as_delete_does_and_bounds_a_range(tmp_path):
     r = run_cli("edit", "add-column", src.location, "01", "observation.grip_label", "--from", str(tmp_path))
     _one_line_refusal(r, "plain positive decimal")
     assert digests(src) == before
+
+
+def test_mistyped_s3_uris_are_refused_in_every_location_argument(tmp_path, monkeypatch):
+    t = TaskAt("dir", str(record(tmp_path / "t", episodes=1)), tmp_path)
+    monkeypatch.chdir(tmp_path)  # a mistyped URI taken as a local path would make ./s3: here
+    before = digests(t)
+    for bad in ["s3:/b/p", "S3://b/p", "s3:b/p", "S3:/b/p"]:
+        for args in [("merge", t.location, "--into", bad), ("merge", bad, "--into", str(tmp_path / "new")),
+                     ("split", bad, "--into", str(tmp_path / "new"), "--episodes", "1"),
+                     ("split", t.location, "--into", bad, "--episodes", "1"),
+                     ("rename", bad, "x"), ("resume", bad), ("set-task", bad, "x"),
+                     ("remove-column", bad, "observation.right_glove"),
+                     ("add-column", bad, "1", "observation.x", "--from", "nofile"),
+                     ("rename-slot", bad, "cam", "cam2"), ("remove-slot", bad, "cam")]:
+            r = run_cli("edit", *args)
+            _one_line_refusal(r, "not an S3 URI")
+    assert not any(p.name.lower().startswith("s3:") for p in tmp_path.iterdir())
+    assert not (tmp_path / "new").exists() and digests(t) == before

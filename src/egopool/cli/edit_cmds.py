@@ -59,6 +59,14 @@ def parse_episode_list(text: str) -> list[int]:
     return out
 
 
+def _locations(*where: str) -> None:
+    """Refuse a mistyped S3 URI among the location arguments (``s3:/b/p``, ``S3://b/p``) before anything else."""
+    from ..storage._path import refuse_near_uri
+
+    for w in where:
+        refuse_near_uri(w)
+
+
 def _show(report: object, json_out: bool) -> None:
     from ..edit import EditReport, InplaceReport
 
@@ -81,6 +89,7 @@ def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="
     """
     from ..edit import merge_tasks
 
+    _locations(*sources, into)
     _show(merge_tasks(sources, into, dry_run=dry_run), json_out)
 
 
@@ -103,6 +112,7 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
     """
     from ..edit import split_task
 
+    _locations(source, into)
     indices = parse_episode_list(episodes)
     if episodes_from:
         from ..curation.selection import read_selection
@@ -119,6 +129,7 @@ def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task 
     """Finish an interrupted edit from its journal (meta/.edit.json), whatever it was."""
     from ..edit import resume_edit
 
+    _locations(target)
     _show(resume_edit(target), json_out)
 
 
@@ -132,12 +143,14 @@ def rename_cmd(task: str = typer.Argument(..., metavar="TASK", help="The task to
     """
     from ..edit import rename_task
 
+    _locations(task)
     _show(rename_task(task, name, dry_run=dry_run), json_out)
 
 
 def _inplace(task: str, change: object, dry_run: bool, json_out: bool) -> None:
     from ..edit import Change, apply_change
 
+    _locations(task)
     assert isinstance(change, Change)
     report = apply_change(task, change, dry_run=dry_run)
     if json_out:
@@ -190,6 +203,7 @@ def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode
     """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it."""
     from ..edit import AddColumn, load_values
 
+    _locations(task)
     _inplace(task, AddColumn(column, index, load_values(values), values), dry_run, json_out)
 
 

@@ -26,6 +26,7 @@ from ..meta.stats import StatsBlock, episode_stats
 from ..meta.tasks import read_tasks
 from ..ops._store_task import StoreTask, open_store_task
 from ..storage import ObjectPath
+from ..storage._path import refuse_near_uri
 
 __all__ = ["DECLARATION_KEYS", "EpisodeRef", "SourceTask", "first_difference", "location", "open_source",
            "parquet_bytes", "subtract_block"]
@@ -141,8 +142,16 @@ class SourceTask:
 
 
 def location(where: str | os.PathLike[str] | ObjectPath) -> str:
-    """A task's location as an edit records it: ``s3://...`` as given (no trailing ``/``), a directory absolute."""
+    """A task's location as an edit records it: ``s3://...`` as given (no trailing ``/``), a directory absolute.
+
+    Raises
+    ------
+    FormatError
+        A mistyped S3 URI (``s3:/b/p``, ``S3://b/p``; :func:`~egopool.storage._path.refuse_near_uri`): taken as a
+        local path it would be a folder named ``s3:``.
+    """
     text = str(where) if isinstance(where, ObjectPath) else os.fspath(where)
+    refuse_near_uri(text)
     if text.startswith("s3://"):
         return text.rstrip("/")
     return os.path.abspath(text)
