@@ -5,6 +5,7 @@ repeated merge after ``task_index`` was renumbered, reserved-suffix names in ``a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from backends import TaskAt, run_cli
 from edit_support import digests, record
@@ -108,3 +109,81 @@ def test_mistyped_s3_uris_are_refused_in_every_location_argument(tmp_path, monke
             _one_line_refusal(r, "not an S3 URI")
     assert not any(p.name.lower().startswith("s3:") for p in tmp_path.iterdir())
     assert not (tmp_path / "new").exists() and digests(t) == before
+
+
+def _slam_task(root, episodes: int = 2):
+    """Episodes with a SLAM trajectory (and its ``_ns`` host times, ``source_slot`` "cam") and a glove sensor."""
+    import numpy as np
+
+    from egopool import StreamSpec, TaskWriter, slam_trajectory_columns, vector_column
+
+    tw = TaskWriter(root, "slam", fps=30.0, registry=False)
+    for k in range(episodes):
+        ep = tw.begin_episode(columns=[*slam_trajectory_columns(frame="down_left_forward", source_slot="cam"),
+                                       vector_column("observation.right_glove", [4])],
+                              streams=[StreamSpec("cam", "rgb", 32, 24), StreamSpec("side", "rgb", 32, 24)],
+                              sensors=["right_glove"], sensor_dim=4, created_at=1_700_000_000.0 + k)
+        for i in range(4):
+            pts = np.full((1, 8), i + 10 * k, np.float64)
+            ep.add_frame({"observation.slam_trajectory": pts, "observation.slam_trajectory_ns": [1000 * i + 1],
+                          "observation.right_glove": np.arange(4, dtype=np.float32) + i},
+                         images={"cam": np.full((24, 32, 3), 9 * i, np.uint8),
+                                 "side": np.full((24, 32, 3), 5 * i, np.uint8)})
+        ep.finish()
+    return TaskAt("dir", str(root / "slam"), root)
+
+
+def _rows(t: TaskAt) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    from egopool.meta.episodes import decode_row
+
+    return [decode_row(pq.read_table(p).to_pylist()[0]) for p in sorted(Path(t.location, "meta", "episodes").rglob("*.parquet"))]
+
+
+def _info(t: TaskAt) -> dict:
+    return json.loads(Path(t.location, "meta", "info.json").read_text())
+
+
+def _data_columns(t: TaskAt) -> list[list[str]]:
+    import pyarrow.parquet as pq
+
+    return [pq.read_schema(p).names for p in sorted(Path(t.location, "data").rglob("*.parquet"))]
+
+
+def test_rename_column_of_a_slam_trajectory_carries_its_ns_and_declarations(tmp_path):
+    t = _slam_task(tmp_path)
+    r = run_cli("edit", "rename-column", t.location, "observation.slam_trajectory", "observation.left_slam_trajectory")
+    assert r.returncode == 0, r.stderr
+    assert t.errors() == []
+    for names in _data_columns(t):
+        assert "observation.left_slam_trajectory" in names and "observation.left_slam_trajectory_ns" in names
+        assert not [n for n in names if n.startswith("observation.slam_trajectory")]
+    info = _info(t)
+    assert info["slam_frames"] == {"observation.left_slam_trajectory": "down_left_forward"}
+    assert info["features"]["observation.left_slam_trajectory"]["source_slot"] == "cam"
+    assert "observation.left_slam_trajectory_ns" in info["features"]
+    assert not [k for k in info["features"] if k.startswith("observation.slam_trajectory")]
+    assert [list(row["slam_specs"]) for row in _rows(t)] == [["observation.left_slam_trajectory"]] * 2
+    r = run_cli("edit", "rename-column", t.location, "observation.left_slam_trajectory_ns", "observation.x_slam_trajectory_ns")
+    _one_line_refusal(r, "companion")
+
+
+def test_remove_column_of_a_slam_trajectory_takes_its_ns_and_declarations(tmp_path):
+    t = _slam_task(tmp_path)
+    r = run_cli("edit", "remove-column", t.location, "observation.slam_trajectory")
+    assert r.returncode == 0, r.stderr
+    assert t.errors() == []
+    assert all(not [n for n in names if "slam" in n] for names in _data_columns(t))
+    info = _info(t)
+    assert "slam_frames" not in info and not [k for k in info["features"] if "slam" in k]
+    assert [row["slam_specs"] for row in _rows(t)] == [{}, {}]
+
+
+def test_remove_column_of_an_ns_companion_alone(tmp_path):
+    t = _slam_task(tmp_path)
+    r = run_cli("edit", "remove-column", t.location, "observation.slam_trajectory_ns")
+    assert r.returncode == 0, r.stderr
+    assert t.errors() == []
+    assert all("observation.slam_trajectory" in n and "observation.slam_trajectory_ns" not in n
+               for n in _data_columns(t))

@@ -10,6 +10,7 @@ holds one value (a number or a vector) per data row of one episode: its length m
 
 from __future__ import annotations
 
+import json
 import warnings
 
 from pathlib import Path
@@ -26,6 +27,35 @@ from .source import SourceTask
 __all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "load_values"]
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
+
+#: Kinds whose column may have an ``_ns`` companion (multi_device_storage.md §2.4, §4, §6.6; file_format.md
+#: §8.1.3): the per-sample host times, which follow the column when it is removed or renamed (E27).
+_WITH_NS = ("slam_trajectory", "force", "force_matrix")
+
+
+def companion(column: str) -> str | None:
+    """The ``_ns`` companion column of ``column`` (``observation.slam_trajectory`` ->
+    ``observation.slam_trajectory_ns``), or None for a column of another kind."""
+    return column + "_ns" if signal_kind(column) in _WITH_NS else None
+
+
+def _base_of(column: str) -> str | None:
+    """The column an ``_ns`` companion belongs to, or None."""
+    base = column[:-3] if column.endswith("_ns") else None
+    return base if base is not None and companion(base) == column else None
+
+
+def _slam_specs(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
+    """N's row with its ``slam_specs`` JSON (multi_device_storage.md §7.2) changed by ``change``, or None."""
+    text = row.get("slam_specs")
+    try:
+        doc = json.loads(text) if isinstance(text, str) and text.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    new = change(doc)
+    return None if new == doc else {**row, "slam_specs": json.dumps(new, ensure_ascii=False)}
 
 
 def _columns(s: SourceTask) -> set[str]:
@@ -75,6 +105,8 @@ class RemoveColumn(Change):
 
     def __init__(self, column: str) -> None:
         self.column = column
+        comp = companion(column)
+        self.columns = [column] + ([comp] if comp is not None else [])  # its _ns companion goes too (E27)
 
     def args(self) -> dict[str, Any]:
         return {"column": self.column}
@@ -85,24 +117,40 @@ class RemoveColumn(Change):
                                  hint="remove an observation.* or status.* column")
         if self.column not in _columns(s):
             raise SchemaError(f"no column {self.column!r} in {s.t.uri}", hint="see `egopool info TASK`")
-        _not_a_device_column(s, self.column)
+        have = _columns(s)
+        for col in self.columns:
+            if col in have:
+                _not_a_device_column(s, col)
 
     def touches_data(self) -> bool:
         return True
 
+    def touches_rows(self) -> bool:
+        return True
+
     def data(self, n: int, table: pa.Table) -> pa.Table | None:
-        return table.drop_columns([self.column]) if self.column in table.column_names else None
+        gone = [c for c in self.columns if c in table.column_names]
+        return table.drop_columns(gone) if gone else None
+
+    def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
+        return _slam_specs(row, lambda d: {k: v for k, v in d.items() if k != self.column})
 
     def finish(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)
-        out["features"] = {k: v for k, v in (info.get("features") or {}).items() if k != self.column}
+        out["features"] = {k: v for k, v in (info.get("features") or {}).items() if k not in self.columns}
         sn = _sensor(self.column)
         if sn is not None and "sensors" in info:
             out["sensors"] = [x for x in info["sensors"] if x != sn]
+        if isinstance(info.get("slam_frames"), dict) and self.column in info["slam_frames"]:
+            frames = {k: v for k, v in info["slam_frames"].items() if k != self.column}
+            if frames:
+                out["slam_frames"] = frames
+            else:
+                del out["slam_frames"]
         return out
 
     def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in doc.items() if k != self.column}
+        return {k: v for k, v in doc.items() if k not in self.columns}
 
 
 class RenameColumn(Change):
@@ -112,6 +160,10 @@ class RenameColumn(Change):
 
     def __init__(self, old: str, new: str) -> None:
         self.old, self.new = old, new
+        old_ns, new_ns = companion(old), companion(new)
+        self.pairs = {old: new}  # its _ns companion follows (E27)
+        if old_ns is not None and new_ns is not None:
+            self.pairs[old_ns] = new_ns
 
     def args(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new}
@@ -135,35 +187,53 @@ class RenameColumn(Change):
                 raise SchemaError(f"{self.new!r} implies kind {signal_kind(self.new)}, {self.old!r} is "
                                   f"{signal_kind(self.old)} (multi_device_storage.md §2.4 reserved suffixes)",
                                   hint="keep the reserved suffix")
+        base = _base_of(self.old)
+        if base is not None and base in have:
+            raise SchemaError(f"{self.old!r} is the companion of {base!r} and follows it",
+                              hint=f"rename {base!r}; its _ns column is renamed with it")
+        for old, new in self.pairs.items():
+            if old != self.old and old in have:
+                if new in have:
+                    raise SchemaError(f"column {new!r} exists already in {s.t.uri} (the new name of {old!r}, the "
+                                      f"companion of {self.old!r})", hint="choose another name")
+                _not_a_device_column(s, old)
         _not_a_device_column(s, self.old)
 
     def touches_data(self) -> bool:
         return True
 
+    def touches_rows(self) -> bool:
+        return True
+
     def data(self, n: int, table: pa.Table) -> pa.Table | None:
-        if self.old not in table.column_names:
+        if not any(c in self.pairs for c in table.column_names):
             return None
-        names = [self.new if c == self.old else c for c in table.column_names]
-        return table.rename_columns(names)
+        return table.rename_columns([self.pairs.get(c, c) for c in table.column_names])
+
+    def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
+        return _slam_specs(row, lambda d: {self.pairs.get(k, k): v for k, v in d.items()})
 
     def declare(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)
         feats = dict(info.get("features") or {})
-        if self.old in feats:
-            feats[self.new] = feats[self.old]
+        for old, new in self.pairs.items():
+            if old in feats:
+                feats[new] = feats[old]
         out["features"] = feats
         return out
 
     def finish(self, info: dict[str, Any]) -> dict[str, Any]:
         out = self.declare(info)
-        out["features"] = {k: v for k, v in out["features"].items() if k != self.old}
+        out["features"] = {k: v for k, v in out["features"].items() if k not in self.pairs}
         old_sn, new_sn = _sensor(self.old), _sensor(self.new)
         if old_sn is not None and new_sn is not None and "sensors" in info:
             out["sensors"] = [new_sn if x == old_sn else x for x in info["sensors"]]
+        if isinstance(info.get("slam_frames"), dict):
+            out["slam_frames"] = {self.pairs.get(k, k): v for k, v in info["slam_frames"].items()}
         return out
 
     def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
-        return {(self.new if k == self.old else k): v for k, v in doc.items()}
+        return {self.pairs.get(k, k): v for k, v in doc.items()}
 
 
 def load_values(path: str | Path) -> np.ndarray:
