@@ -187,3 +187,20 @@ def test_remove_column_of_an_ns_companion_alone(tmp_path):
     assert t.errors() == []
     assert all("observation.slam_trajectory" in n and "observation.slam_trajectory_ns" not in n
                for n in _data_columns(t))
+
+
+def test_rename_slot_updates_source_slot_and_remove_slot_of_a_named_slot_is_refused(tmp_path):
+    t = _slam_task(tmp_path)
+    before = digests(t)
+    r = run_cli("edit", "remove-slot", t.location, "cam")
+    _one_line_refusal(r, "source_slot", "observation.slam_trajectory")
+    assert digests(t) == before
+    r = run_cli("edit", "remove-slot", t.location, "side")  # no column names it
+    assert r.returncode == 0, r.stderr
+    r = run_cli("edit", "rename-slot", t.location, "cam", "head_rgb")
+    assert r.returncode == 0, r.stderr
+    assert t.errors() == []
+    info = _info(t)
+    assert info["features"]["observation.slam_trajectory"]["source_slot"] == "head_rgb"
+    assert [row["slam_specs"]["observation.slam_trajectory"]["source_slot"] for row in _rows(t)] == ["head_rgb"] * 2
+    assert not [k for k in Path(t.location).rglob("*") if "side" in k.name or k.name == "cam"]

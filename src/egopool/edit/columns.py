@@ -24,7 +24,7 @@ from ..schema import check_column_name, signal_kind
 from .inplace import Change
 from .source import SourceTask
 
-__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "load_values"]
+__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "load_values", "slam_specs_changed"]
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
 
@@ -45,7 +45,7 @@ def _base_of(column: str) -> str | None:
     return base if base is not None and companion(base) == column else None
 
 
-def _slam_specs(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
+def slam_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
     """N's row with its ``slam_specs`` JSON (multi_device_storage.md §7.2) changed by ``change``, or None."""
     text = row.get("slam_specs")
     try:
@@ -133,7 +133,7 @@ class RemoveColumn(Change):
         return table.drop_columns(gone) if gone else None
 
     def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
-        return _slam_specs(row, lambda d: {k: v for k, v in d.items() if k != self.column})
+        return slam_specs_changed(row, lambda d: {k: v for k, v in d.items() if k != self.column})
 
     def finish(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)
@@ -211,7 +211,7 @@ class RenameColumn(Change):
         return table.rename_columns([self.pairs.get(c, c) for c in table.column_names])
 
     def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
-        return _slam_specs(row, lambda d: {self.pairs.get(k, k): v for k, v in d.items()})
+        return slam_specs_changed(row, lambda d: {self.pairs.get(k, k): v for k, v in d.items()})
 
     def declare(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)

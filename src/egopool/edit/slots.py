@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from ..errors import OperationError, SchemaError
+from .columns import slam_specs_changed
 from .inplace import Change
 from .source import SourceTask
 
@@ -44,6 +45,18 @@ def _codec(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
     return {**row, "video_codec": json.dumps(new, ensure_ascii=False)}
 
 
+def _naming_columns(info: dict[str, Any], slot: str) -> list[str]:
+    """The columns whose ``features[...].source_slot`` is ``slot`` (multi_device_storage.md §6.6)."""
+    return [k for k, v in sorted((info.get("features") or {}).items())
+            if isinstance(v, dict) and v.get("source_slot") == slot]
+
+
+def _resourced(decl: Any, old: str, new: str) -> Any:
+    """A column declaration (``features[...]`` or a row's ``slam_specs`` entry) with ``source_slot`` ``old`` ->
+    ``new``."""
+    return {**decl, "source_slot": new} if isinstance(decl, dict) and decl.get("source_slot") == old else decl
+
+
 class RemoveSlot(Change):
     """Remove the stream slot ``slot`` everywhere (module docstring)."""
 
@@ -58,6 +71,11 @@ class RemoveSlot(Change):
     def check(self, s: SourceTask) -> None:
         if self.slot not in _slots(s):
             raise SchemaError(f"no stream slot {self.slot!r} in {s.t.uri}", hint="see `egopool info TASK`")
+        named = _naming_columns(s.info, self.slot)
+        if named:  # E28: a trajectory's source_slot would name nothing (multi_device_storage.md §6.6)
+            raise SchemaError(f"slot {self.slot!r} is the source_slot of {named[0]!r} in {s.t.uri}",
+                              hint=f"remove that column first (`egopool edit remove-column TASK {named[0]}`), "
+                                   "or keep the slot; nothing was changed")
 
     def videos(self, n: int, videos: dict[str, tuple[str, str]]) -> list[tuple[str, str | None]]:
         return [(self.slot, None)] if self.slot in videos else []
@@ -117,7 +135,9 @@ class RenameSlot(Change):
         return True
 
     def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
-        return _codec(row, lambda d: {(self.new if k == self.old else k): v for k, v in d.items()})
+        out = _codec(row, lambda d: {(self.new if k == self.old else k): v for k, v in d.items()})
+        specs = slam_specs_changed(out or row, lambda d: {k: _resourced(v, self.old, self.new) for k, v in d.items()})
+        return specs if specs is not None else out
 
     def declare(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)
@@ -134,6 +154,8 @@ class RenameSlot(Change):
         if "devices" in info:
             out["devices"] = [{**d, "slots": [self.new if x == self.old else x for x in d.get("slots") or []]}
                               if isinstance(d, dict) else d for d in info["devices"]]
+        if isinstance(info.get("features"), dict):  # E28: a trajectory's source_slot follows its slot
+            out["features"] = {k: _resourced(v, self.old, self.new) for k, v in out["features"].items()}
         return out
 
 
