@@ -204,3 +204,13 @@ def test_rename_slot_updates_source_slot_and_remove_slot_of_a_named_slot_is_refu
     assert info["features"]["observation.slam_trajectory"]["source_slot"] == "head_rgb"
     assert [row["slam_specs"]["observation.slam_trajectory"]["source_slot"] for row in _rows(t)] == ["head_rgb"] * 2
     assert not [k for k in Path(t.location).rglob("*") if "side" in k.name or k.name == "cam"]
+
+
+def test_removing_the_last_sensor_column_keeps_sensor_dim_a_must_key(tmp_path):
+    t = TaskAt("dir", str(record(tmp_path, episodes=1)), tmp_path)
+    assert _info(t)["sensors"] == ["right_glove"] and _info(t)["sensor_dim"] == 4
+    r = run_cli("edit", "remove-column", t.location, "observation.right_glove")
+    assert r.returncode == 0, r.stderr
+    info = _info(t)
+    assert info["sensors"] == [] and info["sensor_dim"] == 4  # file_format.md §3: sensor_dim is a MUST key (E29)
+    assert t.errors() == []
