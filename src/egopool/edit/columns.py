@@ -4,7 +4,8 @@ Rules (multi_device_storage.md §2.4, file_format.md §3, §4, §7.2): a column 
 once (the spec forbids a name that differs between episodes: ``features`` would keep both); the new name follows
 the column grammar (``observation.<a-z0-9_>``, no forbidden name) and keeps its reserved-suffix kind; it must not
 exist yet. A removed or renamed column leaves ``features``, ``sensors`` (``observation.<sensor>``) and its
-``stats.json`` block with it. Key columns (§7.1) and ``action`` are never removed or renamed. An added column
+``stats.json`` block with it; its ``_ns`` companion, ``slam_frames`` key and rows' ``slam_specs`` entry follow
+(docs/decisions.md E27). Key columns (§7.1) and ``action`` are never removed or renamed. An added column
 holds one value (a number or a vector) per data row of one episode: its length must equal the episode's rows.
 """
 
