@@ -34,7 +34,21 @@ from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
 from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
-__all__ = ["DecoderCache", "PngSequence", "StreamDecoder", "probe_kind"]
+__all__ = ["DecoderCache", "PngSequence", "StreamDecoder", "check_frames", "probe_kind"]
+
+
+def check_frames(need: Sequence[int], frame_count: int, path: TaskPath) -> None:
+    """Refuse a request for frames outside ``[0, frame_count)`` (``need`` sorted ascending).
+
+    Raises
+    ------
+    CodecError
+        Naming the frame asked, the stream's count and the file (the video is shorter than the episode's rows).
+    """
+    if need and (need[0] < 0 or need[-1] >= frame_count):
+        raise CodecError(f"frame {need[-1] if need[-1] >= frame_count else need[0]} asked, the stream "
+                         f"holds {frame_count}", path=path,
+                         hint="the video is shorter than the episode's rows: run `egopool validate TASK`")
 
 
 def probe_kind(container: Any) -> str:
@@ -167,10 +181,7 @@ class StreamDecoder:
         # frames before the window converted ahead (a shuffled sampler would pay for them in vain)
         self._ahead = bool(need) and need[-1] == self._last + 1
         self._last = need[-1] if need else self._last
-        if need and (need[0] < 0 or need[-1] >= self.frame_count):
-            raise CodecError(f"frame {need[-1] if need[-1] >= self.frame_count else need[0]} asked, the stream "
-                             f"holds {self.frame_count}", path=self.path,
-                             hint="the video is shorter than the episode's rows: run `egopool validate TASK`")
+        check_frames(need, self.frame_count, self.path)
         out = {j: self._frames[j] for j in need if j in self._frames}
         missing = [j for j in need if j not in out]
         if missing:

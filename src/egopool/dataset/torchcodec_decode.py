@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath
 from ..codecs.video import rgb_stream
+from .decode import check_frames
 from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
 if TYPE_CHECKING:
@@ -114,10 +115,7 @@ class TorchcodecStream:
             An index outside ``[0, frame_count)``, or the file cannot be decoded (names the file).
         """
         need = sorted(set(int(j) for j in wanted))
-        if need and (need[0] < 0 or need[-1] >= self.frame_count):
-            raise CodecError(f"frame {need[-1] if need[-1] >= self.frame_count else need[0]} asked, the stream "
-                             f"holds {self.frame_count}", path=self.path,
-                             hint="the video is shorter than the episode's rows: run `egopool validate TASK`")
+        check_frames(need, self.frame_count, self.path)
         out = {j: self._frames[j] for j in need if j in self._frames}
         missing = [j for j in need if j not in out]
         if missing:
