@@ -9,8 +9,16 @@ extra that skips is reported as a failure, so a test that skips in CI cannot pas
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A run started in the background of a non-interactive shell (`nohup ... &`, some CI runners) inherits SIGINT
+# ignored, and an ignored signal stays ignored across exec: every subprocess a test interrupts with SIGINT (the
+# upload client, the CLI's loading seam, weed) would then never see it. A handler of our own is reset to the
+# default in each child instead.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _required() -> set[str]:
