@@ -367,7 +367,9 @@ class PooledDataset(_Base):
                 # a fork's copy of the parent's containers: freeing them here would join FFmpeg decoder
                 # threads that do not exist in this process (a deadlock); they stay untouched instead
                 _INHERITED.append(w)
-            w = self._w = Worker(self)
+            w = self._w = Worker(self.index.tasks, max_open_streams=self.max_open_streams,
+                                 cache_bytes=self.cache_bytes, block_size=self.block_size,
+                                 read_ahead=self.read_ahead, threads=self.threads(), max_episodes=self.max_episodes)
         return w
 
     def close(self) -> None:
@@ -432,11 +434,11 @@ class PooledDataset(_Base):
         for c in range(0, len(eps), self.max_episodes):
             chunk = eps[c:c + self.max_episodes]
             for t in dict.fromkeys(where[by_ep[e][0]][0] for e in chunk):
-                w.task(self, t)  # one open per task, before its episodes' threads
+                w.task(t)  # one open per task, before its episodes' threads
 
             def columns(e: int) -> list[tuple[tuple[int, str], Ask]]:
                 t, n, _row, _e = where[by_ep[e][0]]
-                view = w.view(self, t, n, self.index.episodes[e][2])
+                view = w.view(t, n, self.index.episodes[e][2])
                 todo = []
                 for k in by_ep[e]:
                     plain[k], streams = self._plain(view, indices[k], where[k])
@@ -487,7 +489,7 @@ class PooledDataset(_Base):
 
         def episode(x: tuple[int, tuple[int, int, int, int]]) -> list[tuple[EpisodeView, str, str]]:
             i, (t, n, _row, e) = x
-            view = w.view(self, t, n, self.index.episodes[e][2])
+            view = w.view(t, n, self.index.episodes[e][2])
             return [(view, key, kind) for key, kind, _r, _p in self._plain(view, i, x[1])[1]]
 
         streams = [s for got in w.map(episode, eps) for s in got][:self.max_open_streams]

@@ -9,18 +9,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from ..read.reader import Task, open_task
 from .decode import DecoderCache
 from .episode_view import EpisodeView
+from .index import TaskEntry
 from .object_cache import BlockCache
 from .read_ahead import Position
-
-if TYPE_CHECKING:
-    from .pooled import PooledDataset
 
 __all__ = ["Ask", "Worker"]
 
@@ -42,15 +40,19 @@ class Worker:
     """Per-process state: open tasks, episode views, decoders, a thread pool. Never pickled. Thread-safe: a
     batch's episodes and streams are read by the pool's threads at once (``PooledDataset._read``)."""
 
-    def __init__(self, ds: PooledDataset) -> None:
+    def __init__(self, entries: Sequence[TaskEntry], *, max_open_streams: int, cache_bytes: int, block_size: int,
+                 read_ahead: int, threads: int, max_episodes: int) -> None:
+        """``entries``: the dataset's tasks (``FrameIndex.tasks``), opened on first use; the bounds are the
+        :class:`~egopool.dataset.PooledDataset` arguments of the same names (``threads``: its ``threads()``)."""
         self.pid = os.getpid()
+        self.entries = entries
         self.tasks: dict[int, Task] = {}
         self.views: OrderedDict[tuple[int, int], EpisodeView] = OrderedDict()
-        self.decoders = DecoderCache(ds.max_open_streams)
-        self.blocks = BlockCache(ds.cache_bytes, ds.block_size, ds.read_ahead)
-        self.threads = ds.threads()
+        self.decoders = DecoderCache(max_open_streams)
+        self.blocks = BlockCache(cache_bytes, block_size, read_ahead)
+        self.threads = threads
         self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
-        self.max_views = ds.max_episodes
+        self.max_views = max_episodes
         self._lock = threading.Lock()
         #: The next batch's opening, running in the background (read_ahead.py), and where that batch starts.
         self.ahead: Future[None] | None = None
@@ -79,22 +81,24 @@ class Worker:
             return [fn(x) for x in todo]
         return list(self.pool.map(fn, todo))
 
-    def task(self, ds: PooledDataset, t: int) -> Task:
+    def task(self, t: int) -> Task:
+        """Task ``t`` of the entries, opened once per process."""
         with self._lock:
             task = self.tasks.get(t)
         if task is None:
-            task = open_task(ds.index.tasks[t].path)
+            task = open_task(self.entries[t].path)
             with self._lock:
                 task = self.tasks.setdefault(t, task)
         return task
 
-    def view(self, ds: PooledDataset, t: int, n: int, length: int) -> EpisodeView:
+    def view(self, t: int, n: int, length: int) -> EpisodeView:
+        """Episode ``n`` of task ``t`` (``length`` rows), kept open for the next items (at most ``max_episodes``)."""
         with self._lock:
             v = self.views.get((t, n))
             if v is not None:
                 self.views.move_to_end((t, n))
                 return v
-        v = EpisodeView(self.task(ds, t).episode(n), length)
+        v = EpisodeView(self.task(t).episode(n), length)
         with self._lock:
             v = self.views.setdefault((t, n), v)
             self.views.move_to_end((t, n))

@@ -1,7 +1,8 @@
 """Editing tasks (issue 30; docs/decisions.md "Editing tasks (issue 30)"): merge, split, rename, task strings,
 columns and stream slots, on a directory or an ``s3://`` task alike, journaled and resumable.
 
-- :func:`merge_tasks`, :func:`split_task` build a new task (:mod:`egopool.edit.copy`);
+- :func:`merge_tasks` builds a new task or appends to an existing one, :func:`split_task` builds a new task
+  (:mod:`egopool.edit.copy`, :mod:`egopool.edit.append`);
 - :func:`rename_task` renames one (:mod:`egopool.edit.rename`);
 - :func:`apply_change` with a :class:`Change` (:mod:`egopool.edit.columns`, :mod:`egopool.edit.slots`) changes
   one in place (:mod:`egopool.edit.inplace`);
@@ -10,15 +11,17 @@ columns and stream slots, on a directory or an ``s3://`` task alike, journaled a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import OperationError
+from ..storage import ObjectPath
 from .columns import AddColumn, RemoveColumn, RenameColumn, load_values
 from .copy import EditReport
 from .inplace import Change, InplaceReport, apply_change
-from .merge import merge_tasks, plan_merge
+from .merge import merge_new, plan_merge
 from .rename import rename_task
 from .select import plan_split, split_task
 from .slots import RemoveSlot, RenameSlot, SetTask
@@ -52,6 +55,28 @@ def change_of(op: str, args: dict[str, Any]) -> Change:
     raise OperationError(f"unknown edit {op!r} in the journal", hint="remove meta/.edit.json by hand")
 
 
+def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
+                dry_run: bool = False) -> EditReport:
+    """Merge ``sources`` into ``target``: a new task (:func:`egopool.edit.merge.merge_new`), or appended to the
+    existing task there (:func:`egopool.edit.append.merge_into`, decisions E14-E18).
+
+    Raises
+    ------
+    OperationError, LockError, ObjectStoreError
+        As the two functions do (bad sources, an unfinished other edit, another writer of the target).
+    """
+    from .append import merge_into
+    from .copy import open_target
+    from .journal import read_journal
+
+    existing = open_target(target, new=False)
+    if existing.store.exists("meta/info.json"):
+        pending = read_journal(existing)
+        if pending is None or pending[0].get("op") == "merge-into":
+            return merge_into(sources, existing, dry_run=dry_run)  # into an existing task (E14)
+    return merge_new(sources, target, dry_run=dry_run)
+
+
 def resume_edit(target: str) -> EditReport | InplaceReport:
     """Finish the interrupted edit whose journal is in ``target`` (whatever its op).
 
@@ -60,6 +85,7 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
     OperationError
         No journal there.
     """
+    from .append import execute_into
     from .copy import open_target, run_plan
     from .journal import read_journal
     from .rename import _delete_old
@@ -75,4 +101,4 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
         if op not in ("merge", "merge-into", "split", "rename"):
             return apply_change(tgt.uri, change_of(op, dict(got[0].get("args") or {})))
     return run_plan(tgt, None, EditReport("resume", tgt.uri, False), move=_move if got is None or
-                    got[0].get("op") == "split" else _delete_old)
+                    got[0].get("op") == "split" else _delete_old, into=execute_into)

@@ -139,7 +139,7 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
     pending = read_journal(tgt)
     if pending is not None and not dry_run:
         if pending[0].get("op") == OP_INTO and pending[0].get("args") == {"sources": [location(s) for s in sources]}:
-            return run_plan(tgt, None, report)
+            return run_plan(tgt, None, report, into=execute_into)
         raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}`)",
                              hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` finishes it; "
                                   f"nothing was written")
@@ -154,7 +154,7 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
     if dry_run:
         report.writes = target_keys(plan)
         return report
-    return run_plan(tgt, plan, report)
+    return run_plan(tgt, plan, report, into=execute_into)
 
 
 def _claim_doc(name: str, new_index: int, token: str, keys: list[str], row: str) -> dict[str, Any]:

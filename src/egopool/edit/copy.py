@@ -315,9 +315,12 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
 
 
 def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
-             move: Callable[[CopyPlan], dict[str, list[int]]] | None = None) -> EditReport:
+             move: Callable[[CopyPlan], dict[str, list[int]]] | None = None,
+             into: Callable[[StoreTask, CopyPlan, EditJournal], None] | None = None) -> EditReport:
     """Own the target's journal (created for ``plan``, or the interrupted one of the same op and arguments) and
-    execute it. ``plan`` None: finish the interrupted edit whatever it was (``edit resume``).
+    execute it. ``plan`` None: finish the interrupted edit whatever it was (``edit resume``). ``into`` executes a
+    plan that appends to an existing task (``merge --into``: :func:`egopool.edit.append.execute_into`); callers
+    that may meet one pass it.
 
     Raises
     ------
@@ -345,9 +348,10 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
             pause(OP, "journal")
         report.writes = target_keys(plan)
         if plan.into:
-            from .append import execute_into
-
-            execute_into(tgt, plan, journal)
+            if into is None:
+                raise OperationError(f"{tgt.uri} holds an interrupted `edit merge --into`",
+                                     hint=f"`egopool edit resume {tgt.uri}` finishes it")
+            into(tgt, plan, journal)
         else:
             report.deleted = execute(tgt, plan, journal, move=move)
     return report

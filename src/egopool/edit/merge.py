@@ -25,7 +25,7 @@ from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import read_journal
 from .source import SourceTask, first_difference, location, open_source, subtract_block
 
-__all__ = ["merge_tasks", "plan_merge"]
+__all__ = ["merge_new", "plan_merge"]
 
 
 def _blocks(doc: dict[str, Any]) -> dict[str, StatsBlock]:
@@ -76,8 +76,8 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
     return CopyPlan("merge", {"sources": uris}, tgt_uri, uris, picks, skipped, info, doc, tasks)
 
 
-def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
-                dry_run: bool = False) -> EditReport:
+def merge_new(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
+              dry_run: bool = False) -> EditReport:
     """Merge ``sources`` into the new task ``target`` (a directory or ``s3://bucket/prefix/task``), journaled
     (:mod:`egopool.edit.copy`). A target holding an interrupted merge of the same sources is finished.
 
@@ -93,13 +93,6 @@ def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *
     LockError
         Another edit of the target is under way.
     """
-    existing = open_target(target, new=False)
-    if existing.store.exists("meta/info.json"):
-        pending = read_journal(existing)
-        if pending is None or pending[0].get("op") == "merge-into":
-            from .append import merge_into
-
-            return merge_into(sources, existing, dry_run=dry_run)  # into an existing task (E14)
     tgt = open_target(target)
     tgt_uri = tgt.uri
     report = EditReport("merge", tgt_uri, dry_run)
