@@ -214,3 +214,14 @@ def test_removing_the_last_sensor_column_keeps_sensor_dim_a_must_key(tmp_path):
     info = _info(t)
     assert info["sensors"] == [] and info["sensor_dim"] == 4  # file_format.md §3: sensor_dim is a MUST key (E29)
     assert t.errors() == []
+
+
+def test_add_column_refuses_a_value_float32_cannot_hold_instead_of_storing_inf(tmp_path):
+    """Review finding: 1e300 became float32 inf without a word (a value the format cannot hold changed silently)."""
+    t = TaskAt("dir", str(record(tmp_path, episodes=1)), tmp_path)
+    values = tmp_path / "v.txt"
+    values.write_text("1\n1e300\n3\n4\n")
+    before = digests(t)
+    r = run_cli("edit", "add-column", t.location, "1", "observation.extra", "--from", str(values))
+    _one_line_refusal(r, f"{values}: value 1e+300 (row 1) is beyond float32's range", "scale the values")
+    assert digests(t) == before and t.errors() == []

@@ -244,7 +244,7 @@ def load_values(path: str | Path) -> np.ndarray:
     Raises
     ------
     OperationError
-        The file does not read as numbers (named).
+        The file does not read as numbers, or holds a finite value float32 cannot hold (named, with its row).
     """
     p = Path(path)
     hint = "give a .npy array or a text file with one number (or vector) per line"
@@ -252,10 +252,18 @@ def load_values(path: str | Path) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # loadtxt warns of an empty file: it is refused below, in one line
             arr = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
-        arr = np.asarray(arr, dtype=np.float32)
+        wide = np.asarray(arr, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            arr = wide.astype(np.float32)
     except (OSError, ValueError, TypeError) as exc:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OperationError(f"{p}: cannot read one value per row ({text})", hint=hint) from exc
+    over = np.isfinite(wide) & ~np.isfinite(arr)  # beyond float32's ±3.4e38: never stored as inf without a word
+    if over.any():
+        first = np.argwhere(over)[0]
+        raise OperationError(f"{p}: value {float(wide[tuple(first)])!r} (row {int(first[0])}) is beyond float32's range "
+                             f"(±{float(np.finfo(np.float32).max):.4g}); an added column is float32",
+                             hint="scale the values (e.g. to other units) so that they fit")
     if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
         raise OperationError(f"{p}: holds no values (shape {list(arr.shape)})", hint=hint)
     if arr.ndim > 2:
