@@ -25,7 +25,8 @@ from ..schema import check_column_name, signal_kind
 from .inplace import Change
 from .source import SourceTask
 
-__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "load_values", "slam_specs_changed"]
+__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "json_column_changed", "load_values",
+           "slam_specs_changed"]
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
 
@@ -46,9 +47,10 @@ def _base_of(column: str) -> str | None:
     return base if base is not None and companion(base) == column else None
 
 
-def slam_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
-    """N's row with its ``slam_specs`` JSON (multi_device_storage.md §7.2) changed by ``change``, or None."""
-    text = row.get("slam_specs")
+def json_column_changed(row: dict[str, Any], key: str, change: Any) -> dict[str, Any] | None:
+    """N's row with its JSON object column ``key`` (``slam_specs``, ``video_codec``: multi_device_storage.md
+    §7.2, file_format.md §6.2) changed by ``change``, or None when it has none, does not parse, or is unchanged."""
+    text = row.get(key)
     try:
         doc = json.loads(text) if isinstance(text, str) and text.strip() else None
     except ValueError:
@@ -56,7 +58,12 @@ def slam_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | Non
     if not isinstance(doc, dict):
         return None
     new = change(doc)
-    return None if new == doc else {**row, "slam_specs": json.dumps(new, ensure_ascii=False)}
+    return None if new == doc else {**row, key: json.dumps(new, ensure_ascii=False)}
+
+
+def slam_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
+    """N's row with its ``slam_specs`` JSON (multi_device_storage.md §7.2) changed by ``change``, or None."""
+    return json_column_changed(row, "slam_specs", change)
 
 
 def _columns(s: SourceTask) -> set[str]:

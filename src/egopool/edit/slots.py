@@ -11,11 +11,10 @@ single-line JSON as §5 requires.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..errors import OperationError, SchemaError
-from .columns import slam_specs_changed
+from .columns import json_column_changed, slam_specs_changed
 from .inplace import Change
 from .source import SourceTask
 
@@ -32,17 +31,7 @@ def _slots(s: SourceTask) -> set[str]:
 
 
 def _codec(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
-    text = row.get("video_codec")
-    try:
-        doc = json.loads(text) if isinstance(text, str) and text.strip() else None
-    except ValueError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    new = change(doc)
-    if new == doc:
-        return None
-    return {**row, "video_codec": json.dumps(new, ensure_ascii=False)}
+    return json_column_changed(row, "video_codec", change)
 
 
 def _naming_columns(info: dict[str, Any], slot: str) -> list[str]:
