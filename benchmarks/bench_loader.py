@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,6 +127,21 @@ def _run(spec: dict, python: str, env: dict[str, str], count) -> dict:
     return res
 
 
+def _simulated(args: argparse.Namespace, prefix: str) -> tuple[Path, Path, Any, Any, float]:
+    """``simulate --rig/--episodes/--seconds/--scale`` into a fresh temp directory named ``prefix...``: that
+    directory, the task, its opened Task, its first episode and its fps (egopool on sys.path already)."""
+    from egopool import open_task
+    from egopool.cli.app import main as egopool_main
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
+                             args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
+    task_dir = next((tmp / "rec").iterdir())
+    task = open_task(task_dir)
+    return tmp, task_dir, task, task.episode(task.episodes()[0].index), float(task.info["fps"])
+
+
 def _depth_main(args: argparse.Namespace) -> None:
     """``--depth``: lerobot 0.6.1 on exports of one simulated task, each loader in its own process (issues 27, 31).
 
@@ -135,18 +151,9 @@ def _depth_main(args: argparse.Namespace) -> None:
     (one key frame per video) vs ``--gop 10``.
     """
     sys.path.insert(0, str(ROOT / "src"))
-    from egopool import open_task
-    from egopool.cli.app import main as egopool_main
     from egopool.interop import export_lerobot
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench_loader_depth_"))
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
-                             args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
-    task_dir = next((tmp / "rec").iterdir())
-    task = open_task(task_dir)
-    ep = task.episode(task.episodes()[0].index)
-    fps = float(task.info["fps"])
+    tmp, task_dir, task, ep, fps = _simulated(args, "bench_loader_depth_")
     cams = [f"observation.images.{k}" for k in sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")]
     window = [k / fps for k in range(-7, 1)]
     runs = {"none": ("torchcodec windows, no depth", "none", "torchcodec", True),
@@ -215,18 +222,9 @@ def main() -> None:
     from relay import LatencyRelay
     from s3_support import WeedServer
 
-    from egopool import open_task
-    from egopool.cli.app import main as egopool_main
     from egopool.interop import export_lerobot
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench_loader_"))
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert egopool_main(["simulate", "--rig", args.rig, "--episodes", args.episodes, "--seconds",
-                             args.seconds, "--scale", args.scale, "--out", str(tmp / "rec"), "--json"]) == 0
-    task_dir = next((tmp / "rec").iterdir())
-    task = open_task(task_dir)
-    ep = task.episode(task.episodes()[0].index)
-    fps = float(task.info["fps"])
+    tmp, task_dir, task, ep, fps = _simulated(args, "bench_loader_")
     cams = sorted(k for k in ep.streams if ep.stream_kind(k) == "rgb")
     window = [k / fps for k in range(-7, 1)]
     delta = {c: window for c in cams}
