@@ -146,24 +146,25 @@ def add_page_routes(app: FastAPI, deps: PageDeps) -> None:
         return ScratchResponse(file_stream(path, scratch), scratch, media_type="application/octet-stream",
                                headers=_attachment(f"{task}-{index}.rrd"))
 
-    @app.get("/api/v1/tasks/{task}/download/episodes.zip")
-    async def selection_zip_api(task: str, request: Request) -> Response:
-        deps.require_read(request)
-        q = _filters(request, task)
-        store, name = deps.store(), deps.task(task)
-        indices = await anyio.to_thread.run_sync(_all_matching, store, q, name)
-        if not indices:  # the same answer as the LeRobot download's (P35)
-            raise UploadRejectedError(404, "not_found", _NONE_MATCH.format(task=task))
-        return _stream(episodes_zip(store, name, indices), f"{task}-episodes.zip")
-
-    @app.get("/api/v1/tasks/{task}/download/lerobot.zip")
-    async def selection_lerobot_api(task: str, request: Request) -> Response:
+    async def matching(task: str, request: Request) -> tuple[ServerStore, str, list[int]]:
+        """The store, task name and every N the request's filter selects (scope read); none is the same 404 for
+        both selection downloads (P35)."""
         deps.require_read(request)
         q = _filters(request, task)
         store, name = deps.store(), deps.task(task)
         indices = await anyio.to_thread.run_sync(_all_matching, store, q, name)
         if not indices:
             raise UploadRejectedError(404, "not_found", _NONE_MATCH.format(task=task))
+        return store, name, indices
+
+    @app.get("/api/v1/tasks/{task}/download/episodes.zip")
+    async def selection_zip_api(task: str, request: Request) -> Response:
+        store, name, indices = await matching(task, request)
+        return _stream(episodes_zip(store, name, indices), f"{task}-episodes.zip")
+
+    @app.get("/api/v1/tasks/{task}/download/lerobot.zip")
+    async def selection_lerobot_api(task: str, request: Request) -> Response:
+        store, name, indices = await matching(task, request)
         d, out = await anyio.to_thread.run_sync(lerobot_export_dir, store, name, indices)
         return ScratchResponse(lerobot_stream(name, d, out), d, media_type="application/zip",
                                headers=_attachment(f"{task}-lerobot.zip"))
