@@ -45,7 +45,7 @@ from ..publish import journals as publish_journals
 from ..publish.journal import remove as remove_claims
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, open_store
 from .copy import ORIGINS, CopyPlan, EditReport, _origins, copy_picks, run_plan, target_keys
-from .journal import EditJournal, read_journal
+from .journal import EditJournal, other_edit, read_journal
 from .merge import collect, unite_tasks
 from .source import SourceTask, first_difference, location, open_source
 
@@ -140,9 +140,7 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
     if pending is not None and not dry_run:
         if pending[0].get("op") == OP_INTO and pending[0].get("args") == {"sources": [location(s) for s in sources]}:
             return run_plan(tgt, None, report, into=execute_into)
-        raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}`)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` finishes it; "
-                                  f"nothing was written")
+        raise other_edit(tgt, pending[0])
     target = open_source(tgt.root)
     busy = sorted(_claimed(tgt))
     if busy and not dry_run:
@@ -294,6 +292,13 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
     if not journal.doc.get("token"):
         journal.write(token=uuid.uuid4().hex)
     state = journal.doc.get("state")
+    if state == "copying":  # again, now that the journal is there: a delete or publish that claimed before (E30)
+        busy = sorted(_claimed(tgt))
+        if busy:
+            journal.remove()
+            raise LockError(f"episode(s) {', '.join(map(str, busy))} of this task are being published or changed "
+                            f"(their claims are under .egopool-server/journals/)", path=tgt.uri,
+                            hint="merge when the upload or command finished; nothing was written")
     if state in ("copying", "claiming"):
         if state == "copying":  # a directory's claims folder this edit makes is removed with its claims
             made = isinstance(tgt.root, Path) and not (tgt.root.parent / ".egopool-server").exists()

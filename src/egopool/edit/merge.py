@@ -22,7 +22,7 @@ from ..meta.info import merge_info
 from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import read_journal
+from .journal import other_edit, read_journal
 from .source import SourceTask, first_difference, location, open_source, subtract_block
 
 __all__ = ["merge_new", "plan_merge"]
@@ -100,10 +100,7 @@ def merge_new(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
     if pending is not None and not dry_run:
         if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
             return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
-        raise OperationError(f"{tgt_uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
-                             f"of other tasks)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt_uri}` "
-                                  f"finishes it; nothing was written")
+        raise other_edit(tgt, pending[0])
     plan = plan_merge(sources, tgt_uri)
     report.plan = plan
     if dry_run:

@@ -24,7 +24,7 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import Store, open_store
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import JOURNAL, EditJournal, read_journal
+from .journal import JOURNAL, EditJournal, other_edit, read_journal
 from .source import location, open_source
 
 __all__ = ["rename_task"]
@@ -85,10 +85,7 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
                 EditJournal.create(t, {"op": "rename", "args": args, "state": "renaming"})
                 pause("edit", "journal")
             elif got[0].get("op") != "rename" or got[0].get("args") != args:
-                raise OperationError(f"{old} holds another edit under way or interrupted "
-                                     f"(`edit {got[0].get('op')}`)",
-                                     hint=f"wait for it; if it was killed, `egopool edit resume {old}` "
-                                          f"finishes it; nothing was written")
+                raise other_edit(t, got[0])
             os.rename(old, new)
         pause("edit", "renamed")
     t = StoreTask(new, open_store(str(new)), new)

@@ -21,7 +21,7 @@ from ..meta.episodes import read_episode_row
 from ..meta.stats import ACTION_BLOCK, tree_merge
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import read_journal
+from .journal import other_edit, read_journal
 from .source import SourceTask, location, open_source
 
 __all__ = ["parse_where", "plan_split", "split_task"]
@@ -138,10 +138,7 @@ def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         args = pending[0].get("args") or {}
         if pending[0].get("op") == "split" and args.get("source") == location(source):
             return run_plan(tgt, None, report, move=_move)
-        raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
-                             f"of another source)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` "
-                                  f"finishes it; nothing was written")
+        raise other_edit(tgt, pending[0])
     plan = plan_split(source, tgt.uri, indices, where, move=move)
     report.plan = plan
     if dry_run:

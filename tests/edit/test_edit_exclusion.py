@@ -1,0 +1,126 @@
+"""Another egopool command on a task while an edit holds it (issue 30 review; docs/decisions.md E30): a merge
+``--into`` paused mid-copy, and in a SEPARATE session (``start_new_session``: no signal of the test's process group
+reaches either) ``egopool delete`` on the target, or a recorder appending to it. The other command waits (a
+directory's task lock) or is refused in one line (a bucket: the edit's journal); it never succeeds while the
+merge holds the task, and the merge completes correctly afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from backends import TaskAt, paused, run_cli
+from edit_support import SENSOR, assert_stats_recount, at, digests, record
+
+from egopool.meta.info import read_info
+
+
+@pytest.fixture(params=["dir", "bucket"])
+def backend(request):
+    if request.param == "bucket":
+        request.getfixturevalue("s3_server")
+    return request.param
+
+
+def _session(*args: str) -> subprocess.Popen[str]:
+    """``egopool ARGS`` in its own session (``setsid``), as a second terminal would run it."""
+    env = {k: v for k, v in os.environ.items() if k != "EGOPOOL_OPS_PAUSE"}
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _still_waiting(proc: subprocess.Popen[str], seconds: float = 3.0) -> bool:
+    """True when ``proc`` has not ended within ``seconds`` (it waits on something)."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
+def test_delete_of_the_target_waits_or_is_refused_while_a_merge_into_runs(tmp_path, backend, request):
+    t = at(backend, record(tmp_path / "t", episodes=2), request)
+    src = at(backend, record(tmp_path / "s", episodes=2, first_value=50.0), request)
+    row1 = "meta/episodes/chunk-000/episode-000.parquet"
+    assert t.store.exists(row1)
+    with paused(tmp_path / "state", "edit", "episode", "edit", "merge", src.location, "--into", t.location) as merge:
+        delete = _session("-m", "egopool", "delete", t.location, "1")
+        try:
+            if backend == "dir":  # the task lock: the delete waits for the merge
+                assert _still_waiting(delete)
+                assert t.store.exists(row1)
+            else:  # no lock in a bucket: the edit's journal refuses the delete in one line
+                out, err = delete.communicate(timeout=300)
+                assert delete.returncode == 1, (out, err)
+                assert err.count("\n") <= 2 and "edit merge" in err and "in progress" in err, err
+                assert t.store.exists(row1)
+            assert merge.proc.poll() is None  # the merge is not disturbed
+            done = merge.release()
+            assert done.returncode == 0, done.stderr
+        finally:
+            if delete.poll() is None and backend != "dir":
+                delete.kill()
+        if backend == "dir":  # the lock is free: the waiting delete now runs
+            out, err = delete.communicate(timeout=300)
+            assert delete.returncode == 0, (out, err)
+            assert not t.store.exists(row1)
+    assert t.errors() == []
+    assert read_info(t.location)["total_episodes"] == 4
+    assert [n for n in range(1, 5) if t.store.exists(f"meta/episodes/chunk-000/episode-{n - 1:03d}.parquet")] == \
+        ([2, 3, 4] if backend == "dir" else [1, 2, 3, 4])
+    assert_stats_recount(t.location) if backend == "bucket" else None
+
+
+def test_a_recorder_appending_to_the_target_waits_for_a_merge_into(tmp_path):
+    t = TaskAt("dir", str(record(tmp_path / "t", episodes=1)), tmp_path / "t" / "pick")
+    src = TaskAt("dir", str(record(tmp_path / "s", episodes=2, first_value=50.0)), tmp_path / "s" / "pick")
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from egopool import StreamSpec, TaskWriter, vector_column
+        tw = TaskWriter({str(tmp_path / 't')!r}, "pick", fps=30.0, registry=False)
+        ep = tw.begin_episode(columns=[vector_column("{SENSOR}", [4])], streams=[StreamSpec("cam", "rgb", 32, 24)],
+                              sensors=["right_glove"], sensor_dim=4)
+        for i in range(4):
+            ep.add_frame({{"{SENSOR}": np.full(4, 900.0 + i, np.float32)}},
+                         images={{"cam": np.full((24, 32, 3), 90 + i, np.uint8)}})
+        ep.finish()
+        print("recorded", ep.index)
+    """)
+    with paused(tmp_path / "state", "edit", "episode", "edit", "merge", src.location, "--into", t.location) as merge:
+        rec = _session("-c", script)
+        if not _still_waiting(rec):
+            raise AssertionError(rec.communicate())
+        assert not t.store.exists("meta/episodes/chunk-000/episode-003.parquet")
+        assert merge.release().returncode == 0
+        out, err = rec.communicate(timeout=300)
+        assert rec.returncode == 0 and out.split() == ["recorded", "4"], (out, err)
+    assert t.errors() == []
+    assert [n for n in range(1, 6) if t.store.exists(f"meta/episodes/chunk-000/episode-{n - 1:03d}.parquet")] == \
+        [1, 2, 3, 4]  # the merge's 2, 3 and the recorder's 4 after them
+
+
+def test_a_second_edit_says_wait_while_the_first_lives_and_resume_once_it_is_dead(tmp_path, backend, request):
+    """The refusal names the live edit (pid, host) and says to wait; only once its run is gone does it (and a
+    delete) say `egopool edit resume`, which then finishes the merge."""
+    t = at(backend, record(tmp_path / "t", episodes=1), request)
+    src = at(backend, record(tmp_path / "s", episodes=1, first_value=50.0), request)
+    other = ("edit", "remove-column", t.location, SENSOR)
+    with paused(tmp_path / "state", "edit", "episode", "edit", "merge", src.location, "--into", t.location) as merge:
+        r = run_cli(*other)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert "`egopool edit merge --into` is in progress" in r.stderr and f"pid {merge.proc.pid}" in r.stderr
+        assert "resume" not in r.stderr and "wait for it" in r.stderr
+    # killed (the paused run is SIGKILLed on leaving): now an interrupted edit, to be resumed first
+    before = digests(t)
+    for args in (other, ("delete", t.location, "1")):
+        r = run_cli(*args)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert "interrupted `egopool edit merge --into`" in r.stderr and f"egopool edit resume {t.location}" in r.stderr
+    assert digests(t) == before
+    r = run_cli("edit", "resume", t.location)
+    assert r.returncode == 0, r.stderr
+    assert t.errors() == [] and read_info(t.location)["total_episodes"] == 2
+    assert_stats_recount(t.location)
