@@ -38,7 +38,7 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import merge_info
 from ..meta.retired import highest_retired
 from ..meta.stats import StatsBlock, merge_stats, needs_recalc, recalc_stats
-from ..meta.tasks import tasks_jsonl
+from ..meta.tasks import read_tasks, tasks_jsonl
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import claim_key, pause
 from ..publish import journals as publish_journals
@@ -149,10 +149,16 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
                         hint="merge when the upload or command finished; nothing was written")
     plan = plan_merge_into(sources, target)
     report.plan = plan
-    if dry_run:
-        report.writes = target_keys(plan)
+    if not plan.picks:  # every episode is in the target already: nothing changes, no journal, no claim (E32)
+        report.changes.append(f"nothing to do: every episode of {', '.join(plan.sources)} is in {tgt.uri} already")
         return report
-    return run_plan(tgt, plan, report, into=execute_into)
+    unchanged = ["meta/tasks.jsonl"] if plan.tasks == target.tasks() else []
+    if dry_run:
+        report.writes = [k for k in target_keys(plan) if k not in unchanged]
+        return report
+    report = run_plan(tgt, plan, report, into=execute_into)
+    report.writes = [k for k in report.writes if k not in unchanged]
+    return report
 
 
 def _claim_doc(name: str, new_index: int, token: str, keys: list[str], row: str) -> dict[str, Any]:
@@ -309,7 +315,8 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         pause(OP, "journal")
         state = "declaring"
     if state == "declaring":
-        tgt.store.put("meta/tasks.jsonl", tasks_jsonl(plan.tasks))
+        if read_tasks(tgt.root) != plan.tasks:  # the sources' strings all the target's: left as it is
+            tgt.store.put("meta/tasks.jsonl", tasks_jsonl(plan.tasks))
         _update_info(tgt, plan)
         journal.write(state="episodes")
         pause(OP, "declared")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import OperationError, SchemaError
+from ..schema import check_slot_name
 from .columns import json_column_changed, slam_specs_changed
 from .inplace import Change
 from .source import SourceTask
@@ -107,9 +108,7 @@ class RenameSlot(Change):
         slots = _slots(s)
         if self.old not in slots:
             raise SchemaError(f"no stream slot {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
-        if not self.new or "/" in self.new or self.new.startswith(".") or self.new != self.new.strip():
-            raise SchemaError(f"{self.new!r} is not a slot name (no '/', not empty, not a dot name)",
-                              hint="e.g. head_rgb")
+        check_slot_name(self.new)  # the writer's rule (StreamSpec), E31
         users = [str(d.get("key")) for d in s.info.get("devices") or []
                  if isinstance(d, dict) and self.new in (d.get("slots") or [])]
         if self.new in slots or users:
