@@ -6,6 +6,7 @@ merge holds the task, and the merge completes correctly afterwards."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -123,4 +124,26 @@ def test_a_second_edit_says_wait_while_the_first_lives_and_resume_once_it_is_dea
     r = run_cli("edit", "resume", t.location)
     assert r.returncode == 0, r.stderr
     assert t.errors() == [] and read_info(t.location)["total_episodes"] == 2
+    assert_stats_recount(t.location)
+
+
+def test_a_recorder_is_refused_by_an_interrupted_merge_into_and_records_after_its_resume(tmp_path):
+    """A merge --into killed after claiming its N (before raising total_episodes): a recorder would have taken the
+    merge's first N and the resume would have taken that episode for its own copy (a source episode lost without
+    a word). The recorder is refused in one line naming `edit resume`; after it, the recorder numbers on."""
+    from egopool.errors import LockError
+
+    t = TaskAt("dir", str(record(tmp_path / "t", episodes=1)), tmp_path / "t" / "pick")
+    src = TaskAt("dir", str(record(tmp_path / "s", episodes=2, first_value=50.0)), tmp_path / "s" / "pick")
+    with paused(tmp_path / "state", "edit", "journal", "edit", "merge", src.location, "--into", t.location):
+        pass  # SIGKILLed at its first step
+    with pytest.raises(LockError) as got:
+        record(tmp_path / "t", episodes=1, first_value=900.0)
+    assert "interrupted `egopool edit merge --into`" in got.value.message
+    assert f"egopool edit resume {t.location}" in (got.value.hint or "")
+    r = run_cli("edit", "resume", t.location, "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(e["index"], e["new_index"]) for e in json.loads(r.stdout)["episodes"]] == [(1, 2), (2, 3)]
+    record(tmp_path / "t", episodes=1, first_value=900.0)
+    assert t.errors() == [] and read_info(t.location)["total_episodes"] == 4
     assert_stats_recount(t.location)
