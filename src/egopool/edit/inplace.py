@@ -110,7 +110,8 @@ class InplaceReport:
     def lines(self) -> list[str]:
         verb = "would rewrite" if self.dry_run else "rewrote"
         out = [f"{verb} episode {n}: {', '.join(keys)}" for n, keys in sorted(self.changed.items()) if keys]
-        return out + [f"{verb} {k}" for k in self.meta]
+        out += [f"{verb} {k}" for k in self.meta]
+        return out or [f"nothing to do: {self.task} is that way already (`edit {self.op}` changes no object)"]
 
 
 def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:

@@ -1,0 +1,92 @@
+"""Odd inputs of ``egopool edit`` (issue-30 follow-up review, docs/decisions.md E34), on a directory and a real
+SeaweedFS bucket: a task whose episodes were all deleted (only tombstones), locations with spaces, a target inside
+a source task, a task merged into itself, an edit that changes nothing, ``s3://`` with no bucket."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from backends import run_cli
+from edit_support import SENSOR, assert_stats_recount, at, digests, record, target_of
+
+from egopool.meta.info import read_info
+from egopool.meta.retired import retired
+
+
+@pytest.fixture(params=["dir", "bucket"])
+def backend(request):
+    if request.param == "bucket":
+        request.getfixturevalue("s3_server")
+    return request.param
+
+
+def _ok(r) -> dict:
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout) if r.stdout.startswith("{") else {}
+
+
+def _refused(r, *words: str) -> None:
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+def test_a_task_with_only_tombstones(tmp_path, backend, request):
+    """Every episode deleted: merged into, it numbers after its retired N; as a source it brings nothing; a split
+    of it is refused; an in-place edit leaves it valid."""
+    t = at(backend, record(tmp_path / "t", episodes=2), request)
+    _ok(run_cli("delete", t.location, "1", "2"))
+    other = at(backend, record(tmp_path / "o", episodes=1, first_value=60.0), request)
+    r = run_cli("edit", "split", t.location, "--into", target_of(backend, tmp_path, t, "part"), "--where", "length>0")
+    _refused(r, "no episode of", "matches the selection")
+    doc = _ok(run_cli("edit", "merge", t.location, other.location, "--into", target_of(backend, tmp_path, t, "m"),
+                      "--json"))
+    assert [(e["source"], e["new_index"]) for e in doc["episodes"]] == [(other.location, 1)]
+    doc = _ok(run_cli("edit", "merge", other.location, "--into", t.location, "--json"))
+    assert [(e["index"], e["new_index"]) for e in doc["episodes"]] == [(1, 3)]  # 1 and 2 stay retired
+    assert retired(t.store, 1) and retired(t.store, 2) and t.errors() == []
+    _ok(run_cli("edit", "rename-column", t.location, SENSOR, "observation.left_glove"))
+    assert t.errors() == [] and "observation.left_glove" in read_info(t.location)["features"]
+
+
+def test_locations_with_spaces(tmp_path, backend, request):
+    a = at(backend, record(tmp_path / "a b", name="pick up", episodes=2), request)
+    b = at(backend, record(tmp_path / "c d", name="pick up", episodes=1, first_value=30.0), request)
+    assert " " in a.location
+    new = target_of(backend, tmp_path, a, "put down")
+    doc = _ok(run_cli("edit", "merge", a.location, b.location, "--into", new, "--json"))
+    assert [e["new_index"] for e in doc["episodes"]] == [1, 2, 3]
+    _ok(run_cli("edit", "rename-slot", new, "cam", "head_rgb"))
+    part = target_of(backend, tmp_path, a, "part two")
+    _ok(run_cli("edit", "split", new, "--into", part, "--episodes", "2-3", "--move"))
+    for where, total in ((new, 3), (part, 2)):
+        assert read_info(where)["total_episodes"] == total
+        assert run_cli("validate", where).returncode == 0
+    assert_stats_recount(part)  # (the source's accumulator still counts the moved episodes, §4 / E4)
+
+
+def test_a_target_inside_a_source_or_the_source_itself_is_refused(tmp_path, backend, request):
+    a = at(backend, record(tmp_path / "a", episodes=2), request)
+    b = at(backend, record(tmp_path / "b", episodes=1, first_value=30.0), request)
+    before = digests(a)
+    inner = a.location + "/part"
+    _refused(run_cli("edit", "split", a.location, "--into", inner, "--episodes", "1"), "is inside the task",
+             a.location)
+    _refused(run_cli("edit", "merge", a.location, b.location, "--into", a.location + "/videos/x"),
+             "is inside the task")
+    _refused(run_cli("edit", "merge", a.location, "--into", a.location), f"cannot merge {a.location} into itself")
+    assert digests(a) == before
+
+
+def test_an_edit_that_changes_nothing_says_so(tmp_path, backend, request):
+    t = at(backend, record(tmp_path / "t", episodes=1), request)
+    before = digests(t)
+    r = run_cli("edit", "set-task", t.location, "pick")  # the task string it has
+    assert r.returncode == 0 and "nothing to do" in r.stdout, (r.stdout, r.stderr)
+    assert digests(t) == before
+
+
+def test_an_s3_uri_without_a_bucket_is_one_line(tmp_path):
+    for args in (("rename-column", "s3://", SENSOR, "observation.x"), ("resume", "s3:///task")):
+        _refused(run_cli("edit", *args), "names no bucket")
