@@ -90,3 +90,43 @@ def test_an_edit_that_changes_nothing_says_so(tmp_path, backend, request):
 def test_an_s3_uri_without_a_bucket_is_one_line(tmp_path):
     for args in (("rename-column", "s3://", SENSOR, "observation.x"), ("resume", "s3:///task")):
         _refused(run_cli("edit", *args), "names no bucket")
+
+
+def _uvc_task(root):
+    """Two episodes with a UVC-like slot ``cam`` and its ``status.cam`` connection column (§3)."""
+    import numpy as np
+
+    from egopool import StreamSpec, TaskWriter, vector_column
+    from egopool.schema import status_column
+
+    tw = TaskWriter(root, "uvc", fps=30.0, registry=False)
+    for k in range(2):
+        ep = tw.begin_episode(columns=[vector_column(SENSOR, [4]), status_column("cam")],
+                              streams=[StreamSpec("cam", "rgb", 32, 24)], sensors=["right_glove"], sensor_dim=4,
+                              created_at=1_700_000_000.0 + k)
+        for i in range(3):
+            ep.add_frame({SENSOR: np.full(4, k + i, np.float32), "status.cam": "connected"},
+                         images={"cam": np.full((24, 32, 3), 9 * k + i, np.uint8)})
+        ep.finish()
+    return root / "uvc"
+
+
+def _data_columns(t) -> set[str]:
+    import io
+
+    import pyarrow.parquet as pq
+
+    return {c for k in t.keys() if k.startswith("data/") for c in pq.read_schema(io.BytesIO(t.read(k))).names}
+
+
+def test_a_slots_status_column_follows_its_rename_and_goes_with_its_removal(tmp_path, backend, request):
+    t = at(backend, _uvc_task(tmp_path / "s"), request)
+    assert "status.cam" in _data_columns(t)
+    before = digests(t)
+    _refused(run_cli("edit", "rename-slot", t.location, "cam", "头部"), "status.cam", "no column name")
+    assert digests(t) == before
+    _ok(run_cli("edit", "rename-slot", t.location, "cam", "head_rgb"))
+    cols = _data_columns(t)
+    assert "status.head_rgb" in cols and "status.cam" not in cols and t.errors() == []
+    _ok(run_cli("edit", "remove-slot", t.location, "head_rgb"))
+    assert not [c for c in _data_columns(t) if c.startswith("status.")] and t.errors() == []
