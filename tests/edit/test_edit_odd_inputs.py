@@ -130,3 +130,30 @@ def test_a_slots_status_column_follows_its_rename_and_goes_with_its_removal(tmp_
     assert "status.head_rgb" in cols and "status.cam" not in cols and t.errors() == []
     _ok(run_cli("edit", "remove-slot", t.location, "head_rgb"))
     assert not [c for c in _data_columns(t) if c.startswith("status.")] and t.errors() == []
+
+
+def test_an_s3_task_without_credentials_is_one_line(tmp_path):
+    """No AWS credentials anywhere: boto3's chain finds none (obstore raised a ValueError traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true", AWS_ENDPOINT_URL="http://127.0.0.1:9")
+    a = record(tmp_path / "a", episodes=1)
+    b = record(tmp_path / "b", episodes=1, first_value=20.0)
+    r = subprocess.run([sys.executable, "-m", "egopool", "edit", "merge", str(a), str(b), "--into", "s3://bkt/p/t"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    _refused(r, "no S3 credentials", "AWS_ACCESS_KEY_ID")
+
+
+def test_new_task_names_follow_the_writers_rule(tmp_path):
+    a = at("dir", record(tmp_path / "a", episodes=1), None)
+    b = at("dir", record(tmp_path / "b", episodes=1, first_value=20.0), None)
+    before = digests(a)
+    for args in (("rename", a.location, "_hidden"), ("rename", a.location, "trailing "),
+                 ("split", a.location, "--into", str(tmp_path / "_part"), "--episodes", "1"),
+                 ("merge", a.location, b.location, "--into", str(tmp_path / "tab\there"))):
+        _refused(run_cli("edit", *args), "invalid task name")
+    assert digests(a) == before and not (tmp_path / "_part").exists()

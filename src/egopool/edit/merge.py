@@ -23,6 +23,7 @@ from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import other_edit, read_journal
+from ..write.checks import check_task_name
 from .source import SourceTask, first_difference, location, open_source, refuse_nested, subtract_block
 
 __all__ = ["merge_new", "plan_merge"]
@@ -60,6 +61,7 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
         raise OperationError(f"a task is named twice among {', '.join(uris + [tgt_uri])}",
                              hint="name each source once and a new target")
     refuse_nested(uris, tgt_uri)
+    check_task_name(tgt_uri.rsplit("/", 1)[-1])  # the new task's name: the writer's rule (E36)
     for other in opened[1:]:
         diff = first_difference(opened[0], other)
         if diff is not None:

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from .._atomic import task_lock
+from ..write.checks import check_task_name
 from ..errors import OperationError
 from ..meta.stats import read_stats
 from ..ops._store_task import StoreTask, json_bytes
@@ -106,13 +107,13 @@ def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditRep
     Raises
     ------
     OperationError
-        ``new_name`` has a ``/`` or is empty; the new location exists; another file system (a directory).
+        The new location exists; another file system (a directory).
+    EgopoolError
+        ``new_name`` is no task name (:func:`egopool.write.checks.check_task_name`: the writer's rule).
     LockError
         Another edit or writer holds the task.
     """
-    if not new_name or "/" in new_name or new_name in (".", "..") or new_name.startswith("."):
-        raise OperationError(f"{new_name!r} is not a task name (no '/', not empty, not a dot name)",
-                             hint="egopool edit rename TASK NEWNAME")
+    check_task_name(new_name)  # the writer's rule (E36)
     src = location(source)
     new = src.rsplit("/", 1)[0] + "/" + new_name
     if not src.startswith("s3://"):

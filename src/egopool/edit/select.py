@@ -22,6 +22,7 @@ from ..meta.stats import ACTION_BLOCK, tree_merge
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import other_edit, read_journal
+from ..write.checks import check_task_name
 from .source import SourceTask, location, open_source, refuse_nested
 
 __all__ = ["parse_where", "plan_split", "split_task"]
@@ -88,6 +89,7 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
     if tgt_uri == s.t.uri:
         raise OperationError(f"{tgt_uri} is the source itself", hint="name a new task as --into")
     refuse_nested([s.t.uri], tgt_uri)
+    check_task_name(tgt_uri.rsplit("/", 1)[-1])  # the new task's name: the writer's rule (E36)
     chosen = _chosen(s, indices, where)
     if not chosen:
         raise OperationError(f"no episode of {s.t.uri} matches the selection; nothing was written",
