@@ -157,3 +157,10 @@ def test_new_task_names_follow_the_writers_rule(tmp_path):
                  ("merge", a.location, b.location, "--into", str(tmp_path / "tab\there"))):
         _refused(run_cli("edit", *args), "invalid task name")
     assert digests(a) == before and not (tmp_path / "_part").exists()
+
+
+def test_a_split_naming_no_episode_shows_the_list_syntax(tmp_path):
+    a = at("dir", record(tmp_path / "a", episodes=1), None)
+    _refused(run_cli("edit", "split", a.location, "--into", str(tmp_path / "p"), "--episodes", ","),
+             "needs --episodes", "--episodes 1,3,5-7")
+    assert not (tmp_path / "p").exists()

@@ -82,8 +82,8 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         No selection given, nothing chosen, a bad ``--where``, the target is the source.
     """
     if not indices and not where:
-        raise OperationError("edit split needs --episodes and/or --where", hint="egopool edit split A --into B "
-                                                                                "--episodes 1 2")
+        raise OperationError("edit split needs --episodes, --episodes-from and/or --where (none names an episode)",
+                             hint='e.g. egopool edit split A --into B --episodes 1,3,5-7 (or --where "length>=300")')
     s = open_source(source)
     tgt_uri = location(target)
     if tgt_uri == s.t.uri:
