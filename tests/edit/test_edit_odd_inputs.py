@@ -164,3 +164,23 @@ def test_a_split_naming_no_episode_shows_the_list_syntax(tmp_path):
     _refused(run_cli("edit", "split", a.location, "--into", str(tmp_path / "p"), "--episodes", ","),
              "needs --episodes", "--episodes 1,3,5-7")
     assert not (tmp_path / "p").exists()
+
+
+def test_a_bucket_rename_leaves_an_old_task_that_changed_during_the_copy(tmp_path, request):
+    """A delete in the old task while the bucket rename copies it: the old task is not deleted (it would have lost
+    what changed), the run says so in one line; a task with a publish claim is not renamed at all."""
+    from backends import paused
+
+    t = at("bucket", record(tmp_path / "t", episodes=2), request)
+    new = t.location.rsplit("/", 1)[0] + "/renamed"
+    with paused(tmp_path / "state", "edit", "committed", "edit", "rename", t.location, "renamed") as ren:
+        _ok(run_cli("delete", t.location, "1"))  # the old task changes under the copy
+        done = ren.release()
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "changed during the copy" in done.stderr and "left in place" in done.stderr
+    assert t.errors() == [] and read_info(t.location)["total_episodes"] == 2  # the old task, whole
+    assert run_cli("validate", new).returncode == 0 and read_info(new)["task_name"] == "renamed"
+    other = at("bucket", record(tmp_path / "o", episodes=1), request)  # unchanged during the copy: renamed whole
+    _ok(run_cli("edit", "rename", other.location, "moved"))
+    assert not other.store.exists("meta/info.json") and not other.store.exists("data/chunk-000/episode-000.parquet")
+    assert read_info(other.location.rsplit("/", 1)[0] + "/moved")["task_name"] == "moved"
