@@ -147,3 +147,45 @@ def test_a_recorder_is_refused_by_an_interrupted_merge_into_and_records_after_it
     record(tmp_path / "t", episodes=1, first_value=900.0)
     assert t.errors() == [] and read_info(t.location)["total_episodes"] == 4
     assert_stats_recount(t.location)
+
+
+def test_a_server_publishing_into_a_bucket_task_during_a_merge_into_numbers_past_it(tmp_path, request):
+    """A bucket has no lock: a server's publish during a merge --into is allowed by design (E16, E30): it takes
+    an N past the merge's claims, and both land with stats equal to a recount."""
+    pytest.importorskip("fastapi")
+    import threading
+    import uuid
+
+    import httpx
+    from ops_helpers import write_task
+
+    sys.path.insert(0, str(os.path.join(os.path.dirname(__file__), "..", "transfer")))
+    from transfer_helpers import ServerProc
+
+    from egopool.transfer import pack_episode, upload_episodes
+
+    pc = write_task(tmp_path / "pc", episodes=2, registry=False)
+    src = at("bucket", write_task(tmp_path / "src", episodes=2, registry=False, first_value=500.0), request)
+    s3 = request.getfixturevalue("s3_server")
+    s3.create_bucket("ops-tasks")
+    store_arg, state = f"s3://ops-tasks/{uuid.uuid4().hex[:10]}", tmp_path / "state"
+    task = store_arg + "/pick"
+    with ServerProc(state, "--state", str(state), store_arg=store_arg) as srv:
+        assert upload_episodes(pc, [1], server=srv.url, registry=False).ok
+        packed = pack_episode(pc, 2, tmp_path / "zips")
+        with paused(tmp_path / "pause", "edit", "episode", "edit", "merge", src.location, "--into", task) as merge:
+            out: list[object] = []
+            thread = threading.Thread(target=lambda: out.append(httpx.post(
+                srv.url + "/api/v1/session/upload", data={"name": "pick", "episode_index": str(packed.file)},
+                files={"file": ("e.zip", packed.path.read_bytes(), "application/zip")}, timeout=300)), daemon=True)
+            thread.start()
+            thread.join(300)
+            assert isinstance(out[0], httpx.Response) and out[0].status_code == 200, out
+            done = merge.release()
+            assert done.returncode == 0, done.stderr
+    t = TaskAt("bucket", task, tmp_path)
+    assert t.errors() == [] and read_info(task)["total_episodes"] == 4
+    assert all(t.store.exists(f"meta/episodes/chunk-000/episode-{n - 1:03d}.parquet") for n in range(1, 5))
+    origins = [json.loads(x)["episode_index"] for x in t.read("meta/edit_origins.jsonl").decode().splitlines()]
+    assert origins == [2, 3]  # the merge's N; the server's upload took 4, past them
+    assert_stats_recount(task)
