@@ -46,7 +46,8 @@ from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
 from ._checks import check_output_dir
-from .lerobot_depth import DepthErrors, LeRobotDepthMap, LeRobotDepthWriter
+from ..codecs.depth_error import DepthErrorTally
+from .lerobot_depth import LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_events import ExportEvents, add_events
 from .lerobot_language import language_array, language_type, loads_rows
 from .lerobot_meta import DEPTH_GOP, EpisodePart, write_meta
@@ -177,7 +178,7 @@ def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int,
 
 
 def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int,
-                        gop: int | None) -> tuple[np.ndarray, DepthErrors]:
+                        gop: int | None) -> tuple[np.ndarray, DepthErrorTally]:
     """One depth stream as a LeRobot 0.6 depth video; returns (sampled thumbnails ``(S, h, w, 1)`` uint16 mm for
     stats, the quantisation's errors)."""
     rows = set(_sample_rows(length).tolist())
@@ -333,7 +334,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         stats[name] = counted.result(length)
     videos: dict[str, tuple[int, int, float, float]] = {}
     copied: list[str] = []
-    errors: dict[str, DepthErrors] = {}
+    errors: dict[str, DepthErrorTally] = {}
     for s in plan.streams:
         dst = root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=c, file_index=f)
         if s.depth:  # lerobot 0.6: per channel (1, 1, 1) of the sampled mm frames, not divided by 255

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 from .._atomic import fsync_dir
 from ..codecs.video_copy import packet_times
 from . import lerobot_format as fmt
-from .lerobot_depth import DepthErrors, LeRobotDepthMap
+from ..codecs.depth_error import DepthErrorTally
+from .lerobot_depth import LeRobotDepthMap
 from .lerobot_plan import LeRobotPlan, StreamMap
 
 __all__ = ["DEPTH_GOP", "MAPPING_FILE", "EpisodePart", "write_json", "write_meta"]
@@ -61,7 +62,7 @@ class EpisodePart:
     videos: dict[str, tuple[int, int, float, float]]
     copied: tuple[str, ...]
     stats: dict[str, dict[str, np.ndarray]] = field(repr=False)
-    depth_errors: dict[str, DepthErrors] = field(default_factory=dict, repr=False)
+    depth_errors: dict[str, DepthErrorTally] = field(default_factory=dict, repr=False)
 
 
 def _episodes_table(plan: LeRobotPlan, parts: Sequence[EpisodePart]) -> pa.Table:
