@@ -172,3 +172,23 @@ def test_a_damaged_language_cell_is_refused_in_one_line(tmp_path):
     with pytest.raises(FormatError, match="column 'language_events' holds int64, not LeRobot's language_events rows"):
         import_lerobot(src, tmp_path / "rec", task="t")
     assert not (tmp_path / "rec" / "t").exists()
+
+
+@pytest.mark.extra("s3")
+def test_language_columns_travel_through_sync_and_edit(tmp_path, s3_server, monkeypatch):
+    """The pooled language columns are rows like any other: sync to a bucket, `edit split` there, `edit
+    rename-column` of another column, sync back; the export gives the same LeRobot rows and validate is clean."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    src, written = _annotated(tmp_path)
+    import_lerobot(src, tmp_path / "rec", task="t")
+    s3_server.create_bucket("langs")
+    assert main(["sync", str(tmp_path / "rec" / "t"), "s3://langs/pooled/t"]) == 0
+    assert main(["edit", "split", "s3://langs/pooled/t", "--into", "s3://langs/pooled/t2", "--episodes", "2"]) == 0
+    assert main(["edit", "rename-column", "s3://langs/pooled/t2", "observation.joints", "observation.joint_pos"]) == 0
+    assert main(["sync", "s3://langs/pooled/t2", str(tmp_path / "back" / "t2")]) == 0
+    assert main(["validate", str(tmp_path / "back" / "t2")]) == 0
+    export_lerobot(tmp_path / "back" / "t2", tmp_path / "lr2")
+    for name in ("language_persistent", "language_events"):
+        assert _read(tmp_path / "lr2", name) == written[name][9:]
+    info = json.loads((tmp_path / "lr2" / "meta" / "info.json").read_text())
+    assert info["tools"] == [SAY] and "observation.joint_pos" in info["features"]
