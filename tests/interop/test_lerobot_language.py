@@ -192,3 +192,29 @@ def test_language_columns_travel_through_sync_and_edit(tmp_path, s3_server, monk
         assert _read(tmp_path / "lr2", name) == written[name][9:]
     info = json.loads((tmp_path / "lr2" / "meta" / "info.json").read_text())
     assert info["tools"] == [SAY] and "observation.joint_pos" in info["features"]
+
+
+@pytest.mark.extra("server")
+def test_language_columns_travel_through_the_server(tmp_path):
+    """Uploaded to a real `egopool serve` (verified, pooled into its store): the store's task exports the same
+    LeRobot rows."""
+    pytest.importorskip("fastapi")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "transfer"))
+    from transfer_helpers import ServerProc
+
+    from egopool.server.tokens import add_token
+    from egopool.transfer import upload_episodes
+
+    src, written = _annotated(tmp_path)
+    import_lerobot(src, tmp_path / "rec", task="t")
+    tokens = tmp_path / "tokens.json"
+    up = add_token(tokens, "pc", ["upload:*", "declare:*"])
+    with ServerProc(tmp_path / "store", "--tokens", str(tokens), "--no-previews") as srv:
+        assert upload_episodes(tmp_path / "rec" / "t", server=srv.url, token=up).ok
+    assert main(["validate", str(tmp_path / "store" / "t")]) == 0
+    export_lerobot(tmp_path / "store" / "t", tmp_path / "lr2")
+    for name in ("language_persistent", "language_events"):
+        assert _read(tmp_path / "lr2", name) == written[name]
+    assert json.loads((tmp_path / "lr2" / "meta" / "info.json").read_text())["tools"] == [SAY]
