@@ -347,6 +347,8 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
         {"from": "episode_index", "to": "episode_index (0-based)",
          "why": "LeRobot numbers episodes 0.. contiguously; N is in egopool_mapping.json and meta/episodes"}]
     language = _language_columns(chosen, features, target, dropped)
+    renamed += [{"from": c.sources[0], "to": c.name, "why": "LeRobot 0.6's language column: each row's JSON text as "
+                                                            "its rows (episodes without it: none)"} for c in language]
     seen_somewhere = sorted(set().union(*map(set, names)) - common - {s for c in language for s in c.sources})
     for col in seen_somewhere:
         have = [ep.index for ep, n in zip(chosen, names, strict=True) if col in n]
