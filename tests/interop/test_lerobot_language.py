@@ -218,3 +218,18 @@ def test_language_columns_travel_through_the_server(tmp_path):
     for name in ("language_persistent", "language_events"):
         assert _read(tmp_path / "lr2", name) == written[name]
     assert json.loads((tmp_path / "lr2" / "meta" / "info.json").read_text())["tools"] == [SAY]
+
+
+def test_a_pooled_language_cell_that_is_not_json_is_refused_by_the_export(tmp_path):
+    src, _ = _annotated(tmp_path)
+    import_lerobot(src, tmp_path / "rec", task="t")
+    path = open_task(tmp_path / "rec" / "t").episode(2).files.data
+    table = pq.read_table(path)
+    at = table.column_names.index("observation.language_events")
+    texts = table.column(at).to_pylist()
+    texts[3] = "[{\"role\": "
+    pq.write_table(table.set_column(at, table.schema.field(at), pa.array(texts, pa.string())), path)
+    with pytest.raises(FormatError, match="episode 2 row 3: observation.language_events is not JSON") as exc:
+        export_lerobot(tmp_path / "rec" / "t", tmp_path / "out")
+    assert "\n" not in exc.value.message and not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out.*"))

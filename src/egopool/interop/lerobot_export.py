@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import fsync_dir
 from ..arrowutil import list_column_to_numpy
+from ..codecs.depth_error import DepthErrorTally
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
@@ -46,7 +47,6 @@ from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
 from ._checks import check_output_dir
-from ..codecs.depth_error import DepthErrorTally
 from .lerobot_depth import LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_events import ExportEvents, add_events
 from .lerobot_language import language_array, language_type, loads_rows
@@ -201,12 +201,12 @@ def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: 
     return np.stack(thumbs), enc.errors
 
 
-def _language_values(col: ColumnMap, batch: pa.RecordBatch, rows: int, where: str) -> pa.Array:
-    """A language column's rows from one record batch, in lerobot's type (none where the episode lacks it)."""
-    src = col.sources[0]
-    at = batch.schema.get_field_index(src)
-    texts = batch.column(at).to_pylist() if at >= 0 else [None] * rows
-    return language_array([loads_rows(t, col.name, where=f"{where}row {i}: ") for i, t in enumerate(texts)],
+def _language_values(col: ColumnMap, batch: pa.RecordBatch, first: int, where: str) -> pa.Array:
+    """A language column's rows from one record batch (rows ``first``.. of the episode), in lerobot's type (none
+    where the episode lacks the column)."""
+    at = batch.schema.get_field_index(col.sources[0])
+    texts = batch.column(at).to_pylist() if at >= 0 else [None] * batch.num_rows
+    return language_array([loads_rows(t, col.name, where=f"{where}row {first + i}: ") for i, t in enumerate(texts)],
                           col.name)
 
 
@@ -300,7 +300,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
                     arrays[col.name] = np.stack(frames)
                     depth_stats[col.name].update(fmt.as_vectors(arrays[col.name]))
                 elif col.kind == "language":
-                    language[col.name] = _language_values(col, batch, rows, f"episode {job.index} ")
+                    language[col.name] = _language_values(col, batch, done, f"episode {job.index} ")
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
             fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
