@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._parquet_memory import read_parquet_bytes
 from ..errors import FormatError, OperationError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
@@ -48,7 +49,7 @@ def parquet_table(body: bytes, where: str) -> pa.Table:
         Not readable as parquet (truncated, corrupt, empty).
     """
     try:
-        return pq.read_table(io.BytesIO(body))
+        return read_parquet_bytes(body)
     except (pa.ArrowException, OSError, ValueError) as exc:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise FormatError(f"cannot read parquet ({text}): the file is damaged", path=where,
