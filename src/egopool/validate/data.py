@@ -391,10 +391,12 @@ def batch_rows(pf: pq.ParquetFile, columns: list[str]) -> int:
     rows = md.num_rows
     if rows <= 0:
         return _BATCH_ROWS
+    groups = [md.row_group(i) for i in range(md.num_row_groups)]
+    if sum(rg.total_byte_size for rg in groups) * _BATCH_ROWS <= _BATCH_BYTES * rows:
+        return _BATCH_ROWS  # every column together is small (what most episodes are): no per-column sum
     wanted = set(columns)
     size = 0
-    for i in range(md.num_row_groups):
-        rg = md.row_group(i)
+    for rg in groups:
         for j in range(rg.num_columns):
             col = rg.column(j)
             if col.path_in_schema.split(".list.", 1)[0] in wanted:
