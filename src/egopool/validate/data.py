@@ -49,6 +49,10 @@ R_NOT_DECLARED = "multi_device_storage.md §6.8.2"
 R_LOCKSTEP = "multi_device_storage.md §8.1.3"
 
 _BATCH_ROWS = 64
+#: Decoded bytes of one batch of the row checks, at most (a full-rig episode's four force matrices are ~3 MB a
+#: row as stored: 64 rows made batches of ~200 MB per column that the allocator returned to the system and
+#: faulted in again; a few MB keep the same buffers reused, docs/decisions.md U37).
+_BATCH_BYTES = 32 << 20
 #: A frame-key column name (multi_device_storage.md §2.2 ``<key_column>``, §2.4 charset).
 _KEY_NAME_RE = re.compile(r"^[a-z0-9_]+$")
 
@@ -313,7 +317,8 @@ def _check_rows(ctx: Context, pf: pq.ParquetFile, path: TaskPath, index: int, su
         return
     first = _FirstRow()
     base = 0
-    for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
+    # one thread: a verification runs one per core (docs/decisions.md U34, U37); pyarrow's pool only adds handoffs
+    for batch in pf.iter_batches(batch_size=batch_rows(pf, wanted), columns=wanted, use_threads=False):
         if visit is not None:
             visit(batch, base)
         arrays = {name: batch.column(name) for name in wanted}
@@ -375,6 +380,29 @@ def _check_rows(ctx: Context, pf: pq.ParquetFile, path: TaskPath, index: int, su
         elif key == "imu_ts":
             ctx.report.error(R_OBS, path, f"column 'imu_ts_ns' is not one-to-one with 'observation.imu': row {row} "
                                           f"has {detail}")
+
+
+def batch_rows(pf: pq.ParquetFile, columns: list[str]) -> int:
+    """Rows per batch when reading ``columns`` of ``pf``: :data:`_BATCH_ROWS`, fewer when their rows are large
+    (at most :data:`_BATCH_BYTES` decoded as the footer declares them; at least one row). The footer is only a
+    guide here: its sizes were bounded before anything was read (docs/decisions.md U9), and a batch is never
+    more than :data:`_BATCH_ROWS` rows."""
+    md = pf.metadata
+    rows = md.num_rows
+    if rows <= 0:
+        return _BATCH_ROWS
+    groups = [md.row_group(i) for i in range(md.num_row_groups)]
+    if sum(rg.total_byte_size for rg in groups) * _BATCH_ROWS <= _BATCH_BYTES * rows:
+        return _BATCH_ROWS  # every column together is small (what most episodes are): no per-column sum
+    wanted = set(columns)
+    size = 0
+    for rg in groups:
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if col.path_in_schema.split(".list.", 1)[0] in wanted:
+                size += max(int(col.total_uncompressed_size), 0)
+    per_row = size / rows
+    return max(1, min(_BATCH_ROWS, int(_BATCH_BYTES // per_row) if per_row > 0 else _BATCH_ROWS))
 
 
 def _check_keys(ctx: Context, pf: pq.ParquetFile, path: TaskPath, index: int, summary: DataSummary) -> None:

@@ -1,0 +1,80 @@
+"""The row checks' batches and the force matrices' element type (docs/decisions.md U37, U38).
+
+A full-rig episode's force matrices are read in batches of a few MB (not 64 rows of ~3 MB each); findings name
+the same rows whichever batch they fall in. The writer declares force-matrix elements not null; a file written
+before (nullable elements) validates as it did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from validate_support import DATA, FM, ROWS, build_task, copy_task, rewrite_parquet
+
+from egopool.validate import validate_task
+from egopool.validate import data as vdata
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_task(tmp_path_factory.mktemp("ref"))
+
+
+@pytest.fixture
+def task(reference: Path, tmp_path: Path) -> Path:
+    return copy_task(reference, tmp_path)
+
+
+def test_writer_stores_force_matrix_elements_not_null(task: Path) -> None:
+    pf = pq.ParquetFile(task / DATA)
+    typ = pf.schema_arrow.field(FM).type
+    assert pa.types.is_list(typ) and typ.value_type == pa.int16() and not typ.value_field.nullable
+    leaf = next(c for c in pf.schema if c.path == f"{FM}.list.element")
+    assert leaf.max_definition_level == 2  # optional list, repeated group, required element (3 when nullable)
+    assert pf.read(columns=[FM]).column(FM).combine_chunks().values.to_numpy().size == ROWS * 187_500
+    assert validate_task(task).findings == []
+
+
+def test_a_file_with_nullable_force_matrix_elements_still_validates(task: Path) -> None:
+    def nullable(t: pa.Table) -> pa.Table:
+        i = t.schema.get_field_index(FM)
+        return t.set_column(i, FM, t.column(FM).cast(pa.list_(pa.int16())))
+
+    rewrite_parquet(task / DATA, nullable)
+    assert pq.ParquetFile(task / DATA).schema_arrow.field(FM).type.value_field.nullable
+    assert validate_task(task).findings == []
+
+
+def test_batch_rows_follow_the_decoded_size(task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pf = pq.ParquetFile(task / DATA)
+    names = pf.schema_arrow.names
+    # 12 rows of 187,500 int16 stored as INT32: ~750 KB a row decoded, so 32 MiB hold 44 rows, 1 MiB one
+    assert vdata.batch_rows(pf, names) == 44
+    monkeypatch.setattr(vdata, "_BATCH_BYTES", 4 << 20)
+    assert vdata.batch_rows(pf, names) == 5
+    assert vdata.batch_rows(pf, [n for n in names if n != FM]) == vdata._BATCH_ROWS  # small columns only
+    monkeypatch.setattr(vdata, "_BATCH_BYTES", 1)
+    assert vdata.batch_rows(pf, names) == 1
+
+
+def test_findings_name_their_row_in_any_batch(task: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def damage(t: pa.Table) -> pa.Table:
+        rows = t.column(FM).to_pylist()
+        rows[7] = rows[7][:1000]  # a short frame in the eighth batch
+        glove = t.column("observation.left_glove").to_pylist()
+        glove[9] = None
+        t = t.set_column(t.schema.get_field_index(FM), FM, pa.array(rows, type=pa.list_(pa.int16())))
+        return t.set_column(t.schema.get_field_index("observation.left_glove"), "observation.left_glove",
+                            pa.array(glove, type=pa.list_(pa.float32())))
+
+    rewrite_parquet(task / DATA, damage)
+    monkeypatch.setattr(vdata, "_BATCH_BYTES", 1)  # one row a batch
+    pf = pq.ParquetFile(task / DATA)
+    assert vdata.batch_rows(pf, pf.schema_arrow.names) == 1
+    errors = sorted(f.message for f in validate_task(task).findings if f.severity == "error")
+    assert any(f"'{FM}' row 7 has 1000 values" in m for m in errors), errors
+    assert any("'observation.left_glove' row 9 is null" in m for m in errors), errors
+    assert sum("row 7 has 1000" in m for m in errors) == 1
