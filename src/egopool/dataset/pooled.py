@@ -27,7 +27,7 @@ from ..keypoints.mirror import episode_mirror_dir
 from ..read.reader import open_task
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
 from .decode import PngSequence, StreamDecoder
-from .episode_view import EpisodeView, key_kind_by_name
+from .episode_view import EpisodeView, check_keys, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .object_cache import BlockCache
@@ -220,7 +220,8 @@ class PooledDataset(_Base):
         A task that cannot be opened or indexed.
     ValueError
         A bad ``delta_timestamps`` / ``samples`` / ``output`` / ``keypoints.*`` key, or tasks of different fps with windows;
-        ``keys`` given as one string; an ``episodes`` N, an ``episodes`` task or ``task_names`` that matches nothing.
+        ``keys`` given as one string or naming a key no task has (:func:`~egopool.dataset.episode_view.check_keys`);
+        an ``episodes`` N, an ``episodes`` task or ``task_names`` that matches nothing.
 
     ``__getitem__`` raises :class:`~egopool.errors.SchemaError` for a key the item's episode does
     not have (naming the episode and its file; filter such episodes out with ``episodes``) and
@@ -278,6 +279,7 @@ class PooledDataset(_Base):
             if not where.is_dir():
                 raise missing_mirror_error(kp_keys[0], e.path, where)
         self.index = FrameIndex(entries, self._keep(entries, episodes))
+        check_keys(self.keys, entries, {t: n for t, n, _ in reversed(self.index.episodes)})  # a key no task has
         self.channels_first = bool(channels_first)
         offs = self.windows.offsets.values()
         longest = max((len(v) for v in offs), default=1)
@@ -530,7 +532,7 @@ class PooledDataset(_Base):
         def make() -> PngSequence | StreamDecoder | TorchcodecStream:  # only for a stream not open yet: no stat (HEAD) per item
             if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
-            params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
+            params = (lambda: view.depth_params(key)) if kind in ("depth", "stream") else None  # read if depth
             if self.decoder == "torchcodec":  # RGB by torchcodec, depth by egopool's decoder
                 return open_stream(path, kind, params, w.blocks, self.cache_frames)
             return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,

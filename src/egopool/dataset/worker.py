@@ -86,7 +86,7 @@ class Worker:
         with self._lock:
             task = self.tasks.get(t)
         if task is None:
-            task = open_task(self.entries[t].path)
+            task = open_task(self.entries[t].path, self.entries[t].info)  # info.json as indexed: no read
             with self._lock:
                 task = self.tasks.setdefault(t, task)
         return task
