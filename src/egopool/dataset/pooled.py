@@ -17,6 +17,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -426,6 +427,8 @@ class PooledDataset(_Base):
         w = self._worker()
         w.settle()
         where = [self.index.locate(i) for i in indices]
+        ahead = (next_batch(self._order, indices, w.position)  # a bucket: open the next batch's objects meanwhile
+                 if self._order is not None and w.pool is not None and self.threads() > self.decode_threads else None)
         order = sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2]))
         by_ep: OrderedDict[int, list[int]] = OrderedDict()
         for k in order:
@@ -464,12 +467,15 @@ class PooledDataset(_Base):
                     frames[a.k][key] = (arr if a.pad is not None else arr[0], a.pad)
 
             jobs = [(g[1], asks) for g, asks in groups.items()]
+            if ahead and c + self.max_episodes >= len(eps) and len(jobs) <= self.max_open_streams:
+                # the batch's last streams are about to open: the next batch's opens overlap its decoding, with room
+                # for the decoders this batch is using (never one closed under it: DecoderCache's rule)
+                w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams - len(jobs)))
+                ahead = None
             for d in range(0, len(jobs), self.max_open_streams):
                 w.map(decode, jobs[d:d + self.max_open_streams])
-        if self._order is not None and w.pool is not None and self.threads() > self.decode_threads:
-            nxt = next_batch(self._order, indices, w.position)  # a bucket: open the next batch's objects meanwhile
-            if nxt:
-                w.read_ahead(lambda: self._open_ahead(w, nxt))
+        if ahead:  # a batch of several chunks: the next one's opens overlap what follows this batch only
+            w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams))
         out = []
         for k in range(len(indices)):
             item = plain[k]
@@ -480,9 +486,9 @@ class PooledDataset(_Base):
             out.append(self._to_output(item))
         return out
 
-    def _open_ahead(self, w: Worker, indices: list[int]) -> None:
+    def _open_ahead(self, w: Worker, indices: list[int], room: int) -> None:
         """Open what a batch of ``indices`` will read (its first ``max_episodes`` episodes, their columns, its
-        first ``max_open_streams`` streams) and decode nothing: :mod:`egopool.dataset.read_ahead`."""
+        first ``room`` streams) and decode nothing, on the worker's read-ahead threads: :mod:`egopool.dataset.read_ahead`."""
         first: OrderedDict[int, tuple[int, tuple[int, int, int, int]]] = OrderedDict()
         for i in indices:
             where = self.index.locate(i)
@@ -494,8 +500,8 @@ class PooledDataset(_Base):
             view = w.view(t, n, self.index.episodes[e][2])
             return [(view, key, kind) for key, kind, _r, _p in self._plain(view, i, x[1])[1]]
 
-        streams = [s for got in w.map(episode, eps) for s in got][:self.max_open_streams]
-        w.map(lambda s: self._decoder(w, *s), streams)
+        streams = [s for got in w.map_ahead(episode, eps) for s in got][:max(0, room)]
+        w.map_ahead(lambda s: self._decoder(w, *s), streams)
 
     def _plain(self, view: EpisodeView, i: int, where: tuple[int, int, int, int]
                ) -> tuple[dict[str, Any], list[tuple[str, str, np.ndarray, np.ndarray | None]]]:
