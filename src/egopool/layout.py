@@ -423,12 +423,11 @@ def _file_like(e: os.DirEntry[str] | ObjectEntry | TaskPath) -> bool:
         return False
 
 
-def _head_at_once(paths: list[Any]) -> None:
-    """HEAD ``paths`` (objects in a bucket) on threads at once: each remembers what it is (``ObjectPath.info``),
-    so their :func:`_file_like` then costs no request; latency once, not once per path (docs/decisions.md B14)."""
-    if len(paths) > 1:
-        with ThreadPoolExecutor(min(8, len(paths))) as pool:
-            list(pool.map(_file_like, paths))
+def _head_at_once(paths: list[Any]) -> list[bool]:
+    """:func:`_file_like` of each of ``paths`` (objects in a bucket: a HEAD each), on threads at once: the
+    latency once, not once per path (docs/decisions.md B14)."""
+    with ThreadPoolExecutor(min(8, len(paths))) as pool:
+        return list(pool.map(_file_like, paths))
 
 
 def _has_png(d: TaskPathLike) -> bool:
@@ -458,11 +457,12 @@ def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool =
         fields = set(FIELD_RE.findall(part))
         out: list[tuple[_P, dict[str, str]]] = []
         declared: dict[int, _P] = {}  # the declared file of each stream directory, HEADed at once in a bucket
+        held: dict[int, bool] = {}
         if last and prefer and fields == {"ext"}:
             declared = {j: d / part.format(ext=prefer[caps["image_key"]])
                         for j, (d, caps) in enumerate(found) if caps.get("image_key") in prefer}
-            if in_bucket:
-                _head_at_once(list(declared.values()))
+            if in_bucket and len(declared) > 1:
+                held = dict(zip(declared, _head_at_once(list(declared.values())), strict=True))
         for j, (d, caps) in enumerate(found):
             if not fields:
                 names = [part] + ([part.replace("episode-", "file-")] if "episode-" in part else [])
@@ -478,7 +478,7 @@ def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool =
                 continue
             if j in declared:
                 p = declared[j]
-                if _file_like(p):
+                if held[j] if j in held else _file_like(p):
                     out.append((p, caps))
                     continue
             rx = template_regex(part, legacy_prefix=True)
