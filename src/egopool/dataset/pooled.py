@@ -182,7 +182,9 @@ class PooledDataset(_Base):
         Threads per process reading a batch of a task in a bucket (default 8; directories use
         ``decode_threads``): the batch's episodes, then its streams, are opened and read at once, so a
         batch costs a few round trips of the store's latency rather than one per object (a forked worker
-        reads through a boto3 client of its own, docs/decisions.md B8, B9).
+        reads through a boto3 client of its own, docs/decisions.md B8, B9). With a
+        :class:`~egopool.dataset.BucketSampler` as many threads more open the next batch's objects while this one
+        decodes (B12, B15; bounds below unchanged).
     decoder:
         The RGB streams' decoder: ``"pyav"`` (default: as fast in the loader benchmark, less memory, scales with
         ``decode_threads``; benchmarks/README.md) or ``"torchcodec"`` (LeRobot 0.6's; the extra ``train``). Both give the
