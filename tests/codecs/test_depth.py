@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from egopool.codecs.depth import DepthEncoder, LogDepthCodec, hevc12_available, read_depth_frames
-from egopool.codecs.depth_error import depth_edge_mask, depth_error_report
+from egopool.codecs.depth_error import DepthErrorTally, depth_edge_mask, depth_error_report
 from egopool.codecs.video import video_info
 from egopool.errors import CodecError
 
@@ -205,3 +205,24 @@ def test_reading_a_non_depth_file_is_a_codec_error(tmp_path):
     bad.write_bytes(b"\x00" * 64)
     with pytest.raises(CodecError, match="x.mp4"):
         list(read_depth_frames(bad))
+
+
+def test_depth_error_tally_measures_inside_or_against_the_clipped_value():
+    """One frame: a hole, a pixel below and one above the range, two inside. Without clip_outside only the inside
+    pixels are measured (export lerobot); with it every valid pixel against its clipped value (compress)."""
+    src = np.array([[0, 50, 1000], [2000, 30000, 1500]], np.uint16)
+    back = np.array([[0, 120, 1010], [1990, 20000, 1500]], np.float32)
+    inside = DepthErrorTally()
+    measured, rel = inside.add(src, back, 100, 20000)
+    assert measured.tolist() == [[False, False, True], [True, False, True]]
+    np.testing.assert_allclose(rel, [0.01, 0.005, 0.0])
+    assert (inside.pixels, inside.holes, inside.valid, inside.below_min, inside.above_max) == (6, 1, 5, 1, 1)
+    assert inside.max_abs_mm == 10.0 and inside.max_rel == pytest.approx(0.01)
+    clipped = DepthErrorTally()
+    measured, rel = clipped.add(src, back, 100, 20000, clip_outside=True)
+    assert measured.tolist() == [[False, True, True], [True, True, True]]
+    np.testing.assert_allclose(rel, [0.2, 0.01, 0.005, 0.0, 0.0])  # 120 mm against 100 (50 clipped up)
+    assert clipped.max_abs_mm == 20.0 and clipped.max_rel == pytest.approx(0.2)
+    both = inside.merge(clipped)
+    assert (both.pixels, both.holes, both.max_abs_mm) == (12, 2, 20.0)
+    assert both.to_dict()["below_depth_min"] == 2

@@ -9,12 +9,13 @@ codec ringing concentrates at discontinuities and hole borders.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import CodecError
 
-__all__ = ["DepthErrorReport", "depth_edge_mask", "depth_error_report"]
+__all__ = ["DepthErrorReport", "DepthErrorTally", "depth_edge_mask", "depth_error_report"]
 
 
 def _dilate(mask: np.ndarray, radius: int) -> np.ndarray:
@@ -150,3 +151,71 @@ def depth_error_report(original: np.ndarray, decoded: np.ndarray, *, rel_jump: f
         valid=int((~hole).sum()), median=_q(allv, 50), p99=_q(allv, 99),
         max=float(allv.max()) if allv.size else float("nan"),
         median_non_edge=_q(ne, 50), p99_non_edge=_q(ne, 99), median_edge=_q(ed, 50), p99_edge=_q(ed, 99))
+
+
+@dataclass
+class DepthErrorTally:
+    """The running error of a lossy depth code over a stream, one frame at a time (what ``egopool compress``
+    checks, :mod:`.depth_transcode`, and what ``export lerobot`` measures of LeRobot's quantisation,
+    :mod:`egopool.interop.lerobot_depth`).
+
+    Attributes
+    ----------
+    pixels, holes:
+        Pixels seen, and of them holes (0) of the source.
+    below_min, above_max:
+        Valid source pixels under / over the code's range ``[lo, hi]`` mm (the code clips them).
+    max_abs_mm, max_rel:
+        Largest ``|decoded - reference|`` (mm) and ``|decoded - reference| / reference`` of the measured pixels.
+    """
+
+    pixels: int = 0
+    holes: int = 0
+    below_min: int = 0
+    above_max: int = 0
+    max_abs_mm: float = 0.0
+    max_rel: float = 0.0
+
+    @property
+    def valid(self) -> int:
+        """Valid (non-zero) source pixels."""
+        return self.pixels - self.holes
+
+    def add(self, src: np.ndarray, back: np.ndarray, lo: float, hi: float, *,
+            clip_outside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Account one frame and return ``(measured, rel)``: the ``(H, W)`` bool mask of the pixels measured and
+        their relative errors ``(M,)`` float64, in the mask's order.
+
+        ``src``: the source frame, uint16 mm ``(H, W)``, 0 = hole; ``back``: what the code gives back, mm, same
+        shape; ``[lo, hi]``: the code's range (mm). The reference of a valid pixel is its value; with
+        ``clip_outside`` every valid pixel is measured against its value clipped to ``[lo, hi]`` (the log code,
+        file_format.md §8), without it only the pixels inside the range are measured (LeRobot's quantisation,
+        whose lowest valid code is not ``lo``).
+        """
+        a = np.asarray(src)
+        valid = a > 0
+        self.pixels += a.size
+        self.holes += int(a.size - np.count_nonzero(valid))
+        below, above = valid & (a < lo), valid & (a > hi)
+        self.below_min += int(np.count_nonzero(below))
+        self.above_max += int(np.count_nonzero(above))
+        measured = valid if clip_outside else valid & ~below & ~above
+        ref = np.clip(a[measured], lo, hi).astype(np.float64)
+        err = np.abs(np.asarray(back)[measured].astype(np.float64) - ref)
+        rel = err / ref
+        if ref.size:
+            self.max_abs_mm = max(self.max_abs_mm, float(err.max()))
+            self.max_rel = max(self.max_rel, float(rel.max()))
+        return measured, rel
+
+    def merge(self, other: DepthErrorTally) -> DepthErrorTally:
+        """Both streams' counts, the larger errors."""
+        return DepthErrorTally(self.pixels + other.pixels, self.holes + other.holes, self.below_min + other.below_min,
+                               self.above_max + other.above_max, max(self.max_abs_mm, other.max_abs_mm),
+                               max(self.max_rel, other.max_rel))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``egopool_mapping.json``'s ``depth`` of a stream)."""
+        return {"pixels": self.pixels, "holes": self.holes, "below_depth_min": self.below_min,
+                "above_depth_max_clipped": self.above_max, "max_abs_error_mm": self.max_abs_mm,
+                "max_rel_error": self.max_rel}

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import CodecError
 from .depth import DepthEncoder, LogDepthCodec, probe_depth, read_depth_frames
-from .depth_error import depth_edge_mask
+from .depth_error import DepthErrorTally, depth_edge_mask
 
 __all__ = ["DEPTH_BOUNDS", "TranscodeCancelled", "TranscodeResult", "transcode_depth"]
 
@@ -110,27 +110,19 @@ class _Checker:
         self.codec, self.src, self.dst = codec, src, dst
         self.hist = np.zeros(_NBINS, np.int64)
         self.hist_ne = np.zeros(_NBINS, np.int64)
+        self.tally = DepthErrorTally()
         self.res = TranscodeResult(0, 0, 0)
 
     def frame(self, i: int, a: np.ndarray, b: np.ndarray) -> None:
         if a.shape != b.shape:
             raise CodecError(f"frame {i}: re-encoded size {b.shape} != source {a.shape}", path=self.dst)
-        hole = a == 0
-        bad = int(np.count_nonzero(hole != (b == 0)))
+        bad = int(np.count_nonzero((a == 0) != (b == 0)))
         if bad:
             raise CodecError(f"frame {i}: {bad} pixel(s) changed between hole (0) and depth in the re-encoded "
                              "stream; holes must survive exactly", path=self.dst,
                              hint="keep the lossless FFV1 stream (nothing was changed)")
-        valid = ~hole
-        x = np.clip(a[valid], self.codec.d_min, self.codec.d_max).astype(np.float64)
-        err = np.abs(b[valid].astype(np.float64) - x)
-        rel = err / x
+        valid, rel = self.tally.add(a, b, self.codec.d_min, self.codec.d_max, clip_outside=True)
         r = self.res
-        r.holes += int(hole.sum())
-        r.valid += int(x.size)
-        if x.size:
-            r.max_error_mm = max(r.max_error_mm, float(err.max()))
-            r.max_rel_error = max(r.max_rel_error, float(rel.max()))
         bins = np.minimum((rel / _BIN).astype(np.int64), _NBINS - 1)
         self.hist += np.bincount(bins, minlength=_NBINS)
         non_edge = ~depth_edge_mask(a)[valid]
@@ -148,6 +140,8 @@ class _Checker:
     def finish(self, frames: int) -> TranscodeResult:
         r = self.res
         r.frames = frames
+        t = self.tally
+        r.holes, r.valid, r.max_error_mm, r.max_rel_error = t.holes, t.valid, t.max_abs_mm, t.max_rel
         r.p99, r.p99_non_edge = _p99(self.hist), _p99(self.hist_ne)
         for name, value in (("p99", r.p99), ("p99_non_edge", r.p99_non_edge)):
             if value > DEPTH_BOUNDS[name]:

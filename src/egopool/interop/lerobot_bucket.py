@@ -26,7 +26,8 @@ from ..read.reader import open_task
 from ..registry import sha256_file
 from ..storage.bucket import Bucket
 from . import lerobot_format as fmt
-from .lerobot_export import EpisodePart, LeRobotExport, _write_meta, export_episode
+from .lerobot_export import LeRobotExport, export_episode
+from .lerobot_meta import EpisodePart, write_meta
 from .lerobot_plan import EpisodeJob, LeRobotPlan, plan_export
 
 __all__ = ["export_lerobot_to_bucket"]
@@ -98,7 +99,7 @@ def export_lerobot_to_bucket(task: Any, out: str, *, episodes: Sequence[int] | N
                 rel = fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=0, file_index=0)
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 bucket.download(rel, root / rel)
-            _write_meta(plan, parts, root)
+            write_meta(plan, parts, root)
             for s in plan.streams:
                 (root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=0, file_index=0)).unlink()
             _upload_tree(bucket, root, skip="meta/info.json")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,11 @@ import av
 import numpy as np
 
 from ..codecs.depth import _frame_of
+from ..codecs.depth_error import DepthErrorTally
 from ..codecs.video import open_media
 from ..errors import CodecError, FormatError
 
-__all__ = ["DepthErrors", "LeRobotDepthMap", "LeRobotDepthWriter", "depth_map_of_feature", "is_depth_feature",
+__all__ = ["LeRobotDepthMap", "LeRobotDepthWriter", "depth_map_of_feature", "is_depth_feature",
            "read_lerobot_depth"]
 
 QMAX = 4095
@@ -105,45 +106,6 @@ class LeRobotDepthMap:
         return (depth_mm + sh) * (math.exp(math.log((hi + sh) / (lo + sh)) / QMAX) - 1.0)
 
 
-@dataclass
-class DepthErrors:
-    """What the quantisation did to one depth stream (every frame, every pixel)."""
-
-    pixels: int = 0
-    holes: int = 0
-    below_min: int = 0
-    above_max: int = 0
-    max_abs_mm: float = 0.0
-    max_rel: float = 0.0
-    hist: dict[str, int] = field(default_factory=dict)
-
-    def add(self, mm: np.ndarray, back: np.ndarray, lo: float, hi: float) -> None:
-        """Account one frame: the source ``mm`` and what LeRobot reads back (``back``, float32 mm)."""
-        self.pixels += mm.size
-        valid = mm > 0
-        self.holes += int(mm.size - np.count_nonzero(valid))
-        inside = valid & (mm >= lo) & (mm <= hi)
-        self.below_min += int(np.count_nonzero(valid & (mm < lo)))
-        self.above_max += int(np.count_nonzero(valid & (mm > hi)))
-        if inside.any():
-            src = mm[inside].astype(np.float64)
-            err = np.abs(back[inside].astype(np.float64) - src)
-            self.max_abs_mm = max(self.max_abs_mm, float(err.max()))
-            self.max_rel = max(self.max_rel, float((err / src).max()))
-
-    def merge(self, other: DepthErrors) -> DepthErrors:
-        """Both streams' counts, the larger errors."""
-        return DepthErrors(self.pixels + other.pixels, self.holes + other.holes, self.below_min + other.below_min,
-                           self.above_max + other.above_max, max(self.max_abs_mm, other.max_abs_mm),
-                           max(self.max_rel, other.max_rel))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``egopool_mapping.json``)."""
-        return {"pixels": self.pixels, "holes": self.holes, "below_depth_min": self.below_min,
-                "above_depth_max_clipped": self.above_max, "max_abs_error_mm": self.max_abs_mm,
-                "max_rel_error": self.max_rel}
-
-
 class LeRobotDepthWriter:
     """One episode's depth stream as LeRobot 0.6's depth video: x265 lossless ``gray12le`` HEVC in MP4.
 
@@ -162,7 +124,7 @@ class LeRobotDepthWriter:
     def __init__(self, path: Path, width: int, height: int, fps: int, depth_map: LeRobotDepthMap, *,
                  gop: int = 2) -> None:
         self.depth_map = depth_map
-        self.errors = DepthErrors()
+        self.errors = DepthErrorTally()
         self._lo, self._hi = depth_map.depth_min * 1000.0, depth_map.depth_max * 1000.0
         self._out = av.open(str(path), "w")
         s = self._out.add_stream("libx265", rate=fps)
@@ -175,7 +137,7 @@ class LeRobotDepthWriter:
     def encode(self, depth_mm: np.ndarray) -> None:
         """Quantise and encode one uint16 mm ``(H, W)`` frame (errors accounted in :attr:`errors`)."""
         codes = self.depth_map.quantize(depth_mm)
-        self.errors.add(np.asarray(depth_mm), self.depth_map.dequantize(codes), self._lo, self._hi)
+        self.errors.add(depth_mm, self.depth_map.dequantize(codes), self._lo, self._hi)
         frame = _frame_of(codes, "gray12le")
         frame.pts = self._n
         self._n += 1

@@ -32,6 +32,7 @@ from ..errors import CodecError, EgopoolError, FormatError
 from ..schema import ColumnSpec
 from ..write.checks import check_finite_values
 from . import lerobot_format as fmt
+from .lerobot_language import LANGUAGE_COLUMNS, dumps_rows, is_language_feature, language_type_problem, rows_of
 
 __all__ = ["FIX", "FeatureColumns", "LeRobotDatasetInfo", "check_episodes", "data_path", "decode_window",
            "episode_rows", "plain_int", "png_frame", "row_values", "type_problem", "values", "video_path",
@@ -119,11 +120,12 @@ def episode_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], names: Sequence[
     return table
 
 
-def type_problem(typ: pa.DataType, feature: Mapping[str, Any]) -> str | None:
-    """Why a parquet column of type ``typ`` cannot hold LeRobot feature ``feature`` (a phrase), or None.
+def type_problem(typ: pa.DataType, feature: Mapping[str, Any], name: str = "") -> str | None:
+    """Why a parquet column ``name`` of type ``typ`` cannot hold LeRobot feature ``feature`` (a phrase), or None.
 
     The leaf type must be the declared ``dtype`` (``string`` an arrow string, ``image`` a
-    struct with ``bytes``); nested fixed-size lists must hold ``prod(shape)`` values (a
+    struct with ``bytes``, a language column LeRobot's rows, :mod:`.lerobot_language`); nested fixed-size lists
+    must hold ``prod(shape)`` values (a
     variable list's length is checked per row by :func:`values`). A ``dtype`` numpy does not
     know is a problem of its own (the import's column plan refuses it by name first).
     """
@@ -131,6 +133,8 @@ def type_problem(typ: pa.DataType, feature: Mapping[str, Any]) -> str | None:
     shape = list(feature.get("shape") or [1])
     if isinstance(typ, pa.BaseExtensionType):  # datasets' ArrayND, registered when `datasets` is imported
         typ = typ.storage_type
+    if is_language_feature(name, feature):
+        return language_type_problem(name or "language", typ)
     if dtype == "image":
         ok = pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0
         ok = ok or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
@@ -171,6 +175,12 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
         values (all the same number without ``feature``), naming the file, column and row.
     """
     col = table.column(name)
+    if name in LANGUAGE_COLUMNS and feature is not None and is_language_feature(name, feature):
+        try:  # each frame's rows as the pooled column's JSON text (.lerobot_language)
+            texts = [dumps_rows(r) for r in rows_of(col, name, where="" if episode is None else f"episode {episode} ")]
+        except FormatError as exc:
+            raise FormatError(exc.message, path=path, hint=FIX) from None
+        return np.asarray(texts, dtype=object).reshape(rows, 1)
     if isinstance(col.type, pa.BaseExtensionType):  # datasets' ArrayND (lerobot's 2-D columns): its plain lists
         col = pa.chunked_array([c.storage for c in col.chunks], type=col.type.storage_type)
     if not _is_list(col.type):
@@ -343,7 +353,7 @@ def _check_files(ds: LeRobotDatasetInfo, chosen: Sequence[Mapping[str, Any]], na
                                   hint=FIX)
             for n in names:
                 typ = schemas[path].field(n).type
-                why = type_problem(typ, feats[n]) if n in feats else None
+                why = type_problem(typ, feats[n], n) if n in feats else None
                 if why is not None:
                     raise FormatError(f"column {n!r} {why}", path=path,
                                       hint="restore the data file, or correct the feature in meta/info.json")

@@ -9,7 +9,9 @@ person about the recording: the nearest fit is an ``interjection`` row (``role``
 ``"<label>: <note>"`` or the label alone, no camera, no tool calls) on the frame where the range starts.
 That is where it is written (lerobot >= 0.6; lerobot 0.4 has no language columns). The range's end, the
 frames it covers, who made it and when have no place there: ``egopool_mapping.json`` lists every event
-whole under ``events`` (with its LeRobot episode and frames), for any release.
+whole under ``events`` (with its LeRobot episode and frames), for any release. A task that already holds
+``language_events`` (imported, :mod:`.lerobot_language`) keeps its rows; the reviewers' rows are added after them,
+and one equal to a row already on its frame is not written again (docs/decisions.md I23).
 """
 
 from __future__ import annotations
@@ -20,29 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..curation.review_events import ReviewEvent
 from . import lerobot_format as fmt
+from .lerobot_language import LANGUAGE_EVENTS, LANGUAGE_FEATURE, language_array, language_type, rows_of
 
 __all__ = ["LANGUAGE_EVENTS", "ExportEvents", "add_events", "event_content", "events_mapping", "language_events_type",
            "write_language_events"]
 
-LANGUAGE_EVENTS = "language_events"
-#: the ``info.json`` feature of the column (``lerobot.datasets.language.language_feature_info``)
-LANGUAGE_FEATURE = {"dtype": "language", "shape": [1], "names": None}
 _STYLE, _ROLE = "interjection", "user"
 
 
 def language_events_type() -> pa.DataType:
-    """LeRobot 0.6.1's ``language_events`` arrow type (``language_events_arrow_type``), built here so the
-    export needs no lerobot."""
-    json_t = pa.json_() if hasattr(pa, "json_") else pa.string()
-    return pa.list_(pa.struct([pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string()),
-                               pa.field("style", pa.string()), pa.field("camera", pa.string()),
-                               pa.field("tool_calls", pa.list_(json_t))]))
+    """LeRobot 0.6.1's ``language_events`` arrow type (``language_events_arrow_type``)."""
+    return language_type(LANGUAGE_EVENTS)
 
 
 def event_content(e: ReviewEvent) -> str:
@@ -60,23 +55,24 @@ def _rows(events: Sequence[ReviewEvent], fps: float, length: int) -> list[list[d
     return rows
 
 
-def _column(rows: Sequence[Sequence[dict[str, Any]]], typ: pa.DataType) -> pa.Array:
-    """``rows`` as a ``language_events`` array: built from its parts, because pyarrow cannot convert Python
-    values to the JSON extension type of ``tool_calls`` (always null here)."""
-    flat = [r for frame in rows for r in frame]
-    item = typ.value_type
-    children = [pa.array([r[f.name] for r in flat], type=f.type) if f.name != "tool_calls"
-                else pa.nulls(len(flat), type=f.type) for f in item]
-    mask = pa.array([False] * len(flat)) if flat else None
-    values = pa.StructArray.from_arrays(children, fields=list(item), mask=mask)
-    offsets = pa.array(np.cumsum([0, *(len(frame) for frame in rows)]), type=pa.int32())
-    return pa.ListArray.from_arrays(offsets, values, type=typ)
+def _merge(have: list[list[dict[str, Any]]], new: list[list[dict[str, Any]]]) -> tuple[list[list[dict[str, Any]]], int]:
+    """Per frame the rows already in the data, then the reviewers' rows that are not among them; and how many were
+    (docs/decisions.md I23: an event exported before and imported back is in the data once)."""
+    merged, repeated = [], 0
+    for old, add in zip(have, new, strict=True):
+        fresh = [r for r in add if r not in old]
+        repeated += len(add) - len(fresh)
+        merged.append(old + fresh)
+    return merged, repeated
 
 
 def write_language_events(root: Path, parts: Sequence[tuple[int, tuple[int, int]]], fps: float,
-                          events: Mapping[int, Sequence[ReviewEvent]]) -> int:
-    """Add ``language_events`` to every episode's data parquet under ``root`` (a dataset being built) and its
-    feature to ``meta/info.json``; return the rows written.
+                          events: Mapping[int, Sequence[ReviewEvent]]) -> tuple[int, int]:
+    """Add the reviewers' rows to ``language_events`` of every episode's data parquet under ``root`` (a dataset
+    being built) and its feature to ``meta/info.json``; return (rows written, rows already there).
+
+    A data file that already has ``language_events`` (a pooled language column exported) keeps its rows; a
+    reviewer's row equal to one already on its frame is not written again (docs/decisions.md I23).
 
     Parameters
     ----------
@@ -95,14 +91,20 @@ def write_language_events(root: Path, parts: Sequence[tuple[int, tuple[int, int]
     OSError, pyarrow.ArrowInvalid
         A data parquet cannot be read or written (the caller's staging is removed).
     """
-    written = 0
+    written = repeated = 0
     typ = language_events_type()
     for n, (c, f) in parts:
         path = root / fmt.DATA_PATH.format(chunk_index=c, file_index=f)
         table = pq.read_table(path)
         rows = _rows(events.get(n, ()), fps, table.num_rows)
-        written += sum(1 for r in rows for _ in r)
-        table = table.append_column(pa.field(LANGUAGE_EVENTS, typ), _column(rows, typ))
+        written += sum(len(r) for r in rows)
+        if LANGUAGE_EVENTS in table.column_names:
+            at = table.column_names.index(LANGUAGE_EVENTS)
+            rows, again = _merge(rows_of(table.column(at), LANGUAGE_EVENTS, where=f"{path}: "), rows)
+            repeated += again
+            table = table.set_column(at, pa.field(LANGUAGE_EVENTS, typ), language_array(rows, LANGUAGE_EVENTS))
+        else:
+            table = table.append_column(pa.field(LANGUAGE_EVENTS, typ), language_array(rows, LANGUAGE_EVENTS))
         tmp = path.with_name(path.name + ".events.tmp")
         pq.write_table(table, tmp, compression="zstd", row_group_size=max(table.num_rows, 1))
         tmp.replace(path)
@@ -110,7 +112,7 @@ def write_language_events(root: Path, parts: Sequence[tuple[int, tuple[int, int]
     info = json.loads(info_path.read_text(encoding="utf-8"))
     info["features"][LANGUAGE_EVENTS] = dict(LANGUAGE_FEATURE)
     _write_json(info_path, info)
-    return written
+    return written - repeated, repeated
 
 
 def events_mapping(events: Mapping[int, Sequence[ReviewEvent]], episodes: Mapping[int, tuple[int, int]], fps: float,
@@ -164,9 +166,11 @@ class ExportEvents:
 
 
 def add_events(root: Path, events: ExportEvents, fps: float, target: str,
-               episodes: Sequence[tuple[int, int, int, tuple[int, int]]]) -> None:
+               episodes: Sequence[tuple[int, int, int, tuple[int, int]]]) -> int:
     """Put ``events`` into the dataset being built at ``root`` (data, ``meta/`` and the mapping written):
     ``language_events`` for ``target`` other than ``"0.4"``, and the ``events`` block of ``egopool_mapping.json``.
+    Return how many events were already in ``language_events`` (a pooled language column, I23) and were not
+    written again.
 
     ``episodes``: per exported episode ``(N, LeRobot episode_index, length, (chunk, file) of its data)``.
 
@@ -176,12 +180,18 @@ def add_events(root: Path, events: ExportEvents, fps: float, target: str,
         A file of the dataset cannot be read or written (the caller removes its staging).
     """
     in_column = target != "0.4"
+    repeated = 0
     if in_column:
-        write_language_events(root, [(n, cf) for n, _, _, cf in episodes], fps, events.by_episode)
+        _, repeated = write_language_events(root, [(n, cf) for n, _, _, cf in episodes], fps, events.by_episode)
     mapping_path = root / "egopool_mapping.json"
     mapping = json.loads(mapping_path.read_text(encoding="utf-8"))
     mapping["events"] = events_mapping(events.by_episode, {n: (lr, length) for n, lr, length, _ in episodes}, fps,
                                        source=events.source, in_column=in_column)
     if in_column:
-        mapping["features"][LANGUAGE_EVENTS] = {"from": ["review events"], "how": mapping["events"]["column"]}
+        mapping["events"]["already_in_data"] = repeated
+        entry = mapping["features"].get(LANGUAGE_EVENTS) or {"from": [], "how": "language", "pooled": {}}
+        entry["from"] = [*entry["from"], "review events"]
+        entry["review_events"] = mapping["events"]["column"]
+        mapping["features"][LANGUAGE_EVENTS] = entry
     _write_json(mapping_path, mapping)
+    return repeated

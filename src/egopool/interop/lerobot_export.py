@@ -23,14 +23,12 @@ lerobot >= 0.6 export (the default target) become LeRobot depth videos (:mod:`.l
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import fsync_dir
 from ..arrowutil import list_column_to_numpy
+from ..codecs.depth_error import DepthErrorTally
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
 from ..errors import EgopoolError, SchemaError, StorageError
@@ -48,17 +47,16 @@ from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
 from . import lerobot_format as fmt
 from ._checks import check_output_dir
-from .lerobot_depth import DepthErrors, LeRobotDepthMap, LeRobotDepthWriter
+from .lerobot_depth import LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_events import ExportEvents, add_events
+from .lerobot_language import language_array, language_type, loads_rows
+from .lerobot_meta import DEPTH_GOP, EpisodePart, write_meta
 from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
 
 _BATCH_ROWS = 256
-#: Key frame interval of an exported depth video: lerobot's own writer's (``VideoEncoderConfig.g``).
-_DEPTH_GOP = 2
 _COPY_PIX_FMTS = ("yuv420p", "yuvj420p")
-_MAPPING_FILE = "egopool_mapping.json"
 #: x264 without macroblock-tree rate control: with it the same frames give other bytes from run to
 #: run (in one process, one thread); without it a re-encoded video is the same in every export (K8).
 _REPRODUCIBLE_X264 = "mbtree=0"
@@ -67,39 +65,6 @@ _REPRODUCIBLE_X264 = "mbtree=0"
 _REENCODE_CRF = 20
 #: Progress callback ``(episodes done, episodes total)``.
 Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class EpisodePart:
-    """What :func:`export_episode` wrote for one episode (merged by :func:`export_lerobot`).
-
-    Attributes
-    ----------
-    index, episode_index:
-        Pooled N and LeRobot 0-based episode index.
-    length:
-        Frames.
-    from_index:
-        Global index of its first frame.
-    data_file:
-        ``(chunk_index, file_index)`` of its data parquet.
-    videos:
-        LeRobot feature -> ``(chunk_index, file_index, from_timestamp, to_timestamp)``.
-    copied:
-        Video features copied without re-encoding.
-    stats:
-        Feature -> statistics block (:mod:`.lerobot_format`).
-    """
-
-    index: int
-    episode_index: int
-    length: int
-    from_index: int
-    data_file: tuple[int, int]
-    videos: dict[str, tuple[int, int, float, float]]
-    copied: tuple[str, ...]
-    stats: dict[str, dict[str, np.ndarray]] = field(repr=False)
-    depth_errors: dict[str, DepthErrors] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -115,25 +80,34 @@ class LeRobotExport:
         The mapping (features, renamed and dropped columns, episodes).
     parts:
         One :class:`EpisodePart` per exported episode (empty for a dry run).
+    events_repeated:
+        Reviewers' events (``events``) already in the exported ``language_events`` (imported with the task) and
+        therefore not written again (docs/decisions.md I23).
     """
 
     out: Path | str | None
     plan: LeRobotPlan
     parts: tuple[EpisodePart, ...] = ()
+    events_repeated: int = 0
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """What makes the dataset untrainable as it is: an ``action`` that never changes (issue 27)."""
+        """What makes the dataset untrainable as it is (an ``action`` that never changes, issue 27), and reviewers'
+        events that were in the task's ``language_events`` already (I23)."""
+        out: tuple[str, ...] = ()
+        if self.events_repeated:
+            out += (f"{self.events_repeated} event(s) were in the task's language_events already (imported with "
+                    "it): written once",)
         blocks = [p.stats["action"] for p in self.parts if "action" in p.stats]
         if not blocks:
-            return ()
+            return out
         merged = fmt.aggregate_stats(blocks)
         if np.all(np.asarray(merged["min"]) == np.asarray(merged["max"])):
             what = ("the pooled placeholder [0.0]" if not any(c.name == "action" and c.kind == "concat"
                                                                for c in self.plan.columns) else "--action columns")
-            return (f"action is constant in every exported frame ({what}): a policy learns nothing from it; "
+            out += (f"action is constant in every exported frame ({what}): a policy learns nothing from it; "
                     "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)",)
-        return ()
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the mapping, the output, frames and which videos were copied."""
@@ -204,13 +178,13 @@ def _export_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int,
 
 
 def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: int,
-                        gop: int | None) -> tuple[np.ndarray, DepthErrors]:
+                        gop: int | None) -> tuple[np.ndarray, DepthErrorTally]:
     """One depth stream as a LeRobot 0.6 depth video; returns (sampled thumbnails ``(S, h, w, 1)`` uint16 mm for
     stats, the quantisation's errors)."""
     rows = set(_sample_rows(length).tolist())
     thumbs: list[np.ndarray] = []
     dst.parent.mkdir(parents=True, exist_ok=True)
-    enc = LeRobotDepthWriter(dst, s.width, s.height, fps, LeRobotDepthMap(), gop=gop or _DEPTH_GOP)
+    enc = LeRobotDepthWriter(dst, s.width, s.height, fps, LeRobotDepthMap(), gop=gop or DEPTH_GOP)
     n = 0
     try:
         for n, frame in enumerate(ep.depth(s.key), start=1):
@@ -225,6 +199,15 @@ def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: 
         raise SchemaError(f"depth stream {s.key!r} has {n} frames for {length} rows (one per row, file_format.md "
                           "§7.3)", path=ep.stream_path(s.key))
     return np.stack(thumbs), enc.errors
+
+
+def _language_values(col: ColumnMap, batch: pa.RecordBatch, first: int, where: str) -> pa.Array:
+    """A language column's rows from one record batch (rows ``first``.. of the episode), in lerobot's type (none
+    where the episode lacks the column)."""
+    at = batch.schema.get_field_index(col.sources[0])
+    texts = batch.column(at).to_pylist() if at >= 0 else [None] * batch.num_rows
+    return language_array([loads_rows(t, col.name, where=f"{where}row {first + i}: ") for i, t in enumerate(texts)],
+                          col.name)
 
 
 def _column_values(col: ColumnMap, batch: pa.RecordBatch, rows: int) -> np.ndarray:
@@ -288,9 +271,13 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     features = plan.features
     data_feats = {n: v for n, v in features.items() if v["dtype"] != "video"}
     plain = plan.target != "0.4"  # lerobot >= 0.6: plain nested lists, one row group per episode (issue 31)
-    schema = pa.schema([fmt.arrow_field(n, v, plain_nested=plain) for n, v in data_feats.items()])
+    schema = pa.schema([pa.field(n, language_type(n)) if v["dtype"] == "language" else
+                        fmt.arrow_field(n, v, plain_nested=plain) for n, v in data_feats.items()])
     batches: list[pa.RecordBatch] = []
-    need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources} | {"frame_index"})
+    have = set(ep.schema.names)  # a language column may be missing in an episode (none on its frames)
+    need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources if s in have}
+                  | {"frame_index"})
+    language: dict[str, pa.Array] = {}
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
                    for col in plan.columns if col.kind == "depth"}
@@ -312,6 +299,8 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
                         frames.append(frame)
                     arrays[col.name] = np.stack(frames)
                     depth_stats[col.name].update(fmt.as_vectors(arrays[col.name]))
+                elif col.kind == "language":
+                    language[col.name] = _language_values(col, batch, done, f"episode {job.index} ")
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
             fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
@@ -320,14 +309,15 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             arrays["episode_index"] = np.full(rows, job.episode_index, np.int64)
             arrays["index"] = np.arange(job.from_index + done, job.from_index + done + rows, dtype=np.int64)
             arrays["task_index"] = np.zeros(rows, np.int64)
-            batch_out = pa.record_batch([fmt.feature_array(arrays[n], data_feats[n], plain_nested=plain)
+            batch_out = pa.record_batch([language[n] if n in language else
+                                         fmt.feature_array(arrays[n], data_feats[n], plain_nested=plain)
                                          for n in data_feats], schema=schema)
             if plain:
                 batches.append(batch_out)
             else:
                 writer.write_batch(batch_out)
             for n in values:
-                if data_feats[n]["dtype"] != "string" and not n.startswith("observation.depth."):
+                if data_feats[n]["dtype"] not in ("string", "language") and not n.startswith("observation.depth."):
                     values[n].append(arrays[n])
             done += rows
         if plain and batches:
@@ -344,7 +334,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
         stats[name] = counted.result(length)
     videos: dict[str, tuple[int, int, float, float]] = {}
     copied: list[str] = []
-    errors: dict[str, DepthErrors] = {}
+    errors: dict[str, DepthErrorTally] = {}
     for s in plan.streams:
         dst = root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=c, file_index=f)
         if s.depth:  # lerobot 0.6: per channel (1, 1, 1) of the sampled mm frames, not divided by 255
@@ -376,74 +366,6 @@ def export_episode_unit(shared: _ExportInput, job: EpisodeJob) -> EpisodePart:
     :class:`EpisodePart` to the driver, which writes ``meta/`` (errors: :func:`export_episode`).
     """
     return export_episode(job, shared.plan, shared.root)
-
-
-def _episodes_table(plan: LeRobotPlan, parts: Sequence[EpisodePart]) -> pa.Table:
-    cols: dict[str, list[Any]] = {"episode_index": [], "tasks": [], "length": [], "data/chunk_index": [],
-                                  "data/file_index": [], "dataset_from_index": [], "dataset_to_index": []}
-    for s in plan.streams:
-        for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
-            cols[f"videos/{s.name}/{k}"] = []
-    stat_names = list(parts[0].stats)
-    for name in stat_names:
-        for key in parts[0].stats[name]:
-            cols[f"stats/{name}/{key}"] = []
-    cols.update({"meta/episodes/chunk_index": [], "meta/episodes/file_index": [],
-                 "egopool/pooled_episode_index": [], "egopool/created_at": []})
-    for p in parts:
-        cols["episode_index"].append(p.episode_index)
-        cols["tasks"].append([plan.task_text])
-        cols["length"].append(p.length)
-        cols["data/chunk_index"].append(p.data_file[0])
-        cols["data/file_index"].append(p.data_file[1])
-        cols["dataset_from_index"].append(p.from_index)
-        cols["dataset_to_index"].append(p.from_index + p.length)
-        for s in plan.streams:
-            vc, vf, t0, t1 = p.videos[s.name]
-            for k, v in zip(("chunk_index", "file_index", "from_timestamp", "to_timestamp"), (vc, vf, t0, t1),
-                            strict=True):
-                cols[f"videos/{s.name}/{k}"].append(v)
-        for name in stat_names:
-            for key, block in p.stats[name].items():
-                arr = np.asarray(block)
-                cols[f"stats/{name}/{key}"].append(arr.astype(np.int64 if key == "count" else np.float64).tolist())
-        cols["meta/episodes/chunk_index"].append(0)
-        cols["meta/episodes/file_index"].append(0)
-        cols["egopool/pooled_episode_index"].append(p.index)
-        cols["egopool/created_at"].append(plan.created_at.get(p.index))
-    return pa.table(cols)
-
-
-def _info(plan: LeRobotPlan, parts: Sequence[EpisodePart], copied_info: Mapping[str, dict[str, Any]]) -> dict:
-    feats = plan.features
-    for s in plan.streams:
-        feats[s.name]["info"] = copied_info[s.name]
-    total = sum(p.length for p in parts)
-    return {"codebase_version": fmt.CODEBASE_VERSION, "robot_type": None, "total_episodes": len(parts),
-            "total_frames": total, "total_tasks": 1, "chunks_size": 1000, "data_files_size_in_mb": 100,
-            "video_files_size_in_mb": 200, "fps": plan.fps, "splits": {"train": f"0:{len(parts)}"},
-            "data_path": fmt.DATA_PATH, "video_path": fmt.VIDEO_PATH if plan.streams else None, "features": feats}
-
-
-def _video_feature_info(root: Path, s: StreamMap, fps: int, target: str = "0.4",
-                        gop: int | None = None) -> dict[str, Any]:
-    """A video feature's ``info``: 0.4's keys (``video.is_depth_map``), or 0.6's (``is_depth_map`` last, and a
-    depth video's ``depth_unit`` and quantisation), which lerobot 0.6.1's ``merge_datasets`` compares."""
-    _, info = packet_times(root / fmt.VIDEO_PATH.format(video_key=s.name, chunk_index=0, file_index=0))
-    stream = {"video.height": int(info["height"]), "video.width": int(info["width"]), "video.codec": info["codec"],
-              "video.pix_fmt": info["pix_fmt"]}
-    if target == "0.4":
-        return {**stream, "video.is_depth_map": False, "video.fps": fps, "video.channels": 3, "has_audio": False}
-    if not s.depth:
-        return {**stream, "video.fps": fps, "video.channels": 3, "has_audio": False,
-                **({"video.g": gop} if gop is not None else {}), "is_depth_map": False}
-    return {"is_depth_map": True, "depth_unit": "mm", **stream, "video.fps": fps, "video.channels": 1,
-            "has_audio": False, "video.g": gop or _DEPTH_GOP, "video.extra_options": {"x265-params": "lossless=1"},
-            **LeRobotDepthMap().to_info()}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=4, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
@@ -540,43 +462,13 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
                     dataclasses.replace(j, task_dir=Path(os.path.abspath(j.task_dir))) for j in plan.jobs]
             shared = _ExportInput(plan, Path(os.path.abspath(staging)))
             parts = (executor or LocalExecutor()).map(export_episode_unit, shared, jobs, progress=progress)
-            _write_meta(plan, parts, staging)
+            write_meta(plan, parts, staging)
+            repeated = 0
             if events is not None:
-                add_events(staging, events, plan.fps, plan.target,
-                           [(p.index, p.episode_index, p.length, p.data_file) for p in parts])
+                repeated = add_events(staging, events, plan.fps, plan.target,
+                                      [(p.index, p.episode_index, p.length, p.data_file) for p in parts])
             _publish_dir(staging, out, overwrite)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    return LeRobotExport(out, plan, tuple(parts))
-
-
-def _write_meta(plan: LeRobotPlan, parts: Sequence[EpisodePart], root: Path) -> None:
-    """``meta/`` from the merged episode parts, and the mapping file."""
-    meta = root / "meta"
-    (meta / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
-    pq.write_table(_episodes_table(plan, parts), meta / "episodes" / "chunk-000" / "file-000.parquet")
-    fmt.write_tasks(meta / "tasks.parquet", [plan.task_text])
-    stats = {name: fmt.aggregate_stats([p.stats[name] for p in parts]) for name in parts[0].stats}
-    _write_json(meta / "stats.json", fmt.stats_to_json(stats))
-    video_info = {s.name: _video_feature_info(root, s, plan.fps, plan.target, plan.gop) for s in plan.streams}
-    _write_json(meta / "info.json", _info(plan, parts, video_info))
-    mapping = plan.mapping()
-    for s in plan.streams:
-        if s.depth:
-            errs = [p.depth_errors[s.name] for p in parts]
-            total = errs[0]
-            for e in errs[1:]:
-                total = total.merge(e)
-            depth_map = LeRobotDepthMap()
-            mapping["features"][s.name]["depth"] = {
-                **LeRobotDepthMap().to_info(), **total.to_dict(),
-                "bound": "in [depth_min, depth_max]: |error| <= half the code step + 0.5 mm "
-                         f"({depth_map.step_mm(1000) / 2 + 0.5:.2f} mm at 1 m, "
-                         f"{depth_map.step_mm(5000) / 2 + 0.5:.2f} mm at 5 m, "
-                         f"{depth_map.step_mm(10000) / 2 + 0.5:.2f} mm at 10 m) of egopool's reader's value",
-                "hole_value": "code 0, which LeRobot reads as depth_min (10 mm); egopool's import makes it 0 again",
-                "outside": "valid depths below depth_min get code 1 (counted), above depth_max are clipped to it"}
-    _write_json(root / _MAPPING_FILE, mapping)
-    with contextlib.suppress(OSError):
-        fsync_dir(meta)
+    return LeRobotExport(out, plan, tuple(parts), repeated)

@@ -13,7 +13,10 @@ task), in ``episode_index`` order. Per episode:
 * LeRobot 0.6 depth videos (``is_depth_map``) -> depth streams: decoded with the feature's own
   ``video.depth_*`` quantisation to the millimetres LeRobot's reader gives (code 0, LeRobot's
   ``depth_min``, a hole), stored as lossless FFV1; a depth encoding egopool does not know is refused
-  in one line (:mod:`.lerobot_depth`, decisions I15); language columns are not imported (noted);
+  in one line (:mod:`.lerobot_depth`, decisions I15);
+* LeRobot 0.6's ``language_persistent`` / ``language_events`` -> string columns
+  ``observation.language_persistent`` / ``observation.language_events`` holding each frame's rows as JSON
+  (the dataset's ``tools`` in their declaration; :mod:`.lerobot_language`, decisions I22);
 * ``timestamp`` -> the pooled ``timestamp``; ``index``/``episode_index``/``task_index``/``frame_index``
   are LeRobot bookkeeping and are not stored (N and ``frame_index`` are the writer's).
 
@@ -47,6 +50,7 @@ from ..importers._common import (ImportResult, ImportSource, Progress, check_not
                                  remember_import, task_writer)
 from . import lerobot_format as fmt
 from .lerobot_depth import depth_map_of_feature, is_depth_feature, read_lerobot_depth
+from .lerobot_language import LANGUAGE_COLUMNS, is_language_feature, language_spec
 from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
                               episode_rows, plain_int, png_frame, row_values, values, video_path, window_frames)
 
@@ -217,8 +221,11 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[Featur
                 continue
             streams[name] = (key, dtype)
             continue
-        if dtype == "language" or name in ("language_persistent", "language_events"):
-            notes.append(f"{name} (LeRobot language column) not imported")
+        if is_language_feature(name, feat):  # lerobot 0.6's language rows -> a JSON string column (I22)
+            lang = _language_column(name, m, ds.info.get("tools"))
+            notes.append(f"{name} -> {lang.parts[0][0]}" if lang is not None
+                         else f"{name} (a language column lerobot 0.6.1 does not name) not imported")
+            cols += [lang] if lang is not None else []
             continue
         if name in _BOOKKEEPING:
             continue
@@ -248,6 +255,21 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[Featur
         spec = _generic_spec(target, feat)
         cols.append(FeatureColumns(name, [(target, int(math.prod(feat["shape"])), spec)]))
     return cols, streams
+
+
+def _language_column(name: str, mapped: Mapping[str, Any] | None, tools: Any) -> FeatureColumns | None:
+    """LeRobot language column ``name`` as a pooled JSON string column (I22): under the name and declaration the
+    egopool mapping gives it, else :data:`~.lerobot_language.POOLED`'s (None for a name lerobot does not use)."""
+    if name not in LANGUAGE_COLUMNS:
+        return None
+    pooled = (mapped or {}).get("pooled") if (mapped or {}).get("how") == "language" else None
+    target: str | None = None
+    decl: Any = None
+    if isinstance(pooled, dict) and len(pooled) == 1:
+        target, entry = next(iter(pooled.items()))
+        decl = entry.get("feature") if isinstance(entry, dict) else None
+    spec = language_spec(name, target, tools, decl if isinstance(decl, dict) else None)
+    return FeatureColumns(name, [(spec.name, 1, spec)])
 
 
 def _counters(raw: Any) -> dict[str, int]:

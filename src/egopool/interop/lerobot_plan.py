@@ -41,6 +41,7 @@ from ..read.reader import Episode, Task
 from ..schema import signal_kind
 from ..storage import ObjectPath
 from ._checks import episode_streams
+from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, lerobot_name
 
 __all__ = ["PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
 
@@ -78,7 +79,9 @@ class ColumnMap:
         Pooled columns (several for ``observation.state`` / ``action``; a depth feature
         names its stream).
     kind:
-        ``"column"`` (copied), ``"concat"`` (state/action), ``"depth"``.
+        ``"column"`` (copied), ``"concat"`` (state/action), ``"depth"``, ``"language"`` (a pooled language
+        column's JSON text -> LeRobot 0.6's language rows, :mod:`.lerobot_language`; an episode without the
+        column gets none).
     feature:
         The LeRobot feature (``dtype``, ``shape``, ``names``[, ``info``]).
     pooled:
@@ -343,14 +346,17 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
          "why": "LeRobot's timestamp is frame_index / fps, the clock of the video frames"},
         {"from": "episode_index", "to": "episode_index (0-based)",
          "why": "LeRobot numbers episodes 0.. contiguously; N is in egopool_mapping.json and meta/episodes"}]
-    seen_somewhere = sorted(set().union(*map(set, names)) - common)
+    language = _language_columns(chosen, features, target, dropped)
+    renamed += [{"from": c.sources[0], "to": c.name, "why": "LeRobot 0.6's language column: each row's JSON text as "
+                                                            "its rows (episodes without it: none)"} for c in language]
+    seen_somewhere = sorted(set().union(*map(set, names)) - common - {s for c in language for s in c.sources})
     for col in seen_somewhere:
         have = [ep.index for ep, n in zip(chosen, names, strict=True) if col in n]
         dropped.append({"source": col, "reason": f"only in episodes {have}; LeRobot features are the same for "
                                                  "every episode"})
     cmaps: dict[str, ColumnMap] = {}
     for col in names[0]:
-        if col not in common or col in _HANDLED_KEYS:
+        if col not in common or col in _HANDLED_KEYS or any(col in c.sources for c in language):
             continue
         cm, why = _column_map(col, schemas[0].field(col).type, features.get(col))
         if cm is not None:
@@ -372,6 +378,7 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
                              {"dtype": "float32", "shape": [1], "names": None},
                              {"timestamp": {"storage": "scalar", "dtype": "float32", "length": None, "feature": None}}))
     columns += [cm for col, cm in cmaps.items() if col not in taken]
+    columns += language
     streams, depth_cols = _plan_streams(chosen, depth, dropped, target)
     columns += depth_cols
     if repo_id is None:
@@ -389,6 +396,30 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     drops = {ep.index: _drop_stats(ep) for ep in chosen}
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
                        created, decl, target, gop, drops)
+
+
+def _language_columns(chosen: Sequence[Episode], features: Mapping[str, Any], target: str,
+                      dropped: list[dict[str, str]]) -> list[ColumnMap]:
+    """The pooled language columns (:mod:`.lerobot_language`) any chosen episode has, as LeRobot 0.6's columns
+    (none for ``--lerobot 0.4``, which exports them as string features, I22)."""
+    if target == "0.4":
+        return []
+    found: dict[str, ColumnMap] = {}
+    for ep in chosen:
+        for f in ep.schema:
+            feat = features.get(f.name)
+            lr = lerobot_name(f.name, feat)
+            if lr is None or not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
+                continue
+            have = found.get(lr)
+            if have is not None and have.sources != (f.name,):
+                if not any(d["source"] == f.name for d in dropped):
+                    dropped.append({"source": f.name, "reason": f"{have.sources[0]} is LeRobot's {lr} already"})
+                continue
+            found[lr] = ColumnMap(lr, (f.name,), "language", dict(LANGUAGE_FEATURE),
+                                  {f.name: {"storage": "string", "dtype": "string", "length": None,
+                                            "feature": dict(feat) if isinstance(feat, Mapping) else None}})
+    return [found[k] for k in LANGUAGE_COLUMNS if k in found]
 
 
 def preset_state(task: Task, preset: str, episodes: Sequence[int] | None = None) -> list[str]:
