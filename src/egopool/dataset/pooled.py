@@ -469,14 +469,15 @@ class PooledDataset(_Base):
                     frames[a.k][key] = (arr if a.pad is not None else arr[0], a.pad)
 
             jobs = [(g[1], asks) for g, asks in groups.items()]
-            if ahead and c + self.max_episodes >= len(eps) and len(jobs) <= self.max_open_streams:
-                # the batch's last streams are about to open: the next batch's opens overlap its decoding, with room
-                # for the decoders this batch is using (never one closed under it: DecoderCache's rule)
-                w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams - len(jobs)))
-                ahead = None
             for d in range(0, len(jobs), self.max_open_streams):
-                w.map(decode, jobs[d:d + self.max_open_streams])
-        if ahead:  # a batch of several chunks: the next one's opens overlap what follows this batch only
+                part = jobs[d:d + self.max_open_streams]
+                if ahead and c + self.max_episodes >= len(eps) and d + len(part) == len(jobs):
+                    # the batch's last streams are about to open: the next batch's opens overlap their decoding, with
+                    # room for the decoders in use (never one closed under them: DecoderCache's rule; B15)
+                    w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams - len(part)))
+                    ahead = None
+                w.map(decode, part)
+        if ahead:  # a batch without streams: the next one opens while this one is consumed
             w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams))
         out = []
         for k in range(len(indices)):
