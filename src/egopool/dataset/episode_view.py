@@ -23,9 +23,9 @@ from ..keypoints.mirror import EpisodeKeypoints
 from ..read.reader import Episode, open_task
 from ..storage import ObjectPath, TaskPath
 from .index import TaskEntry
-from .keypoint_keys import keypoint_rows, missing_mirror_error
+from .keypoint_keys import is_keypoint_key, keypoint_rows, missing_mirror_error
 
-__all__ = ["EpisodeView", "key_kind_by_name"]
+__all__ = ["EpisodeView", "check_keys", "key_kind_by_name"]
 
 IMU_KEYS = ("observation.imu", "imu_ts_ns")
 
@@ -55,8 +55,6 @@ def check_keys(keys: Sequence[str], tasks: Sequence[TaskEntry], first: Mapping[i
     ValueError
         One line naming the keys no task has and the keys that exist.
     """
-    from .keypoint_keys import is_keypoint_key
-
     known = set(_PLAIN_COLUMNS)
     for e in tasks:
         for field in ("features", "video_extensions"):
