@@ -466,7 +466,9 @@ def _direct_object_parquet(path: ObjectPath, what: str) -> Any:
                           hint="restore it from a backup")
     _check_parquet_tail(tail[-8:], size, path, what)
     if len(tail) >= size:
-        return pa.BufferReader(tail)
+        from ._parquet_memory import arrow_owned
+
+        return pa.BufferReader(arrow_owned(tail))  # no Python buffer for the pre-buffering threads to drop (A1)
     (footer,) = struct.unpack("<I", tail[-8:-4])
     if footer + 8 > len(tail):  # a footer larger than the first read: one more GET for the rest of it
         tail = _object_read.get_range(path, size - footer - 8, footer + 8 - len(tail), etag) + tail

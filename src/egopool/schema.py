@@ -29,6 +29,7 @@ __all__ = [
     "RESERVED_SUFFIXES",
     "ColumnSpec",
     "check_column_name",
+    "check_slot_name",
     "force_matrix_column",
     "hand_pose_column",
     "imu_columns",
@@ -117,6 +118,30 @@ def check_column_name(name: str, kind: str | None = None) -> None:
     if kind is not None and implied is not None and implied != kind:
         raise SchemaError(f"ends with a reserved suffix that means {implied!r}, but it is a {kind!r} column (§2.4)",
                           column=name, hint="pick a signal name that does not end in a reserved suffix")
+
+
+_SLOT_RE = re.compile(r"[^\W_]\w*")  # Unicode letters (Chinese too), digits and _, not starting with _
+_SLOT_BAD = re.compile(r"\W+")
+
+
+def check_slot_name(name: str) -> None:
+    """Check a video-slot name (``image_key``): what multi_device_storage.md §2.4's cleaning (``slot_base``:
+    illegal characters -> ``_``, Chinese kept) leaves, i.e. Unicode letters, digits and ``_`` (no space, ``-``,
+    ``.``, ``/``), not starting with ``_`` (a name starting with ``_`` or ``.`` is no file of the format,
+    file_format.md §11), at most 255 bytes of UTF-8 (it is a directory name under ``videos/chunk-*/``).
+    The writer's :class:`~egopool.write.streams.StreamSpec` and ``egopool edit rename-slot`` both check it.
+
+    Raises
+    ------
+    SchemaError
+        Naming the slot, the rule and a cleaned name to use instead.
+    """
+    if isinstance(name, str) and _SLOT_RE.fullmatch(name) and len(name.encode("utf-8")) <= 255:
+        return
+    fixed = _SLOT_BAD.sub("_", name if isinstance(name, str) else str(name)).strip("_")[:64]
+    raise SchemaError(f"invalid slot name {name!r}: a slot name is letters (Chinese allowed), digits and '_', "
+                      "not starting with '_', at most 255 bytes (multi_device_storage.md §2.4)",
+                      hint=f"use {fixed!r}" if fixed else "e.g. head_rgb")
 
 
 @dataclass(frozen=True)

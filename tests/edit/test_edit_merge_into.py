@@ -105,7 +105,8 @@ def test_a_second_edit_of_the_target_is_refused_while_a_merge_into_runs(tmp_path
         mid = digests(t)
         second = run_cli("edit", "merge", src.location, "--into", t.location)
         assert second.returncode == 1 and second.stderr.count("\n") <= 2, second.stderr
-        assert ("locked" in second.stderr) if backend == "dir" else ("another `egopool edit`" in second.stderr)
+        assert ("in progress" in second.stderr) if backend == "dir" else ("another `egopool edit`" in second.stderr)
+        assert "resume" not in second.stderr  # the first is alive: wait, not resume (E30)
         assert digests(t) == mid
         assert first.release().returncode == 0
     assert t.errors() == [] and read_info(t.location)["total_episodes"] == 2

@@ -38,16 +38,16 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import merge_info
 from ..meta.retired import highest_retired
 from ..meta.stats import StatsBlock, merge_stats, needs_recalc, recalc_stats
-from ..meta.tasks import tasks_jsonl
+from ..meta.tasks import read_tasks, tasks_jsonl
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import claim_key, pause
 from ..publish import journals as publish_journals
 from ..publish.journal import remove as remove_claims
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, open_store
 from .copy import ORIGINS, CopyPlan, EditReport, _origins, copy_picks, run_plan, target_keys
-from .journal import EditJournal, read_journal
+from .journal import EditJournal, other_edit, read_journal
 from .merge import collect, unite_tasks
-from .source import SourceTask, first_difference, location, open_source
+from .source import SourceTask, first_difference, location, open_source, refuse_nested
 
 __all__ = ["OP_INTO", "highest_used", "merge_into", "plan_merge_into"]
 
@@ -99,9 +99,12 @@ def plan_merge_into(sources: Sequence[str | ObjectPath], target: SourceTask) -> 
         raise OperationError("edit merge needs a source task", hint="egopool edit merge A --into EXISTING")
     opened = [open_source(s) for s in sources]
     uris = [s.t.uri for s in opened]
-    if len(set(uris)) != len(uris) or target.t.uri in uris:
+    if target.t.uri in uris:
+        raise OperationError(f"cannot merge {target.t.uri} into itself", hint="name other tasks as sources")
+    if len(set(uris)) != len(uris):
         raise OperationError(f"a task is named twice among {', '.join(uris + [target.t.uri])}",
                              hint="name each source once, and not the target")
+    refuse_nested(uris, target.t.uri)
     for other in opened:
         diff = first_difference(target, other)
         if diff is not None:
@@ -140,9 +143,7 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
     if pending is not None and not dry_run:
         if pending[0].get("op") == OP_INTO and pending[0].get("args") == {"sources": [location(s) for s in sources]}:
             return run_plan(tgt, None, report, into=execute_into)
-        raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}`)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` finishes it; "
-                                  f"nothing was written")
+        raise other_edit(tgt, pending[0])
     target = open_source(tgt.root)
     busy = sorted(_claimed(tgt))
     if busy and not dry_run:
@@ -151,10 +152,16 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
                         hint="merge when the upload or command finished; nothing was written")
     plan = plan_merge_into(sources, target)
     report.plan = plan
-    if dry_run:
-        report.writes = target_keys(plan)
+    if not plan.picks:  # every episode is in the target already: nothing changes, no journal, no claim (E32)
+        report.changes.append(f"nothing to do: every episode of {', '.join(plan.sources)} is in {tgt.uri} already")
         return report
-    return run_plan(tgt, plan, report, into=execute_into)
+    unchanged = ["meta/tasks.jsonl"] if plan.tasks == target.tasks() else []
+    if dry_run:
+        report.writes = [k for k in target_keys(plan) if k not in unchanged]
+        return report
+    report = run_plan(tgt, plan, report, into=execute_into)
+    report.writes = [k for k in report.writes if k not in unchanged]
+    return report
 
 
 def _claim_doc(name: str, new_index: int, token: str, keys: list[str], row: str) -> dict[str, Any]:
@@ -294,6 +301,13 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
     if not journal.doc.get("token"):
         journal.write(token=uuid.uuid4().hex)
     state = journal.doc.get("state")
+    if state == "copying":  # again, now that the journal is there: a delete or publish that claimed before (E30)
+        busy = sorted(_claimed(tgt))
+        if busy:
+            journal.remove()
+            raise LockError(f"episode(s) {', '.join(map(str, busy))} of this task are being published or changed "
+                            f"(their claims are under .egopool-server/journals/)", path=tgt.uri,
+                            hint="merge when the upload or command finished; nothing was written")
     if state in ("copying", "claiming"):
         if state == "copying":  # a directory's claims folder this edit makes is removed with its claims
             made = isinstance(tgt.root, Path) and not (tgt.root.parent / ".egopool-server").exists()
@@ -304,7 +318,8 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         pause(OP, "journal")
         state = "declaring"
     if state == "declaring":
-        tgt.store.put("meta/tasks.jsonl", tasks_jsonl(plan.tasks))
+        if read_tasks(tgt.root) != plan.tasks:  # the sources' strings all the target's: left as it is
+            tgt.store.put("meta/tasks.jsonl", tasks_jsonl(plan.tasks))
         _update_info(tgt, plan)
         journal.write(state="episodes")
         pause(OP, "declared")

@@ -244,6 +244,40 @@ class RenameColumn(Change):
         return {self.pairs.get(k, k): v for k, v in doc.items()}
 
 
+_NPY_EXPECTED = ("expected an array written by numpy.save: one number per data row of the episode, shape (rows,) "
+                 "or (rows, d), a numeric dtype (stored as float32)")
+
+
+def _check_npy(p: Path) -> None:
+    """Refuse a ``.npy`` that is none (no ``\\x93NUMPY`` header, a truncated one) or that holds no numbers
+    (Python objects, strings, records), naming the file and what is expected, before numpy's own messages
+    ("Cannot load file containing pickled data") can mislead.
+
+    Raises
+    ------
+    OperationError
+        Not a valid .npy of numbers.
+    """
+    from numpy.lib import format as npy_format
+
+    try:
+        with open(p, "rb") as f:
+            try:
+                major, _ = npy_format.read_magic(f)
+                header = (npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0)(f)
+            except (ValueError, EOFError, SyntaxError) as exc:
+                raise OperationError(f"{p} is not a valid .npy file (no NumPy array header: "
+                                     f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]})",
+                                     hint=_NPY_EXPECTED) from None
+    except OSError as exc:
+        raise OperationError(f"{p}: cannot read it ({exc.strerror or exc})", hint=_NPY_EXPECTED) from exc
+    dtype = header[2]
+    if dtype.hasobject or dtype.names is not None or dtype.kind not in "biuf":
+        what = ("Python objects" if dtype.hasobject else "records" if dtype.names is not None else
+                "text" if dtype.kind in "SU" else "complex numbers" if dtype.kind == "c" else "other values")
+        raise OperationError(f"{p} is a .npy of {what} (dtype {dtype}), not real numbers", hint=_NPY_EXPECTED)
+
+
 def load_values(path: str | Path) -> np.ndarray:
     """The values of an added column: ``.npy`` (shape ``(rows,)`` or ``(rows, d)``), or text with one value (or
     whitespace-separated vector) per line. Returned as float32 ``(rows, d)``.
@@ -255,15 +289,21 @@ def load_values(path: str | Path) -> np.ndarray:
     """
     p = Path(path)
     hint = "give a .npy array or a text file with one number (or vector) per line"
+    if p.suffix.lower() == ".npy":
+        _check_npy(p)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # loadtxt warns of an empty file: it is refused below, in one line
-            arr = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
-        wide = np.asarray(arr, dtype=np.float64)
+            warnings.simplefilter("ignore")  # loadtxt warns of an empty file (refused below), numpy of complex parts
+            arr = np.load(p) if p.suffix.lower() == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
+            if np.iscomplexobj(arr):  # a text file of "1+2j"
+                raise TypeError(f"complex numbers ({arr.dtype}); an added column is real float32")
+            wide = np.asarray(arr, dtype=np.float64)
         with np.errstate(over="ignore"):
             arr = wide.astype(np.float32)
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, EOFError) as exc:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if p.suffix.lower() == ".npy":
+            raise OperationError(f"{p} is not a valid .npy file ({text})", hint=_NPY_EXPECTED) from exc
         raise OperationError(f"{p}: cannot read one value per row ({text})", hint=hint) from exc
     over = np.isfinite(wide) & ~np.isfinite(arr)  # beyond float32's ±3.4e38: never stored as inf without a word
     if over.any():

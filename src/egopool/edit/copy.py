@@ -39,7 +39,7 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
 from ..storage.directory_store import DirectoryStore
-from .journal import JOURNAL, EditJournal, edit_lock, read_journal
+from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
 
 __all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target"]
@@ -334,10 +334,7 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
         if got is not None:
             old = CopyPlan.from_dict(got[0])
             if plan is not None and (old.op != plan.op or old.args != plan.args):
-                raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {old.op}`, "
-                                     f"{tgt.store.url(JOURNAL)})",
-                                     hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` "
-                                          f"finishes it; nothing was written")
+                raise other_edit(tgt, got[0])
             journal = EditJournal.take_over(tgt, got[0], got[1])
             report.plan, report.resumed = old, True
             plan = old

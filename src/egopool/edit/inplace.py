@@ -30,7 +30,7 @@ from ..errors import LockError, OperationError
 from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode
-from .journal import EditJournal, edit_lock, read_journal
+from .journal import EditJournal, edit_lock, other_edit, read_journal
 from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes, stamp
 from ..meta.tasks import tasks_jsonl
 from .source import EpisodeRef, SourceTask, open_source, parquet_bytes, parquet_table
@@ -110,7 +110,8 @@ class InplaceReport:
     def lines(self) -> list[str]:
         verb = "would rewrite" if self.dry_run else "rewrote"
         out = [f"{verb} episode {n}: {', '.join(keys)}" for n, keys in sorted(self.changed.items()) if keys]
-        return out + [f"{verb} {k}" for k in self.meta]
+        out += [f"{verb} {k}" for k in self.meta]
+        return out or [f"nothing to do: {self.task} is that way already (`edit {self.op}` changes no object)"]
 
 
 def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:
@@ -244,10 +245,7 @@ def apply_change(location: str | ObjectPath, ch: Change, *, dry_run: bool = Fals
         got = read_journal(t)
         if got is not None:
             if got[0].get("op") != ch.op or got[0].get("args") != ch.args():
-                raise OperationError(f"{t.uri} holds another edit under way or interrupted "
-                                     f"(`edit {got[0].get('op')}`)",
-                                     hint=f"wait for it; if it was killed, `egopool edit resume {t.uri}` "
-                                          f"finishes it; nothing was written")
+                raise other_edit(t, got[0])
             journal = EditJournal.take_over(t, got[0], got[1])
             report.resumed = True
         else:
@@ -257,6 +255,11 @@ def apply_change(location: str | ObjectPath, ch: Change, *, dry_run: bool = Fals
                 raise LockError(f"a publish into this task is in progress ({busy})", path=t.uri,
                                 hint="edit it when the upload finished; nothing was written")
             journal = EditJournal.create(t, {"op": ch.op, "args": ch.args(), "state": "declaring"})
+            busy = _publishing(t)  # again: a delete or publish that claimed before it saw the journal (E30)
+            if busy is not None:
+                journal.remove()
+                raise LockError(f"a publish or delete in this task is in progress ({busy})", path=t.uri,
+                                hint="edit it when it finished; nothing was written")
             pause(OP, "journal")
         _run(s, ch, journal, report)
     return report

@@ -10,6 +10,8 @@ holds the whole plan (every episode's source and destination, the target's ``inf
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,14 +19,14 @@ from typing import Any
 from .._atomic import task_lock
 from ..errors import FormatError, LockError, OperationError
 from ..meta import markers
-from ..ops._store_task import StoreTask
+from ..ops._store_task import EDIT_JOURNAL, StoreTask, edit_in_progress, holder_alive
 from ..storage import PreconditionFailed, PutMode
 from ..storage.store import require_conditional_writes
 
-__all__ = ["JOURNAL", "EditJournal", "edit_lock", "read_journal"]
+__all__ = ["JOURNAL", "EditJournal", "edit_lock", "other_edit", "read_journal"]
 
 #: task-relative key of an edit's journal
-JOURNAL = "meta/.edit.json"
+JOURNAL = EDIT_JOURNAL
 
 
 def read_journal(t: StoreTask) -> tuple[dict[str, Any], str] | None:
@@ -40,6 +42,12 @@ def read_journal(t: StoreTask) -> tuple[dict[str, Any], str] | None:
     except FormatError as exc:
         raise OperationError(f"unreadable edit journal: {exc.message}", path=t.store.url(JOURNAL),
                              hint="inspect the task (`egopool validate TASK`), then remove the journal") from exc
+
+
+def other_edit(t: StoreTask, doc: dict[str, Any]) -> LockError:
+    """The refusal of an edit that finds another edit's journal ``doc`` in ``t``: in progress (its owner alive:
+    wait), or interrupted (`egopool edit resume TASK` finishes it); one line, nothing written."""
+    return edit_in_progress(doc, t.store.url(JOURNAL), t.uri, "nothing was written")
 
 
 class EditJournal:
@@ -62,8 +70,12 @@ class EditJournal:
         try:
             version = t.store.put(JOURNAL, json_bytes({**doc, "owner": t.stamp()}), mode=PutMode.CREATE)
         except PreconditionFailed as exc:
-            raise LockError(f"another edit of this task is under way ({t.store.url(JOURNAL)})", path=t.uri,
-                            hint="wait for it to finish; nothing was written") from exc
+            got = t.store.get(JOURNAL)
+            try:
+                held = json.loads(got[0].decode("utf-8")) if got is not None else {}
+            except (UnicodeDecodeError, ValueError):
+                held = {}
+            raise other_edit(t, held if isinstance(held, dict) else {}) from exc
         return cls(t, doc, version)
 
     @classmethod
@@ -108,7 +120,14 @@ def edit_lock(t: StoreTask, *, dry_run: bool) -> Iterator[None]:
         yield
         return
     t.local.mkdir(parents=True, exist_ok=True)
-    with task_lock(t.local, wait=False):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(task_lock(t.local, wait=False))
+        except LockError:
+            got = read_journal(t)
+            if got is not None and holder_alive(got[0]):  # another edit holds the lock: say which, by whom (E30)
+                raise other_edit(t, got[0]) from None
+            raise
         live = sorted(markers.live_reservations(t.local, prune=False))
         if live:
             raise LockError(f"episode(s) {', '.join(map(str, live))} are being recorded into this task",

@@ -22,8 +22,9 @@ from ..meta.info import merge_info
 from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import read_journal
-from .source import SourceTask, first_difference, location, open_source, subtract_block
+from .journal import other_edit, read_journal
+from ..write.checks import check_task_name
+from .source import SourceTask, first_difference, location, open_source, refuse_nested, subtract_block
 
 __all__ = ["merge_new", "plan_merge"]
 
@@ -59,6 +60,8 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
     if len(set(uris)) != len(uris) or tgt_uri in uris:
         raise OperationError(f"a task is named twice among {', '.join(uris + [tgt_uri])}",
                              hint="name each source once and a new target")
+    refuse_nested(uris, tgt_uri)
+    check_task_name(tgt_uri.rsplit("/", 1)[-1])  # the new task's name: the writer's rule (E36)
     for other in opened[1:]:
         diff = first_difference(opened[0], other)
         if diff is not None:
@@ -100,10 +103,7 @@ def merge_new(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
     if pending is not None and not dry_run:
         if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
             return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
-        raise OperationError(f"{tgt_uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
-                             f"of other tasks)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt_uri}` "
-                                  f"finishes it; nothing was written")
+        raise other_edit(tgt, pending[0])
     plan = plan_merge(sources, tgt_uri)
     report.plan = plan
     if dry_run:

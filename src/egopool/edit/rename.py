@@ -9,7 +9,8 @@ The name of a task is its directory's (or prefix's) last part and ``info.json``'
 - A bucket has no rename: the task is copied to the new prefix by the copy engine (:mod:`egopool.edit.copy`) with
   its N kept, its ``stats.json`` and ``tasks.jsonl`` as they are, its other objects (``.egopool/retired/``
   tombstones: a deleted N stays retired under the new name, O37) copied; ``info.json`` last; then every object of
-  the old prefix is deleted.
+  the old prefix is deleted, unless it holds one the copy did not take (published or deleted meanwhile): then it is
+  left whole and the run says so (E38). A task with a publish claim or another edit's journal is not renamed.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import os
 from pathlib import Path
 
 from .._atomic import task_lock
-from ..errors import OperationError
+from ..write.checks import check_task_name
+from ..errors import LockError, OperationError
 from ..meta.stats import read_stats
-from ..ops._store_task import StoreTask, json_bytes
+from ..ops._store_task import StoreTask, json_bytes, refuse_edited
 from ..ops.task_store import pause
 from ..storage import Store, open_store
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import JOURNAL, EditJournal, read_journal
+from .journal import JOURNAL, EditJournal, other_edit, read_journal
 from .source import location, open_source
 
 __all__ = ["rename_task"]
@@ -54,11 +56,37 @@ def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
                     tasks, True, extra)
 
 
+def _copied(plan: CopyPlan) -> set[str]:
+    """The old task's keys the plan copied (its episodes' data, rows and videos, the extra objects, meta files)."""
+    from ..layout import TaskLayout
+
+    layout = TaskLayout.from_info(plan.sources[0], plan.info)
+    keys = {"meta/info.json", "meta/stats.json", "meta/tasks.jsonl", JOURNAL, *plan.extra}
+    for p in plan.picks:
+        keys |= {layout.data_key(p.index), layout.episodes_key(p.index), *(v[1] for v in p.videos.values())}
+    return keys
+
+
 def _delete_old(plan: CopyPlan) -> dict[str, list[int]]:
+    """Delete the old task once copied; left whole (nothing deleted, ``{}``) when it holds an object the plan did not
+    copy: an episode published, or a tombstone a delete left, during the copy (E38)."""
     store = open_store(plan.sources[0])
     keys = _objects(store)
+    if [k for k in keys if k not in _copied(plan)]:
+        return {}
     store.delete(sorted(keys, key=lambda k: (k == "meta/info.json", k)))  # info.json last: a task to the end
     return {plan.sources[0]: sorted(p.index for p in plan.picks)}
+
+
+def _finished(report: EditReport, src: str) -> EditReport:
+    """Refuse in one line when the old task was left (:func:`_delete_old`): the copy is complete under the new
+    name, the old task changed meanwhile."""
+    if src not in report.deleted:
+        raise OperationError(f"the task was copied to {report.target}, but {src} changed during the copy (an episode "
+                             f"published or deleted there), so it was left in place", path=src,
+                             hint=f"compare the two (`egopool ls`); `egopool edit merge {src} --into {report.target}` "
+                                  f"brings new episodes over; then delete the old task")
+    return report
 
 
 def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
@@ -85,10 +113,7 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
                 EditJournal.create(t, {"op": "rename", "args": args, "state": "renaming"})
                 pause("edit", "journal")
             elif got[0].get("op") != "rename" or got[0].get("args") != args:
-                raise OperationError(f"{old} holds another edit under way or interrupted "
-                                     f"(`edit {got[0].get('op')}`)",
-                                     hint=f"wait for it; if it was killed, `egopool edit resume {old}` "
-                                          f"finishes it; nothing was written")
+                raise other_edit(t, got[0])
             os.rename(old, new)
         pause("edit", "renamed")
     t = StoreTask(new, open_store(str(new)), new)
@@ -109,13 +134,13 @@ def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditRep
     Raises
     ------
     OperationError
-        ``new_name`` has a ``/`` or is empty; the new location exists; another file system (a directory).
+        The new location exists; another file system (a directory).
+    EgopoolError
+        ``new_name`` is no task name (:func:`egopool.write.checks.check_task_name`: the writer's rule).
     LockError
         Another edit or writer holds the task.
     """
-    if not new_name or "/" in new_name or new_name in (".", "..") or new_name.startswith("."):
-        raise OperationError(f"{new_name!r} is not a task name (no '/', not empty, not a dot name)",
-                             hint="egopool edit rename TASK NEWNAME")
+    check_task_name(new_name)  # the writer's rule (E36)
     src = location(source)
     new = src.rsplit("/", 1)[0] + "/" + new_name
     if not src.startswith("s3://"):
@@ -124,7 +149,9 @@ def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditRep
     report = EditReport("rename", tgt.uri, dry_run)
     pending = read_journal(tgt)
     if pending is not None and not dry_run:
-        return run_plan(tgt, None, report, move=_delete_old)
+        return _finished(run_plan(tgt, None, report, move=_delete_old), src)
+    if not dry_run:
+        _refuse_busy(src)
     plan = _bucket_plan(src, tgt.uri)
     report.plan = plan
     report.changes = [f"{'would set' if dry_run else 'set'} task_name {new_name!r} in meta/info.json"]
@@ -132,4 +159,17 @@ def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditRep
         report.writes = target_keys(plan)
         report.deleted = {src: [p.index for p in plan.picks]}
         return report
-    return run_plan(tgt, plan, report, move=_delete_old)
+    return _finished(run_plan(tgt, plan, report, move=_delete_old), src)
+
+
+def _refuse_busy(src: str) -> None:
+    """A bucket task under another edit, or with a publish or delete in progress, is not renamed (E38)."""
+    from .append import _claimed
+
+    old = open_source(src).t
+    refuse_edited(old.store, old.uri, "nothing was written")
+    busy = sorted(_claimed(old))
+    if busy:
+        raise LockError(f"episode(s) {', '.join(map(str, busy))} of this task are being published or changed "
+                        f"(their claims are under .egopool-server/journals/)", path=old.uri,
+                        hint="rename it when the upload or command finished; nothing was written")

@@ -21,8 +21,9 @@ from ..meta.episodes import read_episode_row
 from ..meta.stats import ACTION_BLOCK, tree_merge
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import read_journal
-from .source import SourceTask, location, open_source
+from .journal import other_edit, read_journal
+from ..write.checks import check_task_name
+from .source import SourceTask, location, open_source, refuse_nested
 
 __all__ = ["parse_where", "plan_split", "split_task"]
 
@@ -81,12 +82,14 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         No selection given, nothing chosen, a bad ``--where``, the target is the source.
     """
     if not indices and not where:
-        raise OperationError("edit split needs --episodes and/or --where", hint="egopool edit split A --into B "
-                                                                                "--episodes 1 2")
+        raise OperationError("edit split needs --episodes, --episodes-from and/or --where (none names an episode)",
+                             hint='e.g. egopool edit split A --into B --episodes 1,3,5-7 (or --where "length>=300")')
     s = open_source(source)
     tgt_uri = location(target)
     if tgt_uri == s.t.uri:
         raise OperationError(f"{tgt_uri} is the source itself", hint="name a new task as --into")
+    refuse_nested([s.t.uri], tgt_uri)
+    check_task_name(tgt_uri.rsplit("/", 1)[-1])  # the new task's name: the writer's rule (E36)
     chosen = _chosen(s, indices, where)
     if not chosen:
         raise OperationError(f"no episode of {s.t.uri} matches the selection; nothing was written",
@@ -138,10 +141,7 @@ def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         args = pending[0].get("args") or {}
         if pending[0].get("op") == "split" and args.get("source") == location(source):
             return run_plan(tgt, None, report, move=_move)
-        raise OperationError(f"{tgt.uri} holds another edit under way or interrupted (`edit {pending[0].get('op')}` "
-                             f"of another source)",
-                             hint=f"wait for it; if it was killed, `egopool edit resume {tgt.uri}` "
-                                  f"finishes it; nothing was written")
+        raise other_edit(tgt, pending[0])
     plan = plan_split(source, tgt.uri, indices, where, move=move)
     report.plan = plan
     if dry_run:

@@ -4,8 +4,9 @@ A slot (``image_key``, file_format.md §8, multi_device_storage.md §5.2) is rem
 ``video_extensions``, ``cameras``, ``device_names``, the ``slots`` of its device in ``devices`` (a device left
 without a slot goes) and the rows' ``video_codec`` entry of that slot. A rename moves every episode's video to
 the new slot name (bytes unchanged) and renames it in each of those declarations. The new name must be a slot
-name (no ``/``, not empty, not a dot name) that no device uses yet: two devices never share an ``image_key``
-(§5.2 rule 1). ``set-task`` rewrites one line of ``tasks.jsonl`` (the language instruction of ``task_index``),
+name (:func:`~egopool.schema.check_slot_name`, the writer's rule) that no device uses yet: two devices never share
+an ``image_key`` (§5.2 rule 1). A slot's ``status.<slot>`` data column (a UVC slot's connection state) follows
+it: renamed with it (the new name must then make a column name, ``[a-z0-9_]``), removed with it. ``set-task`` rewrites one line of ``tasks.jsonl`` (the language instruction of ``task_index``),
 single-line JSON as §5 requires.
 """
 
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from ..errors import OperationError, SchemaError
+from ..schema import check_column_name, check_slot_name
 from .columns import json_column_changed, slam_specs_changed
 from .inplace import Change
 from .source import SourceTask
@@ -38,6 +43,16 @@ def _naming_columns(info: dict[str, Any], slot: str) -> list[str]:
     """The columns whose ``features[...].source_slot`` is ``slot`` (multi_device_storage.md §6.6)."""
     return [k for k, v in sorted((info.get("features") or {}).items())
             if isinstance(v, dict) and v.get("source_slot") == slot]
+
+
+def _status_columns(s: SourceTask) -> set[str]:
+    """The ``status.*`` columns of every episode's data (schemas only). They are never declared (§6.8.2), so the
+    data says which exist; ``status.<slot>`` is a UVC slot's connection state (multi_device_storage.md §3)."""
+    out: set[str] = set()
+    for ref in s.episodes.values():
+        schema = pq.read_schema(pa.BufferReader(s.read(ref.data)))
+        out |= {c for c in schema.names if c.startswith("status.")}
+    return out
 
 
 def _resourced(decl: Any, old: str, new: str) -> Any:
@@ -68,6 +83,13 @@ class RemoveSlot(Change):
 
     def videos(self, n: int, videos: dict[str, tuple[str, str]]) -> list[tuple[str, str | None]]:
         return [(self.slot, None)] if self.slot in videos else []
+
+    def touches_data(self) -> bool:
+        return True
+
+    def data(self, n: int, table: pa.Table) -> pa.Table | None:  # the slot's status column goes with it (E35)
+        gone = f"status.{self.slot}"
+        return table.drop_columns([gone]) if gone in table.column_names else None
 
     def touches_rows(self) -> bool:
         return True
@@ -107,18 +129,37 @@ class RenameSlot(Change):
         slots = _slots(s)
         if self.old not in slots:
             raise SchemaError(f"no stream slot {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
-        if not self.new or "/" in self.new or self.new.startswith(".") or self.new != self.new.strip():
-            raise SchemaError(f"{self.new!r} is not a slot name (no '/', not empty, not a dot name)",
-                              hint="e.g. head_rgb")
+        check_slot_name(self.new)  # the writer's rule (StreamSpec), E31
         users = [str(d.get("key")) for d in s.info.get("devices") or []
                  if isinstance(d, dict) and self.new in (d.get("slots") or [])]
         if self.new in slots or users:
             who = f" (device {users[0]})" if users else ""
             raise SchemaError(f"slot {self.new!r} is used already{who}: two devices never share an image_key "
                               "(multi_device_storage.md §5.2)", hint="choose a free slot name")
+        status = _status_columns(s)
+        old_col, new_col = f"status.{self.old}", f"status.{self.new}"
+        if old_col in status:  # E35: the slot's status column follows it, so the new name must make a column name
+            if new_col in status:
+                raise SchemaError(f"slot {self.old!r} has the column {old_col}, which would become {new_col}, a "
+                                  f"column the task has already", hint="choose another slot name")
+            try:
+                check_column_name(new_col)
+            except SchemaError:
+                raise SchemaError(f"slot {self.old!r} has the column {old_col}, which follows the slot, and "
+                                  f"{new_col!r} is no column name (multi_device_storage.md §2.4: [a-z0-9_])",
+                                  hint="choose a slot name of lowercase ASCII letters, digits and '_'") from None
 
     def videos(self, n: int, videos: dict[str, tuple[str, str]]) -> list[tuple[str, str | None]]:
         return [(self.old, self.new)] if self.old in videos else []
+
+    def touches_data(self) -> bool:
+        return True
+
+    def data(self, n: int, table: pa.Table) -> pa.Table | None:  # the slot's status column follows it (E35)
+        old = f"status.{self.old}"
+        if old not in table.column_names:
+            return None
+        return table.rename_columns([f"status.{self.new}" if c == old else c for c in table.column_names])
 
     def touches_rows(self) -> bool:
         return True

@@ -11,7 +11,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import FormatError
+from .._parquet_memory import read_parquet_bytes
+from ..errors import FormatError, OperationError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
 from ..meta.stats import StatsBlock, episode_stats
@@ -28,7 +29,7 @@ from ..ops._store_task import StoreTask, open_store_task
 from ..storage import ObjectPath
 from ..storage._path import refuse_near_uri
 
-__all__ = ["DECLARATION_KEYS", "EpisodeRef", "SourceTask", "first_difference", "location", "open_source",
+__all__ = ["DECLARATION_KEYS", "EpisodeRef", "SourceTask", "first_difference", "location", "open_source", "refuse_nested",
            "parquet_bytes", "subtract_block"]
 
 #: The data columns a copy rewrites (edit/copy.py ``_copy_episode``): the numbering, not the content.
@@ -48,7 +49,7 @@ def parquet_table(body: bytes, where: str) -> pa.Table:
         Not readable as parquet (truncated, corrupt, empty).
     """
     try:
-        return pq.read_table(io.BytesIO(body))
+        return read_parquet_bytes(body)
     except (pa.ArrowException, OSError, ValueError) as exc:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise FormatError(f"cannot read parquet ({text}): the file is damaged", path=where,
@@ -153,8 +154,29 @@ def location(where: str | os.PathLike[str] | ObjectPath) -> str:
     text = str(where) if isinstance(where, ObjectPath) else os.fspath(where)
     refuse_near_uri(text)
     if text.startswith("s3://"):
-        return text.rstrip("/")
+        return str(ObjectPath(text))  # checked (a bucket, no empty or dot component), no trailing "/"
     return os.path.abspath(text)
+
+
+def refuse_nested(sources: Sequence[str], target: str) -> None:
+    """Refuse a target inside a source task or a source inside the target (``split A --into A/part``: the new
+    task's files would be stray files of A, and a task is never nested in another). ``sources`` and ``target``
+    as :func:`location` gives them.
+
+    Raises
+    ------
+    OperationError
+        Naming both and the fix.
+    """
+    tgt = target.rstrip("/") + "/"
+    for src in sources:
+        inner = src.rstrip("/") + "/"
+        if inner != tgt and tgt.startswith(inner):
+            raise OperationError(f"{target} is inside the task {src}; nothing was written",
+                                 hint="name a location outside every source task (a task never holds another)")
+        if inner != tgt and inner.startswith(tgt):
+            raise OperationError(f"the source task {src} is inside {target}; nothing was written",
+                                 hint="name a target that holds no source task")
 
 
 def open_source(where: str | os.PathLike[str] | ObjectPath) -> SourceTask:

@@ -90,7 +90,7 @@ def pooled_name(feature: str) -> str:
 
 def _stream_key(feature: str) -> str:
     key = feature.removeprefix("observation.images.").removeprefix("observation.image.")
-    key = re.sub(r"[^\w\-]", "_", key).strip("._") or "camera"
+    key = re.sub(r"\W", "_", key).strip("_") or "camera"  # a slot name (check_slot_name, §2.4)
     return key
 
 

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._atomic import atomic_write_bytes, publish, task_lock, temp_path_for
+from .._parquet_memory import read_parquet_bytes
 from .._safe_read import open_parquet
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles
@@ -259,7 +260,7 @@ def _restamp_data(g: EpisodeFiles, bt: BucketTask | None, sha: str | None = None
         got = bt.store.get(rel(bt.path, g.meta))
         if got is None:
             return
-        table, version = pq.read_table(pa.BufferReader(got[0])), got[1]
+        table, version = read_parquet_bytes(got[0]), got[1]
     rec = _recorded_in(table)
     if rec is None:
         return

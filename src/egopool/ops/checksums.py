@@ -16,13 +16,11 @@ meanwhile is skipped), the claim released last: as ``repair force-scale``.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from .._parquet_memory import read_parquet_bytes
 from .._safe_read import read_parquet
 from ..errors import EgopoolError
 from ..layout import EpisodeFiles, list_task_episodes
@@ -149,7 +147,7 @@ def _write_bucket(bt: BucketTask, g: EpisodeFiles[TaskPath], rep: EpisodeChecksu
     assert report.backup is None or isinstance(report.backup, ObjectPath)
     reason, report.backup = rewrite_row_under_claim(
         bt, rep.index, OP, report.backup, "repair-checksums",
-        lambda old: row_bytes(restamp_table(pq.read_table(io.BytesIO(old)), rep.files)))
+        lambda old: row_bytes(restamp_table(read_parquet_bytes(old), rep.files)))
     if reason is not None:
         rep.status, rep.reason = "skipped", reason
 

@@ -57,6 +57,7 @@ from ..storage.directory_store import DirectoryStore
 from ._common import Progress, open_registry, prune_empty_dirs, rel, remove_stale_temps
 from .delete_plan import (JOURNAL_RE, DeleteOutcome, DeletePlan, DeleteReport, _pending_journals, check_indices,
                           plan_delete, pooled_episode_leftovers)
+from ._store_task import refuse_edited
 from .migrate import refuse_during_migration
 from .task_store import pause
 
@@ -351,6 +352,8 @@ def delete_episodes(task_dir: str | Path, indices: Sequence[int], *, dry_run: bo
     reg = open_registry(root, registry)
     with task_read_lock(root) if dry_run else task_lock(root):  # a dry run writes nothing (decisions.md #24)
         refuse_during_migration(root, "delete episodes")
+        if not dry_run:  # the lock is free, yet an edit's journal: an interrupted edit, finished first (E30)
+            refuse_edited(DirectoryStore(root), str(root), "nothing was deleted")
         pending = _pending_journals(root)
         if dry_run:
             recovered = [f"would {'finish' if committed else 'roll back'} interrupted delete of episode {n}"

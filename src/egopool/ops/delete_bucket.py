@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import EpisodeNotFoundError, OperationError
+from ..errors import EpisodeNotFoundError, LockError, OperationError
 from ..meta.retired import retire
 from ..publish import update_json
 from ._common import Progress
+from ._store_task import refuse_edited
 from .delete_plan import DeleteOutcome, DeletePlan, DeleteReport, check_indices
 from .task_store import BucketTask, Claim, episode_objects, open_task_store, pause, take_claim, task_claims
 
@@ -89,6 +90,17 @@ def _roll_forward(bt: BucketTask, index: int, claim: Claim) -> DeleteOutcome:
     return DeleteOutcome(index, removed=[Path(k) for k in removed], registry="disabled")
 
 
+def _unless_edited(bt: BucketTask, claim: Claim) -> None:
+    """After N is claimed, look for an edit's journal again (an edit that started between the first look and the
+    claim checks the claims after creating its journal: one of the two sees the other). Found: the claim is
+    released and the delete refused."""
+    try:
+        refuse_edited(bt.store, bt.uri, "nothing was deleted")
+    except LockError:
+        bt.parent.delete([claim.key])
+        raise
+
+
 def delete_in_bucket(uri: str, indices: Sequence[int], *, dry_run: bool = False,
                      progress: Progress | None = None) -> DeleteReport:
     """Delete episodes of the bucket task ``uri`` by global N (module docstring).
@@ -122,11 +134,15 @@ def delete_in_bucket(uri: str, indices: Sequence[int], *, dry_run: bool = False,
         "no episode N in task".
     OperationError
         Another writer holds N; legacy shards; a delete that could not be verified (re-run finishes it).
+    LockError
+        An ``egopool edit`` of the task is in progress or was interrupted (its journal ``meta/.edit.json``).
     ObjectStoreError, FormatError
         No such bucket, not a task, the bucket cannot be reached.
     """
     wanted = check_indices(indices)
     bt = open_task_store(uri, "delete episodes")
+    if not dry_run:  # an edit holds the task: it has no lock here, its journal is the claim (E30)
+        refuse_edited(bt.store, bt.uri, "nothing was deleted")
     claims = {c.index: c for c in task_claims(bt)}
     pending = {n: c for n, c in claims.items() if c.op == OP}
     for n in wanted:
@@ -151,6 +167,7 @@ def delete_in_bucket(uri: str, indices: Sequence[int], *, dry_run: bool = False,
             claim = pending.get(n)
             if claim is None:
                 claim = take_claim(bt, n, OP, [str(p) for p in plan.files if str(p) != bt.row_key(n)])
+                _unless_edited(bt, claim)
                 pause(OP, "journal")
             report.outcomes.append(_roll_forward(bt, n, claim))
         except OperationError as exc:

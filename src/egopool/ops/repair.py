@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._parquet_memory import read_parquet_bytes
 from .._safe_read import open_parquet, read_parquet, read_parquet_schema
 from ..codecs.force_matrix import FRAME_VALUES, ForceMatrixCodec, saturated_cells, usable_scale
 from ..errors import EgopoolError, FormatError
@@ -454,7 +455,7 @@ def _write_bucket(bt: BucketTask, rep: EpisodeRepair, report: ForceScaleReport) 
     assert report.backup is None or isinstance(report.backup, ObjectPath)
     reason, report.backup = rewrite_row_under_claim(
         bt, rep.index, OP, report.backup, "repair-force-scale",
-        lambda old: _table_with_specs(pq.read_table(io.BytesIO(old)), _new_specs(rep)))
+        lambda old: _table_with_specs(read_parquet_bytes(old), _new_specs(rep)))
     if reason is not None:
         rep.status, rep.reason = "skipped", reason
 

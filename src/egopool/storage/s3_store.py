@@ -96,7 +96,14 @@ def _client(settings: S3Settings, bucket: str) -> Any:
 
                 import boto3
 
-                kw["credential_provider"] = Boto3CredentialProvider(boto3.session.Session())
+                try:
+                    kw["credential_provider"] = Boto3CredentialProvider(boto3.session.Session())
+                except ValueError:  # boto3 found none: "Received None from session.get_credentials" (a traceback)
+                    raise ObjectStoreError("no S3 credentials found (environment, AWS profile or instance role)",
+                                           uri=f"s3://{bucket}",
+                                           cause="denied",
+                                           hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+                                           ) from None
             client = ObS3Store(
                 bucket, **kw,
                 client_options={"allow_http": settings.scheme == "http",

@@ -14,6 +14,7 @@ from ..codecs.depth import DepthEncoder, LogDepthCodec, check_depth_codec, hevc1
 from ..codecs.video import RgbEncoder
 from ..codecs.video_copy import VideoCopy, VideoSource
 from ..errors import CodecError, SchemaError
+from ..schema import check_slot_name
 from .stream_encoder import EncoderThread
 
 if TYPE_CHECKING:
@@ -66,9 +67,7 @@ class StreamSpec:
     def __post_init__(self) -> None:
         if self.kind not in ("rgb", "depth"):
             raise SchemaError(f"stream {self.image_key!r}: kind must be 'rgb' or 'depth', got {self.kind!r}")
-        if not self.image_key or "/" in self.image_key or self.image_key.startswith((".", "_")):
-            raise SchemaError(f"invalid image_key {self.image_key!r}",
-                              hint="slot names may not contain '/' or start with '.' or '_'")
+        check_slot_name(self.image_key)
         if self.width <= 0 or self.height <= 0:
             raise SchemaError(f"stream {self.image_key!r}: size must be positive, got {self.width}x{self.height}")
         if self.fps is not None:

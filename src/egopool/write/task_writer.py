@@ -36,7 +36,9 @@ from ..meta.tasks import write_tasks_if_missing
 from .local_paths import local_file
 from .recovery import reclaim_stale, remove_episode_temps, sweep_stale_temps
 from ..registry import Registry, record_episode, task_key
+from ..ops._store_task import refuse_edited
 from ..schema import ColumnSpec
+from ..storage.directory_store import DirectoryStore
 
 __all__ = ["EpisodeResult", "EpisodeWriter", "StreamSpec", "TaskWriter", "refuse_foreign", "refuse_while_compressing"]
 
@@ -311,7 +313,9 @@ class TaskWriter:
         StorageError
             The task directory cannot be written (read-only, disk full).
         LockError
-            ``egopool compress`` is running on the task (:func:`refuse_while_compressing`; nothing is written).
+            ``egopool compress`` is running on the task (:func:`refuse_while_compressing`; nothing is written);
+            an interrupted ``egopool edit`` holds it (its journal ``meta/.edit.json``: ``egopool edit resume
+            TASK`` first, docs/decisions.md E30; a live edit holds the task lock, so this waits for it).
         """
         if created_at is not None:
             checks.check_created_at(created_at, self.fps)
@@ -326,6 +330,7 @@ class TaskWriter:
             checks.check_json_value(value, what)
         refuse_while_compressing(self.task_dir)
         with StorageError.guard(self.task_dir, action="cannot start an episode"), task_lock(self.task_dir):
+            refuse_edited(DirectoryStore(self.task_dir), str(self.task_dir), "nothing was recorded")
             info = read_info(self.task_dir)
             self._check_begin(info, columns, streams, sensors, device_names, devices)
             n = self._allocate(info)
