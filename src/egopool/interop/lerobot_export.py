@@ -27,7 +27,7 @@ import dataclasses
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +201,23 @@ def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: 
     return np.stack(thumbs), enc.errors
 
 
+def _task_indices(plan: LeRobotPlan, batch: pa.RecordBatch, rows: int, task_of: Mapping[str, int],
+                  used: dict[str, None]) -> np.ndarray:
+    """LeRobot's ``task_index`` of each row ``(rows,) int64``: the position of the row's text of
+    ``plan.task_column`` in ``plan.task_texts`` (no column or a null: ``plan.task_text``, I24); ``used`` gets the
+    texts in order."""
+    if plan.task_column is None or plan.task_column not in batch.schema.names:
+        used.setdefault(plan.task_text)
+        return np.full(rows, task_of[plan.task_text], np.int64)
+    texts = batch.column(batch.schema.get_field_index(plan.task_column)).to_pylist()
+    out = np.empty(rows, np.int64)
+    for i, t in enumerate(texts):
+        text = plan.task_text if t is None else str(t)
+        used.setdefault(text)
+        out[i] = task_of[text]
+    return out
+
+
 def _language_values(col: ColumnMap, batch: pa.RecordBatch, first: int, where: str) -> pa.Array:
     """A language column's rows from one record batch (rows ``first``.. of the episode), in lerobot's type (none
     where the episode lacks the column)."""
@@ -276,7 +293,10 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     batches: list[pa.RecordBatch] = []
     have = set(ep.schema.names)  # a language column may be missing in an episode (none on its frames)
     need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources if s in have}
-                  | {"frame_index"})
+                  | {"frame_index"} | ({plan.task_column} if plan.task_column is not None and plan.task_column in have
+                                       else set()))
+    task_of = {t: i for i, t in enumerate(plan.task_texts)}
+    used: dict[str, None] = {}
     language: dict[str, pa.Array] = {}
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
@@ -308,7 +328,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             arrays["frame_index"] = fi.astype(np.int64)
             arrays["episode_index"] = np.full(rows, job.episode_index, np.int64)
             arrays["index"] = np.arange(job.from_index + done, job.from_index + done + rows, dtype=np.int64)
-            arrays["task_index"] = np.zeros(rows, np.int64)
+            arrays["task_index"] = _task_indices(plan, batch, rows, task_of, used)
             batch_out = pa.record_batch([language[n] if n in language else
                                          fmt.feature_array(arrays[n], data_feats[n], plain_nested=plain)
                                          for n in data_feats], schema=schema)
@@ -347,7 +367,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             stats[s.name] = fmt.image_stats(sampled)
         videos[s.name] = (c, f, 0.0, length / fps)
     return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats,
-                       errors)
+                       errors, tuple(used))
 
 
 @dataclass(frozen=True)

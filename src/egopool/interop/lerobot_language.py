@@ -37,7 +37,7 @@ from ..errors import FormatError
 from ..schema import ColumnSpec
 
 __all__ = ["LANGUAGE_COLUMNS", "LANGUAGE_EVENTS", "LANGUAGE_FEATURE", "LANGUAGE_PERSISTENT", "POOLED", "dumps_rows",
-           "is_language_feature", "language_array", "language_feature_of", "language_spec", "language_type",
+           "TASK_COLUMN", "TASK_FEATURE", "is_language_feature", "language_array", "language_feature_of", "language_spec", "language_type",
            "language_type_problem", "lerobot_name", "loads_rows", "rows_of"]
 
 LANGUAGE_PERSISTENT = "language_persistent"
@@ -45,6 +45,13 @@ LANGUAGE_EVENTS = "language_events"
 LANGUAGE_COLUMNS = (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS)
 #: LeRobot column -> the pooled column holding it.
 POOLED = {name: f"observation.{name}" for name in LANGUAGE_COLUMNS}
+#: The pooled string column holding LeRobot's per-frame ``task`` (its instruction; decisions I24): the pooled format has
+#: one task string per task (``tasks.jsonl``, spec: task_index is always 0), so an imported dataset's tasks live here
+#: and ``export lerobot`` writes ``task_index`` / ``meta/tasks.parquet`` from it.
+TASK_COLUMN = "observation.language_task"
+#: Its declaration.
+TASK_FEATURE: dict[str, Any] = {"dtype": "string", "shape": [1], "names": None,
+                                "info": {"lerobot": "task", "value": "LeRobot's task (instruction) of this frame"}}
 #: The ``info.json`` feature of either column (``lerobot.datasets.language.language_feature_info``).
 LANGUAGE_FEATURE: dict[str, Any] = {"dtype": "language", "shape": [1], "names": None}
 #: Each row's fields, in lerobot's order (``PERSISTENT_ROW_FIELDS`` / ``EVENT_ROW_FIELDS``).

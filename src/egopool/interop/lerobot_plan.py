@@ -41,7 +41,7 @@ from ..read.reader import Episode, Task
 from ..schema import signal_kind
 from ..storage import ObjectPath
 from ._checks import episode_streams
-from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, lerobot_name
+from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, TASK_COLUMN, lerobot_name
 
 __all__ = ["PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
 
@@ -143,6 +143,16 @@ class LeRobotPlan:
     #: Each episode's ``drop_stats`` (§6.2: frames repeated, values clipped or rejected...), carried in the mapping
     #: so that ``import lerobot`` gives them back (a frozen stream stays said after a round trip).
     drop_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: LeRobot's tasks (``meta/tasks.parquet``, ``task_index`` = the position): the texts of the pooled
+    #: :data:`~.lerobot_language.TASK_COLUMN` in order of first appearance when the task has it (a frame without
+    #: one: ``task_text``), else ``[task_text]`` (decisions I24).
+    task_texts: list[str] = field(default_factory=list)
+    #: The pooled column holding each frame's task text, or None (every frame ``task_text``).
+    task_column: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.task_texts:
+            self.task_texts = [self.task_text]
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:
@@ -349,14 +359,15 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     language = _language_columns(chosen, features, target, dropped)
     renamed += [{"from": c.sources[0], "to": c.name, "why": "LeRobot 0.6's language column: each row's JSON text as "
                                                             "its rows (episodes without it: none)"} for c in language]
-    seen_somewhere = sorted(set().union(*map(set, names)) - common - {s for c in language for s in c.sources})
+    seen_somewhere = sorted(set().union(*map(set, names)) - common - {s for c in language for s in c.sources}
+                            - {TASK_COLUMN})
     for col in seen_somewhere:
         have = [ep.index for ep, n in zip(chosen, names, strict=True) if col in n]
         dropped.append({"source": col, "reason": f"only in episodes {have}; LeRobot features are the same for "
                                                  "every episode"})
     cmaps: dict[str, ColumnMap] = {}
     for col in names[0]:
-        if col not in common or col in _HANDLED_KEYS or any(col in c.sources for c in language):
+        if col not in common or col in _HANDLED_KEYS or col == TASK_COLUMN or any(col in c.sources for c in language):
             continue
         cm, why = _column_map(col, schemas[0].field(col).type, features.get(col))
         if cm is not None:
@@ -394,8 +405,27 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     decl: dict[str, Any] = {k: task.info[k] for k in ("calibration", "devices", "device_names", "sensors", "sensor_dim")
             if k in task.info}
     drops = {ep.index: _drop_stats(ep) for ep in chosen}
+    texts = _task_texts(chosen, text)
+    if texts is not None:
+        renamed.append({"from": TASK_COLUMN, "to": "task", "why": "each frame's LeRobot task (meta/tasks.parquet, "
+                                                                  f"task_index); a frame without one: {text!r}"})
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
-                       created, decl, target, gop, drops)
+                       created, decl, target, gop, drops, texts or [text], TASK_COLUMN if texts is not None else None)
+
+
+def _task_texts(chosen: Sequence[Episode], default: str) -> list[str] | None:
+    """The distinct texts of :data:`~.lerobot_language.TASK_COLUMN` over the chosen episodes in order of first
+    appearance (a null or missing one: ``default``), or None when no episode has the column (decisions I24)."""
+    if not any(TASK_COLUMN in ep.schema.names for ep in chosen):
+        return None
+    seen: dict[str, None] = {}
+    for ep in chosen:
+        if TASK_COLUMN not in ep.schema.names:
+            seen.setdefault(default)
+            continue
+        for t in ep.columns([TASK_COLUMN]).column(TASK_COLUMN).to_pylist():
+            seen.setdefault(default if t is None else str(t))
+    return list(seen)
 
 
 def _language_columns(chosen: Sequence[Episode], features: Mapping[str, Any], target: str,
