@@ -72,7 +72,8 @@ def lerobot_cmd(
                                     help="Columns concatenated (float32) into observation.state (repeat, in order)."),
     action: list[str] = typer.Option(None, "--action", metavar="COL",
                                      help="Columns concatenated (float32) into action (repeat, in order); default: "
-                                          "the pooled [0.0] placeholder."),
+                                          "observation.action when the task has it (a LeRobot import's action), "
+                                          "else the pooled [0.0] placeholder."),
     repo_id: str | None = typer.Option(None, "--repo-id", help="repo_id recorded in the mapping "
                                                                 "(default local/<task>)."),
     depth: bool = typer.Option(True, "--depth/--no-depth",

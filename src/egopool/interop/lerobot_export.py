@@ -51,7 +51,7 @@ from .lerobot_depth import LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_events import ExportEvents, add_events
 from .lerobot_language import language_array, language_type, loads_rows
 from .lerobot_meta import DEPTH_GOP, EpisodePart, write_meta
-from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
+from .lerobot_plan import IMPORTED_ACTION, ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
 
@@ -103,10 +103,14 @@ class LeRobotExport:
             return out
         merged = fmt.aggregate_stats(blocks)
         if np.all(np.asarray(merged["min"]) == np.asarray(merged["max"])):
-            what = ("the pooled placeholder [0.0]" if not any(c.name == "action" and c.kind == "concat"
-                                                               for c in self.plan.columns) else "--action columns")
+            src = next((c.sources for c in self.plan.columns if c.name == "action" and c.kind == "concat"), None)
+            what = ("the pooled placeholder [0.0]" if src is None else
+                    f"{src[0]}, the task's own action" if src == (IMPORTED_ACTION,) else "--action columns")
+            has_own = src is None and any(c.name == IMPORTED_ACTION for c in self.plan.columns)
             out += (f"action is constant in every exported frame ({what}): a policy learns nothing from it; "
-                    "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)",)
+                    + (f"the task's own action is {IMPORTED_ACTION} (exported as a feature): --action "
+                       f"{IMPORTED_ACTION}" if has_own else
+                       "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)"),)
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -202,6 +202,9 @@ def _generic_spec(name: str, feat: Mapping[str, Any]) -> ColumnSpec:
     if shape == [1]:
         return ColumnSpec(name, "scalar", dtype, None, {"dtype": dtype, "shape": [1]},
                           kind=signal_kind(name) or "vector", sparse=True)
+    names = feat.get("names")  # LeRobot's element names (e.g. of action's joints), kept for the export (I25)
+    if isinstance(names, list) and len(names) == math.prod(shape) and all(isinstance(x, str) for x in names):
+        return vector_column(name, shape, dtype, names=list(names))
     return vector_column(name, shape, dtype)
 
 

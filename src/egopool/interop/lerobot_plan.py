@@ -43,7 +43,7 @@ from ..storage import ObjectPath
 from ._checks import episode_streams
 from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, TASK_COLUMN, lerobot_name
 
-__all__ = ["PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+__all__ = ["PRESETS", "TARGETS", "preset_state", "IMPORTED_ACTION", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
 
 #: What a LeRobot reader does to the float64 Unix ``wall_time`` (issue 31): said in the mapping and the README.
 WALL_TIME_NOTE = ("float64 Unix seconds in the parquet, but LeRobot's items (its torch transform) return float32, "
@@ -63,6 +63,9 @@ TARGETS = ("0.6", "0.4")
 #: Column kinds whose rows hold a variable number of items (multi_device_storage.md §4.6, §7.2).
 _VARIABLE_KINDS = {"slam_trajectory", "slam_trajectory_ns", "imu", "imu_ts"}
 #: Element dtypes float32 holds exactly (allowed in observation.state / action).
+#: Where ``import lerobot`` puts a dataset's ``action`` (the pooled ``action`` is the spec's placeholder); the
+#: export's default ``--action`` when the task has it (issue 27 review, decisions I25).
+IMPORTED_ACTION = "observation.action"
 _STATE_DTYPES = {"float32", "float16", "int8", "int16", "uint8", "uint16", "bool"}
 _HANDLED_KEYS = {"episode_index", "frame_index", "timestamp", "task_index"}
 
@@ -234,6 +237,11 @@ def _column_map(name: str, typ: pa.DataType, feat: Any) -> tuple[ColumnMap | Non
                      {name: pooled}), None
 
 
+def _is_default_action(cm: ColumnMap | None) -> bool:
+    """True when ``cm`` (the task's :data:`IMPORTED_ACTION`, in every chosen episode) can be ``action``."""
+    return cm is not None and cm.feature.get("dtype") in _STATE_DTYPES
+
+
 def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], chosen: Sequence[Episode],
             names: Sequence[Sequence[str]], task_dir: Path | ObjectPath) -> ColumnMap:
     flag = "--state" if target == "observation.state" else "--action"
@@ -267,7 +275,12 @@ def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], ch
             raise SchemaError(f"is {feat['dtype']}; {target} is float32, which cannot hold it exactly", column=col,
                               path=task_dir, hint=f"leave it out of {flag} (it is exported as its own feature)")
         n = int(math.prod(feat["shape"]))
-        parts += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
+        decl = cm.pooled[col].get("feature")  # the pooled declaration: its element names (a LeRobot import's)
+        own = decl.get("names") if isinstance(decl, Mapping) else None
+        if len(cols) == 1 and isinstance(own, list) and len(own) == n and all(isinstance(x, str) for x in own):
+            parts += own
+        else:
+            parts += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
         pooled[col] = cm.pooled[col]
     return ColumnMap(target, tuple(cols), "concat", {"dtype": "float32", "shape": [len(parts)], "names": parts},
                      pooled)
@@ -375,15 +388,22 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
         elif why is not None:
             dropped.append({"source": col, "reason": why})
     columns: list[ColumnMap] = []
+    default_action = not action and _is_default_action(cmaps.get(IMPORTED_ACTION)) and IMPORTED_ACTION not in state
+    if default_action:  # a LeRobot import's real action (import renames it; the pooled action is the placeholder)
+        action = [IMPORTED_ACTION]
     if state:
         columns.append(_concat("observation.state", list(state), cmaps, chosen, names, task.path))
     if action:
         columns.append(_concat("action", list(action), cmaps, chosen, names, task.path))
-        dropped.append({"source": "action", "reason": "the pooled placeholder [0.0]; --action columns replace it"})
+        dropped.append({"source": "action", "reason": "the pooled placeholder [0.0]; " +
+                        (f"{IMPORTED_ACTION} replaces it (no --action given)" if default_action
+                         else "--action columns replace it")})
     for col in state:
         renamed.append({"from": col, "to": "observation.state", "why": "--state"})
     for col in action:
-        renamed.append({"from": col, "to": "action", "why": "--action"})
+        renamed.append({"from": col, "to": "action", "why": "default --action: the task's own action (a LeRobot "
+                                                                "import's action; --action COL chooses another)"
+                        if default_action else "--action"})
     taken = set(state) | set(action) | ({"action"} if action else set())
     columns.append(ColumnMap("pooled_timestamp", ("timestamp",), "column",
                              {"dtype": "float32", "shape": [1], "names": None},
