@@ -148,6 +148,17 @@ def test_refusals_are_one_line_and_leave_nothing(sim_task, tmp_path, capsys):
     assert "no episode 9" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("uri", ["s3:/bucket/out", "S3://bucket/out", "s3//bucket/out"])
+def test_a_misspelt_s3_out_is_refused_before_anything_runs(sim_task, tmp_path, monkeypatch, capsys, uri):
+    """Review of issue 27: `s3:/bucket/out` ran the whole export, then a pyarrow traceback and `./s3:/bucket` left;
+    `s3//bucket/out` wrote locally."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "lerobot", str(sim_task.path), uri]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an S3 URI" in err and "write s3://bucket/out" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_fractional_fps_is_refused(tmp_path):
     tw = TaskWriter(tmp_path, "ntsc", fps=29.97)
     ep = tw.begin_episode([vector_column("observation.gripper_state", [3])])

@@ -103,6 +103,9 @@ def lerobot_cmd(
     written by its own Ray task and meta/ is assembled here: the same files as without --ray (TASK and OUT must
     be on a file system every node sees). --dry-run does not start Ray.
     """
+    from ..storage._path import refuse_near_uri
+
+    refuse_near_uri(out)  # `s3:/b/p` exported everything, then failed (a folder `s3:` left); `s3//b/p` wrote locally
     if episodes_from is not None:
         from ..curation.selection import read_selection
 
