@@ -41,7 +41,7 @@ from ..arrowutil import list_column_to_numpy
 from ..codecs.depth_error import DepthErrorTally
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
-from ..errors import EgopoolError, SchemaError, StorageError
+from ..errors import EgopoolError, FormatError, SchemaError, StorageError
 from ..storage import ObjectPath, TaskPath
 from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
@@ -324,7 +324,11 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
                     arrays[col.name] = np.stack(frames)
                     depth_stats[col.name].update(fmt.as_vectors(arrays[col.name]))
                 elif col.kind == "language":
-                    language[col.name] = _language_values(col, batch, done, f"episode {job.index} ")
+                    try:
+                        language[col.name] = _language_values(col, batch, done, f"episode {job.index} ")
+                    except FormatError as exc:  # name the task and the episode's file (issue 27 review)
+                        raise FormatError(f"task {plan.task_name!r} {exc.message}", path=ep.files.data,
+                                          hint=exc.hint) from None
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
             fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
