@@ -275,3 +275,23 @@ def test_the_exports_language_error_names_the_task_and_the_episode_file(tmp_path
                                           "is None: a vqa row names") as exc:
         export_lerobot(tmp_path / "rec" / "t", tmp_path / "out")
     assert str(exc.value.path) == str(path) and not (tmp_path / "out").exists()
+
+
+def test_an_event_past_its_episodes_end_is_counted_as_not_carried(tmp_path, capsys):
+    """Issue 27 review: an event starting after its episode's end was counted as carried and called "clipped"."""
+    task = _task(tmp_path / "src")  # episodes 1 (9 frames, 0.6 s) and 2 (6 frames, 0.4 s) at 15 fps
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps({"events": [
+        {"id": 1, "task": "pour", "episode_index": 1, "t0": 0.2, "t1": 0.4, "label": "in"},
+        {"id": 2, "task": "pour", "episode_index": 2, "t0": 0.2, "t1": 0.9, "label": "long"},
+        {"id": 3, "task": "pour", "episode_index": 2, "t0": 0.5, "t1": 0.7, "label": "past"}], "next_cursor": None}))
+    out = tmp_path / "lr"
+    assert main(["export", "lerobot", str(task), str(out), "--events-from", str(events)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 event(s) cover no frame of their episode (they start at or after its end): not carried (e.g. " \
+           "episode 2 [0.5, 0.7) s 'past'; the episode has 6 frames, 0.4 s)" in text, text
+    assert "1 event(s) end after their episode's last frame, clipped to it (e.g. episode 2 [0.2, 0.9) s " \
+           "'long')" in text
+    assert "events: 2 of " in text
+    rows = [r for frame in _read(out, "language_events") for r in frame]
+    assert sorted(r["content"] for r in rows) == ["in", "long"]
