@@ -205,3 +205,29 @@ def test_preset_picks_the_rig_kinds_state_and_a_constant_action_is_warned_about(
     assert pa.types.is_list(typ) and pa.types.is_list(typ.value_type) and typ.value_type.value_type == pa.float32()
     mapping = json.loads((tmp_path / "lr" / "egopool_mapping.json").read_text())
     assert "float32" in mapping["features"]["wall_time"]["note"]
+
+
+def test_a_killed_exports_staging_is_swept_by_the_next_export_of_that_out(sim_task, tmp_path):
+    """Issue 27 review: a SIGKILLed export left `.OUT.<hex>.tmp` forever. Only egopool's names for this OUT whose
+    owner is dead (this host) or that are older than the bound are removed; nothing else."""
+    import os
+    import subprocess
+    import sys
+
+    from egopool.interop.lerobot_staging import STALE_AFTER_S, _host_tag
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead, tag = int(gone.stdout), _host_tag()
+    names = {f".x.0123abcd.{tag}-{dead}.tmp": False, f".x.0123abce.{tag}-{os.getppid()}.tmp": True,
+             ".x.89abcdef.tmp": True, ".x.89abcdee.tmp": False, f".x.old.0123abcd.{tag}-{dead}.tmp": True,
+             f".xy.0123abcd.{tag}-{dead}.tmp": True, f".x.0123abcd.{tag}-{dead}.tmp.keep": True, "x.tmp": True}
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text("1")
+    aged = tmp_path / ".x.89abcdee.tmp"
+    os.utime(aged, (aged.stat().st_atime, aged.stat().st_mtime - STALE_AFTER_S - 60))
+    (tmp_path / f".x.0123abcf.{tag}-{dead}.tmp").write_text("a file, not a staging directory")
+    export_lerobot(sim_task.path, tmp_path / "x", lerobot="0.4", depth=False)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {n for n, keep in names.items() if keep} | {"x", f".x.0123abcf.{tag}-{dead}.tmp"}

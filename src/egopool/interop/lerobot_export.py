@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +50,7 @@ from .lerobot_depth import LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_events import ExportEvents, add_events
 from .lerobot_language import language_array, language_type, loads_rows
 from .lerobot_meta import DEPTH_GOP, EpisodePart, write_meta
+from .lerobot_staging import staging_name, sweep_stale
 from .lerobot_plan import IMPORTED_ACTION, ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
@@ -401,7 +401,7 @@ def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
     if out.exists():
         if not overwrite:
             raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
-        old = out.parent / f".{out.name}.old.{uuid.uuid4().hex[:8]}.tmp"
+        old = staging_name(out, old=True)
         out.rename(old)
     try:
         staging.rename(out)
@@ -482,7 +482,8 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
                            marker="meta/info.json")
     with StorageError.guard(out, action="cannot write the LeRobot dataset"):
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
+        sweep_stale(out)  # what a killed export of the same OUT left (I27)
+        staging = staging_name(out)
         staging.mkdir()
         try:
             # a Ray worker has its own working directory: units see absolute paths (K4)
