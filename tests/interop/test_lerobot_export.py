@@ -141,9 +141,10 @@ def test_refusals_are_one_line_and_leave_nothing(sim_task, tmp_path, capsys):
     with pytest.raises(SchemaError, match="not a fixed-length numeric column"):
         export_lerobot(sim_task.path, out, action=["observation.imu"], lerobot="0.4")
     out.mkdir()
+    (out / "notes.txt").write_text("mine")
     assert main(["export", "lerobot", str(sim_task.path), str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == [out] and not list(out.iterdir())
+    assert list(tmp_path.iterdir()) == [out] and [p.name for p in out.iterdir()] == ["notes.txt"]
     assert main(["export", "lerobot", str(sim_task.path), str(out), "-e", "9"]) == 1
     assert "no episode 9" in capsys.readouterr().err
 
@@ -231,3 +232,23 @@ def test_a_killed_exports_staging_is_swept_by_the_next_export_of_that_out(sim_ta
     export_lerobot(sim_task.path, tmp_path / "x", lerobot="0.4", depth=False)
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {n for n, keep in names.items() if keep} | {"x", f".x.0123abcf.{tag}-{dead}.tmp"}
+
+
+def test_an_empty_out_directory_is_accepted_without_overwrite(sim_task, tmp_path):
+    """Issue 27 review: an existing empty OUT was refused without --overwrite."""
+    out = tmp_path / "made"
+    out.mkdir()
+    result = export_lerobot(sim_task.path, out, lerobot="0.4", depth=False)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["total_episodes"] == len(result.parts) == len(open_task(sim_task.path).episodes())
+    assert [p.name for p in tmp_path.iterdir()] == ["made"]
+
+
+def test_a_depth_map_of_an_unknown_encoding_is_named_without_a_stray_space(tmp_path):
+    from egopool.errors import FormatError
+    from egopool.interop.lerobot_depth import depth_map_of_feature
+
+    with pytest.raises(FormatError) as exc:
+        depth_map_of_feature("observation.images.d", {"dtype": "image", "info": {"is_depth_map": True}},
+                             tmp_path / "info.json")
+    assert exc.value.message.startswith("feature 'observation.images.d' is a depth map stored as image: an encoding")

@@ -398,9 +398,15 @@ def export_episode_unit(shared: _ExportInput, job: EpisodeJob) -> EpisodePart:
 
 def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
     old: Path | None = None
+    emptied = False
+    if out.exists() and not overwrite:
+        try:
+            out.rmdir()  # an empty directory made for it is accepted (issue 27 review); anything else refused
+        except OSError:
+            raise EgopoolError("the output exists", path=out,
+                               hint="choose a new directory or pass --overwrite") from None
+        emptied = True
     if out.exists():
-        if not overwrite:
-            raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
         old = staging_name(out, old=True)
         out.rename(old)
     try:
@@ -408,6 +414,8 @@ def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
     except BaseException:
         if old is not None:
             old.rename(out)
+        elif emptied:
+            out.mkdir(exist_ok=True)
         raise
     fsync_dir(out.parent)
     if old is not None:
@@ -479,7 +487,7 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
     if dry_run:
         return LeRobotExport(None, plan)
     out = check_output_dir(out, plan.task_dir, what="a LeRobot dataset", overwrite=overwrite,
-                           marker="meta/info.json")
+                           marker="meta/info.json", empty_ok=True)
     with StorageError.guard(out, action="cannot write the LeRobot dataset"):
         out.parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(out)  # what a killed export of the same OUT left (I27)
