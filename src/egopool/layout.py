@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
@@ -421,6 +423,13 @@ def _file_like(e: os.DirEntry[str] | ObjectEntry | TaskPath) -> bool:
         return False
 
 
+def _head_at_once(paths: list[Any]) -> list[bool]:
+    """:func:`_file_like` of each of ``paths`` (objects in a bucket: a HEAD each), on threads at once: the
+    latency once, not once per path (docs/decisions.md B14)."""
+    with ThreadPoolExecutor(min(8, len(paths))) as pool:
+        return list(pool.map(_file_like, paths))
+
+
 def _has_png(d: TaskPathLike) -> bool:
     """A legacy PNG16 depth directory: it directly holds a (non-dot) ``.png`` file (decisions C4)."""
     return any(e.name.lower().endswith(".png") and _file_like(e) for e in _entries(as_path(d)))
@@ -447,7 +456,14 @@ def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool =
         last = i == len(parts) - 1
         fields = set(FIELD_RE.findall(part))
         out: list[tuple[_P, dict[str, str]]] = []
-        for d, caps in found:
+        declared: dict[int, _P] = {}  # the declared file of each stream directory, HEADed at once in a bucket
+        held: dict[int, bool] = {}
+        if last and prefer and fields == {"ext"}:
+            declared = {j: d / part.format(ext=prefer[caps["image_key"]])
+                        for j, (d, caps) in enumerate(found) if caps.get("image_key") in prefer}
+            if in_bucket and len(declared) > 1:
+                held = dict(zip(declared, _head_at_once(list(declared.values())), strict=True))
+        for j, (d, caps) in enumerate(found):
             if not fields:
                 names = [part] + ([part.replace("episode-", "file-")] if "episode-" in part else [])
                 for name in names:
@@ -460,9 +476,9 @@ def _resolve(root: _P, template: str, c: int, f: int | None, *, png_dirs: bool =
                         if last:
                             break  # the episode- name wins over a legacy file- one
                 continue
-            if last and prefer and fields == {"ext"} and caps.get("image_key") in prefer:
-                p = d / part.format(ext=prefer[caps["image_key"]])
-                if _file_like(p):
+            if j in declared:
+                p = declared[j]
+                if held[j] if j in held else _file_like(p):
                     out.append((p, caps))
                     continue
             rx = template_regex(part, legacy_prefix=True)
@@ -537,6 +553,30 @@ def _find(root: _P, layout: TaskLayout, index: int,
     """:func:`find_episode_files` in a task whose files are all of ``root``'s kind."""
     c, f = layout.chunk_file(index)
     g: EpisodeFiles[_P] = EpisodeFiles(index, c, f)
+    if video_extensions is None:
+        video_extensions = dict(layout.video_extensions)
+    exts = {k: v for k, v in (video_extensions if isinstance(video_extensions, Mapping) else {}).items()
+            if isinstance(v, str) and v and "/" not in v and "{" not in v}
+    with ThreadPoolExecutor(2) if isinstance(root, ObjectPath) else nullcontext() as pool:
+        # a bucket: the data parquet's and the videos' HEADs and LIST overlap the row's (docs/decisions.md B14)
+        def resolve(template: str, **kw: Any) -> Callable[[], list[tuple[_P, dict[str, str]]]]:
+            def run() -> list[tuple[_P, dict[str, str]]]:
+                return _resolve(root, template, c, f, **kw)
+            return run if pool is None else pool.submit(run).result
+        data_of, videos_of = resolve(layout.data_path), resolve(layout.video_path, png_dirs=True, prefer=exts)
+        _find_meta(root, layout, index, g)
+        data, videos = data_of(), videos_of()
+    g.data = data[0][0] if data else None
+    for path, caps in videos:
+        g.videos.setdefault(caps.get("image_key", ""), path)
+    if g.data is None and g.meta is None and not g.videos:
+        return None
+    return g
+
+
+def _find_meta(root: _P, layout: TaskLayout, index: int, g: EpisodeFiles[_P]) -> None:
+    """N's ``meta/episodes`` row file into ``g``: its own ``episode-`` file, else the legacy shard holding N."""
+    c, f = g.chunk, g.file
     own = [path for path, _ in _resolve(root, layout.episodes_path, c, f) if path.name.startswith("episode-")]
     if own:
         g.meta = own[0]
@@ -550,14 +590,3 @@ def _find(root: _P, layout: TaskLayout, index: int,
                 expected = layout.index_of(c, own_f) if own_f < layout.chunks_size else None
                 g.meta, g.meta_is_shard = path, not (len(indices) == 1 and indices[0] == expected)
                 break
-    data = _resolve(root, layout.data_path, c, f)
-    g.data = data[0][0] if data else None
-    if video_extensions is None:
-        video_extensions = dict(layout.video_extensions)
-    exts = {k: v for k, v in (video_extensions if isinstance(video_extensions, Mapping) else {}).items()
-            if isinstance(v, str) and v and "/" not in v and "{" not in v}
-    for path, caps in _resolve(root, layout.video_path, c, f, png_dirs=True, prefer=exts):
-        g.videos.setdefault(caps.get("image_key", ""), path)
-    if g.data is None and g.meta is None and not g.videos:
-        return None
-    return g

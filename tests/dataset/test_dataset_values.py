@@ -246,6 +246,24 @@ def test_filters_and_keys_that_match_nothing_are_named(gop_task, tmp_path):
         PooledDataset(gop_task.path, keys=["action"], delta_timestamps={"action": 0.0}, **kw)
 
 
+def test_a_key_no_task_has_is_refused_when_the_dataset_is_made(gop_task, tmp_path):
+    """keys=["nosuch"] fails in the constructor, naming the key and the keys that exist (not at the first item);
+    a column the data has without info.json declaring it is accepted (read from the first episode)."""
+    kw = {"output": "numpy", "cache_dir": tmp_path}
+    with pytest.raises(ValueError, match=r"keys \['nosuch'\]: no stream or column of that name in .*sim_d435x2; "
+                                         r"the keys that exist: .*action.*d435_rgb") as exc:
+        PooledDataset(gop_task.path, keys=["action", "nosuch"], **kw)
+    assert "\n" not in str(exc.value)
+    declared = set(gop_task.info["features"]) | set(gop_task.info["video_extensions"])
+    undeclared = [c for c in gop_task.episode(1).column_names if c not in declared and c not in
+                  ("index", "episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns",
+                   "raw_hw_ns")]
+    assert undeclared, "the simulated task has a column info.json does not declare"
+    ds = PooledDataset(gop_task.path, keys=[undeclared[0]], **kw)
+    np.testing.assert_array_equal(ds[3][undeclared[0]], np.asarray(gop_task.episode(1).table.column(undeclared[0])
+                                                                   .to_pylist()[3]))
+
+
 def test_a_missing_video_is_named_and_a_task_given_twice_counts_once(gop_task, tmp_path):
     """A declared stream whose file is gone says so (not "neither a stream nor a column"); the same task
     passed twice is indexed once (rev2)."""

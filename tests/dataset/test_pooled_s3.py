@@ -228,6 +228,24 @@ def test_a_missing_bucket_or_a_prefix_without_tasks_is_one_line(bucket, tmp_path
         PooledDataset(tmp_path / "nothing", **kw)
 
 
+def test_a_key_no_task_has_is_refused_over_the_bucket_as_over_the_directory(bucket, gop_task, tmp_path):
+    """keys=["nosuch"] over tasks in a bucket: one line when the dataset is made, naming the key and the keys that
+    exist (the first episode's undeclared columns among them), the same keys as over the directory."""
+    kw = {"output": "numpy", "cache_dir": tmp_path}
+
+    def refused(where: object, keys: list[str]) -> str:
+        with pytest.raises(ValueError) as exc:
+            PooledDataset(where, keys=keys, **kw)
+        assert "\n" not in str(exc.value)
+        return str(exc.value)
+
+    text = refused(bucket, ["d435_rgb", "nosuch"])
+    assert text.startswith(f"keys ['nosuch']: no stream or column of that name in {bucket}/sim_d435x2, {bucket}/sim_full")
+    assert "; the keys that exist: " in text and "d435_rgb" in text and "wall_time" in text
+    one = refused(f"{bucket}/sim_d435x2", ["nosuch"]).split("; the keys that exist: ")[1]
+    assert one == refused(gop_task.path, ["nosuch"]).split("; the keys that exist: ")[1]
+
+
 def test_ffv1_and_legacy_png16_depth_in_a_bucket_equal_the_directory(s3_server, ffv1_task, tmp_path):
     import shutil
 

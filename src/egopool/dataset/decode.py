@@ -34,7 +34,10 @@ from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path
 from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
-__all__ = ["DecoderCache", "PngSequence", "StreamDecoder", "check_frames", "probe_kind"]
+__all__ = ["DecoderCache", "DepthParams", "PngSequence", "StreamDecoder", "check_frames", "probe_kind"]
+
+#: A depth stream's log-code parameters (the episode's ``video_codec`` entry), or a function reading them when needed.
+DepthParams = Mapping[str, Any] | Callable[[], Mapping[str, Any] | None] | None
 
 
 def check_frames(need: Sequence[int], frame_count: int, path: TaskPath) -> None:
@@ -70,7 +73,9 @@ class StreamDecoder:
         ``"rgb"`` (uint8 ``(H, W, 3)``), ``"depth"`` (uint16 mm ``(H, W)``), or ``"auto"``: probed on the
         container as :meth:`egopool.Episode.stream_kind` does (gray pixels or two video streams are depth).
     params:
-        Depth log-code parameters (the episode's ``video_codec`` entry); ignored for RGB.
+        Depth log-code parameters (the episode's ``video_codec`` entry), or a function giving them, called only
+        when the stream is depth (a bucket's ``"auto"`` stream: an RGB stream then costs no read of the row);
+        ignored for RGB.
     max_frames:
         Converted frames kept for later requests (memory ``max_frames × H × W × 3`` bytes RGB,
         ``× 2`` bytes depth).
@@ -88,7 +93,7 @@ class StreamDecoder:
         The file cannot be opened or has no stream of that kind (names the file).
     """
 
-    def __init__(self, path: TaskPathLike, kind: str, params: Mapping[str, Any] | None = None, *,
+    def __init__(self, path: TaskPathLike, kind: str, params: DepthParams = None, *,
                  max_frames: int = 32, cache: BlockCache | None = None,
                  opened: tuple[Any, CachedObjectFile] | None = None) -> None:
         self.path = as_path(path)
@@ -105,7 +110,8 @@ class StreamDecoder:
                 kind = probe_kind(self._c)
             self.kind = kind
             if kind == "depth":
-                self._s, self._convert = depth_stream_decoder(self._c, self.path, params)
+                got = params() if callable(params) else params
+                self._s, self._convert = depth_stream_decoder(self._c, self.path, got)
             else:
                 self._s, self._convert = rgb_stream(self._c, self.path), rgb_array
             self._index_packets()

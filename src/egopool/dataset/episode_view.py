@@ -9,6 +9,8 @@ first use and kept while the episode stays in the worker's cache.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,12 @@ import pyarrow as pa
 from ..arrowutil import int_values_to_numpy, list_column_to_numpy, list_offsets
 from ..errors import SchemaError
 from ..keypoints.mirror import EpisodeKeypoints
-from ..read.reader import Episode
+from ..read.reader import Episode, open_task
 from ..storage import ObjectPath, TaskPath
-from .keypoint_keys import keypoint_rows, missing_mirror_error
+from .index import TaskEntry
+from .keypoint_keys import is_keypoint_key, keypoint_rows, missing_mirror_error
 
-__all__ = ["EpisodeView", "key_kind_by_name"]
+__all__ = ["EpisodeView", "check_keys", "key_kind_by_name"]
 
 IMU_KEYS = ("observation.imu", "imu_ts_ns")
 
@@ -34,6 +37,39 @@ def key_kind_by_name(key: str) -> str | None:
     if key.startswith("observation.") and (key.endswith("slam_trajectory") or key.endswith("slam_trajectory_ns")):
         return "trajectory"
     return None
+
+
+#: Columns a data parquet has without ``info.features`` declaring them (file_format.md §6): taken as known.
+_PLAIN_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns",
+                  "raw_hw_ns")
+
+
+def check_keys(keys: Sequence[str], tasks: Sequence[TaskEntry], first: Mapping[int, int]) -> None:
+    """Refuse, when a dataset is made, a key that no task has: a key is known when a task's ``info.json`` declares
+    it (``features``, ``video_extensions``), it is a plain column, an IMU / trajectory / ``keypoints.*`` key, or
+    else a column or stream of the first indexed episode of some task (``first``: task -> its N; read only then).
+    A key some episodes lack is still named by the item that needs it (episodes may differ, §6.7).
+
+    Raises
+    ------
+    ValueError
+        One line naming the keys no task has and the keys that exist.
+    """
+    known = set(_PLAIN_COLUMNS)
+    for e in tasks:
+        for field in ("features", "video_extensions"):
+            declared = e.info.get(field)
+            known |= set(declared) if isinstance(declared, Mapping) else set()
+    unknown = [k for k in keys if k not in known and not key_kind_by_name(k) and not is_keypoint_key(k)]
+    if not unknown or not first:
+        return
+    for t, n in first.items():
+        ep = open_task(tasks[t].path, tasks[t].info).episode(n)
+        known |= set(ep.column_names) | set(ep.streams)
+    missing = [k for k in unknown if k not in known]
+    if missing:
+        raise ValueError(f"keys {missing}: no stream or column of that name in {', '.join(str(e.path) for e in tasks)}"
+                         f"; the keys that exist: {', '.join(sorted(known))}")
 
 
 def _column_to_numpy(col: Any, key: str, ep: Episode) -> np.ndarray:
@@ -88,13 +124,21 @@ class EpisodeView:
     def __init__(self, episode: Episode, length: int) -> None:
         self.ep = episode
         self.length = int(length)
-        self._names = set(episode.column_names)
+        self._names_read: set[str] | None = None  # the data parquet's columns, read when a key is not a stream
         self._streams = episode.streams
         self._kinds: dict[str, str] = {}
         self._cols: dict[str, np.ndarray] = {}
         self._imu: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._traj: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._mirror: EpisodeKeypoints | None = None
+        self._params: dict[str, Mapping[str, Any] | None] = {}
+        self._params_lock = threading.Lock()
+
+    @property
+    def _names(self) -> set[str]:
+        if self._names_read is None:
+            self._names_read = set(self.ep.column_names)
+        return self._names_read
 
     def kind(self, key: str) -> str:
         """``rgb``, ``depth``, ``force_matrix``, ``imu``, ``trajectory`` or ``column``; ``stream`` for an RGB or
@@ -126,6 +170,14 @@ class EpisodeView:
                 k = key_kind_by_name(key) or "column"
             self._kinds[key] = k
         return k
+
+    def depth_params(self, key: str) -> Mapping[str, Any] | None:
+        """:meth:`Episode.depth_params` of ``key``, read once per view (the threads opening its streams share one
+        read of the row)."""
+        with self._params_lock:
+            if key not in self._params:
+                self._params[key] = self.ep.depth_params(key)
+            return self._params[key]
 
     def stream_path(self, key: str) -> TaskPath:
         """File (or PNG16 directory) of stream ``key``."""

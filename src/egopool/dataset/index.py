@@ -21,6 +21,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, open_store
 
 __all__ = ["FrameIndex", "TaskEntry", "cache_key", "default_cache_dir", "task_fingerprint", "task_entry"]
 
-_VERSION = 1
+_VERSION = 2  # 2: the task's info.json is kept with its index
 
 
 def default_cache_dir() -> Path:
@@ -110,12 +111,16 @@ class TaskEntry:
         ``info.fps`` (frames/s): the time base of ``delta_timestamps``.
     episodes, lengths:
         ``(E,)`` int64 global N ascending and ``(E,)`` int64 rows of each.
+    info:
+        ``meta/info.json`` as the index was built from it (the fingerprint covers it): a worker opens the task
+        with it instead of reading it again (three round trips in a bucket; docs/decisions.md B14).
     """
 
     path: TaskPath
     fps: float
     episodes: np.ndarray
     lengths: np.ndarray
+    info: dict[str, Any]
 
 
 def _build(task_dir: TaskPath) -> TaskEntry:
@@ -130,7 +135,7 @@ def _build(task_dir: TaskPath) -> TaskEntry:
             continue
         eps.append(ep.index)
         lens.append(ep.length)
-    return TaskEntry(task_dir, float(fps), np.asarray(eps, np.int64), np.asarray(lens, np.int64))
+    return TaskEntry(task_dir, float(fps), np.asarray(eps, np.int64), np.asarray(lens, np.int64), task.info)
 
 
 def task_entry(task_dir: TaskPathLike, cache_dir: str | Path | None = None) -> TaskEntry:
@@ -158,14 +163,16 @@ def task_entry(task_dir: TaskPathLike, cache_dir: str | Path | None = None) -> T
         try:
             doc = json.loads(cache.read_text(encoding="utf-8"))
             if doc.get("version") == _VERSION and doc.get("fingerprint") == fp and doc.get("path") == key:
-                return TaskEntry(path, float(doc["fps"]), np.asarray(doc["episodes"], np.int64),
-                                 np.asarray(doc["lengths"], np.int64))
+                info = doc["info"]
+                if isinstance(info, dict):
+                    return TaskEntry(path, float(doc["fps"]), np.asarray(doc["episodes"], np.int64),
+                                     np.asarray(doc["lengths"], np.int64), info)
         except (OSError, ValueError, KeyError, TypeError):
             pass
     entry = _build(path)
     if cache is not None:
         doc = {"version": _VERSION, "path": key, "fingerprint": fp, "fps": entry.fps,
-               "episodes": entry.episodes.tolist(), "lengths": entry.lengths.tolist()}
+               "episodes": entry.episodes.tolist(), "lengths": entry.lengths.tolist(), "info": entry.info}
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(cache, doc, indent=None)

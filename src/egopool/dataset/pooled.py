@@ -17,6 +17,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from ..keypoints.mirror import episode_mirror_dir
 from ..read.reader import open_task
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_path, is_object_uri, require_bucket
 from .decode import PngSequence, StreamDecoder
-from .episode_view import EpisodeView, key_kind_by_name
+from .episode_view import EpisodeView, check_keys, key_kind_by_name
 from .keypoint_keys import is_keypoint_key, missing_mirror_error
 from .index import FrameIndex, TaskEntry, task_entry
 from .object_cache import BlockCache
@@ -181,7 +182,9 @@ class PooledDataset(_Base):
         Threads per process reading a batch of a task in a bucket (default 8; directories use
         ``decode_threads``): the batch's episodes, then its streams, are opened and read at once, so a
         batch costs a few round trips of the store's latency rather than one per object (a forked worker
-        reads through a boto3 client of its own, docs/decisions.md B8, B9).
+        reads through a boto3 client of its own, docs/decisions.md B8, B9). With a
+        :class:`~egopool.dataset.BucketSampler` as many threads more open the next batch's objects while this one
+        decodes (B12, B15; bounds below unchanged).
     decoder:
         The RGB streams' decoder: ``"pyav"`` (default: as fast in the loader benchmark, less memory, scales with
         ``decode_threads``; benchmarks/README.md) or ``"torchcodec"`` (LeRobot 0.6's; the extra ``train``). Both give the
@@ -220,7 +223,8 @@ class PooledDataset(_Base):
         A task that cannot be opened or indexed.
     ValueError
         A bad ``delta_timestamps`` / ``samples`` / ``output`` / ``keypoints.*`` key, or tasks of different fps with windows;
-        ``keys`` given as one string; an ``episodes`` N, an ``episodes`` task or ``task_names`` that matches nothing.
+        ``keys`` given as one string or naming a key no task has (:func:`~egopool.dataset.episode_view.check_keys`);
+        an ``episodes`` N, an ``episodes`` task or ``task_names`` that matches nothing.
 
     ``__getitem__`` raises :class:`~egopool.errors.SchemaError` for a key the item's episode does
     not have (naming the episode and its file; filter such episodes out with ``episodes``) and
@@ -278,6 +282,7 @@ class PooledDataset(_Base):
             if not where.is_dir():
                 raise missing_mirror_error(kp_keys[0], e.path, where)
         self.index = FrameIndex(entries, self._keep(entries, episodes))
+        check_keys(self.keys, entries, {t: n for t, n, _ in reversed(self.index.episodes)})  # a key no task has
         self.channels_first = bool(channels_first)
         offs = self.windows.offsets.values()
         longest = max((len(v) for v in offs), default=1)
@@ -424,6 +429,8 @@ class PooledDataset(_Base):
         w = self._worker()
         w.settle()
         where = [self.index.locate(i) for i in indices]
+        ahead = (next_batch(self._order, indices, w.position)  # a bucket: open the next batch's objects meanwhile
+                 if self._order is not None and w.pool is not None and self.threads() > self.decode_threads else None)
         order = sorted(range(len(indices)), key=lambda k: (where[k][3], where[k][2]))
         by_ep: OrderedDict[int, list[int]] = OrderedDict()
         for k in order:
@@ -463,11 +470,15 @@ class PooledDataset(_Base):
 
             jobs = [(g[1], asks) for g, asks in groups.items()]
             for d in range(0, len(jobs), self.max_open_streams):
-                w.map(decode, jobs[d:d + self.max_open_streams])
-        if self._order is not None and w.pool is not None and self.threads() > self.decode_threads:
-            nxt = next_batch(self._order, indices, w.position)  # a bucket: open the next batch's objects meanwhile
-            if nxt:
-                w.read_ahead(lambda: self._open_ahead(w, nxt))
+                part = jobs[d:d + self.max_open_streams]
+                if ahead and c + self.max_episodes >= len(eps) and d + len(part) == len(jobs):
+                    # the batch's last streams are about to open: the next batch's opens overlap their decoding, with
+                    # room for the decoders in use (never one closed under them: DecoderCache's rule; B15)
+                    w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams - len(part)))
+                    ahead = None
+                w.map(decode, part)
+        if ahead:  # a batch without streams: the next one opens while this one is consumed
+            w.read_ahead(partial(self._open_ahead, w, ahead, self.max_open_streams))
         out = []
         for k in range(len(indices)):
             item = plain[k]
@@ -478,9 +489,9 @@ class PooledDataset(_Base):
             out.append(self._to_output(item))
         return out
 
-    def _open_ahead(self, w: Worker, indices: list[int]) -> None:
+    def _open_ahead(self, w: Worker, indices: list[int], room: int) -> None:
         """Open what a batch of ``indices`` will read (its first ``max_episodes`` episodes, their columns, its
-        first ``max_open_streams`` streams) and decode nothing: :mod:`egopool.dataset.read_ahead`."""
+        first ``room`` streams) and decode nothing, on the worker's read-ahead threads: :mod:`egopool.dataset.read_ahead`."""
         first: OrderedDict[int, tuple[int, tuple[int, int, int, int]]] = OrderedDict()
         for i in indices:
             where = self.index.locate(i)
@@ -492,8 +503,8 @@ class PooledDataset(_Base):
             view = w.view(t, n, self.index.episodes[e][2])
             return [(view, key, kind) for key, kind, _r, _p in self._plain(view, i, x[1])[1]]
 
-        streams = [s for got in w.map(episode, eps) for s in got][:self.max_open_streams]
-        w.map(lambda s: self._decoder(w, *s), streams)
+        streams = [s for got in w.map_ahead(episode, eps) for s in got][:max(0, room)]
+        w.map_ahead(lambda s: self._decoder(w, *s), streams)
 
     def _plain(self, view: EpisodeView, i: int, where: tuple[int, int, int, int]
                ) -> tuple[dict[str, Any], list[tuple[str, str, np.ndarray, np.ndarray | None]]]:
@@ -530,7 +541,7 @@ class PooledDataset(_Base):
         def make() -> PngSequence | StreamDecoder | TorchcodecStream:  # only for a stream not open yet: no stat (HEAD) per item
             if not path.suffix and path.is_dir():  # a legacy PNG16 directory (a video always has a suffix)
                 return PngSequence(path)
-            params = view.ep.depth_params(key) if kind in ("depth", "stream") else None
+            params = (lambda: view.depth_params(key)) if kind in ("depth", "stream") else None  # read if depth
             if self.decoder == "torchcodec":  # RGB by torchcodec, depth by egopool's decoder
                 return open_stream(path, kind, params, w.blocks, self.cache_frames)
             return StreamDecoder(path, "auto" if kind == "stream" else kind, params, max_frames=self.cache_frames,

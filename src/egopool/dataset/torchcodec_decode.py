@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import CodecError
 from ..storage import ObjectPath, TaskPath
 from ..codecs.video import rgb_stream
-from .decode import check_frames
+from .decode import DepthParams, check_frames
 from .object_cache import BlockCache, CachedObjectFile, mp4_packet_index, open_cached_container
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class TorchcodecStream:
             self._file = None
 
 
-def open_stream(path: TaskPath, kind: str, params: Mapping[str, Any] | None, cache: BlockCache | None,
+def open_stream(path: TaskPath, kind: str, params: DepthParams, cache: BlockCache | None,
                 max_frames: int) -> TorchcodecStream | StreamDecoder:
     """The decoder of stream ``path`` with ``decoder="torchcodec"``: torchcodec for RGB, egopool's own
     :class:`~egopool.dataset.decode.StreamDecoder` for depth (``params``: the depth log-code parameters).

@@ -58,6 +58,7 @@ class Worker:
         self.ahead: Future[None] | None = None
         self.position = Position()
         self._ahead_pool: ThreadPoolExecutor | None = None
+        self._ahead_io: ThreadPoolExecutor | None = None  # the read-ahead's own I/O threads (never the batch's)
 
     def read_ahead(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` (opening the predicted next batch) in the background; :meth:`settle` waits for it."""
@@ -75,6 +76,15 @@ class Worker:
             except Exception:  # noqa: BLE001 - reported by the read that needs it
                 pass
 
+    def map_ahead(self, fn: Callable[[_T], _R], todo: Sequence[_T]) -> list[_R]:
+        """:meth:`map` for the read-ahead, on threads of its own (``threads`` of them): the batch being decoded
+        meanwhile keeps the pool's threads, and the next batch's opens do not queue behind its decoding."""
+        if len(todo) < 2:
+            return [fn(x) for x in todo]
+        if self._ahead_io is None:
+            self._ahead_io = ThreadPoolExecutor(self.threads)
+        return list(self._ahead_io.map(fn, todo))
+
     def map(self, fn: Callable[[_T], _R], todo: Sequence[_T]) -> list[_R]:
         """``[fn(x) for x in todo]``, on the pool's threads when there are several (the first error is raised)."""
         if self.pool is None or len(todo) < 2:
@@ -86,7 +96,7 @@ class Worker:
         with self._lock:
             task = self.tasks.get(t)
         if task is None:
-            task = open_task(self.entries[t].path)
+            task = open_task(self.entries[t].path, self.entries[t].info)  # info.json as indexed: no read
             with self._lock:
                 task = self.tasks.setdefault(t, task)
         return task
@@ -109,7 +119,7 @@ class Worker:
     def close(self) -> None:
         self.settle()
         self.decoders.close()
-        for pool in (self.pool, self._ahead_pool):
+        for pool in (self.pool, self._ahead_pool, self._ahead_io):
             if pool is not None:
                 pool.shutdown(wait=False)
 

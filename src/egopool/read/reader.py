@@ -34,9 +34,9 @@ __all__ = ["Episode", "Task", "Trajectory", "open_task"]
 class Task:
     """A ``pooled_episodes_v1`` task directory. Get one from :func:`open_task`."""
 
-    def __init__(self, path: TaskPathLike) -> None:
+    def __init__(self, path: TaskPathLike, info: dict[str, Any] | None = None) -> None:
         self.path = as_path(path)
-        self._info = read_info(self.path)
+        self._info = read_info(self.path) if info is None else info
         self.layout = TaskLayout.from_info(self.path, self._info)
 
     def __repr__(self) -> str:
@@ -99,8 +99,11 @@ class Task:
         return read_tasks(self.path)
 
 
-def open_task(path: TaskPathLike) -> Task:
+def open_task(path: TaskPathLike, info: dict[str, Any] | None = None) -> Task:
     """Open a task directory, or a task in object storage (``s3://bucket/prefix/task``).
+
+    ``info``: its ``meta/info.json`` as :func:`~egopool.meta.info.read_info` returned it earlier (a dataset's
+    index keeps it): not read again, nothing checked again.
 
     A ``s3://`` task is read in place: parquet footers and the columns asked for by ranged
     GETs, videos through a seekable buffered reader, the connection from the AWS environment
@@ -115,4 +118,4 @@ def open_task(path: TaskPathLike) -> Task:
     ObjectStoreError
         ``s3://``: no such bucket, access denied, or the endpoint did not answer in time.
     """
-    return Task(path)
+    return Task(path, info)
