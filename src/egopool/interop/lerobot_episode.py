@@ -35,8 +35,8 @@ from . import lerobot_format as fmt
 from .lerobot_language import LANGUAGE_COLUMNS, dumps_rows, is_language_feature, language_type_problem, rows_of
 
 __all__ = ["FIX", "FeatureColumns", "LeRobotDatasetInfo", "check_episodes", "data_path", "decode_window",
-           "episode_rows", "feature_values", "plain_int", "png_frame", "row_values", "type_problem", "values", "video_path",
-           "window_frames"]
+           "episode_rows", "feature_values", "plain_int", "png_frame", "row_values", "type_problem", "values",
+           "video_path", "window_frames"]
 
 #: What to do about a damaged episode (every check's hint).
 FIX = "restore it, or import the other episodes (--episode E)"

@@ -37,9 +37,10 @@ import pyarrow as pa
 from ..errors import FormatError
 from ..schema import ColumnSpec
 
-__all__ = ["LANGUAGE_COLUMNS", "LANGUAGE_EVENTS", "LANGUAGE_FEATURE", "LANGUAGE_PERSISTENT", "POOLED", "dumps_rows",
-           "TASK_COLUMN", "TASK_FEATURE", "is_language_feature", "language_array", "language_feature_of", "language_spec", "language_type",
-           "language_type_problem", "lerobot_name", "loads_rows", "rows_of"]
+__all__ = ["LANGUAGE_COLUMNS", "LANGUAGE_EVENTS", "LANGUAGE_FEATURE", "LANGUAGE_PERSISTENT", "POOLED", "STYLES",
+           "TASK_COLUMN", "TASK_FEATURE", "VIEW_STYLES", "dumps_rows", "is_language_feature", "language_array",
+           "language_feature_of", "language_spec", "language_type", "language_type_problem", "lerobot_name",
+           "loads_rows", "row_problem", "rows_of"]
 
 LANGUAGE_PERSISTENT = "language_persistent"
 LANGUAGE_EVENTS = "language_events"

@@ -113,7 +113,8 @@ def _info(plan: LeRobotPlan, parts: Sequence[EpisodePart], copied_info: Mapping[
     total = sum(p.length for p in parts)
     info: dict[str, Any] = {
             "codebase_version": fmt.CODEBASE_VERSION, "robot_type": None, "total_episodes": len(parts),
-            "total_frames": total, "total_tasks": len(plan.task_texts), "chunks_size": 1000, "data_files_size_in_mb": 100,
+            "total_frames": total, "total_tasks": len(plan.task_texts), "chunks_size": 1000,
+            "data_files_size_in_mb": 100,
             "video_files_size_in_mb": 200, "fps": plan.fps, "splits": {"train": f"0:{len(parts)}"},
             "data_path": fmt.DATA_PATH, "video_path": fmt.VIDEO_PATH if plan.streams else None, "features": feats}
     tools = _language_tools(plan)

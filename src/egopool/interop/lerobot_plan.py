@@ -43,7 +43,8 @@ from ..storage import ObjectPath
 from ._checks import episode_streams
 from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, TASK_COLUMN, lerobot_name
 
-__all__ = ["PRESETS", "TARGETS", "preset_state", "IMPORTED_ACTION", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+__all__ = ["IMPORTED_ACTION", "PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan",
+           "StreamMap", "plan_export"]
 
 #: What a LeRobot reader does to the float64 Unix ``wall_time`` (issue 31): said in the mapping and the README.
 WALL_TIME_NOTE = ("float64 Unix seconds in the parquet, but LeRobot's items (its torch transform) return float32, "
