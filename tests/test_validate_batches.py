@@ -1,8 +1,8 @@
 """The row checks' batches and the force matrices' element type (docs/decisions.md U37, U38).
 
 A full-rig episode's force matrices are read in batches of a few MB (not 64 rows of ~3 MB each); findings name
-the same rows whichever batch they fall in. The writer declares force-matrix elements not null; a file written
-before (nullable elements) validates as it did.
+the same rows whichever batch they fall in. Force-matrix elements stay nullable in the writer's schema (U38,
+withdrawn); a file whose elements are declared not null validates as well.
 """
 
 from __future__ import annotations
@@ -28,23 +28,26 @@ def task(reference: Path, tmp_path: Path) -> Path:
     return copy_task(reference, tmp_path)
 
 
-def test_writer_stores_force_matrix_elements_not_null(task: Path) -> None:
+def test_writer_keeps_force_matrix_elements_nullable_so_episodes_concatenate(task: Path) -> None:
+    """U38 is withdrawn: not-null elements made a new episode's table refuse ``pa.concat_tables`` with an older
+    one of the same task (``list<element: int16>`` vs ``list<element: int16 not null>``)."""
     pf = pq.ParquetFile(task / DATA)
     typ = pf.schema_arrow.field(FM).type
-    assert pa.types.is_list(typ) and typ.value_type == pa.int16() and not typ.value_field.nullable
-    leaf = next(c for c in pf.schema if c.path == f"{FM}.list.element")
-    assert leaf.max_definition_level == 2  # optional list, repeated group, required element (3 when nullable)
-    assert pf.read(columns=[FM]).column(FM).combine_chunks().values.to_numpy().size == ROWS * 187_500
+    assert typ == pa.list_(pa.int16()) and typ.value_field.nullable
+    earlier = pa.table({FM: pa.array([[0] * 4], pa.list_(pa.int16()))})  # the type every earlier writer gave
+    assert pa.concat_tables([earlier, pq.read_table(task / DATA, columns=[FM])]).num_rows == 1 + ROWS
     assert validate_task(task).findings == []
 
 
-def test_a_file_with_nullable_force_matrix_elements_still_validates(task: Path) -> None:
-    def nullable(t: pa.Table) -> pa.Table:
+def test_a_file_with_not_null_force_matrix_elements_validates(task: Path) -> None:
+    def not_null(t: pa.Table) -> pa.Table:
         i = t.schema.get_field_index(FM)
-        return t.set_column(i, FM, t.column(FM).cast(pa.list_(pa.int16())))
+        typ = pa.list_(pa.field("element", pa.int16(), nullable=False))
+        col = t.column(FM).combine_chunks()
+        return t.set_column(i, FM, pa.ListArray.from_arrays(col.offsets, col.values, type=typ))
 
-    rewrite_parquet(task / DATA, nullable)
-    assert pq.ParquetFile(task / DATA).schema_arrow.field(FM).type.value_field.nullable
+    rewrite_parquet(task / DATA, not_null)
+    assert not pq.ParquetFile(task / DATA).schema_arrow.field(FM).type.value_field.nullable
     assert validate_task(task).findings == []
 
 

@@ -198,10 +198,6 @@ class ColumnSpec:
         if self.storage == "scalar":
             return elem
         if self.storage == "list":
-            if self.kind == "force_matrix":
-                # elements never null (a row is one whole frame or []): pyarrow then builds no validity bitmap
-                # for the 187,500 values of a row when reading them, a quarter of their decode (decisions.md U38)
-                return pa.list_(pa.field("element", elem, nullable=False))
             return pa.list_(elem)
         return pa.list_(pa.list_(elem))
 
@@ -316,7 +312,7 @@ class ColumnSpec:
             offsets = np.zeros(len(values) + 1, dtype=np.int64)
             np.cumsum(lens, out=offsets[1:])
             flat = np.concatenate(values) if values else np.zeros(0, self.dtype)
-            return _list_array(offsets, pa.array(flat, type=typ.value_type), typ)
+            return _list_array(offsets, pa.array(flat, type=typ.value_type))
         # list_list: outer offsets over samples, inner fixed-length lists
         n_inner = np.fromiter((v.shape[0] for v in values), dtype=np.int64, count=len(values))
         outer = np.zeros(len(values) + 1, dtype=np.int64)
@@ -337,8 +333,8 @@ class ColumnSpec:
         typ = self.arrow_type
         if self.storage != "list" or not values:
             return pa.chunked_array([self.to_arrow(values)], type=typ)
-        chunks = [pa.ListArray.from_arrays(pa.array(np.array([0, v.size], np.int32)), pa.array(v, type=typ.value_type),
-                                           type=typ) for v in values]
+        chunks = [pa.ListArray.from_arrays(pa.array(np.array([0, v.size], np.int32)), pa.array(v, type=typ.value_type))
+                  for v in values]
         return pa.chunked_array(chunks, type=typ)
 
 
@@ -381,12 +377,10 @@ def _to_dtype(value: Any, dtype: np.dtype, column: str) -> np.ndarray:
     return out
 
 
-def _list_array(offsets: np.ndarray, values: pa.Array, typ: pa.DataType | None = None) -> pa.Array:
-    """``list<values.type>`` (or ``typ``, a list type of the same value type) of ``offsets`` over ``values``."""
-    typ = typ if typ is not None else pa.list_(values.type)
+def _list_array(offsets: np.ndarray, values: pa.Array) -> pa.Array:
     if offsets[-1] > np.iinfo(np.int32).max:
-        return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values).cast(typ)
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values, type=typ)
+        return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values).cast(pa.list_(values.type))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
 
 
 def key_column(name: str) -> ColumnSpec:
