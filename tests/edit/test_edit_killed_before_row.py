@@ -42,3 +42,22 @@ def test_killed_between_file_and_row_then_resumed_validates(tmp_path, backend, r
         assert "observation.right_glove" not in features
     elif op == "rename-column":
         assert "observation.left_glove" in features and "observation.right_glove" not in features
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_add_column_refuses_non_finite_values_in_one_line(tmp_path, bad):
+    import numpy as np
+    from backends import TaskAt
+    from edit_support import digests
+
+    local = record(tmp_path / "s", episodes=1, rows=30)
+    t = TaskAt("dir", str(local), local)
+    values = np.arange(30, dtype=np.float64)
+    values[7] = bad
+    np.save(tmp_path / "v.npy", values)
+    before = digests(t)
+    r = run_cli("edit", "add-column", t.location, "1", "observation.grip_label", "--from", str(tmp_path / "v.npy"))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and f"v.npy: row 7 holds {bad!r}" in r.stderr, r.stderr
+    assert "terminate" not in r.stderr
+    assert digests(t) == before and not t.store.exists("meta/.edit.json")
