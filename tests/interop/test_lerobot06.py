@@ -263,3 +263,54 @@ def test_an_unknown_depth_encoding_is_refused_in_one_line(tmp_path):
     with pytest.raises(FormatError, match="an encoding egopool does not know") as exc:
         import_lerobot(tmp_path / "own", tmp_path / "rec", task="t")
     assert "\n" not in str(exc.value.message) and not (tmp_path / "rec" / "t").exists()
+
+
+def test_per_frame_task_strings_survive_import_and_export(tmp_path):
+    """lerobot 0.6.1 writes tasks 'pick thing 0' / 'pick thing 1' (and a second task inside episode 1): import keeps
+    each frame's text in observation.language_task, export writes it back as LeRobot's task (decisions I24)."""
+    LeRobotDataset = _lerobot06()
+    ds = LeRobotDataset.create("local/own", fps=10, features={"observation.state": {"dtype": "float32", "shape": (2,),
+                                                                                    "names": None}},
+                               root=tmp_path / "own")
+    want = [["pick thing 0"] * 4, ["pick thing 1"] * 2 + ["place thing 1"] * 3]
+    for e, tasks in enumerate(want):
+        for i, t in enumerate(tasks):
+            ds.add_frame({"task": t, "observation.state": np.array([e, i], np.float32)})
+        ds.save_episode()
+    ds.finalize()
+    result = import_lerobot(tmp_path / "own", tmp_path / "rec", task="own")
+    assert any("observation.language_task" in n for n in result.notes)
+    pooled = open_task(tmp_path / "rec" / "own")
+    got = [ep.columns(["observation.language_task"]).column(0).to_pylist() for ep in pooled.episodes()]
+    assert got == want
+    export_lerobot(tmp_path / "rec" / "own", tmp_path / "back")
+    back = LeRobotDataset("local/back", root=tmp_path / "back", video_backend="torchcodec")
+    assert [back[i]["task"] for i in range(len(back))] == want[0] + want[1]
+    assert sorted(back.meta.tasks.index) == ["pick thing 0", "pick thing 1", "place thing 1"]
+    assert list(back.meta.episodes["tasks"]) == [["pick thing 0"], ["pick thing 1", "place thing 1"]]
+    info = json.loads((tmp_path / "back" / "meta" / "info.json").read_text())
+    assert info["total_tasks"] == 3 and "observation.language_task" not in info["features"]
+
+
+def test_a_lerobot_datasets_action_is_the_default_export_action(tmp_path):
+    """import renames LeRobot's action to observation.action (the pooled action is the placeholder); the export
+    without --action writes it back as action, with its names (decisions I25)."""
+    LeRobotDataset = _lerobot06()
+    ds = LeRobotDataset.create("local/own", fps=10, root=tmp_path / "own",
+                               features={"action": {"dtype": "float32", "shape": (3,), "names": ["x", "y", "grip"]}})
+    for e in range(2):
+        for i in range(4):
+            ds.add_frame({"task": "t", "action": np.array([e, i, 0.5 * i], np.float32)})
+        ds.save_episode()
+    ds.finalize()
+    import_lerobot(tmp_path / "own", tmp_path / "rec", task="own")
+    result = export_lerobot(tmp_path / "rec" / "own", tmp_path / "back")
+    assert not any("constant" in w for w in result.warnings)
+    assert {"from": "observation.action", "to": "action"}.items() <= next(
+        r for r in result.plan.renamed if r["from"] == "observation.action").items()
+    info = json.loads((tmp_path / "back" / "meta" / "info.json").read_text())
+    assert info["features"]["action"]["names"] == ["x", "y", "grip"]
+    assert "observation.action" not in info["features"]
+    back = LeRobotDataset("local/back", root=tmp_path / "back", video_backend="torchcodec")
+    got = np.stack([back[i]["action"].numpy() for i in range(len(back))])
+    np.testing.assert_array_equal(got, [[e, i, 0.5 * i] for e in range(2) for i in range(4)])

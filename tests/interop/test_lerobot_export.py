@@ -141,11 +141,23 @@ def test_refusals_are_one_line_and_leave_nothing(sim_task, tmp_path, capsys):
     with pytest.raises(SchemaError, match="not a fixed-length numeric column"):
         export_lerobot(sim_task.path, out, action=["observation.imu"], lerobot="0.4")
     out.mkdir()
+    (out / "notes.txt").write_text("mine")
     assert main(["export", "lerobot", str(sim_task.path), str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == [out] and not list(out.iterdir())
+    assert list(tmp_path.iterdir()) == [out] and [p.name for p in out.iterdir()] == ["notes.txt"]
     assert main(["export", "lerobot", str(sim_task.path), str(out), "-e", "9"]) == 1
     assert "no episode 9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("uri", ["s3:/bucket/out", "S3://bucket/out", "s3//bucket/out"])
+def test_a_misspelt_s3_out_is_refused_before_anything_runs(sim_task, tmp_path, monkeypatch, capsys, uri):
+    """Review of issue 27: `s3:/bucket/out` ran the whole export, then a pyarrow traceback and `./s3:/bucket` left;
+    `s3//bucket/out` wrote locally."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "lerobot", str(sim_task.path), uri]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an S3 URI" in err and "write s3://bucket/out" in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fractional_fps_is_refused(tmp_path):
@@ -194,3 +206,49 @@ def test_preset_picks_the_rig_kinds_state_and_a_constant_action_is_warned_about(
     assert pa.types.is_list(typ) and pa.types.is_list(typ.value_type) and typ.value_type.value_type == pa.float32()
     mapping = json.loads((tmp_path / "lr" / "egopool_mapping.json").read_text())
     assert "float32" in mapping["features"]["wall_time"]["note"]
+
+
+def test_a_killed_exports_staging_is_swept_by_the_next_export_of_that_out(sim_task, tmp_path):
+    """Issue 27 review: a SIGKILLed export left `.OUT.<hex>.tmp` forever. Only egopool's names for this OUT whose
+    owner is dead (this host) or that are older than the bound are removed; nothing else."""
+    import os
+    import subprocess
+    import sys
+
+    from egopool.interop.lerobot_staging import STALE_AFTER_S, _host_tag
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead, tag = int(gone.stdout), _host_tag()
+    names = {f".x.0123abcd.{tag}-{dead}.tmp": False, f".x.0123abce.{tag}-{os.getppid()}.tmp": True,
+             ".x.89abcdef.tmp": True, ".x.89abcdee.tmp": False, f".x.old.0123abcd.{tag}-{dead}.tmp": True,
+             f".xy.0123abcd.{tag}-{dead}.tmp": True, f".x.0123abcd.{tag}-{dead}.tmp.keep": True, "x.tmp": True}
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text("1")
+    aged = tmp_path / ".x.89abcdee.tmp"
+    os.utime(aged, (aged.stat().st_atime, aged.stat().st_mtime - STALE_AFTER_S - 60))
+    (tmp_path / f".x.0123abcf.{tag}-{dead}.tmp").write_text("a file, not a staging directory")
+    export_lerobot(sim_task.path, tmp_path / "x", lerobot="0.4", depth=False)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {n for n, keep in names.items() if keep} | {"x", f".x.0123abcf.{tag}-{dead}.tmp"}
+
+
+def test_an_empty_out_directory_is_accepted_without_overwrite(sim_task, tmp_path):
+    """Issue 27 review: an existing empty OUT was refused without --overwrite."""
+    out = tmp_path / "made"
+    out.mkdir()
+    result = export_lerobot(sim_task.path, out, lerobot="0.4", depth=False)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["total_episodes"] == len(result.parts) == len(open_task(sim_task.path).episodes())
+    assert [p.name for p in tmp_path.iterdir()] == ["made"]
+
+
+def test_a_depth_map_of_an_unknown_encoding_is_named_without_a_stray_space(tmp_path):
+    from egopool.errors import FormatError
+    from egopool.interop.lerobot_depth import depth_map_of_feature
+
+    with pytest.raises(FormatError) as exc:
+        depth_map_of_feature("observation.images.d", {"dtype": "image", "info": {"is_depth_map": True}},
+                             tmp_path / "info.json")
+    assert exc.value.message.startswith("feature 'observation.images.d' is a depth map stored as image: an encoding")

@@ -85,7 +85,9 @@ def test_dataset_written_by_lerobot_imports_and_validates(tmp_path, vcodec):
             assert diff.mean() < (1.0 if vcodec == "h264" else 6.0), (e, i, diff.mean())
         start += n
     assert any("next.success -> observation.next_success" in n for n in result.notes)
-    assert task.info["features"]["observation.state"] == {"dtype": "float32", "shape": [4]}
+    # LeRobot's element names are kept (the export writes them back, decisions I25)
+    assert task.info["features"]["observation.state"] == {"dtype": "float32", "shape": [4],
+                                                          "names": ["j0", "j1", "j2", "grip"]}
 
 
 def _table_values(table, name):

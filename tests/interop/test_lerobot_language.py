@@ -233,3 +233,65 @@ def test_a_pooled_language_cell_that_is_not_json_is_refused_by_the_export(tmp_pa
         export_lerobot(tmp_path / "rec" / "t", tmp_path / "out")
     assert "\n" not in exc.value.message and not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.parametrize("column, row, field", [
+    ("language_persistent", {"role": None, "content": "x", "style": "subtask", "timestamp": 0.0, "camera": None,
+                             "tool_calls": None}, "role"),
+    ("language_events", {"role": "user", "content": "x", "style": "interjection", "camera": None, "tool_calls": None,
+                         "timestamp": 0.2}, "timestamp"),
+    ("language_events", {"role": "user", "content": "x", "style": "shout", "camera": None, "tool_calls": None},
+     "style"),
+    ("language_events", {"role": "user", "content": "what is red?", "style": "vqa", "camera": None,
+                         "tool_calls": None}, "camera"),
+    ("language_persistent", {"role": "user", "content": "x", "style": "interjection", "timestamp": 0.0,
+                             "camera": None, "tool_calls": None}, "style")])
+def test_a_row_lerobot_06_would_not_write_is_refused_at_import(tmp_path, column, row, field):
+    """Issue 27 review: malformed rows were imported silently and failed (or not) at export, naming no file."""
+    src, _ = _annotated(tmp_path)
+    path = src / "data" / "chunk-000" / "file-001.parquet"
+    table = pq.read_table(path)
+    at = table.column_names.index(column)
+    rows = table.column(at).to_pylist()
+    rows[4] = [*(rows[4] or []), row]
+    table = table.set_column(at, column, pa.array(rows))
+    pq.write_table(table, path)
+    with pytest.raises(FormatError, match=f"episode 1 frame 4: a {column} row's {field} ") as exc:
+        import_lerobot(src, tmp_path / "rec", task="t")
+    assert exc.value.path is not None and str(exc.value.path).endswith("file-001.parquet")
+    assert "\n" not in exc.value.message and not (tmp_path / "rec" / "t").exists()
+
+
+def test_the_exports_language_error_names_the_task_and_the_episode_file(tmp_path):
+    src, _ = _annotated(tmp_path)
+    import_lerobot(src, tmp_path / "rec", task="t")
+    path = open_task(tmp_path / "rec" / "t").episode(2).files.data
+    table = pq.read_table(path)
+    at = table.column_names.index("observation.language_events")
+    texts = table.column(at).to_pylist()
+    texts[3] = json.dumps([{"role": "user", "content": "look", "style": "vqa", "camera": None, "tool_calls": None}])
+    pq.write_table(table.set_column(at, table.schema.field(at), pa.array(texts, pa.string())), path)
+    with pytest.raises(FormatError, match="task 't' episode 2 row 3: observation.language_events: a row's camera "
+                                          "is None: a vqa row names") as exc:
+        export_lerobot(tmp_path / "rec" / "t", tmp_path / "out")
+    assert str(exc.value.path) == str(path) and not (tmp_path / "out").exists()
+
+
+def test_an_event_past_its_episodes_end_is_counted_as_not_carried(tmp_path, capsys):
+    """Issue 27 review: an event starting after its episode's end was counted as carried and called "clipped"."""
+    task = _task(tmp_path / "src")  # episodes 1 (9 frames, 0.6 s) and 2 (6 frames, 0.4 s) at 15 fps
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps({"events": [
+        {"id": 1, "task": "pour", "episode_index": 1, "t0": 0.2, "t1": 0.4, "label": "in"},
+        {"id": 2, "task": "pour", "episode_index": 2, "t0": 0.2, "t1": 0.9, "label": "long"},
+        {"id": 3, "task": "pour", "episode_index": 2, "t0": 0.5, "t1": 0.7, "label": "past"}], "next_cursor": None}))
+    out = tmp_path / "lr"
+    assert main(["export", "lerobot", str(task), str(out), "--events-from", str(events)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 event(s) cover no frame of their episode (they start at or after its end): not carried (e.g. " \
+           "episode 2 [0.5, 0.7) s 'past'; the episode has 6 frames, 0.4 s)" in text, text
+    assert "1 event(s) end after their episode's last frame, clipped to it (e.g. episode 2 [0.2, 0.9) s " \
+           "'long')" in text
+    assert "events: 2 of " in text
+    rows = [r for frame in _read(out, "language_events") for r in frame]
+    assert sorted(r["content"] for r in rows) == ["in", "long"]

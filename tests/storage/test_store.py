@@ -210,6 +210,29 @@ def test_directory_creates_race_across_processes(tmp_path) -> None:
     assert DirectoryStore(root).get("k/n")[0] == str(won.index(True)).encode()
 
 
+def test_directory_objects_get_the_mode_open_gives(tmp_path) -> None:
+    """Every write path (put, put_file copied or moved, staged) leaves 0666 under the umask, as open() does,
+    not mkstemp's 0600 (docs/decisions.md O45): a shared task stays readable by its other users."""
+    import stat as st
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    want = 0o666 & ~umask
+    s = DirectoryStore(tmp_path / "s")
+    s.put("a/put", b"x")
+    s.put("a/create", b"x", mode=PutMode.CREATE)
+    src = tmp_path / "src.bin"
+    for key, move in (("a/copied", False), ("a/moved", True)):
+        src.write_bytes(b"y")
+        os.chmod(src, 0o600)
+        s.put_file(key, src, move=move)
+    with s.staged("a/staged") as f:
+        f.write_bytes(b"z")
+    modes = {k: st.S_IMODE(os.stat(tmp_path / "s" / k).st_mode) for k in
+             ("a/put", "a/create", "a/copied", "a/moved", "a/staged")}
+    assert modes == dict.fromkeys(modes, want)
+
+
 def test_directory_store_on_a_file_is_refused(tmp_path) -> None:
     f = tmp_path / "file"
     f.write_text("x")

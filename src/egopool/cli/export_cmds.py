@@ -72,7 +72,8 @@ def lerobot_cmd(
                                     help="Columns concatenated (float32) into observation.state (repeat, in order)."),
     action: list[str] = typer.Option(None, "--action", metavar="COL",
                                      help="Columns concatenated (float32) into action (repeat, in order); default: "
-                                          "the pooled [0.0] placeholder."),
+                                          "observation.action when the task has it (a LeRobot import's action), "
+                                          "else the pooled [0.0] placeholder."),
     repo_id: str | None = typer.Option(None, "--repo-id", help="repo_id recorded in the mapping "
                                                                 "(default local/<task>)."),
     depth: bool = typer.Option(True, "--depth/--no-depth",
@@ -102,6 +103,9 @@ def lerobot_cmd(
     written by its own Ray task and meta/ is assembled here: the same files as without --ray (TASK and OUT must
     be on a file system every node sees). --dry-run does not start Ray.
     """
+    from ..storage._path import refuse_near_uri
+
+    refuse_near_uri(out)  # `s3:/b/p` exported everything, then failed (a folder `s3:` left); `s3//b/p` wrote locally
     if episodes_from is not None:
         from ..curation.selection import read_selection
 
@@ -156,13 +160,20 @@ def lerobot_cmd(
                           f"episode(s) {', '.join(map(str, left[:10]))}{' ...' if len(left) > 10 else ''} not "
                           "carried: not exported (or not in the task)")
         fps = result.plan.fps
-        long = [e for n, evs in events.by_episode.items() if n in exported
-                for e in evs if e.t1 * fps > exported[n].length + 1e-6]
+        kept = [(e, exported[n].length) for n, evs in events.by_episode.items() if n in exported for e in evs]
+        outside = [e for e, length in kept if e.frames(fps, length)[0] >= e.frames(fps, length)[1]]
+        long = [e for e, length in kept if e not in outside and e.t1 * fps > length + 1e-6]
+        if outside:  # no frame of its episode: in no row (the mapping lists it with language_events null)
+            e = outside[0]
+            console.print(f"[yellow]warning[/yellow] {len(outside)} event(s) cover no frame of their episode (they "
+                          f"start at or after its end): not carried (e.g. episode {e.episode_index} "
+                          f"[{e.t0:g}, {e.t1:g}) s {e.label!r}; the episode has {exported[e.episode_index].length} "
+                          f"frames, {exported[e.episode_index].length / fps:g} s)")
         if long:
             e = long[0]
             console.print(f"[yellow]warning[/yellow] {len(long)} event(s) end after their episode's last frame, "
                           f"clipped to it (e.g. episode {e.episode_index} [{e.t0:g}, {e.t1:g}) s {e.label!r})")
-        carried = sum(len(v) for n, v in events.by_episode.items() if n in exported)
+        carried = len(kept) - len(outside)
         console.print(f"events: {carried} of {events.source} carried (egopool_mapping.json lists them"
                       + (", language_events holds them)" if lerobot != "0.4" else ")"))
     copied = sum(len(p.copied) for p in result.parts)

@@ -114,7 +114,7 @@ def check_output_file(out: str | Path, task_dir: str | Path | ObjectPath, *, wha
 
 
 def check_output_dir(out: str | Path, task_dir: str | Path | ObjectPath, *, what: str, overwrite: bool = False,
-                     marker: str | None = None) -> Path:
+                     marker: str | None = None, empty_ok: bool = False) -> Path:
     """Check that the directory ``out`` can be (re)created for ``what`` from task ``task_dir``.
 
     Parameters
@@ -125,6 +125,8 @@ def check_output_dir(out: str | Path, task_dir: str | Path | ObjectPath, *, what
         never deletes a directory the command did not make.
     marker:
         See ``overwrite``; None: an existing directory is written into (files are added).
+    empty_ok:
+        With a ``marker``: an existing empty directory is accepted without ``overwrite``.
 
     Raises
     ------
@@ -143,6 +145,8 @@ def check_output_dir(out: str | Path, task_dir: str | Path | ObjectPath, *, what
         raise StorageError(f"cannot write {what}: this is a file, where a directory is needed", path=blocker,
                            hint="choose a directory or a path that does not exist yet")
     if marker is not None and out.exists():
+        if empty_ok and out.is_dir() and not any(out.iterdir()):
+            return out  # an empty directory made for the output (the publish replaces it)
         if not overwrite:
             raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
         if not (out / marker).exists() and any(out.iterdir()):

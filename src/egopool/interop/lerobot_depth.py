@@ -182,9 +182,9 @@ def depth_map_of_feature(name: str, feature: Mapping[str, Any], path: Path) -> L
     info = _mapping(feature.get("info"))
     pix = info.get("video.pix_fmt")
     if feature.get("dtype") != "video" or (pix is not None and pix not in _GRAY_FORMATS):
-        raise FormatError(f"feature {name!r} is a depth map stored as {feature.get('dtype')} "
-                          f"{pix or ''}: an encoding egopool does not know (it reads LeRobot's 12-bit gray "
-                          "depth videos)".replace("  ", " "), path=path,
+        stored = " ".join(str(x) for x in (feature.get("dtype"), pix) if x is not None)
+        raise FormatError(f"feature {name!r} is a depth map stored as {stored}: an encoding egopool does not know "
+                          "(it reads LeRobot's 12-bit gray depth videos)", path=path,
                           hint="import without it: pass a dataset without the feature, or convert it with lerobot")
     vals: dict[str, Any] = {}
     for key, default in (("depth_min", DEFAULT_MIN), ("depth_max", DEFAULT_MAX), ("shift", DEFAULT_SHIFT)):

@@ -35,8 +35,8 @@ from . import lerobot_format as fmt
 from .lerobot_language import LANGUAGE_COLUMNS, dumps_rows, is_language_feature, language_type_problem, rows_of
 
 __all__ = ["FIX", "FeatureColumns", "LeRobotDatasetInfo", "check_episodes", "data_path", "decode_window",
-           "episode_rows", "plain_int", "png_frame", "row_values", "type_problem", "values", "video_path",
-           "window_frames"]
+           "episode_rows", "feature_values", "plain_int", "png_frame", "row_values", "type_problem", "values",
+           "video_path", "window_frames"]
 
 #: What to do about a damaged episode (every check's hint).
 FIX = "restore it, or import the other episodes (--episode E)"
@@ -210,6 +210,29 @@ def values(table: pa.Table, name: str, rows: int, path: Path, feature: Mapping[s
         raise FormatError(f"{where}row {i}: column {name!r} holds {int(per_row[i])} values, not {want}", path=path,
                           hint=FIX)
     return np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(rows, want)
+
+
+def feature_values(ds: LeRobotDatasetInfo, table: pa.Table, col: FeatureColumns, rows: int, path: Path,
+                   episode: int) -> np.ndarray:
+    """:func:`values` of ``col``'s feature; for ``task_index`` each row's LeRobot task text (looked up in
+    ``meta/tasks.parquet``, decisions I24) as ``(rows, 1)`` objects.
+
+    Raises
+    ------
+    FormatError
+        A ``task_index`` that ``meta/tasks.parquet`` does not have, naming the file, episode and row.
+    """
+    if col.feature != "task_index":
+        return values(table, col.feature, rows, path, ds.features.get(col.feature), episode=episode)
+    idx = values(table, "task_index", rows, path, ds.features.get("task_index"), episode=episode).reshape(rows)
+    out = np.empty((rows, 1), dtype=object)
+    for i, t in enumerate(idx.tolist()):
+        text = ds.tasks.get(int(t)) if isinstance(t, int) else None
+        if text is None:
+            raise FormatError(f"episode {episode} row {i}: task_index {t!r} is not in meta/tasks.parquet "
+                              f"(it has {sorted(ds.tasks)})", path=path, hint=FIX)
+        out[i, 0] = text
+    return out
 
 
 def row_values(cols: Sequence[FeatureColumns], vals: Mapping[str, np.ndarray],
@@ -400,7 +423,7 @@ def _check_rows(ds: LeRobotDatasetInfo, ep: Mapping[str, Any], cols: Sequence[Fe
     path = data_path(ds, ep)
     table = episode_rows(ds, ep, names)
     n = table.num_rows
-    vals = {c.feature: values(table, c.feature, n, path, ds.features.get(c.feature), episode=e) for c in cols}
+    vals = {c.feature: feature_values(ds, table, c, n, path, e) for c in cols}
     specs = {s.name: s for c in cols for s in c.specs}
     stats_cols = {f"observation.{s}" for s in sensors} | {"observation.imu"}
     last: float | None = None

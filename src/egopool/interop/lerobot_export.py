@@ -26,8 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from ..arrowutil import list_column_to_numpy
 from ..codecs.depth_error import DepthErrorTally
 from ..codecs.video import RgbEncoder, read_rgb_frames
 from ..codecs.video_copy import COPYABLE_CODECS, packet_times
-from ..errors import EgopoolError, SchemaError, StorageError
+from ..errors import EgopoolError, FormatError, SchemaError, StorageError
 from ..storage import ObjectPath, TaskPath
 from ..jobs.executor import Executor, LocalExecutor
 from ..read.reader import Episode, open_task
@@ -51,7 +50,8 @@ from .lerobot_depth import LeRobotDepthMap, LeRobotDepthWriter
 from .lerobot_events import ExportEvents, add_events
 from .lerobot_language import language_array, language_type, loads_rows
 from .lerobot_meta import DEPTH_GOP, EpisodePart, write_meta
-from .lerobot_plan import ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
+from .lerobot_staging import staging_name, sweep_stale
+from .lerobot_plan import IMPORTED_ACTION, ColumnMap, EpisodeJob, LeRobotPlan, StreamMap, plan_export
 
 __all__ = ["EpisodePart", "LeRobotExport", "export_episode", "export_episode_unit", "export_lerobot"]
 
@@ -103,10 +103,14 @@ class LeRobotExport:
             return out
         merged = fmt.aggregate_stats(blocks)
         if np.all(np.asarray(merged["min"]) == np.asarray(merged["max"])):
-            what = ("the pooled placeholder [0.0]" if not any(c.name == "action" and c.kind == "concat"
-                                                               for c in self.plan.columns) else "--action columns")
+            src = next((c.sources for c in self.plan.columns if c.name == "action" and c.kind == "concat"), None)
+            what = ("the pooled placeholder [0.0]" if src is None else
+                    f"{src[0]}, the task's own action" if src == (IMPORTED_ACTION,) else "--action columns")
+            has_own = src is None and any(c.name == IMPORTED_ACTION for c in self.plan.columns)
             out += (f"action is constant in every exported frame ({what}): a policy learns nothing from it; "
-                    "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)",)
+                    + (f"the task's own action is {IMPORTED_ACTION} (exported as a feature): --action "
+                       f"{IMPORTED_ACTION}" if has_own else
+                       "choose the commanded signals with --action (e.g. the next gripper state / TCP pose)"),)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -201,6 +205,23 @@ def _export_depth_video(ep: Episode, s: StreamMap, dst: Path, length: int, fps: 
     return np.stack(thumbs), enc.errors
 
 
+def _task_indices(plan: LeRobotPlan, batch: pa.RecordBatch, rows: int, task_of: Mapping[str, int],
+                  used: dict[str, None]) -> np.ndarray:
+    """LeRobot's ``task_index`` of each row ``(rows,) int64``: the position of the row's text of
+    ``plan.task_column`` in ``plan.task_texts`` (no column or a null: ``plan.task_text``, I24); ``used`` gets the
+    texts in order."""
+    if plan.task_column is None or plan.task_column not in batch.schema.names:
+        used.setdefault(plan.task_text)
+        return np.full(rows, task_of[plan.task_text], np.int64)
+    texts = batch.column(batch.schema.get_field_index(plan.task_column)).to_pylist()
+    out = np.empty(rows, np.int64)
+    for i, t in enumerate(texts):
+        text = plan.task_text if t is None else str(t)
+        used.setdefault(text)
+        out[i] = task_of[text]
+    return out
+
+
 def _language_values(col: ColumnMap, batch: pa.RecordBatch, first: int, where: str) -> pa.Array:
     """A language column's rows from one record batch (rows ``first``.. of the episode), in lerobot's type (none
     where the episode lacks the column)."""
@@ -276,7 +297,10 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
     batches: list[pa.RecordBatch] = []
     have = set(ep.schema.names)  # a language column may be missing in an episode (none on its frames)
     need = sorted({s for col in plan.columns if col.kind != "depth" for s in col.sources if s in have}
-                  | {"frame_index"})
+                  | {"frame_index"} | ({plan.task_column} if plan.task_column is not None and plan.task_column in have
+                                       else set()))
+    task_of = {t: i for i, t in enumerate(plan.task_texts)}
+    used: dict[str, None] = {}
     language: dict[str, pa.Array] = {}
     values: dict[str, list[np.ndarray]] = {n: [] for n in data_feats if n not in ("index", "episode_index")}
     depth_iters = {col.name: iter(ep.depth(col.sources[0].removeprefix("videos/")))
@@ -300,7 +324,11 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
                     arrays[col.name] = np.stack(frames)
                     depth_stats[col.name].update(fmt.as_vectors(arrays[col.name]))
                 elif col.kind == "language":
-                    language[col.name] = _language_values(col, batch, done, f"episode {job.index} ")
+                    try:
+                        language[col.name] = _language_values(col, batch, done, f"episode {job.index} ")
+                    except FormatError as exc:  # name the task and the episode's file (issue 27 review)
+                        raise FormatError(f"task {plan.task_name!r} {exc.message}", path=ep.files.data,
+                                          hint=exc.hint) from None
                 else:
                     arrays[col.name] = _column_values(col, batch, rows)
             fi = batch.column(batch.schema.get_field_index("frame_index")).to_numpy(zero_copy_only=False)
@@ -308,7 +336,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             arrays["frame_index"] = fi.astype(np.int64)
             arrays["episode_index"] = np.full(rows, job.episode_index, np.int64)
             arrays["index"] = np.arange(job.from_index + done, job.from_index + done + rows, dtype=np.int64)
-            arrays["task_index"] = np.zeros(rows, np.int64)
+            arrays["task_index"] = _task_indices(plan, batch, rows, task_of, used)
             batch_out = pa.record_batch([language[n] if n in language else
                                          fmt.feature_array(arrays[n], data_feats[n], plain_nested=plain)
                                          for n in data_feats], schema=schema)
@@ -347,7 +375,7 @@ def export_episode(job: EpisodeJob, plan: LeRobotPlan, root: Path) -> EpisodePar
             stats[s.name] = fmt.image_stats(sampled)
         videos[s.name] = (c, f, 0.0, length / fps)
     return EpisodePart(job.index, job.episode_index, length, job.from_index, (c, f), videos, tuple(copied), stats,
-                       errors)
+                       errors, tuple(used))
 
 
 @dataclass(frozen=True)
@@ -370,16 +398,24 @@ def export_episode_unit(shared: _ExportInput, job: EpisodeJob) -> EpisodePart:
 
 def _publish_dir(staging: Path, out: Path, overwrite: bool) -> None:
     old: Path | None = None
+    emptied = False
+    if out.exists() and not overwrite:
+        try:
+            out.rmdir()  # an empty directory made for it is accepted (issue 27 review); anything else refused
+        except OSError:
+            raise EgopoolError("the output exists", path=out,
+                               hint="choose a new directory or pass --overwrite") from None
+        emptied = True
     if out.exists():
-        if not overwrite:
-            raise EgopoolError("the output exists", path=out, hint="choose a new directory or pass --overwrite")
-        old = out.parent / f".{out.name}.old.{uuid.uuid4().hex[:8]}.tmp"
+        old = staging_name(out, old=True)
         out.rename(old)
     try:
         staging.rename(out)
     except BaseException:
         if old is not None:
             old.rename(out)
+        elif emptied:
+            out.mkdir(exist_ok=True)
         raise
     fsync_dir(out.parent)
     if old is not None:
@@ -451,10 +487,11 @@ def export_lerobot(task: str | Path, out: str | Path, *, episodes: Sequence[int]
     if dry_run:
         return LeRobotExport(None, plan)
     out = check_output_dir(out, plan.task_dir, what="a LeRobot dataset", overwrite=overwrite,
-                           marker="meta/info.json")
+                           marker="meta/info.json", empty_ok=True)
     with StorageError.guard(out, action="cannot write the LeRobot dataset"):
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
+        sweep_stale(out)  # what a killed export of the same OUT left (I27)
+        staging = staging_name(out)
         staging.mkdir()
         try:
             # a Ray worker has its own working directory: units see absolute paths (K4)

@@ -50,8 +50,9 @@ from ..importers._common import (ImportResult, ImportSource, Progress, check_not
                                  remember_import, task_writer)
 from . import lerobot_format as fmt
 from .lerobot_depth import depth_map_of_feature, is_depth_feature, read_lerobot_depth
-from .lerobot_language import LANGUAGE_COLUMNS, is_language_feature, language_spec
+from .lerobot_language import LANGUAGE_COLUMNS, TASK_COLUMN, TASK_FEATURE, is_language_feature, language_spec
 from .lerobot_episode import (FIX, FeatureColumns, LeRobotDatasetInfo, check_episodes, data_path, decode_window,
+                              feature_values,
                               episode_rows, plain_int, png_frame, row_values, values, video_path, window_frames)
 
 __all__ = ["LeRobotDatasetInfo", "import_lerobot", "pooled_name", "scan_lerobot"]
@@ -201,6 +202,9 @@ def _generic_spec(name: str, feat: Mapping[str, Any]) -> ColumnSpec:
     if shape == [1]:
         return ColumnSpec(name, "scalar", dtype, None, {"dtype": dtype, "shape": [1]},
                           kind=signal_kind(name) or "vector", sparse=True)
+    names = feat.get("names")  # LeRobot's element names (e.g. of action's joints), kept for the export (I25)
+    if isinstance(names, list) and len(names) == math.prod(shape) and all(isinstance(x, str) for x in names):
+        return vector_column(name, shape, dtype, names=list(names))
     return vector_column(name, shape, dtype)
 
 
@@ -254,6 +258,10 @@ def _plan_columns(ds: LeRobotDatasetInfo, notes: list[str]) -> tuple[list[Featur
             notes.append(f"{name} -> {target}")
         spec = _generic_spec(target, feat)
         cols.append(FeatureColumns(name, [(target, int(math.prod(feat["shape"])), spec)]))
+    if "task_index" in ds.features and ds.tasks and TASK_COLUMN not in {p for c in cols for p, _, _ in c.parts}:
+        spec = ColumnSpec(TASK_COLUMN, "string", "str", None, dict(TASK_FEATURE), sparse=True)
+        cols.append(FeatureColumns("task_index", [(TASK_COLUMN, 1, spec)]))  # each frame's task text (I24)
+        notes.append(f"task -> {TASK_COLUMN}")
     return cols, streams
 
 
@@ -361,7 +369,8 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
     if not created:
         synthesised.append("created_at / wall_time: the import time (LeRobot stores no absolute time)")
     if len(set(ds.tasks.values())) > 1:
-        notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}")
+        notes.append(f"LeRobot tasks {sorted(set(ds.tasks.values()))} -> one pooled task {task!r}, each frame's "
+                     f"in {TASK_COLUMN}")
     data_names = [c.feature for c in cols] + [n for n, (_, kind) in streams.items() if kind in ("image", "depth")]
     refuse_other_fps(root, task, fps)  # before the check: it reads every frame
     content = ImportSource(tuple(ds.root / d for d in ("meta", "data", "videos") if (ds.root / d).is_dir()),
@@ -424,7 +433,7 @@ def import_lerobot(directory: str | Path, root: str | Path, *, task: str, progre
                         frame_iters[key] = decode_window(path, t0, t1, fps, episode=e, feature=name)
                         reencoded += 1
             specs = [s for c in cols for s in c.specs]
-            vals = {c.feature: values(table, c.feature, n, dpath, ds.features.get(c.feature)) for c in cols}
+            vals = {c.feature: feature_values(ds, table, c, n, dpath, e) for c in cols}
             with tw.begin_episode(specs, stream_specs, created_at=float(created.get(e) or now),
                                   calibration=decl.get("calibration"), devices=decl.get("devices") or (),
                                   device_names=decl.get("device_names"), sensors=decl.get("sensors"),

@@ -27,6 +27,7 @@ the JSON text as a string feature under the pooled name.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,15 +37,23 @@ import pyarrow as pa
 from ..errors import FormatError
 from ..schema import ColumnSpec
 
-__all__ = ["LANGUAGE_COLUMNS", "LANGUAGE_EVENTS", "LANGUAGE_FEATURE", "LANGUAGE_PERSISTENT", "POOLED", "dumps_rows",
-           "is_language_feature", "language_array", "language_feature_of", "language_spec", "language_type",
-           "language_type_problem", "lerobot_name", "loads_rows", "rows_of"]
+__all__ = ["LANGUAGE_COLUMNS", "LANGUAGE_EVENTS", "LANGUAGE_FEATURE", "LANGUAGE_PERSISTENT", "POOLED", "STYLES",
+           "TASK_COLUMN", "TASK_FEATURE", "VIEW_STYLES", "dumps_rows", "is_language_feature", "language_array",
+           "language_feature_of", "language_spec", "language_type", "language_type_problem", "lerobot_name",
+           "loads_rows", "row_problem", "rows_of"]
 
 LANGUAGE_PERSISTENT = "language_persistent"
 LANGUAGE_EVENTS = "language_events"
 LANGUAGE_COLUMNS = (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS)
 #: LeRobot column -> the pooled column holding it.
 POOLED = {name: f"observation.{name}" for name in LANGUAGE_COLUMNS}
+#: The pooled string column holding LeRobot's per-frame ``task`` (its instruction; decisions I24): the pooled format has
+#: one task string per task (``tasks.jsonl``, spec: task_index is always 0), so an imported dataset's tasks live here
+#: and ``export lerobot`` writes ``task_index`` / ``meta/tasks.parquet`` from it.
+TASK_COLUMN = "observation.language_task"
+#: Its declaration.
+TASK_FEATURE: dict[str, Any] = {"dtype": "string", "shape": [1], "names": None,
+                                "info": {"lerobot": "task", "value": "LeRobot's task (instruction) of this frame"}}
 #: The ``info.json`` feature of either column (``lerobot.datasets.language.language_feature_info``).
 LANGUAGE_FEATURE: dict[str, Any] = {"dtype": "language", "shape": [1], "names": None}
 #: Each row's fields, in lerobot's order (``PERSISTENT_ROW_FIELDS`` / ``EVENT_ROW_FIELDS``).
@@ -53,6 +62,43 @@ FIELDS = {LANGUAGE_PERSISTENT: ("role", "content", "style", "timestamp", "camera
 _WHAT = {LANGUAGE_PERSISTENT: "states active from their timestamp (s, frame_index / fps): the episode's list on "
                               "every frame",
          LANGUAGE_EVENTS: "rows that fire on this frame (no timestamp of their own)"}
+
+
+#: lerobot 0.6.1's styles per column (``PERSISTENT_STYLES``; ``EVENT_ONLY_STYLES`` and None, ``column_for_style``)
+#: and the styles whose rows must name a camera (``VIEW_DEPENDENT_STYLES``; every other style's camera is null).
+STYLES: dict[str, frozenset[str | None]] = {
+    LANGUAGE_PERSISTENT: frozenset({"subtask", "plan", "memory", "motion", "task_aug"}),
+    LANGUAGE_EVENTS: frozenset({"interjection", "vqa", "trace", None})}
+VIEW_STYLES = frozenset({"vqa", "trace"})
+
+
+def row_problem(row: Mapping[str, Any], name: str) -> tuple[str, str] | None:
+    """``(field, why)`` when ``row`` (one row of LeRobot column ``name``, as a dict) breaks lerobot 0.6.1's row
+    schema (``lerobot.datasets.language``: its fields, a string ``role``, a number ``timestamp`` for persistent
+    rows, the column's styles, ``camera`` set iff the style is view-dependent, ``tool_calls`` a list or null);
+    None when it holds. A field lerobot does not name counts only when it holds a value (pyarrow infers an
+    always-null field)."""
+    extra = sorted(k for k, v in row.items() if k not in FIELDS[name] and v is not None)
+    if extra:
+        return extra[0], f"is not a field of LeRobot's {name} rows ({', '.join(FIELDS[name])})"
+    if not isinstance(row.get("role"), str):
+        return "role", f"is {row.get('role')!r}, not a string (lerobot's role is never null)"
+    if name == LANGUAGE_PERSISTENT:
+        ts = row.get("timestamp")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            return "timestamp", f"is {ts!r}, not a finite number of seconds"
+    style = row.get("style")
+    if style not in STYLES[name]:
+        allowed = sorted(str(x) for x in STYLES[name])
+        return "style", f"is {style!r}, not one of lerobot 0.6.1's {name} styles ({', '.join(allowed)})"
+    camera = row.get("camera")
+    if style in VIEW_STYLES and not (isinstance(camera, str) and camera):
+        return "camera", f"is {camera!r}: a {style} row names the observation.images.* camera it is about"
+    if style not in VIEW_STYLES and camera is not None:
+        return "camera", f"is {camera!r}: only vqa/trace rows name a camera (lerobot's rule)"
+    if not isinstance(row.get("tool_calls"), (list, type(None))):
+        return "tool_calls", f"is {row.get('tool_calls')!r:.60}, not a list or null"
+    return None
 
 
 def _json_type() -> pa.DataType:
@@ -152,6 +198,10 @@ def rows_of(column: pa.Array | pa.ChunkedArray, name: str, *, where: str = "") -
     for i, frame in enumerate(column.to_pylist()):
         rows = []
         for row in frame or ():
+            bad = row_problem(row, name)
+            if bad is not None:
+                raise FormatError(f"{where}frame {i}: a {name} row's {bad[0]} {bad[1]}",
+                                  hint="fix or remove the row (lerobot 0.6.1's lerobot.datasets.language rules)")
             got = {k: row.get(k) for k in FIELDS[name]}
             calls_value = got.get("tool_calls")
             if json_items and calls_value is not None:
@@ -188,6 +238,11 @@ def loads_rows(text: str | None, name: str, *, where: str = "") -> list[dict[str
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("role"), str) for r in rows):
         raise FormatError(f"{where}{POOLED[name]} is not a JSON list of rows {{\"role\": str, ...}}",
                           hint="it holds the JSON list of the frame's LeRobot rows; restore or remove the column")
+    for r in rows:
+        bad = row_problem(r, name)
+        if bad is not None:
+            raise FormatError(f"{where}{POOLED[name]}: a row's {bad[0]} {bad[1]}",
+                              hint="fix or remove the row (lerobot 0.6.1's lerobot.datasets.language rules)")
     return [{k: r.get(k) for k in FIELDS[name]} for r in rows]
 
 

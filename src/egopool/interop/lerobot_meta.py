@@ -52,6 +52,10 @@ class EpisodePart:
         Video features copied without re-encoding.
     stats:
         Feature -> statistics block (:mod:`.lerobot_format`).
+    depth_errors:
+        Depth feature -> its transcoding error tally.
+    tasks:
+        The LeRobot task texts of its frames, in order (``meta/episodes`` ``tasks``; empty: the plan's task text).
     """
 
     index: int
@@ -63,6 +67,7 @@ class EpisodePart:
     copied: tuple[str, ...]
     stats: dict[str, dict[str, np.ndarray]] = field(repr=False)
     depth_errors: dict[str, DepthErrorTally] = field(default_factory=dict, repr=False)
+    tasks: tuple[str, ...] = ()
 
 
 def _episodes_table(plan: LeRobotPlan, parts: Sequence[EpisodePart]) -> pa.Table:
@@ -79,7 +84,7 @@ def _episodes_table(plan: LeRobotPlan, parts: Sequence[EpisodePart]) -> pa.Table
                  "egopool/pooled_episode_index": [], "egopool/created_at": []})
     for p in parts:
         cols["episode_index"].append(p.episode_index)
-        cols["tasks"].append([plan.task_text])
+        cols["tasks"].append(list(p.tasks) or [plan.task_text])
         cols["length"].append(p.length)
         cols["data/chunk_index"].append(p.data_file[0])
         cols["data/file_index"].append(p.data_file[1])
@@ -108,7 +113,8 @@ def _info(plan: LeRobotPlan, parts: Sequence[EpisodePart], copied_info: Mapping[
     total = sum(p.length for p in parts)
     info: dict[str, Any] = {
             "codebase_version": fmt.CODEBASE_VERSION, "robot_type": None, "total_episodes": len(parts),
-            "total_frames": total, "total_tasks": 1, "chunks_size": 1000, "data_files_size_in_mb": 100,
+            "total_frames": total, "total_tasks": len(plan.task_texts), "chunks_size": 1000,
+            "data_files_size_in_mb": 100,
             "video_files_size_in_mb": 200, "fps": plan.fps, "splits": {"train": f"0:{len(parts)}"},
             "data_path": fmt.DATA_PATH, "video_path": fmt.VIDEO_PATH if plan.streams else None, "features": feats}
     tools = _language_tools(plan)
@@ -156,7 +162,7 @@ def write_meta(plan: LeRobotPlan, parts: Sequence[EpisodePart], root: Path) -> N
     meta = root / "meta"
     (meta / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
     pq.write_table(_episodes_table(plan, parts), meta / "episodes" / "chunk-000" / "file-000.parquet")
-    fmt.write_tasks(meta / "tasks.parquet", [plan.task_text])
+    fmt.write_tasks(meta / "tasks.parquet", plan.task_texts)
     stats = {name: fmt.aggregate_stats([p.stats[name] for p in parts]) for name in parts[0].stats}
     write_json(meta / "stats.json", fmt.stats_to_json(stats))
     video_info = {s.name: _video_feature_info(root, s, plan.fps, plan.target, plan.gop) for s in plan.streams}

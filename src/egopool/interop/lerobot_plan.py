@@ -41,9 +41,10 @@ from ..read.reader import Episode, Task
 from ..schema import signal_kind
 from ..storage import ObjectPath
 from ._checks import episode_streams
-from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, lerobot_name
+from .lerobot_language import LANGUAGE_COLUMNS, LANGUAGE_FEATURE, TASK_COLUMN, lerobot_name
 
-__all__ = ["PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan", "StreamMap", "plan_export"]
+__all__ = ["IMPORTED_ACTION", "PRESETS", "TARGETS", "preset_state", "ColumnMap", "EpisodeJob", "LeRobotPlan",
+           "StreamMap", "plan_export"]
 
 #: What a LeRobot reader does to the float64 Unix ``wall_time`` (issue 31): said in the mapping and the README.
 WALL_TIME_NOTE = ("float64 Unix seconds in the parquet, but LeRobot's items (its torch transform) return float32, "
@@ -63,6 +64,9 @@ TARGETS = ("0.6", "0.4")
 #: Column kinds whose rows hold a variable number of items (multi_device_storage.md §4.6, §7.2).
 _VARIABLE_KINDS = {"slam_trajectory", "slam_trajectory_ns", "imu", "imu_ts"}
 #: Element dtypes float32 holds exactly (allowed in observation.state / action).
+#: Where ``import lerobot`` puts a dataset's ``action`` (the pooled ``action`` is the spec's placeholder); the
+#: export's default ``--action`` when the task has it (issue 27 review, decisions I25).
+IMPORTED_ACTION = "observation.action"
 _STATE_DTYPES = {"float32", "float16", "int8", "int16", "uint8", "uint16", "bool"}
 _HANDLED_KEYS = {"episode_index", "frame_index", "timestamp", "task_index"}
 
@@ -143,6 +147,16 @@ class LeRobotPlan:
     #: Each episode's ``drop_stats`` (§6.2: frames repeated, values clipped or rejected...), carried in the mapping
     #: so that ``import lerobot`` gives them back (a frozen stream stays said after a round trip).
     drop_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: LeRobot's tasks (``meta/tasks.parquet``, ``task_index`` = the position): the texts of the pooled
+    #: :data:`~.lerobot_language.TASK_COLUMN` in order of first appearance when the task has it (a frame without
+    #: one: ``task_text``), else ``[task_text]`` (decisions I24).
+    task_texts: list[str] = field(default_factory=list)
+    #: The pooled column holding each frame's task text, or None (every frame ``task_text``).
+    task_column: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.task_texts:
+            self.task_texts = [self.task_text]
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:
@@ -224,6 +238,11 @@ def _column_map(name: str, typ: pa.DataType, feat: Any) -> tuple[ColumnMap | Non
                      {name: pooled}), None
 
 
+def _is_default_action(cm: ColumnMap | None) -> bool:
+    """True when ``cm`` (the task's :data:`IMPORTED_ACTION`, in every chosen episode) can be ``action``."""
+    return cm is not None and cm.feature.get("dtype") in _STATE_DTYPES
+
+
 def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], chosen: Sequence[Episode],
             names: Sequence[Sequence[str]], task_dir: Path | ObjectPath) -> ColumnMap:
     flag = "--state" if target == "observation.state" else "--action"
@@ -257,7 +276,12 @@ def _concat(target: str, cols: Sequence[str], cmaps: Mapping[str, ColumnMap], ch
             raise SchemaError(f"is {feat['dtype']}; {target} is float32, which cannot hold it exactly", column=col,
                               path=task_dir, hint=f"leave it out of {flag} (it is exported as its own feature)")
         n = int(math.prod(feat["shape"]))
-        parts += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
+        decl = cm.pooled[col].get("feature")  # the pooled declaration: its element names (a LeRobot import's)
+        own = decl.get("names") if isinstance(decl, Mapping) else None
+        if len(cols) == 1 and isinstance(own, list) and len(own) == n and all(isinstance(x, str) for x in own):
+            parts += own
+        else:
+            parts += [col] if n == 1 else [f"{col}[{i}]" for i in range(n)]
         pooled[col] = cm.pooled[col]
     return ColumnMap(target, tuple(cols), "concat", {"dtype": "float32", "shape": [len(parts)], "names": parts},
                      pooled)
@@ -349,14 +373,15 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     language = _language_columns(chosen, features, target, dropped)
     renamed += [{"from": c.sources[0], "to": c.name, "why": "LeRobot 0.6's language column: each row's JSON text as "
                                                             "its rows (episodes without it: none)"} for c in language]
-    seen_somewhere = sorted(set().union(*map(set, names)) - common - {s for c in language for s in c.sources})
+    seen_somewhere = sorted(set().union(*map(set, names)) - common - {s for c in language for s in c.sources}
+                            - {TASK_COLUMN})
     for col in seen_somewhere:
         have = [ep.index for ep, n in zip(chosen, names, strict=True) if col in n]
         dropped.append({"source": col, "reason": f"only in episodes {have}; LeRobot features are the same for "
                                                  "every episode"})
     cmaps: dict[str, ColumnMap] = {}
     for col in names[0]:
-        if col not in common or col in _HANDLED_KEYS or any(col in c.sources for c in language):
+        if col not in common or col in _HANDLED_KEYS or col == TASK_COLUMN or any(col in c.sources for c in language):
             continue
         cm, why = _column_map(col, schemas[0].field(col).type, features.get(col))
         if cm is not None:
@@ -364,15 +389,22 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
         elif why is not None:
             dropped.append({"source": col, "reason": why})
     columns: list[ColumnMap] = []
+    default_action = not action and _is_default_action(cmaps.get(IMPORTED_ACTION)) and IMPORTED_ACTION not in state
+    if default_action:  # a LeRobot import's real action (import renames it; the pooled action is the placeholder)
+        action = [IMPORTED_ACTION]
     if state:
         columns.append(_concat("observation.state", list(state), cmaps, chosen, names, task.path))
     if action:
         columns.append(_concat("action", list(action), cmaps, chosen, names, task.path))
-        dropped.append({"source": "action", "reason": "the pooled placeholder [0.0]; --action columns replace it"})
+        dropped.append({"source": "action", "reason": "the pooled placeholder [0.0]; " +
+                        (f"{IMPORTED_ACTION} replaces it (no --action given)" if default_action
+                         else "--action columns replace it")})
     for col in state:
         renamed.append({"from": col, "to": "observation.state", "why": "--state"})
     for col in action:
-        renamed.append({"from": col, "to": "action", "why": "--action"})
+        renamed.append({"from": col, "to": "action", "why": "default --action: the task's own action (a LeRobot "
+                                                                "import's action; --action COL chooses another)"
+                        if default_action else "--action"})
     taken = set(state) | set(action) | ({"action"} if action else set())
     columns.append(ColumnMap("pooled_timestamp", ("timestamp",), "column",
                              {"dtype": "float32", "shape": [1], "names": None},
@@ -394,8 +426,27 @@ def plan_export(task: Task, *, episodes: Sequence[int] | None = None, state: Seq
     decl: dict[str, Any] = {k: task.info[k] for k in ("calibration", "devices", "device_names", "sensors", "sensor_dim")
             if k in task.info}
     drops = {ep.index: _drop_stats(ep) for ep in chosen}
+    texts = _task_texts(chosen, text)
+    if texts is not None:
+        renamed.append({"from": TASK_COLUMN, "to": "task", "why": "each frame's LeRobot task (meta/tasks.parquet, "
+                                                                  f"task_index); a frame without one: {text!r}"})
     return LeRobotPlan(task.path, task.name, text, repo_id, fps, columns, streams, dropped, renamed, jobs,
-                       created, decl, target, gop, drops)
+                       created, decl, target, gop, drops, texts or [text], TASK_COLUMN if texts is not None else None)
+
+
+def _task_texts(chosen: Sequence[Episode], default: str) -> list[str] | None:
+    """The distinct texts of :data:`~.lerobot_language.TASK_COLUMN` over the chosen episodes in order of first
+    appearance (a null or missing one: ``default``), or None when no episode has the column (decisions I24)."""
+    if not any(TASK_COLUMN in ep.schema.names for ep in chosen):
+        return None
+    seen: dict[str, None] = {}
+    for ep in chosen:
+        if TASK_COLUMN not in ep.schema.names:
+            seen.setdefault(default)
+            continue
+        for t in ep.columns([TASK_COLUMN]).column(TASK_COLUMN).to_pylist():
+            seen.setdefault(default if t is None else str(t))
+    return list(seen)
 
 
 def _language_columns(chosen: Sequence[Episode], features: Mapping[str, Any], target: str,

@@ -37,7 +37,7 @@ def is_object_uri(value: object) -> bool:
 
 
 def refuse_near_uri(text: str) -> None:
-    """Refuse text that was meant as an S3 URI but is not one (``s3:/b/t``, ``S3://b/t``): taken as a local path it
+    """Refuse text that was meant as an S3 URI but is not one (``s3:/b/t``, ``S3://b/t``, ``s3//b/t``): taken as a local path it
     would create a folder named ``s3:`` (issue 24 review).
 
     Raises
@@ -45,7 +45,7 @@ def refuse_near_uri(text: str) -> None:
     FormatError
         One line naming the text and the spelling of an S3 location.
     """
-    if text[:3].lower() == "s3:" and not text.startswith("s3://"):
+    if (text[:3].lower() == "s3:" and not text.startswith("s3://")) or text[:4].lower() == "s3//":
         raise FormatError("not an S3 URI: an S3 location is written s3://BUCKET/PREFIX (lower-case, two slashes)",
                           path=text, hint=f"write s3://{text[3:].lstrip('/')}; a local folder of that name: ./{text}")
 

@@ -232,6 +232,7 @@ class DirectoryStore(Store):
             tmp.unlink(missing_ok=True)
 
     def _place(self, tmp: Path, final: Path, key: str, mode: PutMode, version: str | None) -> str:
+        os.chmod(tmp, _FILE_MODE)  # what open() would give (temp files are 0600; a task is shared: 0644 at umask 022)
         if mode is PutMode.CREATE:
             try:
                 os.link(tmp, final)
@@ -278,6 +279,26 @@ class DirectoryStore(Store):
         d = self._path(key).parent
         d.mkdir(parents=True, exist_ok=True)
         return str(d)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)  # elsewhere: set and restore (at import, before any thread of egopool's)
+    os.umask(old)
+    return old
+
+
+#: The mode of every object a directory store writes: a new file's under the umask (0644 at umask 022), as
+#: ``open()`` gives and ``cp`` keeps; ``tempfile.mkstemp`` makes 0600, which would hide a shared task from its
+#: other users and a server (docs/decisions.md O45).
+_FILE_MODE = 0o666 & ~_umask()
 
 
 def _size_version(st: os.stat_result) -> tuple[int, str]:
