@@ -47,7 +47,7 @@ from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, open_store
 from .copy import ORIGINS, CopyPlan, EditReport, _origins, copy_picks, run_plan, target_keys
 from .journal import EditJournal, other_edit, read_journal
 from .merge import collect, unite_tasks
-from .source import SourceTask, first_difference, location, open_source, refuse_nested
+from .source import SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested
 
 __all__ = ["OP_INTO", "highest_used", "merge_into", "plan_merge_into"]
 
@@ -98,6 +98,8 @@ def plan_merge_into(sources: Sequence[str | ObjectPath], target: SourceTask) -> 
     if not sources:
         raise OperationError("edit merge needs a source task", hint="egopool edit merge A --into EXISTING")
     opened = [open_source(s) for s in sources]
+    for o in opened:
+        refuse_busy_source(o)
     uris = [s.t.uri for s in opened]
     if target.t.uri in uris:
         raise OperationError(f"cannot merge {target.t.uri} into itself", hint="name other tasks as sources")

@@ -285,7 +285,8 @@ def load_values(path: str | Path) -> np.ndarray:
     Raises
     ------
     OperationError
-        The file does not read as numbers, or holds a finite value float32 cannot hold (named, with its row).
+        The file does not read as numbers, holds NaN/Infinity, or a finite value float32 cannot hold (named,
+        with its row).
     """
     p = Path(path)
     hint = "give a .npy array or a text file with one number (or vector) per line"
@@ -311,6 +312,12 @@ def load_values(path: str | Path) -> np.ndarray:
         raise OperationError(f"{p}: value {float(wide[tuple(first)])!r} (row {int(first[0])}) is beyond float32's range "
                              f"(±{float(np.finfo(np.float32).max):.4g}); an added column is float32",
                              hint="scale the values (e.g. to other units) so that they fit")
+    bad = ~np.isfinite(wide)  # NaN/Infinity: refused here, before the journal (JSON) would refuse it (E41)
+    if bad.any():
+        first = np.argwhere(bad)[0] if wide.ndim else np.zeros(1, dtype=int)
+        raise OperationError(f"{p}: row {int(first[0])} holds {float(wide[tuple(first)] if wide.ndim else wide)!r} "
+                             f"({int(bad.sum())} non-finite value(s)); an added column takes finite values only",
+                             hint="replace NaN/Infinity by a value (or leave the episode without the column)")
     if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
         raise OperationError(f"{p}: holds no values (shape {list(arr.shape)})", hint=hint)
     if arr.ndim > 2:

@@ -9,7 +9,8 @@ Steps (each a crash seam ``EGOPOOL_OPS_PAUSE=edit:<step>``), a valid task after 
 2. ``declared``: ``info.json`` gets the union of the old and the new declarations (a renamed column or slot is
    declared under both names, an added column is declared), so every episode validates, changed or not;
 3. ``episode`` (after the first): each episode's data parquet, videos and row are rewritten, one object at a
-   time, each atomically; a change is idempotent (an episode already changed is left as it is), so a re-run
+   time, each atomically, after the journal records what the row must say (E39, seam ``row``); a change is
+   idempotent (an episode already changed is left as it is), so a re-run
    simply goes over every episode again;
 4. ``committed``: ``stats.json``, ``tasks.jsonl``, then ``info.json`` with the old declarations gone;
 5. the journal is removed.
@@ -121,10 +122,16 @@ def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:
     return pa.table(cols)
 
 
-def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> list[str]:
+def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
+                   journal: EditJournal | None = None) -> list[str]:
+    """Change one episode: its files first, then its row. Before the first file is written the journal records
+    what the row must say (``pending``: the new sha256 of each rewritten file, each move and deletion), so a run
+    killed between a file and the row is finished from the journal, never by hashing whatever bytes are there
+    (docs/decisions.md E39)."""
     store, keys = s.t.store, []
     moves: dict[str, str] = {}
     changes: dict[str, str | None] = {}
+    body: bytes | None = None
     if ch.touches_data():
         table = s.table(ref)
         new = ch.data(ref.index, table)
@@ -132,28 +139,23 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> l
             keys.append(ref.data)
             body = parquet_bytes(new)
             changes[ref.data] = sha256_bytes(body)
-            if write:
-                store.put(ref.data, body)
+    videos: list[tuple[str, str, str | None]] = []  # (ext, key, dest | None to delete)
     for image_key, to in ch.videos(ref.index, ref.videos):
         ext, key = ref.videos[image_key]
         if to is None:
             keys.append(key)
             changes[key] = None
-            if write:
-                _delete(s, key)
+            videos.append((ext, key, None))
             continue
         dest = s.layout.video_key(ref.index, to, ext)
         keys.append(f"{key} -> {dest}")
         moves[key] = dest
-        if write:
-            local = store.local_path(key)
-            if local is not None:
-                store.put_file(dest, local)
-            else:
-                with store.staged(dest, suffix="." + ext) as tmp, store.open_input(key) as f, open(tmp, "wb") as out:
-                    while piece := f.read(1 << 20):
-                        out.write(piece)
-            _delete(s, key)
+        videos.append((ext, key, dest))
+    pending = (journal.doc.get("pending") or {}) if journal is not None else {}
+    if pending.get("n") == ref.index:  # an earlier run wrote some of these files, then died before the row
+        moves = {**pending.get("moves", {}), **moves}
+        changes = {**pending.get("changes", {}), **changes}
+    row_bytes: bytes | None = None
     if ch.touches_rows() or moves or changes:
         raw = parquet_table(s.read(ref.row), s.t.store.url(ref.row))
         row = raw.to_pylist()[0]
@@ -165,8 +167,31 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool) -> l
             new_row[DIGEST_COLUMN] = stamp(new_row, files)
         if new_row != row:
             keys.append(ref.row)
-            if write:
-                store.put(ref.row, parquet_bytes(_row_table(raw, new_row)))
+            row_bytes = parquet_bytes(_row_table(raw, new_row))
+    if not write:
+        return keys
+    wrote = body is not None or bool(videos)
+    if wrote and journal is not None:
+        journal.write(pending={"n": ref.index, "moves": moves, "changes": changes})
+    if body is not None:
+        store.put(ref.data, body)
+    for v_ext, v_key, v_dest in videos:
+        if v_dest is None:
+            _delete(s, v_key)
+            continue
+        local = store.local_path(v_key)
+        if local is not None:
+            store.put_file(v_dest, local)
+        else:
+            with store.staged(v_dest, suffix="." + v_ext) as tmp, store.open_input(v_key) as f, \
+                    open(tmp, "wb") as out:
+                while piece := f.read(1 << 20):
+                    out.write(piece)
+        _delete(s, v_key)
+    if wrote:
+        pause(OP, "row")
+    if row_bytes is not None:
+        store.put(ref.row, row_bytes)
     return keys
 
 
@@ -277,7 +302,7 @@ def _run(s: SourceTask, ch: Change, journal: EditJournal, report: InplaceReport)
             if not todo:
                 break
             for n in todo:
-                report.changed[n] = _apply_episode(s, ch, s.episodes[n], True)
+                report.changed[n] = _apply_episode(s, ch, s.episodes[n], True, journal)
                 done.add(n)
                 if len(done) == 1:
                     pause(OP, "episode")

@@ -24,7 +24,8 @@ from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
-from .source import SourceTask, first_difference, location, open_source, refuse_nested, subtract_block
+from .source import (SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested,
+                     subtract_block)
 
 __all__ = ["merge_new", "plan_merge"]
 
@@ -55,6 +56,8 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
         raise OperationError(f"edit merge into the new task {target} needs two or more source tasks",
                              hint="egopool edit merge A B --into NEW, or A --into an existing task")
     opened = [open_source(s) for s in sources]
+    for o in opened:
+        refuse_busy_source(o)
     uris = [s.t.uri for s in opened]
     tgt_uri = str(target).rstrip("/")
     if len(set(uris)) != len(uris) or tgt_uri in uris:

@@ -23,7 +23,7 @@ from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
-from .source import SourceTask, location, open_source, refuse_nested
+from .source import SourceTask, location, open_source, refuse_busy_source, refuse_nested
 
 __all__ = ["parse_where", "plan_split", "split_task"]
 
@@ -85,6 +85,7 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         raise OperationError("edit split needs --episodes, --episodes-from and/or --where (none names an episode)",
                              hint='e.g. egopool edit split A --into B --episodes 1,3,5-7 (or --where "length>=300")')
     s = open_source(source)
+    refuse_busy_source(s)
     tgt_uri = location(target)
     if tgt_uri == s.t.uri:
         raise OperationError(f"{tgt_uri} is the source itself", hint="name a new task as --into")

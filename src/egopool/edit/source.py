@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._parquet_memory import read_parquet_bytes
-from ..errors import FormatError, OperationError
+from ..errors import FormatError, LockError, OperationError
 from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
 from ..meta.stats import StatsBlock, episode_stats
 from ..meta.tasks import read_tasks
-from ..ops._store_task import StoreTask, open_store_task
+from ..ops._store_task import StoreTask, open_store_task, refuse_edited
 from ..storage import ObjectPath
 from ..storage._path import refuse_near_uri
 
@@ -156,6 +156,29 @@ def location(where: str | os.PathLike[str] | ObjectPath) -> str:
     if text.startswith("s3://"):
         return str(ObjectPath(text))  # checked (a bucket, no empty or dot component), no trailing "/"
     return os.path.abspath(text)
+
+
+def refuse_busy_source(s: SourceTask) -> None:
+    """Refuse to read the source task ``s`` (merge, split) while an edit of it is unfinished or running (its
+    journal ``meta/.edit.json``) or, in a directory, while its task lock is held (a recorder, ``delete``): the
+    copy would mix changed and unchanged episodes (docs/decisions.md E40).
+
+    Raises
+    ------
+    LockError
+        One line: the edit in progress (pid, host) or interrupted (with ``egopool edit resume SOURCE``), or the
+        task lock held.
+    """
+    refuse_edited(s.t.store, s.t.uri, "nothing was written")
+    if s.t.local is not None:
+        from .._atomic import task_lock
+
+        try:
+            with task_lock(s.t.local, wait=False):
+                pass
+        except LockError as exc:
+            raise LockError(f"the source task is locked by another command ({exc.message})", path=s.t.uri,
+                            hint="run again when it has finished; nothing was written") from None
 
 
 def refuse_nested(sources: Sequence[str], target: str) -> None:
