@@ -225,3 +225,30 @@ def test_add_column_refuses_a_value_float32_cannot_hold_instead_of_storing_inf(t
     r = run_cli("edit", "add-column", t.location, "1", "observation.extra", "--from", str(values))
     _one_line_refusal(r, f"{values}: value 1e+300 (row 1) is beyond float32's range", "scale the values")
     assert digests(t) == before and t.errors() == []
+
+
+def _force_task(root) -> TaskAt:
+    """One simulated UMI gripper + D405 episode (force matrices with their rows' ``force_matrix_specs``)."""
+    r = run_cli("simulate", "--rig", "gripper_d405", "-n", "1", "-s", "0.2", "--scale", "8", "--fast", "--out",
+                str(root), "--task", "fm")
+    assert r.returncode == 0, r.stderr
+    return TaskAt("dir", str(root / "fm"), root)
+
+
+def test_force_matrix_specs_follow_rename_and_remove_of_their_column(tmp_path):
+    """A row's ``force_matrix_specs`` (file_format.md §7.2.1: the authority on the matrix's scale) is keyed by the
+    column's name: rename-column renames its entry, remove-column drops it (docs/decisions.md E42)."""
+    t = _force_task(tmp_path)
+    old, new = "observation.gripper_right_force_matrix", "observation.gripper_b_force_matrix"
+    before = _rows(t)[0]["force_matrix_specs"]
+    assert old in before and t.warnings() == []
+    r = run_cli("edit", "rename-column", t.location, old, new)
+    assert r.returncode == 0, r.stderr
+    after = _rows(t)[0]["force_matrix_specs"]
+    assert old not in after and after[new] == before[old]
+    assert {k: v for k, v in after.items() if k != new} == {k: v for k, v in before.items() if k != old}
+    assert t.errors() == [] and t.warnings() == []
+    r = run_cli("edit", "remove-column", t.location, new)
+    assert r.returncode == 0, r.stderr
+    assert set(_rows(t)[0]["force_matrix_specs"]) == set(before) - {old}
+    assert t.errors() == [] and t.warnings() == []

@@ -4,8 +4,8 @@ Rules (multi_device_storage.md §2.4, file_format.md §3, §4, §7.2): a column 
 once (the spec forbids a name that differs between episodes: ``features`` would keep both); the new name follows
 the column grammar (``observation.<a-z0-9_>``, no forbidden name) and keeps its reserved-suffix kind; it must not
 exist yet. A removed or renamed column leaves ``features``, ``sensors`` (``observation.<sensor>``) and its
-``stats.json`` block with it; its ``_ns`` companion, ``slam_frames`` key and rows' ``slam_specs`` entry follow
-(docs/decisions.md E27). Key columns (§7.1) and ``action`` are never removed or renamed. An added column
+``stats.json`` block with it; its ``_ns`` companion, ``slam_frames`` key and rows' ``slam_specs`` and
+``force_matrix_specs`` entries follow (docs/decisions.md E27, E42). Key columns (§7.1) and ``action`` are never removed or renamed. An added column
 holds one value (a number or a vector) per data row of one episode: its length must equal the episode's rows.
 """
 
@@ -25,8 +25,8 @@ from ..schema import check_column_name, signal_kind
 from .inplace import Change
 from .source import SourceTask
 
-__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "json_column_changed", "load_values",
-           "slam_specs_changed"]
+__all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "column_specs_changed", "json_column_changed",
+           "load_values", "slam_specs_changed"]
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
 
@@ -64,6 +64,16 @@ def json_column_changed(row: dict[str, Any], key: str, change: Any) -> dict[str,
 def slam_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
     """N's row with its ``slam_specs`` JSON (multi_device_storage.md §7.2) changed by ``change``, or None."""
     return json_column_changed(row, "slam_specs", change)
+
+
+def column_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | None:
+    """N's row with both per-column spec objects keyed by column name, ``slam_specs`` (multi_device_storage.md
+    §7.2) and ``force_matrix_specs`` (file_format.md §7.2.1, the authority on a matrix's scale), changed by
+    ``change``, or None when neither changes (docs/decisions.md E42)."""
+    out = row
+    for key in ("slam_specs", "force_matrix_specs"):
+        out = json_column_changed(out, key, change) or out
+    return None if out is row else out
 
 
 def _columns(s: SourceTask) -> set[str]:
@@ -141,7 +151,7 @@ class RemoveColumn(Change):
         return table.drop_columns(gone) if gone else None
 
     def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
-        return slam_specs_changed(row, lambda d: {k: v for k, v in d.items() if k != self.column})
+        return column_specs_changed(row, lambda d: {k: v for k, v in d.items() if k not in self.columns})
 
     def finish(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)
@@ -219,7 +229,7 @@ class RenameColumn(Change):
         return table.rename_columns([self.pairs.get(c, c) for c in table.column_names])
 
     def row(self, n: int, row: dict[str, Any]) -> dict[str, Any] | None:
-        return slam_specs_changed(row, lambda d: {self.pairs.get(k, k): v for k, v in d.items()})
+        return column_specs_changed(row, lambda d: {self.pairs.get(k, k): v for k, v in d.items()})
 
     def declare(self, info: dict[str, Any]) -> dict[str, Any]:
         out = dict(info)
