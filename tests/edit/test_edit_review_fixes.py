@@ -252,3 +252,17 @@ def test_force_matrix_specs_follow_rename_and_remove_of_their_column(tmp_path):
     assert r.returncode == 0, r.stderr
     assert set(_rows(t)[0]["force_matrix_specs"]) == set(before) - {old}
     assert t.errors() == [] and t.warnings() == []
+
+
+def test_gripper_slam_frame_leaves_with_the_last_gripper_trajectory(tmp_path):
+    """``gripper_slam_frame`` (file_format.md §6.6) exists only beside a gripper SLAM trajectory: removing the
+    column takes it, renaming keeps it (docs/decisions.md E43)."""
+    t = _slam_task(tmp_path)
+    assert _info(t)["gripper_slam_frame"] == "down_left_forward"
+    r = run_cli("edit", "rename-column", t.location, "observation.slam_trajectory", "observation.left_slam_trajectory")
+    assert r.returncode == 0, r.stderr
+    assert _info(t)["gripper_slam_frame"] == "down_left_forward" and t.warnings() == []
+    r = run_cli("edit", "remove-column", t.location, "observation.left_slam_trajectory")
+    assert r.returncode == 0, r.stderr
+    assert "gripper_slam_frame" not in _info(t)
+    assert t.errors() == [] and t.warnings() == []

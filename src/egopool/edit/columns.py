@@ -76,6 +76,19 @@ def column_specs_changed(row: dict[str, Any], change: Any) -> dict[str, Any] | N
     return None if out is row else out
 
 
+def _gripper_slam_frame_kept(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """``after`` with ``gripper_slam_frame`` (file_format.md §6.6) what its features make it when ``before`` had
+    one: rig1's frame, or no key once no gripper trajectory is left (docs/decisions.md E43)."""
+    from ..validate.declarations import expected_gripper_slam_frame
+
+    if "gripper_slam_frame" not in before:
+        return after
+    frame = expected_gripper_slam_frame(after.get("features") or {})
+    if frame is None:
+        return {k: v for k, v in after.items() if k != "gripper_slam_frame"}
+    return {**after, "gripper_slam_frame": frame}  # in its place
+
+
 def _columns(s: SourceTask) -> set[str]:
     import pyarrow.parquet as pq
 
@@ -165,7 +178,7 @@ class RemoveColumn(Change):
                 out["slam_frames"] = frames
             else:
                 del out["slam_frames"]
-        return out
+        return _gripper_slam_frame_kept(info, out)
 
     def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in doc.items() if k not in self.columns}
@@ -248,7 +261,7 @@ class RenameColumn(Change):
             out["sensors"] = [new_sn if x == old_sn else x for x in info["sensors"]]
         if isinstance(info.get("slam_frames"), dict):
             out["slam_frames"] = {self.pairs.get(k, k): v for k, v in info["slam_frames"].items()}
-        return out
+        return _gripper_slam_frame_kept(info, out)
 
     def stats(self, doc: dict[str, Any]) -> dict[str, Any]:
         return {self.pairs.get(k, k): v for k, v in doc.items()}

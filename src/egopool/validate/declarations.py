@@ -128,6 +128,25 @@ def _is_gripper_trajectory(name: str, spec: Mapping[str, Any]) -> bool:
     return not name.startswith("observation.ego")
 
 
+def _gripper_rig1(trajs: Mapping[str, Mapping[str, Any]]) -> tuple[str, Any] | None:
+    """(rig1's gripper trajectory column, its frame) among ``trajs``, or None without a gripper trajectory."""
+    gripper = {n: s for n, s in trajs.items() if _is_gripper_trajectory(n, s)}
+    if not gripper:
+        return None
+    rig1 = "observation.slam_trajectory" if "observation.slam_trajectory" in gripper else sorted(gripper)[0]
+    return rig1, gripper[rig1].get("frame", "right_forward_up")
+
+
+def expected_gripper_slam_frame(features: Mapping[str, Any]) -> Any:
+    """What ``info.json``'s ``gripper_slam_frame`` must be for these ``features`` (file_format.md §6.6): rig1's
+    gripper SLAM trajectory's frame, or None when no gripper ``observation.*slam_trajectory`` is declared (then the
+    key is absent). What ``egopool edit`` keeps it to after a column's removal or rename."""
+    trajs = {n: s for n, s in features.items()
+             if isinstance(s, Mapping) and signal_kind(n) == "slam_trajectory" and n.startswith("observation.")}
+    rig = _gripper_rig1(trajs)
+    return None if rig is None else rig[1]
+
+
 def check_declarations(ctx: Context) -> None:
     """Every check of ``info.json`` declarations that needs no episode data."""
     path = info_path(ctx.root)
@@ -198,13 +217,12 @@ def _check_slam_frames(ctx: Context, path: Any, trajs: Mapping[str, Mapping[str,
                                                         f"frame = {trajs[col].get('frame')!r}; both must come "
                                                         "from the same table")
     gsf = ctx.info.get("gripper_slam_frame")
-    gripper = {n: s for n, s in trajs.items() if _is_gripper_trajectory(n, s)}
-    if gsf is not None and not gripper:
+    rig = _gripper_rig1(trajs)
+    if gsf is not None and rig is None:
         ctx.report.warning(R_INFO, path, "gripper_slam_frame is written only when the task has a gripper "
                                          "observation.*slam_trajectory column, and this one has none")
-    elif gripper:
-        rig1 = "observation.slam_trajectory" if "observation.slam_trajectory" in gripper else sorted(gripper)[0]
-        expected = gripper[rig1].get("frame", "right_forward_up")
+    elif rig is not None:
+        rig1, expected = rig
         if gsf is None:
             ctx.report.warning(R_INFO, path, f"gripper SLAM column {rig1!r} exists but gripper_slam_frame is "
                                              f"missing; old readers need it (= {expected!r})")
