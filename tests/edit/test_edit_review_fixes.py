@@ -266,3 +266,16 @@ def test_gripper_slam_frame_leaves_with_the_last_gripper_trajectory(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "gripper_slam_frame" not in _info(t)
     assert t.errors() == [] and t.warnings() == []
+
+
+def test_rename_column_refusals_say_what_the_names_are(tmp_path):
+    t = _slam_task(tmp_path)
+    before = digests(t)
+    r = run_cli("edit", "rename-column", t.location, "observation.right_glove", "observation.right_glove")
+    _one_line_refusal(r, "is named so already", "nothing to rename")
+    r = run_cli("edit", "rename-column", t.location, "observation.slam_trajectory", "observation.path")
+    _one_line_refusal(r, "'observation.path' has no reserved suffix", "is a slam_trajectory column")
+    assert "None" not in r.stderr
+    r = run_cli("edit", "rename-column", t.location, "observation.right_glove", "observation.right_force")
+    _one_line_refusal(r, "is a force column", "has no reserved suffix", "without a reserved suffix")
+    assert digests(t) == before

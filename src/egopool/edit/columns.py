@@ -206,6 +206,9 @@ class RenameColumn(Change):
         have = _columns(s)
         if self.old not in have:
             raise SchemaError(f"no column {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
+        if self.new == self.old:
+            raise SchemaError(f"column {self.old!r} is named so already in {s.t.uri}: nothing to rename",
+                              hint="give the new name as the second argument")
         if self.new in have:
             raise SchemaError(f"column {self.new!r} exists already in {s.t.uri}", hint="choose another name")
         if self.old.startswith("observation.") != self.new.startswith("observation.") or \
@@ -215,9 +218,13 @@ class RenameColumn(Change):
         if self.new.startswith("observation."):
             check_column_name(self.new, signal_kind(self.old))
             if signal_kind(self.new) != signal_kind(self.old):
-                raise SchemaError(f"{self.new!r} implies kind {signal_kind(self.new)}, {self.old!r} is "
-                                  f"{signal_kind(self.old)} (multi_device_storage.md §2.4 reserved suffixes)",
-                                  hint="keep the reserved suffix")
+                def kind(k: str | None) -> str:
+                    return f"is a {k} column" if k else "has no reserved suffix"
+
+                raise SchemaError(f"{self.new!r} {kind(signal_kind(self.new))}, {self.old!r} "
+                                  f"{kind(signal_kind(self.old))} (multi_device_storage.md §2.4 reserved suffixes)",
+                                  hint="keep the column's suffix" if signal_kind(self.old) else
+                                  "choose a name without a reserved suffix")
         base = _base_of(self.old)
         if base is not None and base in have:
             raise SchemaError(f"{self.old!r} is the companion of {base!r} and follows it",

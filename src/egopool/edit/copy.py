@@ -173,7 +173,7 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
         return t
     if store.exists("meta/info.json") and not store.exists(JOURNAL):
         raise OperationError(f"{t.uri} is a task already; an edit builds a new task",
-                             hint="name a new location (delete or rename the old task first if it must go)")
+                             hint="name a new location, or delete or rename the old task first if it must go")
     if t.local is not None and t.local.exists() and not store.exists(JOURNAL) and \
             any(not any(part.startswith(".") for part in f.relative_to(t.local).parts)
                 for f in t.local.rglob("*") if f.is_file()):
