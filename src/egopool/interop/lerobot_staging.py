@@ -20,6 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ..meta.markers import pid_alive
+
 __all__ = ["STALE_AFTER_S", "staging_name", "sweep_stale"]
 
 #: Age (s, by mtime) after which a staging directory of another host or without an owner is taken as abandoned.
@@ -33,16 +35,6 @@ def _host_tag() -> str:
 def staging_name(out: Path, *, old: bool = False) -> Path:
     """A fresh staging (``old``: the replaced dataset's) directory path beside ``out`` owned by this process."""
     return out.parent / f".{out.name}.{'old.' if old else ''}{uuid.uuid4().hex[:8]}.{_host_tag()}-{os.getpid()}.tmp"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 def sweep_stale(out: Path, *, now: float | None = None) -> list[Path]:
@@ -67,7 +59,7 @@ def sweep_stale(out: Path, *, now: float | None = None) -> list[Path]:
             if m.group(1) and not out.is_dir():
                 continue
             mine = m.group(2) == tag and m.group(3) is not None
-            dead = mine and int(m.group(3)) != os.getpid() and not _alive(int(m.group(3)))
+            dead = mine and int(m.group(3)) != os.getpid() and not pid_alive(int(m.group(3)))
             old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
             if dead or old:
                 shutil.rmtree(entry.path)

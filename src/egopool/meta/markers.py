@@ -69,14 +69,20 @@ def _reservation(task_dir: str | os.PathLike[str], index: int) -> Path:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (another user's process counts as alive)."""
+    """Whether process ``pid`` runs on this machine (another user's process counts as alive; a zombie, a process
+    that has exited but was not reaped yet, does not: docs/decisions.md E44)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: the state letter follows the command name's closing parenthesis in /proc/PID/stat
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return True
+    return state not in ([b"Z"], [b"X"])
 
 
 def _reservations(task_dir: TaskPathLike) -> Iterator[tuple[int, TaskPath, int | None]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import FormatError, LockError
 from ..meta.info import read_info
+from ..meta.markers import pid_alive
 from ..publish import json_bytes as _json_bytes
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, open_store
 from ..storage.directory_store import DirectoryStore
@@ -49,16 +50,6 @@ def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
     return _json_bytes(obj, indent=indent)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _owner(doc: dict[str, Any]) -> dict[str, Any]:
     got = doc.get("owner")
     return got if isinstance(got, dict) else {}
@@ -70,7 +61,7 @@ def holder_alive(doc: dict[str, Any]) -> bool:
     owner = _owner(doc)
     host, pid = owner.get("host"), owner.get("pid")
     if host == socket.gethostname():
-        return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and _pid_alive(pid)
+        return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid_alive(pid)
     at = owner.get("at")
     return isinstance(at, (int, float)) and time.time() - float(at) < STALE_AFTER
 
@@ -210,7 +201,7 @@ class StoreTask:
         host, pid, at = prev.get("host"), prev.get("pid"), float(prev.get("at") or 0.0)
         mine = prev.get("id") == self.owner["id"]
         if not mine:
-            alive = (_pid_alive(int(pid)) if host == self.owner["host"] and isinstance(pid, int)
+            alive = (pid_alive(int(pid)) if host == self.owner["host"] and isinstance(pid, int)
                      else time.time() - at < STALE_AFTER)
             if alive:
                 raise LockError(f"another `egopool {command}` (pid {pid} on {host}) owns this task's job "
