@@ -236,7 +236,7 @@ def test_cli_through_ray_client_equals_in_process(ray_cluster, collection, in_pr
     assert addr.startswith(f"ray://{LOOPBACK}:")
     r = subprocess.run([*cmd, "validate", "--ray", addr, str(collection), "--json"], capture_output=True, text=True,
                        env=env)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 1 and r.stdout.strip(), r.stderr  # no report: stderr says why (seen once in CI, load ~9)
     got, ref = json.loads(r.stdout), in_process["report"]
     assert got["findings"] == [f.to_dict() for f in ref.findings] and len(got["findings"]) >= 3
     assert got["tasks"] == [{"task": ref.task, "ok": False, "episodes": EPISODES, "errors": len(ref.errors),
