@@ -220,15 +220,22 @@ def test_language_columns_travel_through_the_server(tmp_path):
     assert json.loads((tmp_path / "lr2" / "meta" / "info.json").read_text())["tools"] == [SAY]
 
 
-def test_a_pooled_language_cell_that_is_not_json_is_refused_by_the_export(tmp_path):
+def _imported_with_events_cell(tmp_path, text: str):
+    """The annotated dataset imported as task ``t``, then episode 2's row 3 of ``observation.language_events``
+    set to ``text`` by hand; returns (the LeRobot source, the episode's data file)."""
     src, _ = _annotated(tmp_path)
     import_lerobot(src, tmp_path / "rec", task="t")
     path = open_task(tmp_path / "rec" / "t").episode(2).files.data
     table = pq.read_table(path)
     at = table.column_names.index("observation.language_events")
     texts = table.column(at).to_pylist()
-    texts[3] = "[{\"role\": "
+    texts[3] = text
     pq.write_table(table.set_column(at, table.schema.field(at), pa.array(texts, pa.string())), path)
+    return src, path
+
+
+def test_a_pooled_language_cell_that_is_not_json_is_refused_by_the_export(tmp_path):
+    src, path = _imported_with_events_cell(tmp_path, "[{\"role\": ")
     with pytest.raises(FormatError, match="episode 2 row 3: observation.language_events is not JSON") as exc:
         export_lerobot(tmp_path / "rec" / "t", tmp_path / "out")
     assert "\n" not in exc.value.message and not (tmp_path / "out").exists()
@@ -263,14 +270,8 @@ def test_a_row_lerobot_06_would_not_write_is_refused_at_import(tmp_path, column,
 
 
 def test_the_exports_language_error_names_the_task_and_the_episode_file(tmp_path):
-    src, _ = _annotated(tmp_path)
-    import_lerobot(src, tmp_path / "rec", task="t")
-    path = open_task(tmp_path / "rec" / "t").episode(2).files.data
-    table = pq.read_table(path)
-    at = table.column_names.index("observation.language_events")
-    texts = table.column(at).to_pylist()
-    texts[3] = json.dumps([{"role": "user", "content": "look", "style": "vqa", "camera": None, "tool_calls": None}])
-    pq.write_table(table.set_column(at, table.schema.field(at), pa.array(texts, pa.string())), path)
+    _, path = _imported_with_events_cell(
+        tmp_path, json.dumps([{"role": "user", "content": "look", "style": "vqa", "camera": None, "tool_calls": None}]))
     with pytest.raises(FormatError, match="task 't' episode 2 row 3: observation.language_events: a row's camera "
                                           "is None: a vqa row names") as exc:
         export_lerobot(tmp_path / "rec" / "t", tmp_path / "out")
