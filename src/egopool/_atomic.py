@@ -13,8 +13,9 @@ import contextlib
 import fcntl
 import json
 import os
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,7 @@ def task_read_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[bool]
         return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | (0 if wait else fcntl.LOCK_NB))
+            _flock(fd, fcntl.LOCK_SH, wait=wait, on_wait=lambda: say_waiting(task_dir))
         except BlockingIOError:
             yield False
             return
@@ -140,8 +141,32 @@ def task_read_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[bool]
         os.close(fd)
 
 
+def _flock(fd: int, kind: int, *, wait: bool, on_wait: Callable[[], None] | None) -> None:
+    """``flock(fd, kind)``: at once when free; else ``BlockingIOError`` (``wait=False``) or ``on_wait()`` once,
+    then wait."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if not wait:
+            raise
+        if on_wait is not None:
+            on_wait()
+        fcntl.flock(fd, kind)
+
+
+def say_waiting(task_dir: str | Path) -> None:
+    """One line on stderr when a command must wait for the lock of ``task_dir`` (docs/decisions.md E46): who
+    holds it when the task says so (an edit's journal or a merge's hold of its source, ``meta/.edit.json``)."""
+    from .ops._store_task import lock_holder
+
+    sys.stderr.write(f"egopool: waiting for {lock_holder(Path(task_dir))} on {task_dir} to finish; "
+                     "Ctrl-C to stop\n")
+    sys.stderr.flush()
+
+
 @contextlib.contextmanager
-def exclusive_lock(anchor: str | Path, *, wait: bool = True) -> Iterator[None]:
+def exclusive_lock(anchor: str | Path, *, wait: bool = True,
+                   on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``anchor`` (created empty if missing); blocks until free.
 
     The lock sits on the open file description, so it serialises threads of one process as well
@@ -151,7 +176,7 @@ def exclusive_lock(anchor: str | Path, *, wait: bool = True) -> Iterator[None]:
     fd = os.open(anchor, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            _flock(fd, fcntl.LOCK_EX, wait=wait, on_wait=on_wait)
         except BlockingIOError:
             raise LockError("the task is locked by another egopool process (a recorder or a maintenance "
                             "command)", path=anchor, hint="run it again when that process has finished") from None
@@ -166,10 +191,10 @@ def task_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
     """Hold the exclusive task lock: ``flock`` on ``meta/episodes/.lock`` (DESIGN §5, §7.4).
 
     The anchor is an empty file whose path never changes, so the lock survives the
-    ``os.replace`` of every meta file it guards. Blocks until the lock is free; ``wait=False``
-    raises :class:`~egopool.errors.LockError` instead.
+    ``os.replace`` of every meta file it guards. Blocks until the lock is free, saying so once on stderr
+    (:func:`say_waiting`); ``wait=False`` raises :class:`~egopool.errors.LockError` instead.
     """
     anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
     anchor.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(anchor, wait=wait):
+    with exclusive_lock(anchor, wait=wait, on_wait=lambda: say_waiting(task_dir)):
         yield

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OperationError
+from ..ops._store_task import StoreTask
 from ..storage import ObjectPath
 from .columns import AddColumn, RemoveColumn, RenameColumn, load_values
 from .copy import EditReport
@@ -69,9 +70,14 @@ def merge_tasks(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *
     from .copy import open_target
     from .journal import read_journal
 
+    from .hold import held_target
+    from .journal import other_edit
+
     existing = open_target(target, new=False)
     if existing.store.exists("meta/info.json"):
         pending = read_journal(existing)
+        if pending is not None and held_target(pending[0]) is not None:
+            raise other_edit(existing, pending[0])  # another merge or split reads it (E45)
         if pending is None or pending[0].get("op") == "merge-into":
             return merge_into(sources, existing, dry_run=dry_run)  # into an existing task (E14)
     return merge_new(sources, target, dry_run=dry_run)
@@ -87,12 +93,15 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
     """
     from .append import execute_into
     from .copy import open_target, run_plan
+    from .hold import held_target
     from .journal import read_journal
     from .rename import _delete_old
     from .select import _move
 
     tgt = open_target(target, new=False)
     got = read_journal(tgt)
+    if got is not None and held_target(got[0]) is not None:  # a source held by a killed merge or split (E45)
+        return _resume_holder(tgt, got[0])
     if got is not None:
         op = str(got[0].get("op"))
         if op == "rename" and tgt.local is not None:
@@ -102,3 +111,29 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
             return apply_change(tgt.uri, change_of(op, dict(got[0].get("args") or {})))
     return run_plan(tgt, None, EditReport("resume", tgt.uri, False), move=_move if got is None or
                     got[0].get("op") == "split" else _delete_old, into=execute_into)
+
+
+def _resume_holder(src: StoreTask, doc: dict[str, Any]) -> EditReport | InplaceReport:
+    """``edit resume SOURCE`` where SOURCE holds the marker of a merge or split reading it (E45): the edit of its
+    target is finished (which takes the marker over and removes it); a target with no unfinished edit left the
+    marker behind (killed between its commit and the marker's removal): it is removed.
+
+    Raises
+    ------
+    LockError
+        The merge or split is still running (named: pid, host).
+    """
+    from ..ops._store_task import EDIT_JOURNAL, holder_alive
+    from .copy import open_target
+    from .hold import held_target
+    from .journal import other_edit, read_journal
+
+    if holder_alive(doc):
+        raise other_edit(src, doc)
+    target = str(held_target(doc))
+    if read_journal(open_target(target, new=False)) is not None:
+        return resume_edit(target)
+    src.store.delete([EDIT_JOURNAL])
+    report = EditReport("resume", src.uri, False)
+    report.changes.append(f"removed the mark of a finished `edit {doc.get('op')}` into {target} from {src.uri}")
+    return report

@@ -45,6 +45,7 @@ from ..publish import journals as publish_journals
 from ..publish.journal import remove as remove_claims
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, open_store
 from .copy import ORIGINS, CopyPlan, EditReport, _origins, copy_picks, run_plan, target_keys
+from .hold import SourceHold
 from .journal import EditJournal, other_edit, read_journal
 from .merge import collect, unite_tasks
 from .source import SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested
@@ -289,7 +290,8 @@ def _append_origins(tgt: StoreTask, plan: CopyPlan) -> None:
         tgt.store.put(ORIGINS, body.encode("utf-8"))
 
 
-def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
+def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal,
+                 hold: SourceHold | None = None) -> None:
     """Run a merge into an existing task from the step its journal records (module docstring).
 
     Raises
@@ -328,6 +330,9 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal) -> None:
         state = "episodes"
     if state == "episodes":
         copy_picks(plan, tgt, layout)
+        if hold is not None:
+            hold.verify()  # the sources as planned (E45); then held no longer
+            hold.release()
         journal.write(state="stats")
         state = "stats"
     if state == "stats":

@@ -39,6 +39,7 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
 from ..storage.directory_store import DirectoryStore
+from .hold import SourceHold, holding
 from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
 
@@ -60,15 +61,19 @@ class Pick:
     task_index: dict[str, int]
     digest: str
     videos: dict[str, list[str]] = field(default_factory=dict)
+    #: source key -> version of the objects the copy reads, as planned (:func:`egopool.edit.hold.versions_of`)
+    versions: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "index": self.index, "new_index": self.new_index,
-                "task_index": self.task_index, "digest": self.digest, "videos": self.videos}
+                "task_index": self.task_index, "digest": self.digest, "videos": self.videos,
+                "versions": self.versions}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Pick:
         return cls(int(d["source"]), int(d["index"]), int(d["new_index"]), dict(d["task_index"]), str(d["digest"]),
-                   {k: list(v) for k, v in (d.get("videos") or {}).items()})
+                   {k: list(v) for k, v in (d.get("videos") or {}).items()},
+                   {str(k): str(v) for k, v in (d.get("versions") or {}).items()})
 
 
 @dataclass
@@ -276,7 +281,8 @@ def _origins(plan: CopyPlan) -> bytes:
 
 
 def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
-            move: Callable[[CopyPlan], dict[str, list[int]]] | None = None) -> dict[str, list[int]]:
+            move: Callable[[CopyPlan], dict[str, list[int]]] | None = None,
+            hold: SourceHold | None = None) -> dict[str, list[int]]:
     """Run ``plan`` into ``tgt`` from the step its journal records (module docstring). Returns the deleted N per
     source (a move).
 
@@ -297,6 +303,8 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
         if ORIGINS not in plan.extra:
             tgt.store.put(ORIGINS, _origins(plan))
         pause(OP, "meta")
+        if hold is not None:
+            hold.verify()  # the sources as planned, before the commit (E45)
         try:
             tgt.store.put("meta/info.json", json_bytes(plan.info), mode=PutMode.CREATE)
         except PreconditionFailed:
@@ -304,6 +312,8 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
             if got is None or got[0].get("task_name") != plan.info.get("task_name"):
                 raise OperationError(f"{tgt.uri}: another writer created meta/info.json during the edit",
                                      hint="inspect the target; its journal stays") from None
+        if hold is not None:
+            hold.release()  # before the state (a resume at "committed" holds nothing) and a move's delete
         journal.write(state="committed")
         pause(OP, "committed")
     if plan.move and move is not None and journal.doc.get("state") != "moved":
@@ -316,7 +326,8 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
 
 def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
              move: Callable[[CopyPlan], dict[str, list[int]]] | None = None,
-             into: Callable[[StoreTask, CopyPlan, EditJournal], None] | None = None) -> EditReport:
+             into: Callable[[StoreTask, CopyPlan, EditJournal, SourceHold | None], None] | None = None
+             ) -> EditReport:
     """Own the target's journal (created for ``plan``, or the interrupted one of the same op and arguments) and
     execute it. ``plan`` None: finish the interrupted edit whatever it was (``edit resume``). ``into`` executes a
     plan that appends to an existing task (``merge --into``: :func:`egopool.edit.append.execute_into`); callers
@@ -335,20 +346,34 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
             old = CopyPlan.from_dict(got[0])
             if plan is not None and (old.op != plan.op or old.args != plan.args):
                 raise other_edit(tgt, got[0])
-            journal = EditJournal.take_over(tgt, got[0], got[1])
             report.plan, report.resumed = old, True
             plan = old
         elif plan is None:
             raise OperationError(f"{tgt.uri} holds no unfinished edit", hint="nothing to resume")
-        else:
-            journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
-            pause(OP, "journal")
-        report.writes = target_keys(plan)
-        if plan.into:
-            if into is None:
-                raise OperationError(f"{tgt.uri} holds an interrupted `edit merge --into`",
-                                     hint=f"`egopool edit resume {tgt.uri}` finishes it")
-            into(tgt, plan, journal)
-        else:
-            report.deleted = execute(tgt, plan, journal, move=move)
+        with holding(_hold(tgt, plan, got[0].get("state") if got is not None else "copying")) as hold:
+            if got is not None:
+                journal = EditJournal.take_over(tgt, got[0], got[1])
+            else:
+                journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
+                pause(OP, "journal")
+            report.writes = target_keys(plan)
+            if plan.into:
+                if into is None:
+                    raise OperationError(f"{tgt.uri} holds an interrupted `edit merge --into`",
+                                         hint=f"`egopool edit resume {tgt.uri}` finishes it")
+                into(tgt, plan, journal, hold)
+            else:
+                report.deleted = execute(tgt, plan, journal, move=move, hold=hold)
     return report
+
+
+#: the states of a journal in which its edit still reads its sources (a new task's copy; a merge --into's)
+_READING = ("copying", "claiming", "declaring", "episodes")
+
+
+def _hold(tgt: StoreTask, plan: CopyPlan, state: Any) -> SourceHold | None:
+    """The hold of ``plan``'s sources (:mod:`egopool.edit.hold`) while the edit reads them; None for a rename (its
+    old task is checked after the copy instead, E38) or once the copy is done."""
+    if plan.op not in ("merge", "merge-into", "split") or state not in _READING:
+        return None
+    return SourceHold(plan.op, tgt.uri, plan.sources, [(p.source, p.versions) for p in plan.picks])

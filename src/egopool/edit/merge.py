@@ -22,6 +22,7 @@ from ..meta.info import merge_info
 from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .hold import versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
 from .source import (SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested,
@@ -149,6 +150,7 @@ def collect(opened: Sequence[SourceTask], maps: list[dict[str, int]], seen: dict
         stored = read_stats(s.t.root)
         legacy = not stored or needs_recalc(stored)
         own = {} if legacy else _blocks(stored)
+        versions = {n: versions_of(s.t.store, ref) for n, ref in s.episodes.items()}  # before reading (E45)
         for n in sorted(s.episodes):
             ref = s.episodes[n]
             table = s.table(ref)
@@ -167,7 +169,7 @@ def collect(opened: Sequence[SourceTask], maps: list[dict[str, int]], seen: dict
             new = start + len(picks)
             seen[digest] = new
             picks.append(Pick(i, n, new, maps[i], digest,
-                              {k: [ext, key] for k, (ext, key) in ref.videos.items()}))
+                              {k: [ext, key] for k, (ext, key) in ref.videos.items()}, versions[n]))
             if legacy:
                 own = _fold(own, s.blocks(table))
         stats = _fold(stats, own)

@@ -21,6 +21,7 @@ from ..meta.episodes import read_episode_row
 from ..meta.stats import ACTION_BLOCK, tree_merge
 from ..storage import ObjectPath
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .hold import versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
 from .source import SourceTask, location, open_source, refuse_busy_source, refuse_nested
@@ -100,10 +101,11 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
     picks, parts = [], []
     for k, n in enumerate(chosen, start=1):
         ref = s.episodes[n]
+        versions = versions_of(s.t.store, ref)  # before reading (E45)
         table = s.table(ref)
         parts.append(s.blocks(table))
         picks.append(Pick(0, n, k, same, s.digest(ref, table),
-                          {key: [ext, v] for key, (ext, v) in ref.videos.items()}))
+                          {key: [ext, v] for key, (ext, v) in ref.videos.items()}, versions))
     stats: dict[str, Any] = {k: b.to_dict() for k, b in tree_merge(parts).items()}
     stats["action"] = dict(ACTION_BLOCK)
     info = dict(s.info)

@@ -30,7 +30,7 @@ from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, o
 from ..storage.directory_store import DirectoryStore
 
 __all__ = ["EDIT_JOURNAL", "STALE_AFTER", "StoreTask", "edit_in_progress", "holder_alive", "holder_text", "json_bytes",
-           "open_store_task", "refuse_edited"]
+           "lock_holder", "open_store_task", "refuse_edited"]
 
 #: a journal of a run on another host is taken as dead after this long without a step (s)
 STALE_AFTER = 6 * 3600.0
@@ -82,6 +82,21 @@ def holder_text(doc: dict[str, Any]) -> str:
 def _edit_name(doc: dict[str, Any]) -> str:
     op = str(doc.get("op") or "?")
     return "edit merge --into" if op == "merge-into" else f"edit {op}"
+
+
+def lock_holder(task_dir: Path) -> str:
+    """Who holds a directory task's lock, for the one line of a command that waits for it (``_atomic.say_waiting``):
+    the edit its ``meta/.edit.json`` names ("`edit merge` (pid 123)"; a merge or split holding it as a source
+    says so), else "another egopool process (a recorder or a maintenance command)"."""
+    try:
+        doc = json.loads((task_dir / EDIT_JOURNAL).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        doc = None
+    if not isinstance(doc, dict) or not holder_alive(doc):
+        return "another egopool process (a recorder or a maintenance command)"
+    pid = _owner(doc).get("pid")
+    return f"`{_edit_name(doc)}`" + (f" (pid {pid})" if pid is not None else "") + \
+        (" reading it as a source" if doc.get("hold") else "")
 
 
 def edit_in_progress(doc: dict[str, Any], url: str, task: str, nothing: str) -> LockError:
