@@ -159,9 +159,15 @@ def say_waiting(task_dir: str | Path) -> None:
     holds it when the task says so (an edit's journal or a merge's hold of its source, ``meta/.edit.json``)."""
     from .ops._store_task import lock_holder
 
-    sys.stderr.write(f"egopool: waiting for {lock_holder(Path(task_dir))} on {task_dir} to finish; "
-                     "Ctrl-C to stop\n")
+    line = f"egopool: waiting for {lock_holder(Path(task_dir))} on {task_dir} to finish; Ctrl-C to stop\n"
+    if line in _SAID:  # a recorder takes the lock for every episode: the same holder is named once
+        return
+    _SAID.add(line)
+    sys.stderr.write(line)
     sys.stderr.flush()
+
+
+_SAID: set[str] = set()
 
 
 @contextlib.contextmanager
