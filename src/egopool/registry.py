@@ -326,6 +326,56 @@ class Registry:
                             [(task, index, f.path, f.size, f.sha256) for f in files])
             return True
 
+    def refresh_files(self, task_dir: str | Path, index: int, *, written: Iterable[str] = (),
+                      gone: Iterable[str] = ()) -> bool:
+        """Keep N's file list in step with a change of its files in ``task_dir`` (``egopool compress``, a row
+        repair, an in-place ``egopool edit``): the task-relative paths ``gone`` are dropped, those ``written``
+        hashed again (:func:`file_record`), every other entry kept as recorded. False when N has no row (nothing
+        is added: an episode the registry never knew stays unknown).
+
+        Raises
+        ------
+        RegistryError
+            A written file cannot be hashed, or the database cannot be written.
+        """
+        key, root = task_key(task_dir), Path(task_dir)
+        rec = self.get(key, index)
+        if rec is None:
+            return False
+        fresh = sorted(set(written))
+        drop = set(gone) | set(fresh)
+        files = [f for f in rec.files if f.path not in drop] + [file_record(root, root / k) for k in fresh]
+        return self.replace_files(key, index, sorted(files, key=lambda f: f.path))
+
+    def rename_task(self, old: str, new: str) -> int:
+        """Move every row of the task ``old`` (recordings and their files, the watermark, uploads, imports) to the
+        name ``new`` (``egopool edit rename`` of a directory task), in one transaction; rows a task of the name
+        ``new`` left behind (it was deleted or renamed away) are replaced, the watermark is the higher of the two.
+        Returns the number of recordings moved (0: nothing to move, e.g. a re-run).
+
+        Raises
+        ------
+        RegistryError
+            The database cannot be written.
+        """
+        if old == new or not self.path.exists():
+            return 0
+        with self._connect(write=True) as con:
+            moved = int(con.execute("SELECT COUNT(*) FROM recordings WHERE task = ?", (old,)).fetchone()[0])
+            mark = con.execute("SELECT last_index FROM watermarks WHERE task = ?", (old,)).fetchone()
+            con.execute("DELETE FROM recordings WHERE task = ? AND episode_index IN "
+                        "(SELECT episode_index FROM recordings WHERE task = ?)", (new, old))
+            con.execute("PRAGMA defer_foreign_keys = ON")  # the files follow their recording at the commit
+            con.execute("UPDATE recordings SET task = ? WHERE task = ?", (new, old))
+            con.execute("UPDATE recording_files SET task = ? WHERE task = ?", (new, old))
+            con.execute("UPDATE OR REPLACE uploads SET task = ? WHERE task = ?", (new, old))
+            if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'imports'").fetchone() is not None:
+                con.execute("UPDATE OR REPLACE imports SET task = ? WHERE task = ?", (new, old))
+            if mark is not None:
+                _bump(con, new, int(mark[0]), time.time())
+                con.execute("DELETE FROM watermarks WHERE task = ?", (old,))
+        return moved
+
     def remove(self, task: str, index: int) -> bool:
         """Delete N's row (and its files); returns False when there was none. The watermark stays."""
         with self._connect(write=True) as con:

@@ -44,9 +44,10 @@ from ..ops.task_store import claim_key, pause
 from ..publish import journals as publish_journals
 from ..publish.journal import remove as remove_claims
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, open_store
-from .copy import ORIGINS, CopyPlan, EditReport, _origins, copy_picks, run_plan, target_keys
+from .copy import ORIGINS, CopyPlan, EditReport, _episode_keys, _origins, copy_picks, run_plan, target_keys
 from .hold import SourceHold
 from .journal import EditJournal, other_edit, read_journal
+from .registered import record_copied
 from .merge import collect, unite_tasks
 from .source import SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested
 
@@ -179,7 +180,6 @@ def _claim_all(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, layout: Tas
     removed, and the merge refused (nothing else was written)."""
     parent, name = _parent(tgt)
     token = str(journal.doc.get("token") or "")
-    from .copy import _episode_keys
 
     for p in plan.picks:
         key = claim_key(name, p.new_index)
@@ -344,6 +344,7 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal,
     _release(tgt, plan, str(journal.doc.get("token")))
     if journal.doc.get("made_claims_dir"):
         _drop_claims_dir(tgt)
+    record_copied(tgt, [(p.new_index, _episode_keys(layout, p.new_index, p.videos)) for p in plan.picks])
     journal.write(state="committed")
     pause(OP, "committed")
     journal.remove()

@@ -41,6 +41,7 @@ from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_sto
 from ..storage.directory_store import DirectoryStore
 from .hold import SourceHold, holding
 from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
+from .registered import record_copied
 from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
 
 __all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target"]
@@ -320,6 +321,7 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
         deleted = move(plan)
         journal.write(state="moved")
         pause(OP, "moved")
+    record_copied(tgt, [(p.new_index, _episode_keys(layout, p.new_index, p.videos)) for p in plan.picks])
     journal.remove()
     return deleted
 

@@ -32,6 +32,7 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode
 from .journal import EditJournal, edit_lock, other_edit, read_journal
+from .registered import refresh_episode
 from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes, stamp
 from ..meta.tasks import tasks_jsonl
 from .source import EpisodeRef, SourceTask, open_source, parquet_bytes, parquet_table
@@ -192,6 +193,9 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
         pause(OP, "row")
     if row_bytes is not None:
         store.put(ref.row, row_bytes)
+    if keys or pending.get("n") == ref.index:  # pipeline.db in step with the files (E48)
+        refresh_episode(s.t, ref.index, [k for k, v in changes.items() if v is not None] + list(moves.values()) +
+                        [ref.row], [k for k, v in changes.items() if v is None] + list(moves))
     return keys
 
 

@@ -27,6 +27,7 @@ from ..ops.task_store import pause
 from ..storage import Store, open_store
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .journal import JOURNAL, EditJournal, other_edit, read_journal
+from .registered import rename_registered
 from .source import location, open_source
 
 __all__ = ["rename_task"]
@@ -122,6 +123,7 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
         info = t.get_json("meta/info.json", "info.json")
         if info is not None and info[0].get("task_name") != new.name:
             t.store.put("meta/info.json", json_bytes({**info[0], "task_name": new.name}))
+        rename_registered(old, new)  # pipeline.db: its rows under the new name (E50)
         if got is not None:
             t.store.delete([JOURNAL])
     report.resumed = pending_new

@@ -70,7 +70,7 @@ from ..meta.drop_stats import clipped_key
 from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_of_key
 from ..meta.episodes import EPISODE_COLUMNS, keep_digests, read_episode_row, restamp_table, row_bytes
 from ..meta.info import read_info
-from ..registry import Registry, file_record, task_key
+from ..registry import Registry
 from ..storage import ObjectPath, PreconditionFailed, PutMode, open_store
 from ._common import Progress, open_registry
 from ._store_task import StoreTask, json_bytes, open_store_task
@@ -283,12 +283,8 @@ def _finish(t: StoreTask, layout: TaskLayout, jobs: list[StreamJob], reg: Regist
         if reg is not None and t.local is not None:
             root = t.local
             try:
-                rec = reg.get(task_key(root), n)
-                if rec is not None:
-                    gone = {j.src for j in group} | {j.dst for j in group} | {t.key(meta)}
-                    files = [f for f in rec.files if f.path not in gone]
-                    files += [file_record(root, root / j.dst) for j in group] + [file_record(root, root / t.key(meta))]
-                    reg.replace_files(task_key(root), n, sorted(files, key=lambda f: f.path))
+                reg.refresh_files(root, n, written=[j.dst for j in group] + [t.key(meta)],
+                                  gone=[j.src for j in group])
             except RegistryError as exc:
                 problems.append(f"episode {n}: registry not updated ({exc.one_line()}); run `egopool compress TASK` "
                                 "again")

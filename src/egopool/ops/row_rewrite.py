@@ -22,7 +22,7 @@ from typing import Any
 from .._atomic import atomic_write_bytes, task_lock, task_read_lock
 from ..layout import TaskLayout
 from ..meta.info import read_info
-from ..registry import Registry, file_record, task_key
+from ..registry import Registry
 from ..storage import ObjectPath, PreconditionFailed, PutMode, is_object_uri
 from ._common import BACKUP_DIR, backup_copy, new_backup_dir, open_registry, rel, timestamp
 from .migrate import refuse_during_migration
@@ -103,11 +103,7 @@ def rewrite_local_row(root: Path, index: int, meta: Path, op: str, backup: Path 
     atomic_write_bytes(meta, change())
     pause(op, "row")
     if reg is not None:
-        rec = reg.get(task_key(root), index)
-        if rec is not None:
-            new = file_record(root, meta)
-            files = [f for f in rec.files if f.path != new.path] + [new]
-            reg.replace_files(task_key(root), index, sorted(files, key=lambda f: f.path))
+        reg.refresh_files(root, index, written=[meta.relative_to(root).as_posix()])
     return backup
 
 
