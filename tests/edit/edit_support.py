@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -59,3 +60,20 @@ def assert_stats_recount(location: str) -> None:
         assert stored[col]["count"] == block["count"], col
         for k in ("mean", "std", "min", "max"):
             np.testing.assert_allclose(stored[col][k], block[k], rtol=1e-9, atol=1e-9, err_msg=f"{col} {k}")
+
+
+def recorder_script(root: Path, name: str = "pick") -> str:
+    """A ``python -c`` script that records one episode into ``root/name`` (as :func:`record` does, values from
+    900) and prints ``recorded N``: a recorder in another process."""
+    return textwrap.dedent(f"""
+        import numpy as np
+        from egopool import StreamSpec, TaskWriter, vector_column
+        tw = TaskWriter({str(root)!r}, {name!r}, fps=30.0, registry=False)
+        ep = tw.begin_episode(columns=[vector_column("{SENSOR}", [4])], streams=[StreamSpec("cam", "rgb", 32, 24)],
+                              sensors=["right_glove"], sensor_dim=4)
+        for i in range(4):
+            ep.add_frame({{"{SENSOR}": np.full(4, 900.0 + i, np.float32)}},
+                         images={{"cam": np.full((24, 32, 3), 90 + i, np.uint8)}})
+        ep.finish()
+        print("recorded", ep.index)
+    """)

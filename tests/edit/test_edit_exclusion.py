@@ -10,11 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from backends import TaskAt, paused, run_cli
-from edit_support import SENSOR, assert_stats_recount, at, digests, record
+from edit_support import SENSOR, assert_stats_recount, at, digests, record, recorder_script
 
 from egopool.meta.info import read_info
 
@@ -78,18 +77,7 @@ def test_delete_of_the_target_waits_or_is_refused_while_a_merge_into_runs(tmp_pa
 def test_a_recorder_appending_to_the_target_waits_for_a_merge_into(tmp_path):
     t = TaskAt("dir", str(record(tmp_path / "t", episodes=1)), tmp_path / "t" / "pick")
     src = TaskAt("dir", str(record(tmp_path / "s", episodes=2, first_value=50.0)), tmp_path / "s" / "pick")
-    script = textwrap.dedent(f"""
-        import numpy as np
-        from egopool import StreamSpec, TaskWriter, vector_column
-        tw = TaskWriter({str(tmp_path / 't')!r}, "pick", fps=30.0, registry=False)
-        ep = tw.begin_episode(columns=[vector_column("{SENSOR}", [4])], streams=[StreamSpec("cam", "rgb", 32, 24)],
-                              sensors=["right_glove"], sensor_dim=4)
-        for i in range(4):
-            ep.add_frame({{"{SENSOR}": np.full(4, 900.0 + i, np.float32)}},
-                         images={{"cam": np.full((24, 32, 3), 90 + i, np.uint8)}})
-        ep.finish()
-        print("recorded", ep.index)
-    """)
+    script = recorder_script(tmp_path / "t")
     with paused(tmp_path / "state", "edit", "episode", "edit", "merge", src.location, "--into", t.location) as merge:
         rec = _session("-c", script)
         if not _still_waiting(rec):

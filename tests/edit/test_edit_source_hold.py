@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from backends import TaskAt, kill_at, paused, run_cli
-from edit_support import SENSOR, at, record, target_of
+from edit_support import SENSOR, at, record, recorder_script, target_of
 
 from egopool.meta.info import read_info
 
@@ -119,17 +118,7 @@ def test_a_source_changed_by_a_foreign_writer_is_caught_before_the_commit(tmp_pa
 
 def test_delete_and_a_recorder_say_once_that_they_wait_for_an_edit(tmp_path):
     a = TaskAt("dir", str(record(tmp_path / "a", episodes=2)), tmp_path / "a" / "pick")
-    script = textwrap.dedent(f"""
-        import numpy as np
-        from egopool import StreamSpec, TaskWriter, vector_column
-        tw = TaskWriter({str(tmp_path / 'a')!r}, "pick", fps=30.0, registry=False)
-        ep = tw.begin_episode(columns=[vector_column("{SENSOR}", [4])], streams=[StreamSpec("cam", "rgb", 32, 24)],
-                              sensors=["right_glove"], sensor_dim=4)
-        for i in range(4):
-            ep.add_frame({{"{SENSOR}": np.full(4, 900.0 + i, np.float32)}},
-                         images={{"cam": np.full((24, 32, 3), 90 + i, np.uint8)}})
-        ep.finish()
-    """)
+    script = recorder_script(tmp_path / "a")
     with paused(tmp_path / "state", "edit", "episode", "edit", "set-task", a.location, "pick the cup") as edit:
         line = f"egopool: waiting for `edit set-task` (pid {edit.proc.pid}) on {a.location} to finish; " \
                "Ctrl-C to stop\n"
