@@ -352,10 +352,11 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
             plan = old
         elif plan is None:
             raise OperationError(f"{tgt.uri} holds no unfinished edit", hint="nothing to resume")
+        # the target's journal owned first (a live run of this edit: refused as such), then the sources held; a
+        # new journal only once they are (a busy source then leaves nothing behind)
+        journal = EditJournal.take_over(tgt, got[0], got[1]) if got is not None else None
         with holding(_hold(tgt, plan, got[0].get("state") if got is not None else "copying")) as hold:
-            if got is not None:
-                journal = EditJournal.take_over(tgt, got[0], got[1])
-            else:
+            if journal is None:
                 journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
                 pause(OP, "journal")
             report.writes = target_keys(plan)

@@ -33,7 +33,7 @@ from ..ops._store_task import EDIT_JOURNAL, StoreTask, edit_in_progress, holder_
 from ..storage import PreconditionFailed, PutMode, Store
 from .source import EpisodeRef
 
-__all__ = ["SourceHold", "held_target", "versions_of"]
+__all__ = ["SourceHold", "held_target", "holding", "versions_of"]
 
 
 def versions_of(store: Store, ref: EpisodeRef) -> dict[str, str]:
