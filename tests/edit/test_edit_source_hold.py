@@ -133,3 +133,20 @@ def test_delete_and_a_recorder_say_once_that_they_wait_for_an_edit(tmp_path):
     said = (tmp_path / "rec.err").read_text()  # then maybe the delete, which took the lock first, is named
     assert rec.returncode == 0 and said.startswith(line) and said.count("waiting for `edit") == 1, said
     assert all(x.startswith("egopool: waiting for ") for x in said.splitlines()), said
+
+
+def test_a_split_move_leaves_an_episode_changed_after_its_copy(tmp_path, backend, request):
+    """Killed once the copy is committed (the source no longer held), the source's episode 2 is changed; the
+    resumed move deletes episode 1 only: episode 2's new content is not lost (E47)."""
+    a = at(backend, record(tmp_path / "a", episodes=2), request)
+    p = target_of(backend, tmp_path, a, "p")
+    kill_at(tmp_path / "state", "edit", "committed", "edit", "split", a.location, "--into", p, "--episodes", "1,2",
+            "--move")
+    (tmp_path / "labels.txt").write_text("1\n0\n1\n1\n")
+    r = run_cli("edit", "add-column", a.location, "2", "observation.grip_label", "--from", str(tmp_path / "labels.txt"))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("edit", "resume", p)
+    assert r.returncode == 0, r.stderr
+    assert "episode(s) 1, 2 of" not in r.stderr and f"episode(s) 2 of {a.location} changed after" in r.stderr
+    assert not a.store.exists("data/chunk-000/episode-000.parquet") and a.store.exists(DATA2)
+    assert TaskAt(backend, p, tmp_path).errors() == [] and a.errors() == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,11 +119,21 @@ def _move(plan: CopyPlan) -> dict[str, list[int]]:
     from ..ops.delete import delete_episodes
 
     src = plan.sources[0]
-    ns = sorted(p.index for p in plan.picks)
-    still = sorted(set(ns) & set(open_source(src).episodes))
+    s = open_source(src)
+    # an episode rewritten since it was copied (the source is no longer held: a run killed at `committed`, then
+    # an edit of the source) is left there, not deleted with its new content (E47); a file gone is a delete's
+    changed = [p.index for p in plan.picks if p.index in s.episodes and
+               any(now.get(k, v) != v for now in [versions_of(s.t.store, s.episodes[p.index])]
+                   for k, v in p.versions.items())]
+    if changed:
+        warnings.warn(f"episode(s) {', '.join(map(str, changed))} of {src} changed after they were copied to "
+                      f"{plan.target}: left in {src}, not deleted (compare them, then delete by hand)",
+                      RuntimeWarning, stacklevel=2)
+    ns = sorted(p.index for p in plan.picks if p.index not in changed)
+    still = sorted(set(ns) & set(s.episodes))
     if still:
         delete_episodes(src, still)
-    return {src: ns}
+    return {src: ns} if ns else {}
 
 
 def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequence[int] = (),
