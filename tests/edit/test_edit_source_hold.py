@@ -67,7 +67,9 @@ def test_a_source_is_held_while_a_merge_copies_it(tmp_path, backend, request):
             said = _wait_for_text(tmp_path / "delete.err", "waiting for", delete)
             assert said == f"egopool: waiting for `edit merge` (pid {merge.proc.pid}) reading it as a source on " \
                            f"{a.location} to finish; Ctrl-C to stop\n"
-            assert a.store.exists(DATA2)
+            rec = _session(tmp_path / "rec.err", "-c", recorder_script(tmp_path / "a"))  # a recorder waits too
+            assert "waiting for `edit merge`" in _wait_for_text(tmp_path / "rec.err", "waiting for", rec)
+            assert a.store.exists(DATA2) and not a.store.exists("meta/episodes/chunk-000/episode-002.parquet")
         else:  # a bucket: the source's marker refuses it in one line
             delete.wait(timeout=300)
             err = (tmp_path / "delete.err").read_text()
@@ -83,6 +85,8 @@ def test_a_source_is_held_while_a_merge_copies_it(tmp_path, backend, request):
         delete.wait(timeout=300)
         assert delete.returncode == 0, (tmp_path / "delete.err").read_text()
         assert not a.store.exists(DATA2)
+        out, err = rec.communicate(timeout=300)
+        assert rec.returncode == 0 and out.split() == ["recorded", "3"], (out, (tmp_path / "rec.err").read_text())
     assert a.errors() == []
 
 
