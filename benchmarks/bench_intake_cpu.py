@@ -34,6 +34,12 @@ import _intake_floor as fl  # noqa: E402
 import bench_upload as bu  # noqa: E402
 
 
+def own_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` alone (the server's request path, without its workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def env_for(src: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(src)}
 
@@ -57,8 +63,9 @@ def record_set(src: Path, out: Path, episodes: int, clients: int, tasks: int) ->
     return int(res.stdout.split()[-1])
 
 
-def one_round(src: Path, recorded: Path, work: Path, mode: str, jobs: int) -> tuple[float, float, int]:
-    """Upload a fresh copy of ``recorded`` with ``src``'s server (or the sink); returns (server CPU s, wall s, n)."""
+def one_round(src: Path, recorded: Path, work: Path, mode: str, jobs: int) -> tuple[float, float, int, float]:
+    """Upload a fresh copy of ``recorded`` with ``src``'s server (or the sink); returns (server and workers' CPU s,
+    wall s, episodes, the server process's own CPU s)."""
     roots_dir = work / "roots"
     shutil.rmtree(roots_dir, ignore_errors=True)
     shutil.copytree(recorded, roots_dir)
@@ -94,9 +101,9 @@ def one_round(src: Path, recorded: Path, work: Path, mode: str, jobs: int) -> tu
                 shutil.copytree(recorded.with_name(recorded.name + "-warm"), warm)
                 (out / "warm").mkdir()
                 bu.run_clients([warm / "pc0"], url, mode, out / "warm", jobs)
-            cpu0 = fl.tree_cpu_s(server.pid)
+            cpu0, own0 = fl.tree_cpu_s(server.pid), own_cpu_s(server.pid)
             wall, reports, _, _ = bu.run_clients(roots, url, mode, out, jobs)
-            cpu = fl.tree_cpu_s(server.pid) - cpu0
+            cpu, own = fl.tree_cpu_s(server.pid) - cpu0, own_cpu_s(server.pid) - own0
         finally:
             bu.SRC, bu.__file__ = bu_src, bu_file
             if old_path is None:
@@ -106,7 +113,7 @@ def one_round(src: Path, recorded: Path, work: Path, mode: str, jobs: int) -> tu
         items = [i for r in reports for i in r]
         if not all(i["ok"] for i in items):
             raise SystemExit(f"{mode} with {src}: {sum(not i['ok'] for i in items)} upload(s) not confirmed")
-        return cpu, wall, len(items)
+        return cpu, wall, len(items), own
     finally:
         bu.stop(server)
         shutil.rmtree(work / "store", ignore_errors=True)
@@ -130,7 +137,7 @@ def main() -> None:
             recorded[src] = work / f"rec{k}"
             n = record_set(src, recorded[src], args.episodes, args.clients, args.tasks)
             record_set(src, work / f"rec{k}-warm", 4, 1, 1)
-        runs: dict[str, list[tuple[float, float, int]]] = {}
+        runs: dict[str, list[tuple[float, float, int, float]]] = {}
         loads = []
         for r in range(args.rounds):
             order = [(str(s), s, "egopool") for s in srcs] + ([] if args.no_sink else [("bare endpoint", srcs[-1],
@@ -141,22 +148,24 @@ def main() -> None:
                 loads.append(os.getloadavg()[0])
                 res = one_round(src, recorded[src], work / f"w-{mode}", mode, args.jobs)
                 runs.setdefault(name, []).append(res)
-                print(f"round {r + 1} {name}: {res[0] / res[2] * 1e3:.1f} ms CPU/episode, {res[2] / res[1]:.1f} ep/s",
-                      flush=True)
+                print(f"round {r + 1} {name}: {res[0] / res[2] * 1e3:.1f} ms CPU/episode (server process "
+                      f"{res[3] / res[2] * 1e3:.1f}), {res[2] / res[1]:.1f} ep/s", flush=True)
         print(f"\n{n} small episodes x {args.rounds} rounds, {args.clients} clients x --jobs {args.jobs}; "
               f"1-min load during the runs {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})")
-        print(f"{'server':60}{'CPU ms/ep median':>17}{'(min-max)':>14}{'ep/s median':>12}{'(min-max)':>14}")
+        print(f"{'server':48}{'CPU ms/ep median':>17}{'(min-max)':>12}{'of it request path':>19}"
+              f"{'ep/s median':>12}{'(min-max)':>12}")
         med = {}
         for name, rs in runs.items():
-            per = [c / k * 1e3 for c, _, k in rs]
-            eps = [k / w for _, w, k in rs]
+            per = [c / k * 1e3 for c, _, k, _ in rs]
+            own = statistics.median([o / k * 1e3 for _, _, k, o in rs])
+            eps = [k / w for _, w, k, _ in rs]
             med[name] = (statistics.median(per), statistics.median(eps))
-            print(f"{name[-60:]:60}{med[name][0]:17.1f}{f'{min(per):.1f}-{max(per):.1f}':>14}"
-                  f"{med[name][1]:12.1f}{f'{min(eps):.1f}-{max(eps):.1f}':>14}")
+            print(f"{name[-48:]:48}{med[name][0]:17.1f}{f'{min(per):.1f}-{max(per):.1f}':>12}{own:19.1f}"
+                  f"{med[name][1]:12.1f}{f'{min(eps):.1f}-{max(eps):.1f}':>12}")
         if "bare endpoint" in med:
             for name, (cpu, eps) in med.items():
                 if name != "bare endpoint":
-                    print(f"{name[-60:]}: ep/s / bare endpoint's = 1/{med['bare endpoint'][1] / eps:.2f}")
+                    print(f"{name[-48:]}: ep/s / bare endpoint's = 1/{med['bare endpoint'][1] / eps:.2f}")
         if len(srcs) > 1:
             a, b = (med[str(s)][0] for s in srcs[:2])
             print(f"CPU per episode, {srcs[1]} / {srcs[0]}: {b / a:.2f}")
