@@ -163,7 +163,7 @@ def main() -> None:
             print(f"{name[-48:]:48}{med[name][0]:17.1f}{f'{min(per):.1f}-{max(per):.1f}':>12}{own:19.1f}"
                   f"{med[name][1]:12.1f}{f'{min(eps):.1f}-{max(eps):.1f}':>12}")
         if "bare endpoint" in med:
-            for name, (cpu, eps) in med.items():
+            for name, (_cpu, eps) in med.items():
                 if name != "bare endpoint":
                     print(f"{name[-48:]}: ep/s / bare endpoint's = 1/{med['bare endpoint'][1] / eps:.2f}")
         if len(srcs) > 1:
