@@ -34,12 +34,6 @@ import _intake_floor as fl  # noqa: E402
 import bench_upload as bu  # noqa: E402
 
 
-def own_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` alone (the server's request path, without its workers)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def env_for(src: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(src)}
 
@@ -101,9 +95,9 @@ def one_round(src: Path, recorded: Path, work: Path, mode: str, jobs: int) -> tu
                 shutil.copytree(recorded.with_name(recorded.name + "-warm"), warm)
                 (out / "warm").mkdir()
                 bu.run_clients([warm / "pc0"], url, mode, out / "warm", jobs)
-            cpu0, own0 = fl.tree_cpu_s(server.pid), own_cpu_s(server.pid)
+            cpu0, own0 = fl.tree_cpu_s(server.pid), fl.own_cpu_s(server.pid)
             wall, reports, _, _ = bu.run_clients(roots, url, mode, out, jobs)
-            cpu, own = fl.tree_cpu_s(server.pid) - cpu0, own_cpu_s(server.pid) - own0
+            cpu, own = fl.tree_cpu_s(server.pid) - cpu0, fl.own_cpu_s(server.pid) - own0
         finally:
             bu.SRC, bu.__file__ = bu_src, bu_file
             if old_path is None:
