@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import threading
 import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -372,6 +373,7 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
 #: same file, which changes (a new inode: it is replaced by a rename) once per published group.
 _DIMS_SEEN: dict[str, tuple[tuple[int, ...], dict[str, int] | None]] = {}
 _DIMS_SEEN_MAX = 64
+_DIMS_LOCK = threading.Lock()  # the server checks uploads into several tasks in several threads
 
 
 def _identity(path: Path) -> tuple[int, ...] | None:
@@ -393,9 +395,10 @@ def _stored_dims(task_dir: Path) -> dict[str, int] | None:
             return seen[1]
     dims = _read_stored_dims(task_dir)
     if before is not None and _identity(spath) == before:  # unchanged while it was read
-        if len(_DIMS_SEEN) >= _DIMS_SEEN_MAX:
-            _DIMS_SEEN.pop(next(iter(_DIMS_SEEN)), None)
-        _DIMS_SEEN[str(spath)] = (before, dims)
+        with _DIMS_LOCK:
+            if len(_DIMS_SEEN) >= _DIMS_SEEN_MAX:
+                _DIMS_SEEN.pop(next(iter(_DIMS_SEEN)), None)
+            _DIMS_SEEN[str(spath)] = (before, dims)
     return dims
 
 
