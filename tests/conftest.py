@@ -36,6 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
     outcome = yield
     report = outcome.get_result()
+    if report.failed:
+        _add_s3_server_section(item, report)
     if not report.skipped:
         return
     required = _required()
@@ -45,6 +47,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
         report.outcome = "failed"
         report.longrepr = (f"extra {', '.join(map(repr, names))} is required here (EGOPOOL_REQUIRE_EXTRAS) but its test "
                            f"skipped: {report.longrepr}")
+
+
+
+def _add_s3_server_section(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A failed test that used the session's S3 server gets weed's state beside its traceback: whether the
+    process lives, the free disk under its data directory (weed marks every volume read-only below its
+    ``-volume.minFreeSpace``, and each later PUT fails within milliseconds), and the end of weed's log."""
+    server = getattr(item, "funcargs", {}).get("s3_server")
+    if server is None:
+        return
+    import shutil
+
+    try:
+        free = f"{shutil.disk_usage(server.data_dir).free / 2**20:.0f} MiB free"
+    except OSError as exc:
+        free = f"disk usage unreadable: {exc}"
+    alive = "running" if server.proc is not None and server.proc.poll() is None else "NOT running"
+    report.sections.append(("weed (the session's S3 server)",
+                            f"weed {alive}; {free} under {server.data_dir}\n{server.log_tail(3000)}"))
 
 
 #: Ray replaces 127.0.0.1/localhost in an address by the machine's outward IP and then looks for a

@@ -107,6 +107,10 @@ class WeedServer:
                 # venvs take ~15 GB) ran out of slots after ~30 buckets ("No writable volume", every later PUT
                 # failed); test objects are small (the filer chunks large ones), so 32 MB volumes: 8x the buckets
                 "-master.volumeSizeLimitMB=32",
+                # below its minimum free disk (default 1 %: 2.5 GB of a 252 GB disk) weed marks every volume read-only
+                # and each PUT fails within milliseconds; CI builds 15 GB of venvs beside the suite, so only a truly
+                # full disk may stop the test server
+                "-volume.minFreeSpace=256MiB",
                 f"-volume.port={self.volume_port}", f"-volume.port.grpc={self.volume_grpc}",
                 "-volume.max=0", f"-filer.port={self.filer_port}", f"-filer.port.grpc={self.filer_grpc}",
                 "-s3", f"-s3.port={self.s3_port}", f"-s3.port.grpc={self.s3_grpc}",

@@ -184,7 +184,6 @@ def test_ctrl_c_while_a_camera_opens(tmp_path):
                 assert exc.errno == errno.ENXIO and time.monotonic() < deadline and proc.poll() is None
                 time.sleep(0.05)
         time.sleep(0.5)
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -192,6 +191,6 @@ def test_ctrl_c_while_a_camera_opens(tmp_path):
             proc.kill()
         if fd is not None:
             os.close(fd)
-    assert time.monotonic() - t0 < 5.0  # not the 10 s open timeout
+    # Ctrl-C ended the open, not its 10 s timeout: that would end with the camera's DeviceError, not this
     assert proc.returncode == 130 and err.strip() == "egopool: interrupted", err
     assert not (tmp_path / "rec").exists()

@@ -112,13 +112,14 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     session.open()
     cam = session.sources[0]
     cam.close_timeout = 0.5
+    capture = None
     try:
         done = session.record_seconds(2.0)  # 1 s of frames, then 1 s of none
         capture = cam._thread
     finally:
-        t0 = time.monotonic()
         session.close()
-        closed_in = time.monotonic() - t0
+        # close() returned after its close_timeout while the capture thread was still inside the blocked read
+        capture_left_blocked = capture is not None and capture.is_alive()
         blocked_device = cam._container
         release.set()  # the blocked read returns (end of file) after close() gave up on it
         feeder.join(10)
@@ -132,7 +133,7 @@ def test_a_camera_that_stops_mid_episode_neither_hangs_nor_crashes_the_recorder(
     with av.open(str(video)) as c:
         s = c.streams.video[0]
         assert s.frames == rows and abs(float(s.duration * s.time_base) - (last_ts + 1 / 30)) < 0.1
-    assert closed_in < 5.0  # close_timeout, not the default 10 s
+    assert capture_left_blocked  # close gave up on the read (close_timeout), it did not wait for the device
     assert blocked_device is not None  # not freed while the capture thread is inside a read of it
     capture.join(10)
     assert not capture.is_alive() and cam._container is None  # released by the capture thread itself
@@ -190,11 +191,10 @@ def test_a_camera_that_opens_but_never_delivers_is_given_up(tmp_path):
     feeder = camera_fifo(fifo, [b""], release=release)  # waits for the reader, then sends nothing until released
     (cam,) = parse_device_specs([f"uvc:file:{fifo}"])
     cam.open_timeout = 1.0
-    t0 = time.monotonic()
     try:
         with pytest.raises(DeviceError, match="delivered nothing within 1 s") as err:
             cam.open()
-        assert time.monotonic() - t0 < 5.0 and str(fifo) in str(err.value)
+        assert str(fifo) in str(err.value)  # the message names the 1 s timeout that ended it, not a hang
     finally:
         release.set()
         feeder.join(10)
