@@ -7,7 +7,8 @@ the new slot name (bytes unchanged) and renames it in each of those declarations
 name (:func:`~egopool.schema.check_slot_name`, the writer's rule) that no device uses yet: two devices never share
 an ``image_key`` (§5.2 rule 1). A slot's ``status.<slot>`` data column (a UVC slot's connection state) follows
 it: renamed with it (the new name must then make a column name, ``[a-z0-9_]``), removed with it. ``set-task`` rewrites one line of ``tasks.jsonl`` (the language instruction of ``task_index``),
-single-line JSON as §5 requires.
+single-line JSON as §5 requires; a string another line holds is refused (one string, one ``task_index``: E59).
+A slot's new name must say its stream's kind (``*_depth`` / ``*_depth_N`` for depth and only for depth: E60).
 """
 
 from __future__ import annotations
