@@ -121,6 +121,12 @@ def pack_all(roots: list[Path], out: Path) -> list[Path]:
     return zips
 
 
+def own_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` alone (the server's request path, without its workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its live children (the server and its workers)."""
     tick = os.sysconf("SC_CLK_TCK")

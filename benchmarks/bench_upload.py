@@ -9,7 +9,11 @@ in flight at once: docs/decisions.md U26) against one server process, all at the
 
 Figures: uploads/s and MB/s (episode bytes) over the wall time from the common start (every
 client process has imported egopool and waits for a go signal) to the last client's end; per-episode latency p50/p99 (client side: first byte sent to the confirmed
-answer, packing excluded); server peak RSS (``VmHWM``) and the largest client peak RSS.
+answer, packing excluded); server peak RSS (``VmHWM``) and the largest client peak RSS; the server's CPU per
+episode (user + system of the server process and its verification workers over the run: receive, verify and
+publish; split into the request path and the workers) beside the baseline's, and ep/s against the baseline's
+(issue 29: small episodes >= 1/3 of the bare endpoint's ep/s). ``bench_intake_cpu.py`` compares the CPU per
+episode of two source trees in one run.
 Afterwards it checks: every episode on the server exactly once (``server.db`` mapping unique,
 the task's episodes on disk = uploads), stats.json of every task equal to a recomputation within
 1e-9, ``egopool validate`` clean, no 5xx in the server's upload log.
@@ -58,6 +62,9 @@ from egopool import StreamSpec, TaskWriter, imu_columns, vector_column  # noqa: 
 from egopool.layout import list_task_episodes  # noqa: E402
 from egopool.meta.stats import recalc_stats  # noqa: E402
 from egopool.validate import validate_task  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _intake_floor as fl  # noqa: E402
 
 SENSOR = "observation.right_glove"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -414,7 +421,9 @@ def run(work: Path, args: argparse.Namespace) -> None:
     sink = start([sys.executable, __file__, "--sink", str(port)], work / "sink.log")
     wait_up(f"http://127.0.0.1:{port}/", sink)
     base_url = f"http://127.0.0.1:{delayed(port, args.rtt_ms, work)}/"
+    sink_cpu0 = fl.tree_cpu_s(sink.pid)
     base_wall, base_reports, _, base_cpu = run_clients(roots, base_url, "baseline", work, args.jobs)
+    sink_cpu = fl.tree_cpu_s(sink.pid) - sink_cpu0
     stop(sink)
     base_lat = [i["seconds"] for r in base_reports for i in r]
 
@@ -425,8 +434,10 @@ def run(work: Path, args: argparse.Namespace) -> None:
                     "--log-level", "warning", "--no-previews"], work / "server.log")  # previews: bench_previews.py
     url = f"http://127.0.0.1:{port}"
     wait_up(url + "/healthz", server)
+    server_cpu0, own_cpu0 = fl.tree_cpu_s(server.pid), fl.own_cpu_s(server.pid)
     wall, reports, client_rss, cpu = run_clients(roots, f"http://127.0.0.1:{delayed(port, args.rtt_ms, work)}",
                                                  "egopool", work, args.jobs)
+    server_cpu, own_cpu = fl.tree_cpu_s(server.pid) - server_cpu0, fl.own_cpu_s(server.pid) - own_cpu0
     server_rss = rss_text(server.pid)
     items = [i for r in reports for i in r]
     lat = [i["seconds"] for i in items]
@@ -440,7 +451,11 @@ def run(work: Path, args: argparse.Namespace) -> None:
     for name, w, la in (("egopool serve (verify+import)", wall, lat), ("baseline: drain the body", base_wall, base_lat)):
         print(f"{name:28}{w:9.2f}{total / w:11.1f}{payload / 1e6 / w:8.1f}{pct(la, 50) * 1e3:9.0f}"
               f"{pct(la, 99) * 1e3:9.0f}")
-    print(f"ratio egopool / baseline wall time: {wall / base_wall:.2f}x")
+    print(f"ratio egopool / baseline wall time: {wall / base_wall:.2f}x; ep/s egopool / baseline = 1/"
+          f"{wall / base_wall:.2f} (issue 29: small episodes >= 1/3)")
+    print(f"server CPU per episode (user + system, the server and its worker processes, from the start): egopool "
+          f"{server_cpu / total * 1e3:.1f} ms (request path and publish {own_cpu / total * 1e3:.1f} ms, verification "
+          f"workers {(server_cpu - own_cpu) / total * 1e3:.1f} ms), baseline {sink_cpu / total * 1e3:.1f} ms")
     print(f"client CPU per episode (user + system, from the start): egopool {cpu / total * 1e3:.1f} ms, "
           f"baseline {base_cpu / total * 1e3:.1f} ms")
     print(f"{server_rss}; largest client peak RSS {client_rss:.0f} MiB")
@@ -465,8 +480,6 @@ def run(work: Path, args: argparse.Namespace) -> None:
 def intake_matrix(work: Path, roots: list[Path], expected: dict[str, int], bigs: list[Path], jobs: int) -> None:
     """Issue 29's table, in one run: the floor, the verification against it, then the same clients uploading to a
     fresh server with 1 and 2 worker processes and with its verification on a local two-node Ray cluster."""
-    import _intake_floor as fl
-
     sets = [("small episodes", roots, expected)] + [(f"big episodes ({b.name})", [b.parent],
                                                      {b.name: len(list_task_episodes(b))}) for b in bigs]
     print("\nverification CPU against the floor (PyAV decoding every frame of the same zips), least of 2 rounds:")

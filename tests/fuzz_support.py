@@ -419,6 +419,7 @@ def run_cli(task: Path, names: list[str], out: Outcome) -> None:
     """
     packs = task.parent.parent / "packs"
     shutil.rmtree(packs, ignore_errors=True)
+    packs.mkdir(parents=True)  # `edit split --into {out}/split` needs its parent (an edit creates no path, E55)
     for name in names:
         argv = [a.replace("{task}", str(task)).replace("{out}", str(packs)) for a in COMMANDS[name]]
         so, se = io.StringIO(), io.StringIO()

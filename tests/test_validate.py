@@ -148,11 +148,22 @@ def test_tasks_jsonl_missing(task: Path) -> None:
     assert "missing" in only(validate_task(task), "file_format.md §5").message
 
 
-def test_tasks_jsonl_two_lines_is_a_warning(task: Path) -> None:
+def test_tasks_jsonl_two_distinct_lines_are_clean(task: Path) -> None:
+    """A merged task's instructions, one object per line (§5; docs/decisions.md E61): nothing to say."""
     with open(task / "meta/tasks.jsonl", "a") as fh:
         fh.write('{"task_index": 1, "task": "other"}\n')
     report = validate_task(task)
-    assert "2 lines" in only(report, "file_format.md §5", "warning").message and report.ok
+    assert [f for f in report.findings if f.rule == "file_format.md §5"] == [] and report.ok
+
+
+@pytest.mark.parametrize("line,says", [('{"task_index": 0, "task": "other"}', "lines 1 and 2 both have task_index 0"),
+                                       ('{"task_index": 1, "task": "demo"}', "lines 1 and 2 hold the same task string")])
+def test_tasks_jsonl_a_repeated_index_or_string_is_a_warning(task: Path, line: str, says: str) -> None:
+    first = json.loads((task / "meta/tasks.jsonl").read_text().splitlines()[0])
+    with open(task / "meta/tasks.jsonl", "a") as fh:
+        fh.write(line.replace('"demo"', json.dumps(first["task"])) + "\n")
+    report = validate_task(task)
+    assert says in only(report, "file_format.md §5", "warning").message and report.ok
 
 
 @pytest.mark.parametrize("name,rule,reader", [

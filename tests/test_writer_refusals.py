@@ -359,3 +359,33 @@ def test_a_decoded_video_frame_for_a_depth_stream_is_refused_by_name(tmp_path: P
     assert e.value.path == tw.task_dir / "videos" / "chunk-000" / "d" / "episode-000.mkv"  # not its dot-temp
     ep.add_frame(images={"cam": frame, "d": np.full((H, W), 1000, np.uint16)})
     assert ep.finish().length == 1
+
+
+def test_a_stats_json_rewritten_after_a_passed_check_is_checked_again(tmp_path: Path) -> None:
+    """The merge check keeps what it learnt of stats.json only while the file is the same (docs/decisions.md U40):
+    a block that passed and is then replaced, or damaged in place with the same size, is refused the next time."""
+    from egopool.write.checks import check_task_meta_mergeable
+
+    task = tmp_path / "t"
+    (task / "meta").mkdir(parents=True)
+    info = {"format": "pooled_episodes_v1", "fps": 30.0}
+
+    def stats(values: list[float]) -> None:
+        block = {"count": 2, "mean": values, "std": values, "min": values, "max": values}
+        atomic_write_json(task / "meta" / "stats.json", {"observation.glove": block})
+
+    stats([1.0, 2.0, 3.0])
+    for _ in range(2):  # the second call answers from what the first learnt
+        check_task_meta_mergeable(task, info, {}, {"observation.glove": 3})
+    stats([1.0, 2.0, 3.0, 4.0])  # replaced by a rename: another file
+    with pytest.raises(FormatError, match=r"block 'observation.glove' has 4 values per sample, this episode's "
+                                          r"column has 3"):
+        check_task_meta_mergeable(task, info, {}, {"observation.glove": 3})
+    path = task / "meta" / "stats.json"
+    text = path.read_text()
+    check_task_meta_mergeable(task, info, {}, {"observation.glove": 4})
+    os.utime(path, ns=(1, 1))  # written in place later, same size: its mtime and ctime change
+    assert "4.0" in text
+    path.write_text(text.replace("4.0", "NaN", 1))
+    with pytest.raises(FormatError, match="stats.json"):
+        check_task_meta_mergeable(task, info, {}, {"observation.glove": 4})

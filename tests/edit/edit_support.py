@@ -35,8 +35,10 @@ def at(kind: str, local: Path, request: pytest.FixtureRequest) -> TaskAt:
 
 
 def target_of(kind: str, tmp_path: Path, src: TaskAt, name: str) -> str:
-    """A new location beside ``src`` (same backend)."""
+    """A new location beside ``src`` (same backend); a directory's parent ``out/`` exists (an edit never creates
+    a missing parent, E55)."""
     if kind == "dir":
+        (tmp_path / "out").mkdir(exist_ok=True)
         return str(tmp_path / "out" / name)
     return src.location.rsplit("/", 1)[0] + f"/{name}"
 

@@ -109,7 +109,7 @@ def test_merge_refuses_another_fps_in_one_line_and_writes_nothing(tmp_path, back
     assert r.returncode == 1
     assert r.stderr.count("\n") <= 2 and "fps is 30.0 in" in r.stderr and "29.97" in r.stderr, r.stderr
     t = type(a)(backend, into, tmp_path)
-    assert (not (tmp_path / "out").exists()) if backend == "dir" else t.all_keys() == set()
+    assert (not (tmp_path / "out" / "never").exists()) if backend == "dir" else t.all_keys() == set()
 
 
 def test_split_refuses_a_target_that_is_a_task(tmp_path, backend, request):
@@ -164,7 +164,7 @@ def test_split_of_a_missing_episode_is_one_line_and_writes_nothing(tmp_path, bac
     assert r.returncode == 1 and "no episode 9" in r.stderr and r.stderr.count("\n") <= 2, r.stderr
     assert digests(s) == before
     t = type(s)(backend, into, tmp_path)
-    assert (not (tmp_path / "out").exists()) if backend == "dir" else t.all_keys() == set()
+    assert (not (tmp_path / "out" / "none").exists()) if backend == "dir" else t.all_keys() == set()
 
 
 def test_split_by_a_review_selection(tmp_path, backend, request):

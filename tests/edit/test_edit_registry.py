@@ -61,6 +61,7 @@ def test_an_in_place_edit_killed_between_its_files_and_the_row_is_in_step_after_
 def test_merge_split_and_merge_into_targets_are_registered(tmp_path):
     a = _registered(tmp_path / "a")
     b = _registered(tmp_path / "b", episodes=1, first_value=50.0)
+    (tmp_path / "out").mkdir()  # an edit creates no missing parent (E55)
     m = tmp_path / "out" / "m"
     assert run_cli("edit", "merge", str(a), str(b), "--into", str(m)).returncode == 0
     assert sorted(_in_step(m)) == [1, 2, 3]

@@ -169,7 +169,10 @@ _TASK = typer.Argument(..., metavar="TASK", help="Task directory, or s3://BUCKET
 def set_task_cmd(task: str = _TASK, text: str = typer.Argument(..., metavar="TEXT", help="The new task string."),
                  task_index: int = typer.Option(0, "--task-index", help="Which line of tasks.jsonl."),
                  dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Set a task string (the language instruction) in meta/tasks.jsonl, one JSON object per line (§5)."""
+    """Set a task string (the language instruction) in meta/tasks.jsonl, one JSON object per line (§5).
+
+    The report shows each line's old -> new string; a string another line holds already is refused (naming its task_index).
+    """
     from ..edit import SetTask
 
     _inplace(task, SetTask(text, task_index), dry_run, json_out)
@@ -210,7 +213,10 @@ def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode
 @edit_app.command("remove-slot")
 def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="SLOT"),
                     dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Remove a stream slot: every episode's video, video_extensions, cameras, device_names, devices' slots."""
+    """Remove a stream slot: every episode's video, video_extensions, cameras, device_names, devices' slots.
+
+    The report lists the videos deleted apart from the files rewritten (the rows, whose checksums drop them).
+    """
     from ..edit import RemoveSlot
 
     _inplace(task, RemoveSlot(slot), dry_run, json_out)
@@ -220,7 +226,10 @@ def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="
 def rename_slot_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
                     new: str = typer.Argument(..., metavar="NEW"),
                     dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Rename a stream slot in every episode and declaration; a slot name a device uses already is refused."""
+    """Rename a stream slot in every episode and declaration; a slot name a device uses already is refused.
+
+    The name says the stream's kind: a name ending in depth (or depth_N, e.g. head_depth_2) for a depth stream, and only for one.
+    """
     from ..edit import RenameSlot
 
     _inplace(task, RenameSlot(old, new), dry_run, json_out)

@@ -160,7 +160,8 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
     Raises
     ------
     OperationError
-        ``location`` is a task already (named), or a directory that is not empty and not an edit's.
+        ``location`` is a task already (named), a directory that is not empty and not an edit's, or a directory
+        whose parent directory does not exist (``new``; it is never created, E55).
     ObjectStoreError
         The bucket does not exist.
     """
@@ -177,6 +178,10 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
     t = StoreTask(root, store, store.root if isinstance(store, DirectoryStore) else None)
     if not new:
         return t
+    if t.local is not None and not t.local.parent.is_dir():  # E55: never a whole path made up from a typo
+        raise OperationError(f"{t.uri}: the parent directory {t.local.parent} does not exist",
+                             hint=f"create it first (mkdir -p {t.local.parent}) or name a target in an existing "
+                                  "directory; nothing was written")
     if store.exists("meta/info.json") and not store.exists(JOURNAL):
         raise OperationError(f"{t.uri} is a task already; an edit builds a new task",
                              hint="name a new location, or delete or rename the old task first if it must go")

@@ -94,7 +94,9 @@ class Change(ABC):
 
 @dataclass
 class InplaceReport:
-    """What a change did (or would do): ``changed`` per N the objects rewritten, ``meta`` the meta documents."""
+    """What a change did (or would do): ``changed`` per N the objects rewritten (a moved one as ``old -> new``),
+    ``deleted`` per N the objects deleted (a removed slot's videos, E57), ``meta`` the meta documents, ``tasks``
+    each ``tasks.jsonl`` line whose string changes (``{"task_index", "old", "new"}``, E56)."""
 
     op: str
     task: str
@@ -103,17 +105,39 @@ class InplaceReport:
     changed: dict[int, list[str]] = field(default_factory=dict)
     meta: list[str] = field(default_factory=list)
     resumed: bool = False
+    deleted: dict[int, list[str]] = field(default_factory=dict)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": True, "op": self.op, "task": self.task, "dry_run": self.dry_run, "args": self.args,
                 "resumed": self.resumed, "episodes": {str(k): v for k, v in sorted(self.changed.items())},
+                "deleted": {str(k): v for k, v in sorted(self.deleted.items()) if v}, "tasks": self.tasks,
                 "meta": self.meta}
 
     def lines(self) -> list[str]:
         verb = "would rewrite" if self.dry_run else "rewrote"
-        out = [f"{verb} episode {n}: {', '.join(keys)}" for n, keys in sorted(self.changed.items()) if keys]
+        gone = "would delete" if self.dry_run else "deleted"
+        out: list[str] = []
+        for n in sorted(set(self.changed) | set(self.deleted)):
+            if self.changed.get(n):
+                out.append(f"{verb} episode {n}: {', '.join(self.changed[n])}")
+            if self.deleted.get(n):
+                out.append(f"{gone} episode {n}: {', '.join(self.deleted[n])}")
+        out += [f"{'would set' if self.dry_run else 'set'} task_index {d['task_index']}: {d['old']!r} -> "
+                f"{d['new']!r}" for d in self.tasks]
         out += [f"{verb} {k}" for k in self.meta]
         return out or [f"nothing to do: {self.task} is that way already (`edit {self.op}` changes no object)"]
+
+
+def task_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``tasks.jsonl`` lines whose string differs between ``old`` and ``new`` rows, by ``task_index``:
+    ``[{"task_index": K, "old": str | None, "new": str | None}, ...]`` (None: no such line), ascending K."""
+    def by_index(rows: list[dict[str, Any]]) -> dict[int, str]:
+        return {int(r.get("task_index") or 0): str(r.get("task")) for r in rows}
+
+    a, b = by_index(old), by_index(new)
+    return [{"task_index": k, "old": a.get(k), "new": b.get(k)} for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
 
 
 def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:
@@ -124,12 +148,13 @@ def _row_table(raw: pa.Table, row: dict[str, Any]) -> pa.Table:
 
 
 def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
-                   journal: EditJournal | None = None) -> list[str]:
-    """Change one episode: its files first, then its row. Before the first file is written the journal records
-    what the row must say (``pending``: the new sha256 of each rewritten file, each move and deletion), so a run
-    killed between a file and the row is finished from the journal, never by hashing whatever bytes are there
-    (docs/decisions.md E39)."""
-    store, keys = s.t.store, []
+                   journal: EditJournal | None = None) -> tuple[list[str], list[str]]:
+    """Change one episode: its files first, then its row; returns the keys rewritten (a moved one as
+    ``old -> new``) and the keys deleted. Before the first file is written the journal records what the row must
+    say (``pending``: the new sha256 of each rewritten file, each move and deletion), so a run killed between a
+    file and the row is finished from the journal, never by hashing whatever bytes are there (docs/decisions.md
+    E39)."""
+    store, keys, deleted = s.t.store, [], []
     moves: dict[str, str] = {}
     changes: dict[str, str | None] = {}
     body: bytes | None = None
@@ -144,7 +169,7 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
     for image_key, to in ch.videos(ref.index, ref.videos):
         ext, key = ref.videos[image_key]
         if to is None:
-            keys.append(key)
+            deleted.append(key)
             changes[key] = None
             videos.append((ext, key, None))
             continue
@@ -170,7 +195,7 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
             keys.append(ref.row)
             row_bytes = parquet_bytes(_row_table(raw, new_row))
     if not write:
-        return keys
+        return keys, deleted
     wrote = body is not None or bool(videos)
     if wrote and journal is not None:
         journal.write(pending={"n": ref.index, "moves": moves, "changes": changes})
@@ -193,10 +218,10 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
         pause(OP, "row")
     if row_bytes is not None:
         store.put(ref.row, row_bytes)
-    if keys or pending.get("n") == ref.index:  # pipeline.db in step with the files (E48)
+    if keys or deleted or pending.get("n") == ref.index:  # pipeline.db in step with the files (E48)
         refresh_episode(s.t, ref.index, [k for k, v in changes.items() if v is not None] + list(moves.values()) +
                         [ref.row], [k for k, v in changes.items() if v is None] + list(moves))
-    return keys
+    return keys, deleted
 
 
 def _delete(s: SourceTask, key: str) -> None:
@@ -263,9 +288,10 @@ def apply_change(location: str | ObjectPath, ch: Change, *, dry_run: bool = Fals
     if dry_run:
         ch.check(s)
         for n in sorted(s.episodes):
-            report.changed[n] = _apply_episode(s, ch, s.episodes[n], False)
+            report.changed[n], report.deleted[n] = _apply_episode(s, ch, s.episodes[n], False)
         info = ch.finish(ch.declare(s.info))
         stats = s.t.get_json("meta/stats.json", "stats.json")
+        report.tasks = task_changes(s.tasks(), ch.tasks(s.tasks()))
         report.meta = ([] if stats is None or ch.stats(stats[0]) == stats[0] else ["meta/stats.json"]) + \
             (["meta/tasks.jsonl"] if ch.tasks(s.tasks()) != s.tasks() else []) + \
             (["meta/info.json"] if info != s.info else [])
@@ -306,7 +332,7 @@ def _run(s: SourceTask, ch: Change, journal: EditJournal, report: InplaceReport)
             if not todo:
                 break
             for n in todo:
-                report.changed[n] = _apply_episode(s, ch, s.episodes[n], True, journal)
+                report.changed[n], report.deleted[n] = _apply_episode(s, ch, s.episodes[n], True, journal)
                 done.add(n)
                 if len(done) == 1:
                     pause(OP, "episode")
@@ -320,6 +346,7 @@ def _run(s: SourceTask, ch: Change, journal: EditJournal, report: InplaceReport)
     if new_tasks != old_tasks:
         t.store.put("meta/tasks.jsonl", tasks_jsonl(new_tasks))
         report.meta.append("meta/tasks.jsonl")
+        report.tasks = task_changes(old_tasks, new_tasks)
     if _update(t, ch.finish):
         report.meta.append("meta/info.json")
     pause(OP, "committed")

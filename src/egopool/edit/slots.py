@@ -7,21 +7,24 @@ the new slot name (bytes unchanged) and renames it in each of those declarations
 name (:func:`~egopool.schema.check_slot_name`, the writer's rule) that no device uses yet: two devices never share
 an ``image_key`` (§5.2 rule 1). A slot's ``status.<slot>`` data column (a UVC slot's connection state) follows
 it: renamed with it (the new name must then make a column name, ``[a-z0-9_]``), removed with it. ``set-task`` rewrites one line of ``tasks.jsonl`` (the language instruction of ``task_index``),
-single-line JSON as §5 requires.
+single-line JSON as §5 requires; a string another line holds is refused (one string, one ``task_index``: E59).
+A slot's new name must say its stream's kind (``*_depth`` / ``*_depth_N`` for depth and only for depth: E60).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import OperationError, SchemaError
+from ..meta.episodes import decode_row
 from ..schema import check_column_name, check_slot_name
 from .columns import json_column_changed, slam_specs_changed
 from .inplace import Change
-from .source import SourceTask
+from .source import SourceTask, parquet_table
 
 __all__ = ["RemoveSlot", "RenameSlot", "SetTask"]
 
@@ -53,6 +56,55 @@ def _status_columns(s: SourceTask) -> set[str]:
         schema = pq.read_schema(pa.BufferReader(s.read(ref.data)))
         out |= {c for c in schema.names if c.startswith("status.")}
     return out
+
+
+def _is_depth_stream(s: SourceTask, slot: str) -> bool:
+    """Whether ``slot`` holds depth (multi_device_storage.md §4.8, as ``validate`` decides it): a slot in
+    ``cameras`` is RGB; otherwise depth when named like a depth slot or when an episode's ``video_codec`` entry
+    describes a depth encoding (``hevc12`` / ``ffv1``, a gray pixel format); else RGB."""
+    from ..validate.declarations import is_depth_name
+
+    cams = s.info.get("cameras")
+    if isinstance(cams, dict) and slot in cams:
+        return False
+    if is_depth_name(slot):
+        return True
+    for ref in s.episodes.values():
+        if slot not in ref.videos:
+            continue
+        raw = parquet_table(s.read(ref.row), s.t.store.url(ref.row)).to_pylist()
+        codecs = decode_row(raw[0]).get("video_codec") if raw else None
+        codec = codecs.get(slot) if isinstance(codecs, dict) else None
+        if isinstance(codec, dict):
+            return codec.get("codec") in ("hevc12", "ffv1") or "depth_codec" in codec or \
+                str(codec.get("pix_fmt", "")).startswith("gray")
+    return False
+
+
+def check_slot_kind(name: str, depth: bool, old: str) -> None:
+    """A slot's name says its kind (multi_device_storage.md §2.1, §4.4, §4.8: ``<prefix>_rgb`` /
+    ``<prefix>_depth``, a second device ``_2``; ``stereo_depth``): a name ending in ``depth`` or ``depth_N``
+    holds a depth stream and only a depth stream (readers and ``validate`` decode a slot outside ``cameras`` by
+    that name).
+
+    Raises
+    ------
+    SchemaError
+        ``name`` is a depth name for an RGB stream, or a depth stream's new name is not one (the rule and a valid
+        name of that kind).
+    """
+    from ..validate.declarations import is_depth_name
+
+    if is_depth_name(name) == depth:
+        return
+    base = re.sub(r"_(rgb|depth)(_\d+)?$", "", old) or old
+    if depth:
+        raise SchemaError(f"slot {old!r} holds a depth stream and {name!r} is no depth slot name: a depth slot is "
+                          "named <prefix>_depth (a second device <prefix>_depth_2; multi_device_storage.md §2.1, "
+                          "§4.8)", hint=f"e.g. {base}_depth; nothing was changed")
+    raise SchemaError(f"slot {old!r} holds an RGB stream and {name!r} is a depth slot name (it ends in 'depth'; "
+                      "multi_device_storage.md §2.1, §4.8: readers decode such a slot as depth)",
+                      hint=f"name an RGB slot <prefix>_rgb, e.g. {base}_rgb; nothing was changed")
 
 
 def _resourced(decl: Any, old: str, new: str) -> Any:
@@ -130,6 +182,7 @@ class RenameSlot(Change):
         if self.old not in slots:
             raise SchemaError(f"no stream slot {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
         check_slot_name(self.new)  # the writer's rule (StreamSpec), E31
+        check_slot_kind(self.new, _is_depth_stream(s, self.old), self.old)  # E60
         users = [str(d.get("key")) for d in s.info.get("devices") or []
                  if isinstance(d, dict) and self.new in (d.get("slots") or [])]
         if self.new in slots or users:
@@ -204,9 +257,17 @@ class SetTask(Change):
         if not self.text.strip() or self.text.splitlines() != [self.text]:  # \n, \r, U+2028, U+0085...
             raise OperationError("the task string is empty or spans lines (a line break, U+2028 or the like)",
                                  hint="one line of text")
-        if self.task_index not in {int(r.get("task_index") or 0) for r in s.tasks()}:
+        rows = s.tasks()
+        if self.task_index not in {int(r.get("task_index") or 0) for r in rows}:
             raise OperationError(f"no task_index {self.task_index} in {s.t.uri}/meta/tasks.jsonl",
                                  hint="see the file; task_index 0 is the task's own")
+        other = next((int(r.get("task_index") or 0) for r in rows if str(r.get("task")) == self.text
+                      and int(r.get("task_index") or 0) != self.task_index), None)
+        if other is not None:  # E59: one string, one task_index (LeRobot v3 keys its tasks by the string)
+            raise OperationError(f"the task string {self.text!r} is task_index {other} of "
+                                 f"{s.t.uri}/meta/tasks.jsonl already: two lines with one string make the "
+                                 f"instruction of task_index {self.task_index} ambiguous",
+                                 hint="give this line another string; nothing was changed")
 
     def tasks(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "task": self.text} if int(r.get("task_index") or 0) == self.task_index else r for r in rows]

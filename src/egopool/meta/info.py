@@ -19,7 +19,7 @@ from typing import Any, overload
 from .._atomic import atomic_write_json
 from .._safe_read import read_json
 from ..storage import ObjectPath, TaskPath, TaskPathLike, as_local_path, as_path, require_bucket
-from ..errors import FormatError, LegacyLayoutError
+from ..errors import EgopoolError, FormatError, LegacyLayoutError, ObjectStoreError
 
 __all__ = [
     "FORMAT",
@@ -91,6 +91,28 @@ def parse_format(info: Mapping[str, Any], path: TaskPath) -> str:
     raise FormatError(f"unknown format {fmt!r}", path=path, hint=f"egopool reads only {FORMAT!r}")
 
 
+def unfinished_edit(root: TaskPath) -> FormatError | None:
+    """The error for ``root`` without ``meta/info.json`` that holds an edit's journal (``meta/.edit.json``): the
+    new task of a ``merge`` / ``split`` (or a bucket ``rename``) interrupted before its commit, which writes
+    ``info.json`` last (docs/decisions.md E6, E58). It names that edit and the fix (``egopool edit resume``, or
+    wait while its run is alive). None when there is no journal."""
+    journal = root / "meta" / ".edit.json"
+    try:
+        if not journal.is_file():
+            return None
+        doc = read_json(journal, what="edit journal")
+    except ObjectStoreError:
+        raise
+    except EgopoolError:
+        doc = {}
+    from ..ops._store_task import edit_in_progress
+
+    err = edit_in_progress(doc if isinstance(doc, dict) else {}, str(journal), str(root),
+                           "it is no task until that edit commits (meta/info.json is written last)")
+    return FormatError(f"not a task yet, the new task of an unfinished edit: {err.message}", path=root,
+                       hint=err.hint)
+
+
 def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str, Any]:
     """Load and check ``meta/info.json``.
 
@@ -99,12 +121,16 @@ def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str,
     LegacyLayoutError
         The directory is the v1.0 per-session layout.
     FormatError
-        File missing or not a regular file, not UTF-8, not JSON (or nested deeper than any
+        The new task of an unfinished edit (:func:`unfinished_edit`: named, with ``egopool edit resume``); file
+        missing or not a regular file, not UTF-8, not JSON (or nested deeper than any
         spec document), not a JSON object, or wrong ``format``.
     """
     root = as_path(task_dir)
     path = info_path(root)
     if not path.exists() and not path.is_symlink():
+        building = unfinished_edit(root)
+        if building is not None:
+            raise building
         sessions = _legacy_sessions(root)
         if sessions:
             raise LegacyLayoutError(

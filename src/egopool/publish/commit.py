@@ -80,6 +80,9 @@ class Publication:
         Key -> sha256 of each object (a bucket records it with the object).
     synced:
         Local files already fsynced by the caller (a directory store does not sync them again).
+    stamped:
+        :func:`stamp_digests` has stamped the row file already (its staged files unchanged since): a second call
+        does not read and hash the row again.
     """
 
     task: str
@@ -94,6 +97,7 @@ class Publication:
     tasks_jsonl: bytes | None = None
     sha: dict[str, str] = field(default_factory=dict)
     synced: frozenset[Path] = frozenset()
+    stamped: bool = False
 
     @property
     def journal(self) -> str:
@@ -116,14 +120,15 @@ def _put(store: Store, path: Path, key: str, sha: str | None, synced: bool = Fal
 def stamp_digests(pub: Publication) -> None:
     """Record the sha256 of every object of ``pub`` in its row file (docs/decisions.md X3): the commit object then
     carries them, committed atomically with the episode. Objects without a known sha256 are hashed; ``pub.sha``
-    gets the row's new sha256. A publication without objects (a roll-forward) is left as is.
+    gets the row's new sha256. A publication without objects (a roll-forward) is left as is, and one stamped
+    before (``pub.stamped``: the server stamps under its guard, then publishes the group) is not read again.
 
     Raises
     ------
     OSError, FormatError
         A staged file cannot be read, or the row file is not a single-row episodes parquet.
     """
-    if not pub.objects:
+    if not pub.objects or pub.stamped:
         return
     prefix = pub.task + "/"
     files = {}
@@ -137,6 +142,7 @@ def stamp_digests(pub: Publication) -> None:
         pub.sha.pop(pub.row[1], None)
     if pub.row[1] not in pub.sha:
         pub.sha[pub.row[1]] = sha256_path(pub.row[0])
+    pub.stamped = True
 
 
 def _settle(futures: Sequence[Future[Any]]) -> None:

@@ -73,6 +73,11 @@ def _small_frames(container: Any) -> bool:
                                  <= SINGLE_THREAD_PIXELS for s in streams)
 
 
+#: Threads that fsync staged videos while the validator decodes them, kept for the process's life (a verification
+#: used to start and join a thread of its own: ~1 ms of CPU per small upload); each verification waits for its own.
+_SYNCER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="egopool-fsync")
+
+
 def _sync_episode_files(staging: Path, layout: TaskLayout, n: int) -> frozenset[Path]:
     """fsync the staged videos (the extraction wrote them without syncing; published as they are, never
     rewritten). The data parquet and the row may still be rewritten with a new N under the lock:
@@ -202,8 +207,8 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
         if new_row is not None:
             hashed[str(row_file)] = new_row
         # the videos' bytes go to disk while the validator decodes them (fsync releases the GIL)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="egopool-fsync") as syncer:
-            syncing = syncer.submit(_sync_episode_files, staging, layout, n)
+        syncing = _SYNCER.submit(_sync_episode_files, staging, layout, n)
+        try:
             # the extraction hashed every file as it wrote it: the checksum check takes those (one pass, U33)
             report = validate_task(staging, media=media,
                                    digests={Path(os.path.abspath(k)): v for k, v in hashed.items()})
@@ -219,6 +224,8 @@ def verify_upload(zip_path: Path, staging: Path, limits: Limits, *, form_index: 
             length, names, streams = footer["rows"], footer["names"], _facts(staging, n, layout)
             blocks = episode_stats_file(local(layout.data_file(n)), info)
             synced = syncing.result()
+        finally:
+            syncing.exception()  # a refusal too: the staging directory is discarded only once the sync ended
     except UploadRejectedError as exc:
         exc.upload_log = learnt  # type: ignore[attr-defined]
         raise

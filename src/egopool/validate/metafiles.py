@@ -15,7 +15,7 @@ from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError, ObjectStoreError
 from ..storage import ObjectPath, TaskPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
-from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info
+from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info, unfinished_edit
 from ..unix_time import created_at_problem
 from .context import Context, json_float
 from .report import Report
@@ -113,6 +113,10 @@ def check_info_file(root: TaskPath, report: Report) -> dict[str, Any] | None:
     bad JSON, missing or unknown ``format``, legacy v1.0 per-session layout). Nothing
     else can be checked then: the spec says to fail on an unknown format, never guess.
     """
+    building = None if info_path(root).exists() else unfinished_edit(root)  # a target before its commit (E58)
+    if building is not None:
+        report.error(R_LAYOUT, root, f"{building.message} ({building.hint})")
+        return None
     if not root.exists():
         if isinstance(root, ObjectPath):
             require_bucket(root)  # a missing bucket is said as such (ObjectStoreError), not as a missing task
@@ -250,7 +254,8 @@ def check_templates(ctx: Context) -> TaskLayout | None:
 
 
 def check_tasks_jsonl(ctx: Context) -> None:
-    """``meta/tasks.jsonl``: every line one complete JSON object, single line today (§5, §12.5)."""
+    """``meta/tasks.jsonl``: every line one complete JSON object (§5, §12.5); several lines (a merged task's
+    instructions) each with its own ``task_index`` and its own string (a repeated one: a warning, E61)."""
     path = ctx.rel("meta", "tasks.jsonl")
     if not path.exists() and not path.is_symlink():
         ctx.report.error(R_TASKS, path, "meta/tasks.jsonl is missing; create it with the single line "
@@ -269,6 +274,8 @@ def check_tasks_jsonl(ctx: Context) -> None:
     if not lines:
         ctx.report.error(R_TASKS, path, 'is empty; write the single line {"task_index": 0, "task": "<task name>"}')
         return
+    index_line: dict[int, int] = {}
+    text_line: dict[str, int] = {}
     for i, line in lines:
         try:
             obj = loads_json(line, path=path)
@@ -286,9 +293,19 @@ def check_tasks_jsonl(ctx: Context) -> None:
         if not _type_ok(obj.get("task_index"), (int,)) or not isinstance(obj.get("task"), str):
             ctx.report.error(R_TASKS, path, f"line {i} needs an integer 'task_index' and a string 'task', "
                                             f"got keys {sorted(obj)}")
-    if len(lines) > 1:
-        ctx.report.warning(R_TASKS, path, f"holds {len(lines)} lines; the collector writes a single line "
-                                          "(task_index is always 0 today)")
+            continue
+        # several lines are the spec's (one object per line, read line by line, §5): a merged task's instructions
+        # (docs/decisions.md E61); one index or one string on two lines is what makes them ambiguous
+        k, text = int(obj["task_index"]), obj["task"]
+        if k in index_line:
+            ctx.report.warning(R_TASKS, path, f"lines {index_line[k]} and {i} both have task_index {k}: which "
+                                              "instruction its frames carry is ambiguous; renumber one (and the "
+                                              "task_index of its episodes)")
+        if text in text_line:
+            ctx.report.warning(R_TASKS, path, f"lines {text_line[text]} and {i} hold the same task string "
+                                              f"{text!r}: one instruction under two task_index; keep one line")
+        index_line.setdefault(k, i)
+        text_line.setdefault(text, i)
 
 
 def check_stats(ctx: Context, has_episodes: bool) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import threading
 import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -357,11 +358,65 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise FormatError(f"cannot merge this episode's declarations: {exc}", path=ipath,
                           hint="a key has the wrong JSON type; run `egopool validate TASK`") from exc
+    dims = _stored_dims(task_dir)
+    if dims is None:
+        return  # legacy blocks without count: finish rebuilds the file from data/ (§4)
+    for col, have in dims.items():
+        dim = stats_dims.get(col)
+        if dim is not None and have != dim:
+            raise FormatError(f"block {col!r} has {have} values per sample, this episode's column has {dim}",
+                              path=stats_path(task_dir), hint="run `egopool stats recalc TASK` to rebuild it from "
+                                                               "data/")
+
+
+#: stats.json path -> (its identity, :func:`_read_stored_dims` of it): a server checks each upload against the
+#: same file, which changes (a new inode: it is replaced by a rename) once per published group.
+_DIMS_SEEN: dict[str, tuple[tuple[int, ...], dict[str, int] | None]] = {}
+_DIMS_SEEN_MAX = 64
+_DIMS_LOCK = threading.Lock()  # the server checks uploads into several tasks in several threads
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stored_dims(task_dir: Path) -> dict[str, int] | None:
+    """:func:`_read_stored_dims`, read again only when ``stats.json`` is another file or was written since (its
+    device, inode, size, mtime and ctime); a file that fails the checks is read again every time."""
+    spath = stats_path(task_dir)
+    before = _identity(spath)
+    if before is not None:
+        seen = _DIMS_SEEN.get(str(spath))
+        if seen is not None and seen[0] == before:
+            return seen[1]
+    dims = _read_stored_dims(task_dir)
+    if before is not None and _identity(spath) == before:  # unchanged while it was read
+        with _DIMS_LOCK:
+            if len(_DIMS_SEEN) >= _DIMS_SEEN_MAX:
+                _DIMS_SEEN.pop(next(iter(_DIMS_SEEN)), None)
+            _DIMS_SEEN[str(spath)] = (before, dims)
+    return dims
+
+
+def _read_stored_dims(task_dir: Path) -> dict[str, int] | None:
+    """Column -> values per sample of every non-empty block of ``stats.json``, each block checked (readable, its
+    four arrays of one length, finite); None when it holds legacy blocks without count (rebuilt at finish).
+
+    Raises
+    ------
+    FormatError
+        Naming ``stats.json`` and ``egopool stats recalc TASK``.
+    """
     stored = read_stats(task_dir)  # FormatError with the recalc hint when unparsable
     if needs_recalc(stored):
-        return  # legacy blocks without count: finish rebuilds the file from data/ (§4)
+        return None
     spath = stats_path(task_dir)
     hint = "run `egopool stats recalc TASK` to rebuild it from data/"
+    dims: dict[str, int] = {}
     for col, raw in stored.items():
         if col == "action":
             continue
@@ -376,10 +431,8 @@ def check_task_meta_mergeable(task_dir: Path, info: Mapping[str, Any], declarati
             raise FormatError(f"block {col!r}: mean/std/min/max have different lengths", path=spath, hint=hint)
         if not all(np.isfinite(a).all() for a in (block.mean, block.std, block.min, block.max)):
             raise FormatError(f"block {col!r} holds NaN or Infinity", path=spath, hint=hint)
-        dim = stats_dims.get(col)
-        if dim is not None and block.mean.shape != (dim,):
-            raise FormatError(f"block {col!r} has {block.mean.shape[0]} values per sample, this episode's column "
-                              f"has {dim}", path=spath, hint=hint)
+        dims[col] = int(block.mean.shape[0])
+    return dims
 
 
 def _json_clean(value: Any) -> bool:
