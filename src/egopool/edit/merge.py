@@ -20,8 +20,9 @@ from typing import Any
 from ..errors import OperationError
 from ..meta.info import merge_info
 from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
+from ..ops.task_store import pause
 from ..storage import ObjectPath
-from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .copy import OP, CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .hold import SourceHold, holding, plan_versions, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
@@ -128,6 +129,7 @@ def merge_new(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
     # the sources held before the plan reads them (E68): an edit of a source meanwhile is refused, not missed
     hold = SourceHold("merge", tgt_uri, [s.t.uri for s in checked_sources(sources, tgt_uri)], [])
     with holding(hold):
+        pause(OP, "held")  # the crash tests' seam: held, not planned yet
         plan = plan_merge(sources, tgt_uri, held=True)
         report.plan = plan
         hold.versions = plan_versions(plan)

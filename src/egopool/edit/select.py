@@ -20,8 +20,9 @@ from typing import Any
 from ..errors import EpisodeNotFoundError, OperationError
 from ..meta.episodes import read_episode_row
 from ..meta.stats import ACTION_BLOCK, tree_merge
+from ..ops.task_store import pause
 from ..storage import ObjectPath
-from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .copy import OP, CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
 from .hold import SourceHold, holding, plan_versions, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
@@ -173,6 +174,7 @@ def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         raise OperationError(f"{s.t.uri} is the source itself", hint="name a new task as --into")
     hold = SourceHold("split", tgt.uri, [s.t.uri], [])  # held before the plan reads it (E68)
     with holding(hold):
+        pause(OP, "held")  # the crash tests' seam: held, not planned yet
         plan = plan_split(source, tgt.uri, indices, where, move=move, held=True)
         report.plan = plan
         hold.versions = plan_versions(plan)
