@@ -39,12 +39,12 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
 from ..storage.directory_store import DirectoryStore
-from .hold import SourceHold, holding, plan_versions
+from .hold import SourceHold, holding
 from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .registered import record_copied
 from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
 
-__all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target"]
+__all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target", "plan_versions"]
 
 #: task-relative key of the origins of a built task's episodes (one JSON line per episode)
 ORIGINS = "meta/edit_origins.jsonl"
@@ -109,6 +109,12 @@ class CopyPlan:
                    [Pick.from_dict(p) for p in d["picks"]], list(d.get("skipped") or []), dict(d["info"]),
                    dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []),
                    bool(d.get("into")))
+
+
+def plan_versions(plan: CopyPlan) -> list[tuple[int, dict[str, str]]]:
+    """The versions ``plan`` recorded, per picked episode: ``(source index, key -> version)`` (what a
+    :class:`~egopool.edit.hold.SourceHold` verifies)."""
+    return [(p.source, p.versions) for p in plan.picks]
 
 
 @dataclass

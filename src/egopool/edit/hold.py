@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._atomic import task_read_lock
 from ..errors import LockError, OperationError
@@ -34,10 +34,7 @@ from ..ops._store_task import (EDIT_JOURNAL, StoreTask, edit_in_progress, holder
 from ..storage import PreconditionFailed, PutMode, Store
 from .source import EpisodeRef
 
-if TYPE_CHECKING:
-    from .copy import CopyPlan
-
-__all__ = ["SourceHold", "held_target", "holding", "plan_versions", "versions_of"]
+__all__ = ["SourceHold", "held_target", "holding", "versions_of"]
 
 
 def versions_of(store: Store, ref: EpisodeRef) -> dict[str, str]:
@@ -49,11 +46,6 @@ def versions_of(store: Store, ref: EpisodeRef) -> dict[str, str]:
         if meta is not None and meta.version is not None:
             out[key] = meta.version
     return out
-
-
-def plan_versions(plan: CopyPlan) -> list[tuple[int, dict[str, str]]]:
-    """The versions ``plan`` recorded, per picked episode: ``(source index, key -> version)``."""
-    return [(p.source, p.versions) for p in plan.picks]
 
 
 def held_target(doc: dict[str, Any]) -> str | None:

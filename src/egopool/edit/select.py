@@ -22,8 +22,8 @@ from ..meta.episodes import read_episode_row
 from ..meta.stats import ACTION_BLOCK, tree_merge
 from ..ops.task_store import pause
 from ..storage import ObjectPath
-from .copy import OP, CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .hold import SourceHold, holding, plan_versions, versions_of
+from .copy import OP, CopyPlan, EditReport, Pick, open_target, plan_versions, run_plan, target_keys
+from .hold import SourceHold, holding, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
 from .source import SourceTask, location, open_source, refuse_busy_source, refuse_nested
