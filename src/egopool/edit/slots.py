@@ -193,7 +193,7 @@ class RemoveSlot(Change):
             out["devices"] = devices
         if info.get("video") is True and isinstance(out.get("video_extensions"), dict) and \
                 not out["video_extensions"]:
-            out["video"] = False  # no stream left: the writer's `video: bool(streams)` (E78)
+            out["video"] = False  # no stream left: the writer's `video: bool(streams)` (E79)
         return out
 
 
