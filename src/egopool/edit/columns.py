@@ -27,7 +27,7 @@ from .inplace import Change
 from .source import SourceTask
 
 __all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "column_specs_changed", "json_column_changed",
-           "load_values", "slam_specs_changed"]
+           "as_float32", "load_values", "slam_specs_changed"]
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
 
@@ -425,7 +425,24 @@ def load_values(path: str | Path) -> np.ndarray:
     if src.ndim > 2:
         raise OperationError(f"{p}: shape {list(src.shape)}: one value or one vector per row is (rows,) or "
                              f"(rows, d)", hint=_NPY_EXPECTED)
+    return as_float32(src, str(p), tokens)
+
+
+def as_float32(src: np.ndarray, name: str, tokens: list[list[str]] | None = None) -> np.ndarray:
+    """``src`` (``(rows,)`` or ``(rows, d)``, any real dtype) as the float32 ``(rows, d)`` of an added column, every
+    value checked (docs/decisions.md E76); ``name`` names the values in messages, ``tokens`` a text file's
+    numbers as written (its rows are then named with their line).
+
+    Raises
+    ------
+    OperationError
+        NaN/Infinity, a value beyond float32's range, or one float32 changes (module rules), the first named.
+    """
+    src = np.asarray(src)
+    if src.dtype.kind not in "biuf" or src.ndim not in (1, 2):
+        raise OperationError(f"{name}: values of dtype {src.dtype} and shape {list(src.shape)}", hint=_NPY_EXPECTED)
     src = src[:, None] if src.ndim == 1 else src
+    p = name
 
     def where(first: np.ndarray) -> str:
         return f"row {int(first[0])}, line {int(first[0]) + 1}" if tokens is not None else f"row {int(first[0])}"
@@ -472,7 +489,8 @@ class AddColumn(Change):
     op = "add-column"
 
     def __init__(self, column: str, index: int, values: np.ndarray, source: str = "") -> None:
-        self.column, self.index, self.values, self.source = column, index, values, source
+        self.column, self.index, self.source = column, index, source
+        self.values = as_float32(values, source or "the values")  # a library caller's array: checked too (E76)
 
     def args(self) -> dict[str, Any]:
         return {"column": self.column, "episode": self.index, "file": self.source,
