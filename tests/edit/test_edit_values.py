@@ -137,3 +137,15 @@ def test_duplicates_are_found_by_instruction_string_not_task_index(tmp_path):
     assert r.returncode == 0 and doc["episodes"] == [], r.stdout
     assert [(s["index"], s["same_as"]) for s in doc["skipped"]] == [(1, 2), (2, 3)]
     assert TaskAt("dir", str(target), target).errors() == []
+
+
+def test_a_library_callers_values_are_checked_like_a_files():
+    from egopool.edit import AddColumn
+    from egopool.errors import OperationError
+
+    assert AddColumn("observation.x", 1, np.array([1.5, 2.0])).values.tolist() == [[1.5], [2.0]]
+    with pytest.raises(OperationError, match=r"the values: row 1 holds 1099511627777, which float32 .* stores as "
+                                             r"1099511627776"):
+        AddColumn("observation.x", 1, np.array([0, 2 ** 40 + 1], np.int64))
+    with pytest.raises(OperationError, match="row 0 holds nan"):
+        AddColumn("observation.x", 1, np.array([[np.nan]], np.float32))
