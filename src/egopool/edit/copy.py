@@ -39,7 +39,7 @@ from ..ops._store_task import StoreTask, json_bytes
 from ..ops.task_store import pause
 from ..storage import ObjectPath, PreconditionFailed, PutMode, as_path, open_store
 from ..storage.directory_store import DirectoryStore
-from .hold import SourceHold, holding
+from .hold import SourceHold, holding, plan_versions
 from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .registered import record_copied
 from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
@@ -339,12 +339,13 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
 
 def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
              move: Callable[[CopyPlan], dict[str, list[int]]] | None = None,
-             into: Callable[[StoreTask, CopyPlan, EditJournal, SourceHold | None], None] | None = None
-             ) -> EditReport:
+             into: Callable[[StoreTask, CopyPlan, EditJournal, SourceHold | None], None] | None = None,
+             held: SourceHold | None = None) -> EditReport:
     """Own the target's journal (created for ``plan``, or the interrupted one of the same op and arguments) and
     execute it. ``plan`` None: finish the interrupted edit whatever it was (``edit resume``). ``into`` executes a
     plan that appends to an existing task (``merge --into``: :func:`egopool.edit.append.execute_into`); callers
-    that may meet one pass it.
+    that may meet one pass it. ``held``: the plan's sources, held already by the caller since before it planned
+    (E68; the caller releases it), else they are held here.
 
     Raises
     ------
@@ -366,9 +367,17 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
         # the target's journal owned first (a live run of this edit: refused as such), then the sources held; a
         # new journal only once they are (a busy source then leaves nothing behind)
         journal = EditJournal.take_over(tgt, got[0], got[1]) if got is not None else None
-        with holding(_hold(tgt, plan, got[0].get("state") if got is not None else "copying")) as hold:
+        own = None if held is not None else _hold(tgt, plan, got[0].get("state") if got is not None else "copying")
+        if own is not None:
+            own.journaled = journal is not None
+        with holding(own) as hold:
+            hold = hold or held
+            if hold is not None and journal is not None:
+                hold.journaled = True
             if journal is None:
                 journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
+                if hold is not None:
+                    hold.journaled = True  # from here an interrupt leaves the sources held, as a kill (E67)
                 pause(OP, "journal")
             report.writes = target_keys(plan)
             if plan.into:
@@ -390,4 +399,4 @@ def _hold(tgt: StoreTask, plan: CopyPlan, state: Any) -> SourceHold | None:
     old task is checked after the copy instead, E38) or once the copy is done."""
     if plan.op not in ("merge", "merge-into", "split") or state not in _READING:
         return None
-    return SourceHold(plan.op, tgt.uri, plan.sources, [(p.source, p.versions) for p in plan.picks])
+    return SourceHold(plan.op, tgt.uri, plan.sources, plan_versions(plan))
