@@ -231,9 +231,14 @@ def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar=
 def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode (global N)."),
                    column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
                    values: str = typer.Option(..., "--from", metavar="FILE",
-                                              help=".npy (rows,) or (rows, d), or text: one value per line."),
+                                              help=".npy (rows,) or (rows, d), or text: one value (or a vector "
+                                                   "separated by spaces or commas) per line."),
                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it."""
+    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it.
+
+    A value float32 does not hold (an integer beyond 2**24 it would round, a non-zero value it would make zero)
+    is refused, naming its row; fractional values are rounded to float32's 7 significant digits.
+    """
     from ..edit import AddColumn, load_values
 
     _locations(task)

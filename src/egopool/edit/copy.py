@@ -212,7 +212,13 @@ def target_keys(plan: CopyPlan) -> list[str]:
     if plan.into:
         return ["meta/tasks.jsonl", "meta/info.json"] + keys + ["meta/stats.json", ORIGINS]
     return keys + plan.extra + ["meta/stats.json", "meta/tasks.jsonl"] + \
-        ([] if ORIGINS in plan.extra else [ORIGINS]) + ["meta/info.json"]
+        ([ORIGINS] if _new_origins(plan) else []) + ["meta/info.json"]
+
+
+def _new_origins(plan: CopyPlan) -> bool:
+    """Whether the copy writes ``meta/edit_origins.jsonl`` (E4): a merge or split does; a rename keeps each N in
+    the same task (a bucket rename copies the old task's origins file, if any, as it is; docs/decisions.md E80)."""
+    return plan.op != "rename" and ORIGINS not in plan.extra
 
 
 def _set(table: pa.Table, name: str, value: int) -> pa.Table:
@@ -312,7 +318,7 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
         for key in plan.extra:
             src = sources.get(0) or open_source(plan.sources[0])
             tgt.store.put(key, src.read(key))
-        if ORIGINS not in plan.extra:
+        if _new_origins(plan):
             tgt.store.put(ORIGINS, _origins(plan))
         pause(OP, "meta")
         if hold is not None:
