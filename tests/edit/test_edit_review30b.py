@@ -1,0 +1,65 @@
+"""Issue 30's fourth review (/work/wt/review30b.md, docs/decisions.md E62-E66): a directory rename under a
+recorder, an interrupted in-place edit as validate and info see it, a self-merge through a symlink, the refusals'
+wording."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+from backends import kill_at, run_cli
+from edit_support import SENSOR, record
+
+from egopool._atomic import task_lock
+from egopool.errors import LockError
+from egopool.meta import markers
+
+
+def _one_line(r, *says: str) -> None:
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.count("\n") <= 2 and "Traceback" not in r.stderr, r.stderr
+    for s in says:
+        assert s in r.stderr, r.stderr
+
+
+def test_a_directory_rename_is_refused_while_an_episode_is_being_recorded_into_the_task(tmp_path):
+    task = record(tmp_path, "simt")
+    markers.reserve(task, 3)  # a live recorder (this process) records N=3
+    r = run_cli("edit", "rename", str(task), "simt2")
+    _one_line(r, "episode(s) 3 are being recorded into this task")
+    assert task.is_dir() and not (tmp_path / "simt2").exists() and not (task / "meta" / ".edit.json").exists()
+    r = run_cli("edit", "remove-column", str(task), SENSOR)  # the same refusal, from the same check
+    _one_line(r, "episode(s) 3 are being recorded into this task")
+    markers._reservation(task, 3).unlink()
+    r = run_cli("edit", "rename", str(task), "simt2")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "simt2" / "meta" / "info.json").exists() and not task.exists()
+
+
+def test_a_command_waiting_for_the_lock_of_a_task_renamed_meanwhile_is_refused_and_writes_nothing(tmp_path,
+                                                                                                  monkeypatch):
+    import egopool._atomic as atomic
+
+    task = record(tmp_path, "pick")
+    got: list[BaseException] = []
+    entered, waiting = threading.Event(), threading.Event()
+    monkeypatch.setattr(atomic, "say_waiting", lambda _d: waiting.set())
+
+    def waiter() -> None:
+        try:
+            with task_lock(task):
+                entered.set()
+        except LockError as exc:
+            got.append(exc)
+
+    with task_lock(task):
+        th = threading.Thread(target=waiter)
+        th.start()
+        assert waiting.wait(30)  # the waiter found the lock taken and waits
+        os.rename(task, tmp_path / "moved")
+    th.join(30)
+    assert not entered.is_set() and len(got) == 1, got
+    assert "renamed or removed while this command waited for its lock" in str(got[0])
+    assert not (task / "meta" / "info.json").exists()
