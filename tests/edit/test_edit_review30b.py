@@ -9,8 +9,8 @@ import os
 import threading
 
 import pytest
-from backends import kill_at, run_cli
-from edit_support import SENSOR, record
+from backends import kill_at, paused, run_cli
+from edit_support import SENSOR, at, record
 
 from egopool._atomic import task_lock
 from egopool.errors import LockError
@@ -63,3 +63,44 @@ def test_a_command_waiting_for_the_lock_of_a_task_renamed_meanwhile_is_refused_a
     assert not entered.is_set() and len(got) == 1, got
     assert "renamed or removed while this command waited for its lock" in str(got[0])
     assert not (task / "meta" / "info.json").exists()
+
+
+@pytest.fixture(params=["dir", "bucket"])
+def backend(request):
+    if request.param == "bucket":
+        request.getfixturevalue("s3_server")
+    return request.param
+
+
+@pytest.mark.parametrize("op", [("rename-column", SENSOR, "observation.left_glove"), ("remove-slot", "cam")])
+def test_validate_and_info_report_a_task_whose_in_place_edit_was_killed_midway(tmp_path, backend, request, op):
+    t = at(backend, record(tmp_path / "s", episodes=3), request)
+    with paused(tmp_path / "state", "edit", "episode", "edit", *op[:1], t.location, *op[1:]):
+        r = run_cli("validate", t.location)  # its run alive: in progress, wait
+        assert r.returncode != 0 and "the task is mid-edit" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert f"`egopool edit {op[0]}` is in progress on this task" in r.stdout + r.stderr
+    for cmd in (("validate", t.location), ("validate", t.location, "--json"), ("info", t.location)):
+        r = run_cli(*cmd)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0, out
+        assert "the task is mid-edit" in out and f"an interrupted `egopool edit {op[0]}` holds this task" in out, out
+        assert f"egopool edit resume {t.location}" in out, out
+    r = run_cli("info", t.location)
+    _one_line(r, "the task is mid-edit")
+    r = run_cli("edit", "resume", t.location)  # resume opens such a task
+    assert r.returncode == 0, r.stderr
+    assert run_cli("validate", t.location).returncode == 0
+    r = run_cli("info", t.location)
+    assert r.returncode == 0 and ("observation.left_glove" in r.stdout if op[0] == "rename-column"
+                                  else "cam" not in r.stdout.split("devices")[0]), r.stdout + r.stderr
+
+
+def test_a_merge_holding_its_source_is_no_mid_edit(tmp_path):
+    a = record(tmp_path / "a", episodes=2)
+    b = record(tmp_path / "b", episodes=1, first_value=50.0)
+    (tmp_path / "out").mkdir()
+    with paused(tmp_path / "state", "edit", "episode", "edit", "merge", str(a), str(b), "--into",
+                str(tmp_path / "out" / "m")):
+        r = run_cli("validate", str(a))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert run_cli("info", str(a)).returncode == 0
