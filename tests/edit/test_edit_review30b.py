@@ -104,3 +104,19 @@ def test_a_merge_holding_its_source_is_no_mid_edit(tmp_path):
         r = run_cli("validate", str(a))
         assert r.returncode == 0, r.stdout + r.stderr
         assert run_cli("info", str(a)).returncode == 0
+
+
+def test_a_self_merge_through_a_symlink_is_refused_and_writes_nothing(tmp_path):
+    a = record(tmp_path, "a", episodes=2)
+    (tmp_path / "alink").symlink_to("a")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    r = run_cli("edit", "merge", str(a), str(tmp_path / "alink"), "--into", str(tmp_path / "aa3"))
+    _one_line(r, "a task is named twice among")
+    r = run_cli("edit", "merge", str(tmp_path / "alink"), "--into", str(a))
+    _one_line(r, f"cannot merge {a} into itself", "alink is the same task")
+    r = run_cli("edit", "merge", str(a), "--into", str(tmp_path / "alink"))
+    _one_line(r, "into itself")
+    r = run_cli("edit", "split", str(tmp_path / "alink"), "--into", str(a), "--episodes", "1")
+    _one_line(r, "is a task already")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no skeleton, no lock left
+    assert run_cli("validate", str(a)).returncode == 0
