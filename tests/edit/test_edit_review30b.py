@@ -120,3 +120,41 @@ def test_a_self_merge_through_a_symlink_is_refused_and_writes_nothing(tmp_path):
     _one_line(r, "is a task already")
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no skeleton, no lock left
     assert run_cli("validate", str(a)).returncode == 0
+
+
+def test_refusals_say_what_is_wrong_with_the_path_or_the_name(tmp_path):
+    a = record(tmp_path, "a", episodes=1)
+    (tmp_path / "afile").write_text("x")
+    for into in (tmp_path / "afile" / "x", tmp_path / "afile" / "y" / "x"):
+        r = run_cli("edit", "split", str(a), "--into", str(into), "--episodes", "1")
+        _one_line(r, f"{tmp_path / 'afile'} is a file, not a directory")
+    _one_line(run_cli("edit", "resume", str(tmp_path / "afile")), f"{tmp_path / 'afile'} is a file, not a task directory")
+    _one_line(run_cli("edit", "resume", str(tmp_path / "nonexist")), f"{tmp_path / 'nonexist'} does not exist")
+    assert not (tmp_path / "nonexist").exists()  # nothing made up
+    _one_line(run_cli("edit", "rename", str(a), "a"), "the task is already called 'a'")
+    _one_line(run_cli("edit", "rename-slot", str(a), "cam", "cam"), "slot 'cam' is already called that")
+    r = run_cli("edit", "rename-slot", str(a), "cam", "cam", "--json")
+    _one_line(r, "slot 'cam' is already called that")
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and "slot 'cam' is already called that" in doc["error"], r.stdout
+    r = run_cli("edit", "merge", str(a), "--into", str(a), "--json")
+    assert json.loads(r.stdout)["ok"] is False and "into itself" in json.loads(r.stdout)["error"]
+
+
+def test_a_missing_bucket_task_is_said_as_such(tmp_path, request):
+    t = at("bucket", record(tmp_path / "s", episodes=1), request)
+    missing = t.location.rsplit("/", 1)[0] + "/zz"
+    for cmd in (("info", missing), ("edit", "rename-slot", missing, "cam", "c2")):
+        r = run_cli(*cmd)
+        _one_line(r, f"no task at {missing}", "check the URI")
+        assert "data/, videos/, meta/" not in r.stderr
+    r = run_cli("validate", missing)
+    assert r.returncode == 1 and f"no task at {missing}" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_rename_during_another_edit_names_that_edit_and_its_pid(tmp_path):
+    a = record(tmp_path, "a", episodes=3)
+    with paused(tmp_path / "state", "edit", "episode", "edit", "remove-column", str(a), SENSOR) as first:
+        r = run_cli("edit", "rename", str(a), "b")
+        _one_line(r, "`egopool edit remove-column` is in progress on this task", f"pid {first.proc.pid}")
+        assert not (tmp_path / "b").exists()

@@ -144,6 +144,9 @@ def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditRep
     check_task_name(new_name)  # the writer's rule (E36)
     src = location(source)
     new = src.rsplit("/", 1)[0] + "/" + new_name
+    if new == src:
+        raise OperationError(f"the task is already called {new_name!r}", path=src,
+                             hint="give a different new name; nothing was written")
     if not src.startswith("s3://"):
         return _rename_dir(Path(src), Path(new), dry_run)
     tgt = open_target(new)

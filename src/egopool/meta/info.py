@@ -173,6 +173,8 @@ def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str,
         if not root.exists():
             if isinstance(root, ObjectPath):
                 require_bucket(root)
+                raise FormatError(f"no task at {root}", hint="check the URI (`egopool ls` of a task lists its "
+                                                             "episodes; the prefix holds no object)")
             raise FormatError("task directory does not exist", path=root,
                               hint="pass the task directory holding data/, videos/, meta/")
         if not root.is_dir():

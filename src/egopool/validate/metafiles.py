@@ -123,6 +123,8 @@ def check_info_file(root: TaskPath, report: Report) -> dict[str, Any] | None:
     if not root.exists():
         if isinstance(root, ObjectPath):
             require_bucket(root)  # a missing bucket is said as such (ObjectStoreError), not as a missing task
+            report.error(R_LAYOUT, root, f"no task at {root} (check the URI; the prefix holds no object)")
+            return None
         report.error(R_LAYOUT, root, "task directory does not exist; pass the directory holding data/, videos/, meta/")
         return None
     if not root.is_dir():
