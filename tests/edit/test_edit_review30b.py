@@ -9,7 +9,7 @@ import os
 import threading
 
 import pytest
-from backends import kill_at, paused, run_cli
+from backends import paused, run_cli
 from edit_support import SENSOR, at, record
 
 from egopool._atomic import task_lock
