@@ -172,12 +172,15 @@ _SAID: set[str] = set()
 
 @contextlib.contextmanager
 def exclusive_lock(anchor: str | Path, *, wait: bool = True,
-                   on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+                   on_wait: Callable[[], None] | None = None, moved: Callable[[], LockError] | None = None
+                   ) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``anchor`` (created empty if missing); blocks until free.
 
     The lock sits on the open file description, so it serialises threads of one process as well
     as processes, and it is released when the holder dies. ``wait=False``: raise
-    :class:`~egopool.errors.LockError` at once when another holder has it.
+    :class:`~egopool.errors.LockError` at once when another holder has it. ``moved``: once locked, the
+    anchor's path must still name the locked file, else ``moved()`` is raised (the directory was renamed or
+    removed by the holder this call waited for: the lock no longer guards that path, docs/decisions.md E62).
     """
     fd = os.open(anchor, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -186,6 +189,8 @@ def exclusive_lock(anchor: str | Path, *, wait: bool = True,
         except BlockingIOError:
             raise LockError("the task is locked by another egopool process (a recorder or a maintenance "
                             "command)", path=anchor, hint="run it again when that process has finished") from None
+        if moved is not None and not _same_file(fd, anchor):
+            raise moved()
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -202,5 +207,19 @@ def task_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
     """
     anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
     anchor.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(anchor, wait=wait, on_wait=lambda: say_waiting(task_dir)):
+    def moved() -> LockError:
+        return LockError("the task was renamed or removed while this command waited for its lock", path=task_dir,
+                         hint="run the command again on the task's new path (`egopool ls`); nothing was written")
+
+    with exclusive_lock(anchor, wait=wait, on_wait=lambda: say_waiting(task_dir), moved=moved):
         yield
+
+
+def _same_file(fd: int, path: Path | str) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not renamed away, removed or replaced)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)

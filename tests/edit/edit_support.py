@@ -79,3 +79,11 @@ def recorder_script(root: Path, name: str = "pick") -> str:
         ep.finish()
         print("recorded", ep.index)
     """)
+
+
+def mid_edit(t: TaskAt, op: str) -> bool:
+    """Whether ``validate`` finds ``t`` exactly mid-edit: one error, naming the interrupted ``egopool edit OP`` and
+    ``egopool edit resume`` (an in-place edit killed between its journal and its end, docs/decisions.md E63)."""
+    errors = t.errors()
+    return (len(errors) == 1 and "the task is mid-edit" in errors[0] and f"`egopool edit {op}`" in errors[0]
+            and "egopool edit resume" in errors[0])

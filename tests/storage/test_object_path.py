@@ -113,7 +113,7 @@ def test_a_missing_aws_profile_is_one_line_naming_the_uri(s3_server, tmp_path):
     env["AWS_PROFILE"] = "lab"
     r = subprocess.run([sys.executable, "-m", "egopool", "info", "s3://objpath/p/task"], capture_output=True,
                        text=True, env=env, timeout=300)
-    assert r.returncode == 1 and "task directory does not exist" in r.stderr, r.stderr
+    assert r.returncode == 1 and "no task at s3://objpath/p/task (check the URI" in r.stderr, r.stderr
 
 
 def test_bucket_get_refuses_an_object_larger_than_its_limit_before_reading_it(s3_server):

@@ -254,7 +254,7 @@ def test_store_problems_are_one_line_naming_the_uri_and_the_fix(tasks, case):
     _, uri = tasks["full"]
     target, env, fix = {
         "no-bucket": ("s3://no-such-bucket-here/pooled/full", {}, "check the bucket name"),
-        "no-task": (f"s3://{BUCKET}/pooled/nothing", {}, "pass the task directory"),
+        "no-task": (f"s3://{BUCKET}/pooled/nothing", {}, "check the URI"),
         "bad-credentials": (uri, {"AWS_SECRET_ACCESS_KEY": "wrong-secret"}, "AWS_SECRET_ACCESS_KEY"),
         "no-endpoint": (uri, {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}", "AWS_MAX_ATTEMPTS": "1"},
                         "AWS_ENDPOINT_URL"),
@@ -262,11 +262,12 @@ def test_store_problems_are_one_line_naming_the_uri_and_the_fix(tasks, case):
     for argv in (["ls", target], ["validate", target]):
         r = _egopool(*argv, env=env)
         if argv[0] == "validate" and case == "no-task":  # a verdict on the task, as for a missing directory
-            assert r.returncode == 1 and f"{target}: task directory does not exist" in r.stdout, r.stdout
+            assert r.returncode == 1 and f"no task at {target} (check the URI" in r.stdout, r.stdout  # E65
             continue
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1 and len(lines) == 1, r.stderr
-        assert lines[0].startswith(f"egopool: error: {target}") and fix in lines[0], lines[0]
+        start = f"egopool: error: no task at {target}" if case == "no-task" else f"egopool: error: {target}"
+        assert lines[0].startswith(start) and fix in lines[0], lines[0]
 
 
 def _closed_port() -> int:

@@ -7,13 +7,15 @@ Thin wrappers: one library call each (:mod:`egopool.edit`), ``--dry-run`` printi
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 import typer
 from rich.markup import escape
 
-from ..errors import LayoutError, OperationError
+from ..errors import EgopoolError, LayoutError, OperationError
 from .app import app
 from .args import episode_argument, parse_episode_n
 from .output import console, print_json
@@ -29,6 +31,27 @@ _INTO = typer.Option(..., "--into", metavar="TARGET",
 _INTO_MERGE = typer.Option(..., "--into", metavar="TARGET",
                            help="The task to build (a new location) or to append to (an existing task): a directory "
                                 "or s3://BUCKET/PREFIX/TASK.")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def json_refusal(command: Callable[_P, _R]) -> Callable[_P, _R]:
+    """An edit command whose refusal, under ``--json``, is also a JSON object on stdout: ``{"ok": false, "error":
+    "<the one line>"}`` (as ``validate --json`` says ``"ok": false``; docs/decisions.md E66); the one line on stderr
+    and exit code 1 stay."""
+
+    @functools.wraps(command)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return command(*args, **kwargs)
+        except EgopoolError as exc:
+            if kwargs.get("json_out"):
+                print_json({"ok": False, "error": exc.one_line()})
+            raise
+
+    return run
 
 
 #: The most N one ``--episodes`` list may name (a range wider than any task: refused, not expanded).
@@ -105,6 +128,7 @@ def _resume_hint(target: str) -> Iterator[None]:
 
 
 @edit_app.command("merge")
+@json_refusal
 def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="Tasks to merge, in this order."),
               into: str = _INTO_MERGE, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Merge tasks with the same declarations into a new task, numbered 1.. in the order given (each by ascending N), or append them to an existing task (--into EXISTING), numbered after the highest N it ever used (deleted N are never reused).
@@ -120,6 +144,7 @@ def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="
 
 
 @edit_app.command("split")
+@json_refusal
 def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task to take episodes from."),
               into: str = _INTO,
               episodes: str = typer.Option("", "--episodes", metavar="LIST", help="Global N: 1,3,5-7."),
@@ -152,6 +177,7 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
 
 
 @edit_app.command("resume")
+@json_refusal
 def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task holding meta/.edit.json."),
                json_out: bool = _JSON) -> None:
     """Finish an interrupted edit from its journal (meta/.edit.json), whatever it was."""
@@ -164,6 +190,7 @@ def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task 
 
 
 @edit_app.command("rename")
+@json_refusal
 def rename_cmd(task: str = typer.Argument(..., metavar="TASK", help="The task to rename."),
                name: str = typer.Argument(..., metavar="NAME", help="Its new name (the new task is its sibling)."),
                dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
@@ -196,6 +223,7 @@ _TASK = typer.Argument(..., metavar="TASK", help="Task directory, or s3://BUCKET
 
 
 @edit_app.command("set-task")
+@json_refusal
 def set_task_cmd(task: str = _TASK, text: str = typer.Argument(..., metavar="TEXT", help="The new task string."),
                  task_index: int = typer.Option(0, "--task-index", help="Which line of tasks.jsonl."),
                  dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
@@ -209,6 +237,7 @@ def set_task_cmd(task: str = _TASK, text: str = typer.Argument(..., metavar="TEX
 
 
 @edit_app.command("remove-column")
+@json_refusal
 def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(..., metavar="COLUMN"),
                       dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Remove a column from every episode, info.json features and sensors, and stats.json."""
@@ -218,6 +247,7 @@ def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(..., metav
 
 
 @edit_app.command("rename-column")
+@json_refusal
 def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
                       new: str = typer.Argument(..., metavar="NEW"),
                       dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
@@ -228,6 +258,7 @@ def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar=
 
 
 @edit_app.command("add-column", context_settings={"ignore_unknown_options": True})
+@json_refusal
 def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode (global N)."),
                    column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
                    values: str = typer.Option(..., "--from", metavar="FILE",
@@ -246,6 +277,7 @@ def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode
 
 
 @edit_app.command("remove-slot")
+@json_refusal
 def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="SLOT"),
                     dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Remove a stream slot: every episode's video, video_extensions, cameras, device_names, devices' slots.
@@ -258,6 +290,7 @@ def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="
 
 
 @edit_app.command("rename-slot")
+@json_refusal
 def rename_slot_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
                     new: str = typer.Argument(..., metavar="NEW"),
                     dry_run: bool = _DRY, json_out: bool = _JSON) -> None:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..errors import EgopoolError
 from ..meta import server_imports
+from ..meta.info import edit_midway
 from ..read.reader import Episode, open_task
 from ..storage import ObjectPath
 from .app import app
@@ -143,6 +144,9 @@ def info_cmd(task: Path = task_argument(),
              json_out: bool = typer.Option(False, "--json", help="Print info.json as JSON.")) -> None:
     """Show a task's meta/info.json declarations."""
     t = open_task(task)
+    midway = edit_midway(t.path)  # an in-place edit interrupted or running: its declarations are in flux (E63)
+    if midway is not None:
+        raise midway
     if json_out:
         print_json(t.info)
         return

@@ -98,6 +98,7 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
     from .rename import _delete_old
     from .select import _move
 
+    _resumable(target)
     tgt = open_target(target, new=False)
     got = read_journal(tgt)
     if got is not None and held_target(got[0]) is not None:  # a source held by a killed merge or split (E45)
@@ -111,6 +112,26 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
             return apply_change(tgt.uri, change_of(op, dict(got[0].get("args") or {})))
     return run_plan(tgt, None, EditReport("resume", tgt.uri, False), move=_move if got is None or
                     got[0].get("op") == "split" else _delete_old, into=execute_into)
+
+
+def _resumable(target: str) -> None:
+    """Refuse ``edit resume`` of a local path that is a file or does not exist, in those words (E65).
+
+    Raises
+    ------
+    OperationError
+        ``target`` is a file, or nothing, on this machine.
+    """
+    import os
+
+    if target.startswith("s3://"):
+        return
+    path = os.path.abspath(target)
+    hint = "give the directory of the task whose edit was interrupted (it holds meta/.edit.json)"
+    if not os.path.lexists(path):
+        raise OperationError(f"{path} does not exist", hint=hint)
+    if not os.path.isdir(path):
+        raise OperationError(f"{path} is a file, not a task directory", hint=hint)
 
 
 def _resume_holder(src: StoreTask, doc: dict[str, Any]) -> EditReport | InplaceReport:

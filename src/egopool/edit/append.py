@@ -49,7 +49,8 @@ from .hold import SourceHold
 from .journal import EditJournal, other_edit, read_journal
 from .registered import record_copied
 from .merge import collect, unite_tasks
-from .source import SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested
+from .source import SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested, \
+    same_task
 
 __all__ = ["OP_INTO", "highest_used", "merge_into", "plan_merge_into"]
 
@@ -103,9 +104,13 @@ def plan_merge_into(sources: Sequence[str | ObjectPath], target: SourceTask) -> 
     for o in opened:
         refuse_busy_source(o)
     uris = [s.t.uri for s in opened]
-    if target.t.uri in uris:
-        raise OperationError(f"cannot merge {target.t.uri} into itself", hint="name other tasks as sources")
-    if len(set(uris)) != len(uris):
+    real = [same_task(u) for u in uris]  # a symlink to a task is that task (E64)
+    if same_task(target.t.uri) in real:
+        raise OperationError(f"cannot merge {target.t.uri} into itself"
+                             + ("" if target.t.uri in uris else f" ({uris[real.index(same_task(target.t.uri))]} "
+                                                                 "is the same task)"),
+                             hint="name other tasks as sources")
+    if len(set(real)) != len(real):
         raise OperationError(f"a task is named twice among {', '.join(uris + [target.t.uri])}",
                              hint="name each source once, and not the target")
     refuse_nested(uris, target.t.uri)

@@ -185,6 +185,10 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
     if not new:
         return t
     if t.local is not None and not t.local.parent.is_dir():  # E55: never a whole path made up from a typo
+        blocker = next((p for p in t.local.parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():  # a file where a directory must be (E65)
+            raise OperationError(f"{t.uri}: {blocker} is a file, not a directory",
+                                 hint="name a target in an existing directory; nothing was written")
         raise OperationError(f"{t.uri}: the parent directory {t.local.parent} does not exist",
                              hint=f"create it first (mkdir -p {t.local.parent}) or name a target in an existing "
                                   "directory; nothing was written")

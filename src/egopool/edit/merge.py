@@ -27,7 +27,7 @@ from .hold import SourceHold, holding, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
 from .source import (SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested,
-                     subtract_block)
+                     same_task, subtract_block)
 
 __all__ = ["merge_new", "plan_merge"]
 
@@ -56,7 +56,8 @@ def checked_sources(sources: Sequence[str | ObjectPath], target: str | ObjectPat
             refuse_busy_source(o)
     uris = [s.t.uri for s in opened]
     tgt_uri = str(target).rstrip("/")
-    if len(set(uris)) != len(uris) or tgt_uri in uris:
+    real = [same_task(u) for u in uris]  # a symlink to a task is that task (E64)
+    if len(set(real)) != len(real) or same_task(tgt_uri) in real:
         raise OperationError(f"a task is named twice among {', '.join(uris + [tgt_uri])}",
                              hint="name each source once and a new target")
     refuse_nested(uris, tgt_uri)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._atomic import task_lock
 from ..write.checks import check_task_name
 from ..errors import LockError, OperationError
 from ..meta.stats import read_stats
@@ -26,7 +25,7 @@ from ..ops._store_task import StoreTask, json_bytes, refuse_edited
 from ..ops.task_store import pause
 from ..storage import Store, open_store
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .journal import JOURNAL, EditJournal, other_edit, read_journal
+from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .registered import rename_registered
 from .source import location, open_source
 
@@ -109,7 +108,7 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
             return report
         t = StoreTask(old, open_store(str(old)), old)
         args = {"source": str(old), "target": str(new)}
-        with task_lock(old, wait=False):
+        with edit_lock(t, dry_run=False):  # as every in-place edit: no live recording, another edit named (E62)
             got = read_journal(t)
             if got is None:
                 EditJournal.create(t, {"op": "rename", "args": args, "state": "renaming"})
@@ -119,7 +118,7 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
             os.rename(old, new)
         pause("edit", "renamed")
     t = StoreTask(new, open_store(str(new)), new)
-    with task_lock(new, wait=False):
+    with edit_lock(t, dry_run=False):
         got = read_journal(t)
         info = t.get_json("meta/info.json", "info.json")
         if info is not None and info[0].get("task_name") != new.name:
@@ -146,6 +145,9 @@ def rename_task(source: str, new_name: str, *, dry_run: bool = False) -> EditRep
     check_task_name(new_name)  # the writer's rule (E36)
     src = location(source)
     new = src.rsplit("/", 1)[0] + "/" + new_name
+    if new == src:
+        raise OperationError(f"the task is already called {new_name!r}", path=src,
+                             hint="give a different new name; nothing was written")
     if not src.startswith("s3://"):
         return _rename_dir(Path(src), Path(new), dry_run)
     tgt = open_target(new)

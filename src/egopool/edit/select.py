@@ -26,7 +26,7 @@ from .copy import OP, CopyPlan, EditReport, Pick, open_target, plan_versions, ru
 from .hold import SourceHold, holding, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
-from .source import SourceTask, location, open_source, refuse_busy_source, refuse_nested
+from .source import SourceTask, location, open_source, refuse_busy_source, refuse_nested, same_task
 
 __all__ = ["parse_where", "plan_split", "split_task"]
 
@@ -92,7 +92,7 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
     if not held:
         refuse_busy_source(s)
     tgt_uri = location(target)
-    if tgt_uri == s.t.uri:
+    if same_task(tgt_uri) == same_task(s.t.uri):
         raise OperationError(f"{tgt_uri} is the source itself", hint="name a new task as --into")
     refuse_nested([s.t.uri], tgt_uri)
     check_task_name(tgt_uri.rsplit("/", 1)[-1])  # the new task's name: the writer's rule (E36)

@@ -212,6 +212,9 @@ class RenameSlot(Change):
         slots = _slots(s)
         if self.old not in slots:
             raise SchemaError(f"no stream slot {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
+        if self.new == self.old:
+            raise OperationError(f"slot {self.old!r} is already called that", path=s.t.uri,
+                                 hint="give a different new name; nothing was written")
         check_slot_name(self.new)  # the writer's rule (StreamSpec), E31
         check_slot_kind(self.new, _is_depth_stream(s, self.old), self.old)  # E60
         users = [str(d.get("key")) for d in s.info.get("devices") or []

@@ -181,6 +181,13 @@ def refuse_busy_source(s: SourceTask) -> None:
                             hint="run again when it has finished; nothing was written") from None
 
 
+def same_task(uri: str) -> str:
+    """The identity of the task at ``uri`` (as :func:`location` gives it) for "the same task" checks: a directory's
+    real path (symlinks resolved: ``alink`` -> ``a`` is the task ``a``, docs/decisions.md E64), an ``s3://`` URI as
+    it is."""
+    return uri if uri.startswith("s3://") else os.path.realpath(uri)
+
+
 def refuse_nested(sources: Sequence[str], target: str) -> None:
     """Refuse a target inside a source task or a source inside the target (``split A --into A/part``: the new
     task's files would be stray files of A, and a task is never nested in another). ``sources`` and ``target``
@@ -191,9 +198,9 @@ def refuse_nested(sources: Sequence[str], target: str) -> None:
     OperationError
         Naming both and the fix.
     """
-    tgt = target.rstrip("/") + "/"
+    tgt = same_task(target).rstrip("/") + "/"
     for src in sources:
-        inner = src.rstrip("/") + "/"
+        inner = same_task(src).rstrip("/") + "/"
         if inner != tgt and tgt.startswith(inner):
             raise OperationError(f"{target} is inside the task {src}; nothing was written",
                                  hint="name a location outside every source task (a task never holds another)")

@@ -24,6 +24,8 @@ from ..errors import EgopoolError, FormatError, LegacyLayoutError, ObjectStoreEr
 __all__ = [
     "FORMAT",
     "INFO_MUST_KEYS",
+    "INPLACE_EDITS",
+    "edit_midway",
     "info_path",
     "merge_info",
     "new_info",
@@ -91,11 +93,14 @@ def parse_format(info: Mapping[str, Any], path: TaskPath) -> str:
     raise FormatError(f"unknown format {fmt!r}", path=path, hint=f"egopool reads only {FORMAT!r}")
 
 
-def unfinished_edit(root: TaskPath) -> FormatError | None:
-    """The error for ``root`` without ``meta/info.json`` that holds an edit's journal (``meta/.edit.json``): the
-    new task of a ``merge`` / ``split`` (or a bucket ``rename``) interrupted before its commit, which writes
-    ``info.json`` last (docs/decisions.md E6, E58). It names that edit and the fix (``egopool edit resume``, or
-    wait while its run is alive). None when there is no journal."""
+#: the edits that change a task in place (egopool.edit.inplace): their journal in a task means some episodes are
+#: changed and some not yet (docs/decisions.md E63)
+INPLACE_EDITS = frozenset({"remove-column", "rename-column", "add-column", "remove-slot", "rename-slot", "set-task"})
+
+
+def _edit_journal(root: TaskPath) -> tuple[TaskPath, dict[str, Any]] | None:
+    """``(path, document)`` of the task's edit journal (``meta/.edit.json``; ``{}`` when it does not read), None
+    when there is none."""
     journal = root / "meta" / ".edit.json"
     try:
         if not journal.is_file():
@@ -105,12 +110,40 @@ def unfinished_edit(root: TaskPath) -> FormatError | None:
         raise
     except EgopoolError:
         doc = {}
+    return journal, doc if isinstance(doc, dict) else {}
+
+
+def unfinished_edit(root: TaskPath) -> FormatError | None:
+    """The error for ``root`` without ``meta/info.json`` that holds an edit's journal (``meta/.edit.json``): the
+    new task of a ``merge`` / ``split`` (or a bucket ``rename``) interrupted before its commit, which writes
+    ``info.json`` last (docs/decisions.md E6, E58). It names that edit and the fix (``egopool edit resume``, or
+    wait while its run is alive). None when there is no journal."""
+    got = _edit_journal(root)
+    if got is None:
+        return None
     from .._holders import edit_in_progress
 
-    err = edit_in_progress(doc if isinstance(doc, dict) else {}, str(journal), str(root),
+    err = edit_in_progress(got[1], str(got[0]), str(root),
                            "it is no task until that edit commits (meta/info.json is written last)")
     return FormatError(f"not a task yet, the new task of an unfinished edit: {err.message}", path=root,
                        hint=err.hint)
+
+
+def edit_midway(root: TaskPathLike) -> FormatError | None:
+    """The error for a task that holds the journal of an in-place edit (:data:`INPLACE_EDITS`: ``edit
+    rename-column`` and the like): some of its episodes are changed and some not yet, until that edit finishes
+    (docs/decisions.md E63). It names the edit and the fix (``egopool edit resume TASK``, or wait while its run is
+    alive), as :func:`unfinished_edit` does. None when there is no such journal (a merge's hold of its source,
+    a merge appending into the task: each episode is whole, the task is valid)."""
+    path = as_path(root)
+    got = _edit_journal(path)
+    if got is None or got[1].get("op") not in INPLACE_EDITS:
+        return None
+    from .._holders import edit_in_progress
+
+    err = edit_in_progress(got[1], str(got[0]), str(path),
+                           "until it finishes some episodes are changed and some are not")
+    return FormatError(f"the task is mid-edit: {err.message}", path=path, hint=err.hint)
 
 
 def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str, Any]:
@@ -140,6 +173,8 @@ def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str,
         if not root.exists():
             if isinstance(root, ObjectPath):
                 require_bucket(root)
+                raise FormatError(f"no task at {root}", hint="check the URI (`egopool ls` of a task lists its "
+                                                             "episodes; the prefix holds no object)")
             raise FormatError("task directory does not exist", path=root,
                               hint="pass the task directory holding data/, videos/, meta/")
         if not root.is_dir():

@@ -15,7 +15,7 @@ from .._safe_read import loads_json, read_json, read_text
 from ..errors import EgopoolError, LegacyLayoutError, ObjectStoreError
 from ..storage import ObjectPath, TaskPath, require_bucket
 from ..layout import TEMPLATE_FIELDS, TaskLayout, parse_template
-from ..meta.info import FORMAT, INFO_MUST_KEYS, info_path, parse_format, read_info, unfinished_edit
+from ..meta.info import FORMAT, INFO_MUST_KEYS, edit_midway, info_path, parse_format, read_info, unfinished_edit
 from ..unix_time import created_at_problem
 from .context import Context, json_float
 from .report import Report
@@ -117,9 +117,14 @@ def check_info_file(root: TaskPath, report: Report) -> dict[str, Any] | None:
     if building is not None:
         report.error(R_LAYOUT, root, f"{building.message} ({building.hint})")
         return None
+    midway = edit_midway(root) if root.exists() else None  # an in-place edit interrupted or running (E63)
+    if midway is not None:
+        report.error(R_LAYOUT, root, f"{midway.message} ({midway.hint})")
     if not root.exists():
         if isinstance(root, ObjectPath):
             require_bucket(root)  # a missing bucket is said as such (ObjectStoreError), not as a missing task
+            report.error(R_LAYOUT, root, f"no task at {root} (check the URI; the prefix holds no object)")
+            return None
         report.error(R_LAYOUT, root, "task directory does not exist; pass the directory holding data/, videos/, meta/")
         return None
     if not root.is_dir():
