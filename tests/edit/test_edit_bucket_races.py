@@ -95,6 +95,7 @@ def test_a_rename_whose_old_task_changed_after_a_kill_is_abandoned(tmp_path, req
     r = run_cli("edit", "resume", new)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert f"the source task {t.location} changed since the rename was planned ({DATA2} was rewritten)" in r.stderr
+    assert f"`egopool edit abandon {new}` gives it up" in r.stderr, r.stderr
     nt = TaskAt("bucket", new, tmp_path)
     assert nt.store.exists("meta/.edit.json") and nt.keys()  # the partial copy stays; the refused run let go of
     assert not t.store.exists("meta/.edit.json")  # the old task (it holds it only while it copies)
