@@ -157,7 +157,7 @@ def _flock(fd: int, kind: int, *, wait: bool, on_wait: Callable[[], None] | None
 def say_waiting(task_dir: str | Path) -> None:
     """One line on stderr when a command must wait for the lock of ``task_dir`` (docs/decisions.md E46): who
     holds it when the task says so (an edit's journal or a merge's hold of its source, ``meta/.edit.json``)."""
-    from .ops._store_task import lock_holder
+    from ._holders import lock_holder
 
     line = f"egopool: waiting for {lock_holder(Path(task_dir))} on {task_dir} to finish; Ctrl-C to stop\n"
     if line in _SAID:  # a recorder takes the lock for every episode: the same holder is named once

@@ -144,6 +144,8 @@ def test_rename_task_keeps_n_and_the_retired_ones(tmp_path, backend, request):
     after = digests(n)
     same = {k for k in before if k not in ("meta/info.json",) and not k.endswith(".lock")}
     assert {k: after.get(k) for k in same} == {k: before[k] for k in same}  # every other object as it was
+    assert "meta/edit_origins.jsonl" not in after  # a rename keeps N in the same task: no origins (E80)
+    assert "meta/info.json" in json.loads(r.stdout)["writes"]  # its task_name was rewritten (E79)
     if backend == "bucket":
         from egopool.meta.retired import retired
 

@@ -223,7 +223,7 @@ def test_add_column_refuses_a_value_float32_cannot_hold_instead_of_storing_inf(t
     values.write_text("1\n1e300\n3\n4\n")
     before = digests(t)
     r = run_cli("edit", "add-column", t.location, "1", "observation.extra", "--from", str(values))
-    _one_line_refusal(r, f"{values}: value 1e+300 (row 1) is beyond float32's range", "scale the values")
+    _one_line_refusal(r, f"{values}: value 1e+300 (row 1, line 2) is beyond float32's range", "scale the values")
     assert digests(t) == before and t.errors() == []
 
 

@@ -6,6 +6,10 @@ Thin wrappers: one library call each (:mod:`egopool.edit`), ``--dry-run`` printi
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
+
 import typer
 from rich.markup import escape
 
@@ -80,6 +84,26 @@ def _show(report: object, json_out: bool) -> None:
         console.print(escape(line))
 
 
+@contextlib.contextmanager
+def _resume_hint(target: str) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM) of a merge or split that left its journal in ``target``: one line on stderr saying how
+    to finish it, besides the CLI's "egopool: interrupted" (docs/decisions.md E67)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from ..edit.copy import open_target
+        from ..edit.journal import JOURNAL
+
+        try:
+            unfinished = open_target(target, new=False).store.exists(JOURNAL)
+        except Exception:  # a look only: the interrupt is what is reported
+            unfinished = False
+        if unfinished:
+            print(f"egopool: the edit of {target} is unfinished and its sources stay held; "
+                  f"`egopool edit resume {target}` finishes it", file=sys.stderr)
+        raise
+
+
 @edit_app.command("merge")
 def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="Tasks to merge, in this order."),
               into: str = _INTO_MERGE, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
@@ -90,7 +114,9 @@ def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="
     from ..edit import merge_tasks
 
     _locations(*sources, into)
-    _show(merge_tasks(sources, into, dry_run=dry_run), json_out)
+    with _resume_hint(into):
+        report = merge_tasks(sources, into, dry_run=dry_run)
+    _show(report, json_out)
 
 
 @edit_app.command("split")
@@ -120,7 +146,9 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
 
         name = source.rstrip("/").rsplit("/", 1)[-1]
         indices += read_selection(episodes_from).for_task(name, str(read_info(source).get("task_name") or name))
-    _show(split_task(source, into, indices, where, move=move, dry_run=dry_run), json_out)
+    with _resume_hint(into):
+        report = split_task(source, into, indices, where, move=move, dry_run=dry_run)
+    _show(report, json_out)
 
 
 @edit_app.command("resume")
@@ -130,7 +158,9 @@ def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task 
     from ..edit import resume_edit
 
     _locations(target)
-    _show(resume_edit(target), json_out)
+    with _resume_hint(target):
+        report = resume_edit(target)
+    _show(report, json_out)
 
 
 @edit_app.command("abandon")
@@ -215,9 +245,14 @@ def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar=
 def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode (global N)."),
                    column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
                    values: str = typer.Option(..., "--from", metavar="FILE",
-                                              help=".npy (rows,) or (rows, d), or text: one value per line."),
+                                              help=".npy (rows,) or (rows, d), or text: one value (or a vector "
+                                                   "separated by spaces or commas) per line."),
                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it."""
+    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it.
+
+    A value float32 does not hold (an integer beyond 2**24 it would round, a non-zero value it would make zero)
+    is refused, naming its row; fractional values are rounded to float32's 7 significant digits.
+    """
     from ..edit import AddColumn, load_values
 
     _locations(task)

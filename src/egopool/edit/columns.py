@@ -12,6 +12,7 @@ holds one value (a number or a vector) per data row of one episode: its length m
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 from pathlib import Path
@@ -26,7 +27,7 @@ from .inplace import Change
 from .source import SourceTask
 
 __all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "column_specs_changed", "json_column_changed",
-           "load_values", "slam_specs_changed"]
+           "as_float32", "load_values", "slam_specs_changed"]
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
 
@@ -308,52 +309,178 @@ def _check_npy(p: Path) -> None:
         raise OperationError(f"{p} is a .npy of {what} (dtype {dtype}), not real numbers", hint=_NPY_EXPECTED)
 
 
-def load_values(path: str | Path) -> np.ndarray:
-    """The values of an added column: ``.npy`` (shape ``(rows,)`` or ``(rows, d)``), or text with one value (or
-    whitespace-separated vector) per line. Returned as float32 ``(rows, d)``.
+_TEXT_EXPECTED = ("a text file holds one number per data row on each line, or one vector of numbers separated by "
+                  "spaces or commas (the same count on every line); no blank line, no header")
+_INT_LITERAL = re.compile(r"[+-]?[0-9][0-9_]*")
+
+
+def _read_text(p: Path) -> tuple[np.ndarray, list[list[str]]]:
+    """The numbers of a text file, float64 ``(rows, d)``, and its tokens (for the round-trip check): one row
+    per line, values separated by whitespace and/or commas (a ``.csv`` of ``1,2,3`` lines is a 3-vector per row).
 
     Raises
     ------
     OperationError
-        The file does not read as numbers, holds NaN/Infinity, or a finite value float32 cannot hold (named,
-        with its row).
+        Not text, a blank line, a token that is no number, or a line whose count differs from the first's
+        (named with its line number).
+    """
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise OperationError(f"{p}: not UTF-8 text (nor a .npy file)", hint=_TEXT_EXPECTED) from None
+    except OSError as exc:
+        raise OperationError(f"{p}: cannot read it ({exc.strerror or exc})", hint=_TEXT_EXPECTED) from exc
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    tokens: list[list[str]] = []
+    rows: list[list[float]] = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            raise OperationError(f"{p}: line {i} is blank; each line is the value(s) of one data row, in order",
+                                 hint="remove the blank line (or give the row its value); nothing was written")
+        parts = [t for t in re.split(r"[\s,]+", line.strip()) if t]
+        if re.search(r",\s*(,|$)|^\s*,", line):
+            raise OperationError(f"{p}: line {i} ({_shown(line)}) has an empty field between commas",
+                                 hint=_TEXT_EXPECTED)
+        values: list[float] = []
+        for tok in parts:
+            try:
+                values.append(float(tok))
+            except ValueError:
+                raise OperationError(f"{p}: line {i}: {_shown(tok)} is not a number (expected "
+                                     f"{'one number' if not rows else f'{len(rows[0])} number(s)'} per line)",
+                                     hint=_TEXT_EXPECTED) from None
+        if rows and len(values) != len(rows[0]):
+            raise OperationError(f"{p}: line {i} holds {len(values)} value(s), line 1 holds {len(rows[0])}: every "
+                                 "row of a column has one shape", hint=_TEXT_EXPECTED)
+        rows.append(values)
+        tokens.append(parts)
+    if not rows:
+        raise OperationError(f"{p}: holds no values (an empty file)", hint=_TEXT_EXPECTED)
+    return np.asarray(rows, dtype=np.float64), tokens
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters (its length said)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _float32_changes(src: np.ndarray, f32: np.ndarray, tokens: list[list[str]] | None) -> np.ndarray:
+    """Where float32 does not hold the source value (docs/decisions.md E76): an integer (an integer dtype, an
+    integer literal of a text file, or a float with an integral value) float32 does not hold exactly, or a
+    non-zero value float32 turns into zero or a subnormal. A fractional value is rounded to the nearest float32
+    (7 significant digits, the precision of every float32 signal of the format) and is not a change here."""
+    if src.dtype.kind in "iu":
+        wide = np.uint64 if src.dtype.kind == "u" else np.int64
+        f64 = f32.astype(np.float64)
+        fits = np.abs(f64) < (2.0 ** 64 if wide is np.uint64 else 2.0 ** 63)
+        back = np.where(fits, f64, 0).astype(wide)
+        return ~fits | (back != src.astype(wide))
+    if src.dtype.kind == "b":
+        return np.zeros(src.shape, dtype=bool)
+    back = f32.astype(src.dtype)
+    integral = np.isfinite(src) & (np.floor(src) == src)
+    tiny = (src != 0) & np.isfinite(src) & (np.abs(f32) < np.finfo(np.float32).tiny)
+    out = (integral & (back != src)) | tiny
+    if tokens is not None:  # an integer literal beyond float64's 2**53 was rounded on reading: compare the text
+        for r, parts in enumerate(tokens):
+            for c, tok in enumerate(parts):
+                if _INT_LITERAL.fullmatch(tok) and np.isfinite(f32[r, c]) and int(f32[r, c]) != int(tok):
+                    out[r, c] = True
+    return out
+
+
+def load_values(path: str | Path) -> np.ndarray:
+    """The values of an added column: ``.npy`` (shape ``(rows,)`` or ``(rows, d)``), or text with one value (or a
+    vector separated by spaces or commas) per line. Returned as float32 ``(rows, d)``: an added column is
+    float32 (multi_device_storage.md §6.2, a plain numeric signal), and a value float32 does not hold is refused,
+    never stored changed (docs/decisions.md E76).
+
+    Raises
+    ------
+    OperationError
+        The file does not read as numbers (a blank line, a token that is no number, rows of different counts:
+        the line named), holds NaN/Infinity, or a value float32 cannot hold (beyond its range, an integer it does
+        not hold exactly such as 29000000000000, a non-zero value it makes zero): the first named with its row,
+        the value and what float32 makes of it.
     """
     p = Path(path)
-    hint = "give a .npy array or a text file with one number (or vector) per line"
-    if p.suffix.lower() == ".npy":
+    is_npy = p.suffix.lower() == ".npy"
+    tokens: list[list[str]] | None = None
+    if is_npy:
         _check_npy(p)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # loadtxt warns of an empty file (refused below), numpy of complex parts
-            arr = np.load(p) if p.suffix.lower() == ".npy" else np.loadtxt(p, dtype=np.float64, ndmin=1)
-            if np.iscomplexobj(arr):  # a text file of "1+2j"
-                raise TypeError(f"complex numbers ({arr.dtype}); an added column is real float32")
-            wide = np.asarray(arr, dtype=np.float64)
-        with np.errstate(over="ignore"):
-            arr = wide.astype(np.float32)
-    except (OSError, ValueError, TypeError, EOFError) as exc:
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if p.suffix.lower() == ".npy":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                src = np.asarray(np.load(p))
+        except (OSError, ValueError, TypeError, EOFError) as exc:
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise OperationError(f"{p} is not a valid .npy file ({text})", hint=_NPY_EXPECTED) from exc
-        raise OperationError(f"{p}: cannot read one value per row ({text})", hint=hint) from exc
-    over = np.isfinite(wide) & ~np.isfinite(arr)  # beyond float32's ±3.4e38: never stored as inf without a word
+    else:
+        src, tokens = _read_text(p)
+    if src.ndim == 0 or src.size == 0 or src.shape[0] == 0:
+        raise OperationError(f"{p}: holds no values (shape {list(src.shape)})",
+                             hint=_NPY_EXPECTED if is_npy else _TEXT_EXPECTED)
+    if src.ndim > 2:
+        raise OperationError(f"{p}: shape {list(src.shape)}: one value or one vector per row is (rows,) or "
+                             f"(rows, d)", hint=_NPY_EXPECTED)
+    return as_float32(src, str(p), tokens)
+
+
+def as_float32(src: np.ndarray, name: str, tokens: list[list[str]] | None = None) -> np.ndarray:
+    """``src`` (``(rows,)`` or ``(rows, d)``, any real dtype) as the float32 ``(rows, d)`` of an added column, every
+    value checked (docs/decisions.md E76); ``name`` names the values in messages, ``tokens`` a text file's
+    numbers as written (its rows are then named with their line).
+
+    Raises
+    ------
+    OperationError
+        NaN/Infinity, a value beyond float32's range, or one float32 changes (module rules), the first named.
+    """
+    src = np.asarray(src)
+    if src.dtype.kind not in "biuf" or src.ndim not in (1, 2):
+        raise OperationError(f"{name}: values of dtype {src.dtype} and shape {list(src.shape)}", hint=_NPY_EXPECTED)
+    src = src[:, None] if src.ndim == 1 else src
+    p = name
+
+    def where(first: np.ndarray) -> str:
+        return f"row {int(first[0])}, line {int(first[0]) + 1}" if tokens is not None else f"row {int(first[0])}"
+
+    def shown(first: np.ndarray) -> str:
+        if tokens is not None:
+            tok = tokens[int(first[0])][int(first[1])]
+            return tok if _INT_LITERAL.fullmatch(tok) else repr(float(tok))
+        v = src[tuple(first)]
+        return str(int(v)) if src.dtype.kind in "iub" else repr(float(v))
+
+    if src.dtype.kind == "f":
+        bad = ~np.isfinite(src)  # NaN/Infinity: refused before the journal (JSON) would refuse it (E41)
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            raise OperationError(f"{p}: {where(first)} holds {float(src[tuple(first)])!r} ({int(bad.sum())} "
+                                 "non-finite value(s)); an added column takes finite values only",
+                                 hint="replace NaN/Infinity by a value (or leave the episode without the column)")
+    with np.errstate(over="ignore", under="ignore"):
+        arr = src.astype(np.float32)
+    over = ~np.isfinite(arr)  # beyond float32's ±3.4e38: never stored as inf without a word
     if over.any():
         first = np.argwhere(over)[0]
-        raise OperationError(f"{p}: value {float(wide[tuple(first)])!r} (row {int(first[0])}) is beyond float32's range "
+        raise OperationError(f"{p}: value {shown(first)} ({where(first)}) is beyond float32's range "
                              f"(±{float(np.finfo(np.float32).max):.4g}); an added column is float32",
-                             hint="scale the values (e.g. to other units) so that they fit")
-    bad = ~np.isfinite(wide)  # NaN/Infinity: refused here, before the journal (JSON) would refuse it (E41)
-    if bad.any():
-        first = np.argwhere(bad)[0] if wide.ndim else np.zeros(1, dtype=int)
-        raise OperationError(f"{p}: row {int(first[0])} holds {float(wide[tuple(first)] if wide.ndim else wide)!r} "
-                             f"({int(bad.sum())} non-finite value(s)); an added column takes finite values only",
-                             hint="replace NaN/Infinity by a value (or leave the episode without the column)")
-    if arr.ndim == 0 or arr.shape[0] == 0 or arr.size == 0:
-        raise OperationError(f"{p}: holds no values (shape {list(arr.shape)})", hint=hint)
-    if arr.ndim > 2:
-        raise OperationError(f"{p}: shape {list(arr.shape)}: one value or one vector per row is (rows,) or "
-                             f"(rows, d)", hint=hint)
-    return arr[:, None] if arr.ndim == 1 else arr
+                             hint="scale the values (e.g. to other units) so that they fit; nothing was written")
+    changed = _float32_changes(src, arr, tokens)
+    if changed.any():
+        first = np.argwhere(changed)[0]
+        stored = float(arr[tuple(first)])
+        made = str(int(stored)) if stored.is_integer() else repr(stored)
+        raise OperationError(f"{p}: {where(first)} holds {shown(first)}, which float32 (the dtype of an added "
+                             f"column, multi_device_storage.md §6.2) stores as {made} ({int(changed.sum())} "
+                             "value(s) would change)",
+                             hint="float32 holds integers exactly up to 16777216 (2**24) and normal values from "
+                                  "1.2e-38: subtract an offset or change the unit (e.g. ns to ms since the first "
+                                  "row) so that every value fits; nothing was written")
+    return arr
 
 
 class AddColumn(Change):
@@ -362,7 +489,8 @@ class AddColumn(Change):
     op = "add-column"
 
     def __init__(self, column: str, index: int, values: np.ndarray, source: str = "") -> None:
-        self.column, self.index, self.values, self.source = column, index, values, source
+        self.column, self.index, self.source = column, index, source
+        self.values = as_float32(values, source or "the values")  # a library caller's array: checked too (E76)
 
     def args(self) -> dict[str, Any]:
         return {"column": self.column, "episode": self.index, "file": self.source,

@@ -44,7 +44,7 @@ from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .registered import record_copied
 from .source import SourceTask, location, open_source, parquet_bytes, parquet_table
 
-__all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target"]
+__all__ = ["ORIGINS", "CopyPlan", "EditReport", "Pick", "execute", "open_target", "plan_versions"]
 
 #: task-relative key of the origins of a built task's episodes (one JSON line per episode)
 ORIGINS = "meta/edit_origins.jsonl"
@@ -112,6 +112,13 @@ class CopyPlan:
                    [Pick.from_dict(p) for p in d["picks"]], list(d.get("skipped") or []), dict(d["info"]),
                    dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []),
                    bool(d.get("into")), {str(k): str(v) for k, v in (d.get("versions") or {}).items()})
+
+
+def plan_versions(plan: CopyPlan) -> list[tuple[int, dict[str, str]]]:
+    """The versions ``plan`` recorded, per picked episode: ``(source index, key -> version)`` (what a
+    :class:`~egopool.edit.hold.SourceHold` verifies), and the single source's other objects' (a bucket rename's,
+    E72)."""
+    return [(p.source, p.versions) for p in plan.picks] + ([(0, plan.versions)] if plan.versions else [])
 
 
 @dataclass
@@ -209,7 +216,13 @@ def target_keys(plan: CopyPlan) -> list[str]:
     if plan.into:
         return ["meta/tasks.jsonl", "meta/info.json"] + keys + ["meta/stats.json", ORIGINS]
     return keys + plan.extra + ["meta/stats.json", "meta/tasks.jsonl"] + \
-        ([] if ORIGINS in plan.extra else [ORIGINS]) + ["meta/info.json"]
+        ([ORIGINS] if _new_origins(plan) else []) + ["meta/info.json"]
+
+
+def _new_origins(plan: CopyPlan) -> bool:
+    """Whether the copy writes ``meta/edit_origins.jsonl`` (E4): a merge or split does; a rename keeps each N in
+    the same task (a bucket rename copies the old task's origins file, if any, as it is; docs/decisions.md E80)."""
+    return plan.op != "rename" and ORIGINS not in plan.extra
 
 
 def _set(table: pa.Table, name: str, value: int) -> pa.Table:
@@ -309,7 +322,7 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
         for key in plan.extra:
             src = sources.get(0) or open_source(plan.sources[0])
             tgt.store.put(key, src.read(key))
-        if ORIGINS not in plan.extra:
+        if _new_origins(plan):
             tgt.store.put(ORIGINS, _origins(plan))
         pause(OP, "meta")
         if hold is not None:
@@ -336,12 +349,13 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
 
 def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
              move: Callable[[CopyPlan], dict[str, list[int]]] | None = None,
-             into: Callable[[StoreTask, CopyPlan, EditJournal, SourceHold | None], None] | None = None
-             ) -> EditReport:
+             into: Callable[[StoreTask, CopyPlan, EditJournal, SourceHold | None], None] | None = None,
+             held: SourceHold | None = None) -> EditReport:
     """Own the target's journal (created for ``plan``, or the interrupted one of the same op and arguments) and
     execute it. ``plan`` None: finish the interrupted edit whatever it was (``edit resume``). ``into`` executes a
     plan that appends to an existing task (``merge --into``: :func:`egopool.edit.append.execute_into`); callers
-    that may meet one pass it.
+    that may meet one pass it. ``held``: the plan's sources, held already by the caller since before it planned
+    (E68; the caller releases it), else they are held here.
 
     Raises
     ------
@@ -363,9 +377,17 @@ def run_plan(tgt: StoreTask, plan: CopyPlan | None, report: EditReport, *,
         # the target's journal owned first (a live run of this edit: refused as such), then the sources held; a
         # new journal only once they are (a busy source then leaves nothing behind)
         journal = EditJournal.take_over(tgt, got[0], got[1]) if got is not None else None
-        with holding(_hold(tgt, plan, got[0].get("state") if got is not None else "copying")) as hold:
+        own = None if held is not None else _hold(tgt, plan, got[0].get("state") if got is not None else "copying")
+        if own is not None:
+            own.journaled = journal is not None
+        with holding(own) as hold:
+            hold = hold or held
+            if hold is not None and journal is not None:
+                hold.journaled = True
             if journal is None:
                 journal = EditJournal.create(tgt, {**plan.to_dict(), "state": "copying"})
+                if hold is not None:
+                    hold.journaled = True  # from here an interrupt leaves the sources held, as a kill (E67)
                 pause(OP, "journal")
             report.writes = target_keys(plan)
             if plan.into:
@@ -387,5 +409,4 @@ def _hold(tgt: StoreTask, plan: CopyPlan, state: Any) -> SourceHold | None:
     task too, E72); None once the copy is done."""
     if plan.op not in ("merge", "merge-into", "split", "rename") or state not in _READING:
         return None
-    return SourceHold(plan.op, tgt.uri, plan.sources, [(p.source, p.versions) for p in plan.picks] +
-                      ([(0, plan.versions)] if plan.versions else []))
+    return SourceHold(plan.op, tgt.uri, plan.sources, plan_versions(plan))

@@ -29,7 +29,8 @@ from typing import Any
 
 from .._atomic import task_read_lock
 from ..errors import LockError, OperationError
-from ..ops._store_task import EDIT_JOURNAL, StoreTask, edit_in_progress, holder_alive, json_bytes, open_store_task
+from ..ops._store_task import (EDIT_JOURNAL, StoreTask, edit_in_progress, holder_alive, json_bytes, lock_holder,
+                               open_store_task)
 from ..storage import PreconditionFailed, PutMode, Store
 from .source import EpisodeRef
 
@@ -71,6 +72,8 @@ class SourceHold:
         self.tasks: dict[int, StoreTask] = {}
         self._locks = contextlib.ExitStack()
         self._held: list[int] = []
+        #: the target's journal exists: an interrupt (Ctrl-C, SIGTERM) leaves the markers, as a kill does (E67)
+        self.journaled = False
 
     def acquire(self) -> None:
         """Hold every source (lock, then marker), then :meth:`verify`.
@@ -88,14 +91,13 @@ class SourceHold:
                 t = open_store_task(uri)
                 self.tasks[i] = t
                 if t.local is not None and not self._locks.enter_context(task_read_lock(t.local, wait=False)):
-                    raise LockError("the source task is locked by another command (a recorder or a maintenance "
-                                    "command)", path=t.uri, hint=f"run the {self.op} again when it has finished; "
-                                                                 "nothing was written")
+                    raise LockError(f"the source task is locked by {lock_holder(t.local)}", path=t.uri,
+                                    hint=f"run the {self.op} again when it has finished; nothing was written")
                 self._mark(t)
                 self._held.append(i)
             self.verify()
-        except BaseException:
-            self.release()
+        except BaseException as exc:
+            self.abandon(exc)
             raise
 
     def _mark(self, t: StoreTask) -> None:
@@ -147,15 +149,29 @@ class SourceHold:
         self._held = []
         self._locks.close()
 
+    def abandon(self, exc: BaseException) -> None:
+        """The edit ends with ``exc``: an error, or an interrupt before the target's journal exists, releases
+        (:meth:`release`); an interrupt (``KeyboardInterrupt``: Ctrl-C, SIGTERM) once it exists keeps the markers
+        with their owner, exactly as a kill does (E67), so that no other command changes a source before
+        ``egopool edit resume TARGET`` takes them over; the locks go with the process anyway."""
+        if isinstance(exc, Exception) or not self.journaled:
+            self.release()
+            return
+        self._held = []
+        self._locks.close()
+
 
 @contextlib.contextmanager
 def holding(hold: SourceHold | None) -> Iterator[SourceHold | None]:
-    """``hold`` acquired for the block and released after it (also on an error); None: nothing held."""
+    """``hold`` acquired for the block and released after it (also on an error; an interrupt once the target's
+    journal exists keeps its markers: :meth:`SourceHold.abandon`); None: nothing held."""
     if hold is None:
         yield None
         return
     hold.acquire()
     try:
         yield hold
-    finally:
-        hold.release()
+    except BaseException as exc:
+        hold.abandon(exc)
+        raise
+    hold.release()

@@ -37,7 +37,7 @@ from ..meta.digests import DIGEST_COLUMN, remapped_digests, sha256_bytes, stamp
 from ..meta.tasks import tasks_jsonl
 from .source import EpisodeRef, SourceTask, open_source, parquet_bytes, parquet_table
 
-__all__ = ["Change", "InplaceReport", "apply_change"]
+__all__ = ["Change", "InplaceReport", "apply_change", "shown_text"]
 
 OP = "edit"
 
@@ -92,6 +92,16 @@ class Change(ABC):
         return False
 
 
+#: The most characters of a task string a message shows (the rest is cut, its length said; E78).
+SHOWN_CHARS = 80
+
+
+def shown_text(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` quoted for a message or report line: whole up to ``limit`` characters, else its first ``limit``
+    characters, ``...`` and its length (a 100 kB string is never echoed whole; docs/decisions.md E78)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 @dataclass
 class InplaceReport:
     """What a change did (or would do): ``changed`` per N the objects rewritten (a moved one as ``old -> new``),
@@ -123,8 +133,9 @@ class InplaceReport:
                 out.append(f"{verb} episode {n}: {', '.join(self.changed[n])}")
             if self.deleted.get(n):
                 out.append(f"{gone} episode {n}: {', '.join(self.deleted[n])}")
-        out += [f"{'would set' if self.dry_run else 'set'} task_index {d['task_index']}: {d['old']!r} -> "
-                f"{d['new']!r}" for d in self.tasks]
+        out += [f"{'would set' if self.dry_run else 'set'} task_index {d['task_index']}: "
+                f"{shown_text(d['old']) if d['old'] is not None else None} -> "
+                f"{shown_text(d['new']) if d['new'] is not None else None}" for d in self.tasks]
         out += [f"{verb} {k}" for k in self.meta]
         return out or [f"nothing to do: {self.task} is that way already (`edit {self.op}` changes no object)"]
 

@@ -20,9 +20,10 @@ from typing import Any
 from ..errors import OperationError
 from ..meta.info import merge_info
 from ..meta.stats import ACTION_BLOCK, StatsBlock, needs_recalc, read_stats
+from ..ops.task_store import pause
 from ..storage import ObjectPath
-from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .hold import versions_of
+from .copy import OP, CopyPlan, EditReport, Pick, open_target, plan_versions, run_plan, target_keys
+from .hold import SourceHold, holding, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
 from .source import (SourceTask, first_difference, location, open_source, refuse_busy_source, refuse_nested,
@@ -42,23 +43,17 @@ def _fold(a: dict[str, StatsBlock], b: dict[str, StatsBlock]) -> dict[str, Stats
     return out
 
 
-def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) -> CopyPlan:
-    """The plan of a merge (module docstring); reads every source episode once (digests), writes nothing.
-
-    Raises
-    ------
-    OperationError
-        Fewer than two sources, a source named twice or as the target, or declarations that differ: one line
-        naming the first difference (``fps is 30.0 in A and 29.97 in B``).
-    FormatError, ObjectStoreError
-        A source is not a task / cannot be read.
-    """
+def checked_sources(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *, held: bool = False
+                    ) -> list[SourceTask]:
+    """The sources of a merge into the new task ``target``, opened and checked (:func:`plan_merge`'s refusals but
+    the reading of episodes); ``held``: this run holds them already (E68), their marker and lock are its own."""
     if len(sources) < 2:
         raise OperationError(f"edit merge into the new task {target} needs two or more source tasks",
                              hint="egopool edit merge A B --into NEW, or A --into an existing task")
     opened = [open_source(s) for s in sources]
-    for o in opened:
-        refuse_busy_source(o)
+    if not held:
+        for o in opened:
+            refuse_busy_source(o)
     uris = [s.t.uri for s in opened]
     tgt_uri = str(target).rstrip("/")
     if len(set(uris)) != len(uris) or tgt_uri in uris:
@@ -71,6 +66,24 @@ def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath) ->
         if diff is not None:
             raise OperationError(f"cannot merge: {diff}; nothing was written",
                                  hint="merge only tasks recorded with the same declarations")
+    return opened
+
+
+def plan_merge(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *, held: bool = False) -> CopyPlan:
+    """The plan of a merge (module docstring); reads every source episode once (digests), writes nothing.
+    ``held``: the run holds the sources already (:func:`checked_sources`).
+
+    Raises
+    ------
+    OperationError
+        Fewer than two sources, a source named twice or as the target, or declarations that differ: one line
+        naming the first difference (``fps is 30.0 in A and 29.97 in B``).
+    FormatError, ObjectStoreError
+        A source is not a task / cannot be read.
+    """
+    opened = checked_sources(sources, target, held=held)
+    uris = [s.t.uri for s in opened]
+    tgt_uri = str(target).rstrip("/")
     tasks, maps = unite_tasks([], opened)
     picks, skipped, stats = collect(opened, maps, {}, 1)
     info: dict[str, Any] = {}
@@ -108,12 +121,19 @@ def merge_new(sources: Sequence[str | ObjectPath], target: str | ObjectPath, *,
         if pending[0].get("args") == {"sources": [location(s) for s in sources]}:
             return run_plan(tgt, None, report)  # finish it from its journal (the sources may have changed since)
         raise other_edit(tgt, pending[0])
-    plan = plan_merge(sources, tgt_uri)
-    report.plan = plan
     if dry_run:
+        plan = plan_merge(sources, tgt_uri)
+        report.plan = plan
         report.writes = target_keys(plan)
         return report
-    return run_plan(tgt, plan, report)
+    # the sources held before the plan reads them (E68): an edit of a source meanwhile is refused, not missed
+    hold = SourceHold("merge", tgt_uri, [s.t.uri for s in checked_sources(sources, tgt_uri)], [])
+    with holding(hold):
+        pause(OP, "held")  # the crash tests' seam: held, not planned yet
+        plan = plan_merge(sources, tgt_uri, held=True)
+        report.plan = plan
+        hold.versions = plan_versions(plan)
+        return run_plan(tgt, plan, report, held=hold)
 
 
 def unite_tasks(existing: list[dict[str, Any]], opened: Sequence[SourceTask]

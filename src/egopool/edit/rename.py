@@ -113,6 +113,7 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
     report = EditReport("rename", str(new), dry_run)
     report.changes = [f"{'would rename' if dry_run else 'renamed'} {old} -> {new}",
                       f"{'would set' if dry_run else 'set'} task_name {new.name!r} in meta/info.json"]
+    report.writes = ["meta/info.json"]  # its task_name (E79); the rest is moved by rename(2), not written
     pending_new = new.exists() and (new / JOURNAL).exists()
     if not pending_new:
         if not old.is_dir():

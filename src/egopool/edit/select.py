@@ -20,9 +20,10 @@ from typing import Any
 from ..errors import EpisodeNotFoundError, OperationError
 from ..meta.episodes import read_episode_row
 from ..meta.stats import ACTION_BLOCK, tree_merge
+from ..ops.task_store import pause
 from ..storage import ObjectPath
-from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
-from .hold import versions_of
+from .copy import OP, CopyPlan, EditReport, Pick, open_target, plan_versions, run_plan, target_keys
+from .hold import SourceHold, holding, versions_of
 from .journal import other_edit, read_journal
 from ..write.checks import check_task_name
 from .source import SourceTask, location, open_source, refuse_busy_source, refuse_nested
@@ -73,8 +74,9 @@ def _chosen(s: SourceTask, indices: Sequence[int], where: Sequence[str]) -> list
 
 
 def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequence[int] = (),
-               where: Sequence[str] = (), *, move: bool = False) -> CopyPlan:
-    """The plan of a split (module docstring); reads the chosen episodes' data, writes nothing.
+               where: Sequence[str] = (), *, move: bool = False, held: bool = False) -> CopyPlan:
+    """The plan of a split (module docstring); reads the chosen episodes' data, writes nothing. ``held``: this
+    run holds the source already (E68; its marker and lock are its own).
 
     Raises
     ------
@@ -87,7 +89,8 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         raise OperationError("edit split needs --episodes, --episodes-from and/or --where (none names an episode)",
                              hint='e.g. egopool edit split A --into B --episodes 1,3,5-7 (or --where "length>=300")')
     s = open_source(source)
-    refuse_busy_source(s)
+    if not held:
+        refuse_busy_source(s)
     tgt_uri = location(target)
     if tgt_uri == s.t.uri:
         raise OperationError(f"{tgt_uri} is the source itself", hint="name a new task as --into")
@@ -156,11 +159,23 @@ def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         if pending[0].get("op") == "split" and args.get("source") == location(source):
             return run_plan(tgt, None, report, move=_move)
         raise other_edit(tgt, pending[0])
-    plan = plan_split(source, tgt.uri, indices, where, move=move)
-    report.plan = plan
     if dry_run:
+        plan = plan_split(source, tgt.uri, indices, where, move=move)
+        report.plan = plan
         report.writes = target_keys(plan)
         if move:
             report.deleted = {plan.sources[0]: [p.index for p in plan.picks]}
         return report
-    return run_plan(tgt, plan, report, move=_move)
+    if not indices and not where:
+        plan_split(source, tgt.uri, indices, where)  # its refusal, before anything is held
+    s = open_source(source)
+    refuse_busy_source(s)
+    if location(target) == s.t.uri:
+        raise OperationError(f"{s.t.uri} is the source itself", hint="name a new task as --into")
+    hold = SourceHold("split", tgt.uri, [s.t.uri], [])  # held before the plan reads it (E68)
+    with holding(hold):
+        pause(OP, "held")  # the crash tests' seam: held, not planned yet
+        plan = plan_split(source, tgt.uri, indices, where, move=move, held=True)
+        report.plan = plan
+        hold.versions = plan_versions(plan)
+        return run_plan(tgt, plan, report, move=_move, held=hold)

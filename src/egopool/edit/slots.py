@@ -23,10 +23,38 @@ from ..errors import OperationError, SchemaError
 from ..meta.episodes import decode_row
 from ..schema import check_column_name, check_slot_name
 from .columns import json_column_changed, slam_specs_changed
-from .inplace import Change
+from .inplace import Change, shown_text
 from .source import SourceTask, parquet_table
 
-__all__ = ["RemoveSlot", "RenameSlot", "SetTask"]
+__all__ = ["RemoveSlot", "RenameSlot", "SetTask", "check_task_string"]
+
+
+def check_task_string(text: str) -> None:
+    """Refuse a task string (``tasks.jsonl``'s ``task``, file_format.md §5) that is empty, spans lines (E24), holds
+    a control character (tab, ``\\x01``, DEL...: Unicode category Cc) or begins or ends with whitespace
+    (``"b "`` beside ``"b"`` would be two instructions that print alike; docs/decisions.md E78).
+
+    Raises
+    ------
+    OperationError
+        Which rule, with the first offending character's position and code point.
+    """
+    import unicodedata
+
+    if not text.strip() or text.splitlines() != [text]:  # \n, \r, U+2028, U+0085...
+        raise OperationError("the task string is empty or spans lines (a line break, U+2028 or the like)",
+                             hint="one line of text; nothing was changed")
+    bad = next((i for i, ch in enumerate(text) if unicodedata.category(ch) == "Cc"), None)
+    if bad is not None:
+        name = {"\t": "a tab", "\x1b": "escape", "\x7f": "DEL"}.get(text[bad], "a control character")
+        raise OperationError(f"the task string {shown_text(text)} holds {name} (U+{ord(text[bad]):04X}) at "
+                             f"character {bad + 1}: a task string is printable text",
+                             hint="replace it by a space or remove it; nothing was changed")
+    if text != text.strip():
+        end, ch = ("begins", text[0]) if text[0].isspace() else ("ends", text[-1])
+        raise OperationError(f"the task string {shown_text(text)} {end} with whitespace (U+{ord(ch):04X}): it "
+                             "would print like the string without it, yet be another instruction",
+                             hint=f"give {shown_text(text.strip())}; nothing was changed")
 
 _SLOT_DICTS = ("video_extensions", "cameras", "device_names")
 
@@ -163,6 +191,9 @@ class RemoveSlot(Change):
             devices.append(dev)
         if "devices" in info:
             out["devices"] = devices
+        if info.get("video") is True and isinstance(out.get("video_extensions"), dict) and \
+                not out["video_extensions"]:
+            out["video"] = False  # no stream left: the writer's `video: bool(streams)` (E79)
         return out
 
 
@@ -254,9 +285,7 @@ class SetTask(Change):
         return {"task": self.text, "task_index": self.task_index}
 
     def check(self, s: SourceTask) -> None:
-        if not self.text.strip() or self.text.splitlines() != [self.text]:  # \n, \r, U+2028, U+0085...
-            raise OperationError("the task string is empty or spans lines (a line break, U+2028 or the like)",
-                                 hint="one line of text")
+        check_task_string(self.text)
         rows = s.tasks()
         if self.task_index not in {int(r.get("task_index") or 0) for r in rows}:
             raise OperationError(f"no task_index {self.task_index} in {s.t.uri}/meta/tasks.jsonl",
@@ -264,7 +293,7 @@ class SetTask(Change):
         other = next((int(r.get("task_index") or 0) for r in rows if str(r.get("task")) == self.text
                       and int(r.get("task_index") or 0) != self.task_index), None)
         if other is not None:  # E59: one string, one task_index (LeRobot v3 keys its tasks by the string)
-            raise OperationError(f"the task string {self.text!r} is task_index {other} of "
+            raise OperationError(f"the task string {shown_text(self.text)} is task_index {other} of "
                                  f"{s.t.uri}/meta/tasks.jsonl already: two lines with one string make the "
                                  f"instruction of task_index {self.task_index} ambiguous",
                                  hint="give this line another string; nothing was changed")

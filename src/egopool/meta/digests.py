@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..storage import ObjectPath, Store, TaskPath
+from ..storage import ObjectPath, Store, TaskPath, store_failure
 
 __all__ = ["ALGORITHM", "DIGEST_COLUMN", "CHUNK", "Digests", "Mismatch", "episode_digests", "file_digests_of",
            "mismatch_line", "parse_digests", "remapped_digests", "same_file", "row_digest", "sha256_bytes", "sha256_of_key", "sha256_path", "stamp"]
@@ -75,12 +75,18 @@ def sha256_path(path: TaskPath | str) -> str:
     """
     h = hashlib.sha256()
     if isinstance(path, ObjectPath):
-        with path.open_input() as f:
-            while True:
-                b = f.read(CHUNK)
-                if not b:
-                    break
-                h.update(b)
+        try:
+            with path.open_input() as f:
+                while True:
+                    b = f.read(CHUNK)
+                    if not b:
+                        break
+                    h.update(b)
+        except OSError as exc:  # pyarrow's read of a body the store cut short: the store's error (O3)
+            failed = store_failure(exc, path)
+            if failed is None:
+                raise
+            raise failed from exc
         return h.hexdigest()
     from .._safe_read import open_regular
 
@@ -166,7 +172,8 @@ def episode_digests(task_dir: TaskPath, paths: Iterable[TaskPath], *, skip_unrea
                     known: Mapping[Path, str] | None = None) -> dict[str, str]:
     """Task-relative path -> sha256 of each file (folders expanded) of ``paths`` (an episode's data and videos;
     its row is excluded by the caller). ``skip_unreadable``: a local file that cannot be read, or is not a regular
-    file, is left out (``validate``: its own checks name it) instead of raising. ``known``: sha256 of local files
+    file, is left out (``validate``: its own checks name it) instead of raising; a bucket read the store cut short
+    raises its ObjectStoreError all the same (:func:`sha256_path`; no verdict on the task, O3). ``known``: sha256 of local files
     already hashed by the caller (by absolute path), taken as they are.
 
     Raises

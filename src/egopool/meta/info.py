@@ -105,7 +105,7 @@ def unfinished_edit(root: TaskPath) -> FormatError | None:
         raise
     except EgopoolError:
         doc = {}
-    from ..ops._store_task import edit_in_progress
+    from .._holders import edit_in_progress
 
     err = edit_in_progress(doc if isinstance(doc, dict) else {}, str(journal), str(root),
                            "it is no task until that edit commits (meta/info.json is written last)")

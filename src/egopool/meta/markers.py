@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import overload
 
 from .._atomic import atomic_write_json
+from .._holders import pid_alive
 from .._safe_read import read_json, read_text
 from ..errors import EgopoolError
 from ..storage import TaskPath, TaskPathLike, as_local_path, as_path
@@ -66,23 +67,6 @@ def clear_recycled(task_dir: str | os.PathLike[str], index: int | None = None) -
 
 def _reservation(task_dir: str | os.PathLike[str], index: int) -> Path:
     return _local(task_dir) / "meta" / f".reserved-{index}"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this machine (another user's process counts as alive; a zombie, a process
-    that has exited but was not reaped yet, does not: docs/decisions.md E44)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # Linux: the state letter follows the command name's closing parenthesis in /proc/PID/stat
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rpartition(b")")[2].split()[:1]
-    except OSError:
-        return True
-    return state not in ([b"Z"], [b"X"])
 
 
 def _reservations(task_dir: TaskPathLike) -> Iterator[tuple[int, TaskPath, int | None]]:

@@ -22,22 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._holders import (EDIT_JOURNAL, STALE_AFTER, edit_in_progress, holder_alive, holder_text,
+                        lock_holder, pid_alive)
 from ..errors import FormatError, LockError
 from ..meta.info import read_info
-from ..meta.markers import pid_alive
 from ..publish import json_bytes as _json_bytes
 from ..storage import ObjectPath, PreconditionFailed, PutMode, Store, as_path, open_store
 from ..storage.directory_store import DirectoryStore
 
 __all__ = ["EDIT_JOURNAL", "STALE_AFTER", "StoreTask", "edit_in_progress", "holder_alive", "holder_text", "json_bytes",
            "lock_holder", "open_store_task", "refuse_edited"]
-
-#: a journal of a run on another host is taken as dead after this long without a step (s)
-STALE_AFTER = 6 * 3600.0
-
-#: task-relative key of an ``egopool edit``'s journal (docs/decisions.md E2): the edit's plan and ownership
-EDIT_JOURNAL = "meta/.edit.json"
-
 
 def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
     """:func:`egopool.publish.json_bytes` with an indent of 2 by default (the journal objects of this module).
@@ -48,71 +42,6 @@ def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
         ``obj`` holds NaN or Infinity.
     """
     return _json_bytes(obj, indent=indent)
-
-
-def _owner(doc: dict[str, Any]) -> dict[str, Any]:
-    got = doc.get("owner")
-    return got if isinstance(got, dict) else {}
-
-
-def holder_alive(doc: dict[str, Any]) -> bool:
-    """Whether the run that owns the journal ``doc`` may still run: on this host, its pid exists; on another, its
-    last step is younger than :data:`STALE_AFTER` (the rule by which a journal is taken over)."""
-    owner = _owner(doc)
-    host, pid = owner.get("host"), owner.get("pid")
-    if host == socket.gethostname():
-        return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid_alive(pid)
-    at = owner.get("at")
-    return isinstance(at, (int, float)) and time.time() - float(at) < STALE_AFTER
-
-
-def holder_text(doc: dict[str, Any]) -> str:
-    """Who owns the journal ``doc``, for a message: ``pid 123 on host-a, last step 40 s ago`` (what is recorded)."""
-    owner = _owner(doc)
-    parts = []
-    if owner.get("pid") is not None:
-        parts.append(f"pid {owner.get('pid')}" + (f" on {owner.get('host')}" if owner.get("host") else ""))
-    at = owner.get("at")
-    if isinstance(at, (int, float)):
-        age = max(0.0, time.time() - float(at))
-        parts.append(f"last step {age:.0f} s ago" if age < 120 else f"last step {age / 60:.0f} min ago")
-    return ", ".join(parts) or "owner not recorded"
-
-
-def _edit_name(doc: dict[str, Any]) -> str:
-    op = str(doc.get("op") or "?")
-    return "edit merge --into" if op == "merge-into" else f"edit {op}"
-
-
-def lock_holder(task_dir: Path) -> str:
-    """Who holds a directory task's lock, for the one line of a command that waits for it (``_atomic.say_waiting``):
-    the edit its ``meta/.edit.json`` names ("`edit merge` (pid 123)"; a merge or split holding it as a source
-    says so), else "another egopool process (a recorder or a maintenance command)"."""
-    try:
-        doc = json.loads((task_dir / EDIT_JOURNAL).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        doc = None
-    if not isinstance(doc, dict) or not holder_alive(doc):
-        return "another egopool process (a recorder or a maintenance command)"
-    pid = _owner(doc).get("pid")
-    return f"`{_edit_name(doc)}`" + (f" (pid {pid})" if pid is not None else "") + \
-        (" reading it as a source" if doc.get("hold") else "")
-
-
-def edit_in_progress(doc: dict[str, Any], url: str, task: str, nothing: str) -> LockError:
-    """The one-line refusal of a command that meets another edit's journal ``doc`` (at ``url``) in ``task``.
-
-    Its owner alive (:func:`holder_alive`): "`egopool edit merge --into` is in progress on this task (pid, host,
-    last step)", wait for it. Dead or stale: "an interrupted `egopool edit ...`", finish it with ``egopool edit
-    resume TASK`` (only then is resuming safe). ``nothing``: what the refused command did not do ("nothing was
-    deleted").
-    """
-    name, who = _edit_name(doc), holder_text(doc)
-    if holder_alive(doc):
-        return LockError(f"`egopool {name}` is in progress on this task ({who}; {url})", path=task,
-                         hint=f"wait for it to finish, then run again; {nothing}")
-    return LockError(f"an interrupted `egopool {name}` holds this task (its run, {who}, is gone; {url})", path=task,
-                     hint=f"`egopool edit resume {task}` finishes it, then run again; {nothing}")
 
 
 def refuse_edited(store: Store, task: str, nothing: str) -> None:
