@@ -167,14 +167,17 @@ def test_a_split_naming_no_episode_shows_the_list_syntax(tmp_path):
 
 
 def test_a_bucket_rename_leaves_an_old_task_that_changed_during_the_copy(tmp_path, request):
-    """A delete in the old task while the bucket rename copies it: the old task is not deleted (it would have lost
-    what changed), the run says so in one line; a task with a publish claim is not renamed at all."""
+    """A delete in the old task while the bucket rename copies it is refused (the old task is held, E72); an object
+    a writer that honours no hold adds meanwhile: the old task is not deleted (it would have lost what changed), the
+    run says so in one line; a task with a publish claim is not renamed at all."""
     from backends import paused
 
     t = at("bucket", record(tmp_path / "t", episodes=2), request)
     new = t.location.rsplit("/", 1)[0] + "/renamed"
     with paused(tmp_path / "state", "edit", "committed", "edit", "rename", t.location, "renamed") as ren:
-        _ok(run_cli("delete", t.location, "1"))  # the old task changes under the copy
+        r = run_cli("delete", t.location, "1")
+        assert r.returncode == 1 and "`egopool edit rename` is in progress" in r.stderr, r.stderr
+        t.store.put("notes.txt", b"a hand copy")  # the old task changes under the copy
         done = ren.release()
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "changed during the copy" in done.stderr and "left in place" in done.stderr

@@ -189,6 +189,20 @@ def resume_cmd(target: str = typer.Argument(..., metavar="TASK", help="The task 
     _show(report, json_out)
 
 
+@edit_app.command("abandon")
+def abandon_cmd(target: str = typer.Argument(..., metavar="TARGET",
+                                             help="The new task an unfinished merge, split or bucket rename builds."),
+                json_out: bool = _JSON) -> None:
+    """Give up an unfinished merge, split or bucket rename into a new task: its partial objects and journal are removed and its sources released (their hold, meta/.edit.json, removed).
+
+    For when `egopool edit resume TARGET` is refused because a source changed since the edit was planned. Refused when the target was committed already, for an in-place edit and for a merge into an existing task (`egopool edit resume` finishes those).
+    """
+    from ..edit.abandon import abandon_edit
+
+    _locations(target)
+    _show(abandon_edit(target), json_out)
+
+
 @edit_app.command("rename")
 @json_refusal
 def rename_cmd(task: str = typer.Argument(..., metavar="TASK", help="The task to rename."),

@@ -86,9 +86,17 @@ def highest_used(target: SourceTask) -> int:
     return max(used, default=0)
 
 
-def plan_merge_into(sources: Sequence[str | ObjectPath], target: SourceTask) -> CopyPlan:
+def fingerprint(t: StoreTask) -> list[list[str]]:
+    """``[key, version]`` of every object of the task but dot-named ones (its journal, a directory's lock file):
+    what a plan of a merge into it was made from (E71). Any episode committed, deleted or retired, any
+    ``info.json`` change alters it."""
+    return sorted([m.key, m.version] for m in t.store.list() if not m.key.rsplit("/", 1)[-1].startswith("."))
+
+
+def plan_merge_into(sources: Sequence[str | ObjectPath], target: SourceTask, *, held: bool = False) -> CopyPlan:
     """The plan of appending ``sources`` to the task ``target`` (module docstring); reads every episode of the
-    target and the sources once (digests), writes nothing.
+    target and the sources once (digests), writes nothing. ``held``: the sources are held by this run already
+    (a re-plan, E71): their hold is not refused as a busy source.
 
     Raises
     ------
@@ -102,7 +110,8 @@ def plan_merge_into(sources: Sequence[str | ObjectPath], target: SourceTask) -> 
         raise OperationError("edit merge needs a source task", hint="egopool edit merge A --into EXISTING")
     opened = [open_source(s) for s in sources]
     for o in opened:
-        refuse_busy_source(o)
+        if not held:
+            refuse_busy_source(o)
     uris = [s.t.uri for s in opened]
     real = [same_task(u) for u in uris]  # a symlink to a task is that task (E64)
     if same_task(target.t.uri) in real:
@@ -159,18 +168,53 @@ def merge_into(sources: Sequence[str | ObjectPath], tgt: StoreTask, *, dry_run: 
         raise LockError(f"episode(s) {', '.join(map(str, busy))} of this task are being published or changed "
                         f"(their claims are under .egopool-server/journals/)", path=tgt.uri,
                         hint="merge when the upload or command finished; nothing was written")
+    planned_on = fingerprint(tgt)  # before the plan reads the target (E71)
     plan = plan_merge_into(sources, target)
     report.plan = plan
     if not plan.picks:  # every episode is in the target already: nothing changes, no journal, no claim (E32)
-        report.changes.append(f"nothing to do: every episode of {', '.join(plan.sources)} is in {tgt.uri} already")
-        return report
-    unchanged = ["meta/tasks.jsonl"] if plan.tasks == target.tasks() else []
+        return _nothing_to_do(report, plan)
     if dry_run:
-        report.writes = [k for k in target_keys(plan) if k not in unchanged]
+        report.writes = [k for k in target_keys(plan) if k not in _unchanged(plan, target.tasks())]
         return report
-    report = run_plan(tgt, plan, report, into=execute_into)
-    report.writes = [k for k in report.writes if k not in unchanged]
+    pause(OP, "planned")
+
+    def run(t: StoreTask, p: CopyPlan, journal: EditJournal, hold: SourceHold | None) -> None:
+        execute_into(t, p, journal, hold, planned_on=planned_on)
+
+    before = target.tasks()
+    report = run_plan(tgt, plan, report, into=run)
+    if not plan.picks:  # re-planned once this run owned the target: another merge brought them in meanwhile
+        report.writes = []
+        return _nothing_to_do(report, plan)
+    report.writes = [k for k in target_keys(plan) if k not in _unchanged(plan, before)]
     return report
+
+
+def _unchanged(plan: CopyPlan, tasks: list[dict[str, Any]]) -> list[str]:
+    return ["meta/tasks.jsonl"] if plan.tasks == tasks else []
+
+
+def _nothing_to_do(report: EditReport, plan: CopyPlan) -> EditReport:
+    report.changes.append(f"nothing to do: every episode of {', '.join(plan.sources)} is in {report.target} already")
+    return report
+
+
+def _replan(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, hold: SourceHold | None) -> bool:
+    """The target changed between the plan and this run's ownership of its journal (another merge, a publish, a
+    delete finished meanwhile, E71): the plan is made again from the target as it is now, in place (the report
+    shows it), recorded in the journal, and the hold checks the new plan's versions. False: nothing is left to
+    copy (the journal is removed)."""
+    new = plan_merge_into(plan.sources, open_source(tgt.root), held=True)
+    plan.picks, plan.skipped, plan.info, plan.stats, plan.tasks = new.picks, new.skipped, new.info, new.stats, \
+        new.tasks
+    if hold is not None:
+        hold.versions = [(p.source, p.versions) for p in plan.picks]
+        hold.verify()
+    if not plan.picks:
+        journal.remove()
+        return False
+    journal.write(**plan.to_dict())
+    return True
 
 
 def _claim_doc(name: str, new_index: int, token: str, keys: list[str], row: str) -> dict[str, Any]:
@@ -296,8 +340,10 @@ def _append_origins(tgt: StoreTask, plan: CopyPlan) -> None:
 
 
 def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal,
-                 hold: SourceHold | None = None) -> None:
-    """Run a merge into an existing task from the step its journal records (module docstring).
+                 hold: SourceHold | None = None, *, planned_on: list[list[str]] | None = None) -> None:
+    """Run a merge into an existing task from the step its journal records (module docstring). ``planned_on``: the
+    target's :func:`fingerprint` the new plan was made from; when the target differs once this run owns its
+    journal, the plan is made again (E71: two merges of overlapping sources at once add each episode once).
 
     Raises
     ------
@@ -317,6 +363,8 @@ def execute_into(tgt: StoreTask, plan: CopyPlan, journal: EditJournal,
             raise LockError(f"episode(s) {', '.join(map(str, busy))} of this task are being published or changed "
                             f"(their claims are under .egopool-server/journals/)", path=tgt.uri,
                             hint="merge when the upload or command finished; nothing was written")
+        if planned_on is not None and fingerprint(tgt) != planned_on and not _replan(tgt, plan, journal, hold):
+            return
     if state in ("copying", "claiming"):
         if state == "copying":  # a directory's claims folder this edit makes is removed with its claims
             made = isinstance(tgt.root, Path) and not (tgt.root.parent / ".egopool-server").exists()

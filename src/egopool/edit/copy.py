@@ -96,25 +96,29 @@ class CopyPlan:
     #: the target is an existing task the episodes are appended to (:mod:`egopool.edit.append`); ``stats`` is
     #: then what the sources add to its accumulators
     into: bool = False
+    #: key -> version of the (single) source's objects read apart from its episodes (a bucket rename's meta files
+    #: and extra objects): held and checked before the commit as the picks' are (E72)
+    versions: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "args": self.args, "target": self.target, "sources": self.sources,
                 "picks": [p.to_dict() for p in self.picks], "skipped": self.skipped, "info": self.info,
                 "stats": self.stats, "tasks": self.tasks, "move": self.move, "extra": self.extra,
-                "into": self.into}
+                "into": self.into, "versions": self.versions}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CopyPlan:
         return cls(str(d["op"]), dict(d["args"]), str(d["target"]), list(d["sources"]),
                    [Pick.from_dict(p) for p in d["picks"]], list(d.get("skipped") or []), dict(d["info"]),
                    dict(d["stats"]), list(d["tasks"]), bool(d.get("move")), list(d.get("extra") or []),
-                   bool(d.get("into")))
+                   bool(d.get("into")), {str(k): str(v) for k, v in (d.get("versions") or {}).items()})
 
 
 def plan_versions(plan: CopyPlan) -> list[tuple[int, dict[str, str]]]:
     """The versions ``plan`` recorded, per picked episode: ``(source index, key -> version)`` (what a
-    :class:`~egopool.edit.hold.SourceHold` verifies)."""
-    return [(p.source, p.versions) for p in plan.picks]
+    :class:`~egopool.edit.hold.SourceHold` verifies), and the single source's other objects' (a bucket rename's,
+    E72)."""
+    return [(p.source, p.versions) for p in plan.picks] + ([(0, plan.versions)] if plan.versions else [])
 
 
 @dataclass
@@ -334,7 +338,7 @@ def execute(tgt: StoreTask, plan: CopyPlan, journal: EditJournal, *,
             if got is None or got[0].get("task_name") != plan.info.get("task_name"):
                 raise OperationError(f"{tgt.uri}: another writer created meta/info.json during the edit",
                                      hint="inspect the target; its journal stays") from None
-        if hold is not None:
+        if hold is not None and plan.op != "rename":  # a rename's old task stays held to its deletion (E72)
             hold.release()  # before the state (a resume at "committed" holds nothing) and a move's delete
         journal.write(state="committed")
         pause(OP, "committed")
@@ -405,8 +409,8 @@ _READING = ("copying", "claiming", "declaring", "episodes")
 
 
 def _hold(tgt: StoreTask, plan: CopyPlan, state: Any) -> SourceHold | None:
-    """The hold of ``plan``'s sources (:mod:`egopool.edit.hold`) while the edit reads them; None for a rename (its
-    old task is checked after the copy instead, E38) or once the copy is done."""
-    if plan.op not in ("merge", "merge-into", "split") or state not in _READING:
+    """The hold of ``plan``'s sources (:mod:`egopool.edit.hold`) while the edit reads them (a bucket rename's old
+    task too, E72); None once the copy is done."""
+    if plan.op not in ("merge", "merge-into", "split", "rename") or state not in _READING:
         return None
     return SourceHold(plan.op, tgt.uri, plan.sources, plan_versions(plan))

@@ -134,7 +134,9 @@ class SourceHold:
                     raise OperationError(
                         f"the source task {t.uri} changed since the {self.op} was planned ({key} "
                         f"{'is gone' if meta is None else 'was rewritten'}); nothing was committed in {self.target}",
-                        path=t.uri, hint=f"delete the unfinished {self.target} and run the {self.op} again")
+                        path=t.uri, hint=f"`egopool edit abandon {self.target}` gives it up (E73), then run the "
+                                         f"{self.op} again" if self.op != "merge-into" else
+                        f"restore the source as it was, then `egopool edit resume {self.target}`")
 
     def release(self) -> None:
         """Remove this run's markers, then let the locks go (idempotent)."""

@@ -15,8 +15,10 @@ The name of a task is its directory's (or prefix's) last part and ``info.json``'
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ..write.checks import check_task_name
 from ..errors import LockError, OperationError
@@ -25,6 +27,7 @@ from ..ops._store_task import StoreTask, json_bytes, refuse_edited
 from ..ops.task_store import pause
 from ..storage import Store, open_store
 from .copy import CopyPlan, EditReport, Pick, open_target, run_plan, target_keys
+from .hold import held_target, versions_of
 from .journal import JOURNAL, EditJournal, edit_lock, other_edit, read_journal
 from .registered import rename_registered
 from .source import location, open_source
@@ -41,8 +44,8 @@ def _objects(store: Store) -> list[str]:
 
 def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
     s = open_source(src_uri)
-    picks = [Pick(0, n, n, {}, "", {k: [ext, key] for k, (ext, key) in ref.videos.items()})
-             for n, ref in sorted(s.episodes.items())]
+    picks = [Pick(0, n, n, {}, "", {k: [ext, key] for k, (ext, key) in ref.videos.items()},
+                  versions_of(s.t.store, ref)) for n, ref in sorted(s.episodes.items())]
     tasks = s.tasks()
     same = {str(int(r.get("task_index") or 0)): int(r.get("task_index") or 0) for r in tasks}
     for p in picks:
@@ -52,8 +55,13 @@ def _bucket_plan(src_uri: str, new_uri: str) -> CopyPlan:
     listed = _objects(s.t.store)
     extra = sorted(k for k in listed if k not in episode_keys and k not in fixed)
     info = {**s.info, "task_name": new_uri.rsplit("/", 1)[-1]}
+    versions = {}  # the old task's other objects as read (E72): held and checked before the commit
+    for key in sorted(fixed - {JOURNAL}) + extra:
+        meta = s.t.store.head(key)
+        if meta is not None and meta.version is not None:
+            versions[key] = meta.version
     return CopyPlan("rename", {"source": s.t.uri}, new_uri, [s.t.uri], picks, [], info, read_stats(s.t.root),
-                    tasks, True, extra)
+                    tasks, True, extra, versions=versions)
 
 
 def _copied(plan: CopyPlan) -> set[str]:
@@ -73,9 +81,20 @@ def _delete_old(plan: CopyPlan) -> dict[str, list[int]]:
     store = open_store(plan.sources[0])
     keys = _objects(store)
     if [k for k in keys if k not in _copied(plan)]:
+        got = store.get(JOURNAL)  # left whole: this rename's hold of it (E72) goes
+        if got is not None and held_target(_json(got[0])) == plan.target:
+            store.delete([JOURNAL])
         return {}
     store.delete(sorted(keys, key=lambda k: (k == "meta/info.json", k)))  # info.json last: a task to the end
     return {plan.sources[0]: sorted(p.index for p in plan.picks)}
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _finished(report: EditReport, src: str) -> EditReport:
