@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import LockError
 
-__all__ = ["EDIT_JOURNAL", "STALE_AFTER", "edit_in_progress", "edit_name", "holder_alive", "holder_text", "lock_holder", "owner_of",
+__all__ = ["EDIT_JOURNAL", "STALE_AFTER", "edit_in_progress", "edit_name", "journal_doc", "holder_alive", "holder_text", "lock_holder", "owner_of",
            "pid_alive"]
 
 #: a journal of a run on another host is taken as dead after this long without a step (s)
@@ -24,6 +24,16 @@ STALE_AFTER = 6 * 3600.0
 
 #: task-relative key of an ``egopool edit``'s journal (docs/decisions.md E2): the edit's plan and ownership
 EDIT_JOURNAL = "meta/.edit.json"
+
+
+def journal_doc(body: bytes) -> dict[str, Any]:
+    """The JSON object of an edit journal's (or a hold marker's) bytes; ``{}`` when they are not UTF-8 JSON of an
+    object (a damaged journal still names a task as held: its owner is then unknown)."""
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def pid_alive(pid: int) -> bool:
@@ -85,10 +95,10 @@ def lock_holder(task_dir: Path) -> str:
     the edit its ``meta/.edit.json`` names ("`edit merge` (pid 123)"; a merge or split holding it as a source
     says so), else "another egopool process (a recorder or a maintenance command)"."""
     try:
-        doc = json.loads((task_dir / EDIT_JOURNAL).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        doc = None
-    if not isinstance(doc, dict) or not holder_alive(doc):
+        doc = journal_doc((task_dir / EDIT_JOURNAL).read_bytes())
+    except OSError:
+        doc = {}
+    if not holder_alive(doc):
         return "another egopool process (a recorder or a maintenance command)"
     pid = owner_of(doc).get("pid")
     return f"`{edit_name(doc)}`" + (f" (pid {pid})" if pid is not None else "") + \

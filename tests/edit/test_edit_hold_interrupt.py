@@ -31,13 +31,20 @@ def _episodes(t: TaskAt) -> list[tuple[list[list[float]], bytes]]:
             for d, v in zip(data, videos, strict=True)]
 
 
-def test_ctrl_c_mid_merge_keeps_the_sources_held_until_resume(tmp_path, backend, request):
+def _merge_interrupted_at(tmp_path, backend, request, point: str):
+    """Sources a (2 episodes) and b (1), a merge of both into m paused at ``edit:POINT`` and sent SIGINT there:
+    ``(a, b, m, the paused run, its stderr)``."""
     a = at(backend, record(tmp_path / "a", episodes=2), request)
     b = at(backend, record(tmp_path / "b", episodes=1, first_value=50.0), request)
     m = target_of(backend, tmp_path, a, "m")
-    with paused(tmp_path / "state", "edit", "episode", "edit", "merge", a.location, b.location, "--into", m) as merge:
+    with paused(tmp_path / "state", "edit", point, "edit", "merge", a.location, b.location, "--into", m) as merge:
         merge.proc.send_signal(signal.SIGINT)
-        out, err = merge.proc.communicate(timeout=300)
+        _, err = merge.proc.communicate(timeout=300)
+    return a, b, m, merge, err
+
+
+def test_ctrl_c_mid_merge_keeps_the_sources_held_until_resume(tmp_path, backend, request):
+    a, b, m, merge, err = _merge_interrupted_at(tmp_path, backend, request, "episode")
     assert merge.proc.returncode == 130, err
     assert err.splitlines() == [f"egopool: the edit of {m} is unfinished and its sources stay held; "
                                 f"`egopool edit resume {m}` finishes it", "egopool: interrupted"], err
@@ -59,12 +66,7 @@ def test_ctrl_c_mid_merge_keeps_the_sources_held_until_resume(tmp_path, backend,
 
 def test_ctrl_c_while_a_merge_plans_releases_its_sources(tmp_path, backend, request):
     """Interrupted before its journal exists (nothing to resume): the hold ends, no target is left."""
-    a = at(backend, record(tmp_path / "a", episodes=2), request)
-    b = at(backend, record(tmp_path / "b", episodes=1, first_value=50.0), request)
-    m = target_of(backend, tmp_path, a, "m")
-    with paused(tmp_path / "state", "edit", "held", "edit", "merge", a.location, b.location, "--into", m) as merge:
-        merge.proc.send_signal(signal.SIGINT)
-        out, err = merge.proc.communicate(timeout=300)
+    a, b, m, merge, err = _merge_interrupted_at(tmp_path, backend, request, "held")
     assert merge.proc.returncode == 130 and err == "egopool: interrupted\n", err
     assert not a.store.exists("meta/.edit.json") and not b.store.exists("meta/.edit.json")
     assert TaskAt(backend, m, tmp_path).all_keys() == set()

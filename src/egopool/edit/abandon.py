@@ -19,12 +19,12 @@ existing task (their changes are in a task readers use: ``edit resume`` finishes
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import OperationError
+from .._holders import journal_doc
 from ..ops._store_task import EDIT_JOURNAL, holder_alive, open_store_task
 from .copy import CopyPlan, EditReport, open_target
 from .hold import held_target
@@ -34,14 +34,6 @@ __all__ = ["abandon_edit"]
 
 #: the ops whose target is a new task (nothing a reader uses until its commit)
 _NEW_TARGET = ("merge", "split", "rename")
-
-
-def _doc(body: bytes) -> dict[str, Any]:
-    try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _refuse_kind(uri: str, doc: dict[str, Any]) -> None:
@@ -115,7 +107,7 @@ def abandon_edit(target: str) -> EditReport:
         for uri in plan.sources:
             src = open_store_task(uri)
             mark = src.store.get(EDIT_JOURNAL)
-            if mark is not None and held_target(_doc(mark[0])) == tgt.uri:
+            if mark is not None and held_target(journal_doc(mark[0])) == tgt.uri:
                 src.store.delete([EDIT_JOURNAL])
                 report.changes.append(f"released {uri} (held as a source of the `edit {plan.op}`)")
         journal.remove()

@@ -23,12 +23,12 @@ holds a source leaves the marker: the commands above then say "an interrupted `e
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from .._atomic import task_read_lock
 from ..errors import LockError, OperationError
+from .._holders import journal_doc
 from ..ops._store_task import (EDIT_JOURNAL, StoreTask, edit_in_progress, holder_alive, json_bytes, lock_holder,
                                open_store_task)
 from ..storage import PreconditionFailed, PutMode, Store
@@ -57,11 +57,7 @@ def _read(store: Store) -> tuple[dict[str, Any], str] | None:
     got = store.get(EDIT_JOURNAL)
     if got is None:
         return None
-    try:
-        doc = json.loads(got[0].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        doc = {}
-    return (doc if isinstance(doc, dict) else {}), got[1]
+    return journal_doc(got[0]), got[1]
 
 
 class SourceHold:

@@ -11,7 +11,6 @@ holds the whole plan (every episode's source and destination, the target's ``inf
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from .._atomic import task_lock
 from ..errors import FormatError, LockError, OperationError
 from ..meta import markers
+from .._holders import journal_doc
 from ..ops._store_task import EDIT_JOURNAL, StoreTask, edit_in_progress, holder_alive
 from ..storage import PreconditionFailed, PutMode
 from ..storage.store import require_conditional_writes
@@ -71,11 +71,7 @@ class EditJournal:
             version = t.store.put(JOURNAL, json_bytes({**doc, "owner": t.stamp()}), mode=PutMode.CREATE)
         except PreconditionFailed as exc:
             got = t.store.get(JOURNAL)
-            try:
-                held = json.loads(got[0].decode("utf-8")) if got is not None else {}
-            except (UnicodeDecodeError, ValueError):
-                held = {}
-            raise other_edit(t, held if isinstance(held, dict) else {}) from exc
+            raise other_edit(t, journal_doc(got[0]) if got is not None else {}) from exc
         return cls(t, doc, version)
 
     @classmethod

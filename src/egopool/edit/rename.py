@@ -15,14 +15,13 @@ The name of a task is its directory's (or prefix's) last part and ``info.json``'
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 from ..write.checks import check_task_name
 from ..errors import LockError, OperationError
 from ..meta.stats import read_stats
+from .._holders import journal_doc
 from ..ops._store_task import StoreTask, json_bytes, refuse_edited
 from ..ops.task_store import pause
 from ..storage import Store, open_store
@@ -82,19 +81,11 @@ def _delete_old(plan: CopyPlan) -> dict[str, list[int]]:
     keys = _objects(store)
     if [k for k in keys if k not in _copied(plan)]:
         got = store.get(JOURNAL)  # left whole: this rename's hold of it (E72) goes
-        if got is not None and held_target(_json(got[0])) == plan.target:
+        if got is not None and held_target(journal_doc(got[0])) == plan.target:
             store.delete([JOURNAL])
         return {}
     store.delete(sorted(keys, key=lambda k: (k == "meta/info.json", k)))  # info.json last: a task to the end
     return {plan.sources[0]: sorted(p.index for p in plan.picks)}
-
-
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _finished(report: EditReport, src: str) -> EditReport:

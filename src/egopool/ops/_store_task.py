@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._holders import (EDIT_JOURNAL, STALE_AFTER, edit_in_progress, holder_alive, holder_text,
+from .._holders import (EDIT_JOURNAL, STALE_AFTER, edit_in_progress, holder_alive, holder_text, journal_doc,
                         lock_holder, pid_alive)
 from ..errors import FormatError, LockError
 from ..meta.info import read_info
@@ -55,11 +55,7 @@ def refuse_edited(store: Store, task: str, nothing: str) -> None:
     got = store.get(EDIT_JOURNAL)
     if got is None:
         return
-    try:
-        doc = json.loads(got[0].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        doc = {}
-    raise edit_in_progress(doc if isinstance(doc, dict) else {}, store.url(EDIT_JOURNAL), task, nothing)
+    raise edit_in_progress(journal_doc(got[0]), store.url(EDIT_JOURNAL), task, nothing)
 
 
 @dataclass
