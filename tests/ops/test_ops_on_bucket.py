@@ -220,7 +220,7 @@ def test_a_prefix_that_is_not_a_task_is_one_line(cmd, s3_server, tmp_path, monke
     assert code == 1
     lines = err.strip().splitlines()
     assert len(lines) == 1 and t in lines[0], err
-    assert "info.json" in lines[0] or "does not exist" in lines[0]
+    assert "info.json" in lines[0] or "does not exist" in lines[0] or f"no task at {t}" in lines[0]
     assert not list(tmp_path.iterdir())
 
 

@@ -102,6 +102,13 @@ def _edit_journal(root: TaskPath) -> tuple[TaskPath, dict[str, Any]] | None:
     """``(path, document)`` of the task's edit journal (``meta/.edit.json``; ``{}`` when it does not read), None
     when there is none."""
     journal = root / "meta" / ".edit.json"
+    if isinstance(journal, ObjectPath):  # one HEAD when there is none, never the LIST of is_file() (O33)
+        from .._holders import journal_doc
+
+        try:
+            return journal, journal_doc(journal.read_bytes())
+        except FileNotFoundError:
+            return None
     try:
         if not journal.is_file():
             return None
@@ -173,8 +180,8 @@ def read_info(task_dir: TaskPathLike, *, check_format: bool = True) -> dict[str,
         if not root.exists():
             if isinstance(root, ObjectPath):
                 require_bucket(root)
-                raise FormatError(f"no task at {root}", hint="check the URI (`egopool ls` of a task lists its "
-                                                             "episodes; the prefix holds no object)")
+                raise FormatError(f"no task at {root}", hint="check the URI: the prefix holds no object; `egopool ls` of "
+                                                             "a task lists its episodes")
             raise FormatError("task directory does not exist", path=root,
                               hint="pass the task directory holding data/, videos/, meta/")
         if not root.is_dir():

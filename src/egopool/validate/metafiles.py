@@ -117,10 +117,11 @@ def check_info_file(root: TaskPath, report: Report) -> dict[str, Any] | None:
     if building is not None:
         report.error(R_LAYOUT, root, f"{building.message} ({building.hint})")
         return None
-    midway = edit_midway(root) if root.exists() else None  # an in-place edit interrupted or running (E63)
+    exists = root.exists()  # asked once: on a bucket each ask of a prefix is a HEAD and a LIST (O33)
+    midway = edit_midway(root) if exists else None  # an in-place edit interrupted or running (E63)
     if midway is not None:
         report.error(R_LAYOUT, root, f"{midway.message} ({midway.hint})")
-    if not root.exists():
+    if not exists:
         if isinstance(root, ObjectPath):
             require_bucket(root)  # a missing bucket is said as such (ObjectStoreError), not as a missing task
             report.error(R_LAYOUT, root, f"no task at {root} (check the URI; the prefix holds no object)")
