@@ -98,6 +98,10 @@ def read_like_checks(path: Path, batch: int | None = None, **open_kw: Any) -> fl
     return dt
 
 
+def _reader(path: Path) -> Callable[[], float]:
+    return lambda: read_like_checks(path)
+
+
 def read_options(path: Path) -> dict[str, Callable[[], float]]:
     def by_row_group() -> float:
         pf = pq.ParquetFile(path)
@@ -148,12 +152,13 @@ def main() -> None:
                             str(args.seconds), "--out", str(work / "rec"), "--task", "full", "--depth-codec", "hevc12"],
                            check=True, stdout=subprocess.DEVNULL)
             data = next((work / "rec" / "full" / "data").rglob("*.parquet"))
-        files, wcpu = {}, {}
+        files: dict[str, Path] = {}
+        wcpu: dict[str, float] = {}
         for name, opts in variants(data, args.uncompressed).items():
             files[name] = work / f"{len(files)}.parquet"
             wcpu[name] = rewrite(data, files[name], opts)
         print(f"{data}: load {os.getloadavg()[0]:.1f}, {args.rounds} rounds alternated")
-        res = alternate({k: (lambda p=p: read_like_checks(p)) for k, p in files.items()}, args.rounds)
+        res = alternate({k: _reader(p) for k, p in files.items()}, args.rounds)
         base = res["as written"]
         print(f"{'writer option':22}{'MB':>8}{'write CPU s':>13}{'read CPU s (min, median)':>27}{'/ as written':>14}")
         for k, v in res.items():
