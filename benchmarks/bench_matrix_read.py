@@ -33,9 +33,12 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from egopool.arrowutil import list_offsets
-from egopool.codecs.force_matrix import may_saturate
-from egopool.validate.data import batch_rows
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+sys.path.insert(0, SRC)
+
+from egopool.arrowutil import list_offsets  # noqa: E402
+from egopool.codecs.force_matrix import may_saturate  # noqa: E402
+from egopool.validate.data import batch_rows  # noqa: E402
 
 
 def matrix_columns(pf: pq.ParquetFile) -> list[str]:
@@ -150,7 +153,8 @@ def main() -> None:
         if data is None:
             subprocess.run([sys.executable, "-m", "egopool", "simulate", "--rig", "full", "--seconds",
                             str(args.seconds), "--out", str(work / "rec"), "--task", "full", "--depth-codec", "hevc12"],
-                           check=True, stdout=subprocess.DEVNULL)
+                           check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")})
             data = next((work / "rec" / "full" / "data").rglob("*.parquet"))
         files: dict[str, Path] = {}
         wcpu: dict[str, float] = {}
