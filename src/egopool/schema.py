@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Mapping
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +25,15 @@ from .frames import frame_axes as _frame_axes
 
 __all__ = [
     "FORBIDDEN_PREFIXES",
+    "IMU_COLUMN",
+    "IMU_TS_COLUMN",
     "KEY_COLUMNS",
     "RESERVED_SUFFIXES",
     "ColumnSpec",
     "check_column_name",
     "check_slot_name",
+    "companion_columns",
+    "owner_column",
     "force_matrix_column",
     "hand_pose_column",
     "imu_columns",
@@ -118,6 +122,50 @@ def check_column_name(name: str, kind: str | None = None) -> None:
     if kind is not None and implied is not None and implied != kind:
         raise SchemaError(f"ends with a reserved suffix that means {implied!r}, but it is a {kind!r} column (§2.4)",
                           column=name, hint="pick a signal name that does not end in a reserved suffix")
+
+
+#: The IMU column and its per-sample stamps (file_format.md §7.2: one stamp per sample, checklist §12.9); both
+#: names are fixed by the spec (one S80M per task, multi_device_storage.md §4.4), so neither takes a prefix.
+IMU_COLUMN, IMU_TS_COLUMN = "observation.imu", "imu_ts_ns"
+#: Kinds whose column may have an ``<column>_ns`` host-time column (multi_device_storage.md §2.4, §4.6, §6.6).
+_NS_KINDS = ("slam_trajectory", "force", "force_matrix")
+#: A glove sensor's IMU columns, ``observation.<sensor><suffix>`` (multi_device_storage.md §4.5, §2.2).
+_SENSOR_SUFFIXES = ("_imu_quat", "_imu_valid")
+
+
+def companion_columns(column: str, sensors: Collection[str] = ()) -> list[str]:
+    """The columns that belong to ``column`` and exist only with it (docs/decisions.md E27, E83), whether or not a
+    task holds them:
+
+    * ``observation.imu`` -> ``imu_ts_ns`` (file_format.md §7.2, §12.9; required: one stamp per sample);
+    * a ``slam_trajectory`` / ``_force`` / ``_force_matrix`` column ``C`` -> ``C_ns`` (its host times, §4.6);
+    * a glove's pressure column ``observation.<sensor>`` (``<sensor>`` in ``info.json`` ``sensors``) ->
+      ``observation.<sensor>_imu_quat``, ``observation.<sensor>_imu_valid`` and ``status.<sensor>``
+      (multi_device_storage.md §4.5, §3 ``status.<传感器名>``).
+
+    ``observation.<side>_hand_pose`` is no companion (an always-written column of its side, §7.2), nor a gripper's
+    ``status.<slot>`` (its device's slot's, E35). Empty for any other column.
+    """
+    if column == IMU_COLUMN:
+        return [IMU_TS_COLUMN]
+    if signal_kind(column) in _NS_KINDS:
+        return [column + "_ns"]
+    sensor = column[len("observation."):] if column.startswith("observation.") else None
+    if sensor is not None and sensor in sensors:
+        return [f"observation.{sensor}{suffix}" for suffix in _SENSOR_SUFFIXES] + [f"status.{sensor}"]
+    return []
+
+
+def owner_column(column: str, sensors: Collection[str] = ()) -> str | None:
+    """The column ``column`` is a companion of (:func:`companion_columns`), or None."""
+    if column == IMU_TS_COLUMN:
+        return IMU_COLUMN
+    if column.endswith("_ns") and column[:-3] and column in companion_columns(column[:-3]):
+        return column[:-3]
+    for sensor in sensors:
+        if column in companion_columns(f"observation.{sensor}", sensors):
+            return f"observation.{sensor}"
+    return None
 
 
 _SLOT_RE = re.compile(r"[^\W_]\w*")  # Unicode letters (Chinese too), digits and _, not starting with _
@@ -419,10 +467,10 @@ def hand_pose_column(side: str) -> ColumnSpec:
 def imu_columns() -> tuple[ColumnSpec, ColumnSpec]:
     """``observation.imu`` (list<list<float32,6>>, per-sample gyro xyz rad/s + accel xyz m/s²) and
     ``imu_ts_ns`` (list<int64>, device clock ns), one timestamp per sample (§7.2, checklist §12.9)."""
-    imu = ColumnSpec("observation.imu", "list_list", "float32", 6, {"dtype": "float32", "shape": [6]},
+    imu = ColumnSpec(IMU_COLUMN, "list_list", "float32", 6, {"dtype": "float32", "shape": [6]},
                      kind="imu", sparse=True)
-    ts = ColumnSpec("imu_ts_ns", "list", "int64", None, None, kind="imu_ts", sparse=True,
-                    lockstep=("observation.imu", 1))
+    ts = ColumnSpec(IMU_TS_COLUMN, "list", "int64", None, None, kind="imu_ts", sparse=True,
+                    lockstep=(IMU_COLUMN, 1))
     return imu, ts
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import EpisodeNotFoundError, FormatError, OperationError, SchemaError
-from ..schema import check_column_name, signal_kind
+from ..schema import IMU_COLUMN, IMU_TS_COLUMN, check_column_name, companion_columns, owner_column, signal_kind
 from .inplace import Change
 from .source import SourceTask
 
@@ -31,21 +31,21 @@ __all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "column_spe
 
 _FIXED = {"episode_index", "frame_index", "timestamp", "task_index", "wall_time", "hardware_ns", "action"}
 
-#: Kinds whose column may have an ``_ns`` companion (multi_device_storage.md §2.4, §4, §6.6; file_format.md
-#: §8.1.3): the per-sample host times, which follow the column when it is removed or renamed (E27).
-_WITH_NS = ("slam_trajectory", "force", "force_matrix")
-
 
 def companion(column: str) -> str | None:
     """The ``_ns`` companion column of ``column`` (``observation.slam_trajectory`` ->
-    ``observation.slam_trajectory_ns``), or None for a column of another kind."""
-    return column + "_ns" if signal_kind(column) in _WITH_NS else None
+    ``observation.slam_trajectory_ns``), or None for a column of another kind (its name alone decides)."""
+    comps = [c for c in companion_columns(column) if c == column + "_ns"]
+    return comps[0] if comps else None
 
 
-def _base_of(column: str) -> str | None:
-    """The column an ``_ns`` companion belongs to, or None."""
-    base = column[:-3] if column.endswith("_ns") else None
-    return base if base is not None and companion(base) == column else None
+def _sensors(s: SourceTask) -> list[str]:
+    """``info.json`` ``sensors`` (the glove sensor names, multi_device_storage.md §6.4)."""
+    return [str(x) for x in s.info.get("sensors") or [] if isinstance(x, str)]
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(repr(n) for n in names)
 
 
 def json_column_changed(row: dict[str, Any], key: str, change: Any) -> dict[str, Any] | None:
@@ -131,25 +131,41 @@ def _not_a_device_column(s: SourceTask, column: str) -> None:
 
 
 class RemoveColumn(Change):
-    """Remove ``column`` from every episode, ``features``, ``sensors`` and ``stats.json``."""
+    """Remove ``column`` and its companions (:func:`egopool.schema.companion_columns`: ``imu_ts_ns``, ``_ns``
+    stamps, a glove sensor's ``_imu_quat`` / ``_imu_valid`` / ``status.<sensor>``) from every episode,
+    ``features``, ``sensors``, ``slam_frames``, the rows' column specs and ``stats.json`` (E27, E83)."""
 
     op = "remove-column"
 
     def __init__(self, column: str) -> None:
         self.column = column
-        comp = companion(column)
-        self.columns = [column] + ([comp] if comp is not None else [])  # its _ns companion goes too (E27)
+        self.columns = [column] + companion_columns(column)  # the name's own; bind() adds a sensor's (E83)
+        self.present: set[str] = set()
 
     def args(self) -> dict[str, Any]:
         return {"column": self.column}
+
+    def bind(self, s: SourceTask) -> None:
+        self.columns = [self.column] + companion_columns(self.column, _sensors(s))
+        self.present = _columns(s)
+
+    def notes(self) -> list[str]:
+        comps = [c for c in self.columns[1:] if c in self.present]
+        return [f"companions of {self.column!r} removed with it: {_listed(comps)} (docs/decisions.md E83)"] \
+            if comps and self.column in self.present else []
 
     def check(self, s: SourceTask) -> None:
         if self.column in _FIXED:
             raise OperationError(f"{self.column!r} is a key column every episode must have (file_format.md §7.1)",
                                  hint="remove an observation.* or status.* column")
-        if self.column not in _columns(s):
+        have = self.present or _columns(s)
+        if self.column not in have:
             raise SchemaError(f"no column {self.column!r} in {s.t.uri}", hint="see `egopool info TASK`")
-        have = _columns(s)
+        owner = owner_column(self.column, _sensors(s))
+        if self.column == IMU_TS_COLUMN and owner in have:
+            raise SchemaError(f"{IMU_TS_COLUMN!r} holds the stamps of {IMU_COLUMN!r}, one per sample (file_format.md "
+                              f"§7.2, §12.9): {s.t.uri} cannot keep the IMU without them",
+                              hint=f"`egopool edit remove-column TASK {IMU_COLUMN}` removes both; nothing was changed")
         for col in self.columns:
             if col in have:
                 _not_a_device_column(s, col)
@@ -186,25 +202,56 @@ class RemoveColumn(Change):
 
 
 class RenameColumn(Change):
-    """Rename ``old`` to ``new`` in every episode, ``features``, ``sensors`` and ``stats.json``."""
+    """Rename ``old`` to ``new`` and its companions with it (``C_ns`` -> ``D_ns``; a glove sensor's
+    ``_imu_quat`` / ``_imu_valid`` / ``status.<sensor>``) in every episode, ``features``, ``sensors``,
+    ``slam_frames``, the rows' column specs and ``stats.json`` (E27, E83). ``observation.imu`` and ``imu_ts_ns``
+    keep their names (refused)."""
 
     op = "rename-column"
 
     def __init__(self, old: str, new: str) -> None:
         self.old, self.new = old, new
-        old_ns, new_ns = companion(old), companion(new)
-        self.pairs = {old: new}  # its _ns companion follows (E27)
-        if old_ns is not None and new_ns is not None:
-            self.pairs[old_ns] = new_ns
+        self.pairs: dict[str, str] = {old: new}
+        self.present: set[str] = set()
+        self._pair(companion_columns(old), companion_columns(new))  # the name's own; bind() adds a sensor's
+
+    def _pair(self, olds: list[str], news: list[str]) -> None:
+        self.pairs = {self.old: self.new}
+        if len(olds) == len(news):  # companions follow by their place (E27, E83); a kind change is refused
+            self.pairs.update(zip(olds, news, strict=True))
 
     def args(self) -> dict[str, Any]:
         return {"old": self.old, "new": self.new}
+
+    def _new_sensor(self, s: SourceTask) -> str | None:
+        """The sensor name ``new`` gives when ``old`` is a glove sensor's column, else None."""
+        old_sn, new_sn = _sensor(self.old), _sensor(self.new)
+        return new_sn if old_sn is not None and old_sn in _sensors(s) and new_sn is not None else None
+
+    def bind(self, s: SourceTask) -> None:
+        new_sn = self._new_sensor(s)
+        self._pair(companion_columns(self.old, _sensors(s)),
+                   companion_columns(self.new, [new_sn] if new_sn is not None else []))
+        self.present = _columns(s)
+
+    def notes(self) -> list[str]:
+        comps = [f"{a!r} -> {b!r}" for a, b in self.pairs.items() if a != self.old and a in self.present]
+        return [f"companions of {self.old!r} renamed with it: {', '.join(comps)} (docs/decisions.md E83)"] \
+            if comps and self.old in self.present else []
 
     def check(self, s: SourceTask) -> None:
         if self.old in _FIXED:
             raise OperationError(f"{self.old!r} is a key column (file_format.md §7.1); its name is fixed",
                                  hint="rename an observation.* or status.* column")
-        have = _columns(s)
+        if IMU_COLUMN in (self.old, self.new) or IMU_TS_COLUMN in (self.old, self.new):
+            raise SchemaError(f"{self.old!r} -> {self.new!r}: {IMU_COLUMN!r} and {IMU_TS_COLUMN!r}, its per-sample "
+                              "stamps, are named by the spec (file_format.md §7.2, §12.9: readers find the IMU by "
+                              "these names); neither is renamed",
+                              hint=f"`egopool edit remove-column TASK {IMU_COLUMN}` removes both; nothing was changed")
+        if not self.old.startswith(("observation.", "status.")):
+            raise OperationError(f"{self.old!r} is a frame-key column (file_format.md §7.1); its name is fixed",
+                                 hint="rename an observation.* or status.* column")
+        have = self.present or _columns(s)
         if self.old not in have:
             raise SchemaError(f"no column {self.old!r} in {s.t.uri}", hint="see `egopool info TASK`")
         if self.new == self.old:
@@ -226,12 +273,24 @@ class RenameColumn(Change):
                                   f"{kind(signal_kind(self.old))} (multi_device_storage.md §2.4 reserved suffixes)",
                                   hint="keep the column's suffix" if signal_kind(self.old) else
                                   "choose a name without a reserved suffix")
-        base = _base_of(self.old)
-        if base is not None and base in have:
-            raise SchemaError(f"{self.old!r} is the companion of {base!r} and follows it",
-                              hint=f"rename {base!r}; its _ns column is renamed with it")
+        owner = owner_column(self.old, _sensors(s))
+        if owner is not None and owner in have:
+            follows = [c for c in companion_columns(owner, _sensors(s)) if c in have]
+            raise SchemaError(f"{self.old!r} belongs to {owner!r} and follows it (docs/decisions.md E27, E83)",
+                              hint=f"rename {owner!r}; {_listed(follows)} are renamed with it")
+        new_sn = self._new_sensor(s)
+        if _sensor(self.old) in _sensors(s) and (new_sn is None or "." in new_sn):
+            raise SchemaError(f"{self.old!r} is the pressure column of glove sensor {_sensor(self.old)!r}: its new "
+                              f"name is observation.<sensor>, one segment (multi_device_storage.md §2.2), not "
+                              f"{self.new!r}", hint="e.g. observation.left_glove_2; its companions follow")
+        if new_sn is not None:
+            slots = set(s.info.get("video_extensions") or {}) | {
+                str(x) for d in s.info.get("devices") or [] if isinstance(d, dict) for x in d.get("slots") or []}
+            if new_sn in slots or new_sn in _sensors(s):
+                raise SchemaError(f"{new_sn!r} is a slot or sensor of {s.t.uri} already: status.{new_sn} would name "
+                                  "two things (multi_device_storage.md §3)", hint="choose another sensor name")
         for old, new in self.pairs.items():
-            if old != self.old and old in have:
+            if old != self.old and (new in have or old in have):
                 if new in have:
                     raise SchemaError(f"column {new!r} exists already in {s.t.uri} (the new name of {old!r}, the "
                                       f"companion of {self.old!r})", hint="choose another name")

@@ -55,6 +55,16 @@ class Change(ABC):
     def check(self, s: SourceTask) -> None:
         """Refuse bad input in one line before anything is written (``OperationError`` and friends)."""
 
+    def bind(self, s: SourceTask) -> None:
+        """Resolve what the change covers from the task as it is (a column's companions from ``sensors``, E83);
+        called before :meth:`check`, on a dry run, a first run and a resume alike. Default: nothing."""
+        return None
+
+    def notes(self) -> list[str]:
+        """Report lines saying what the change covers besides what was asked (a column's companions); default:
+        none."""
+        return []
+
     def declare(self, info: dict[str, Any]) -> dict[str, Any]:
         """``info.json`` during the change (old and new declarations both); default: unchanged."""
         return info
@@ -117,17 +127,18 @@ class InplaceReport:
     resumed: bool = False
     deleted: dict[int, list[str]] = field(default_factory=dict)
     tasks: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": True, "op": self.op, "task": self.task, "dry_run": self.dry_run, "args": self.args,
                 "resumed": self.resumed, "episodes": {str(k): v for k, v in sorted(self.changed.items())},
                 "deleted": {str(k): v for k, v in sorted(self.deleted.items()) if v}, "tasks": self.tasks,
-                "meta": self.meta}
+                "meta": self.meta, "notes": self.notes}
 
     def lines(self) -> list[str]:
         verb = "would rewrite" if self.dry_run else "rewrote"
         gone = "would delete" if self.dry_run else "deleted"
-        out: list[str] = []
+        out: list[str] = list(self.notes)
         for n in sorted(set(self.changed) | set(self.deleted)):
             if self.changed.get(n):
                 out.append(f"{verb} episode {n}: {', '.join(self.changed[n])}")
@@ -137,7 +148,9 @@ class InplaceReport:
                 f"{shown_text(d['old']) if d['old'] is not None else None} -> "
                 f"{shown_text(d['new']) if d['new'] is not None else None}" for d in self.tasks]
         out += [f"{verb} {k}" for k in self.meta]
-        return out or [f"nothing to do: {self.task} is that way already (`edit {self.op}` changes no object)"]
+        if len(out) == len(self.notes):
+            out.append(f"nothing to do: {self.task} is that way already (`edit {self.op}` changes no object)")
+        return out
 
 
 def task_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -298,7 +311,8 @@ def apply_change(location: str | ObjectPath, ch: Change, *, dry_run: bool = Fals
     """
     s = open_source(location)
     t = s.t
-    report = InplaceReport(ch.op, t.uri, dry_run, ch.args())
+    ch.bind(s)
+    report = InplaceReport(ch.op, t.uri, dry_run, ch.args(), notes=ch.notes())
     if dry_run:
         ch.check(s)
         for n in sorted(s.episodes):

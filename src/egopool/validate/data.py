@@ -27,7 +27,8 @@ from ..codecs.force_matrix import FRAME_VALUES
 from .._safe_read import open_parquet
 from ..errors import EgopoolError, ObjectStoreError, SchemaError
 from ..storage import store_failure
-from ..schema import ALWAYS_KEY_COLUMNS, KEY_COLUMNS, check_column_name, signal_kind
+from ..schema import (ALWAYS_KEY_COLUMNS, IMU_COLUMN, IMU_TS_COLUMN, KEY_COLUMNS, check_column_name, owner_column,
+                      signal_kind)
 from ..storage import TaskPath
 from .context import Context
 
@@ -235,14 +236,17 @@ def _check_schema(ctx: Context, path: TaskPath, cols: dict[str, pa.DataType]) ->
         if isinstance(spec, dict) and isinstance(spec.get("dtype"), str) and spec["dtype"] != _leaf_name(typ):
             ctx.report.error(R_FEATURE, path, f"column {name!r} stores {_leaf_name(typ)} but features declares "
                                               f"dtype {spec['dtype']!r}; fix the declaration")
-    for name in cols:
-        if signal_kind(name) == "slam_trajectory_ns" and name[:-3] not in cols:
-            ctx.report.error(R_LOCKSTEP, path, f"column {name!r} exists without its trajectory {name[:-3]!r}; "
+    for name in cols:  # a stamp column without the column it stamps (schema.owner_column; E83)
+        owner = owner_column(name)
+        if owner is None or owner in cols:
+            continue
+        if signal_kind(name) == "slam_trajectory_ns":
+            ctx.report.error(R_LOCKSTEP, path, f"column {name!r} exists without its trajectory {owner!r}; "
                                                "drop it or restore the trajectory column")
-    if "observation.imu" in cols and "imu_ts_ns" not in cols:
+        elif name == IMU_TS_COLUMN:
+            ctx.report.error(R_OBS, path, f"column {name!r} exists without {owner!r}")
+    if IMU_COLUMN in cols and IMU_TS_COLUMN not in cols:
         ctx.report.error(R_OBS, path, "column 'observation.imu' has no 'imu_ts_ns' (one stamp per sample, §12.9)")
-    if "imu_ts_ns" in cols and "observation.imu" not in cols:
-        ctx.report.error(R_OBS, path, "column 'imu_ts_ns' exists without 'observation.imu'")
 
 
 def _unknown_top_level(ctx: Context, path: TaskPath, name: str) -> None:
