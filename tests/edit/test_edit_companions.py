@@ -168,3 +168,23 @@ def test_a_sensor_companion_is_renamed_only_with_its_sensor(task):
     assert r.returncode == 0, r.stderr
     assert all("status.left_glove" not in s and "observation.left_glove" in s for s in _schemas(t))
     _clean(t)
+
+
+@pytest.mark.parametrize("stage", ["episode", "committed"])
+def test_a_killed_sensor_rename_is_finished_by_its_rerun(task, tmp_path, stage):
+    """The companions are resolved from ``sensors`` at each run (E86): killed after the first episode (``sensors``
+    still old) or after the final ``info.json`` (``sensors`` new already), the re-run leaves the same task."""
+    from backends import kill_at
+
+    t = task
+    args = ("edit", "rename-column", t.location, "observation.left_glove", "observation.lglove")
+    kill_at(tmp_path / "state", "edit", stage, *args)
+    r = run_cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed"] is True and not t.store.exists("meta/.edit.json")
+    new = {"observation.lglove", "observation.lglove_imu_quat", "observation.lglove_imu_valid", "status.lglove"}
+    for names in _schemas(t):
+        assert not set(GLOVE) & set(names) and new <= set(names)
+    info = read_info(t.location)
+    assert info["sensors"] == ["lglove", "right_glove"] and not set(GLOVE) & set(info["features"])
+    _clean(t)
