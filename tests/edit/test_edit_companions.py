@@ -157,9 +157,9 @@ def test_remove_glove_sensor_removes_its_columns(task):
 def test_a_sensor_companion_is_renamed_only_with_its_sensor(task):
     t = task
     _refused(t, "rename-column", "status.left_glove", "status.lg",
-             words=("belongs to 'observation.left_glove'", "rename 'observation.left_glove'"))
+             words=("is the companion of 'observation.left_glove'", "rename 'observation.left_glove'"))
     _refused(t, "rename-column", "observation.left_glove_imu_quat", "observation.lg_imu_quat",
-             words=("belongs to 'observation.left_glove'",))
+             words=("is the companion of 'observation.left_glove'",))
     _refused(t, "rename-column", "observation.left_glove", "observation.lg.x", words=("one segment",))
     _refused(t, "rename-column", "observation.left_glove", "observation.gripper_pose",
              words=("'gripper_pose' is a slot or sensor",))

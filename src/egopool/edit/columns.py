@@ -276,8 +276,8 @@ class RenameColumn(Change):
         owner = owner_column(self.old, _sensors(s))
         if owner is not None and owner in have:
             follows = [c for c in companion_columns(owner, _sensors(s)) if c in have]
-            raise SchemaError(f"{self.old!r} belongs to {owner!r} and follows it (docs/decisions.md E27, E83)",
-                              hint=f"rename {owner!r}; {_listed(follows)} are renamed with it")
+            raise SchemaError(f"{self.old!r} is the companion of {owner!r} and follows it (docs/decisions.md E27, "
+                              "E83)", hint=f"rename {owner!r}; its companions ({_listed(follows)}) are renamed with it")
         new_sn = self._new_sensor(s)
         if _sensor(self.old) in _sensors(s) and (new_sn is None or "." in new_sn):
             raise SchemaError(f"{self.old!r} is the pressure column of glove sensor {_sensor(self.old)!r}: its new "
