@@ -18,9 +18,7 @@ import pytest
 from transfer_helpers import write_task
 
 from egopool.errors import FormatError
-from egopool.layout import TaskLayout
 from egopool.meta.episodes import read_episode_row, recorded_as, restamp_row_file
-from egopool.meta.info import read_info
 from egopool.server.importer import video_group_exists
 from egopool.server.renumber import renumber_row, rewrite_episode_index
 
@@ -29,8 +27,9 @@ from egopool.server.renumber import renumber_row, rewrite_episode_index
 def row_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real writer's one-row ``meta/episodes`` file of N=1 (it records its files' digests)."""
     task = write_task(tmp_path_factory.mktemp("rec"), "pick", 1, rows=5, registry=False)
-    layout = TaskLayout.from_info(task, read_info(task))
-    return layout.episodes_file(1)
+    row = task / "meta" / "episodes" / "chunk-000" / "episode-000.parquet"  # N=1: chunk 0, file 0 (§2)
+    assert row.is_file()
+    return row
 
 
 FILES = {"data/chunk-000/episode-006.parquet": "a" * 64, "videos/chunk-000/cam/episode-006.mp4": "b" * 64}

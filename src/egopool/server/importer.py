@@ -194,6 +194,11 @@ class Importer:
         """The crash tests' seam at ``stage`` (class docstring); a no-op unless ``EGOPOOL_SERVER_PAUSE`` names it."""
         self._pause(stage)
 
+    def pauses_at(self, stage: str) -> bool:
+        """:meth:`pause` at ``stage`` would wait (``EGOPOOL_SERVER_PAUSE`` names it): the request path hands the
+        call to a thread only then (docs/decisions.md U44)."""
+        return self._pause_at == stage
+
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
             marker = self.store.state / f"paused-{stage}"
