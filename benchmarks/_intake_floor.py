@@ -12,6 +12,10 @@ Used by ``bench_upload.py --floor``: for one episode set (upload zips), in one p
 CPU is ``time.process_time()`` (every thread of the process, user + system), in seconds per MB of
 zip. The ratio verify / floor is what issue 29 bounds (<= 1.3 for large episodes); the small
 episodes' fixed cost shows as ms of CPU per episode.
+
+Beside it, for reading only (docs/decisions.md U47): **parquet**, pyarrow alone reading every column of every
+data parquet member the way the row checks do (``iter_batches``, the same batch rows, one thread), and the
+verification against floor + parquet: how far the checks are from the decoding of both kinds of member.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ class FloorResult:
     mb: float
     floor_s: float
     verify_s: float
+    parquet_s: float = 0.0
+
+    @property
+    def ratio_with_parquet(self) -> float:
+        """verify / (floor + parquet): against PyAV and pyarrow decoding every member (docs/decisions.md U47)."""
+        whole = self.floor_s + self.parquet_s
+        return self.verify_s / whole if whole > 0 else float("inf")
 
     @property
     def ratio(self) -> float:
@@ -76,6 +87,32 @@ def decode_floor(zips: list[Path], scratch: Path) -> float:
     return time.process_time() - t
 
 
+def parquet_floor(zips: list[Path], scratch: Path) -> float:
+    """CPU seconds of pyarrow alone reading every column of every data parquet member of ``zips``, in the row
+    checks' batches (:func:`egopool.validate.data.batch_rows`, one thread): the decoding those checks require."""
+    import pyarrow.parquet as pq
+
+    from egopool.validate.data import batch_rows
+
+    files: list[Path] = []
+    for k, z in enumerate(zips):
+        with zipfile.ZipFile(z) as zf:
+            for name in zf.namelist():
+                if name.startswith("data/") and name.endswith(".parquet"):
+                    dst = scratch / f"p{k}" / name
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    dst.write_bytes(zf.read(name))
+                    files.append(dst)
+    gc.collect()
+    t = time.process_time()
+    for f in files:
+        with pq.ParquetFile(f) as pf:
+            names = pf.schema_arrow.names
+            for _ in pf.iter_batches(batch_size=batch_rows(pf, names), columns=names, use_threads=False):
+                pass
+    return time.process_time() - t
+
+
 def verify_cpu(zips: list[Path], scratch: Path) -> float:
     """CPU seconds of :func:`verify_upload` on every zip (each into its own staging directory)."""
     limits = Limits()
@@ -90,21 +127,24 @@ def verify_cpu(zips: list[Path], scratch: Path) -> float:
 
 def measure(zips: list[Path], rounds: int = 2) -> FloorResult:
     """The least CPU of ``rounds`` alternating passes of each (the machine is shared: the least is the cost)."""
-    floor, ver = [], []
+    floor, ver, par = [], [], []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(prefix="egopool-floor-") as tmp:
             floor.append(decode_floor(zips, Path(tmp)))
         with tempfile.TemporaryDirectory(prefix="egopool-verify-") as tmp:
             ver.append(verify_cpu(zips, Path(tmp)))
+        with tempfile.TemporaryDirectory(prefix="egopool-parquet-") as tmp:
+            par.append(parquet_floor(zips, Path(tmp)))
     mb = sum(z.stat().st_size for z in zips) / 1e6
-    return FloorResult(len(zips), mb, min(floor), min(ver))
+    return FloorResult(len(zips), mb, min(floor), min(ver), min(par))
 
 
 def report(name: str, r: FloorResult) -> str:
     """One line: CPU s/MB of each, the ratio, ms per episode."""
     return (f"{name:34}{r.zips:5d} zips {r.mb:8.1f} MB  floor {r.floor_s / r.mb * 1e3:7.1f} ms/MB "
             f"({r.floor_s / r.zips * 1e3:7.1f} ms/ep)  verify {r.verify_s / r.mb * 1e3:7.1f} ms/MB "
-            f"({r.verify_s / r.zips * 1e3:7.1f} ms/ep)  ratio {r.ratio:5.2f}x")
+            f"({r.verify_s / r.zips * 1e3:7.1f} ms/ep)  ratio {r.ratio:5.2f}x  (parquet "
+            f"{r.parquet_s / r.mb * 1e3:6.1f} ms/MB; verify / (floor + parquet) {r.ratio_with_parquet:4.2f}x)")
 
 
 # -- the intake in several configurations (bench_upload.py --floor) --------------------------------

@@ -81,3 +81,32 @@ def test_findings_name_their_row_in_any_batch(task: Path, monkeypatch: pytest.Mo
     assert any(f"'{FM}' row 7 has 1000 values" in m for m in errors), errors
     assert any("'observation.left_glove' row 9 is null" in m for m in errors), errors
     assert sum("row 7 has 1000" in m for m in errors) == 1
+
+
+def _leaf_values(path: Path) -> int:
+    """``num_values`` of the force matrix's leaf column chunks, summed over row groups (the footer's count)."""
+    md = pq.ParquetFile(path).metadata
+    leaf = f"{FM}.list.element"
+    return sum(md.row_group(i).column(j).num_values for i in range(md.num_row_groups)
+               for j in range(md.num_columns) if md.row_group(i).column(j).path_in_schema == leaf)
+
+
+def test_rows_are_counted_from_their_levels_not_from_the_footer(task: Path) -> None:
+    """docs/decisions.md U45: the footer's value count cannot stand for the row lengths. Two rows of 187,499 and
+    187,501 values add up to what two whole frames give, rows and column-chunk ``num_values`` alike; only the
+    decoded offsets tell them apart, and the validator refuses the file."""
+    lens = [len(r) for r in pq.read_table(task / DATA, columns=[FM]).column(FM).to_pylist()]
+    assert lens[:2] == [187_500, 187_500]
+    valid_count = _leaf_values(task / DATA)
+
+    def shift(t: pa.Table) -> pa.Table:
+        rows = t.column(FM).to_pylist()
+        rows[1] = rows[1] + rows[0][-1:]  # 187,501
+        rows[0] = rows[0][:-1]  # 187,499
+        return t.set_column(t.schema.get_field_index(FM), FM, pa.array(rows, type=pa.list_(pa.int16())))
+
+    rewrite_parquet(task / DATA, shift)
+    pf = pq.ParquetFile(task / DATA)
+    assert pf.metadata.num_rows == ROWS and _leaf_values(task / DATA) == valid_count
+    errors = [f.message for f in validate_task(task).findings if f.severity == "error"]
+    assert any(f"'{FM}' row 0 has 187499 values" in m for m in errors), errors

@@ -203,9 +203,15 @@ def task_lock(task_dir: str | Path, *, wait: bool = True) -> Iterator[None]:
 
     The anchor is an empty file whose path never changes, so the lock survives the
     ``os.replace`` of every meta file it guards. Blocks until the lock is free, saying so once on stderr
-    (:func:`say_waiting`); ``wait=False`` raises :class:`~egopool.errors.LockError` instead.
+    (:func:`say_waiting`); ``wait=False`` raises :class:`~egopool.errors.LockError` instead. A ``task_dir``
+    that is not a directory raises :class:`~egopool.errors.FormatError` and creates nothing: a recorder idle
+    between two episodes of a task renamed meanwhile does not re-create the old path (docs/decisions.md E81).
     """
-    anchor = Path(task_dir) / "meta" / "episodes" / ".lock"
+    root = Path(task_dir)
+    anchor = root / "meta" / "episodes" / ".lock"
+    if not root.is_dir():  # never re-create a task renamed or removed under a writer that had it open (E81)
+        raise FormatError("the task directory is gone (renamed or removed since it was opened)",
+                          path=task_dir, hint="open the task at its new path (`egopool ls`); nothing was written")
     anchor.parent.mkdir(parents=True, exist_ok=True)
     def moved() -> LockError:
         return LockError("the task was renamed or removed while this command waited for its lock", path=task_dir,

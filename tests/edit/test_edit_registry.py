@@ -86,3 +86,54 @@ def test_rename_moves_the_registry_rows_to_the_new_name(tmp_path):
     reg = Registry.for_task(new)
     assert reg.recordings("pick") == [] and reg.watermark("pick") == 0
     assert sorted(_in_step(new)) == [1] and reg.watermark("place") == 2
+
+
+
+_ROW_NOTE = """
+import sys
+from egopool.edit.inplace import Change, apply_change
+class RowNote(Change):
+    op = "test-row-note"
+    def args(self):
+        return {}
+    def check(self, s):
+        pass
+    def touches_rows(self):
+        return True
+    def row(self, n, row):
+        return {**row, "calibration": "{ }"} if row.get("calibration") == "{}" else None
+apply_change(sys.argv[1], RowNote())
+"""
+
+
+def test_a_row_only_change_killed_before_the_registry_refresh_is_in_step_after_resume(tmp_path):
+    """E82: a change of an episode's row alone (no file of it rewritten) journals the episode as pending, so a run
+    killed after the row write and before pipeline.db's refresh leaves the registry in step once run again (the
+    row's sha256 was stale for good before)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from backends import wait_for
+
+    task = _registered(tmp_path / "a")
+    before = _in_step(task)
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {**os.environ, "EGOPOOL_OPS_PAUSE": "edit:registry", "XDG_STATE_HOME": str(state)}
+    proc = subprocess.Popen([sys.executable, "-c", _ROW_NOTE, str(task)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker = state / "egopool" / "ops-paused-edit-registry"
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    row, row2 = "meta/episodes/chunk-000/episode-000.parquet", "meta/episodes/chunk-000/episode-001.parquet"
+    assert sha256_file(task / row) != before[1][row]  # the row was rewritten, the registry not yet refreshed
+    assert json.loads((task / "meta" / ".edit.json").read_text())["pending"]["n"] == 1
+    r = subprocess.run([sys.executable, "-c", _ROW_NOTE, str(task)], capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "EGOPOOL_OPS_PAUSE"})
+    assert r.returncode == 0, r.stderr
+    after = _in_step(task)
+    assert after[1][row] == sha256_file(task / row) != before[1][row]
+    assert after[2][row2] == sha256_file(task / row2) != before[2][row2]

@@ -158,3 +158,30 @@ def test_a_rename_during_another_edit_names_that_edit_and_its_pid(tmp_path):
         r = run_cli("edit", "rename", str(a), "b")
         _one_line(r, "`egopool edit remove-column` is in progress on this task", f"pid {first.proc.pid}")
         assert not (tmp_path / "b").exists()
+
+
+def test_a_recorder_idle_between_episodes_of_a_renamed_task_does_not_re_create_it(tmp_path):
+    """E81: the writer's next ``begin_episode`` after a directory rename is refused, and the old path stays gone
+    (it used to come back as an empty ``meta/episodes/`` skeleton)."""
+    import numpy as np
+
+    from egopool import FormatError, StreamSpec, TaskWriter, vector_column
+
+    tw = TaskWriter(tmp_path, "idle", fps=30.0, registry=False)
+
+    def one() -> None:
+        ep = tw.begin_episode(columns=[vector_column(SENSOR, [4])], streams=[StreamSpec("cam", "rgb", 32, 24)],
+                              sensors=["right_glove"], sensor_dim=4)
+        for i in range(4):
+            ep.add_frame({SENSOR: np.full(4, float(i), np.float32)}, images={"cam": np.zeros((24, 32, 3), np.uint8)})
+        ep.finish()
+
+    one()
+    r = run_cli("edit", "rename", str(tmp_path / "idle"), "idle2")
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(FormatError, match="renamed or removed") as err:
+        one()
+    assert str(tmp_path / "idle") in err.value.one_line()
+    assert not (tmp_path / "idle").exists()
+    r = run_cli("ls", str(tmp_path / "idle2"), "--json")
+    assert r.returncode == 0 and [e["episode_index"] for e in json.loads(r.stdout)] == [1], r.stdout + r.stderr

@@ -1,4 +1,4 @@
-"""What the publish of a small upload does once instead of twice (issue 29, docs/decisions.md U44).
+"""What the publish of a small upload does once instead of twice (issue 29, docs/decisions.md U48).
 
 * a renumbered episode's row is renumbered and stamped with its files' sha256 in one write
   (``renumber_row``): the bytes are exactly those of the two writes it replaces (``rewrite_episode_index``
@@ -37,7 +37,7 @@ FILES = {"data/chunk-000/episode-006.parquet": "a" * 64, "videos/chunk-000/cam/e
 
 def test_renumber_row_is_the_two_writes_it_replaces(row_file: Path, tmp_path: Path) -> None:
     two, one = tmp_path / "two.parquet", tmp_path / "one.parquet"
-    rewrite_episode_index(row_file, two, 7, single_row=True)  # the path before U44: write, read, write
+    rewrite_episode_index(row_file, two, 7, single_row=True)  # the path before U48: write, read, write
     restamp_row_file(two, FILES)
     shutil.copyfile(row_file, one)
     sha = renumber_row(one, 7, FILES)

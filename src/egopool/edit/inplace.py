@@ -208,7 +208,9 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
     if not write:
         return keys, deleted
     wrote = body is not None or bool(videos)
-    if wrote and journal is not None:
+    # a row-only change in a directory is journaled too: a run killed between the row and pipeline.db's refresh
+    # is refreshed on resume (E48, E82); a bucket has no registry
+    if (wrote or (row_bytes is not None and s.t.local is not None)) and journal is not None:
         journal.write(pending={"n": ref.index, "moves": moves, "changes": changes})
     if body is not None:
         store.put(ref.data, body)
@@ -229,6 +231,7 @@ def _apply_episode(s: SourceTask, ch: Change, ref: EpisodeRef, write: bool,
         pause(OP, "row")
     if row_bytes is not None:
         store.put(ref.row, row_bytes)
+        pause(OP, "registry")
     if keys or deleted or pending.get("n") == ref.index:  # pipeline.db in step with the files (E48)
         refresh_episode(s.t, ref.index, [k for k, v in changes.items() if v is not None] + list(moves.values()) +
                         [ref.row], [k for k, v in changes.items() if v is None] + list(moves))

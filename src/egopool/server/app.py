@@ -341,7 +341,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 raise
             await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, publish_s=time.monotonic() - t3))
             if result.status == "imported" and state["previews"].config.enabled:  # off the request path: the
-                try:  # answer does not wait for them; --no-previews: no thread hop for a no-op (U44)
+                try:  # answer does not wait for them; --no-previews: no thread hop for a no-op (U48)
                     await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
                 except Exception:  # noqa: BLE001 - a preview never fails an import (rebuilt at the next start)
                     log.exception("could not queue the previews of %s episode %d", task, result.episode_index)

@@ -196,7 +196,7 @@ class Importer:
 
     def pauses_at(self, stage: str) -> bool:
         """:meth:`pause` at ``stage`` would wait (``EGOPOOL_SERVER_PAUSE`` names it): the request path hands the
-        call to a thread only then (docs/decisions.md U44)."""
+        call to a thread only then (docs/decisions.md U48)."""
         return self._pause_at == stage
 
     def _pause(self, stage: str) -> None:
@@ -581,7 +581,7 @@ class Importer:
 
 def video_group_exists(chunk_dir: Path, f: int) -> bool:
     """A file or folder named ``episode-<f:03d>.<anything>`` in a sub-folder of ``chunk_dir`` (a slot), i.e.
-    ``any(chunk_dir.glob(f"*/episode-{f:03d}.*"))`` without compiling a pattern per N (docs/decisions.md U44):
+    ``any(chunk_dir.glob(f"*/episode-{f:03d}.*"))`` without compiling a pattern per N (docs/decisions.md U48):
     the same listings, names compared by prefix."""
     prefix = f"episode-{f:03d}."
     try:

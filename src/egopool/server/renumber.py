@@ -3,7 +3,7 @@
 Only the ``episode_index`` column changes, in the data parquet (row group by row group,
 never the whole episode in memory; every other column, the schema and its metadata kept)
 and in the one-row ``meta/episodes`` file (every stored column kept; the server renumbers and stamps the
-file digests of a row in one write, :func:`renumber_row`, U44). Videos are moved to
+file digests of a row in one write, :func:`renumber_row`, U48). Videos are moved to
 the new ``(chunk, file)`` name, never re-encoded; the row's ``video_codec`` stays.
 """
 
@@ -72,7 +72,7 @@ def renumber_row(path: Path, index: int, files: Mapping[str, str]) -> str:
     ``file_digests`` set to ``files`` (task-relative path -> sha256 of the published objects, X3), in one atomic
     write (temp + fsync + rename: durable on return). The bytes are those of :func:`rewrite_episode_index`
     (``single_row``) followed by :func:`~egopool.meta.episodes.restamp_row_file`, which wrote the file twice and
-    read it three times (docs/decisions.md U44).
+    read it three times (docs/decisions.md U48).
 
     Returns
     -------
