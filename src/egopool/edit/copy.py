@@ -156,8 +156,9 @@ class EditReport:
                     f"{s['same_as']}, {s['digest'][:19]})" for s in p.skipped]
             out += [f"{'would write' if self.dry_run else 'wrote'} {p.target}/{k}" for k in self.writes]
         for src, ns in self.deleted.items():
-            if self.op == "rename":
-                out.append(f"{'would delete' if self.dry_run else 'deleted'} the old task {src} (copied whole)")
+            if self.op == "rename" or (self.plan is not None and self.plan.op == "rename"):  # also resumed (E94)
+                out.append(f"would rename {src} -> {self.target} (the old prefix would be deleted)" if self.dry_run
+                           else f"renamed {src} -> {self.target} (old prefix deleted)")
                 continue
             out.append(f"{'would delete' if self.dry_run else 'deleted'} episode(s) {', '.join(map(str, ns))} "
                        f"from {src} (moved; N retired there)")
