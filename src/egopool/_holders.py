@@ -115,7 +115,8 @@ def edit_in_progress(doc: dict[str, Any], url: str, task: str, nothing: str) -> 
     """
     name, who = edit_name(doc), holder_text(doc)
     again = "run again"
-    args = doc.get("args") if isinstance(doc.get("args"), dict) else {}
+    raw = doc.get("args")
+    args = raw if isinstance(raw, dict) else {}
     renamed = doc.get("target") if doc.get("hold") else args.get("target")
     if doc.get("op") == "rename" and renamed and str(renamed).rstrip("/") != task.rstrip("/"):
         again = f"run again on {renamed} (the task's new name)"  # the task is then the new name (E94)

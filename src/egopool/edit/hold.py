@@ -97,7 +97,7 @@ class SourceHold:
             raise
 
     def _mark(self, t: StoreTask) -> None:
-        doc = {"op": self.op, "hold": True, "target": self.target}
+        doc = {"op": self.op, "hold": True, "target": self.target, "sources": list(self.sources)}  # E92
         try:
             t.store.put(EDIT_JOURNAL, json_bytes({**doc, "owner": t.stamp()}), mode=PutMode.CREATE)
             return
