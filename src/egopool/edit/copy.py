@@ -150,10 +150,13 @@ class EditReport:
         if self.plan is not None:
             p = self.plan
             verb = "would copy" if self.dry_run else "copied"
-            out += [f"{verb} {p.sources[k.source]} episode {k.index} -> {p.target} episode {k.new_index}"
-                    for k in p.picks]
-            out += [f"skipped duplicate {s['source']} episode {s['index']} (same content as target episode "
-                    f"{s['same_as']}, {s['digest'][:19]})" for s in p.skipped]
+            rank = {uri: i for i, uri in enumerate(p.sources)}
+            shown = [(k.source, k.index, f"{verb} {p.sources[k.source]} episode {k.index} -> {p.target} episode "
+                                         f"{k.new_index}") for k in p.picks]
+            shown += [(rank.get(str(s["source"]), len(rank)), int(s["index"]),
+                       f"skipped duplicate {s['source']} episode {s['index']} (same content as target episode "
+                       f"{s['same_as']}, {s['digest'][:19]})") for s in p.skipped]
+            out += [line for _src, _n, line in sorted(shown, key=lambda e: (e[0], e[1]))]  # source order (E97)
             out += [f"{'would write' if self.dry_run else 'wrote'} {p.target}/{k}" for k in self.writes]
         for src, ns in self.deleted.items():
             if self.op == "rename" or (self.plan is not None and self.plan.op == "rename"):  # also resumed (E94)
