@@ -9,14 +9,16 @@ gone (``holder_alive`` false) are released; a live run is refused, named.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from .._holders import holder_alive, journal_doc
+from ..errors import EgopoolError
 from ..ops._store_task import EDIT_JOURNAL, open_store_task
 from ..storage import ObjectPath, as_path, open_store
 from .copy import EditReport
-from .hold import held_target
+from .hold import held_target, hold_note
 from .journal import other_edit
 
 __all__ = ["find_hold", "release_holds", "release_unstarted", "unstarted_line"]
@@ -24,8 +26,21 @@ __all__ = ["find_hold", "release_holds", "release_unstarted", "unstarted_line"]
 
 def find_hold(target: str) -> tuple[str, dict[str, Any]] | None:
     """A source holding the marker of an edit into ``target`` (a location as :func:`~egopool.edit.source.location`
-    gives it): looked for among the target's siblings (a directory's subdirectories; a bucket: one delimited LIST
-    of the parent prefix, then one GET per sibling until one is found). ``(source uri, marker)`` or None."""
+    gives it): the sources this machine's note names (:func:`~egopool.edit.hold.hold_note`), else the target's
+    siblings (a directory's subdirectories; a bucket: one delimited LIST of the parent prefix, then one GET per
+    sibling until one is found). ``(source uri, marker)`` or None."""
+    note = hold_note(target)
+    try:
+        noted = [str(u) for u in json.loads(note.read_text()).get("sources") or []]
+    except (OSError, ValueError, AttributeError):
+        noted = []
+    for uri in noted:
+        try:
+            got = open_store_task(uri).store.get(EDIT_JOURNAL)
+        except EgopoolError:
+            continue  # a source gone or unreachable: the others, then the siblings
+        if got is not None and held_target(doc := journal_doc(got[0])) == target:
+            return uri, doc
     root = as_path(target)
     if isinstance(root, ObjectPath):
         parent = root.parent
@@ -72,6 +87,7 @@ def release_holds(target: str, doc: dict[str, Any], where: str) -> list[str]:
         found.append((t, uri))
     for t, _uri in found:
         t.store.delete([EDIT_JOURNAL])
+    hold_note(target).unlink(missing_ok=True)
     return [uri for _t, uri in found]
 
 
