@@ -246,7 +246,8 @@ def _refuse_holding(t: StoreTask) -> None:
     if t.local is not None or t.store.exists(JOURNAL):
         return  # an interrupted edit's own objects
     dirs, objs = t.store.list_dir("")
-    shown = [d.rstrip("/") for d in dirs if not d.startswith(".")] + [o.key for o in objs if not o.key.startswith(".")]
+    shown = sorted({d.rstrip("/") for d in dirs if not d.startswith(".")} |  # not a copy tool's "folder" marker
+                   {o.key.rstrip("/") for o in objs if o.key.strip("/") and not o.key.startswith(".")})
     if shown:
         raise OperationError(f"{t.uri} is not empty (it holds {', '.join(shown[:3])}"
                              f"{', ...' if len(shown) > 3 else ''})",
