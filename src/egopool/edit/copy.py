@@ -242,12 +242,16 @@ def refuse_inside_task(t: StoreTask) -> None:
 
 def _refuse_holding(t: StoreTask) -> None:
     """Refuse a bucket target prefix with objects under it (not dot-named, no edit journal: a task or anything
-    else would end up inside the new task; a directory is refused as not empty by :func:`open_target`)."""
+    else would end up inside the new task; a directory is refused as not empty by :func:`open_target`). One LIST
+    of the target prefix (paged only when objects are there)."""
     if t.local is not None or t.store.exists(JOURNAL):
         return  # an interrupted edit's own objects
-    dirs, objs = t.store.list_dir("")
-    shown = sorted({d.rstrip("/") for d in dirs if not d.startswith(".")} |  # not a copy tool's "folder" marker
-                   {o.key.rstrip("/") for o in objs if o.key.strip("/") and not o.key.startswith(".")})
+    # one LIST of the prefix (a new target's is empty); a copy tool's empty "folder" objects and the directories a
+    # store keeps after its objects were deleted (SeaweedFS) are nothing under it
+    keys = [m.key for m in t.store.list() if m.key.strip("/") and not m.key.endswith("/")
+            and not any(part.startswith(".") for part in m.key.split("/"))]
+    inner = {k.rsplit("/", i)[0] for k in keys for i in range(1, k.count("/") + 1)}
+    shown = sorted({k.split("/", 1)[0] for k in keys if k not in inner})
     if shown:
         raise OperationError(f"{t.uri} is not empty (it holds {', '.join(shown[:3])}"
                              f"{', ...' if len(shown) > 3 else ''})",
