@@ -140,7 +140,8 @@ def _resumable(target: str) -> None:
     if target.startswith("s3://"):
         return
     path = os.path.abspath(target)
-    hint = "give the directory of the task whose edit was interrupted (it holds meta/.edit.json)"
+    hint = ("give the directory of the task whose edit was interrupted (it holds meta/.edit.json), or `egopool edit "
+            "resume SOURCE` of a source a killed merge or split still holds")
     if not os.path.lexists(path):
         raise OperationError(f"{path} does not exist", hint=hint)
     if not os.path.isdir(path):
