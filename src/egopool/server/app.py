@@ -318,7 +318,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, task=task, bytes=body.file_bytes,
                                                                           zip_sha256=sha, receive_s=t1 - t0))
             importer: Importer = state["importer"]
-            await anyio.to_thread.run_sync(importer.pause, "queued")  # the crash tests' seam: spooled, queued
+            if importer.pauses_at("queued"):  # the crash tests' seam: spooled, queued (no thread hop when unarmed)
+                await anyio.to_thread.run_sync(importer.pause, "queued")
             try:
                 async with state["imports"]:  # the verification (worker processes: U14, Ray: U28), then the
                     t2 = time.monotonic()  # publish: the next upload is verified while this one publishes
@@ -339,8 +340,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                 store.discard(verified.staging.parent)  # publish discards it itself; not reached when cancelled
                 raise
             await anyio.to_thread.run_sync(lambda: store.db.update_upload(upload_id, publish_s=time.monotonic() - t3))
-            if result.status == "imported":  # off the request path: the answer does not wait for it
-                try:
+            if result.status == "imported" and state["previews"].config.enabled:  # off the request path: the
+                try:  # answer does not wait for them; --no-previews: no thread hop for a no-op (U48)
                     await anyio.to_thread.run_sync(state["previews"].enqueue, task, result.episode_index)
                 except Exception:  # noqa: BLE001 - a preview never fails an import (rebuilt at the next start)
                     log.exception("could not queue the previews of %s episode %d", task, result.episode_index)

@@ -55,7 +55,7 @@ from ..write.recovery import reclaim_stale
 from .db import EpisodeRow
 from .declarations import added_declarations, check_upload_fits, may_not_declare
 from .group_commit import GroupQueue
-from .renumber import rewrite_episode_index
+from .renumber import renumber_row, rewrite_episode_index
 from .store import ServerStore, record_into
 from .verify import Verified, client_host_id, local, verify_attempt, verify_upload
 from .workers import Verifier, VerifierLost
@@ -193,6 +193,11 @@ class Importer:
     def pause(self, stage: str) -> None:
         """The crash tests' seam at ``stage`` (class docstring); a no-op unless ``EGOPOOL_SERVER_PAUSE`` names it."""
         self._pause(stage)
+
+    def pauses_at(self, stage: str) -> bool:
+        """:meth:`pause` at ``stage`` would wait (``EGOPOOL_SERVER_PAUSE`` names it): the request path hands the
+        call to a thread only then (docs/decisions.md U48)."""
+        return self._pause_at == stage
 
     def _pause(self, stage: str) -> None:
         if self._pause_at == stage:
@@ -370,8 +375,7 @@ class Importer:
         if local is None:
             return False
         c, f = layout.chunk_file(k)
-        vdir = local / "videos" / f"chunk-{c:03d}"
-        return vdir.is_dir() and any(vdir.glob(f"*/episode-{f:03d}.*"))
+        return video_group_exists(local / "videos" / f"chunk-{c:03d}", f)
 
     def _allocate(self, task: str, layout: TaskLayout, info: Mapping[str, Any], n: int,
                   claimed: frozenset[int] = frozenset()) -> int:
@@ -518,10 +522,16 @@ class Importer:
         target = self._allocate(task, server_layout, server_info, v.n, claimed)
         decl["total_episodes"] = target
         moves, row = self._stage_files(v.staging, layout, server_layout, v.n, target)
-        rewritten = {layout.data_file(v.n), layout.episodes_file(v.n)} if target != v.n else set()
+        rewritten = {layout.data_file(v.n)} if target != v.n else set()
         hashed = {Path(p): h for p, h in v.hashed.items()}
         sha = {key: hashed[staged] if staged in hashed and staged not in rewritten else sha256_file(staged)
-               for staged, key in [*moves, row]}
+               for staged, key in moves}
+        synced = frozenset(map(Path, v.synced))
+        if target != v.n:  # renumbered: the row gets its new N and its files' sha256 (X3) in one durable write
+            sha[row[1]] = renumber_row(row[0], target, {key[len(task) + 1:]: h for key, h in sha.items()})
+            synced |= {row[0]}
+        else:
+            sha[row[1]] = hashed[row[0]] if row[0] in hashed else sha256_file(row[0])
         episode = EpisodeRow(task, target, v.host_id, v.manifest.source_hostname, v.n, v.manifest.episode_digest,
                              v.upload_id, w.token_id, time.time(), v.length, v.streams, v.validation)
         upload_fields = {"client_episode_index": v.n, "server_episode_index": target, "outcome": "imported",
@@ -532,8 +542,8 @@ class Importer:
             tasks_jsonl = "".join(json.dumps(o, ensure_ascii=False) + "\n"
                                   for o in lines or [{"task_index": 0, "task": task}]).encode("utf-8")
         pub = Publication(task, target, moves, row, decl, blocks, episode.to_dict(), upload_fields, fresh, tasks_jsonl,
-                          sha, frozenset(map(Path, v.synced)))
-        stamp_digests(pub)  # the row records its files' sha256 as published (renumbered: their new bytes), X3
+                          sha, synced, stamped=target != v.n)
+        stamp_digests(pub)  # the row records its files' sha256 as published (renumbered: stamped above), X3
         doc = journal_doc(task, target, self.store.owner, [key for _, key in [*moves, row]], row[1],
                           episode=episode.to_dict(), upload_fields=upload_fields, declarations=decl,
                           new_task=fresh is not None, new_info=fresh,
@@ -552,7 +562,7 @@ class Importer:
 
     def _stage_files(self, staging: Path, layout: TaskLayout, server_layout: TaskLayout, n: int,
                      target: int) -> tuple[list[tuple[Path, str]], tuple[Path, str]]:
-        """Staged file -> final key; a renumbered episode's parquet files are rewritten first."""
+        """Staged file -> final key; a renumbered episode's data parquet is rewritten first (its row is not)."""
         c, f = layout.chunk_file(n)
         moves: list[tuple[Path, str]] = []
         vdir = staging / "videos" / f"chunk-{c:03d}"
@@ -560,14 +570,31 @@ class Importer:
             for p in sorted(key_dir.iterdir()):
                 moves.append((p, server_layout.video_file(target, key_dir.name, p.suffix.lstrip(".")).as_posix()))
         data, row = local(layout.data_file(n)), local(layout.episodes_file(n))
-        if target != n:
-            for src, single in ((data, False), (row, True)):
-                dst = src.with_name(f"renumbered-{src.name}")
-                rewrite_episode_index(src, dst, target, single_row=single)
-                src.unlink()
-                dst.rename(src)
+        if target != n:  # the row is renumbered with its digests by _prepare (renumber_row)
+            dst = data.with_name(f"renumbered-{data.name}")
+            rewrite_episode_index(data, dst, target)
+            data.unlink()
+            dst.rename(data)
         moves.append((data, server_layout.data_file(target).as_posix()))
         return moves, (row, server_layout.episodes_file(target).as_posix())
+
+
+def video_group_exists(chunk_dir: Path, f: int) -> bool:
+    """A file or folder named ``episode-<f:03d>.<anything>`` in a sub-folder of ``chunk_dir`` (a slot), i.e.
+    ``any(chunk_dir.glob(f"*/episode-{f:03d}.*"))`` without compiling a pattern per N (docs/decisions.md U48):
+    the same listings, names compared by prefix."""
+    prefix = f"episode-{f:03d}."
+    try:
+        slots = [e.path for e in os.scandir(chunk_dir) if e.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    for slot in slots:
+        try:
+            if any(name.startswith(prefix) for name in os.listdir(slot)):
+                return True
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return False
 
 
 def _sha256_of(store: ServerStore, key: str) -> str:

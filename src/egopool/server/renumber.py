@@ -2,21 +2,27 @@
 
 Only the ``episode_index`` column changes, in the data parquet (row group by row group,
 never the whole episode in memory; every other column, the schema and its metadata kept)
-and in the one-row ``meta/episodes`` file (every stored column kept). Videos are moved to
+and in the one-row ``meta/episodes`` file (every stored column kept; the server renumbers and stamps the
+file digests of a row in one write, :func:`renumber_row`, U48). Videos are moved to
 the new ``(chunk, file)`` name, never re-encoded; the row's ``video_codec`` stays.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pathlib import Path
 
-from .._safe_read import open_parquet
+from .._atomic import atomic_write_bytes
+from .._safe_read import open_parquet, read_parquet
 from ..errors import FormatError
+from ..meta.episodes import restamp_table, row_bytes
 
-__all__ = ["rewrite_episode_index"]
+__all__ = ["renumber_row", "rewrite_episode_index"]
 
 
 def _replace_index(table: pa.Table, index: int) -> pa.Table:
@@ -59,3 +65,32 @@ def rewrite_episode_index(src: Path, dst: Path, index: int, *, single_row: bool 
         raise
     except (OSError, pa.ArrowException) as exc:
         raise FormatError(f"cannot rewrite episode_index: {exc}", path=src) from exc
+
+
+def renumber_row(path: Path, index: int, files: Mapping[str, str]) -> str:
+    """Rewrite the one-row ``meta/episodes`` file ``path`` in place with ``episode_index`` = ``index`` and its
+    ``file_digests`` set to ``files`` (task-relative path -> sha256 of the published objects, X3), in one atomic
+    write (temp + fsync + rename: durable on return). The bytes are those of :func:`rewrite_episode_index`
+    (``single_row``) followed by :func:`~egopool.meta.episodes.restamp_row_file`, which wrote the file twice and
+    read it three times (docs/decisions.md U48).
+
+    Returns
+    -------
+    str
+        sha256 (hex) of the new file's bytes.
+
+    Raises
+    ------
+    FormatError
+        ``path`` cannot be read, has no ``episode_index`` column or does not hold exactly one row.
+    """
+    table = read_parquet(path, what="episodes parquet", hint="the file is corrupt; restore it from a backup")
+    if "episode_index" not in table.column_names:
+        raise FormatError("no episode_index column", path=path)
+    try:
+        new = restamp_table(_replace_index(table, index), files)
+    except FormatError as exc:
+        raise FormatError(exc.message, path=path) from exc
+    data = row_bytes(new)
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
