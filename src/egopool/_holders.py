@@ -114,8 +114,14 @@ def edit_in_progress(doc: dict[str, Any], url: str, task: str, nothing: str) -> 
     deleted").
     """
     name, who = edit_name(doc), holder_text(doc)
+    again = "run again"
+    raw = doc.get("args")
+    args = raw if isinstance(raw, dict) else {}
+    renamed = doc.get("target") if doc.get("hold") else args.get("target")
+    if doc.get("op") == "rename" and renamed and str(renamed).rstrip("/") != task.rstrip("/"):
+        again = f"run again on {renamed} (the task's new name)"  # the task is then the new name (E94)
     if holder_alive(doc):
         return LockError(f"`egopool {name}` is in progress on this task ({who}; {url})", path=task,
-                         hint=f"wait for it to finish, then run again; {nothing}")
+                         hint=f"wait for it to finish, then {again}; {nothing}")
     return LockError(f"an interrupted `egopool {name}` holds this task (its run, {who}, is gone; {url})", path=task,
-                     hint=f"`egopool edit resume {task}` finishes it, then run again; {nothing}")
+                     hint=f"`egopool edit resume {task}` finishes it, then {again}; {nothing}")

@@ -162,7 +162,7 @@ def test_new_task_names_follow_the_writers_rule(tmp_path):
 def test_a_split_naming_no_episode_shows_the_list_syntax(tmp_path):
     a = at("dir", record(tmp_path / "a", episodes=1), None)
     _refused(run_cli("edit", "split", a.location, "--into", str(tmp_path / "p"), "--episodes", ","),
-             "needs --episodes", "--episodes 1,3,5-7")
+             "an empty item between commas", "--episodes 1,3,5-7")  # E96: an empty item is refused as such
     assert not (tmp_path / "p").exists()
 
 

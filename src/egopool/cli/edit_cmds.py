@@ -65,10 +65,14 @@ def parse_episode_list(text: str) -> list[int]:
     Raises
     ------
     OperationError
-        Not a comma list of N or N-M ranges with 1 <= N <= M, or more than :data:`MAX_LISTED` N in all.
+        Not a comma list of N or N-M ranges with 1 <= N <= M (an empty item too), or more than
+        :data:`MAX_LISTED` N in all.
     """
     out: list[int] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
+    parts = [p.strip() for p in text.split(",")]
+    if text.strip() and not all(parts):  # "1,,2", "1,", ",1": a missing item is refused, not skipped (E96)
+        raise OperationError(f"--episodes {text!r}: an empty item between commas", hint="e.g. --episodes 1,3,5-7")
+    for part in (p for p in parts if p):
         lo, sep, hi = part.partition("-")
         try:
             a = parse_episode_n(lo.strip())
@@ -129,7 +133,7 @@ def _resume_hint(target: str) -> Iterator[None]:
 
 @edit_app.command("merge")
 @json_refusal
-def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK...", help="Tasks to merge, in this order."),
+def merge_cmd(sources: list[str] = typer.Argument(..., metavar="TASK", help="Tasks to merge, in this order (two or more; one with --into an existing task)."),
               into: str = _INTO_MERGE, dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Merge tasks with the same declarations into a new task, numbered 1.. in the order given (each by ascending N), or append them to an existing task (--into EXISTING), numbered after the highest N it ever used (deleted N are never reused).
 
@@ -149,7 +153,9 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
               into: str = _INTO,
               episodes: str = typer.Option("", "--episodes", metavar="LIST", help="Global N: 1,3,5-7."),
               where: list[str] = typer.Option([], "--where", metavar="COND",
-                                              help='A condition on the episode row, e.g. "length>=300" '
+                                              help='A condition FIELD OP NUMBER on the episode row, e.g. '
+                                                   '"length>=300"; FIELD: length, duration_sec, created_at, '
+                                                   "task_index, episode_index; OP: >= <= > < == != (= is ==) "
                                                    "(repeatable; all must hold)."),
               episodes_from: str = typer.Option("", "--episodes-from", metavar="SELECTION",
                                                 help="A review selection: a file of N, the server's JSON answer, "
@@ -158,6 +164,8 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
                                                               "(their N stay retired there)."),
               dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Copy (or move) chosen episodes of a task into a new task, numbered 1.. in ascending N.
+
+    --episodes, --episodes-from and --where narrow each other: an episode is taken when every one given picks it (their intersection; --episodes 1,4 --where task_index==1 takes 4 alone when episode 1 has task_index 0).
 
     Every value is kept (data, rows, calibration, videos byte for byte); stats.json is rebuilt from the chosen episodes by the accumulator merge. An N that is not in TASK is refused before anything is written.
     """
@@ -170,7 +178,15 @@ def split_cmd(source: str = typer.Argument(..., metavar="TASK", help="The task t
         from ..meta.info import read_info
 
         name = source.rstrip("/").rsplit("/", 1)[-1]
-        indices += read_selection(episodes_from).for_task(name, str(read_info(source).get("task_name") or name))
+        picked = read_selection(episodes_from).for_task(name, str(read_info(source).get("task_name") or name))
+        if episodes:  # both given: they narrow each other, as --where does (E96)
+            indices = [n for n in indices if n in set(picked)]
+            if not indices:
+                raise OperationError(f"no N of --episodes {episodes!r} is in the selection {episodes_from}; nothing "
+                                     "was written", hint="--episodes and --episodes-from narrow each other "
+                                                         "(intersection); give one of them")
+        else:
+            indices = list(picked)
     with _resume_hint(into):
         report = split_task(source, into, indices, where, move=move, dry_run=dry_run)
     _show(report, json_out)
@@ -252,7 +268,8 @@ def set_task_cmd(task: str = _TASK, text: str = typer.Argument(..., metavar="TEX
 
 @edit_app.command("remove-column")
 @json_refusal
-def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(..., metavar="COLUMN"),
+def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(
+                          ..., metavar="COLUMN", help="The column's full name, e.g. observation.left_glove."),
                       dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Remove a column from every episode, info.json features and sensors, and stats.json."""
     from ..edit import RemoveColumn
@@ -262,8 +279,10 @@ def remove_column_cmd(task: str = _TASK, column: str = typer.Argument(..., metav
 
 @edit_app.command("rename-column")
 @json_refusal
-def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
-                      new: str = typer.Argument(..., metavar="NEW"),
+def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(
+                          ..., metavar="OLD", help="The column's full name now, e.g. observation.left_glove."),
+                      new: str = typer.Argument(..., metavar="NEW", help="Its new full name, in the same namespace "
+                                                "(observation., status.) and of the same reserved kind."),
                       dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Rename a column in every episode at once, info.json and stats.json (multi_device_storage.md §2.4 names)."""
     from ..edit import RenameColumn
@@ -274,12 +293,15 @@ def rename_column_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar=
 @edit_app.command("add-column", context_settings={"ignore_unknown_options": True})
 @json_refusal
 def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode (global N)."),
-                   column: str = typer.Argument(..., metavar="COLUMN", help="observation.<name>"),
+                   column: str = typer.Argument(..., metavar="COLUMN",
+                                                help="The new column's full name, observation.<name>."),
                    values: str = typer.Option(..., "--from", metavar="FILE",
                                               help=".npy (rows,) or (rows, d), or text: one value (or a vector "
                                                    "separated by spaces or commas) per line."),
                    dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
-    """Add a float32 column to episode N from a file holding one value (or vector) per data row; declare it.
+    """Add a float32 column to ONE episode (N) from a file holding one value (or vector) per data row; declare it.
+
+    The other episodes stay without it (the spec's sparse column): run it once per episode to fill the task. A later merge with a sibling task that lacks the column is refused (its features differ).
 
     A value float32 does not hold (an integer beyond 2**24 it would round, a non-zero value it would make zero)
     is refused, naming its row; fractional values are rounded to float32's 7 significant digits.
@@ -292,7 +314,8 @@ def add_column_cmd(task: str = _TASK, index: int = episode_argument("The episode
 
 @edit_app.command("remove-slot")
 @json_refusal
-def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="SLOT"),
+def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(
+                        ..., metavar="SLOT", help="The stream slot (image_key), e.g. head_left_rgb."),
                     dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Remove a stream slot: every episode's video, video_extensions, cameras, device_names, devices' slots.
 
@@ -305,8 +328,10 @@ def remove_slot_cmd(task: str = _TASK, slot: str = typer.Argument(..., metavar="
 
 @edit_app.command("rename-slot")
 @json_refusal
-def rename_slot_cmd(task: str = _TASK, old: str = typer.Argument(..., metavar="OLD"),
-                    new: str = typer.Argument(..., metavar="NEW"),
+def rename_slot_cmd(task: str = _TASK, old: str = typer.Argument(
+                        ..., metavar="OLD", help="The stream slot (image_key) now, e.g. head_left_rgb."),
+                    new: str = typer.Argument(..., metavar="NEW", help="Its new name ([a-z0-9_]; a depth stream's "
+                                              "ends in depth or depth_N)."),
                     dry_run: bool = _DRY, json_out: bool = _JSON) -> None:
     """Rename a stream slot in every episode and declaration; a slot name a device uses already is refused.
 

@@ -98,9 +98,22 @@ def resume_edit(target: str) -> EditReport | InplaceReport:
     from .rename import _delete_old
     from .select import _move
 
+    from .source import location
+    from .unstarted import release_unstarted
+
+    import os
+
+    if not target.startswith("s3://") and not os.path.lexists(os.path.abspath(target)):
+        unstarted = release_unstarted(location(target), "resume")  # a merge killed before its journal (E92)
+        if unstarted is not None:
+            return unstarted
     _resumable(target)
     tgt = open_target(target, new=False)
     got = read_journal(tgt)
+    if got is None:
+        unstarted = release_unstarted(tgt.uri, "resume")
+        if unstarted is not None:
+            return unstarted
     if got is not None and held_target(got[0]) is not None:  # a source held by a killed merge or split (E45)
         return _resume_holder(tgt, got[0])
     if got is not None:
@@ -127,7 +140,8 @@ def _resumable(target: str) -> None:
     if target.startswith("s3://"):
         return
     path = os.path.abspath(target)
-    hint = "give the directory of the task whose edit was interrupted (it holds meta/.edit.json)"
+    hint = ("give the directory of the task whose edit was interrupted (it holds meta/.edit.json), or `egopool edit "
+            "resume SOURCE` of a source a killed merge or split still holds")
     if not os.path.lexists(path):
         raise OperationError(f"{path} does not exist", hint=hint)
     if not os.path.isdir(path):
@@ -137,24 +151,29 @@ def _resumable(target: str) -> None:
 def _resume_holder(src: StoreTask, doc: dict[str, Any]) -> EditReport | InplaceReport:
     """``edit resume SOURCE`` where SOURCE holds the marker of a merge or split reading it (E45): the edit of its
     target is finished (which takes the marker over and removes it); a target with no unfinished edit left the
-    marker behind (killed between its commit and the marker's removal): it is removed.
+    marker behind (killed between its commit and the marker's removal, or before its journal: E92): the markers of
+    every source of that edit are removed.
 
     Raises
     ------
     LockError
         The merge or split is still running (named: pid, host).
     """
-    from ..ops._store_task import EDIT_JOURNAL, holder_alive
+    from ..ops._store_task import holder_alive
     from .copy import open_target
     from .hold import held_target
     from .journal import other_edit, read_journal
 
     if holder_alive(doc):
         raise other_edit(src, doc)
+    from .unstarted import release_holds, unstarted_line
+
     target = str(held_target(doc))
     if read_journal(open_target(target, new=False)) is not None:
         return resume_edit(target)
-    src.store.delete([EDIT_JOURNAL])
+    # no journal: finished (killed before its markers went) or never started (killed while planning, E92): every
+    # source of that edit released, not this one alone
+    released = release_holds(target, doc, src.uri)
     report = EditReport("resume", src.uri, False)
-    report.changes.append(f"removed the mark of a finished `edit {doc.get('op')}` into {target} from {src.uri}")
+    report.changes.append(unstarted_line(doc, target, released))
     return report

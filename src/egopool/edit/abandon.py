@@ -83,10 +83,17 @@ def abandon_edit(target: str) -> EditReport:
     LockError
         Its run is alive (pid, host), or another command holds the target.
     """
+    from .unstarted import release_unstarted
+
     tgt = open_target(target, new=False)
     report = EditReport("abandon", tgt.uri, False)
+    if (tgt.local is not None and not tgt.local.is_dir()) or read_journal(tgt) is None:
+        unstarted = release_unstarted(tgt.uri, "abandon")  # a merge or split killed before its journal (E92)
+        if unstarted is not None:
+            return unstarted
     if tgt.local is not None and not tgt.local.is_dir():
-        raise OperationError(f"{tgt.uri} does not exist", hint="name the target of the unfinished edit")
+        raise OperationError(f"{tgt.uri} does not exist", hint="name the target of the unfinished edit (or `egopool "
+                             "edit resume SOURCE` of a source it holds)")
     with edit_lock(tgt, dry_run=False):
         got = read_journal(tgt)
         if got is None:

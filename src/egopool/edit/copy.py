@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,14 +150,18 @@ class EditReport:
         if self.plan is not None:
             p = self.plan
             verb = "would copy" if self.dry_run else "copied"
-            out += [f"{verb} {p.sources[k.source]} episode {k.index} -> {p.target} episode {k.new_index}"
-                    for k in p.picks]
-            out += [f"skipped duplicate {s['source']} episode {s['index']} (same content as target episode "
-                    f"{s['same_as']}, {s['digest'][:19]})" for s in p.skipped]
+            rank = {uri: i for i, uri in enumerate(p.sources)}
+            shown = [(k.source, k.index, f"{verb} {p.sources[k.source]} episode {k.index} -> {p.target} episode "
+                                         f"{k.new_index}") for k in p.picks]
+            shown += [(rank.get(str(s["source"]), len(rank)), int(s["index"]),
+                       f"skipped duplicate {s['source']} episode {s['index']} (same content as target episode "
+                       f"{s['same_as']}, {s['digest'][:19]})") for s in p.skipped]
+            out += [line for _src, _n, line in sorted(shown, key=lambda e: (e[0], e[1]))]  # source order (E97)
             out += [f"{'would write' if self.dry_run else 'wrote'} {p.target}/{k}" for k in self.writes]
         for src, ns in self.deleted.items():
-            if self.op == "rename":
-                out.append(f"{'would delete' if self.dry_run else 'deleted'} the old task {src} (copied whole)")
+            if self.op == "rename" or (self.plan is not None and self.plan.op == "rename"):  # also resumed (E94)
+                out.append(f"would rename {src} -> {self.target} (the old prefix would be deleted)" if self.dry_run
+                           else f"renamed {src} -> {self.target} (old prefix deleted)")
                 continue
             out.append(f"{'would delete' if self.dry_run else 'deleted'} episode(s) {', '.join(map(str, ns))} "
                        f"from {src} (moved; N retired there)")
@@ -188,6 +193,7 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
     t = StoreTask(root, store, store.root if isinstance(store, DirectoryStore) else None)
     if not new:
         return t
+    refuse_inside_task(t)
     if t.local is not None and not t.local.parent.is_dir():  # E55: never a whole path made up from a typo
         blocker = next((p for p in t.local.parents if p.exists()), None)
         if blocker is not None and not blocker.is_dir():  # a file where a directory must be (E65)
@@ -199,11 +205,57 @@ def open_target(where: str | os.PathLike[str] | ObjectPath, *, new: bool = True)
     if store.exists("meta/info.json") and not store.exists(JOURNAL):
         raise OperationError(f"{t.uri} is a task already; an edit builds a new task",
                              hint="name a new location, or delete or rename the old task first if it must go")
+    _refuse_holding(t)
     if t.local is not None and t.local.exists() and not store.exists(JOURNAL) and \
             any(not any(part.startswith(".") for part in f.relative_to(t.local).parts)
                 for f in t.local.rglob("*") if f.is_file()):
         raise OperationError(f"{t.uri} is a directory that is not empty", hint="name a new location")
     return t
+
+
+def refuse_inside_task(t: StoreTask) -> None:
+    """Refuse a new task at ``t`` that would sit inside an existing task (a directory above it, or a bucket prefix
+    above it, holds ``meta/info.json``: its files would be stray files of that task, docs/decisions.md E90). A
+    directory looks at each parent's ``meta/info.json`` (symlinks resolved); a bucket sends one HEAD per prefix
+    level above the target.
+
+    Raises
+    ------
+    OperationError
+        Naming the enclosing task and the fix; nothing was written.
+    """
+    hint = "name a location outside every task (a task never holds another); nothing was written"
+    if t.local is not None:
+        for parent in Path(os.path.realpath(t.local)).parents:
+            if (parent / "meta" / "info.json").is_file():
+                raise OperationError(f"{t.uri} is inside the task {parent}", hint=hint)
+        return
+    if not isinstance(t.root, ObjectPath):
+        return
+    parents = [p for p in t.root.parents if p.key]
+    if parents:
+        top = open_store(f"s3://{t.root.bucket}")
+        for p in parents:
+            if top.exists(f"{p.key}/meta/info.json"):
+                raise OperationError(f"{t.uri} is inside the task {p}", hint=hint)
+
+
+def _refuse_holding(t: StoreTask) -> None:
+    """Refuse a bucket target prefix with objects under it (not dot-named, no edit journal: a task or anything
+    else would end up inside the new task; a directory is refused as not empty by :func:`open_target`). One LIST
+    of the target prefix (paged only when objects are there)."""
+    if t.local is not None or t.store.exists(JOURNAL):
+        return  # an interrupted edit's own objects
+    # one LIST of the prefix (a new target's is empty); a copy tool's empty "folder" objects and the directories a
+    # store keeps after its objects were deleted (SeaweedFS) are nothing under it
+    keys = [m.key for m in t.store.list() if m.key.strip("/") and not m.key.endswith("/")
+            and not any(part.startswith(".") for part in m.key.split("/"))]
+    inner = {k.rsplit("/", i)[0] for k in keys for i in range(1, k.count("/") + 1)}
+    shown = sorted({k.split("/", 1)[0] for k in keys if k not in inner})
+    if shown:
+        raise OperationError(f"{t.uri} is not empty (it holds {', '.join(shown[:3])}"
+                             f"{', ...' if len(shown) > 3 else ''})",
+                             hint="name a new location (a task never holds another); nothing was written")
 
 
 def _episode_keys(layout: TaskLayout, n: int, videos: dict[str, list[str]]) -> list[str]:

@@ -23,7 +23,11 @@ holds a source leaves the marker: the commands above then say "an interrupted `e
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from .._atomic import task_read_lock
@@ -34,7 +38,25 @@ from ..ops._store_task import (EDIT_JOURNAL, StoreTask, edit_in_progress, holder
 from ..storage import PreconditionFailed, PutMode, Store
 from .source import EpisodeRef
 
-__all__ = ["SourceHold", "held_target", "holding", "versions_of"]
+__all__ = ["SourceHold", "held_target", "hold_note", "holding", "versions_of"]
+
+
+def hold_note(target: str) -> Path:
+    """This machine's note of the sources a merge or split into ``target`` holds (``$XDG_STATE_HOME/egopool/
+    edit-holds/<sha1 of the target, 16 hex>.json``: ``{"target", "sources"}``), written before it holds them and
+    removed when it releases them: ``egopool edit resume|abandon TARGET`` of a run killed before the target's
+    journal existed finds them there (E92; else among the target's siblings)."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "egopool" / "edit-holds"
+    return base / f"{hashlib.sha1(target.encode()).hexdigest()[:16]}.json"
+
+
+def _write_note(target: str, sources: list[str]) -> None:
+    note = hold_note(target)
+    try:
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(json.dumps({"target": target, "sources": sources}))
+    except OSError:
+        pass  # a help to find the holds only: the markers on the sources are what holds them
 
 
 def versions_of(store: Store, ref: EpisodeRef) -> dict[str, str]:
@@ -82,6 +104,7 @@ class SourceHold:
         OperationError
             A source changed since the plan (:meth:`verify`).
         """
+        _write_note(self.target, list(self.sources))
         try:
             for i, uri in enumerate(self.sources):
                 t = open_store_task(uri)
@@ -97,7 +120,7 @@ class SourceHold:
             raise
 
     def _mark(self, t: StoreTask) -> None:
-        doc = {"op": self.op, "hold": True, "target": self.target}
+        doc = {"op": self.op, "hold": True, "target": self.target, "sources": list(self.sources)}  # E92
         try:
             t.store.put(EDIT_JOURNAL, json_bytes({**doc, "owner": t.stamp()}), mode=PutMode.CREATE)
             return
@@ -143,6 +166,7 @@ class SourceHold:
             if isinstance(owner, dict) and owner.get("id") == t.owner["id"]:
                 t.store.delete([EDIT_JOURNAL])
         self._held = []
+        hold_note(self.target).unlink(missing_ok=True)
         self._locks.close()
 
     def abandon(self, exc: BaseException) -> None:

@@ -51,11 +51,11 @@ def checked_sources(sources: Sequence[str | ObjectPath], target: str | ObjectPat
         raise OperationError(f"edit merge into the new task {target} needs two or more source tasks",
                              hint="egopool edit merge A B --into NEW, or A --into an existing task")
     opened = [open_source(s) for s in sources]
+    tgt_uri = str(target).rstrip("/")
     if not held:
         for o in opened:
-            refuse_busy_source(o)
+            refuse_busy_source(o, tgt_uri)  # a killed run's hold of it for this target: taken over (E92)
     uris = [s.t.uri for s in opened]
-    tgt_uri = str(target).rstrip("/")
     real = [same_task(u) for u in uris]  # a symlink to a task is that task (E64)
     if len(set(real)) != len(real) or same_task(tgt_uri) in real:
         raise OperationError(f"a task is named twice among {', '.join(uris + [tgt_uri])}",

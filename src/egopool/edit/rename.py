@@ -3,7 +3,7 @@
 The name of a task is its directory's (or prefix's) last part and ``info.json``'s ``task_name`` (file_format.md §1,
 §3). N, data, rows, videos and ``stats.json`` are unchanged.
 
-- A directory is renamed by ``rename(2)`` (atomic; the new path must not exist and be on the same file system),
+- A directory is renamed by ``rename(2)`` (a symbolic link to a task is refused, naming the task: E91) (atomic; the new path must not exist and be on the same file system),
   under the task lock, with the journal ``meta/.edit.json`` written first; then ``task_name`` is set. A run
   killed between the two is finished by ``edit rename TASK NEW`` again or ``edit resume NEW``.
 - A bucket has no rename: the task is copied to the new prefix by the copy engine (:mod:`egopool.edit.copy`) with
@@ -106,6 +106,10 @@ def _rename_dir(old: Path, new: Path, dry_run: bool) -> EditReport:
     report.writes = ["meta/info.json"]  # its task_name (E79); the rest is moved by rename(2), not written
     pending_new = new.exists() and (new / JOURNAL).exists()
     if not pending_new:
+        if old.is_symlink():  # rename(2) would rename the link, not the task (E91)
+            raise OperationError(f"{old} is a symbolic link to {os.path.realpath(old)}; rename the task itself",
+                                 hint=f"egopool edit rename {os.path.realpath(old)} {new.name}, then point the link "
+                                      "at the new name (ln -sfn); nothing was changed")
         if not old.is_dir():
             raise OperationError(f"{old}: no such task directory", hint="give the task's directory")
         if new.exists():

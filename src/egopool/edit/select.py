@@ -89,9 +89,9 @@ def plan_split(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
         raise OperationError("edit split needs --episodes, --episodes-from and/or --where (none names an episode)",
                              hint='e.g. egopool edit split A --into B --episodes 1,3,5-7 (or --where "length>=300")')
     s = open_source(source)
-    if not held:
-        refuse_busy_source(s)
     tgt_uri = location(target)
+    if not held:
+        refuse_busy_source(s, tgt_uri)
     if same_task(tgt_uri) == same_task(s.t.uri):
         raise OperationError(f"{tgt_uri} is the source itself", hint="name a new task as --into")
     refuse_nested([s.t.uri], tgt_uri)
@@ -169,7 +169,7 @@ def split_task(source: str | ObjectPath, target: str | ObjectPath, indices: Sequ
     if not indices and not where:
         plan_split(source, tgt.uri, indices, where)  # its refusal, before anything is held
     s = open_source(source)
-    refuse_busy_source(s)
+    refuse_busy_source(s, tgt.uri)  # a killed run's hold of it for this target: taken over (E92)
     if location(target) == s.t.uri:
         raise OperationError(f"{s.t.uri} is the source itself", hint="name a new task as --into")
     hold = SourceHold("split", tgt.uri, [s.t.uri], [])  # held before the plan reads it (E68)

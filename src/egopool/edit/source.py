@@ -25,8 +25,9 @@ from ..layout import TaskLayout, list_task_episodes
 from ..meta.info import read_info
 from ..meta.stats import StatsBlock, episode_stats
 from ..meta.tasks import read_tasks
-from ..ops._store_task import StoreTask, open_store_task, refuse_edited
-from ..storage import ObjectPath
+from .._holders import holder_alive, journal_doc
+from ..ops._store_task import EDIT_JOURNAL, StoreTask, open_store_task, refuse_edited
+from ..storage import ObjectPath, Store
 from ..storage._path import refuse_near_uri
 
 __all__ = ["DECLARATION_KEYS", "EpisodeRef", "SourceTask", "first_difference", "location", "open_source", "refuse_nested",
@@ -158,10 +159,13 @@ def location(where: str | os.PathLike[str] | ObjectPath) -> str:
     return os.path.abspath(text)
 
 
-def refuse_busy_source(s: SourceTask) -> None:
+def refuse_busy_source(s: SourceTask, target: str | None = None) -> None:
     """Refuse to read the source task ``s`` (merge, split) while an edit of it is unfinished or running (its
     journal ``meta/.edit.json``) or, in a directory, while its task lock is held (a recorder, ``delete``): the
     copy would mix changed and unchanged episodes (docs/decisions.md E40).
+
+    ``target``: a hold marker of a killed run of the same merge or split into ``target`` (:func:`dead_hold_of`)
+    is not refused: this run takes it over (E92).
 
     Raises
     ------
@@ -169,7 +173,8 @@ def refuse_busy_source(s: SourceTask) -> None:
         One line: the edit in progress (pid, host) or interrupted (with ``egopool edit resume SOURCE``), or the
         task lock held.
     """
-    refuse_edited(s.t.store, s.t.uri, "nothing was written")
+    if target is None or not dead_hold_of(s.t.store, target):
+        refuse_edited(s.t.store, s.t.uri, "nothing was written")
     if s.t.local is not None:
         from .._atomic import task_lock
 
@@ -179,6 +184,16 @@ def refuse_busy_source(s: SourceTask) -> None:
         except LockError as exc:
             raise LockError(f"the source task is locked by another command ({exc.message})", path=s.t.uri,
                             hint="run again when it has finished; nothing was written") from None
+
+
+def dead_hold_of(store: Store, target: str) -> bool:
+    """Whether the task at ``store`` holds the hold marker (E45) of a merge or split into ``target`` whose run is
+    gone (``holder_alive`` false): the same command run again may take it over (E92)."""
+    got = store.get(EDIT_JOURNAL)
+    if got is None:
+        return False
+    doc = journal_doc(got[0])
+    return bool(doc.get("hold")) and str(doc.get("target")) == target and not holder_alive(doc)
 
 
 def same_task(uri: str) -> str:
