@@ -7,18 +7,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from backends import TaskAt, paused, run_cli
 from edit_support import assert_stats_recount, at, record
 
 from egopool.meta.info import read_info
-
-
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
 
 
 def _origins(t: TaskAt) -> list[dict]:

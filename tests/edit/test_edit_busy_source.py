@@ -3,16 +3,8 @@ line, writing nothing (issue 30 review; docs/decisions.md E40), on a directory a
 
 from __future__ import annotations
 
-import pytest
 from backends import kill_at, paused, run_cli
 from edit_support import at, digests, record, target_of
-
-
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
 
 
 def _commands(backend, tmp_path, a, b):

@@ -8,19 +8,11 @@ import io
 import json
 
 import pyarrow.parquet as pq
-import pytest
 from backends import run_cli
 from edit_support import assert_stats_recount, at, digests, record, target_of
 
 from egopool.meta.info import read_info
 from egopool.meta.tasks import read_tasks
-
-
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
 
 
 def _table(t, n):

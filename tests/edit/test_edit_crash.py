@@ -10,13 +10,6 @@ from edit_support import assert_stats_recount, at, digests, record, target_of
 from egopool.meta.info import read_info
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _target_valid_or_absent(t: TaskAt) -> None:
     """Before its commit the target is no task (no meta/info.json); after it, a valid task."""
     if t.store.exists("meta/info.json"):

@@ -18,13 +18,6 @@ from edit_support import SENSOR, assert_stats_recount, at, digests, record, reco
 from egopool.meta.info import read_info
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _session(*args: str) -> subprocess.Popen[str]:
     """``egopool ARGS`` in its own session (``setsid``), as a second terminal would run it."""
     env = {k: v for k, v in os.environ.items() if k != "EGOPOOL_OPS_PAUSE"}

@@ -13,13 +13,6 @@ from edit_support import SENSOR, at, record, target_of
 from egopool.meta.tasks import read_tasks
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _episodes(t: TaskAt) -> list[tuple[list[list[float]], bytes]]:
     """Every episode of ``t`` in N order: its sensor values and its video's bytes (what a merge must keep)."""
     import io

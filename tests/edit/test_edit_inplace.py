@@ -20,13 +20,6 @@ V1, V2 = "videos/chunk-000/cam/episode-000.mp4", "videos/chunk-000/cam/episode-0
 D1 = "data/chunk-000/episode-000.parquet"
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
     return {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
 

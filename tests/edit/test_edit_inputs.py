@@ -16,13 +16,6 @@ from egopool.errors import SchemaError
 from egopool.meta.info import read_info
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 BAD_SLOTS = {"head cam": "'head_cam'", "_hidden": "'hidden'", "cam-1": "'cam_1'", "a.b": "'a_b'", "a/b": "'a_b'",
              "": "head_rgb", "x" * 256: "'" + "x" * 64 + "'"}
 

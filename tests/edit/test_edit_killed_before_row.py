@@ -20,13 +20,6 @@ _OPS = {
 }
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 @pytest.mark.parametrize("op", sorted(_OPS))
 def test_killed_between_file_and_row_then_resumed_validates(tmp_path, backend, request, op):
     t = at(backend, record(tmp_path / "s", episodes=2), request)

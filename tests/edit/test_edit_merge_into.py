@@ -23,13 +23,6 @@ from egopool.meta.tasks import read_tasks
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "transfer"))
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _new_n(r) -> list[tuple[int, int]]:
     assert r.returncode == 0, r.stderr
     return [(e["index"], e["new_index"]) for e in json.loads(r.stdout)["episodes"]]

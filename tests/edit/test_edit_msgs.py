@@ -19,13 +19,6 @@ from egopool.meta.tasks import read_tasks
 V1, V2 = "videos/chunk-000/cam/episode-000.mp4", "videos/chunk-000/cam/episode-001.mp4"
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _one_line(r, *says: str) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr.count("\n") <= 2 and "Traceback" not in r.stderr, r.stderr

@@ -6,19 +6,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from backends import run_cli
 from edit_support import SENSOR, assert_stats_recount, at, digests, record, target_of
 
 from egopool.meta.info import read_info
 from egopool.meta.retired import retired
-
-
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
 
 
 def _ok(r) -> dict:

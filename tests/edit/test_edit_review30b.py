@@ -65,13 +65,6 @@ def test_a_command_waiting_for_the_lock_of_a_task_renamed_meanwhile_is_refused_a
     assert not (task / "meta" / "info.json").exists()
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 @pytest.mark.parametrize("op", [("rename-column", SENSOR, "observation.left_glove"), ("remove-slot", "cam")])
 def test_validate_and_info_report_a_task_whose_in_place_edit_was_killed_midway(tmp_path, backend, request, op):
     t = at(backend, record(tmp_path / "s", episodes=3), request)

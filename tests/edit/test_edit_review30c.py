@@ -15,13 +15,6 @@ from edit_support import at, digests, record, target_of
 from egopool.meta.tasks import read_tasks
 
 
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
-
-
 def _one_line(r, *says: str) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr

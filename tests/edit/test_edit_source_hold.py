@@ -13,20 +13,12 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 from backends import TaskAt, kill_at, paused, run_cli
 from edit_support import SENSOR, at, record, recorder_script, target_of
 
 from egopool.meta.info import read_info
 
 DATA2 = "data/chunk-000/episode-001.parquet"  # N=2's data parquet (default template)
-
-
-@pytest.fixture(params=["dir", "bucket"])
-def backend(request):
-    if request.param == "bucket":
-        request.getfixturevalue("s3_server")
-    return request.param
 
 
 def _session(err: Path, *args: str) -> subprocess.Popen[str]:
