@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .._atomic import task_read_lock
+from .._state import state_dir
 from ..errors import LockError, OperationError
 from .._holders import journal_doc
 from ..ops._store_task import (EDIT_JOURNAL, StoreTask, edit_in_progress, holder_alive, json_bytes, lock_holder,
@@ -46,8 +46,7 @@ def hold_note(target: str) -> Path:
     edit-holds/<sha1 of the target, 16 hex>.json``: ``{"target", "sources"}``), written before it holds them and
     removed when it releases them: ``egopool edit resume|abandon TARGET`` of a run killed before the target's
     journal existed finds them there (E92; else among the target's siblings)."""
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "egopool" / "edit-holds"
-    return base / f"{hashlib.sha1(target.encode()).hexdigest()[:16]}.json"
+    return state_dir() / "edit-holds" / f"{hashlib.sha1(target.encode()).hexdigest()[:16]}.json"
 
 
 def _write_note(target: str, sources: list[str]) -> None:

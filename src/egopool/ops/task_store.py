@@ -29,9 +29,9 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from .._state import state_dir
 from ..errors import FormatError, OperationError
 from ..layout import TaskLayout
 from ..meta.info import read_info
@@ -53,7 +53,7 @@ def pause(op: str, stage: str) -> None:
     until it is removed (the tests SIGKILL the process there). Without the variable: nothing."""
     if os.environ.get(PAUSE_ENV) != f"{op}:{stage}":
         return
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "egopool"
+    base = state_dir()
     base.mkdir(parents=True, exist_ok=True)
     marker = base / f"ops-paused-{op}-{stage}"
     marker.write_text(str(os.getpid()))

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import exclusive_lock, task_lock
+from .._state import state_dir
 from ..errors import EgopoolError, FormatError, LockError, UploadRejectedError
 from ..meta import server_imports
 from ..meta.info import read_info
@@ -52,8 +53,7 @@ STATE_DIR = server_imports.STATE_DIR
 def default_state_dir(uri: str) -> Path:
     """A bucket store's state: ``$XDG_STATE_HOME/egopool/serve/<sha1 of the URI, 16 hex>`` (``~/.local/state``
     without XDG)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "egopool" / "serve" / hashlib.sha1(uri.rstrip("/").encode("utf-8")).hexdigest()[:16]
+    return state_dir() / "serve" / hashlib.sha1(uri.rstrip("/").encode("utf-8")).hexdigest()[:16]
 
 
 def episode_row(doc: dict[str, Any]) -> EpisodeRow:

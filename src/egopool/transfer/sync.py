@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_bytes, exclusive_lock, fsync_dir, fsync_file, task_lock
+from .._state import state_dir
 from ..errors import EgopoolError, FormatError
 from ..layout import EpisodeFiles, TaskLayout, find_episode_files, list_task_episodes
 from ..meta import markers
@@ -127,15 +128,11 @@ def _episode_rels(root: Any, g: EpisodeFiles) -> list[str]:
     return sorted(out)
 
 
-def _state_dir() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "egopool"
-
-
 def _pause(stage: str) -> None:
     """``EGOPOOL_SYNC_PAUSE=placed``: stop with every file of an episode but its row written, write
     ``<state>/sync-paused-placed`` and sleep until it is removed (the tests' crash seam, like the server's)."""
     if os.environ.get("EGOPOOL_SYNC_PAUSE") == stage:
-        marker = _state_dir() / f"sync-paused-{stage}"
+        marker = state_dir() / f"sync-paused-{stage}"
         marker.write_text(str(os.getpid()))
         while marker.exists():
             time.sleep(0.05)
@@ -143,7 +140,7 @@ def _pause(stage: str) -> None:
 
 def _owner_id() -> str:
     """This machine's sync owner id (journals it leaves in a bucket; kept under the per-user state dir)."""
-    base = _state_dir()
+    base = state_dir()
     base.mkdir(parents=True, exist_ok=True)
     p = base / "sync-owner-id"
     if not p.is_file():
@@ -154,7 +151,7 @@ def _owner_id() -> str:
 @contextlib.contextmanager
 def _dest_guard(dst: str) -> Iterator[None]:
     """One sync per destination on this machine (a second one waits): the own-journal sweep is then safe."""
-    base = _state_dir() / "sync-locks"
+    base = state_dir() / "sync-locks"
     base.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(base / (hashlib.sha1(dst.encode()).hexdigest()[:20] + ".lock")):
         yield
