@@ -1,8 +1,8 @@
 """What the publish of a small upload does once instead of twice (issue 29, docs/decisions.md U48).
 
 * a renumbered episode's row is renumbered and stamped with its files' sha256 in one write
-  (``renumber_row``): the bytes are exactly those of the two writes it replaces (``rewrite_episode_index``
-  with ``single_row``, then ``restamp_row_file``), the row records the files and its content digest holds,
+  (``renumber_row``): the bytes are exactly those of the two writes it replaces (the row rewritten with its new
+  N, as ``rewrite_episode_index`` did with ``single_row`` before U48, then ``restamp_row_file``), the row records the files and its content digest holds,
   and the returned sha256 is the file's;
 * the allocation's probe for a video of N (``video_group_exists``) answers what
   ``any(chunk.glob("*/episode-<f>.*"))`` answers, for every shape of a chunk folder.
@@ -14,13 +14,15 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from transfer_helpers import write_task
 
 from egopool.errors import FormatError
 from egopool.meta.episodes import read_episode_row, recorded_as, restamp_row_file
 from egopool.server.importer import video_group_exists
-from egopool.server.renumber import renumber_row, rewrite_episode_index
+from egopool.server.renumber import renumber_row
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,10 @@ FILES = {"data/chunk-000/episode-006.parquet": "a" * 64, "videos/chunk-000/cam/e
 
 def test_renumber_row_is_the_two_writes_it_replaces(row_file: Path, tmp_path: Path) -> None:
     two, one = tmp_path / "two.parquet", tmp_path / "one.parquet"
-    rewrite_episode_index(row_file, two, 7, single_row=True)  # the path before U48: write, read, write
+    table = pq.read_table(row_file)  # the path before U48: the row rewritten with N=7, read, stamped, written
+    pos = table.schema.get_field_index("episode_index")
+    pq.write_table(table.set_column(pos, table.schema.field(pos), pa.array([7], table.schema.field(pos).type)),
+                   two, compression="zstd")
     restamp_row_file(two, FILES)
     shutil.copyfile(row_file, one)
     sha = renumber_row(one, 7, FILES)
@@ -49,9 +54,6 @@ def test_renumber_row_is_the_two_writes_it_replaces(row_file: Path, tmp_path: Pa
 
 
 def test_renumber_row_refuses_a_file_without_episode_index(row_file: Path, tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"length": [3]}), bad)
     before = bad.read_bytes()

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ..errors import EpisodeNotFoundError, FormatError, OperationError, SchemaError
 from ..schema import IMU_COLUMN, IMU_TS_COLUMN, check_column_name, companion_columns, owner_column, signal_kind
-from .inplace import Change
+from .inplace import Change, shown_text
 from .source import SourceTask
 
 __all__ = ["AddColumn", "RemoveColumn", "RenameColumn", "companion", "column_specs_changed", "json_column_changed",
@@ -400,14 +400,14 @@ def _read_text(p: Path) -> tuple[np.ndarray, list[list[str]]]:
                                  hint="remove the blank line (or give the row its value); nothing was written")
         parts = [t for t in re.split(r"[\s,]+", line.strip()) if t]
         if re.search(r",\s*(,|$)|^\s*,", line):
-            raise OperationError(f"{p}: line {i} ({_shown(line)}) has an empty field between commas",
+            raise OperationError(f"{p}: line {i} ({shown_text(line, 40)}) has an empty field between commas",
                                  hint=_TEXT_EXPECTED)
         values: list[float] = []
         for tok in parts:
             try:
                 values.append(float(tok))
             except ValueError:
-                raise OperationError(f"{p}: line {i}: {_shown(tok)} is not a number (expected "
+                raise OperationError(f"{p}: line {i}: {shown_text(tok, 40)} is not a number (expected "
                                      f"{'one number' if not rows else f'{len(rows[0])} number(s)'} per line)",
                                      hint=_TEXT_EXPECTED) from None
         if rows and len(values) != len(rows[0]):
@@ -418,11 +418,6 @@ def _read_text(p: Path) -> tuple[np.ndarray, list[list[str]]]:
     if not rows:
         raise OperationError(f"{p}: holds no values (an empty file)", hint=_TEXT_EXPECTED)
     return np.asarray(rows, dtype=np.float64), tokens
-
-
-def _shown(text: str, limit: int = 40) -> str:
-    """``text`` quoted for a message, cut to ``limit`` characters (its length said)."""
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def _float32_changes(src: np.ndarray, f32: np.ndarray, tokens: list[list[str]] | None) -> np.ndarray:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._holders import holder_alive, journal_doc
+from .._holders import edit_name, holder_alive, journal_doc
 from ..errors import EgopoolError
 from ..ops._store_task import EDIT_JOURNAL, open_store_task
 from ..storage import ObjectPath, as_path, open_store
@@ -96,7 +96,7 @@ def unstarted_line(doc: dict[str, Any], target: str, released: list[str]) -> str
     a new task whose ``meta/info.json`` exists was finished (killed before its markers went), one without never
     started copying; a merge into an existing task left nothing unfinished either way."""
     op = str(doc.get("op"))
-    name = "`edit merge --into`" if op == "merge-into" else f"`edit {op}`"
+    name = f"`{edit_name(doc)}`"
     holds = f"hold{'s' if len(released) != 1 else ''} on {', '.join(released) or 'no source'}"
     if op == "merge-into":
         return f"released the {holds} of the {name} into {target} (it left no unfinished journal; its run is gone)"

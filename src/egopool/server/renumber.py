@@ -31,7 +31,7 @@ def _replace_index(table: pa.Table, index: int) -> pa.Table:
     return table.set_column(pos, field, pa.array(np.full(table.num_rows, index, dtype=np.int64), type=field.type))
 
 
-def rewrite_episode_index(src: Path, dst: Path, index: int, *, single_row: bool = False) -> None:
+def rewrite_episode_index(src: Path, dst: Path, index: int) -> None:
     """Copy parquet ``src`` to ``dst`` with every ``episode_index`` set to ``index``.
 
     Parameters
@@ -40,8 +40,6 @@ def rewrite_episode_index(src: Path, dst: Path, index: int, *, single_row: bool 
         Input and output files (``dst`` is created; the caller publishes it).
     index:
         The new global N (1-based).
-    single_row:
-        ``src`` is a ``meta/episodes`` row file (read whole: one row).
 
     Raises
     ------
@@ -53,9 +51,6 @@ def rewrite_episode_index(src: Path, dst: Path, index: int, *, single_row: bool 
         schema = pf.schema_arrow
         if "episode_index" not in schema.names:
             raise FormatError("no episode_index column", path=src)
-        if single_row:
-            pq.write_table(_replace_index(pf.read(), index), str(dst), compression="zstd")
-            return
         # the writer's choice (decisions.md R8): force matrices are not dictionary-encoded
         use_dict = [n for n in schema.names if not n.endswith("_force_matrix")]
         with pq.ParquetWriter(str(dst), schema, compression="zstd", use_dictionary=use_dict) as w:
@@ -70,9 +65,9 @@ def rewrite_episode_index(src: Path, dst: Path, index: int, *, single_row: bool 
 def renumber_row(path: Path, index: int, files: Mapping[str, str]) -> str:
     """Rewrite the one-row ``meta/episodes`` file ``path`` in place with ``episode_index`` = ``index`` and its
     ``file_digests`` set to ``files`` (task-relative path -> sha256 of the published objects, X3), in one atomic
-    write (temp + fsync + rename: durable on return). The bytes are those of :func:`rewrite_episode_index`
-    (``single_row``) followed by :func:`~egopool.meta.episodes.restamp_row_file`, which wrote the file twice and
-    read it three times (docs/decisions.md U48).
+    write (temp + fsync + rename: durable on return). The bytes are those of the row rewritten with its new N,
+    then :func:`~egopool.meta.episodes.restamp_row_file`, which wrote the file twice and read it three times
+    (docs/decisions.md U48).
 
     Returns
     -------
